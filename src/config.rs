@@ -1,0 +1,687 @@
+//! The client builder and its validation.
+//!
+//! Every setting has a `DEFAULT_*` constant and is checked once, in [`Builder::build`], so a
+//! bad value (often read from a file or the environment) is reported with a message that
+//! names it and says what to change, before any lock is attempted.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+use tokio::time::Instant;
+
+use crate::deadline;
+use crate::error::human;
+use crate::lock::Redlock;
+
+/// Default lock time-to-live: 10 s.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+/// Default clock-drift factor: 1 % of the TTL (plus 2 ms), as in the Redlock reference.
+pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+/// Default time a single master may take to answer one request: 50 ms.
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+/// Default time allowed for opening a connection to a master: 1 s.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default number of acquire attempts made by [`Redlock::acquire`]: 10.
+pub const DEFAULT_RETRY_ATTEMPTS: u32 = 10;
+/// Default pause between acquire attempts, before jitter: 100 ms.
+pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(100);
+/// Default upper bound of the uniform random jitter added to each pause: 100 ms.
+pub const DEFAULT_RETRY_JITTER: Duration = Duration::from_millis(100);
+
+/// A duration given either as a [`Duration`] or as a human-readable string such as
+/// `"10s"`, `"250ms"` or `"1m 30s"` (parsed with [`humantime`]).
+///
+/// Strings are parsed when the client is built; a bad one is reported by
+/// [`Builder::build`] as [`ConfigError::InvalidDuration`].
+pub trait IntoDuration: sealed::Sealed {
+    #[doc(hidden)]
+    fn into_duration(self) -> Result<Duration, (String, String)>;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for std::time::Duration {}
+    impl Sealed for &str {}
+    impl Sealed for String {}
+    impl Sealed for &String {}
+}
+
+impl IntoDuration for Duration {
+    fn into_duration(self) -> Result<Duration, (String, String)> {
+        Ok(self)
+    }
+}
+
+impl IntoDuration for &str {
+    fn into_duration(self) -> Result<Duration, (String, String)> {
+        humantime::parse_duration(self.trim()).map_err(|e| (self.to_owned(), e.to_string()))
+    }
+}
+
+impl IntoDuration for String {
+    fn into_duration(self) -> Result<Duration, (String, String)> {
+        self.as_str().into_duration()
+    }
+}
+
+impl IntoDuration for &String {
+    fn into_duration(self) -> Result<Duration, (String, String)> {
+        self.as_str().into_duration()
+    }
+}
+
+/// How the pause between acquire attempts grows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Backoff {
+    /// The same pause every time (plus jitter).
+    #[default]
+    Fixed,
+    /// The pause doubles after each failed attempt, up to `max` (plus jitter), so that a
+    /// crowd of waiters does not storm the masters.
+    Exponential {
+        /// The largest pause before jitter.
+        max: Duration,
+    },
+}
+
+/// A configuration value that cannot work, found by [`Builder::build`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No master was given.
+    #[error("no masters configured: add at least one with `master(url)` or `masters([..])` (3 or 5 independent masters are typical)")]
+    NoMasters,
+    /// A master URL could not be parsed.
+    #[error("master URL {url:?} cannot be used: {reason}")]
+    InvalidUrl {
+        /// The URL, password redacted.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The same master appears twice; it would count twice toward the quorum.
+    #[error("master {url:?} is listed twice (also as {other:?}): each master must be an independent server, or it would vote twice")]
+    DuplicateMaster {
+        /// The second occurrence, password redacted.
+        url: String,
+        /// The first occurrence, password redacted.
+        other: String,
+    },
+    /// A duration setting could not be parsed.
+    #[error("{setting} {input:?} is not a duration ({reason}): write it like \"10s\", \"250ms\" or \"1m 30s\"")]
+    InvalidDuration {
+        /// Which setting.
+        setting: &'static str,
+        /// What was given.
+        input: String,
+        /// The parser's complaint.
+        reason: String,
+    },
+    /// The TTL is zero.
+    #[error("ttl is zero: a lock must live for some time (e.g. \"10s\")")]
+    TtlZero,
+    /// The TTL leaves no validity once drift and one node timeout are taken off.
+    #[error("ttl {ttl} is too short: it must exceed the drift allowance ({drift}) plus the node timeout ({node_timeout}) plus min_validity ({min_validity}); raise ttl or lower node_timeout")]
+    TtlTooShort {
+        /// The TTL given.
+        ttl: String,
+        /// The drift allowance (`ttl * drift_factor + 2 ms`).
+        drift: String,
+        /// The node timeout.
+        node_timeout: String,
+        /// The minimum validity asked for.
+        min_validity: String,
+    },
+    /// The drift factor is negative, not finite, or not below 1.
+    #[error("drift_factor {0} is out of range: use a value from 0 up to (not including) 1, typically 0.01")]
+    DriftFactor(f64),
+    /// The node timeout is zero.
+    #[error("node_timeout is zero: every master needs some time to answer (e.g. \"50ms\")")]
+    NodeTimeoutZero,
+    /// The connect timeout is zero.
+    #[error("connect_timeout is zero: connecting to a master needs some time (e.g. \"1s\")")]
+    ConnectTimeoutZero,
+    /// No acquire attempts allowed.
+    #[error("retry_attempts is zero: acquire needs at least one attempt")]
+    RetryAttemptsZero,
+    /// A retry pause, jitter or wait budget too large to be added to the clock.
+    #[error("{setting} {value} is too large: it overflows the clock; use a realistic duration")]
+    DurationOverflow {
+        /// Which setting (or sum of settings).
+        setting: &'static str,
+        /// The value.
+        value: String,
+    },
+    /// The exponential backoff's maximum is below the base delay.
+    #[error("backoff max {max} is below retry_delay {delay}: raise the maximum or lower the delay")]
+    BackoffMax {
+        /// The maximum given.
+        max: String,
+        /// The base delay.
+        delay: String,
+    },
+}
+
+/// One validated master: how to connect, and how to name it in reports.
+#[derive(Debug, Clone)]
+pub(crate) struct MasterSpec {
+    pub(crate) info: ConnectionInfo,
+    pub(crate) name: Arc<str>,
+}
+
+/// The retry policy of [`Redlock::acquire`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RetryPolicy {
+    pub(crate) attempts: NonZeroU32,
+    pub(crate) delay: Duration,
+    pub(crate) jitter: Duration,
+    pub(crate) backoff: Backoff,
+}
+
+impl RetryPolicy {
+    /// The pause after failed attempt number `attempt` (1-based), before jitter.
+    pub(crate) fn base_delay(&self, attempt: u32) -> Duration {
+        match self.backoff {
+            Backoff::Fixed => self.delay,
+            Backoff::Exponential { max } => {
+                let shift = attempt.saturating_sub(1).min(31);
+                self.delay.saturating_mul(1u32 << shift).min(max)
+            }
+        }
+    }
+
+    /// The pause after failed attempt number `attempt`, with uniform random jitter.
+    pub(crate) fn delay(&self, attempt: u32) -> Duration {
+        let jitter = if self.jitter.is_zero() {
+            Duration::ZERO
+        } else {
+            self.jitter.mul_f64(rand::random::<f64>())
+        };
+        self.base_delay(attempt).saturating_add(jitter)
+    }
+}
+
+/// The validated settings of a client.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) masters: Vec<MasterSpec>,
+    pub(crate) ttl: Duration,
+    pub(crate) drift_factor: f64,
+    pub(crate) node_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) wait_timeout: Option<Duration>,
+    pub(crate) min_validity: Duration,
+    pub(crate) key_prefix: String,
+}
+
+impl Config {
+    /// Checks that `ttl` leaves validity after drift, one node timeout and `min_validity`.
+    pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<(), ConfigError> {
+        check_ttl(
+            ttl,
+            self.drift_factor,
+            self.node_timeout,
+            self.min_validity,
+        )
+    }
+}
+
+fn check_ttl(
+    ttl: Duration,
+    drift_factor: f64,
+    node_timeout: Duration,
+    min_validity: Duration,
+) -> Result<(), ConfigError> {
+    if ttl.is_zero() {
+        return Err(ConfigError::TtlZero);
+    }
+    let drift = deadline::drift(ttl, drift_factor);
+    let needed = drift
+        .saturating_add(node_timeout)
+        .saturating_add(min_validity);
+    if ttl <= needed {
+        return Err(ConfigError::TtlTooShort {
+            ttl: human(ttl),
+            drift: human(drift),
+            node_timeout: human(node_timeout),
+            min_validity: human(min_validity),
+        });
+    }
+    Ok(())
+}
+
+type DurationSetting = Result<Duration, (String, String)>;
+
+/// Builds a [`Redlock`] client; get one from [`Redlock::builder`].
+///
+/// Setters consume and return the builder. Nothing is checked or connected until
+/// [`build`](Builder::build), which validates every setting at once.
+///
+/// # Default
+/// - masters: none (at least one is required)
+/// - `ttl`: [`DEFAULT_TTL`] (10 s)
+/// - `drift_factor`: [`DEFAULT_DRIFT_FACTOR`] (0.01)
+/// - `node_timeout`: [`DEFAULT_NODE_TIMEOUT`] (50 ms)
+/// - `connect_timeout`: [`DEFAULT_CONNECT_TIMEOUT`] (1 s)
+/// - `retry_attempts`: [`DEFAULT_RETRY_ATTEMPTS`] (10)
+/// - `retry_delay`: [`DEFAULT_RETRY_DELAY`] (100 ms), `retry_jitter`: [`DEFAULT_RETRY_JITTER`]
+///   (100 ms), `backoff`: [`Backoff::Fixed`]
+/// - `wait_timeout`: none (acquire is bounded by the attempts only)
+/// - `min_validity`: zero
+/// - `key_prefix`: empty, so keys are the resource names themselves and interoperate with
+///   other Redlock clients
+///
+/// # Example
+/// ```
+/// use redquorum::{Backoff, Redlock};
+/// use std::time::Duration;
+///
+/// let client = Redlock::builder()
+///     .masters(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+///     .ttl("30s")
+///     .node_timeout(Duration::from_millis(20))
+///     .backoff(Backoff::Exponential { max: Duration::from_secs(1) })
+///     .key_prefix("locks:")
+///     .build()?;
+/// assert_eq!(client.quorum(), 2);
+/// # Ok::<(), redquorum::ConfigError>(())
+/// ```
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `build()` is called"]
+pub struct Builder {
+    masters: Vec<String>,
+    ttl: DurationSetting,
+    drift_factor: f64,
+    node_timeout: DurationSetting,
+    connect_timeout: DurationSetting,
+    retry_attempts: u32,
+    retry_delay: DurationSetting,
+    retry_jitter: DurationSetting,
+    backoff: Backoff,
+    wait_timeout: Option<DurationSetting>,
+    min_validity: DurationSetting,
+    key_prefix: String,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Self {
+            masters: Vec::new(),
+            ttl: Ok(DEFAULT_TTL),
+            drift_factor: DEFAULT_DRIFT_FACTOR,
+            node_timeout: Ok(DEFAULT_NODE_TIMEOUT),
+            connect_timeout: Ok(DEFAULT_CONNECT_TIMEOUT),
+            retry_attempts: DEFAULT_RETRY_ATTEMPTS,
+            retry_delay: Ok(DEFAULT_RETRY_DELAY),
+            retry_jitter: Ok(DEFAULT_RETRY_JITTER),
+            backoff: Backoff::Fixed,
+            wait_timeout: None,
+            min_validity: Ok(Duration::ZERO),
+            key_prefix: String::new(),
+        }
+    }
+}
+
+impl Builder {
+    /// A builder with every default; same as [`Redlock::builder`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds one master by URL: `redis://[user:password@]host:port[/db]`,
+    /// `rediss://…` (TLS, when the `redis` crate is built with TLS support) or
+    /// `redis+unix:///path/to/socket[?user=…&pass=…]`.
+    ///
+    /// Masters must be independent servers (not replicas of each other). Defaults to none.
+    pub fn master(mut self, url: impl AsRef<str>) -> Self {
+        self.masters.push(url.as_ref().to_owned());
+        self
+    }
+
+    /// Adds several masters by URL; see [`master`](Builder::master). Defaults to none.
+    pub fn masters<I>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        self.masters
+            .extend(urls.into_iter().map(|u| u.as_ref().to_owned()));
+        self
+    }
+
+    /// How long a lock lives on the masters unless extended. Defaults to 10 s.
+    ///
+    /// Must exceed the drift allowance plus the node timeout plus `min_validity`.
+    pub fn ttl(mut self, ttl: impl IntoDuration) -> Self {
+        self.ttl = ttl.into_duration();
+        self
+    }
+
+    /// The clock-drift allowance as a fraction of the TTL; the validity of a lease is
+    /// shortened by `ttl * drift_factor + 2 ms`. Defaults to 0.01.
+    pub fn drift_factor(mut self, drift_factor: f64) -> Self {
+        self.drift_factor = drift_factor;
+        self
+    }
+
+    /// How long one master may take to answer one request before it counts as failed.
+    /// Keep it far below the TTL (the Redlock reference suggests 5–50 ms for 10 s).
+    /// Defaults to 50 ms.
+    pub fn node_timeout(mut self, node_timeout: impl IntoDuration) -> Self {
+        self.node_timeout = node_timeout.into_duration();
+        self
+    }
+
+    /// How long opening a connection to a master may take. Defaults to 1 s.
+    ///
+    /// Connections are opened on first use and re-opened in the background when they
+    /// break; a master that is down answers "failed" at once meanwhile.
+    pub fn connect_timeout(mut self, connect_timeout: impl IntoDuration) -> Self {
+        self.connect_timeout = connect_timeout.into_duration();
+        self
+    }
+
+    /// How many acquire rounds [`Redlock::acquire`] makes at most. Defaults to 10.
+    pub fn retry_attempts(mut self, attempts: u32) -> Self {
+        self.retry_attempts = attempts;
+        self
+    }
+
+    /// The pause between acquire attempts, before jitter. Defaults to 100 ms.
+    pub fn retry_delay(mut self, delay: impl IntoDuration) -> Self {
+        self.retry_delay = delay.into_duration();
+        self
+    }
+
+    /// The upper bound of the uniform random jitter added to every pause, so that
+    /// contenders that failed together do not retry together. Defaults to 100 ms.
+    pub fn retry_jitter(mut self, jitter: impl IntoDuration) -> Self {
+        self.retry_jitter = jitter.into_duration();
+        self
+    }
+
+    /// How the pause grows between attempts. Defaults to [`Backoff::Fixed`].
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// The most time [`Redlock::acquire`] spends trying, over all attempts. Defaults to
+    /// none: acquire is bounded by the number of attempts alone.
+    pub fn wait_timeout(mut self, wait: impl IntoDuration) -> Self {
+        self.wait_timeout = Some(wait.into_duration());
+        self
+    }
+
+    /// The least validity a newly acquired lease must have; a quorum that answers so late
+    /// that less remains counts as a failed attempt. Defaults to zero.
+    pub fn min_validity(mut self, min_validity: impl IntoDuration) -> Self {
+        self.min_validity = min_validity.into_duration();
+        self
+    }
+
+    /// A prefix put before every resource name to form the key. Defaults to empty, which
+    /// keeps keys compatible with other Redlock clients locking the same names.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// Validates every setting and builds the client. No connection is opened here:
+    /// masters are connected on first use.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the first setting that cannot work and what to change:
+    /// no masters, an unparsable or duplicate master URL, a duration that does not parse,
+    /// a zero TTL or node timeout, a TTL not larger than the drift allowance plus the node
+    /// timeout, a drift factor out of range, zero attempts, or pauses that overflow.
+    pub fn build(self) -> Result<Redlock, ConfigError> {
+        self.into_config().and_then(Redlock::from_config)
+    }
+
+    pub(crate) fn into_config(self) -> Result<Config, ConfigError> {
+        let Builder {
+            masters,
+            ttl,
+            drift_factor,
+            node_timeout,
+            connect_timeout,
+            retry_attempts,
+            retry_delay,
+            retry_jitter,
+            backoff,
+            wait_timeout,
+            min_validity,
+            key_prefix,
+        } = self;
+
+        let masters = parse_masters(&masters)?;
+        let ttl = deadline::whole_millis(duration("ttl", ttl)?);
+        let node_timeout = duration("node_timeout", node_timeout)?;
+        let connect_timeout = duration("connect_timeout", connect_timeout)?;
+        let retry_delay = duration("retry_delay", retry_delay)?;
+        let retry_jitter = duration("retry_jitter", retry_jitter)?;
+        let min_validity = duration("min_validity", min_validity)?;
+        let wait_timeout = wait_timeout
+            .map(|w| duration("wait_timeout", w))
+            .transpose()?;
+
+        if !drift_factor.is_finite() || !(0.0..1.0).contains(&drift_factor) {
+            return Err(ConfigError::DriftFactor(drift_factor));
+        }
+        if node_timeout.is_zero() {
+            return Err(ConfigError::NodeTimeoutZero);
+        }
+        if connect_timeout.is_zero() {
+            return Err(ConfigError::ConnectTimeoutZero);
+        }
+        check_ttl(ttl, drift_factor, node_timeout, min_validity)?;
+        let attempts = NonZeroU32::new(retry_attempts).ok_or(ConfigError::RetryAttemptsZero)?;
+
+        let largest_pause = match backoff {
+            Backoff::Fixed => retry_delay,
+            Backoff::Exponential { max } => {
+                if max < retry_delay {
+                    return Err(ConfigError::BackoffMax {
+                        max: human(max),
+                        delay: human(retry_delay),
+                    });
+                }
+                max
+            }
+        };
+        fits_clock("retry_delay + retry_jitter", largest_pause.checked_add(retry_jitter))?;
+        fits_clock("node_timeout", Some(node_timeout))?;
+        fits_clock("connect_timeout", Some(connect_timeout))?;
+        if let Some(wait) = wait_timeout {
+            fits_clock("wait_timeout", Some(wait))?;
+        }
+
+        Ok(Config {
+            masters,
+            ttl,
+            drift_factor,
+            node_timeout,
+            connect_timeout,
+            retry: RetryPolicy {
+                attempts,
+                delay: retry_delay,
+                jitter: retry_jitter,
+                backoff,
+            },
+            wait_timeout,
+            min_validity,
+            key_prefix,
+        })
+    }
+}
+
+fn duration(setting: &'static str, value: DurationSetting) -> Result<Duration, ConfigError> {
+    value.map_err(|(input, reason)| ConfigError::InvalidDuration {
+        setting,
+        input,
+        reason,
+    })
+}
+
+/// Rejects durations that cannot be added to the clock (a year is the practical bound).
+fn fits_clock(setting: &'static str, value: Option<Duration>) -> Result<(), ConfigError> {
+    const LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);
+    match value {
+        Some(d) if d <= LIMIT && Instant::now().checked_add(d).is_some() => Ok(()),
+        Some(d) => Err(ConfigError::DurationOverflow {
+            setting,
+            value: human(d),
+        }),
+        None => Err(ConfigError::DurationOverflow {
+            setting,
+            value: "more than the clock can hold".to_owned(),
+        }),
+    }
+}
+
+fn parse_masters(urls: &[String]) -> Result<Vec<MasterSpec>, ConfigError> {
+    if urls.is_empty() {
+        return Err(ConfigError::NoMasters);
+    }
+    let mut specs: Vec<MasterSpec> = Vec::with_capacity(urls.len());
+    for url in urls {
+        let name = redact(url);
+        let info = url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| ConfigError::InvalidUrl {
+                url: name.clone(),
+                reason: redact_message(&e.to_string(), url),
+            })?;
+        if !info.addr().is_supported() {
+            return Err(ConfigError::InvalidUrl {
+                url: name,
+                reason: "TLS (rediss://) is not supported by this build of the redis client; \
+                         use redis:// or redis+unix://"
+                    .to_owned(),
+            });
+        }
+        if let Some(other) = specs.iter().find(|s| same_server(&s.info, &info)) {
+            return Err(ConfigError::DuplicateMaster {
+                url: name,
+                other: other.name.to_string(),
+            });
+        }
+        specs.push(MasterSpec {
+            info,
+            name: name.into(),
+        });
+    }
+    Ok(specs)
+}
+
+fn same_server(a: &ConnectionInfo, b: &ConnectionInfo) -> bool {
+    fn norm(addr: &ConnectionAddr) -> Option<(String, u16)> {
+        let canonical = |h: &str| {
+            let h = h.trim_matches(['[', ']']).to_ascii_lowercase();
+            match h.as_str() {
+                "localhost" | "::1" => "127.0.0.1".to_owned(),
+                _ => h,
+            }
+        };
+        match addr {
+            ConnectionAddr::Tcp(h, p) => Some((canonical(h), *p)),
+            ConnectionAddr::TcpTls { host, port, .. } => Some((canonical(host), *port)),
+            _ => None,
+        }
+    }
+    match (norm(a.addr()), norm(b.addr())) {
+        (Some(x), Some(y)) => x == y,
+        _ => a.addr() == b.addr(),
+    }
+}
+
+/// The URL with any password replaced by `***`, for errors, `Debug` and tracing.
+pub(crate) fn redact(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) => {
+            if parsed.password().is_some() {
+                let _ = parsed.set_password(Some("***"));
+            }
+            let has_secret = parsed
+                .query_pairs()
+                .any(|(k, _)| k == "pass" || k == "password");
+            if has_secret {
+                let pairs: Vec<(String, String)> = parsed
+                    .query_pairs()
+                    .map(|(k, v)| {
+                        let v = if k == "pass" || k == "password" {
+                            "***".to_owned()
+                        } else {
+                            v.into_owned()
+                        };
+                        (k.into_owned(), v)
+                    })
+                    .collect();
+                parsed.query_pairs_mut().clear().extend_pairs(pairs);
+            }
+            parsed.to_string().replace("%2A%2A%2A", "***")
+        }
+        // Unparsable: hide everything between the scheme and an `@`, if any.
+        Err(_) => match (url.find("://"), url.rfind('@')) {
+            (Some(s), Some(at)) if at > s + 3 => format!("{}***{}", &url[..s + 3], &url[at..]),
+            _ => url.to_owned(),
+        },
+    }
+}
+
+/// An error message from the URL parser, with the raw URL (and its password) removed.
+fn redact_message(message: &str, url: &str) -> String {
+    message.replace(url, &redact(url))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(
+            redact("redis://user:secret@127.0.0.1:7001/0"),
+            "redis://user:***@127.0.0.1:7001/0"
+        );
+        assert_eq!(redact("redis://127.0.0.1:7001"), "redis://127.0.0.1:7001");
+        let unix = redact("redis+unix:///tmp/r.sock?user=u&pass=secret");
+        assert!(!unix.contains("secret"), "{unix}");
+        assert_eq!(redact("redis://:sec ret@host:1"), "redis://:***@host:1");
+    }
+
+    #[test]
+    fn exponential_backoff_doubles_up_to_max() {
+        let policy = RetryPolicy {
+            attempts: NonZeroU32::MIN,
+            delay: Duration::from_millis(10),
+            jitter: Duration::ZERO,
+            backoff: Backoff::Exponential {
+                max: Duration::from_millis(70),
+            },
+        };
+        let delays: Vec<u128> = (1..=6).map(|a| policy.base_delay(a).as_millis()).collect();
+        assert_eq!(delays, [10, 20, 40, 70, 70, 70]);
+        assert_eq!(policy.base_delay(u32::MAX), Duration::from_millis(70));
+    }
+
+    #[test]
+    fn jitter_stays_within_bounds() {
+        let policy = RetryPolicy {
+            attempts: NonZeroU32::MIN,
+            delay: Duration::from_millis(10),
+            jitter: Duration::from_millis(5),
+            backoff: Backoff::Fixed,
+        };
+        for _ in 0..1000 {
+            let d = policy.delay(1);
+            assert!(d >= Duration::from_millis(10) && d <= Duration::from_millis(15));
+        }
+    }
+}

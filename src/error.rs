@@ -1,0 +1,337 @@
+//! Errors and per-master outcomes.
+//!
+//! Every multi-master operation reports what each master did ([`MasterReport`]), so a
+//! failed acquire says *why*: held by another client, masters unreachable, or validity used
+//! up — never one opaque "no quorum".
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What one master did in one quorum round.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum MasterOutcome {
+    /// The master did what was asked: set the key (acquire), extended it (extend), or
+    /// deleted it (release).
+    Granted,
+    /// The key holds another client's value: the lock is held by someone else there.
+    HeldByOther,
+    /// The key does not exist on the master (it expired, was never set, or was deleted).
+    Missing,
+    /// The master could not be asked or did not answer in time.
+    Failed(MasterError),
+    /// The master had not answered when the round was decided. Its reply is still
+    /// collected in the background so that cleanup reaches it.
+    Pending,
+}
+
+impl MasterOutcome {
+    /// Whether the master did what was asked.
+    pub fn is_granted(&self) -> bool {
+        matches!(self, MasterOutcome::Granted)
+    }
+}
+
+impl fmt::Display for MasterOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MasterOutcome::Granted => f.write_str("granted"),
+            MasterOutcome::HeldByOther => f.write_str("held by another client"),
+            MasterOutcome::Missing => f.write_str("key missing"),
+            MasterOutcome::Failed(e) => write!(f, "failed: {e}"),
+            MasterOutcome::Pending => f.write_str("no reply before the round was decided"),
+        }
+    }
+}
+
+/// One master's outcome in a round, with the master's address (password redacted).
+#[derive(Debug, Clone)]
+pub struct MasterReport {
+    master: Arc<str>,
+    outcome: MasterOutcome,
+}
+
+impl MasterReport {
+    pub(crate) fn new(master: Arc<str>, outcome: MasterOutcome) -> Self {
+        Self { master, outcome }
+    }
+
+    /// The master's address as configured, with any password replaced by `***`.
+    pub fn master(&self) -> &str {
+        &self.master
+    }
+
+    /// What the master did.
+    pub fn outcome(&self) -> &MasterOutcome {
+        &self.outcome
+    }
+}
+
+impl fmt::Display for MasterReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.master, self.outcome)
+    }
+}
+
+/// The kind of a [`MasterError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum MasterErrorKind {
+    /// The master is known to be down (its connection broke or was refused); it is being
+    /// reconnected in the background and was not asked.
+    Down,
+    /// The connection was refused.
+    Refused,
+    /// The master did not answer within the node timeout.
+    Timeout,
+    /// The connection failed or broke while asking.
+    Io,
+    /// Authentication failed (wrong user or password, or missing ACL permissions).
+    Auth,
+    /// A lock script failed on the master.
+    Script,
+    /// The master answered something the lock protocol does not expect.
+    Protocol,
+    /// Any other error reported by the master or the client library.
+    Other,
+}
+
+/// Why one master failed in a round.
+#[derive(Debug, Clone)]
+pub struct MasterError {
+    kind: MasterErrorKind,
+    message: Arc<str>,
+    source: Option<Arc<redis::RedisError>>,
+}
+
+impl MasterError {
+    pub(crate) fn new(kind: MasterErrorKind, message: impl Into<Arc<str>>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    pub(crate) fn from_redis(err: redis::RedisError) -> Self {
+        use redis::ErrorKind as K;
+        let kind = if err.is_connection_refusal() {
+            MasterErrorKind::Refused
+        } else if err.is_timeout() {
+            MasterErrorKind::Timeout
+        } else if err.is_io_error() || err.is_connection_dropped() {
+            MasterErrorKind::Io
+        } else {
+            match err.kind() {
+                K::AuthenticationFailed => MasterErrorKind::Auth,
+                K::Parse | K::UnexpectedReturnType => MasterErrorKind::Protocol,
+                K::Server(redis::ServerErrorKind::NoPerm) => MasterErrorKind::Auth,
+                K::Server(_) if err.code().is_some_and(|c| c.starts_with("NOAUTH")) => {
+                    MasterErrorKind::Auth
+                }
+                K::Server(_) if err.code().is_some_and(|c| c.starts_with("WRONGPASS")) => {
+                    MasterErrorKind::Auth
+                }
+                K::Server(redis::ServerErrorKind::NoScript) => MasterErrorKind::Script,
+                K::Server(_) if err.to_string().contains("script") => MasterErrorKind::Script,
+                _ => MasterErrorKind::Other,
+            }
+        };
+        Self {
+            kind,
+            message: err.to_string().into(),
+            source: Some(Arc::new(err)),
+        }
+    }
+
+    /// What went wrong, coarsely.
+    pub fn kind(&self) -> MasterErrorKind {
+        self.kind
+    }
+
+    /// Whether the connection to this master is broken, so that it should be reconnected.
+    pub(crate) fn breaks_connection(&self) -> bool {
+        matches!(self.kind, MasterErrorKind::Refused | MasterErrorKind::Io)
+    }
+}
+
+impl fmt::Display for MasterError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl StdError for MasterError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn StdError + 'static))
+    }
+}
+
+/// What kind of failure an [`Error`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Another client holds the lock on enough masters that no quorum was possible.
+    Contended,
+    /// Too many masters failed or did not answer for a quorum to be reached.
+    NoQuorum,
+    /// A quorum granted the lock, but the time it took used up the lock's validity, so it
+    /// was released again.
+    ValidityExhausted,
+    /// The wait budget ran out before the lock could be acquired.
+    WaitTimeout,
+    /// The lease is lost: it expired, or an extension did not reach a quorum in time.
+    LeaseLost,
+    /// Per-call options that do not fit the client's configuration.
+    InvalidOptions,
+}
+
+/// An error from acquiring, extending or releasing a lock, with every master's outcome.
+///
+/// Match on [`Error::kind`] to decide what to do; [`Error::masters`] tells what each
+/// master did in the last round, and [`Error::is_retryable`] whether trying again later can
+/// succeed.
+#[derive(Debug, Clone)]
+pub struct Error {
+    kind: ErrorKind,
+    resource: Arc<str>,
+    detail: Option<Arc<str>>,
+    masters: Vec<MasterReport>,
+    attempts: u32,
+}
+
+impl Error {
+    pub(crate) fn new(kind: ErrorKind, resource: impl Into<Arc<str>>) -> Self {
+        Self {
+            kind,
+            resource: resource.into(),
+            detail: None,
+            masters: Vec::new(),
+            attempts: 0,
+        }
+    }
+
+    pub(crate) fn with_detail(mut self, detail: impl Into<Arc<str>>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    pub(crate) fn with_masters(mut self, masters: Vec<MasterReport>) -> Self {
+        self.masters = masters;
+        self
+    }
+
+    pub(crate) fn with_attempts(mut self, attempts: u32) -> Self {
+        self.attempts = attempts;
+        self
+    }
+
+    pub(crate) fn with_kind(mut self, kind: ErrorKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The resource (lock name, without the key prefix) the operation was about.
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// Each master's outcome in the last round (empty when no round was run).
+    pub fn masters(&self) -> &[MasterReport] {
+        &self.masters
+    }
+
+    /// How many acquire attempts were made (0 for extend and release).
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Whether a later attempt can succeed: the lock was busy, masters were unreachable,
+    /// or time ran out. A lost lease and invalid options are not retryable.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self.kind,
+            ErrorKind::Contended
+                | ErrorKind::NoQuorum
+                | ErrorKind::ValidityExhausted
+                | ErrorKind::WaitTimeout
+        )
+    }
+
+    fn count(&self, f: impl Fn(&MasterOutcome) -> bool) -> usize {
+        self.masters.iter().filter(|r| f(r.outcome())).count()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = &self.resource;
+        match self.kind {
+            ErrorKind::Contended => write!(f, "lock {r:?} is held by another client")?,
+            ErrorKind::NoQuorum => write!(f, "no quorum of masters reachable for {r:?}")?,
+            ErrorKind::ValidityExhausted => write!(
+                f,
+                "lock {r:?} was granted by a quorum too late: its validity was used up"
+            )?,
+            ErrorKind::WaitTimeout => write!(f, "gave up waiting for lock {r:?}")?,
+            ErrorKind::LeaseLost => write!(f, "lease on {r:?} is lost")?,
+            ErrorKind::InvalidOptions => write!(f, "invalid options for {r:?}")?,
+        }
+        if let Some(detail) = &self.detail {
+            write!(f, ": {detail}")?;
+        }
+        if !self.masters.is_empty() {
+            write!(
+                f,
+                " ({} of {} masters granted, {} held by another, {} failed, {} pending",
+                self.count(MasterOutcome::is_granted),
+                self.masters.len(),
+                self.count(|o| matches!(o, MasterOutcome::HeldByOther)),
+                self.count(|o| matches!(o, MasterOutcome::Failed(_))),
+                self.count(|o| matches!(o, MasterOutcome::Pending)),
+            )?;
+            if self.attempts > 1 {
+                write!(f, "; {} attempts", self.attempts)?;
+            }
+            f.write_str(")")?;
+            let failed: Vec<String> = self
+                .masters
+                .iter()
+                .filter(|r| matches!(r.outcome(), MasterOutcome::Failed(_)))
+                .map(ToString::to_string)
+                .collect();
+            if !failed.is_empty() {
+                write!(f, "; {}", failed.join("; "))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl StdError for Error {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.masters.iter().find_map(|r| match r.outcome() {
+            MasterOutcome::Failed(e) => Some(e as &(dyn StdError + 'static)),
+            _ => None,
+        })
+    }
+}
+
+/// Durations in errors and reports, printed the way people write them (`1.5s`, `250ms`).
+pub(crate) fn human(d: Duration) -> String {
+    let rounded = if d >= Duration::from_secs(1) {
+        Duration::from_millis(d.as_millis() as u64)
+    } else {
+        Duration::from_micros(d.as_micros() as u64)
+    };
+    humantime::format_duration(rounded).to_string()
+}

@@ -1,0 +1,68 @@
+//! redquorum: correctness-critical sections across independent Redis masters.
+//!
+//! A [`Redlock`] client sends `SET key value NX PX ttl` to N independent masters at once,
+//! counts the replies as they arrive, and grants a [`Lease`] as soon as a majority
+//! (`N/2 + 1`) agreed with validity left: the TTL minus the time the round took (measured
+//! from before the first request) minus a clock-drift allowance. A failed attempt is
+//! released on every master it may have touched, and retried after a randomised pause.
+//! A master that is down or hung adds no latency once a majority has answered.
+//!
+//! # Guarantees, and what they rest on
+//! Two clients never hold valid leases on the same resource at once, provided that
+//! - masters keep lock keys until they expire (persistence with `appendfsync always`, or a
+//!   master that restarted empty is kept out of voting for one TTL);
+//! - clocks on clients and masters advance at about the same rate (the drift allowance,
+//!   `ttl * drift_factor + 2 ms`, covers the difference);
+//! - the holder stops touching the resource when [`Lease::remaining`] reaches zero.
+//!
+//! The last point cannot be guaranteed by any lease-based lock: a process pause (GC, swap,
+//! a stopped VM) or a delayed network packet can carry a write past the deadline. Where
+//! that matters, have the storage reject stale writes (fencing). Liveness needs only a
+//! reachable majority; a crashed holder's lock frees itself within one TTL.
+//!
+//! # Quick start
+//! ```no_run
+//! use redquorum::{ErrorKind, Redlock};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = Redlock::builder()
+//!     .masters(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+//!     .ttl("10s")
+//!     .build()?;
+//!
+//! match client.acquire("orders:42").await {
+//!     Ok(lease) => {
+//!         // ... charge the card, within lease.remaining() ...
+//!         lease.release().await?;
+//!     }
+//!     Err(e) if e.kind() == ErrorKind::Contended => println!("someone else is on it"),
+//!     Err(e) => return Err(e.into()),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Features
+//! - `testkit`: starts and controls real `redis-server` processes (kill, pause, restart)
+//!   for tests, benches and examples.
+#![doc(test(attr(deny(warnings))))]
+
+mod config;
+mod deadline;
+mod error;
+mod lease;
+mod lock;
+mod master;
+mod quorum;
+mod scripts;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
+pub use config::{
+    Backoff, Builder, ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR,
+    DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER,
+    DEFAULT_TTL, IntoDuration,
+};
+pub use error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
+pub use lease::{ExtendReport, Lease, ReleaseReport};
+pub use lock::{AcquireOptions, Redlock};

@@ -92,7 +92,9 @@ pub enum Backoff {
 #[non_exhaustive]
 pub enum ConfigError {
     /// No master was given.
-    #[error("no masters configured: add at least one with `master(url)` or `masters([..])` (3 or 5 independent masters are typical)")]
+    #[error(
+        "no masters configured: add at least one with `master(url)` or `masters([..])` (3 or 5 independent masters are typical)"
+    )]
     NoMasters,
     /// A master URL could not be parsed.
     #[error("master URL {url:?} cannot be used: {reason}")]
@@ -103,7 +105,9 @@ pub enum ConfigError {
         reason: String,
     },
     /// The same master appears twice; it would count twice toward the quorum.
-    #[error("master {url:?} is listed twice (also as {other:?}): each master must be an independent server, or it would vote twice")]
+    #[error(
+        "master {url:?} is listed twice (also as {other:?}): each master must be an independent server, or it would vote twice"
+    )]
     DuplicateMaster {
         /// The second occurrence, password redacted.
         url: String,
@@ -111,7 +115,9 @@ pub enum ConfigError {
         other: String,
     },
     /// A duration setting could not be parsed.
-    #[error("{setting} {input:?} is not a duration ({reason}): write it like \"10s\", \"250ms\" or \"1m 30s\"")]
+    #[error(
+        "{setting} {input:?} is not a duration ({reason}): write it like \"10s\", \"250ms\" or \"1m 30s\""
+    )]
     InvalidDuration {
         /// Which setting.
         setting: &'static str,
@@ -124,7 +130,9 @@ pub enum ConfigError {
     #[error("ttl is zero: a lock must live for some time (e.g. \"10s\")")]
     TtlZero,
     /// The TTL leaves no validity once drift and one node timeout are taken off.
-    #[error("ttl {ttl} is too short: it must exceed the drift allowance ({drift}) plus the node timeout ({node_timeout}) plus min_validity ({min_validity}); raise ttl or lower node_timeout")]
+    #[error(
+        "ttl {ttl} is too short: it must exceed the drift allowance ({drift}) plus the node timeout ({node_timeout}) plus min_validity ({min_validity}); raise ttl or lower node_timeout"
+    )]
     TtlTooShort {
         /// The TTL given.
         ttl: String,
@@ -136,7 +144,9 @@ pub enum ConfigError {
         min_validity: String,
     },
     /// The drift factor is negative, not finite, or not below 1.
-    #[error("drift_factor {0} is out of range: use a value from 0 up to (not including) 1, typically 0.01")]
+    #[error(
+        "drift_factor {0} is out of range: use a value from 0 up to (not including) 1, typically 0.01"
+    )]
     DriftFactor(f64),
     /// The node timeout is zero.
     #[error("node_timeout is zero: every master needs some time to answer (e.g. \"50ms\")")]
@@ -221,12 +231,7 @@ pub(crate) struct Config {
 impl Config {
     /// Checks that `ttl` leaves validity after drift, one node timeout and `min_validity`.
     pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<(), ConfigError> {
-        check_ttl(
-            ttl,
-            self.drift_factor,
-            self.node_timeout,
-            self.min_validity,
-        )
+        check_ttl(ttl, self.drift_factor, self.node_timeout, self.min_validity)
     }
 }
 
@@ -494,7 +499,10 @@ impl Builder {
                 max
             }
         };
-        fits_clock("retry_delay + retry_jitter", largest_pause.checked_add(retry_jitter))?;
+        fits_clock(
+            "retry_delay + retry_jitter",
+            largest_pause.checked_add(retry_jitter),
+        )?;
         fits_clock("node_timeout", Some(node_timeout))?;
         fits_clock("connect_timeout", Some(connect_timeout))?;
         if let Some(wait) = wait_timeout {

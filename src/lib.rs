@@ -45,7 +45,7 @@
 //! # Features
 //! - `testkit`: starts and controls real `redis-server` processes (kill, pause, restart)
 //!   for tests, benches and examples.
-#![doc(test(attr(deny(warnings))))]
+#![doc(test(attr(deny(warnings), allow(dead_code))))]
 
 mod config;
 mod deadline;
@@ -66,3 +66,8 @@ pub use config::{
 pub use error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
 pub use lease::{ExtendReport, Lease, ReleaseReport};
 pub use lock::{AcquireOptions, Redlock};
+
+/// The README's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

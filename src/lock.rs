@@ -243,7 +243,8 @@ impl Redlock {
 
     fn plan(&self, resource: &str, options: &AcquireOptions) -> Result<Plan, Error> {
         let config = &self.inner.config;
-        let invalid = |detail: String| Error::new(ErrorKind::InvalidOptions, resource).with_detail(detail);
+        let invalid =
+            |detail: String| Error::new(ErrorKind::InvalidOptions, resource).with_detail(detail);
         let ttl = match options.ttl {
             Some(ttl) => {
                 let ttl = deadline::whole_millis(ttl);
@@ -272,7 +273,12 @@ impl Redlock {
     }
 
     /// One acquire round.
-    async fn attempt(&self, key: &Arc<str>, resource: &Arc<str>, ttl: Duration) -> Result<Lease, Error> {
+    async fn attempt(
+        &self,
+        key: &Arc<str>,
+        resource: &Arc<str>,
+        ttl: Duration,
+    ) -> Result<Lease, Error> {
         let inner = &self.inner;
         let value: Arc<str> = random_value().into();
         let mut guard = AttemptGuard {
@@ -416,7 +422,10 @@ pub(crate) fn release_in_background(
         channel: scripts::release_channel(key).into(),
     });
     let need = targets.len();
-    let resource = key.strip_prefix(inner.config.key_prefix.as_str()).unwrap_or(key).to_owned();
+    let resource = key
+        .strip_prefix(inner.config.key_prefix.as_str())
+        .unwrap_or(key)
+        .to_owned();
     runtime.spawn(async move {
         // Wait for every target (each bounded by the node timeout) so failures are traced.
         let _ = quorum::run(&targets, op, need, &resource).await;

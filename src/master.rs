@@ -169,7 +169,10 @@ impl Master for RedisMaster {
                 }
                 Err(_) => Err(MasterError::new(
                     MasterErrorKind::Timeout,
-                    format!("no answer within the node timeout ({})", human(shared.node_timeout)),
+                    format!(
+                        "no answer within the node timeout ({})",
+                        human(shared.node_timeout)
+                    ),
                 )),
             }
         })

@@ -67,7 +67,10 @@ impl fmt::Debug for Lease {
         let state = *self.shared.state.borrow();
         f.debug_struct("Lease")
             .field("resource", &self.shared.resource)
-            .field("remaining", &state.deadline.saturating_duration_since(Instant::now()))
+            .field(
+                "remaining",
+                &state.deadline.saturating_duration_since(Instant::now()),
+            )
             .field("lost", &state.lost)
             .finish_non_exhaustive()
     }

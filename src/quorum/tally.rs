@@ -163,7 +163,11 @@ mod tests {
                     }
                 }
                 let grants = votes.iter().filter(|v| **v == Vote::Granted).count();
-                let want = if grants >= q { Decision::Reached } else { Decision::Failed };
+                let want = if grants >= q {
+                    Decision::Reached
+                } else {
+                    Decision::Failed
+                };
                 assert_eq!(first, want, "n={n} votes={votes:?}");
             }
         }

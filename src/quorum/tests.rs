@@ -34,7 +34,10 @@ impl Master for Fake {
         &self.name
     }
 
-    fn call(&self, _op: Arc<Op>) -> futures::future::BoxFuture<'static, Result<Reply, MasterError>> {
+    fn call(
+        &self,
+        _op: Arc<Op>,
+    ) -> futures::future::BoxFuture<'static, Result<Reply, MasterError>> {
         let gate = self.gate;
         let finished = Arc::clone(&self.finished);
         async move {
@@ -96,7 +99,11 @@ async fn every_gate_combination_over_three_masters() {
                     .iter()
                     .filter(|g| matches!(g, Gate::Grant | Gate::Slow))
                     .count();
-                let want = if grants >= 2 { Decision::Reached } else { Decision::Failed };
+                let want = if grants >= 2 {
+                    Decision::Reached
+                } else {
+                    Decision::Failed
+                };
                 assert_eq!(round.decision, want, "{gates:?}");
 
                 // The earliest instant the outcome is certain, given the gate latencies.

@@ -1,0 +1,570 @@
+//! Acquire, release and mutual exclusion against real masters.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redquorum::{AcquireOptions, ErrorKind, MasterErrorKind, MasterOutcome, Redlock};
+use support::*;
+
+/// Many clients, each with its own connections, contend for one resource; each critical
+/// section does a read-modify-write of a counter on a separate server that is not a
+/// master. Any overlap would lose an increment.
+async fn contend(n: usize) {
+    const CLIENTS: usize = 6;
+    const ROUNDS: usize = 15;
+    let cluster = Cluster::start(n).await.unwrap();
+    let checker = Server::start(&ServerOptions::new()).await.unwrap();
+    let resource = unique_key("contend");
+    let counter_key = format!("{resource}:counter");
+    let successes = Arc::new(AtomicUsize::new(0));
+    let inside = Arc::new(AtomicUsize::new(0));
+
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        let client = client(&cluster).retry_attempts(200).build().unwrap();
+        let checker_url = checker.url();
+        let (resource, counter_key) = (resource.clone(), counter_key.clone());
+        let (successes, inside) = (Arc::clone(&successes), Arc::clone(&inside));
+        tasks.push(tokio::spawn(async move {
+            let mut store = raw(&checker_url).await;
+            for _ in 0..ROUNDS {
+                let Ok(lease) = client.acquire(&resource).await else {
+                    continue;
+                };
+                assert_eq!(
+                    inside.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "two holders at once"
+                );
+                let v: Option<u64> = store.get(&counter_key).await.unwrap();
+                tokio::task::yield_now().await;
+                let _: () = store.set(&counter_key, v.unwrap_or(0) + 1).await.unwrap();
+                inside.fetch_sub(1, Ordering::SeqCst);
+                successes.fetch_add(1, Ordering::SeqCst);
+                lease.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let done = successes.load(Ordering::SeqCst);
+    let counted: u64 = raw(&checker.url()).await.get(&counter_key).await.unwrap();
+    assert!(done > 0, "no critical section completed");
+    assert_eq!(
+        counted, done as u64,
+        "lost updates: critical sections overlapped"
+    );
+    assert!(gone_everywhere(&cluster, &resource).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_one_master() {
+    contend(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_three_masters() {
+    contend(3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_four_masters() {
+    contend(4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_five_masters() {
+    contend(5).await;
+}
+
+#[tokio::test]
+async fn second_client_is_refused_while_held_and_gets_it_after_release() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let a = client(&cluster).build().unwrap();
+    let b = client(&cluster).build().unwrap();
+    let key = unique_key("held");
+
+    let lease = a.acquire(&key).await.unwrap();
+    assert_eq!(lease.resource(), key);
+    assert!(lease.remaining() > Duration::from_secs(4));
+    let err = b.try_acquire(&key).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
+    assert!(err.is_retryable());
+    assert!(err.to_string().contains("held by another client"), "{err}");
+    assert_eq!(err.attempts(), 1);
+    assert!(
+        err.masters()
+            .iter()
+            .any(|r| matches!(r.outcome(), MasterOutcome::HeldByOther))
+    );
+
+    let report = lease.release().await.unwrap();
+    assert!(report.overrun().is_none());
+    assert!(report.released() >= 2, "{report:?}");
+    let lease = b.try_acquire(&key).await.unwrap();
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn retries_are_bounded_by_attempts_and_by_the_wait_budget() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster).build().unwrap();
+    let key = unique_key("bounded");
+    let _lease = holder.acquire(&key).await.unwrap();
+
+    let waiter = client(&cluster).retry_attempts(4).build().unwrap();
+    let err = waiter.acquire(&key).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contended);
+    assert_eq!(err.attempts(), 4);
+
+    let err = waiter
+        .acquire_with(
+            &key,
+            &AcquireOptions::new()
+                .attempts(10_000)
+                .wait_timeout(Duration::from_millis(150)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WaitTimeout, "{err}");
+    assert!(err.attempts() >= 1 && err.attempts() < 10_000);
+    assert!(err.to_string().contains("wait budget"), "{err}");
+}
+
+#[tokio::test]
+async fn quorum_survives_a_killed_minority() {
+    let mut cluster = Cluster::start(5).await.unwrap();
+    cluster.server_mut(0).kill().unwrap();
+    cluster.server_mut(3).kill().unwrap();
+    let client = client(&cluster).build().unwrap();
+    let key = unique_key("minority_killed");
+    let lease = client.acquire(&key).await.unwrap();
+    let failed = lease
+        .masters()
+        .iter()
+        .filter(|r| matches!(r.outcome(), MasterOutcome::Failed(_)))
+        .count();
+    assert!(failed <= 2);
+    lease.release().await.unwrap();
+
+    // Known-down masters now fail at once, before any request is sent.
+    let lease = client.acquire(&key).await.unwrap();
+    for i in [0, 3] {
+        match lease.masters()[i].outcome() {
+            MasterOutcome::Failed(e) => {
+                assert!(
+                    matches!(e.kind(), MasterErrorKind::Down | MasterErrorKind::Refused),
+                    "{e}"
+                )
+            }
+            MasterOutcome::Pending => {}
+            other => panic!("killed master {i} answered {other}"),
+        }
+    }
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_paused_minority_adds_no_latency() {
+    let mut cluster = Cluster::start(3).await.unwrap();
+    // A node timeout far above a loopback round trip: waiting for the paused master
+    // would show as an acquire that takes the whole timeout.
+    let client = client(&cluster)
+        .node_timeout("3s")
+        .ttl("10s")
+        .build()
+        .unwrap();
+    let key = unique_key("paused_minority");
+    client.acquire(&key).await.unwrap().release().await.unwrap(); // connect all
+
+    cluster.server_mut(2).pause().unwrap();
+    let start = tokio::time::Instant::now();
+    let lease = client.acquire(&key).await.unwrap();
+    let took = start.elapsed();
+    assert!(matches!(
+        lease.masters()[2].outcome(),
+        MasterOutcome::Pending
+    ));
+    assert!(
+        took < Duration::from_secs(3),
+        "acquire waited for the paused master ({took:?})"
+    );
+    let start = tokio::time::Instant::now();
+    lease.release().await.unwrap();
+    assert!(start.elapsed() < Duration::from_secs(3));
+
+    // After resuming, the queued SET and release both run on it, in order: no key stays.
+    cluster.server_mut(2).resume().unwrap();
+    let url = cluster.server(2).url();
+    wait_until(
+        Duration::from_secs(5),
+        "the paused master processed its queue",
+        || {
+            let (url, key) = (url.clone(), key.clone());
+            async move { get(&url, &key).await.is_none() }
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_killed_majority_fails_cleanly_and_leaves_no_keys() {
+    let mut cluster = Cluster::start(3).await.unwrap();
+    cluster.server_mut(0).kill().unwrap();
+    cluster.server_mut(1).kill().unwrap();
+    let client = client(&cluster).retry_attempts(3).build().unwrap();
+    let key = unique_key("majority_killed");
+    let err = client.acquire(&key).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NoQuorum, "{err}");
+    assert!(err.is_retryable());
+    assert_eq!(err.attempts(), 3);
+    let failed: Vec<_> = err
+        .masters()
+        .iter()
+        .filter(|r| matches!(r.outcome(), MasterOutcome::Failed(_)))
+        .collect();
+    assert!(!failed.is_empty(), "{err}");
+    assert!(err.to_string().contains("no quorum"), "{err}");
+    wait_until(
+        Duration::from_secs(2),
+        "the live master was cleaned up",
+        || gone_everywhere(&cluster, &key),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_paused_majority_fails_and_its_queued_sets_are_released_after_resume() {
+    let mut cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster)
+        .node_timeout("100ms")
+        .retry_attempts(1)
+        .build()
+        .unwrap();
+    let key = unique_key("majority_paused");
+    client.acquire(&key).await.unwrap().release().await.unwrap(); // connect all
+    cluster.server_mut(0).pause().unwrap();
+    cluster.server_mut(1).pause().unwrap();
+    let err = client.acquire(&key).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NoQuorum, "{err}");
+    cluster.server_mut(0).resume().unwrap();
+    cluster.server_mut(1).resume().unwrap();
+    wait_until(Duration::from_secs(5), "no key left after resume", || {
+        gone_everywhere(&cluster, &key)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_restarted_master_is_reconnected_in_the_background() {
+    let mut cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let key = unique_key("reconnect");
+    client.acquire(&key).await.unwrap().release().await.unwrap();
+    cluster.server_mut(1).kill().unwrap();
+    // Notice the broken connection.
+    let lease = client.acquire(&key).await.unwrap();
+    lease.release().await.unwrap();
+    cluster.server_mut(1).restart(false).await.unwrap();
+    wait_until(Duration::from_secs(5), "master 1 grants again", || {
+        let client = client.clone();
+        let key = key.clone();
+        async move {
+            let lease = client.acquire(&key).await.unwrap();
+            let back = lease.masters()[1].outcome().is_granted();
+            lease.release().await.unwrap();
+            back
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn validity_accounts_for_elapsed_time() {
+    let mut cluster = Cluster::start(1).await.unwrap();
+    let client = client(&cluster)
+        .ttl("2s")
+        .node_timeout("1s")
+        .build()
+        .unwrap();
+    let key = unique_key("elapsed");
+    client.acquire(&key).await.unwrap().release().await.unwrap(); // connect
+    let fresh = client.acquire(&key).await.unwrap();
+    let fresh_remaining = fresh.remaining();
+    fresh.release().await.unwrap();
+
+    // Hold the master's answer back for a while.
+    let delay = Duration::from_millis(300);
+    cluster.server_mut(0).pause().unwrap();
+    let start = tokio::time::Instant::now();
+    let resume = async {
+        tokio::time::sleep(delay).await;
+        cluster.server_mut(0).resume().unwrap();
+    };
+    let (lease, ()) = tokio::join!(client.acquire(&key), resume);
+    let lease = lease.unwrap();
+    let took = start.elapsed();
+    assert!(took >= delay);
+    // deadline = t0 + ttl - drift with t0 read before the SET was sent, so the time spent
+    // waiting for the reply is deducted; measured from the reply it would be 300 ms later.
+    let drift = Duration::from_millis(2000 / 100 + 2);
+    let validity = Duration::from_secs(2) - drift;
+    assert!(
+        lease.deadline() < start + delay / 2 + validity,
+        "deadline not measured from before the request"
+    );
+    assert!(lease.remaining() < validity - delay / 2);
+    assert!(lease.remaining() < fresh_remaining);
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn validity_used_up_by_a_slow_quorum_is_released() {
+    let mut cluster = Cluster::start(1).await.unwrap();
+    // Never connected yet: the first round includes connecting, bounded by the connect
+    // timeout, which may exceed the TTL.
+    let client = client(&cluster)
+        .ttl("300ms")
+        .node_timeout("50ms")
+        .connect_timeout("3s")
+        .retry_attempts(1)
+        .build()
+        .unwrap();
+    let key = unique_key("exhausted");
+    cluster.server_mut(0).pause().unwrap();
+    let resume = async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        cluster.server_mut(0).resume().unwrap();
+    };
+    let (result, ()) = tokio::join!(client.acquire(&key), resume);
+    let err = result.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ValidityExhausted, "{err}");
+    assert!(err.to_string().contains("validity"), "{err}");
+    wait_until(
+        Duration::from_secs(2),
+        "the late grant was released",
+        || gone_everywhere(&cluster, &key),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn dropping_a_lease_releases_it_in_the_background() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let key = unique_key("drop");
+    let lease = client.acquire(&key).await.unwrap();
+    assert!(!gone_everywhere(&cluster, &key).await);
+    drop(lease);
+    wait_until(Duration::from_secs(2), "dropped lease released", || {
+        gone_everywhere(&cluster, &key)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn cancelling_acquire_mid_round_leaves_no_key() {
+    let mut cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster)
+        .node_timeout("4s")
+        .ttl("20s")
+        .build()
+        .unwrap();
+    let key = unique_key("cancel");
+    client.acquire(&key).await.unwrap().release().await.unwrap(); // connect all
+    cluster.server_mut(1).pause().unwrap();
+    cluster.server_mut(2).pause().unwrap();
+
+    let task = tokio::spawn({
+        let (client, key) = (client.clone(), key.clone());
+        async move { client.acquire(&key).await }
+    });
+    let live = cluster.server(0).url();
+    wait_until(
+        Duration::from_secs(2),
+        "the live master got the SET",
+        || {
+            let (live, key) = (live.clone(), key.clone());
+            async move { get(&live, &key).await.is_some() }
+        },
+    )
+    .await;
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    wait_until(
+        Duration::from_secs(2),
+        "the cancelled attempt was released",
+        || {
+            let (live, key) = (live.clone(), key.clone());
+            async move { get(&live, &key).await.is_none() }
+        },
+    )
+    .await;
+    cluster.server_mut(1).resume().unwrap();
+    cluster.server_mut(2).resume().unwrap();
+    wait_until(
+        Duration::from_secs(5),
+        "no key after the paused masters resumed",
+        || gone_everywhere(&cluster, &key),
+    )
+    .await;
+}
+
+/// redsync's mask test on real masters: every assignment of {free, held by another,
+/// paused} to 3 and 4 masters; acquisition succeeds exactly when a quorum is free, and a
+/// failed attempt leaves no key of ours anywhere.
+#[tokio::test]
+async fn every_mask_of_free_held_and_paused_masters() {
+    for n in [3usize, 4] {
+        let mut cluster = Cluster::start(n).await.unwrap();
+        let client = client(&cluster)
+            .node_timeout("60ms")
+            .retry_attempts(1)
+            .build()
+            .unwrap();
+        client
+            .acquire("warmup")
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        let mut conns = Vec::new();
+        for s in cluster.servers() {
+            conns.push(raw(&s.url()).await);
+        }
+        for mask in 0..3usize.pow(n as u32) {
+            let key = unique_key("mask");
+            let states: Vec<usize> = (0..n).map(|i| (mask / 3usize.pow(i as u32)) % 3).collect();
+            for (i, state) in states.iter().enumerate() {
+                if *state == 1 {
+                    let _: () = conns[i].set_ex(&key, "someone-else", 30).await.unwrap();
+                }
+            }
+            for (i, state) in states.iter().enumerate() {
+                if *state == 2 {
+                    cluster.server_mut(i).pause().unwrap();
+                }
+            }
+            let free = states.iter().filter(|s| **s == 0).count();
+            let result = client.acquire(&key).await;
+            for (i, state) in states.iter().enumerate() {
+                if *state == 2 {
+                    cluster.server_mut(i).resume().unwrap();
+                }
+            }
+            match result {
+                Ok(lease) => {
+                    assert!(
+                        free > n / 2,
+                        "n={n} states={states:?}: acquired without quorum"
+                    );
+                    lease.release().await.unwrap();
+                }
+                Err(err) => {
+                    assert!(free <= n / 2, "n={n} states={states:?}: {err}");
+                    let held = states.iter().filter(|s| **s == 1).count();
+                    let want = if held > n - (n / 2 + 1) {
+                        ErrorKind::Contended
+                    } else {
+                        ErrorKind::NoQuorum
+                    };
+                    assert_eq!(err.kind(), want, "n={n} states={states:?}: {err}");
+                }
+            }
+            // Ours is gone everywhere; the other client's keys are untouched.
+            for (i, state) in states.iter().enumerate() {
+                let url = cluster.server(i).url();
+                let key = key.clone();
+                let want = (*state == 1).then(|| "someone-else".to_owned());
+                wait_until(Duration::from_secs(3), "masters cleaned up", move || {
+                    let (url, key, want) = (url.clone(), key.clone(), want.clone());
+                    async move { get(&url, &key).await == want }
+                })
+                .await;
+            }
+        }
+        drop(client);
+        drop(cluster);
+    }
+}
+
+#[tokio::test]
+async fn key_prefix_is_applied() {
+    let cluster = Cluster::start(1).await.unwrap();
+    let client = client(&cluster).key_prefix("locks:").build().unwrap();
+    let key = unique_key("prefix");
+    let lease = client.acquire(&key).await.unwrap();
+    assert_eq!(lease.key(), format!("locks:{key}"));
+    assert_eq!(
+        get(&cluster.server(0).url(), &format!("locks:{key}"))
+            .await
+            .as_deref(),
+        Some(lease.value())
+    );
+    assert_eq!(lease.value().len(), 32, "128 random bits as hex");
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn every_attempt_uses_a_fresh_random_value() {
+    let cluster = Cluster::start(1).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let key = unique_key("fresh");
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..50 {
+        let lease = client.acquire(&key).await.unwrap();
+        assert!(seen.insert(lease.value().to_owned()), "value reused");
+        lease.release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn passwords_and_unix_sockets() {
+    let options = ServerOptions::new()
+        .password("hunter2-secret")
+        .unix_socket(true);
+    let cluster = Cluster::start_with(3, &options).await.unwrap();
+    let mut urls = cluster.urls();
+    urls[2] = cluster.server(2).unix_url().unwrap();
+    assert!(urls[0].contains("hunter2-secret"));
+    let client = Redlock::builder().masters(&urls).build().unwrap();
+    assert!(!format!("{client:?}").contains("hunter2-secret"));
+    let key = unique_key("auth");
+    let lease = client.acquire(&key).await.unwrap();
+    assert!(
+        lease
+            .masters()
+            .iter()
+            .all(|r| !matches!(r.outcome(), MasterOutcome::Failed(_)))
+    );
+    lease.release().await.unwrap();
+
+    // A wrong password is an auth failure, reported without the password.
+    let wrong: Vec<String> = urls
+        .iter()
+        .map(|u| u.replace("hunter2-secret", "wrong-secret"))
+        .collect();
+    let client = Redlock::builder()
+        .masters(&wrong)
+        .retry_attempts(1)
+        .build()
+        .unwrap();
+    let err = client.acquire(&key).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NoQuorum, "{err}");
+    let shown = format!("{err} {err:?}");
+    assert!(!shown.contains("wrong-secret"), "{shown}");
+    assert!(
+        err.masters().iter().any(|r| matches!(
+            r.outcome(),
+            MasterOutcome::Failed(e) if e.kind() == MasterErrorKind::Auth
+        )),
+        "{err}"
+    );
+}

@@ -1,0 +1,203 @@
+//! Every bad configuration is rejected when the client is built, with a message that names
+//! the value and says what to change. No master is needed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use redquorum::{Backoff, ConfigError, Redlock};
+
+const A: &str = "redis://127.0.0.1:7001";
+const B: &str = "redis://127.0.0.1:7002";
+const C: &str = "redis://127.0.0.1:7003";
+
+fn three() -> redquorum::Builder {
+    Redlock::builder().masters([A, B, C])
+}
+
+fn rejected(builder: redquorum::Builder) -> (ConfigError, String) {
+    let err = builder.build().unwrap_err();
+    let msg = err.to_string();
+    (err, msg)
+}
+
+#[test]
+fn a_good_configuration_builds() {
+    let client = three().ttl("30s").node_timeout("20ms").build().unwrap();
+    assert_eq!(client.quorum(), 2);
+    assert_eq!(client.ttl(), Duration::from_secs(30));
+    assert_eq!(client.masters(), [A, B, C]);
+}
+
+#[test]
+fn no_masters() {
+    let (err, msg) = rejected(Redlock::builder());
+    assert_eq!(err, ConfigError::NoMasters);
+    assert!(msg.contains("add at least one"), "{msg}");
+    let (err, _) = rejected(Redlock::builder().masters(Vec::<String>::new()));
+    assert_eq!(err, ConfigError::NoMasters);
+}
+
+#[test]
+fn duplicate_master() {
+    let (err, msg) = rejected(Redlock::builder().masters([A, B, A]));
+    assert!(
+        matches!(err, ConfigError::DuplicateMaster { .. }),
+        "{err:?}"
+    );
+    assert!(
+        msg.contains("listed twice") && msg.contains("7001"),
+        "{msg}"
+    );
+    // The same server spelled differently is still the same server.
+    let (err, _) = rejected(Redlock::builder().masters([A, "redis://localhost:7001"]));
+    assert!(
+        matches!(err, ConfigError::DuplicateMaster { .. }),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn unparsable_url() {
+    for url in [
+        "not a url",
+        "http://127.0.0.1:7001",
+        "redis://127.0.0.1:notaport",
+    ] {
+        let (err, msg) = rejected(Redlock::builder().masters([url, B]));
+        assert!(
+            matches!(err, ConfigError::InvalidUrl { .. }),
+            "{url}: {err:?}"
+        );
+        assert!(msg.contains("cannot be used"), "{msg}");
+    }
+}
+
+#[test]
+fn passwords_never_appear_in_errors_or_debug() {
+    let secret = "s3cr3t-pa55";
+    let with_pw = format!("redis://user:{secret}@127.0.0.1:7001");
+    let (err, msg) = rejected(Redlock::builder().masters([with_pw.as_str(), with_pw.as_str()]));
+    assert!(!msg.contains(secret), "{msg}");
+    assert!(!format!("{err:?}").contains(secret));
+    assert!(msg.contains("user:***@"), "{msg}");
+
+    let bad = format!("redis://user:{secret}@127.0.0.1:notaport");
+    let (err, msg) = rejected(Redlock::builder().master(&bad));
+    assert!(
+        !msg.contains(secret) && !format!("{err:?}").contains(secret),
+        "{msg}"
+    );
+
+    let client = Redlock::builder().master(&with_pw).build().unwrap();
+    assert!(!format!("{client:?}").contains(secret));
+    assert!(!client.masters()[0].contains(secret));
+}
+
+#[test]
+fn ttl_zero() {
+    let (err, msg) = rejected(three().ttl(Duration::ZERO));
+    assert_eq!(err, ConfigError::TtlZero);
+    assert!(msg.contains("ttl is zero"), "{msg}");
+}
+
+#[test]
+fn ttl_not_above_drift_plus_node_timeout() {
+    // drift = 100ms * 0.01 + 2ms = 3ms; 3ms + 97ms = 100ms is not below 100ms.
+    let (err, msg) = rejected(three().ttl("100ms").node_timeout("97ms"));
+    assert!(matches!(err, ConfigError::TtlTooShort { .. }), "{err:?}");
+    assert!(msg.contains("raise ttl or lower node_timeout"), "{msg}");
+    assert!(three().ttl("100ms").node_timeout("96ms").build().is_ok());
+    // Below the drift allowance alone.
+    let (err, _) = rejected(three().ttl("1ms"));
+    assert!(matches!(err, ConfigError::TtlTooShort { .. }), "{err:?}");
+}
+
+#[test]
+fn node_and_connect_timeout_zero() {
+    assert_eq!(
+        rejected(three().node_timeout("0s")).0,
+        ConfigError::NodeTimeoutZero
+    );
+    assert_eq!(
+        rejected(three().connect_timeout(Duration::ZERO)).0,
+        ConfigError::ConnectTimeoutZero
+    );
+}
+
+#[test]
+fn drift_factor_out_of_range() {
+    for f in [-0.1, 1.0, 2.0, f64::NAN, f64::INFINITY] {
+        let (err, msg) = rejected(three().drift_factor(f));
+        assert!(matches!(err, ConfigError::DriftFactor(_)), "{f}: {err:?}");
+        assert!(msg.contains("typically 0.01"), "{msg}");
+    }
+}
+
+#[test]
+fn human_durations_parse_and_bad_ones_are_named() {
+    let client = three().ttl("1m 30s").node_timeout("250ms").build().unwrap();
+    assert_eq!(client.ttl(), Duration::from_secs(90));
+    let (err, msg) = rejected(three().ttl("ten seconds"));
+    assert!(
+        matches!(err, ConfigError::InvalidDuration { setting: "ttl", .. }),
+        "{err:?}"
+    );
+    assert!(
+        msg.contains("\"ten seconds\"") && msg.contains("\"250ms\""),
+        "{msg}"
+    );
+    let (err, _) = rejected(three().retry_jitter(String::from("5 parsecs")));
+    assert!(matches!(
+        err,
+        ConfigError::InvalidDuration {
+            setting: "retry_jitter",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn retry_settings_that_cannot_work() {
+    assert_eq!(
+        rejected(three().retry_attempts(0)).0,
+        ConfigError::RetryAttemptsZero
+    );
+    let (err, msg) = rejected(three().retry_delay(Duration::MAX));
+    assert!(
+        matches!(err, ConfigError::DurationOverflow { .. }),
+        "{err:?}"
+    );
+    assert!(msg.contains("too large"), "{msg}");
+    let (err, _) = rejected(
+        three()
+            .retry_delay(Duration::from_secs(u64::MAX / 2))
+            .retry_jitter(Duration::from_secs(u64::MAX / 2 + 10)),
+    );
+    assert!(
+        matches!(err, ConfigError::DurationOverflow { .. }),
+        "{err:?}"
+    );
+    let (err, _) = rejected(three().wait_timeout(Duration::MAX));
+    assert!(
+        matches!(err, ConfigError::DurationOverflow { .. }),
+        "{err:?}"
+    );
+    let (err, msg) = rejected(three().retry_delay("1s").backoff(Backoff::Exponential {
+        max: Duration::from_millis(10),
+    }));
+    assert!(matches!(err, ConfigError::BackoffMax { .. }), "{err:?}");
+    assert!(msg.contains("raise the maximum"), "{msg}");
+}
+
+#[test]
+fn min_validity_must_fit_the_ttl() {
+    let (err, _) = rejected(three().ttl("1s").min_validity("990ms"));
+    assert!(matches!(err, ConfigError::TtlTooShort { .. }), "{err:?}");
+}
+
+#[test]
+fn tls_urls_need_tls_support() {
+    let (err, msg) = rejected(Redlock::builder().master("rediss://127.0.0.1:7001"));
+    assert!(matches!(err, ConfigError::InvalidUrl { .. }), "{err:?}");
+    assert!(msg.contains("TLS"), "{msg}");
+}

@@ -1,0 +1,197 @@
+//! Extend and release against real masters.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redquorum::{ErrorKind, MasterOutcome};
+use support::*;
+
+#[tokio::test]
+async fn extend_keeps_the_lock_past_its_ttl() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let ttl = Duration::from_millis(400);
+    let holder = client(&cluster)
+        .ttl(ttl)
+        .node_timeout("50ms")
+        .build()
+        .unwrap();
+    let other = client(&cluster)
+        .ttl(ttl)
+        .node_timeout("50ms")
+        .build()
+        .unwrap();
+    let key = unique_key("extend");
+    let lease = holder.acquire(&key).await.unwrap();
+    let first_deadline = lease.deadline();
+
+    // Extend at a third of the TTL, for four TTLs in all.
+    let until = tokio::time::Instant::now() + ttl * 4;
+    let mut extensions = 0;
+    while tokio::time::Instant::now() < until {
+        tokio::time::sleep(ttl / 3).await;
+        let report = lease.extend().await.unwrap();
+        assert_eq!(report.deadline(), lease.deadline());
+        assert!(
+            report
+                .masters()
+                .iter()
+                .filter(|r| r.outcome().is_granted())
+                .count()
+                >= 2
+        );
+        extensions += 1;
+        let err = other.try_acquire(&key).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
+    }
+    assert!(extensions >= 10);
+    assert!(lease.deadline() > first_deadline + ttl * 3);
+    assert!(!lease.is_lost());
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn extend_after_expiry_is_lost_and_never_revives_the_lock() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster)
+        .ttl("200ms")
+        .node_timeout("50ms")
+        .build()
+        .unwrap();
+    let key = unique_key("expired");
+    let lease = client.acquire(&key).await.unwrap();
+    tokio::time::sleep_until(lease.deadline()).await;
+    assert!(lease.is_expired());
+    assert_eq!(lease.remaining(), Duration::ZERO);
+    let err = lease.extend().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
+    assert!(!err.is_retryable());
+    assert!(err.to_string().contains("never extended"), "{err}");
+    assert!(lease.is_lost());
+    // The masters were not asked: the keys expire by themselves.
+    wait_until(Duration::from_secs(2), "keys expired", || {
+        gone_everywhere(&cluster, &key)
+    })
+    .await;
+    // A lost lease stays lost.
+    assert_eq!(
+        lease.extend().await.unwrap_err().kind(),
+        ErrorKind::LeaseLost
+    );
+    let report = lease.release().await.unwrap();
+    assert!(report.overrun().is_some());
+}
+
+#[tokio::test]
+async fn extend_fails_as_lost_when_another_client_took_over() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).ttl("1s").build().unwrap();
+    let key = unique_key("taken");
+    let lease = client.acquire(&key).await.unwrap();
+    // Another client's keys replace ours on every master (as after an expiry).
+    for s in cluster.servers() {
+        let _: () = raw(&s.url()).await.set_ex(&key, "other", 30).await.unwrap();
+    }
+    let err = lease.extend().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
+    assert!(err.masters().iter().all(|r| !r.outcome().is_granted()));
+    assert!(lease.is_lost());
+    for s in cluster.servers() {
+        assert_eq!(get(&s.url(), &key).await.as_deref(), Some("other"));
+    }
+}
+
+#[tokio::test]
+async fn extend_restores_a_key_lost_by_a_restarted_master() {
+    let mut cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).ttl("5s").build().unwrap();
+    let key = unique_key("restore");
+    let lease = client.acquire(&key).await.unwrap();
+    cluster.server_mut(0).restart(false).await.unwrap();
+    let url = cluster.server(0).url();
+    assert_eq!(get(&url, &key).await, None);
+    // The first extension may find the connection broken; the quorum carries it anyway.
+    lease.extend().await.unwrap();
+    wait_until(
+        Duration::from_secs(5),
+        "the restarted master holds our key again",
+        || {
+            let (url, key, lease) = (url.clone(), key.clone(), &lease);
+            async move {
+                lease.extend().await.unwrap();
+                get(&url, &key).await.as_deref() == Some(lease.value())
+            }
+        },
+    )
+    .await;
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn release_after_expiry_never_deletes_the_next_holders_lock() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let a = client(&cluster)
+        .ttl("200ms")
+        .node_timeout("50ms")
+        .build()
+        .unwrap();
+    let b = client(&cluster).ttl("10s").build().unwrap();
+    let key = unique_key("overrun");
+    let stale = a.acquire(&key).await.unwrap();
+    wait_until(Duration::from_secs(2), "a's keys expired", || {
+        gone_everywhere(&cluster, &key)
+    })
+    .await;
+    let fresh = b.acquire(&key).await.unwrap();
+
+    let report = stale.release().await.unwrap();
+    let overrun = report.overrun().expect("an overrun is reported");
+    assert!(overrun > Duration::ZERO);
+    assert_eq!(report.released(), 0);
+    assert!(
+        report.masters().iter().all(|r| matches!(
+            r.outcome(),
+            MasterOutcome::HeldByOther | MasterOutcome::Pending
+        )),
+        "{report:?}"
+    );
+    for s in cluster.servers() {
+        assert_eq!(get(&s.url(), &key).await.as_deref(), Some(fresh.value()));
+    }
+    let err = a.try_acquire(&key).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contended);
+    fresh.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn release_with_a_majority_down_reports_no_quorum() {
+    let mut cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let key = unique_key("release_down");
+    let lease = client.acquire(&key).await.unwrap();
+    cluster.server_mut(0).kill().unwrap();
+    cluster.server_mut(1).kill().unwrap();
+    let err = lease.release().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NoQuorum, "{err}");
+    assert!(err.to_string().contains("until its TTL"), "{err}");
+}
+
+#[tokio::test]
+async fn release_with_a_minority_down_succeeds() {
+    let mut cluster = Cluster::start(5).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let key = unique_key("release_minority");
+    let lease = client.acquire(&key).await.unwrap();
+    cluster.server_mut(4).kill().unwrap();
+    cluster.server_mut(2).pause().unwrap();
+    let report = lease.release().await.unwrap();
+    assert!(report.overrun().is_none());
+    assert!(report.released() >= 3);
+    cluster.server_mut(2).resume().unwrap();
+    wait_until(Duration::from_secs(3), "released everywhere", || {
+        gone_everywhere(&cluster, &key)
+    })
+    .await;
+}

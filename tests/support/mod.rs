@@ -1,0 +1,85 @@
+//! Shared helpers for the integration tests: unique keys, a raw connection, and a bounded
+//! wait for conditions on real masters.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    dead_code,
+    unused_imports,
+    unreachable_pub
+)]
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redis::aio::MultiplexedConnection;
+
+pub use redquorum::testkit::{Cluster, Server, ServerOptions};
+
+/// A key no other test uses.
+pub fn unique_key(name: &str) -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "test:{name}:{}:{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A plain connection to one server, for checks and for playing another client.
+pub async fn raw(url: &str) -> MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// The value of `key` on the server at `url`.
+pub async fn get(url: &str, key: &str) -> Option<String> {
+    raw(url).await.get(key).await.unwrap()
+}
+
+/// Awaits `condition` by polling it every 5 ms for at most `limit`; panics with `what`
+/// if it never holds.
+pub async fn wait_until<F, Fut>(limit: Duration, what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let give_up = tokio::time::Instant::now() + limit;
+    loop {
+        if condition().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "condition not reached within {limit:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Whether `key` is absent on every live (not killed, not paused) server of `cluster`.
+pub async fn gone_everywhere(cluster: &Cluster, key: &str) -> bool {
+    for server in cluster.servers() {
+        if !server.is_running() || server.is_paused() {
+            continue;
+        }
+        if get(&server.url(), key).await.is_some() {
+            return false;
+        }
+    }
+    true
+}
+
+/// A client over `cluster` with test-friendly timings.
+pub fn client(cluster: &Cluster) -> redquorum::Builder {
+    redquorum::Redlock::builder()
+        .masters(cluster.urls())
+        .ttl(Duration::from_secs(5))
+        .node_timeout(Duration::from_millis(200))
+        .retry_delay(Duration::from_millis(5))
+        .retry_jitter(Duration::from_millis(10))
+}

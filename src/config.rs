@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use crate::deadline;
 use crate::error::human;
 use crate::lock::Redlock;
+use crate::mutants::Mutant;
 
 /// Default lock time-to-live: 10 s.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
@@ -226,6 +227,8 @@ pub(crate) struct Config {
     pub(crate) wait_timeout: Option<Duration>,
     pub(crate) min_validity: Duration,
     pub(crate) key_prefix: String,
+    /// A planted bug (feature `mutants`); always `None` otherwise.
+    pub(crate) mutant: Option<Mutant>,
 }
 
 impl Config {
@@ -310,6 +313,7 @@ pub struct Builder {
     wait_timeout: Option<DurationSetting>,
     min_validity: DurationSetting,
     key_prefix: String,
+    mutant: Option<Mutant>,
 }
 
 impl Default for Builder {
@@ -327,6 +331,7 @@ impl Default for Builder {
             wait_timeout: None,
             min_validity: Ok(Duration::ZERO),
             key_prefix: String::new(),
+            mutant: None,
         }
     }
 }
@@ -436,6 +441,14 @@ impl Builder {
         self
     }
 
+    /// Plants a deliberate bug in this client, for proving that a test suite catches it.
+    /// Defaults to none. Only with the `mutants` feature; never use it outside such tests.
+    #[cfg(feature = "mutants")]
+    pub fn mutant(mut self, mutant: Mutant) -> Self {
+        self.mutant = Some(mutant);
+        self
+    }
+
     /// Validates every setting and builds the client. No connection is opened here:
     /// masters are connected on first use.
     ///
@@ -462,6 +475,7 @@ impl Builder {
             wait_timeout,
             min_validity,
             key_prefix,
+            mutant,
         } = self;
 
         let masters = parse_masters(&masters)?;
@@ -524,6 +538,7 @@ impl Builder {
             wait_timeout,
             min_validity,
             key_prefix,
+            mutant,
         })
     }
 }

@@ -45,6 +45,8 @@
 //! # Features
 //! - `testkit`: starts and controls real `redis-server` processes (kill, pause, restart)
 //!   for tests, benches and examples.
+//! - `mutants`: deliberately broken variants of the algorithm, selectable per client, with
+//!   which the chaos suite proves that its checkers catch bugs. Never use it otherwise.
 #![doc(test(attr(deny(warnings), allow(dead_code))))]
 
 mod config;
@@ -53,6 +55,8 @@ mod error;
 mod lease;
 mod lock;
 mod master;
+#[cfg_attr(not(feature = "mutants"), allow(dead_code, unreachable_pub))]
+mod mutants;
 mod quorum;
 mod scripts;
 #[cfg(feature = "testkit")]
@@ -66,6 +70,8 @@ pub use config::{
 pub use error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
 pub use lease::{ExtendReport, Lease, ReleaseReport};
 pub use lock::{AcquireOptions, Redlock};
+#[cfg(feature = "mutants")]
+pub use mutants::Mutant;
 
 /// The README's examples, compiled as doc tests.
 #[cfg(doctest)]

@@ -12,8 +12,8 @@ use crate::deadline;
 use crate::error::{Error, ErrorKind, MasterOutcome, human};
 use crate::lease::Lease;
 use crate::master::{Master, Op, RedisMaster};
+use crate::mutants::Mutant;
 use crate::quorum::{self, Decision};
-use crate::scripts;
 
 /// A Redlock client over a fixed set of independent Redis masters.
 ///
@@ -123,11 +123,17 @@ impl Redlock {
 
     pub(crate) fn from_config(config: Config) -> Result<Self, ConfigError> {
         let mut masters: Vec<Arc<dyn Master>> = Vec::with_capacity(config.masters.len());
+        let node_timeout = match config.mutant {
+            Some(Mutant::NoNodeTimeout) => Duration::from_secs(3600),
+            _ => config.node_timeout,
+        };
         for spec in &config.masters {
-            let master = RedisMaster::new(spec, config.node_timeout, config.connect_timeout)
-                .map_err(|e| ConfigError::InvalidUrl {
-                    url: spec.name.to_string(),
-                    reason: e.to_string(),
+            let master =
+                RedisMaster::new(spec, node_timeout, config.connect_timeout).map_err(|e| {
+                    ConfigError::InvalidUrl {
+                        url: spec.name.to_string(),
+                        reason: e.to_string(),
+                    }
                 })?;
             masters.push(Arc::new(master));
         }
@@ -136,7 +142,10 @@ impl Redlock {
 
     /// A client over any masters (real or simulated).
     pub(crate) fn with_masters(config: Config, masters: Vec<Arc<dyn Master>>) -> Self {
-        let quorum = quorum::quorum(masters.len());
+        let quorum = match config.mutant {
+            Some(Mutant::HalfQuorum) => (masters.len() / 2).max(1),
+            _ => quorum::quorum(masters.len()),
+        };
         Self {
             inner: Arc::new(Inner {
                 config,
@@ -216,10 +225,13 @@ impl Redlock {
         let plan = self.plan(resource, options)?;
         let key: Arc<str> = format!("{}{resource}", self.inner.config.key_prefix).into();
         let resource: Arc<str> = resource.into();
+        let reused: Option<Arc<str>> =
+            (self.inner.config.mutant == Some(Mutant::ReuseValue)).then(|| random_value().into());
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let err = match self.attempt(&key, &resource, plan.ttl).await {
+            let value = reused.clone().unwrap_or_else(|| random_value().into());
+            let err = match self.attempt(&key, &resource, value, plan.ttl).await {
                 Ok(lease) => return Ok(lease),
                 Err(err) => err.with_attempts(attempt),
             };
@@ -277,10 +289,10 @@ impl Redlock {
         &self,
         key: &Arc<str>,
         resource: &Arc<str>,
+        value: Arc<str>,
         ttl: Duration,
     ) -> Result<Lease, Error> {
         let inner = &self.inner;
-        let value: Arc<str> = random_value().into();
         let mut guard = AttemptGuard {
             inner: Arc::clone(inner),
             key: Arc::clone(key),
@@ -300,7 +312,11 @@ impl Redlock {
         match round.decision {
             Decision::Reached => {
                 let now = Instant::now();
-                let valid = deadline::deadline(round.t0, ttl, drift).and_then(|dl| {
+                let t0 = match inner.config.mutant {
+                    Some(Mutant::IgnoreElapsed) => now,
+                    _ => round.t0,
+                };
+                let valid = deadline::deadline(t0, ttl, drift).and_then(|dl| {
                     deadline::validity_left(dl, now, inner.config.min_validity).map(|_| dl)
                 });
                 match valid {
@@ -416,11 +432,7 @@ pub(crate) fn release_in_background(
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    let op = Arc::new(Op::Release {
-        key: Arc::clone(key),
-        value: Arc::clone(value),
-        channel: scripts::release_channel(key).into(),
-    });
+    let op = Arc::new(Op::release(&inner.config, key, value));
     let need = targets.len();
     let resource = key
         .strip_prefix(inner.config.key_prefix.as_str())

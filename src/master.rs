@@ -25,8 +25,9 @@ use futures::future::BoxFuture;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client};
 
-use crate::config::MasterSpec;
+use crate::config::{Config, MasterSpec};
 use crate::error::{MasterError, MasterErrorKind, human};
+use crate::mutants::Mutant;
 use crate::scripts;
 
 /// One request of the lock protocol, as sent to every master of a round.
@@ -50,15 +51,31 @@ pub(crate) enum Op {
         value: Arc<str>,
         channel: Arc<str>,
     },
+    /// A plain `DEL key`: only [`Mutant::PlainDelRelease`] sends it.
+    ReleaseUnchecked { key: Arc<str> },
 }
 
 impl Op {
+    /// The release of `value` under `key`, as configured.
+    pub(crate) fn release(config: &Config, key: &Arc<str>, value: &Arc<str>) -> Op {
+        if config.mutant == Some(Mutant::PlainDelRelease) {
+            return Op::ReleaseUnchecked {
+                key: Arc::clone(key),
+            };
+        }
+        Op::Release {
+            key: Arc::clone(key),
+            value: Arc::clone(value),
+            channel: scripts::release_channel(key).into(),
+        }
+    }
+
     /// The operation's name in traces.
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Op::Acquire { .. } => "acquire",
             Op::Extend { .. } => "extend",
-            Op::Release { .. } => "release",
+            Op::Release { .. } | Op::ReleaseUnchecked { .. } => "release",
         }
     }
 }
@@ -344,7 +361,22 @@ async fn run(op: &Op, conn: &mut MultiplexedConnection) -> Result<Reply, MasterE
                 other => Err(unexpected("release", other)),
             }
         }
+        Op::ReleaseUnchecked { key } => delete(key, conn).await,
     }
+}
+
+/// A plain `DEL` (the `PlainDelRelease` mutant).
+async fn delete(key: &str, conn: &mut MultiplexedConnection) -> Result<Reply, MasterError> {
+    let deleted: i64 = redis::cmd("DEL")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .map_err(MasterError::from_redis)?;
+    Ok(if deleted > 0 {
+        Reply::Granted
+    } else {
+        Reply::Missing
+    })
 }
 
 fn unexpected(script: &str, code: i64) -> MasterError {

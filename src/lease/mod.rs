@@ -12,11 +12,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::deadline;
 use crate::error::{Error, ErrorKind, MasterOutcome, MasterReport, human};
 use crate::lock::{Inner, release_in_background};
 use crate::master::Op;
 use crate::quorum::{self, Decision};
-use crate::{deadline, scripts};
 
 /// What every handle to one lease shares.
 pub(crate) struct LeaseShared {
@@ -319,11 +319,7 @@ impl Lease {
         let overrun = Instant::now()
             .checked_duration_since(self.deadline())
             .filter(|d| !d.is_zero());
-        let op = Arc::new(Op::Release {
-            key: Arc::clone(&shared.key),
-            value: Arc::clone(&shared.value),
-            channel: scripts::release_channel(&shared.key).into(),
-        });
+        let op = Arc::new(Op::release(&inner.config, &shared.key, &shared.value));
         let n = inner.masters.len();
         // Cleared on n - quorum + 1 masters: at most quorum - 1 can still hold our value.
         let need = n - inner.quorum + 1;

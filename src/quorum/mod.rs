@@ -55,7 +55,7 @@ fn vote(op: &Op, reply: &Result<Reply, MasterError>) -> Vote {
     match (op, reply) {
         (_, Err(_)) => Vote::Failed,
         // Release succeeds wherever the key is no longer ours, whoever's it is now.
-        (Op::Release { .. }, Ok(_)) => Vote::Granted,
+        (Op::Release { .. } | Op::ReleaseUnchecked { .. }, Ok(_)) => Vote::Granted,
         (_, Ok(Reply::Granted)) => Vote::Granted,
         (_, Ok(Reply::HeldByOther | Reply::Missing)) => Vote::Denied,
     }

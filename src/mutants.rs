@@ -1,0 +1,35 @@
+//! Deliberately broken variants of the algorithm (feature `mutants`).
+//!
+//! The chaos suite runs its scenarios against each of these and requires its checkers to
+//! catch every one: a checker that has never caught a bug proves nothing. Never enable a
+//! mutant outside such a test.
+
+/// One planted bug, selected per client with `Builder::mutant`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Mutant {
+    /// The quorum is `N / 2` (at least 1) instead of `N / 2 + 1`: two disjoint halves can
+    /// both "win".
+    HalfQuorum,
+    /// Validity is measured from when the quorum answered instead of from before the first
+    /// request was sent, so time spent waiting for replies is not deducted.
+    IgnoreElapsed,
+    /// Release sends a plain `DEL key`, deleting whoever's lock is there.
+    PlainDelRelease,
+    /// No per-master request timeout (an hour instead of the node timeout).
+    NoNodeTimeout,
+    /// One lock value for all the retries of an acquire call instead of a fresh one per
+    /// attempt.
+    ReuseValue,
+}
+
+impl Mutant {
+    /// Every mutant, for suites that must run them all.
+    pub const ALL: [Mutant; 5] = [
+        Mutant::HalfQuorum,
+        Mutant::IgnoreElapsed,
+        Mutant::PlainDelRelease,
+        Mutant::NoNodeTimeout,
+        Mutant::ReuseValue,
+    ];
+}

@@ -30,6 +30,11 @@ pub const DEFAULT_RETRY_ATTEMPTS: u32 = 10;
 pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(100);
 /// Default upper bound of the uniform random jitter added to each pause: 100 ms.
 pub const DEFAULT_RETRY_JITTER: Duration = Duration::from_millis(100);
+/// Default safety margin as a fraction of the TTL: a lease counts as lost 5 % of its TTL
+/// before its deadline, so that work aborted then stops while the lock is still held.
+pub const DEFAULT_SAFETY_MARGIN_FRACTION: f64 = 0.05;
+/// Default watchdog interval as a fraction of the TTL: a third, as in Redisson.
+pub const DEFAULT_EXTEND_INTERVAL_FRACTION: f64 = 1.0 / 3.0;
 
 /// A duration given either as a [`Duration`] or as a human-readable string such as
 /// `"10s"`, `"250ms"` or `"1m 30s"` (parsed with [`humantime`]).
@@ -132,7 +137,7 @@ pub enum ConfigError {
     TtlZero,
     /// The TTL leaves no validity once drift and one node timeout are taken off.
     #[error(
-        "ttl {ttl} is too short: it must exceed the drift allowance ({drift}) plus the node timeout ({node_timeout}) plus min_validity ({min_validity}); raise ttl or lower node_timeout"
+        "ttl {ttl} is too short: it must exceed the drift allowance ({drift}) plus the node timeout ({node_timeout}) plus the larger of min_validity and the safety margin ({least_validity}); raise ttl or lower node_timeout"
     )]
     TtlTooShort {
         /// The TTL given.
@@ -141,9 +146,12 @@ pub enum ConfigError {
         drift: String,
         /// The node timeout.
         node_timeout: String,
-        /// The minimum validity asked for.
-        min_validity: String,
+        /// The least validity a new lease must have: `min_validity` or the safety margin.
+        least_validity: String,
     },
+    /// A duration setting that must not be zero is zero.
+    #[error("{0} is zero: give it a positive duration")]
+    Zero(&'static str),
     /// The drift factor is negative, not finite, or not below 1.
     #[error(
         "drift_factor {0} is out of range: use a value from 0 up to (not including) 1, typically 0.01"
@@ -186,7 +194,8 @@ pub(crate) struct MasterSpec {
 /// The retry policy of [`Redlock::acquire`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RetryPolicy {
-    pub(crate) attempts: NonZeroU32,
+    /// As set; `None` means 10, or unbounded when a wait budget bounds the time.
+    pub(crate) attempts: Option<NonZeroU32>,
     pub(crate) delay: Duration,
     pub(crate) jitter: Duration,
     pub(crate) backoff: Backoff,
@@ -227,14 +236,42 @@ pub(crate) struct Config {
     pub(crate) wait_timeout: Option<Duration>,
     pub(crate) min_validity: Duration,
     pub(crate) key_prefix: String,
+    pub(crate) notifications: bool,
+    pub(crate) watchdog: bool,
+    pub(crate) extend_interval: Option<Duration>,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) safety_margin: Option<Duration>,
     /// A planted bug (feature `mutants`); always `None` otherwise.
     pub(crate) mutant: Option<Mutant>,
 }
 
 impl Config {
-    /// Checks that `ttl` leaves validity after drift, one node timeout and `min_validity`.
+    /// Checks that `ttl` leaves validity after drift, one node timeout and the least
+    /// validity a lease must have.
     pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<(), ConfigError> {
-        check_ttl(ttl, self.drift_factor, self.node_timeout, self.min_validity)
+        check_ttl(
+            ttl,
+            self.drift_factor,
+            self.node_timeout,
+            self.least_validity(ttl),
+        )
+    }
+
+    /// How long before its deadline a lease of `ttl` counts as lost.
+    pub(crate) fn safety_margin(&self, ttl: Duration) -> Duration {
+        self.safety_margin
+            .unwrap_or_else(|| ttl.mul_f64(DEFAULT_SAFETY_MARGIN_FRACTION))
+    }
+
+    /// The validity a new lease of `ttl` must have left: more than this, or it is useless.
+    pub(crate) fn least_validity(&self, ttl: Duration) -> Duration {
+        self.min_validity.max(self.safety_margin(ttl))
+    }
+
+    /// The watchdog's pause between extensions of a lease of `ttl`.
+    pub(crate) fn extend_interval(&self, ttl: Duration) -> Duration {
+        self.extend_interval
+            .unwrap_or_else(|| ttl.mul_f64(DEFAULT_EXTEND_INTERVAL_FRACTION))
     }
 }
 
@@ -242,7 +279,7 @@ fn check_ttl(
     ttl: Duration,
     drift_factor: f64,
     node_timeout: Duration,
-    min_validity: Duration,
+    least_validity: Duration,
 ) -> Result<(), ConfigError> {
     if ttl.is_zero() {
         return Err(ConfigError::TtlZero);
@@ -250,13 +287,13 @@ fn check_ttl(
     let drift = deadline::drift(ttl, drift_factor);
     let needed = drift
         .saturating_add(node_timeout)
-        .saturating_add(min_validity);
+        .saturating_add(least_validity);
     if ttl <= needed {
         return Err(ConfigError::TtlTooShort {
             ttl: human(ttl),
             drift: human(drift),
             node_timeout: human(node_timeout),
-            min_validity: human(min_validity),
+            least_validity: human(least_validity),
         });
     }
     Ok(())
@@ -275,13 +312,17 @@ type DurationSetting = Result<Duration, (String, String)>;
 /// - `drift_factor`: [`DEFAULT_DRIFT_FACTOR`] (0.01)
 /// - `node_timeout`: [`DEFAULT_NODE_TIMEOUT`] (50 ms)
 /// - `connect_timeout`: [`DEFAULT_CONNECT_TIMEOUT`] (1 s)
-/// - `retry_attempts`: [`DEFAULT_RETRY_ATTEMPTS`] (10)
+/// - `retry_attempts`: [`DEFAULT_RETRY_ATTEMPTS`] (10), or unbounded when a wait budget is
+///   set (the budget then bounds the time)
 /// - `retry_delay`: [`DEFAULT_RETRY_DELAY`] (100 ms), `retry_jitter`: [`DEFAULT_RETRY_JITTER`]
 ///   (100 ms), `backoff`: [`Backoff::Fixed`]
 /// - `wait_timeout`: none (acquire is bounded by the attempts only)
 /// - `min_validity`: zero
 /// - `key_prefix`: empty, so keys are the resource names themselves and interoperate with
 ///   other Redlock clients
+/// - `notifications`: on (waiters are woken by release notices)
+/// - `watchdog`: off; `extend_interval`: a third of the TTL; `max_hold`: none;
+///   `safety_margin`: 5 % of the TTL
 ///
 /// # Example
 /// ```
@@ -306,13 +347,18 @@ pub struct Builder {
     drift_factor: f64,
     node_timeout: DurationSetting,
     connect_timeout: DurationSetting,
-    retry_attempts: u32,
+    retry_attempts: Option<u32>,
     retry_delay: DurationSetting,
     retry_jitter: DurationSetting,
     backoff: Backoff,
     wait_timeout: Option<DurationSetting>,
     min_validity: DurationSetting,
     key_prefix: String,
+    notifications: bool,
+    watchdog: bool,
+    extend_interval: Option<DurationSetting>,
+    max_hold: Option<DurationSetting>,
+    safety_margin: Option<DurationSetting>,
     mutant: Option<Mutant>,
 }
 
@@ -324,13 +370,18 @@ impl Default for Builder {
             drift_factor: DEFAULT_DRIFT_FACTOR,
             node_timeout: Ok(DEFAULT_NODE_TIMEOUT),
             connect_timeout: Ok(DEFAULT_CONNECT_TIMEOUT),
-            retry_attempts: DEFAULT_RETRY_ATTEMPTS,
+            retry_attempts: None,
             retry_delay: Ok(DEFAULT_RETRY_DELAY),
             retry_jitter: Ok(DEFAULT_RETRY_JITTER),
             backoff: Backoff::Fixed,
             wait_timeout: None,
             min_validity: Ok(Duration::ZERO),
             key_prefix: String::new(),
+            notifications: true,
+            watchdog: false,
+            extend_interval: None,
+            max_hold: None,
+            safety_margin: None,
             mutant: None,
         }
     }
@@ -395,9 +446,11 @@ impl Builder {
         self
     }
 
-    /// How many acquire rounds [`Redlock::acquire`] makes at most. Defaults to 10.
+    /// How many acquire rounds [`Redlock::acquire`] makes at most. Defaults to 10, or to
+    /// no bound on the count when a wait budget ([`wait_timeout`](Builder::wait_timeout))
+    /// is set.
     pub fn retry_attempts(mut self, attempts: u32) -> Self {
-        self.retry_attempts = attempts;
+        self.retry_attempts = Some(attempts);
         self
     }
 
@@ -441,6 +494,42 @@ impl Builder {
         self
     }
 
+    /// Whether waiting acquires subscribe to release notices and retry as soon as the
+    /// holder releases, instead of only after their pause. Defaults to on; without pub/sub
+    /// on a master, waiters fall back to their timers.
+    pub fn notifications(mut self, on: bool) -> Self {
+        self.notifications = on;
+        self
+    }
+
+    /// Whether every lease gets a watchdog that extends it while it is held (see
+    /// [`Lease`](crate::Lease)). Defaults to off; [`Redlock::with_lock`] always uses one.
+    pub fn watchdog(mut self, on: bool) -> Self {
+        self.watchdog = on;
+        self
+    }
+
+    /// The watchdog's pause between extensions. Defaults to a third of the TTL.
+    pub fn extend_interval(mut self, interval: impl IntoDuration) -> Self {
+        self.extend_interval = Some(interval.into_duration());
+        self
+    }
+
+    /// The most time a watchdog keeps one lease alive; it then stops extending and the
+    /// lease counts as lost, so a stuck but alive holder cannot keep a lock forever.
+    /// Defaults to none.
+    pub fn max_hold(mut self, max_hold: impl IntoDuration) -> Self {
+        self.max_hold = Some(max_hold.into_duration());
+        self
+    }
+
+    /// How long before its deadline a lease counts as lost, so that work aborted at that
+    /// moment stops while the lock is still held. Defaults to 5 % of the TTL.
+    pub fn safety_margin(mut self, margin: impl IntoDuration) -> Self {
+        self.safety_margin = Some(margin.into_duration());
+        self
+    }
+
     /// Plants a deliberate bug in this client, for proving that a test suite catches it.
     /// Defaults to none. Only with the `mutants` feature; never use it outside such tests.
     #[cfg(feature = "mutants")]
@@ -475,6 +564,11 @@ impl Builder {
             wait_timeout,
             min_validity,
             key_prefix,
+            notifications,
+            watchdog,
+            extend_interval,
+            max_hold,
+            safety_margin,
             mutant,
         } = self;
 
@@ -488,6 +582,18 @@ impl Builder {
         let wait_timeout = wait_timeout
             .map(|w| duration("wait_timeout", w))
             .transpose()?;
+        let extend_interval = extend_interval
+            .map(|d| duration("extend_interval", d))
+            .transpose()?;
+        let max_hold = max_hold.map(|d| duration("max_hold", d)).transpose()?;
+        let safety_margin = safety_margin
+            .map(|d| duration("safety_margin", d))
+            .transpose()?;
+        for (setting, value) in [("extend_interval", extend_interval), ("max_hold", max_hold)] {
+            if value.is_some_and(|d| d.is_zero()) {
+                return Err(ConfigError::Zero(setting));
+            }
+        }
 
         if !drift_factor.is_finite() || !(0.0..1.0).contains(&drift_factor) {
             return Err(ConfigError::DriftFactor(drift_factor));
@@ -498,8 +604,11 @@ impl Builder {
         if connect_timeout.is_zero() {
             return Err(ConfigError::ConnectTimeoutZero);
         }
-        check_ttl(ttl, drift_factor, node_timeout, min_validity)?;
-        let attempts = NonZeroU32::new(retry_attempts).ok_or(ConfigError::RetryAttemptsZero)?;
+        let margin = safety_margin.unwrap_or_else(|| ttl.mul_f64(DEFAULT_SAFETY_MARGIN_FRACTION));
+        check_ttl(ttl, drift_factor, node_timeout, min_validity.max(margin))?;
+        let attempts = retry_attempts
+            .map(|a| NonZeroU32::new(a).ok_or(ConfigError::RetryAttemptsZero))
+            .transpose()?;
 
         let largest_pause = match backoff {
             Backoff::Fixed => retry_delay,
@@ -519,8 +628,10 @@ impl Builder {
         )?;
         fits_clock("node_timeout", Some(node_timeout))?;
         fits_clock("connect_timeout", Some(connect_timeout))?;
-        if let Some(wait) = wait_timeout {
-            fits_clock("wait_timeout", Some(wait))?;
+        for (setting, value) in [("wait_timeout", wait_timeout), ("max_hold", max_hold)] {
+            if let Some(d) = value {
+                fits_clock(setting, Some(d))?;
+            }
         }
 
         Ok(Config {
@@ -538,6 +649,11 @@ impl Builder {
             wait_timeout,
             min_validity,
             key_prefix,
+            notifications,
+            watchdog,
+            extend_interval,
+            max_hold,
+            safety_margin,
             mutant,
         })
     }
@@ -682,7 +798,7 @@ mod tests {
     #[test]
     fn exponential_backoff_doubles_up_to_max() {
         let policy = RetryPolicy {
-            attempts: NonZeroU32::MIN,
+            attempts: None,
             delay: Duration::from_millis(10),
             jitter: Duration::ZERO,
             backoff: Backoff::Exponential {
@@ -697,7 +813,7 @@ mod tests {
     #[test]
     fn jitter_stays_within_bounds() {
         let policy = RetryPolicy {
-            attempts: NonZeroU32::MIN,
+            attempts: None,
             delay: Duration::from_millis(10),
             jitter: Duration::from_millis(5),
             backoff: Backoff::Fixed,

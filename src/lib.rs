@@ -13,7 +13,7 @@
 //!   master that restarted empty is kept out of voting for one TTL);
 //! - clocks on clients and masters advance at about the same rate (the drift allowance,
 //!   `ttl * drift_factor + 2 ms`, covers the difference);
-//! - the holder stops touching the resource when [`Lease::remaining`] reaches zero.
+//! - the holder stops touching the resource when [`LeaseHandle::remaining`] reaches zero.
 //!
 //! The last point cannot be guaranteed by any lease-based lock: a process pause (GC, swap,
 //! a stopped VM) or a delayed network packet can carry a write past the deadline. Where
@@ -61,14 +61,16 @@ mod quorum;
 mod scripts;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+mod wait;
 
 pub use config::{
     Backoff, Builder, ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR,
-    DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER,
-    DEFAULT_TTL, IntoDuration,
+    DEFAULT_EXTEND_INTERVAL_FRACTION, DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_ATTEMPTS,
+    DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER, DEFAULT_SAFETY_MARGIN_FRACTION, DEFAULT_TTL,
+    IntoDuration,
 };
 pub use error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
-pub use lease::{ExtendReport, Lease, ReleaseReport};
+pub use lease::{ExtendReport, Lease, LeaseHandle, Lost, LostReason, ReleaseReport};
 pub use lock::{AcquireOptions, Redlock};
 #[cfg(feature = "mutants")]
 pub use mutants::Mutant;

@@ -1,19 +1,20 @@
 //! The client handle: acquire a lock on a quorum of masters.
 
 use std::fmt;
-use std::num::NonZeroU32;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::{Builder, Config, ConfigError};
-use crate::deadline;
+use crate::config::{Builder, Config, ConfigError, DEFAULT_RETRY_ATTEMPTS};
 use crate::error::{Error, ErrorKind, MasterOutcome, human};
-use crate::lease::Lease;
+use crate::lease::{Lease, LeaseHandle, LeaseParams, Watchdog};
 use crate::master::{Master, Op, RedisMaster};
 use crate::mutants::Mutant;
 use crate::quorum::{self, Decision};
+use crate::wait::{Notifier, Subscription};
+use crate::{deadline, scripts};
 
 /// A Redlock client over a fixed set of independent Redis masters.
 ///
@@ -46,6 +47,7 @@ pub(crate) struct Inner {
     pub(crate) config: Config,
     pub(crate) masters: Vec<Arc<dyn Master>>,
     pub(crate) quorum: usize,
+    pub(crate) notifier: Arc<Notifier>,
 }
 
 impl fmt::Debug for Redlock {
@@ -61,7 +63,8 @@ impl fmt::Debug for Redlock {
     }
 }
 
-/// Per-call settings for [`Redlock::acquire_with`]; unset values use the client's.
+/// Per-call settings for [`Redlock::acquire_with`] and [`Redlock::with_lock`]; unset
+/// values use the client's.
 ///
 /// ```
 /// use redquorum::AcquireOptions;
@@ -69,8 +72,9 @@ impl fmt::Debug for Redlock {
 ///
 /// let opts = AcquireOptions::new()
 ///     .ttl(Duration::from_secs(30))
-///     .attempts(3)
-///     .wait_timeout(Duration::from_secs(2));
+///     .wait_timeout(Duration::from_secs(2))
+///     .watchdog(true)
+///     .max_hold(Duration::from_secs(300));
 /// # let _ = opts;
 /// ```
 #[derive(Debug, Clone, Default)]
@@ -79,6 +83,8 @@ pub struct AcquireOptions {
     ttl: Option<Duration>,
     attempts: Option<u32>,
     wait_timeout: Option<Duration>,
+    watchdog: Option<bool>,
+    max_hold: Option<Duration>,
 }
 
 impl AcquireOptions {
@@ -88,7 +94,7 @@ impl AcquireOptions {
     }
 
     /// The lock's TTL for this acquisition. Defaults to the client's TTL. Must exceed
-    /// the drift allowance plus the node timeout.
+    /// the drift allowance plus the node timeout plus the safety margin.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
@@ -100,10 +106,24 @@ impl AcquireOptions {
         self
     }
 
-    /// The most time to spend trying, over all attempts. Defaults to the client's
-    /// `wait_timeout`.
+    /// The most time to spend trying, over all attempts; while it lasts, a waiter is woken
+    /// by the holder's release. Defaults to the client's `wait_timeout`.
     pub fn wait_timeout(mut self, wait: Duration) -> Self {
         self.wait_timeout = Some(wait);
+        self
+    }
+
+    /// Whether the lease gets a watchdog that extends it while held. Defaults to the
+    /// client's `watchdog` setting; [`Redlock::with_lock`] always turns it on.
+    pub fn watchdog(mut self, on: bool) -> Self {
+        self.watchdog = Some(on);
+        self
+    }
+
+    /// The most time the watchdog keeps this lease alive. Defaults to the client's
+    /// `max_hold`.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
         self
     }
 }
@@ -111,8 +131,17 @@ impl AcquireOptions {
 /// Settings of one acquire call, resolved against the client's configuration.
 struct Plan {
     ttl: Duration,
-    attempts: NonZeroU32,
+    attempts: u32,
     give_up_at: Option<Instant>,
+    watchdog: bool,
+    max_hold: Option<Duration>,
+}
+
+/// A failed attempt, with what a waiter needs to know.
+struct Failed {
+    error: Error,
+    /// When enough of the holder's keys expire for a quorum to be free, if known.
+    holder_free_at: Option<Instant>,
 }
 
 impl Redlock {
@@ -137,11 +166,25 @@ impl Redlock {
                 })?;
             masters.push(Arc::new(master));
         }
-        Ok(Self::with_masters(config, masters))
+        let notifier = if config.notifications {
+            Notifier::new(
+                &config.masters,
+                quorum::quorum(masters.len()),
+                config.node_timeout,
+                config.connect_timeout,
+            )
+        } else {
+            Notifier::disabled()
+        };
+        Ok(Self::with_masters(config, masters, notifier))
     }
 
     /// A client over any masters (real or simulated).
-    pub(crate) fn with_masters(config: Config, masters: Vec<Arc<dyn Master>>) -> Self {
+    pub(crate) fn with_masters(
+        config: Config,
+        masters: Vec<Arc<dyn Master>>,
+        notifier: Notifier,
+    ) -> Self {
         let quorum = match config.mutant {
             Some(Mutant::HalfQuorum) => (masters.len() / 2).max(1),
             _ => quorum::quorum(masters.len()),
@@ -151,6 +194,7 @@ impl Redlock {
                 config,
                 masters,
                 quorum,
+                notifier: Arc::new(notifier),
             }),
         }
     }
@@ -178,9 +222,14 @@ impl Redlock {
     ///
     /// Each attempt sends `SET key value NX PX ttl` to every master at once with a fresh
     /// 128-bit random value, and succeeds when a quorum granted it with validity left
-    /// (`t0 + ttl - drift` is still ahead). A failed attempt is released on every master
-    /// that may have set it, then the next waits `retry_delay` (growing with
-    /// [`Backoff::Exponential`](crate::Backoff)) plus uniform random jitter.
+    /// (`t0 + ttl - drift` is still ahead by more than the safety margin). A failed attempt
+    /// is released on every master that may have set it.
+    ///
+    /// While the lock is held by another client, the caller waits: subscribed to the lock's
+    /// release notices (unless `notifications` is off), it tries again as soon as the
+    /// holder releases, when the holder's key expires, or after `retry_delay` (growing with
+    /// [`Backoff::Exponential`](crate::Backoff)) plus uniform random jitter — whichever
+    /// comes first. Attempts are bounded by `retry_attempts` and by the wait budget.
     ///
     /// # Errors
     /// After the last attempt, or when the wait budget runs out: [`ErrorKind::Contended`]
@@ -190,13 +239,13 @@ impl Redlock {
     ///
     /// # Cancel safety
     /// Dropping the future leaves no key behind beyond its TTL: the attempt in flight is
-    /// released on every master in the background.
+    /// released on every master in the background, and its subscription is dropped.
     pub async fn acquire(&self, resource: &str) -> Result<Lease, Error> {
         self.acquire_with(resource, &AcquireOptions::default())
             .await
     }
 
-    /// Makes a single acquire attempt: one quorum round, no retry.
+    /// Makes a single acquire attempt: one quorum round, no retry, no waiting.
     ///
     /// # Errors
     /// As for [`acquire`](Redlock::acquire), after one attempt.
@@ -208,12 +257,13 @@ impl Redlock {
             .await
     }
 
-    /// Acquires the lock on `resource` with per-call options.
+    /// Acquires the lock on `resource` with per-call options; see
+    /// [`acquire`](Redlock::acquire).
     ///
     /// # Errors
     /// As for [`acquire`](Redlock::acquire); also [`ErrorKind::InvalidOptions`] when the
-    /// options do not fit the client (a TTL too short for the drift allowance and node
-    /// timeout, zero attempts).
+    /// options do not fit the client (a TTL too short for the drift allowance, node
+    /// timeout and safety margin; zero attempts; a zero `max_hold`).
     ///
     /// # Cancel safety
     /// As for [`acquire`](Redlock::acquire).
@@ -223,33 +273,142 @@ impl Redlock {
         options: &AcquireOptions,
     ) -> Result<Lease, Error> {
         let plan = self.plan(resource, options)?;
-        let key: Arc<str> = format!("{}{resource}", self.inner.config.key_prefix).into();
+        let config = &self.inner.config;
+        let key: Arc<str> = format!("{}{resource}", config.key_prefix).into();
         let resource: Arc<str> = resource.into();
         let reused: Option<Arc<str>> =
-            (self.inner.config.mutant == Some(Mutant::ReuseValue)).then(|| random_value().into());
+            (config.mutant == Some(Mutant::ReuseValue)).then(|| random_value().into());
+        let mut waiting: Option<Subscription> = None;
         let mut attempt = 0u32;
         loop {
             attempt += 1;
             let value = reused.clone().unwrap_or_else(|| random_value().into());
-            let err = match self.attempt(&key, &resource, value, plan.ttl).await {
-                Ok(lease) => return Ok(lease),
-                Err(err) => err.with_attempts(attempt),
-            };
-            if attempt >= plan.attempts.get() {
-                return Err(err);
-            }
-            let pause = self.inner.config.retry.delay(attempt);
-            if let Some(give_up_at) = plan.give_up_at
-                && Instant::now() + pause >= give_up_at
+            let failed = match self
+                .attempt(&key, &resource, value, plan.ttl, waiting.is_some())
+                .await
             {
-                let detail = format!(
-                    "wait budget used up after {attempt} attempts (last: {})",
-                    kind_word(err.kind())
-                );
-                return Err(err.with_kind(ErrorKind::WaitTimeout).with_detail(detail));
+                Ok(lease) => {
+                    if plan.watchdog {
+                        lease.start_watchdog(Watchdog {
+                            interval: config.extend_interval(plan.ttl),
+                            give_up_at: plan.max_hold.and_then(|m| Instant::now().checked_add(m)),
+                            round_time: config.node_timeout,
+                        });
+                    }
+                    return Ok(lease);
+                }
+                Err(failed) => failed,
+            };
+            let error = failed.error.with_attempts(attempt);
+            if attempt >= plan.attempts {
+                return Err(error);
             }
-            tracing::trace!(%resource, attempt, ?pause, "acquire attempt failed, retrying");
-            tokio::time::sleep(pause).await;
+            // Subscribe before the next attempt: a release after it reaches us, and one
+            // before the subscription took effect is seen by that attempt (wait.rs).
+            if waiting.is_none() && config.notifications && error.kind() == ErrorKind::Contended {
+                let channel = scripts::release_channel(&key).into();
+                waiting = Some(self.inner.notifier.subscribe(channel).await);
+                continue;
+            }
+            let now = Instant::now();
+            let mut wake_at = now + config.retry.delay(attempt);
+            if waiting.is_some()
+                && let Some(free) = failed.holder_free_at
+            {
+                wake_at = wake_at.min(free.max(now));
+            }
+            if let Some(give_up_at) = plan.give_up_at
+                && wake_at >= give_up_at
+                && waiting.is_none()
+            {
+                return Err(wait_timeout(error, attempt));
+            }
+            let until = plan.give_up_at.map_or(wake_at, |g| wake_at.min(g));
+            tracing::trace!(%resource, attempt, "acquire attempt failed, waiting");
+            match waiting.as_mut() {
+                Some(subscription) => {
+                    tokio::select! {
+                        () = subscription.notified() => {}
+                        () = tokio::time::sleep_until(until) => {}
+                    }
+                }
+                None => tokio::time::sleep_until(until).await,
+            }
+            if plan.give_up_at.is_some_and(|g| Instant::now() >= g) {
+                return Err(wait_timeout(error, attempt));
+            }
+        }
+    }
+
+    /// Runs `work` while holding the lock on `resource`, and releases it afterwards.
+    ///
+    /// Acquires per `options` (waiting as [`acquire`](Redlock::acquire) does), starts the
+    /// watchdog so the lease is extended while `work` runs, and races `work` with the
+    /// lease's [`lost`](LeaseHandle::lost) signal: if the lease is lost — an extension
+    /// failed, the safety point passed before one succeeded, or `max_hold` was reached —
+    /// `work` is **dropped at that moment** (it does not go on without the lock) and the
+    /// call returns [`ErrorKind::LeaseLost`]. The loss is signalled a safety margin before
+    /// the deadline, so the work stops while the lock is still held.
+    ///
+    /// The lock is released when `work` finishes, and also when it panics or when the
+    /// future returned here is dropped (released in the background then).
+    ///
+    /// ```no_run
+    /// # async fn run(client: redquorum::Redlock) -> Result<(), redquorum::Error> {
+    /// use redquorum::AcquireOptions;
+    /// use std::time::Duration;
+    ///
+    /// let options = AcquireOptions::new().wait_timeout(Duration::from_secs(5));
+    /// let receipt = client
+    ///     .with_lock("orders:42", &options, |lease| async move {
+    ///         // Charge the card. If the lock is lost meanwhile, this future is dropped.
+    ///         format!("charged while holding {}", lease.resource())
+    ///     })
+    ///     .await?;
+    /// # let _ = receipt;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// Whatever [`acquire_with`](Redlock::acquire_with) returns when the lock cannot be
+    /// taken, and [`ErrorKind::LeaseLost`] when it is lost while `work` runs. A failure to
+    /// release after `work` finished is not an error (the lock expires with its TTL at the
+    /// latest); it is logged.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops `work` and releases the lock in the background.
+    pub async fn with_lock<F, Fut, T>(
+        &self,
+        resource: &str,
+        options: &AcquireOptions,
+        work: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let options = options.clone().watchdog(true);
+        let lease = self.acquire_with(resource, &options).await?;
+        let lost = lease.lost();
+        let outcome = tokio::select! {
+            biased;
+            reason = lost => Err(reason),
+            output = work(lease.handle()) => Ok(output),
+        };
+        match outcome {
+            Ok(output) => {
+                if let Err(error) = lease.release().await {
+                    tracing::warn!(%resource, %error, "release after the critical section failed");
+                }
+                Ok(output)
+            }
+            Err(reason) => {
+                let error = Error::new(ErrorKind::LeaseLost, resource)
+                    .with_detail(format!("the critical section was aborted: {reason}"));
+                let _ = lease.release().await;
+                Err(error)
+            }
         }
     }
 
@@ -265,11 +424,6 @@ impl Redlock {
             }
             None => config.ttl,
         };
-        let attempts = match options.attempts {
-            Some(a) => NonZeroU32::new(a)
-                .ok_or_else(|| invalid("attempts is zero: make at least one attempt".into()))?,
-            None => config.retry.attempts,
-        };
         let wait = options.wait_timeout.or(config.wait_timeout);
         let give_up_at = match wait {
             Some(w) => Some(Instant::now().checked_add(w).ok_or_else(|| {
@@ -277,10 +431,31 @@ impl Redlock {
             })?),
             None => None,
         };
+        let attempts = match options.attempts {
+            Some(0) => {
+                return Err(invalid(
+                    "attempts is zero: make at least one attempt".into(),
+                ));
+            }
+            Some(a) => a,
+            None => match (config.retry.attempts, give_up_at) {
+                (Some(a), _) => a.get(),
+                (None, Some(_)) => u32::MAX,
+                (None, None) => DEFAULT_RETRY_ATTEMPTS,
+            },
+        };
+        let max_hold = options.max_hold.or(config.max_hold);
+        if max_hold.is_some_and(|m| m.is_zero()) {
+            return Err(invalid(
+                "max_hold is zero: give it a positive duration".into(),
+            ));
+        }
         Ok(Plan {
             ttl,
             attempts,
             give_up_at,
+            watchdog: options.watchdog.unwrap_or(config.watchdog),
+            max_hold,
         })
     }
 
@@ -291,8 +466,10 @@ impl Redlock {
         resource: &Arc<str>,
         value: Arc<str>,
         ttl: Duration,
-    ) -> Result<Lease, Error> {
+        holder_ttl: bool,
+    ) -> Result<Lease, Failed> {
         let inner = &self.inner;
+        let config = &inner.config;
         let mut guard = AttemptGuard {
             inner: Arc::clone(inner),
             key: Arc::clone(key),
@@ -304,66 +481,80 @@ impl Redlock {
             key: Arc::clone(key),
             value: Arc::clone(&value),
             ttl,
+            holder_ttl,
         });
         let round = quorum::run(&inner.masters, op, inner.quorum, resource).await;
         let reports = round.reports(&inner.masters);
-        let drift = deadline::drift(ttl, inner.config.drift_factor);
+        let drift = deadline::drift(ttl, config.drift_factor);
 
-        match round.decision {
-            Decision::Reached => {
-                let now = Instant::now();
-                let t0 = match inner.config.mutant {
-                    Some(Mutant::IgnoreElapsed) => now,
-                    _ => round.t0,
-                };
-                let valid = deadline::deadline(t0, ttl, drift).and_then(|dl| {
-                    deadline::validity_left(dl, now, inner.config.min_validity).map(|_| dl)
-                });
-                match valid {
-                    Some(deadline) => {
-                        guard.disarm();
-                        Ok(Lease::new(
-                            Arc::clone(inner),
-                            Arc::clone(key),
-                            Arc::clone(resource),
-                            value,
-                            ttl,
-                            deadline,
-                            reports,
-                        ))
-                    }
-                    None => {
-                        guard.outcomes = Some(round.outcomes);
-                        let detail = format!(
-                            "the round took {} of a {} TTL (drift allowance {})",
-                            human(now - round.t0),
-                            human(ttl),
-                            human(drift)
-                        );
-                        Err(Error::new(ErrorKind::ValidityExhausted, &**resource)
-                            .with_detail(detail)
-                            .with_masters(reports))
-                    }
-                }
+        if round.decision == Decision::Reached {
+            let now = Instant::now();
+            let t0 = match config.mutant {
+                Some(Mutant::IgnoreElapsed) => now,
+                _ => round.t0,
+            };
+            let valid = deadline::deadline(t0, ttl, drift).filter(|dl| {
+                deadline::validity_left(*dl, now, config.least_validity(ttl)).is_some()
+            });
+            if let Some(deadline) = valid {
+                guard.disarm();
+                return Ok(Lease::new(
+                    Arc::clone(inner),
+                    LeaseParams {
+                        key: Arc::clone(key),
+                        resource: Arc::clone(resource),
+                        value,
+                        ttl,
+                        deadline,
+                        safety_margin: config.safety_margin(ttl),
+                        acquired: reports,
+                    },
+                ));
             }
-            _ => {
-                let denied = round
-                    .outcomes
-                    .iter()
-                    .filter(|o| matches!(o, MasterOutcome::HeldByOther))
-                    .count();
-                // Held by others on so many masters that no quorum was possible even if
-                // every failed master had granted: contention, not an outage.
-                let kind = if denied > inner.masters.len() - inner.quorum {
-                    ErrorKind::Contended
-                } else {
-                    ErrorKind::NoQuorum
-                };
-                guard.outcomes = Some(round.outcomes);
-                Err(Error::new(kind, &**resource).with_masters(reports))
-            }
+            guard.outcomes = Some(round.outcomes);
+            let detail = format!(
+                "the round took {} of a {} TTL (drift allowance {})",
+                human(now - round.t0),
+                human(ttl),
+                human(drift)
+            );
+            return Err(Failed {
+                error: Error::new(ErrorKind::ValidityExhausted, &**resource)
+                    .with_detail(detail)
+                    .with_masters(reports),
+                holder_free_at: None,
+            });
         }
+
+        let denied = round
+            .outcomes
+            .iter()
+            .filter(|o| matches!(o, MasterOutcome::HeldByOther))
+            .count();
+        // Held by others on so many masters that no quorum was possible even if every
+        // failed master had granted: contention, not an outage.
+        let kind = if denied > inner.masters.len() - inner.quorum {
+            ErrorKind::Contended
+        } else {
+            ErrorKind::NoQuorum
+        };
+        let holder_free_at = round
+            .holder_free_in(inner.quorum)
+            .and_then(|d| round.t0.checked_add(d));
+        guard.outcomes = Some(round.outcomes);
+        Err(Failed {
+            error: Error::new(kind, &**resource).with_masters(reports),
+            holder_free_at,
+        })
     }
+}
+
+fn wait_timeout(error: Error, attempts: u32) -> Error {
+    let detail = format!(
+        "wait budget used up after {attempts} attempts (last: {})",
+        kind_word(error.kind())
+    );
+    error.with_kind(ErrorKind::WaitTimeout).with_detail(detail)
 }
 
 fn kind_word(kind: ErrorKind) -> &'static str {

@@ -33,11 +33,13 @@ use crate::scripts;
 /// One request of the lock protocol, as sent to every master of a round.
 #[derive(Debug)]
 pub(crate) enum Op {
-    /// `SET key value NX PX ttl`.
+    /// `SET key value NX PX ttl`; with `holder_ttl`, pipelined with `PTTL key` so that a
+    /// refusal says when the holder's key expires (for waiters).
     Acquire {
         key: Arc<str>,
         value: Arc<str>,
         ttl: Duration,
+        holder_ttl: bool,
     },
     /// Compare-and-`PEXPIRE` (re-setting a missing key), see `extend.lua`.
     Extend {
@@ -87,6 +89,8 @@ pub(crate) enum Reply {
     Granted,
     /// The key holds another value.
     HeldByOther,
+    /// The key holds another value, which expires in the given time.
+    HeldFor(Duration),
     /// The key does not exist.
     Missing,
 }
@@ -312,7 +316,12 @@ async fn reconnect(weak: Weak<Shared>) {
 /// Sends one op on `conn` and interprets the answer.
 async fn run(op: &Op, conn: &mut MultiplexedConnection) -> Result<Reply, MasterError> {
     match op {
-        Op::Acquire { key, value, ttl } => {
+        Op::Acquire {
+            key,
+            value,
+            ttl,
+            holder_ttl: false,
+        } => {
             let set: Option<String> = redis::cmd("SET")
                 .arg(&**key)
                 .arg(&**value)
@@ -326,6 +335,31 @@ async fn run(op: &Op, conn: &mut MultiplexedConnection) -> Result<Reply, MasterE
                 Reply::Granted
             } else {
                 Reply::HeldByOther
+            })
+        }
+        Op::Acquire {
+            key,
+            value,
+            ttl,
+            holder_ttl: true,
+        } => {
+            let (set, pttl): (Option<String>, i64) = redis::pipe()
+                .cmd("SET")
+                .arg(&**key)
+                .arg(&**value)
+                .arg("NX")
+                .arg("PX")
+                .arg(millis(*ttl))
+                .cmd("PTTL")
+                .arg(&**key)
+                .query_async(conn)
+                .await
+                .map_err(MasterError::from_redis)?;
+            Ok(match (set, u64::try_from(pttl)) {
+                (Some(_), _) => Reply::Granted,
+                (None, Ok(ms)) => Reply::HeldFor(Duration::from_millis(ms)),
+                // -1 (no expiry) or -2 (gone since): no useful hint.
+                (None, Err(_)) => Reply::HeldByOther,
             })
         }
         Op::Extend { key, value, ttl } => {

@@ -101,15 +101,50 @@ fn ttl_zero() {
 }
 
 #[test]
-fn ttl_not_above_drift_plus_node_timeout() {
-    // drift = 100ms * 0.01 + 2ms = 3ms; 3ms + 97ms = 100ms is not below 100ms.
-    let (err, msg) = rejected(three().ttl("100ms").node_timeout("97ms"));
+fn ttl_not_above_drift_plus_node_timeout_plus_margin() {
+    // drift = 100ms * 0.01 + 2ms = 3ms, safety margin = 5 % = 5ms:
+    // 3ms + 93ms + 5ms exceeds 100ms.
+    let (err, msg) = rejected(three().ttl("100ms").node_timeout("93ms"));
     assert!(matches!(err, ConfigError::TtlTooShort { .. }), "{err:?}");
     assert!(msg.contains("raise ttl or lower node_timeout"), "{msg}");
-    assert!(three().ttl("100ms").node_timeout("96ms").build().is_ok());
+    assert!(msg.contains("safety margin"), "{msg}");
+    assert!(three().ttl("100ms").node_timeout("90ms").build().is_ok());
+    // An explicit safety margin counts the same way.
+    let (err, _) = rejected(
+        three()
+            .ttl("100ms")
+            .node_timeout("50ms")
+            .safety_margin("48ms"),
+    );
+    assert!(matches!(err, ConfigError::TtlTooShort { .. }), "{err:?}");
     // Below the drift allowance alone.
     let (err, _) = rejected(three().ttl("1ms"));
     assert!(matches!(err, ConfigError::TtlTooShort { .. }), "{err:?}");
+}
+
+#[test]
+fn watchdog_settings_that_cannot_work() {
+    assert_eq!(
+        rejected(three().extend_interval("0s")).0,
+        ConfigError::Zero("extend_interval")
+    );
+    assert_eq!(
+        rejected(three().max_hold(Duration::ZERO)).0,
+        ConfigError::Zero("max_hold")
+    );
+    let (err, _) = rejected(three().max_hold(Duration::MAX));
+    assert!(
+        matches!(err, ConfigError::DurationOverflow { .. }),
+        "{err:?}"
+    );
+    let (err, _) = rejected(three().safety_margin("soon"));
+    assert!(matches!(
+        err,
+        ConfigError::InvalidDuration {
+            setting: "safety_margin",
+            ..
+        }
+    ));
 }
 
 #[test]

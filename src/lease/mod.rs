@@ -1,22 +1,60 @@
-//! The lease: proof of holding a lock until its deadline.
-//!
-//! A lease is valid until [`Lease::deadline`], computed from the instant *before* the
-//! acquire (or last extend) round sent its first request, minus the drift allowance. Past
-//! the deadline another client may hold the lock; work that must not overlap has to stop
-//! before then (or be fenced at the storage).
+//! The lease: proof of holding a lock until its deadline, the signal that it is lost, and
+//! the watchdog that extends it. The rules are documented on [`Lease`] for users.
+
+mod watchdog;
 
 use std::fmt;
+use std::future::Future;
+use std::ops::Deref;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::deadline;
 use crate::error::{Error, ErrorKind, MasterOutcome, MasterReport, human};
-use crate::lock::{Inner, release_in_background};
+use crate::lock::Inner;
 use crate::master::Op;
 use crate::quorum::{self, Decision};
+
+pub(crate) use watchdog::Watchdog;
+
+/// Why a lease is lost; see [`Lease`] for the exact moments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The safety point (`deadline - safety_margin`) passed without a successful extension.
+    Expired,
+    /// An extension was refused or did not reach a quorum in time.
+    ExtendFailed,
+    /// The watchdog reached the configured cap on total hold time.
+    MaxHold,
+    /// The lease was released or dropped.
+    Released,
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LostReason::Expired => "its safety point passed without a successful extension",
+            LostReason::ExtendFailed => "an extension did not reach a quorum",
+            LostReason::MaxHold => "it reached its maximum hold time",
+            LostReason::Released => "it was released",
+        })
+    }
+}
+
+/// A lease's validity as last established.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LeaseState {
+    pub(crate) deadline: Instant,
+    pub(crate) lost: Option<LostReason>,
+}
 
 /// What every handle to one lease shares.
 pub(crate) struct LeaseShared {
@@ -25,22 +63,329 @@ pub(crate) struct LeaseShared {
     pub(crate) resource: Arc<str>,
     pub(crate) value: Arc<str>,
     pub(crate) ttl: Duration,
+    pub(crate) safety_margin: Duration,
     pub(crate) state: watch::Sender<LeaseState>,
+    /// Serialises extend and release, so that an extension (which may set a missing key
+    /// again) never reaches a master after the release did. Holds "released".
+    ops: tokio::sync::Mutex<bool>,
 }
 
-/// A lease's validity as last established.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct LeaseState {
-    pub(crate) deadline: Instant,
-    /// An extension failed: the lease is no longer known to be held.
-    pub(crate) lost: bool,
+impl LeaseShared {
+    fn state(&self) -> LeaseState {
+        *self.state.borrow()
+    }
+
+    /// The deadline minus the safety margin: where the lease counts as lost.
+    fn safety_point(&self, state: &LeaseState) -> Instant {
+        state
+            .deadline
+            .checked_sub(self.safety_margin)
+            .unwrap_or(state.deadline)
+    }
+
+    pub(crate) fn mark_lost(&self, reason: LostReason) {
+        self.state.send_if_modified(|s| {
+            let first = s.lost.is_none();
+            if first {
+                s.lost = Some(reason);
+            }
+            first
+        });
+    }
+
+    fn lost_error(&self, reason: LostReason) -> Error {
+        Error::new(ErrorKind::LeaseLost, &*self.resource).with_detail(reason.to_string())
+    }
+
+    /// One extension round; see [`LeaseHandle::extend_with`].
+    pub(crate) async fn extend(&self, ttl: Duration) -> Result<ExtendReport, Error> {
+        let inner = &self.inner;
+        let resource = &*self.resource;
+        let ttl = deadline::whole_millis(ttl);
+        inner.config.check_ttl(ttl).map_err(|e| {
+            Error::new(ErrorKind::InvalidOptions, resource).with_detail(e.to_string())
+        })?;
+
+        let released = self.ops.lock().await;
+        if *released {
+            return Err(self.lost_error(LostReason::Released));
+        }
+        let before = self.state();
+        let now = Instant::now();
+        if let Some(reason) = before.lost {
+            return Err(self.lost_error(reason));
+        }
+        if now >= self.safety_point(&before) {
+            self.mark_lost(LostReason::Expired);
+            let detail = format!(
+                "its safety point passed {} ago; an expired lease is never extended",
+                human(now - self.safety_point(&before))
+            );
+            return Err(Error::new(ErrorKind::LeaseLost, resource).with_detail(detail));
+        }
+
+        let op = Arc::new(Op::Extend {
+            key: Arc::clone(&self.key),
+            value: Arc::clone(&self.value),
+            ttl,
+        });
+        let round = quorum::run(&inner.masters, op, inner.quorum, resource).await;
+        drop(released);
+        let reports = round.reports(&inner.masters);
+        let drift = deadline::drift(ttl, inner.config.drift_factor);
+        let now = Instant::now();
+        let new_deadline = deadline::deadline(round.t0, ttl, drift)
+            .filter(|dl| deadline::validity_left(*dl, now, self.safety_margin).is_some());
+
+        match (round.decision, new_deadline) {
+            (Decision::Reached, Some(deadline)) => {
+                let mut lost = None;
+                self.state.send_modify(|s| {
+                    // A concurrent loss wins: a lost lease stays lost.
+                    match s.lost {
+                        None => s.deadline = deadline,
+                        Some(reason) => lost = Some(reason),
+                    }
+                });
+                if let Some(reason) = lost {
+                    return Err(self.lost_error(reason).with_masters(reports));
+                }
+                Ok(ExtendReport {
+                    deadline,
+                    masters: reports,
+                })
+            }
+            (decision, _) => {
+                self.mark_lost(LostReason::ExtendFailed);
+                let detail = if decision == Decision::Reached {
+                    "a quorum confirmed the extension too late to leave any validity"
+                } else {
+                    "no quorum confirmed the extension"
+                };
+                Err(Error::new(ErrorKind::LeaseLost, resource)
+                    .with_detail(detail)
+                    .with_masters(reports))
+            }
+        }
+    }
+
+    /// Releases on every master, once; `None` when it was released before.
+    async fn release(&self) -> Option<quorum::Round> {
+        let mut released = self.ops.lock().await;
+        if *released {
+            return None;
+        }
+        *released = true;
+        self.mark_lost(LostReason::Released);
+        let inner = &self.inner;
+        let op = Arc::new(Op::release(&inner.config, &self.key, &self.value));
+        // Cleared on n - quorum + 1 masters: at most quorum - 1 can still hold our value.
+        let need = inner.masters.len() - inner.quorum + 1;
+        Some(quorum::run(&inner.masters, op, need, &self.resource).await)
+    }
 }
 
-/// A held lock, valid until its [`deadline`](Lease::deadline).
+/// The read-only view of a lease, plus extension: what a critical section needs.
+///
+/// Cheap to clone; it does not keep the lock held ([`Lease`] does). A [`Lease`] derefs to
+/// its handle, and [`Redlock::with_lock`](crate::Redlock::with_lock) passes one to the
+/// critical section.
+#[derive(Clone)]
+pub struct LeaseHandle {
+    shared: Arc<LeaseShared>,
+}
+
+impl fmt::Debug for LeaseHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.shared.state();
+        f.debug_struct("LeaseHandle")
+            .field("resource", &self.shared.resource)
+            .field(
+                "remaining",
+                &state.deadline.saturating_duration_since(Instant::now()),
+            )
+            .field("lost", &state.lost)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LeaseHandle {
+    /// The locked resource's name (without the key prefix).
+    pub fn resource(&self) -> &str {
+        &self.shared.resource
+    }
+
+    /// The key on the masters (`key_prefix` + resource).
+    pub fn key(&self) -> &str {
+        &self.shared.key
+    }
+
+    /// The random value identifying this acquisition on the masters.
+    pub fn value(&self) -> &str {
+        &self.shared.value
+    }
+
+    /// The TTL the lock was set (and is extended) with.
+    pub fn ttl(&self) -> Duration {
+        self.shared.ttl
+    }
+
+    /// The instant the lease stops being valid.
+    pub fn deadline(&self) -> Instant {
+        self.shared.state().deadline
+    }
+
+    /// The validity left now; zero once the deadline passed.
+    pub fn remaining(&self) -> Duration {
+        self.deadline().saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the deadline has passed.
+    pub fn is_expired(&self) -> bool {
+        Instant::now() >= self.deadline()
+    }
+
+    /// How long before the deadline the lease counts as lost.
+    pub fn safety_margin(&self) -> Duration {
+        self.shared.safety_margin
+    }
+
+    /// Whether the lease is lost (see [`Lease`] for when exactly): cheap and synchronous,
+    /// for checks inside a critical section.
+    pub fn is_lost(&self) -> bool {
+        self.lost_reason().is_some()
+    }
+
+    /// Why the lease is lost, if it is.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        let state = self.shared.state();
+        state.lost.or_else(|| {
+            (Instant::now() >= self.shared.safety_point(&state)).then_some(LostReason::Expired)
+        })
+    }
+
+    /// A future that resolves when the lease is lost, with the reason. Race it with the
+    /// critical section (`tokio::select!`) to stop the work before the lock can expire.
+    ///
+    /// It follows extensions: each one moves the moment it waits for.
+    ///
+    /// # Cancel safety
+    /// Dropping it has no effect on the lease.
+    pub fn lost(&self) -> Lost {
+        let mut state = self.shared.state.subscribe();
+        let margin = self.shared.safety_margin;
+        Lost {
+            inner: async move {
+                loop {
+                    let current = *state.borrow_and_update();
+                    if let Some(reason) = current.lost {
+                        return reason;
+                    }
+                    let safety_point = current
+                        .deadline
+                        .checked_sub(margin)
+                        .unwrap_or(current.deadline);
+                    tokio::select! {
+                        changed = state.changed() => {
+                            if changed.is_err() {
+                                return LostReason::Released;
+                            }
+                        }
+                        () = tokio::time::sleep_until(safety_point) => {
+                            return LostReason::Expired;
+                        }
+                    }
+                }
+            }
+            .boxed(),
+        }
+    }
+
+    /// Extends the lease by the TTL it was acquired with; see
+    /// [`extend_with`](LeaseHandle::extend_with).
+    ///
+    /// # Errors
+    /// As for [`extend_with`](LeaseHandle::extend_with).
+    ///
+    /// # Cancel safety
+    /// As for [`extend_with`](LeaseHandle::extend_with).
+    pub async fn extend(&self) -> Result<ExtendReport, Error> {
+        self.shared.extend(self.shared.ttl).await
+    }
+
+    /// Sets the lock's remaining time on every master to `ttl`, where it still holds our
+    /// value (or is missing, e.g. after a master restarted: it is set again, which is safe
+    /// while the lease is valid because no other client can hold a quorum). Needs a
+    /// quorum; the new deadline is measured from this round's own start.
+    ///
+    /// A lease past its safety point, lost or released is never extended: the masters are
+    /// not asked.
+    ///
+    /// # Errors
+    /// [`ErrorKind::LeaseLost`] when the lease was already lost, or when no quorum
+    /// confirmed the extension in time (the lease is then lost:
+    /// [`is_lost`](LeaseHandle::is_lost)); [`ErrorKind::InvalidOptions`] when `ttl` is too
+    /// short for the drift allowance and node timeout.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the lease's deadline unchanged. Masters that had already
+    /// applied the extension keep the longer TTL, which only delays other clients.
+    pub async fn extend_with(&self, ttl: Duration) -> Result<ExtendReport, Error> {
+        self.shared.extend(ttl).await
+    }
+}
+
+/// Resolves when a lease is lost; from [`LeaseHandle::lost`].
+#[must_use = "futures do nothing unless polled"]
+pub struct Lost {
+    inner: BoxFuture<'static, LostReason>,
+}
+
+impl fmt::Debug for Lost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lost").finish_non_exhaustive()
+    }
+}
+
+impl Future for Lost {
+    type Output = LostReason;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<LostReason> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+/// A held lock, valid until its [`deadline`](LeaseHandle::deadline).
 ///
 /// Release it with [`release`](Lease::release). Dropping it without releasing releases it
 /// in the background when a tokio runtime is running (and otherwise lets it expire with its
-/// TTL); `Drop` never blocks.
+/// TTL); `Drop` never blocks. It derefs to its [`LeaseHandle`] for the queries
+/// (`remaining`, `is_lost`, `lost`, …) and for `extend`.
+///
+/// # Validity and loss
+/// A lease is valid until its *deadline*, computed from the instant before the acquire
+/// (or last successful extend) round sent its first request: `t0 + ttl - drift`. Every
+/// master's copy of the key outlives the deadline by at least the drift allowance.
+///
+/// The lease is **lost** at the first of these moments, measured on the client's
+/// monotonic clock (`tokio::time::Instant`):
+/// - the *safety point*, `deadline - safety_margin`, passes without a successful extension
+///   ([`LostReason::Expired`]);
+/// - an extension is refused or does not reach a quorum ([`LostReason::ExtendFailed`]);
+/// - the watchdog reaches the hold-time cap `max_hold` ([`LostReason::MaxHold`]);
+/// - the lease is released or dropped ([`LostReason::Released`]).
+///
+/// Loss is signalled at the safety point, *before* the keys can expire on the masters, so
+/// that work aborted on the signal stops while the lock is still held. [`lost`](LeaseHandle::lost)
+/// resolves at that moment and [`is_lost`](LeaseHandle::is_lost) says so synchronously.
+///
+/// # Watchdog
+/// With the watchdog on (`Builder::watchdog`, [`AcquireOptions::watchdog`](crate::AcquireOptions::watchdog),
+/// and always in [`Redlock::with_lock`](crate::Redlock::with_lock)), a background task
+/// extends the lease every `extend_interval` (a third of the TTL by default), each
+/// extension a quorum round with its own deadline, scheduled early enough to finish before
+/// the safety point. It holds only a weak reference: it never keeps a lease alive, and it
+/// stops on release, on drop, and on loss. It never extends a lease past its deadline.
 ///
 /// # Example
 /// ```no_run
@@ -57,16 +402,16 @@ pub(crate) struct LeaseState {
 #[must_use = "dropping a Lease releases the lock in the background right away"]
 #[clippy::has_significant_drop]
 pub struct Lease {
-    shared: Arc<LeaseShared>,
+    handle: LeaseHandle,
     acquired: Vec<MasterReport>,
     released: bool,
 }
 
 impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = *self.shared.state.borrow();
+        let state = self.shared().state();
         f.debug_struct("Lease")
-            .field("resource", &self.shared.resource)
+            .field("resource", &self.shared().resource)
             .field(
                 "remaining",
                 &state.deadline.saturating_duration_since(Instant::now()),
@@ -76,7 +421,15 @@ impl fmt::Debug for Lease {
     }
 }
 
-/// The outcome of a successful [`Lease::extend`].
+impl Deref for Lease {
+    type Target = LeaseHandle;
+
+    fn deref(&self) -> &LeaseHandle {
+        &self.handle
+    }
+}
+
+/// The outcome of a successful [`LeaseHandle::extend`].
 #[derive(Debug, Clone)]
 pub struct ExtendReport {
     deadline: Instant,
@@ -125,72 +478,62 @@ impl ReleaseReport {
     }
 }
 
+/// How a new lease is set up.
+pub(crate) struct LeaseParams {
+    pub(crate) key: Arc<str>,
+    pub(crate) resource: Arc<str>,
+    pub(crate) value: Arc<str>,
+    pub(crate) ttl: Duration,
+    pub(crate) deadline: Instant,
+    pub(crate) safety_margin: Duration,
+    pub(crate) acquired: Vec<MasterReport>,
+}
+
 impl Lease {
-    pub(crate) fn new(
-        inner: Arc<Inner>,
-        key: Arc<str>,
-        resource: Arc<str>,
-        value: Arc<str>,
-        ttl: Duration,
-        deadline: Instant,
-        acquired: Vec<MasterReport>,
-    ) -> Self {
+    pub(crate) fn new(inner: Arc<Inner>, params: LeaseParams) -> Self {
+        let LeaseParams {
+            key,
+            resource,
+            value,
+            ttl,
+            deadline,
+            safety_margin,
+            acquired,
+        } = params;
         let (state, _) = watch::channel(LeaseState {
             deadline,
-            lost: false,
+            lost: None,
         });
         Self {
-            shared: Arc::new(LeaseShared {
-                inner,
-                key,
-                resource,
-                value,
-                ttl,
-                state,
-            }),
+            handle: LeaseHandle {
+                shared: Arc::new(LeaseShared {
+                    inner,
+                    key,
+                    resource,
+                    value,
+                    ttl,
+                    safety_margin,
+                    state,
+                    ops: tokio::sync::Mutex::new(false),
+                }),
+            },
             acquired,
             released: false,
         }
     }
 
-    /// The locked resource's name (without the key prefix).
-    pub fn resource(&self) -> &str {
-        &self.shared.resource
+    fn shared(&self) -> &Arc<LeaseShared> {
+        &self.handle.shared
     }
 
-    /// The key on the masters (`key_prefix` + resource).
-    pub fn key(&self) -> &str {
-        &self.shared.key
+    /// Starts the watchdog for this lease.
+    pub(crate) fn start_watchdog(&self, watchdog: Watchdog) {
+        watchdog.spawn(self.shared());
     }
 
-    /// The random value identifying this acquisition on the masters.
-    pub fn value(&self) -> &str {
-        &self.shared.value
-    }
-
-    /// The TTL the lock was set (and is extended) with.
-    pub fn ttl(&self) -> Duration {
-        self.shared.ttl
-    }
-
-    /// The instant the lease stops being valid.
-    pub fn deadline(&self) -> Instant {
-        self.shared.state.borrow().deadline
-    }
-
-    /// The validity left now; zero once expired.
-    pub fn remaining(&self) -> Duration {
-        self.deadline().saturating_duration_since(Instant::now())
-    }
-
-    /// Whether the deadline has passed.
-    pub fn is_expired(&self) -> bool {
-        Instant::now() >= self.deadline()
-    }
-
-    /// Whether an extension failed, so the lease is no longer known to be held.
-    pub fn is_lost(&self) -> bool {
-        self.shared.state.borrow().lost
+    /// A handle to this lease, for a critical section or a watcher.
+    pub fn handle(&self) -> LeaseHandle {
+        self.handle.clone()
     }
 
     /// What each master did when the lock was acquired.
@@ -198,108 +541,9 @@ impl Lease {
         &self.acquired
     }
 
-    /// Extends the lease by the TTL it was acquired with; see
-    /// [`extend_with`](Lease::extend_with).
-    ///
-    /// # Errors
-    /// As for [`extend_with`](Lease::extend_with).
-    ///
-    /// # Cancel safety
-    /// As for [`extend_with`](Lease::extend_with).
-    pub async fn extend(&self) -> Result<ExtendReport, Error> {
-        self.extend_with(self.shared.ttl).await
-    }
-
-    /// Sets the lock's remaining time on every master to `ttl`, where it still holds our
-    /// value (or is missing, e.g. after a master restarted: it is set again, which is safe
-    /// while the lease is valid because no other client can hold a quorum). Needs a
-    /// quorum; the new deadline is measured from this round's own start.
-    ///
-    /// An expired lease is never extended: the masters are not asked.
-    ///
-    /// # Errors
-    /// [`ErrorKind::LeaseLost`] when the lease had expired or lost before, or when no
-    /// quorum confirmed the extension in time; the lease is then marked lost
-    /// ([`is_lost`](Lease::is_lost)) and should be released. [`ErrorKind::InvalidOptions`]
-    /// when `ttl` is too short for the drift allowance and node timeout.
-    ///
-    /// # Cancel safety
-    /// Dropping the future leaves the lease's deadline unchanged. Masters that had already
-    /// applied the extension keep the longer TTL, which only delays other clients.
-    pub async fn extend_with(&self, ttl: Duration) -> Result<ExtendReport, Error> {
-        let shared = &self.shared;
-        let inner = &shared.inner;
-        let resource = &*shared.resource;
-        let ttl = deadline::whole_millis(ttl);
-        inner.config.check_ttl(ttl).map_err(|e| {
-            Error::new(ErrorKind::InvalidOptions, resource).with_detail(e.to_string())
-        })?;
-
-        let before = *shared.state.borrow();
-        let now = Instant::now();
-        if before.lost || now >= before.deadline {
-            let detail = if before.lost {
-                "an earlier extension failed".to_owned()
-            } else {
-                format!(
-                    "it expired {} ago; an expired lease is never extended",
-                    human(now - before.deadline)
-                )
-            };
-            self.mark_lost();
-            return Err(Error::new(ErrorKind::LeaseLost, resource).with_detail(detail));
-        }
-
-        let op = Arc::new(Op::Extend {
-            key: Arc::clone(&shared.key),
-            value: Arc::clone(&shared.value),
-            ttl,
-        });
-        let round = quorum::run(&inner.masters, op, inner.quorum, resource).await;
-        let reports = round.reports(&inner.masters);
-        let drift = deadline::drift(ttl, inner.config.drift_factor);
-        let now = Instant::now();
-        let new_deadline = deadline::deadline(round.t0, ttl, drift)
-            .filter(|dl| deadline::validity_left(*dl, now, Duration::ZERO).is_some());
-
-        match (round.decision, new_deadline) {
-            (Decision::Reached, Some(deadline)) => {
-                shared.state.send_modify(|s| {
-                    // A concurrent failure wins: a lost lease stays lost.
-                    if !s.lost {
-                        s.deadline = deadline;
-                    }
-                });
-                if self.is_lost() {
-                    return Err(Error::new(ErrorKind::LeaseLost, resource)
-                        .with_detail("lost while this extension was in flight")
-                        .with_masters(reports));
-                }
-                Ok(ExtendReport {
-                    deadline,
-                    masters: reports,
-                })
-            }
-            (decision, _) => {
-                self.mark_lost();
-                let detail = if decision == Decision::Reached {
-                    "a quorum confirmed the extension too late to leave any validity"
-                } else {
-                    "no quorum confirmed the extension"
-                };
-                Err(Error::new(ErrorKind::LeaseLost, resource)
-                    .with_detail(detail)
-                    .with_masters(reports))
-            }
-        }
-    }
-
-    fn mark_lost(&self) {
-        self.shared.state.send_modify(|s| s.lost = true);
-    }
-
     /// Releases the lock on every master: compare-and-delete, so a key that expired and
-    /// was taken by another client is left alone. Idempotent on the masters.
+    /// was taken by another client is left alone. Idempotent on the masters; stops the
+    /// watchdog; the lease counts as lost ([`LostReason::Released`]) from here on.
     ///
     /// Returns once enough masters confirmed that no quorum can still hold our value; the
     /// others are released in the background.
@@ -314,21 +558,22 @@ impl Lease {
     /// and every key expires with its TTL at the latest.
     pub async fn release(mut self) -> Result<ReleaseReport, Error> {
         self.released = true;
-        let shared = &self.shared;
-        let inner = &shared.inner;
+        let shared = Arc::clone(self.shared());
         let overrun = Instant::now()
-            .checked_duration_since(self.deadline())
+            .checked_duration_since(shared.state().deadline)
             .filter(|d| !d.is_zero());
-        let op = Arc::new(Op::release(&inner.config, &shared.key, &shared.value));
-        let n = inner.masters.len();
-        // Cleared on n - quorum + 1 masters: at most quorum - 1 can still hold our value.
-        let need = n - inner.quorum + 1;
-        let round = quorum::run(&inner.masters, op, need, &shared.resource).await;
-        self.mark_lost();
+        let inner = &shared.inner;
+        let Some(round) = shared.release().await else {
+            return Ok(ReleaseReport {
+                masters: Vec::new(),
+                overrun,
+            });
+        };
         let masters = round.reports(&inner.masters);
         if round.decision == Decision::Reached || overrun.is_some() {
             return Ok(ReleaseReport { masters, overrun });
         }
+        let n = inner.masters.len();
         let failed = round
             .outcomes
             .iter()
@@ -347,12 +592,12 @@ impl Drop for Lease {
         if self.released {
             return;
         }
-        let shared = &self.shared;
-        release_in_background(
-            &shared.inner,
-            shared.inner.masters.clone(),
-            &shared.key,
-            &shared.value,
-        );
+        let shared = Arc::clone(self.shared());
+        shared.mark_lost(LostReason::Released);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = shared.release().await;
+            });
+        }
     }
 }

@@ -37,6 +37,24 @@ pub(crate) struct Round {
     pub(crate) outcomes: Vec<MasterOutcome>,
     /// Read before the first request was sent.
     pub(crate) t0: Instant,
+    /// How long the other holder's key lives on each master that reported it, sorted.
+    pub(crate) holder_ttls: Vec<std::time::Duration>,
+}
+
+impl Round {
+    /// When enough of the other holder's keys will have expired for a quorum to be free
+    /// again, measured from `t0`; `None` without the needed reports.
+    pub(crate) fn holder_free_in(&self, quorum: usize) -> Option<std::time::Duration> {
+        // Masters that must free up: all but the `n - quorum` we can do without.
+        let n = self.outcomes.len();
+        let blocking = self
+            .outcomes
+            .iter()
+            .filter(|o| matches!(o, MasterOutcome::HeldByOther))
+            .count();
+        let must_free = blocking.checked_sub(n - quorum)?.checked_sub(1)?;
+        self.holder_ttls.get(must_free).copied()
+    }
 }
 
 impl Round {
@@ -57,14 +75,14 @@ fn vote(op: &Op, reply: &Result<Reply, MasterError>) -> Vote {
         // Release succeeds wherever the key is no longer ours, whoever's it is now.
         (Op::Release { .. } | Op::ReleaseUnchecked { .. }, Ok(_)) => Vote::Granted,
         (_, Ok(Reply::Granted)) => Vote::Granted,
-        (_, Ok(Reply::HeldByOther | Reply::Missing)) => Vote::Denied,
+        (_, Ok(Reply::HeldByOther | Reply::HeldFor(_) | Reply::Missing)) => Vote::Denied,
     }
 }
 
 fn outcome(reply: Result<Reply, MasterError>) -> MasterOutcome {
     match reply {
         Ok(Reply::Granted) => MasterOutcome::Granted,
-        Ok(Reply::HeldByOther) => MasterOutcome::HeldByOther,
+        Ok(Reply::HeldByOther | Reply::HeldFor(_)) => MasterOutcome::HeldByOther,
         Ok(Reply::Missing) => MasterOutcome::Missing,
         Err(e) => MasterOutcome::Failed(e),
     }
@@ -108,6 +126,7 @@ pub(crate) async fn run(
 
     let mut tally = Tally::new(n, need);
     let mut outcomes = vec![MasterOutcome::Pending; n];
+    let mut holder_ttls = Vec::new();
     let mut decision = tally.decision();
     while decision == Decision::Pending {
         let Some((i, reply)) = in_flight.next().await else {
@@ -115,6 +134,9 @@ pub(crate) async fn run(
             break;
         };
         decision = tally.record(vote(&op, &reply));
+        if let Ok(Reply::HeldFor(ttl)) = reply {
+            holder_ttls.push(ttl);
+        }
         outcomes[i] = outcome(reply);
     }
 
@@ -155,10 +177,12 @@ pub(crate) async fn run(
         Decision::Pending => Decision::Failed,
         d => d,
     };
+    holder_ttls.sort_unstable();
     Round {
         decision,
         outcomes,
         t0,
+        holder_ttls,
     }
 }
 

@@ -66,6 +66,7 @@ fn acquire_op() -> Arc<Op> {
         key: "k".into(),
         value: "v".into(),
         ttl: Duration::from_secs(1),
+        holder_ttl: false,
     })
 }
 

@@ -1,0 +1,355 @@
+//! Release notices for waiters (DESIGN.md section 4).
+//!
+//! The release script publishes on the lock's channel. A waiting `acquire` subscribes to
+//! that channel on every master and retries as soon as a notice arrives from any of them,
+//! instead of sleeping out a polling interval. Notices are hints, never trusted for
+//! correctness: every wakeup is followed by an ordinary quorum round, and the waiter also
+//! wakes when the holder's key expires and after a jittered fallback delay.
+//!
+//! One pub/sub connection per master serves every waiter of a client, multiplexing
+//! channels. Each connection is driven by one task that owns it and handles, in order,
+//! subscribe and unsubscribe requests and incoming messages; a channel is unsubscribed
+//! only when no waiter wants it any more at the moment the request is handled, so a
+//! late unsubscribe never cancels a newer waiter's subscription. After a reconnect the
+//! task subscribes again to every channel that still has waiters.
+//!
+//! Ordering for waiters (the reason for subscribe-before-try):
+//! 1. attempt fails: the lock is held;
+//! 2. subscribe, and wait until the masters confirmed the subscription;
+//! 3. attempt again at once: a release between 1 and 2 is seen by this attempt;
+//! 4. from now on any release publishes a notice that reaches the subscription.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use redis::Client;
+use redis::aio::{PubSubSink, PubSubStream};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::config::MasterSpec;
+
+/// The waiters of one channel.
+struct Channel {
+    waiters: usize,
+    /// Bumped on every notice; each waiter holds a receiver.
+    notices: watch::Sender<u64>,
+    /// True once every master confirmed (or failed) the subscription.
+    ready: watch::Sender<bool>,
+}
+
+/// Which channels have waiters; shared by the notifier and its connection tasks.
+#[derive(Default)]
+struct Registry {
+    channels: Mutex<HashMap<Arc<str>, Channel>>,
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Channel>> {
+        // Entries are inserted and removed whole; a poisoned map is still consistent.
+        self.channels.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn notify(&self, channel: &str) {
+        if let Some(entry) = self.lock().get(channel) {
+            entry.notices.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    fn wanted(&self, channel: &str) -> bool {
+        self.lock().contains_key(channel)
+    }
+
+    fn all(&self) -> Vec<Arc<str>> {
+        self.lock().keys().cloned().collect()
+    }
+}
+
+enum Command {
+    Subscribe(Arc<str>, oneshot::Sender<()>),
+    Unsubscribe(Arc<str>),
+}
+
+/// Release-notice subscriptions over every master of a client.
+pub(crate) struct Notifier {
+    registry: Arc<Registry>,
+    /// One command queue per master; its task ends when the queue's sender is dropped.
+    masters: Vec<mpsc::UnboundedSender<Command>>,
+    /// How long to wait for the masters to confirm a subscription.
+    confirm_timeout: Duration,
+    /// Confirmations that suffice: any quorum intersects the masters a holder's release
+    /// deletes on, so one of them publishes the notice.
+    quorum: usize,
+}
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notifier")
+            .field("masters", &self.masters.len())
+            .field("channels", &self.registry.lock().len())
+            .finish()
+    }
+}
+
+impl Notifier {
+    /// A notifier over `masters`; connections are opened on the first subscription.
+    /// Without a tokio runtime (or without masters) it delivers no notices, and waiters
+    /// fall back to their timers.
+    pub(crate) fn new(
+        masters: &[MasterSpec],
+        quorum: usize,
+        node_timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Self {
+        let registry = Arc::new(Registry::default());
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        let mut queues = Vec::new();
+        for spec in masters {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let Ok(client) = Client::open(spec.info.clone()) else {
+                continue;
+            };
+            let driver = Driver {
+                name: Arc::clone(&spec.name),
+                client,
+                registry: Arc::clone(&registry),
+                commands: rx,
+                node_timeout,
+                connect_timeout,
+            };
+            match &runtime {
+                Some(rt) => {
+                    rt.spawn(driver.run());
+                }
+                None => continue,
+            }
+            queues.push(tx);
+        }
+        Self {
+            registry,
+            masters: queues,
+            confirm_timeout: connect_timeout.saturating_add(node_timeout),
+            quorum,
+        }
+    }
+
+    /// A notifier that never delivers notices.
+    pub(crate) fn disabled() -> Self {
+        Self {
+            registry: Arc::new(Registry::default()),
+            masters: Vec::new(),
+            confirm_timeout: Duration::ZERO,
+            quorum: 0,
+        }
+    }
+
+    /// Subscribes to `channel` on every master and returns once each master confirmed or
+    /// failed (bounded by the connect and node timeouts).
+    pub(crate) async fn subscribe(self: &Arc<Self>, channel: Arc<str>) -> Subscription {
+        let (notices, mut ready, first) = {
+            let mut channels = self.registry.lock();
+            let entry = channels
+                .entry(Arc::clone(&channel))
+                .or_insert_with(|| Channel {
+                    waiters: 0,
+                    notices: watch::channel(0).0,
+                    ready: watch::channel(false).0,
+                });
+            entry.waiters += 1;
+            (
+                entry.notices.subscribe(),
+                entry.ready.subscribe(),
+                entry.waiters == 1,
+            )
+        };
+        let subscription = Subscription {
+            notifier: Arc::clone(self),
+            channel: Arc::clone(&channel),
+            notices,
+        };
+        if first {
+            let mut acks: FuturesUnordered<_> = self
+                .masters
+                .iter()
+                .filter_map(|queue| {
+                    let (ack, done) = oneshot::channel();
+                    queue
+                        .send(Command::Subscribe(Arc::clone(&channel), ack))
+                        .ok()
+                        .map(|()| done)
+                })
+                .collect();
+            let confirmed = async {
+                let mut confirmed = 0;
+                while let Some(ack) = acks.next().await {
+                    confirmed += usize::from(ack.is_ok());
+                    if confirmed >= self.quorum {
+                        break;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(self.confirm_timeout, confirmed).await;
+            if let Some(entry) = self.registry.lock().get(&channel) {
+                entry.ready.send_replace(true);
+            }
+        } else {
+            let _ = tokio::time::timeout(self.confirm_timeout, ready.wait_for(|r| *r)).await;
+        }
+        subscription
+    }
+
+    fn release(&self, channel: &Arc<str>) {
+        let last = {
+            let mut channels = self.registry.lock();
+            match channels.get_mut(channel) {
+                Some(entry) if entry.waiters > 1 => {
+                    entry.waiters -= 1;
+                    false
+                }
+                Some(_) => {
+                    channels.remove(channel);
+                    true
+                }
+                None => false,
+            }
+        };
+        if last {
+            for queue in &self.masters {
+                let _ = queue.send(Command::Unsubscribe(Arc::clone(channel)));
+            }
+        }
+    }
+}
+
+/// One waiter's interest in a channel; unsubscribes when the last one is dropped.
+pub(crate) struct Subscription {
+    notifier: Arc<Notifier>,
+    channel: Arc<str>,
+    notices: watch::Receiver<u64>,
+}
+
+impl Subscription {
+    /// Resolves at the next notice since the last call (or since subscribing). Never
+    /// resolves if notices stopped for good; always race it with a timer.
+    pub(crate) async fn notified(&mut self) {
+        if self.notices.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.notifier.release(&self.channel);
+    }
+}
+
+/// Owns one master's pub/sub connection.
+struct Driver {
+    name: Arc<str>,
+    client: Client,
+    registry: Arc<Registry>,
+    commands: mpsc::UnboundedReceiver<Command>,
+    node_timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl Driver {
+    async fn run(mut self) {
+        const FIRST_BACKOFF: Duration = Duration::from_millis(10);
+        const MAX_BACKOFF: Duration = Duration::from_secs(1);
+        let mut backoff = FIRST_BACKOFF;
+        // Subscriptions to confirm once connected.
+        let mut acks: Vec<oneshot::Sender<()>> = Vec::new();
+        loop {
+            // Connect when some channel has waiters; otherwise wait for a request.
+            if self.registry.all().is_empty() && acks.is_empty() {
+                match self.commands.recv().await {
+                    None => return,
+                    Some(Command::Unsubscribe(_)) => continue,
+                    Some(Command::Subscribe(_, ack)) => acks.push(ack),
+                }
+            }
+            let Some((mut sink, mut stream)) = self.connect().await else {
+                // Unconfirmed waiters go on with their timers.
+                acks.clear();
+                while self.commands.try_recv().is_ok() {}
+                tokio::time::sleep(backoff).await;
+                backoff = backoff.saturating_mul(2).min(MAX_BACKOFF);
+                if self.commands.is_closed() {
+                    return;
+                }
+                continue;
+            };
+            backoff = FIRST_BACKOFF;
+            for channel in self.registry.all() {
+                self.send(&mut sink, true, &channel).await;
+            }
+            for ack in acks.drain(..) {
+                let _ = ack.send(());
+            }
+            loop {
+                tokio::select! {
+                    cmd = self.commands.recv() => match cmd {
+                        None => return,
+                        Some(Command::Subscribe(channel, ack)) => {
+                            if self.send(&mut sink, true, &channel).await {
+                                let _ = ack.send(());
+                            }
+                        }
+                        Some(Command::Unsubscribe(channel)) => {
+                            if !self.registry.wanted(&channel) {
+                                self.send(&mut sink, false, &channel).await;
+                            }
+                        }
+                    },
+                    msg = stream.next() => match msg {
+                        Some(msg) => self.registry.notify(msg.get_channel_name()),
+                        None => {
+                            tracing::debug!(master = %self.name, "pub/sub connection lost");
+                            break;
+                        }
+                    },
+                }
+            }
+        }
+    }
+
+    async fn connect(&self) -> Option<(PubSubSink, PubSubStream)> {
+        match tokio::time::timeout(self.connect_timeout, self.client.get_async_pubsub()).await {
+            Ok(Ok(pubsub)) => Some(pubsub.split()),
+            Ok(Err(error)) => {
+                tracing::debug!(master = %self.name, %error, "pub/sub connect failed");
+                None
+            }
+            Err(_) => {
+                tracing::debug!(master = %self.name, "pub/sub connect timed out");
+                None
+            }
+        }
+    }
+
+    /// Sends one (un)subscribe request; whether the master confirmed it in time.
+    async fn send(&self, sink: &mut PubSubSink, subscribe: bool, channel: &str) -> bool {
+        let request = async {
+            if subscribe {
+                sink.subscribe(channel).await
+            } else {
+                sink.unsubscribe(channel).await
+            }
+        };
+        match tokio::time::timeout(self.node_timeout, request).await {
+            Ok(Ok(())) => true,
+            Ok(Err(error)) => {
+                tracing::debug!(master = %self.name, %error, subscribe, "pub/sub request failed");
+                false
+            }
+            Err(_) => {
+                tracing::debug!(master = %self.name, subscribe, "pub/sub request timed out");
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! Waiting woken by release notices, against real masters.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redquorum::{AcquireOptions, ErrorKind};
+use support::*;
+use tokio::time::Instant;
+
+/// A waiter whose fallback timer alone could never get the lock within its budget.
+fn patient(cluster: &Cluster) -> redquorum::Builder {
+    client(cluster)
+        .retry_delay("60s")
+        .retry_jitter("0s")
+        .wait_timeout("20s")
+}
+
+/// How many subscribers `channel` has on the server at `url`.
+async fn subscribers(url: &str, channel: &str) -> i64 {
+    let mut conn = raw(url).await;
+    let (_, n): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    n
+}
+
+#[tokio::test]
+async fn a_release_wakes_the_waiter() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster).ttl("30s").build().unwrap();
+    let waiter = patient(&cluster).build().unwrap();
+    let key = unique_key("wake");
+    let lease = holder.acquire(&key).await.unwrap();
+
+    let waiting = tokio::spawn({
+        let (waiter, key) = (waiter.clone(), key.clone());
+        async move { (waiter.acquire(&key).await, Instant::now()) }
+    });
+    // The waiter is subscribed once the channel has a subscriber on a quorum.
+    let channel = format!("redquorum:released:{key}");
+    let urls = cluster.urls();
+    wait_until(Duration::from_secs(5), "the waiter subscribed", || {
+        let (urls, channel) = (urls.clone(), channel.clone());
+        async move {
+            let mut n = 0;
+            for url in &urls {
+                n += subscribers(url, &channel).await;
+            }
+            n >= 2
+        }
+    })
+    .await;
+    let released_at = Instant::now();
+    lease.release().await.unwrap();
+    let (acquired, acquired_at) = waiting.await.unwrap();
+    let lease = acquired.unwrap();
+    // Order of events: released, then acquired — long before the 60 s fallback timer or
+    // the 30 s TTL could have let the waiter in. Only the notice can explain it.
+    assert!(acquired_at > released_at);
+    assert!(acquired_at < released_at + Duration::from_secs(30));
+    assert!(
+        lease
+            .masters()
+            .iter()
+            .filter(|r| r.outcome().is_granted())
+            .count()
+            >= 2
+    );
+    lease.release().await.unwrap();
+    // The waiter unsubscribed once it had the lock.
+    for url in cluster.urls() {
+        wait_until(Duration::from_secs(2), "unsubscribed", || {
+            let (url, channel) = (url.clone(), channel.clone());
+            async move { subscribers(&url, &channel).await == 0 }
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn without_notifications_the_same_waiter_times_out() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster).ttl("30s").build().unwrap();
+    let waiter = patient(&cluster)
+        .notifications(false)
+        .wait_timeout("1500ms")
+        .build()
+        .unwrap();
+    let key = unique_key("no_notice");
+    let lease = holder.acquire(&key).await.unwrap();
+    let waiting = tokio::spawn({
+        let (waiter, key) = (waiter.clone(), key.clone());
+        async move { waiter.acquire(&key).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    lease.release().await.unwrap();
+    let err = waiting.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WaitTimeout, "{err}");
+}
+
+#[tokio::test]
+async fn a_waiter_whose_budget_runs_out_gets_a_timeout_and_leaves_no_subscription() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster).ttl("30s").build().unwrap();
+    let waiter = patient(&cluster).build().unwrap();
+    let key = unique_key("budget");
+    let _lease = holder.acquire(&key).await.unwrap();
+    let start = Instant::now();
+    let budget = Duration::from_millis(400);
+    let err = waiter
+        .acquire_with(&key, &AcquireOptions::new().wait_timeout(budget))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WaitTimeout, "{err}");
+    assert!(err.to_string().contains("gave up waiting"), "{err}");
+    assert!(err.is_retryable());
+    assert!(start.elapsed() >= budget);
+    let channel = format!("redquorum:released:{key}");
+    for url in cluster.urls() {
+        wait_until(Duration::from_secs(2), "no subscription left", || {
+            let (url, channel) = (url.clone(), channel.clone());
+            async move { subscribers(&url, &channel).await == 0 }
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn an_abandoned_lock_wakes_the_waiter_when_its_keys_expire() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let key = unique_key("abandoned");
+    // Another client "crashed" holding the lock: its keys expire, nobody publishes.
+    for url in cluster.urls() {
+        let _: () = raw(&url).await.pset_ex(&key, "crashed", 700).await.unwrap();
+    }
+    let waiter = patient(&cluster).build().unwrap();
+    let start = Instant::now();
+    let lease = waiter.acquire(&key).await.unwrap();
+    // Woken by the holder's PTTL, not the 60 s fallback timer.
+    assert!(start.elapsed() < Duration::from_secs(30));
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn without_pub_sub_on_the_masters_waiters_fall_back_to_their_timers() {
+    let options = ServerOptions::new()
+        .arg("--rename-command")
+        .arg("SUBSCRIBE")
+        .arg("\"\"");
+    let cluster = Cluster::start_with(3, &options).await.unwrap();
+    let holder = client(&cluster).ttl("30s").build().unwrap();
+    let waiter = client(&cluster)
+        .retry_delay("50ms")
+        .retry_jitter("20ms")
+        .wait_timeout("10s")
+        .build()
+        .unwrap();
+    let key = unique_key("no_pubsub");
+    let lease = holder.acquire(&key).await.unwrap();
+    let waiting = tokio::spawn({
+        let (waiter, key) = (waiter.clone(), key.clone());
+        async move { waiter.acquire(&key).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    lease.release().await.unwrap();
+    let lease = waiting.await.unwrap().unwrap();
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn many_waiters_take_turns_each_woken_by_the_previous_release() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let key = unique_key("turns");
+    let holder = client(&cluster).ttl("30s").build().unwrap();
+    let first = holder.acquire(&key).await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let waiter = patient(&cluster).ttl("30s").build().unwrap();
+        let key = key.clone();
+        tasks.push(tokio::spawn(async move {
+            let lease = waiter.acquire(&key).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            lease.release().await.unwrap();
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    first.release().await.unwrap();
+    // With a 60 s fallback and 30 s TTLs, all four finishing proves every hand-off was
+    // woken by a release notice.
+    tokio::time::timeout(Duration::from_secs(15), async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    })
+    .await
+    .expect("waiters were not woken by releases");
+}

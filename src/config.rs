@@ -174,6 +174,21 @@ pub enum ConfigError {
         /// The value.
         value: String,
     },
+    /// A TTL above `ttl_max`, the bound restart quarantine relies on.
+    #[error(
+        "ttl {ttl} exceeds ttl_max {ttl_max}: restart quarantine keeps a restarted master out for ttl_max, so no lock may live longer; raise ttl_max or lower ttl"
+    )]
+    TtlAboveTtlMax {
+        /// The TTL.
+        ttl: String,
+        /// The bound.
+        ttl_max: String,
+    },
+    /// Fencing asked for without restart quarantine.
+    #[error(
+        "fencing tokens need restart quarantine (a master that lost its counters must not vote until they are seeded again): turn quarantine back on"
+    )]
+    FencingNeedsQuarantine,
     /// The exponential backoff's maximum is below the base delay.
     #[error("backoff max {max} is below retry_delay {delay}: raise the maximum or lower the delay")]
     BackoffMax {
@@ -241,6 +256,10 @@ pub(crate) struct Config {
     pub(crate) extend_interval: Option<Duration>,
     pub(crate) max_hold: Option<Duration>,
     pub(crate) safety_margin: Option<Duration>,
+    pub(crate) quarantine: bool,
+    /// Every TTL and extension is at most this long; restart quarantine waits this long.
+    pub(crate) ttl_max: Duration,
+    pub(crate) fencing: bool,
     /// A planted bug (feature `mutants`); always `None` otherwise.
     pub(crate) mutant: Option<Mutant>,
 }
@@ -266,6 +285,22 @@ impl Config {
     /// The validity a new lease of `ttl` must have left: more than this, or it is useless.
     pub(crate) fn least_validity(&self, ttl: Duration) -> Duration {
         self.min_validity.max(self.safety_margin(ttl))
+    }
+
+    /// How long a master that may have lost its keys abstains (DESIGN.md section 6).
+    pub(crate) fn quarantine_window(&self) -> Duration {
+        crate::quarantine::window(self.ttl_max, self.drift_factor, crate::quarantine::MARGIN)
+    }
+
+    /// Checks a per-call TTL against `ttl_max`.
+    pub(crate) fn check_ttl_max(&self, ttl: Duration) -> Result<(), ConfigError> {
+        if ttl > self.ttl_max {
+            return Err(ConfigError::TtlAboveTtlMax {
+                ttl: human(ttl),
+                ttl_max: human(self.ttl_max),
+            });
+        }
+        Ok(())
     }
 
     /// The watchdog's pause between extensions of a lease of `ttl`.
@@ -323,6 +358,8 @@ type DurationSetting = Result<Duration, (String, String)>;
 /// - `notifications`: on (waiters are woken by release notices)
 /// - `watchdog`: off; `extend_interval`: a third of the TTL; `max_hold`: none;
 ///   `safety_margin`: 5 % of the TTL
+/// - `quarantine`: on, with `ttl_max` equal to the TTL
+/// - `fencing`: off
 ///
 /// # Example
 /// ```
@@ -359,6 +396,9 @@ pub struct Builder {
     extend_interval: Option<DurationSetting>,
     max_hold: Option<DurationSetting>,
     safety_margin: Option<DurationSetting>,
+    quarantine: bool,
+    ttl_max: Option<DurationSetting>,
+    fencing: bool,
     mutant: Option<Mutant>,
 }
 
@@ -382,6 +422,9 @@ impl Default for Builder {
             extend_interval: None,
             max_hold: None,
             safety_margin: None,
+            quarantine: true,
+            ttl_max: None,
+            fencing: false,
             mutant: None,
         }
     }
@@ -530,6 +573,31 @@ impl Builder {
         self
     }
 
+    /// Restart quarantine: a master that may have lost its lock keys (restarted without
+    /// persistence, restored from an old snapshot, flushed) does not vote until every lock
+    /// it may have forgotten has expired — `ttl_max` plus the drift allowance. Defaults to
+    /// on. Turn it off only when every master is durable (`appendfsync always`) or for
+    /// throwaway test servers: a fresh server also abstains for `ttl_max`.
+    pub fn quarantine(mut self, on: bool) -> Self {
+        self.quarantine = on;
+        self
+    }
+
+    /// The longest TTL any client uses on these masters, for locks and extensions alike;
+    /// restart quarantine keeps a master out for this long. Defaults to the TTL.
+    pub fn ttl_max(mut self, ttl_max: impl IntoDuration) -> Self {
+        self.ttl_max = Some(ttl_max.into_duration());
+        self
+    }
+
+    /// Whether every acquisition gets a fencing token ([`FencingToken`](crate::FencingToken)),
+    /// at the cost of one more round trip. Defaults to off; per call with
+    /// [`AcquireOptions::fencing`](crate::AcquireOptions::fencing). Needs quarantine.
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.fencing = on;
+        self
+    }
+
     /// Plants a deliberate bug in this client, for proving that a test suite catches it.
     /// Defaults to none. Only with the `mutants` feature; never use it outside such tests.
     #[cfg(feature = "mutants")]
@@ -569,6 +637,9 @@ impl Builder {
             extend_interval,
             max_hold,
             safety_margin,
+            quarantine,
+            ttl_max,
+            fencing,
             mutant,
         } = self;
 
@@ -589,6 +660,19 @@ impl Builder {
         let safety_margin = safety_margin
             .map(|d| duration("safety_margin", d))
             .transpose()?;
+        let ttl_max = match ttl_max {
+            Some(d) => deadline::whole_millis(duration("ttl_max", d)?),
+            None => ttl,
+        };
+        if ttl > ttl_max {
+            return Err(ConfigError::TtlAboveTtlMax {
+                ttl: human(ttl),
+                ttl_max: human(ttl_max),
+            });
+        }
+        if fencing && !quarantine {
+            return Err(ConfigError::FencingNeedsQuarantine);
+        }
         for (setting, value) in [("extend_interval", extend_interval), ("max_hold", max_hold)] {
             if value.is_some_and(|d| d.is_zero()) {
                 return Err(ConfigError::Zero(setting));
@@ -654,6 +738,9 @@ impl Builder {
             extend_interval,
             max_hold,
             safety_margin,
+            quarantine,
+            ttl_max,
+            fencing,
             mutant,
         })
     }

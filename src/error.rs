@@ -25,6 +25,18 @@ pub enum MasterOutcome {
     /// The master had not answered when the round was decided. Its reply is still
     /// collected in the background so that cleanup reaches it.
     Pending,
+    /// The master answered but does not vote: restart quarantine keeps it out until
+    /// every lock it may have forgotten has expired, at the instant given.
+    Abstained {
+        /// When it votes again (as far as is known now).
+        until: tokio::time::Instant,
+    },
+    /// Fencing write-back: the master's counter was already at or above the token; the
+    /// token is raised past it and the write-back repeated.
+    FenceConflict {
+        /// The master's counter.
+        counter: u64,
+    },
 }
 
 impl MasterOutcome {
@@ -42,6 +54,14 @@ impl fmt::Display for MasterOutcome {
             MasterOutcome::Missing => f.write_str("key missing"),
             MasterOutcome::Failed(e) => write!(f, "failed: {e}"),
             MasterOutcome::Pending => f.write_str("no reply before the round was decided"),
+            MasterOutcome::Abstained { until } => write!(
+                f,
+                "abstains (restart quarantine) for {}",
+                human(until.saturating_duration_since(tokio::time::Instant::now()))
+            ),
+            MasterOutcome::FenceConflict { counter } => {
+                write!(f, "fence counter already at {counter}")
+            }
         }
     }
 }
@@ -96,6 +116,11 @@ pub enum MasterErrorKind {
     Protocol,
     /// Any other error reported by the master or the client library.
     Other,
+    /// Restart quarantine: the master may have lost lock keys and does not vote yet.
+    Abstained,
+    /// The master's configuration can lose lock keys (an evicting `maxmemory-policy`), so
+    /// it never votes.
+    Misconfigured,
 }
 
 /// Why one master failed in a round.
@@ -104,6 +129,7 @@ pub struct MasterError {
     kind: MasterErrorKind,
     message: Arc<str>,
     source: Option<Arc<redis::RedisError>>,
+    until: Option<tokio::time::Instant>,
 }
 
 impl MasterError {
@@ -112,7 +138,21 @@ impl MasterError {
             kind,
             message: message.into(),
             source: None,
+            until: None,
         }
+    }
+
+    /// A master in restart quarantine until `until`.
+    pub(crate) fn abstained(until: tokio::time::Instant, why: impl Into<Arc<str>>) -> Self {
+        Self {
+            until: Some(until),
+            ..Self::new(MasterErrorKind::Abstained, why)
+        }
+    }
+
+    /// When an abstaining master votes again.
+    pub(crate) fn abstains_until(&self) -> Option<tokio::time::Instant> {
+        self.until
     }
 
     pub(crate) fn from_redis(err: redis::RedisError) -> Self {
@@ -143,6 +183,7 @@ impl MasterError {
             kind,
             message: err.to_string().into(),
             source: Some(Arc::new(err)),
+            until: None,
         }
     }
 
@@ -188,6 +229,9 @@ pub enum ErrorKind {
     LeaseLost,
     /// Per-call options that do not fit the client's configuration.
     InvalidOptions,
+    /// The lock was granted, but no quorum confirmed a fencing token within its validity;
+    /// the lock was released again.
+    FencingFailed,
 }
 
 /// An error from acquiring, extending or releasing a lock, with every master's outcome.
@@ -264,6 +308,7 @@ impl Error {
                 | ErrorKind::NoQuorum
                 | ErrorKind::ValidityExhausted
                 | ErrorKind::WaitTimeout
+                | ErrorKind::FencingFailed
         )
     }
 
@@ -278,6 +323,7 @@ impl fmt::Display for Error {
         match self.kind {
             ErrorKind::Contended => write!(f, "lock {r:?} is held by another client")?,
             ErrorKind::NoQuorum => write!(f, "no quorum of masters reachable for {r:?}")?,
+            ErrorKind::FencingFailed => write!(f, "no fencing token could be issued for {r:?}")?,
             ErrorKind::ValidityExhausted => write!(
                 f,
                 "lock {r:?} was granted by a quorum too late: its validity was used up"
@@ -299,6 +345,10 @@ impl fmt::Display for Error {
                 self.count(|o| matches!(o, MasterOutcome::Failed(_))),
                 self.count(|o| matches!(o, MasterOutcome::Pending)),
             )?;
+            let abstained = self.count(|o| matches!(o, MasterOutcome::Abstained { .. }));
+            if abstained > 0 {
+                write!(f, ", {abstained} abstaining (restart quarantine)")?;
+            }
             if self.attempts > 1 {
                 write!(f, "; {} attempts", self.attempts)?;
             }

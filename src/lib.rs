@@ -52,11 +52,14 @@
 mod config;
 mod deadline;
 mod error;
+mod fencing;
+mod guard;
 mod lease;
 mod lock;
 mod master;
 #[cfg_attr(not(feature = "mutants"), allow(dead_code, unreachable_pub))]
 mod mutants;
+mod quarantine;
 mod quorum;
 mod scripts;
 #[cfg(feature = "testkit")]
@@ -70,6 +73,7 @@ pub use config::{
     IntoDuration,
 };
 pub use error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
+pub use fencing::{FencingToken, fenced_set};
 pub use lease::{ExtendReport, Lease, LeaseHandle, Lost, LostReason, ReleaseReport};
 pub use lock::{AcquireOptions, Redlock};
 #[cfg(feature = "mutants")]

@@ -9,8 +9,10 @@ use tokio::time::Instant;
 
 use crate::config::{Builder, Config, ConfigError, DEFAULT_RETRY_ATTEMPTS};
 use crate::error::{Error, ErrorKind, MasterOutcome, human};
+use crate::fencing::FencingToken;
+use crate::guard::{EpochBoard, Guarded};
 use crate::lease::{Lease, LeaseHandle, LeaseParams, Watchdog};
-use crate::master::{Master, Op, RedisMaster};
+use crate::master::{FenceRead, Master, Op, RedisMaster};
 use crate::mutants::Mutant;
 use crate::quorum::{self, Decision};
 use crate::wait::{Notifier, Subscription};
@@ -85,6 +87,7 @@ pub struct AcquireOptions {
     wait_timeout: Option<Duration>,
     watchdog: Option<bool>,
     max_hold: Option<Duration>,
+    fencing: Option<bool>,
 }
 
 impl AcquireOptions {
@@ -126,11 +129,19 @@ impl AcquireOptions {
         self.max_hold = Some(max_hold);
         self
     }
+
+    /// Whether this acquisition gets a fencing token (one more round trip). Defaults to
+    /// the client's `fencing` setting; needs restart quarantine.
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.fencing = Some(on);
+        self
+    }
 }
 
 /// Settings of one acquire call, resolved against the client's configuration.
 struct Plan {
     ttl: Duration,
+    fencing: bool,
     attempts: u32,
     give_up_at: Option<Instant>,
     watchdog: bool,
@@ -156,15 +167,27 @@ impl Redlock {
             Some(Mutant::NoNodeTimeout) => Duration::from_secs(3600),
             _ => config.node_timeout,
         };
-        for spec in &config.masters {
-            let master =
-                RedisMaster::new(spec, node_timeout, config.connect_timeout).map_err(|e| {
-                    ConfigError::InvalidUrl {
-                        url: spec.name.to_string(),
-                        reason: e.to_string(),
-                    }
-                })?;
-            masters.push(Arc::new(master));
+        let board = Arc::new(EpochBoard::new(
+            config.masters.len(),
+            config.quarantine_window(),
+        ));
+        for (index, spec) in config.masters.iter().enumerate() {
+            let master = RedisMaster::new(
+                spec,
+                node_timeout,
+                config.connect_timeout,
+                config.quarantine,
+            )
+            .map_err(|e| ConfigError::InvalidUrl {
+                url: spec.name.to_string(),
+                reason: e.to_string(),
+            })?;
+            let master: Arc<dyn Master> = Arc::new(master);
+            masters.push(if config.quarantine {
+                Arc::new(Guarded::new(master, index, Arc::clone(&board)))
+            } else {
+                master
+            });
         }
         let notifier = if config.notifications {
             Notifier::new(
@@ -284,7 +307,7 @@ impl Redlock {
             attempt += 1;
             let value = reused.clone().unwrap_or_else(|| random_value().into());
             let failed = match self
-                .attempt(&key, &resource, value, plan.ttl, waiting.is_some())
+                .attempt(&key, &resource, value, &plan, waiting.is_some())
                 .await
             {
                 Ok(lease) => {
@@ -420,10 +443,17 @@ impl Redlock {
             Some(ttl) => {
                 let ttl = deadline::whole_millis(ttl);
                 config.check_ttl(ttl).map_err(|e| invalid(e.to_string()))?;
+                config
+                    .check_ttl_max(ttl)
+                    .map_err(|e| invalid(e.to_string()))?;
                 ttl
             }
             None => config.ttl,
         };
+        let fencing = options.fencing.unwrap_or(config.fencing);
+        if fencing && !config.quarantine {
+            return Err(invalid(ConfigError::FencingNeedsQuarantine.to_string()));
+        }
         let wait = options.wait_timeout.or(config.wait_timeout);
         let give_up_at = match wait {
             Some(w) => Some(Instant::now().checked_add(w).ok_or_else(|| {
@@ -452,6 +482,7 @@ impl Redlock {
         }
         Ok(Plan {
             ttl,
+            fencing,
             attempts,
             give_up_at,
             watchdog: options.watchdog.unwrap_or(config.watchdog),
@@ -459,17 +490,18 @@ impl Redlock {
         })
     }
 
-    /// One acquire round.
+    /// One acquire attempt: the acquire round and, with fencing, the write-back.
     async fn attempt(
         &self,
         key: &Arc<str>,
         resource: &Arc<str>,
         value: Arc<str>,
-        ttl: Duration,
+        plan: &Plan,
         holder_ttl: bool,
     ) -> Result<Lease, Failed> {
         let inner = &self.inner;
         let config = &inner.config;
+        let ttl = plan.ttl;
         let mut guard = AttemptGuard {
             inner: Arc::clone(inner),
             key: Arc::clone(key),
@@ -477,13 +509,27 @@ impl Redlock {
             outcomes: None,
             armed: true,
         };
-        let op = Arc::new(Op::Acquire {
-            key: Arc::clone(key),
-            value: Arc::clone(&value),
-            ttl,
-            holder_ttl,
-        });
-        let round = quorum::run(&inner.masters, op, inner.quorum, resource).await;
+        let fence = match (plan.fencing, config.mutant) {
+            (false, _) => FenceRead::Skip,
+            (true, Some(Mutant::OneRoundToken)) => FenceRead::IncrementWhenGranted,
+            (true, _) => FenceRead::Read,
+        };
+        let op = if config.quarantine || plan.fencing {
+            Op::AcquireChecked {
+                key: Arc::clone(key),
+                value: Arc::clone(&value),
+                ttl,
+                fence,
+            }
+        } else {
+            Op::Acquire {
+                key: Arc::clone(key),
+                value: Arc::clone(&value),
+                ttl,
+                holder_ttl,
+            }
+        };
+        let round = quorum::run(&inner.masters, Arc::new(op), inner.quorum, resource).await;
         let reports = round.reports(&inner.masters);
         let drift = deadline::drift(ttl, config.drift_factor);
 
@@ -493,37 +539,58 @@ impl Redlock {
                 Some(Mutant::IgnoreElapsed) => now,
                 _ => round.t0,
             };
-            let valid = deadline::deadline(t0, ttl, drift).filter(|dl| {
-                deadline::validity_left(*dl, now, config.least_validity(ttl)).is_some()
-            });
-            if let Some(deadline) = valid {
-                guard.disarm();
-                return Ok(Lease::new(
-                    Arc::clone(inner),
-                    LeaseParams {
-                        key: Arc::clone(key),
-                        resource: Arc::clone(resource),
-                        value,
-                        ttl,
-                        deadline,
-                        safety_margin: config.safety_margin(ttl),
-                        acquired: reports,
-                    },
-                ));
-            }
-            guard.outcomes = Some(round.outcomes);
-            let detail = format!(
-                "the round took {} of a {} TTL (drift allowance {})",
-                human(now - round.t0),
-                human(ttl),
-                human(drift)
-            );
-            return Err(Failed {
-                error: Error::new(ErrorKind::ValidityExhausted, &**resource)
-                    .with_detail(detail)
-                    .with_masters(reports),
-                holder_free_at: None,
-            });
+            let least = config.least_validity(ttl);
+            let valid = deadline::deadline(t0, ttl, drift)
+                .filter(|dl| deadline::validity_left(*dl, now, least).is_some());
+            let Some(deadline) = valid else {
+                guard.outcomes = Some(round.outcomes);
+                let detail = format!(
+                    "the round took {} of a {} TTL (drift allowance {})",
+                    human(now - round.t0),
+                    human(ttl),
+                    human(drift)
+                );
+                return Err(Failed {
+                    error: Error::new(ErrorKind::ValidityExhausted, &**resource)
+                        .with_detail(detail)
+                        .with_masters(reports),
+                    holder_free_at: None,
+                });
+            };
+            let token = match fence {
+                FenceRead::Skip => None,
+                FenceRead::IncrementWhenGranted => Some(round.fence_counters().max().unwrap_or(0)),
+                FenceRead::Read => {
+                    let first = round.fence_counters().max().unwrap_or(0).saturating_add(1);
+                    match self
+                        .fence(key, resource, &value, first, (deadline, least))
+                        .await
+                    {
+                        Ok(token) => Some(token),
+                        Err(error) => {
+                            guard.outcomes = Some(round.outcomes);
+                            return Err(Failed {
+                                error,
+                                holder_free_at: None,
+                            });
+                        }
+                    }
+                }
+            };
+            guard.disarm();
+            return Ok(Lease::new(
+                Arc::clone(inner),
+                LeaseParams {
+                    key: Arc::clone(key),
+                    resource: Arc::clone(resource),
+                    value,
+                    ttl,
+                    deadline,
+                    safety_margin: config.safety_margin(ttl),
+                    token: token.map(FencingToken::new),
+                    acquired: reports,
+                },
+            ));
         }
 
         let denied = round
@@ -546,6 +613,55 @@ impl Redlock {
             error: Error::new(kind, &**resource).with_masters(reports),
             holder_free_at,
         })
+    }
+
+    /// The fencing write-back (phase 2, see `fencing.rs`): raises the counters to a token
+    /// starting at `token`, above every counter a master reports in conflict, until a
+    /// quorum accepted one, within the lease's validity.
+    async fn fence(
+        &self,
+        key: &Arc<str>,
+        resource: &Arc<str>,
+        value: &Arc<str>,
+        mut token: u64,
+        (deadline, least): (Instant, Duration),
+    ) -> Result<u64, Error> {
+        // Each conflict raises the token past a counter that exists, so a handful of
+        // rounds suffice; the bound only guards against a master answering nonsense.
+        const MAX_ROUNDS: usize = 16;
+        let inner = &self.inner;
+        let strict = inner.config.mutant != Some(Mutant::WritebackNoGuard);
+        let mut last = Vec::new();
+        for _ in 0..MAX_ROUNDS {
+            if deadline::validity_left(deadline, Instant::now(), least).is_none() {
+                break;
+            }
+            let op = Arc::new(Op::Fence {
+                key: Arc::clone(key),
+                value: Arc::clone(value),
+                token,
+                strict,
+            });
+            let round = quorum::run(&inner.masters, op, inner.quorum, resource).await;
+            last = round.reports(&inner.masters);
+            if round.decision == Decision::Reached {
+                if deadline::validity_left(deadline, Instant::now(), least).is_none() {
+                    break;
+                }
+                return Ok(token);
+            }
+            match round.fence_counters().max() {
+                Some(counter) if counter >= token => token = counter.saturating_add(1),
+                _ => {
+                    return Err(Error::new(ErrorKind::FencingFailed, &**resource)
+                        .with_detail("no quorum of masters still held this acquisition")
+                        .with_masters(last));
+                }
+            }
+        }
+        Err(Error::new(ErrorKind::FencingFailed, &**resource)
+            .with_detail("the lease's validity ran out before a quorum confirmed a token")
+            .with_masters(last))
     }
 }
 

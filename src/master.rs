@@ -26,6 +26,8 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client};
 
 use crate::config::{Config, MasterSpec};
+use crate::quarantine::{Epoch, Vitals, eviction_risk};
+
 use crate::error::{MasterError, MasterErrorKind, human};
 use crate::mutants::Mutant;
 use crate::scripts;
@@ -41,11 +43,29 @@ pub(crate) enum Op {
         ttl: Duration,
         holder_ttl: bool,
     },
-    /// Compare-and-`PEXPIRE` (re-setting a missing key), see `extend.lua`.
+    /// `SET key value NX PX ttl` inside `acquire.lua`, which also reads the data epoch
+    /// (restart quarantine), the fence counter (fencing) and the holder's `PTTL`.
+    AcquireChecked {
+        key: Arc<str>,
+        value: Arc<str>,
+        ttl: Duration,
+        fence: FenceRead,
+    },
+    /// Compare-and-`PEXPIRE` (re-setting a missing key), see `extend.lua`; with
+    /// `epoch`, also reads the data epoch.
     Extend {
         key: Arc<str>,
         value: Arc<str>,
         ttl: Duration,
+        epoch: bool,
+    },
+    /// Fencing write-back: raise the counter to `token` where the lock is ours and the
+    /// counter is below it (`strict`), see `fence.lua`.
+    Fence {
+        key: Arc<str>,
+        value: Arc<str>,
+        token: u64,
+        strict: bool,
     },
     /// Compare-and-delete plus release notice, see `release.lua`.
     Release {
@@ -72,18 +92,43 @@ impl Op {
         }
     }
 
+    /// Whether every answer to this op counts, quarantine or not (a release must reach
+    /// every master that may hold the key).
+    pub(crate) fn is_release(&self) -> bool {
+        matches!(self, Op::Release { .. } | Op::ReleaseUnchecked { .. })
+    }
+
     /// The operation's name in traces.
     pub(crate) fn name(&self) -> &'static str {
         match self {
-            Op::Acquire { .. } => "acquire",
+            Op::Acquire { .. } | Op::AcquireChecked { .. } => "acquire",
+            Op::Fence { .. } => "fence",
             Op::Extend { .. } => "extend",
             Op::Release { .. } | Op::ReleaseUnchecked { .. } => "release",
         }
     }
 }
 
-/// A master's answer to an [`Op`].
+/// What `AcquireChecked` reads of the fence counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FenceRead {
+    /// Nothing.
+    Skip,
+    /// Its value.
+    Read,
+    /// Increment it when granted (the one-round token mutant).
+    IncrementWhenGranted,
+}
+
+/// What a master said about its data epoch: the record and the server time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EpochReport {
+    pub(crate) record: Option<String>,
+    pub(crate) now_us: u64,
+}
+
+/// A master's answer to an [`Op`].
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Reply {
     /// Done as asked: set, extended (or set again), or deleted.
     Granted,
@@ -93,6 +138,44 @@ pub(crate) enum Reply {
     HeldFor(Duration),
     /// The key does not exist.
     Missing,
+    /// The answer to `AcquireChecked` or to `Extend` with `epoch`.
+    Checked {
+        /// Set (acquire) or extended (extend).
+        granted: bool,
+        epoch: EpochReport,
+        /// The fence counter, when read and present.
+        fence: Option<u64>,
+        /// When refused: how long the holder's key lives.
+        holder_ttl: Option<Duration>,
+    },
+    /// The answer to `Fence`.
+    Fenced {
+        outcome: FenceOutcome,
+        /// The counter before the write-back (or the one that conflicted).
+        before: Option<u64>,
+        epoch: EpochReport,
+    },
+}
+
+/// What a fencing write-back did on one master.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FenceOutcome {
+    /// The counter was raised to the token.
+    Written,
+    /// The counter was already at or above the token.
+    Conflict,
+    /// The lock does not hold our value there.
+    NotOurs,
+}
+
+impl Reply {
+    /// The epoch this reply read, if any.
+    pub(crate) fn epoch(&self) -> Option<&EpochReport> {
+        match self {
+            Reply::Checked { epoch, .. } | Reply::Fenced { epoch, .. } => Some(epoch),
+            _ => None,
+        }
+    }
 }
 
 /// One master, as the quorum round sees it.
@@ -104,6 +187,12 @@ pub(crate) trait Master: Send + Sync + fmt::Debug {
     /// round can hand it to a background task once the round is decided; it finishes
     /// within the node timeout (plus the connect timeout on first use).
     fn call(&self, op: Arc<Op>) -> BoxFuture<'static, Result<Reply, MasterError>>;
+
+    /// What the latest (re)connection read of the master, numbered by connection, when
+    /// the master reads vitals (restart quarantine on).
+    fn vitals(&self) -> Option<(u64, Arc<Vitals>)> {
+        None
+    }
 }
 
 /// A real Redis master.
@@ -118,6 +207,9 @@ struct Shared {
     node_timeout: Duration,
     connect_timeout: Duration,
     state: Mutex<State>,
+    /// Read the master's vitals on every (re)connect (restart quarantine).
+    read_vitals: bool,
+    vitals: Mutex<Option<(u64, Arc<Vitals>)>>,
     /// Serialises the first connection attempt, so concurrent first calls share it.
     first_connect: tokio::sync::Mutex<()>,
     generation: AtomicU64,
@@ -155,6 +247,7 @@ impl RedisMaster {
         spec: &MasterSpec,
         node_timeout: Duration,
         connect_timeout: Duration,
+        read_vitals: bool,
     ) -> Result<Self, redis::RedisError> {
         let client = Client::open(spec.info.clone())?;
         Ok(Self {
@@ -164,6 +257,8 @@ impl RedisMaster {
                 node_timeout,
                 connect_timeout,
                 state: Mutex::new(State::Idle),
+                read_vitals,
+                vitals: Mutex::new(None),
                 first_connect: tokio::sync::Mutex::new(()),
                 generation: AtomicU64::new(0),
             }),
@@ -197,6 +292,14 @@ impl Master for RedisMaster {
                 )),
             }
         })
+    }
+
+    fn vitals(&self) -> Option<(u64, Arc<Vitals>)> {
+        self.shared
+            .vitals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -238,20 +341,28 @@ impl Shared {
         }
     }
 
-    async fn open(&self) -> Result<MultiplexedConnection, MasterError> {
+    /// Connects and, with quarantine on, reads the master's vitals, all within the connect
+    /// timeout.
+    async fn open(&self) -> Result<(MultiplexedConnection, Option<Vitals>), MasterError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             // Every request is bounded by our own node timeout instead.
             .set_response_timeout(None);
-        match tokio::time::timeout(
-            self.connect_timeout,
-            self.client
-                .get_multiplexed_async_connection_with_config(&config),
-        )
-        .await
-        {
-            Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(err)) => Err(MasterError::from_redis(err)),
+        let connect = async {
+            let mut conn = self
+                .client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+                .map_err(MasterError::from_redis)?;
+            let vitals = if self.read_vitals {
+                Some(read_vitals(&mut conn).await?)
+            } else {
+                None
+            };
+            Ok((conn, vitals))
+        };
+        match tokio::time::timeout(self.connect_timeout, connect).await {
+            Ok(result) => result,
             Err(_) => Err(MasterError::new(
                 MasterErrorKind::Timeout,
                 format!("could not connect within {}", human(self.connect_timeout)),
@@ -259,8 +370,18 @@ impl Shared {
         }
     }
 
-    fn set_up(&self, conn: MultiplexedConnection) -> (MultiplexedConnection, u64) {
+    fn set_up(
+        &self,
+        (conn, vitals): (MultiplexedConnection, Option<Vitals>),
+    ) -> (MultiplexedConnection, u64) {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Some(vitals) = vitals {
+            if let Some(problem) = &vitals.misconfigured {
+                tracing::warn!(master = %self.name, %problem, "master misconfigured: it will not vote");
+            }
+            *self.vitals.lock().unwrap_or_else(PoisonError::into_inner) =
+                Some((generation, Arc::new(vitals)));
+        }
         *self.lock_state() = State::Up {
             conn: conn.clone(),
             generation,
@@ -362,19 +483,107 @@ async fn run(op: &Op, conn: &mut MultiplexedConnection) -> Result<Reply, MasterE
                 (None, Err(_)) => Reply::HeldByOther,
             })
         }
-        Op::Extend { key, value, ttl } => {
-            let code: i64 = scripts::EXTEND
+        Op::AcquireChecked {
+            key,
+            value,
+            ttl,
+            fence,
+        } => {
+            let mode = match fence {
+                FenceRead::Skip => "0",
+                FenceRead::Read => "1",
+                FenceRead::IncrementWhenGranted => "2",
+            };
+            let (granted, record, now, counter, pttl): (i64, String, String, Option<String>, i64) =
+                scripts::ACQUIRE
+                    .key(&**key)
+                    .key(scripts::EPOCH_KEY)
+                    .key(scripts::fence_key(key))
+                    .arg(&**value)
+                    .arg(millis(*ttl))
+                    .arg(new_epoch_id())
+                    .arg(mode)
+                    .invoke_async(conn)
+                    .await
+                    .map_err(MasterError::from_redis)?;
+            Ok(Reply::Checked {
+                granted: granted == 1,
+                epoch: EpochReport {
+                    record: Some(record),
+                    now_us: parse_number("acquire", &now)?,
+                },
+                fence: counter.map(|c| parse_number("acquire", &c)).transpose()?,
+                holder_ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+            })
+        }
+        Op::Extend {
+            key,
+            value,
+            ttl,
+            epoch,
+        } => {
+            let (code, record, now): (i64, Option<String>, String) = scripts::EXTEND
                 .key(&**key)
+                .key(scripts::EPOCH_KEY)
                 .arg(&**value)
                 .arg(millis(*ttl))
+                .arg(if *epoch {
+                    new_epoch_id()
+                } else {
+                    String::new()
+                })
                 .invoke_async(conn)
                 .await
                 .map_err(MasterError::from_redis)?;
-            match code {
-                1 | 2 => Ok(Reply::Granted),
-                -1 => Ok(Reply::HeldByOther),
-                other => Err(unexpected("extend", other)),
+            let granted = match code {
+                1 | 2 => true,
+                -1 => false,
+                other => return Err(unexpected("extend", other)),
+            };
+            if !*epoch {
+                return Ok(if granted {
+                    Reply::Granted
+                } else {
+                    Reply::HeldByOther
+                });
             }
+            Ok(Reply::Checked {
+                granted,
+                epoch: EpochReport {
+                    record,
+                    now_us: parse_number("extend", &now)?,
+                },
+                fence: None,
+                holder_ttl: None,
+            })
+        }
+        Op::Fence {
+            key,
+            value,
+            token,
+            strict,
+        } => {
+            let (code, before, record): (i64, Option<String>, Option<String>) = scripts::FENCE
+                .key(&**key)
+                .key(scripts::fence_key(key))
+                .key(scripts::EPOCH_KEY)
+                .arg(&**value)
+                .arg(*token)
+                .arg(if *strict { "1" } else { "0" })
+                .invoke_async(conn)
+                .await
+                .map_err(MasterError::from_redis)?;
+            let outcome = match code {
+                1 => FenceOutcome::Written,
+                0 => FenceOutcome::Conflict,
+                -1 => FenceOutcome::NotOurs,
+                other => return Err(unexpected("fence", other)),
+            };
+            Ok(Reply::Fenced {
+                outcome,
+                before: before.map(|c| parse_number("fence", &c)).transpose()?,
+                epoch: EpochReport { record, now_us: 0 },
+            })
         }
         Op::Release {
             key,
@@ -410,6 +619,76 @@ async fn delete(key: &str, conn: &mut MultiplexedConnection) -> Result<Reply, Ma
         Reply::Granted
     } else {
         Reply::Missing
+    })
+}
+
+/// Reads what restart quarantine needs to know about a freshly connected master.
+async fn read_vitals(conn: &mut MultiplexedConnection) -> Result<Vitals, MasterError> {
+    let server: redis::InfoDict = redis::cmd("INFO")
+        .arg("server")
+        .query_async(conn)
+        .await
+        .map_err(MasterError::from_redis)?;
+    let memory: redis::InfoDict = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(conn)
+        .await
+        .map_err(MasterError::from_redis)?;
+    let run_id: String = server.get("run_id").unwrap_or_default();
+    let uptime: u64 = server.get("uptime_in_seconds").unwrap_or(0);
+    let policy: String = memory.get("maxmemory_policy").unwrap_or_default();
+    let maxmemory: u64 = memory.get("maxmemory").unwrap_or(0);
+    // CONFIG may be renamed away; then the master is simply not known to be durable.
+    let config: Result<Vec<String>, _> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("append*")
+        .query_async(conn)
+        .await;
+    let durable = config.is_ok_and(|kv| {
+        let get = |name: &str| {
+            kv.chunks(2)
+                .find(|p| p.first().map(String::as_str) == Some(name))
+                .and_then(|p| p.get(1).cloned())
+        };
+        get("appendonly").as_deref() == Some("yes")
+            && get("appendfsync").as_deref() == Some("always")
+    });
+    let (record, now): (String, String) = scripts::EPOCH
+        .key(scripts::EPOCH_KEY)
+        .arg(new_epoch_id())
+        .invoke_async(conn)
+        .await
+        .map_err(MasterError::from_redis)?;
+    let now_us = parse_number("epoch", &now)?;
+    let epoch = Epoch::parse(&record, now_us).ok_or_else(|| {
+        MasterError::new(
+            MasterErrorKind::Protocol,
+            format!(
+                "the epoch record {:?} is not <id>:<microseconds>",
+                scripts::EPOCH_KEY
+            ),
+        )
+    })?;
+    Ok(Vitals {
+        run_id,
+        uptime: Duration::from_secs(uptime),
+        durable,
+        epoch,
+        misconfigured: eviction_risk(&policy, maxmemory),
+    })
+}
+
+/// A fresh id for a data epoch this client may start.
+fn new_epoch_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+fn parse_number(script: &str, text: &str) -> Result<u64, MasterError> {
+    text.parse().map_err(|_| {
+        MasterError::new(
+            MasterErrorKind::Protocol,
+            format!("{script} script answered {text:?} where a number belongs"),
+        )
     })
 }
 

@@ -21,15 +21,23 @@ pub enum Mutant {
     /// One lock value for all the retries of an acquire call instead of a fresh one per
     /// attempt.
     ReuseValue,
+    /// Fencing in one round: every granting master increments its counter and the token
+    /// is the largest result, with no write-back.
+    OneRoundToken,
+    /// The fencing write-back accepts a counter equal to the token (a max-write) instead
+    /// of requiring it to be below.
+    WritebackNoGuard,
 }
 
 impl Mutant {
     /// Every mutant, for suites that must run them all.
-    pub const ALL: [Mutant; 5] = [
+    pub const ALL: [Mutant; 7] = [
         Mutant::HalfQuorum,
         Mutant::IgnoreElapsed,
         Mutant::PlainDelRelease,
         Mutant::NoNodeTimeout,
         Mutant::ReuseValue,
+        Mutant::OneRoundToken,
+        Mutant::WritebackNoGuard,
     ];
 }

@@ -9,6 +9,10 @@ use support::*;
 
 const RELEASE: &str = include_str!("../src/scripts/release.lua");
 const EXTEND: &str = include_str!("../src/scripts/extend.lua");
+const ACQUIRE: &str = include_str!("../src/scripts/acquire.lua");
+const FENCE: &str = include_str!("../src/scripts/fence.lua");
+const EPOCH: &str = include_str!("../src/scripts/epoch.lua");
+const FENCED_SET: &str = include_str!("../src/scripts/fenced_set.lua");
 
 #[tokio::test]
 async fn release_contract() {
@@ -74,58 +78,230 @@ async fn release_contract() {
     assert_eq!(r, 0);
 }
 
+type Extended = (i64, Option<String>, String);
+
 #[tokio::test]
 async fn extend_contract() {
     let server = Server::start(&ServerOptions::new()).await.unwrap();
     let mut conn = raw(&server.url()).await;
     let script = Script::new(EXTEND);
     let key = unique_key("extend_script");
+    let epoch = unique_key("epoch");
+    let extend = |value: &'static str, ttl: u64, epoch_id: &'static str| {
+        let mut call = script.key(&key);
+        call.key(&epoch).arg(value).arg(ttl).arg(epoch_id);
+        call
+    };
 
-    // Ours: 1 and the TTL is reset.
+    // Ours: 1 and the TTL is reset; without an epoch id the epoch is not touched.
     let _: () = conn.pset_ex(&key, "mine", 1000).await.unwrap();
-    let r: i64 = script
-        .key(&key)
-        .arg("mine")
-        .arg(60_000)
+    let (code, seen, now): Extended = extend("mine", 60_000, "")
         .invoke_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(r, 1);
+    assert_eq!((code, seen), (1, None));
+    assert!(now.parse::<u64>().unwrap() > 1_600_000_000_000_000, "{now}");
     let pttl: i64 = conn.pttl(&key).await.unwrap();
     assert!(pttl > 50_000, "{pttl}");
-    // Missing: set again with the TTL, 2.
+    assert_eq!(get(&server.url(), &epoch).await, None);
+    // Missing: set again with the TTL, 2; with an epoch id a missing epoch is started.
     let _: () = conn.del(&key).await.unwrap();
-    let r: i64 = script
-        .key(&key)
-        .arg("mine")
-        .arg(60_000)
+    let (code, seen, _): Extended = extend("mine", 60_000, "e1")
         .invoke_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(r, 2);
+    assert_eq!(code, 2);
+    let seen = seen.unwrap();
+    assert!(seen.starts_with("e1:"), "{seen}");
+    assert_eq!(get(&server.url(), &epoch).await, Some(seen.clone()));
     assert_eq!(get(&server.url(), &key).await.as_deref(), Some("mine"));
     let pttl: i64 = conn.pttl(&key).await.unwrap();
     assert!(pttl > 50_000 && pttl <= 60_000, "{pttl}");
-    // Someone else's: -1, untouched, TTL unchanged.
+    // Someone else's: -1, untouched, TTL unchanged; an existing epoch is kept.
     let _: () = conn.pset_ex(&key, "theirs", 5000).await.unwrap();
-    let r: i64 = script
-        .key(&key)
-        .arg("mine")
-        .arg(60_000)
+    let (code, again, _): Extended = extend("mine", 60_000, "e2")
         .invoke_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(r, -1);
+    assert_eq!(code, -1);
+    assert_eq!(again, Some(seen));
     let pttl: i64 = conn.pttl(&key).await.unwrap();
     assert!(pttl <= 5000, "{pttl}");
     assert_eq!(get(&server.url(), &key).await.as_deref(), Some("theirs"));
+}
+
+type Acquired = (i64, String, String, Option<String>, i64);
+
+#[tokio::test]
+async fn acquire_contract() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let script = Script::new(ACQUIRE);
+    let key = unique_key("acquire_script");
+    let (epoch, fence) = (unique_key("epoch"), unique_key("fence"));
+    let acquire = |value: &'static str, mode: &'static str| {
+        let mut call = script.key(&key);
+        call.key(&epoch)
+            .key(&fence)
+            .arg(value)
+            .arg(10_000)
+            .arg("new-epoch")
+            .arg(mode);
+        call
+    };
+
+    // Granted; a missing epoch is started; no fence read.
+    let (ok, record, now, counter, pttl): Acquired =
+        acquire("v1", "0").invoke_async(&mut conn).await.unwrap();
+    assert_eq!((ok, counter, pttl), (1, None, -3));
+    let (id, created) = record.rsplit_once(':').unwrap();
+    assert_eq!(id, "new-epoch");
+    assert_eq!(
+        created, now,
+        "a new epoch is created at the server time read"
+    );
+    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("v1"));
+    let pttl: i64 = conn.pttl(&key).await.unwrap();
+    assert!(pttl > 9_000, "set with PX like SET NX PX: {pttl}");
+    // Refused: the holder's PTTL, the same epoch, and the fence counter when asked for.
+    let _: () = conn.set(&fence, 41).await.unwrap();
+    let (ok, again, later, counter, pttl): Acquired =
+        acquire("v2", "1").invoke_async(&mut conn).await.unwrap();
+    assert_eq!((ok, counter.as_deref()), (0, Some("41")));
+    assert!(pttl > 9_000 && pttl <= 10_000, "{pttl}");
+    assert_eq!(again, record);
+    assert!(later.parse::<u64>().unwrap() >= now.parse::<u64>().unwrap());
+    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("v1"));
+    // The one-round increment (a planted bug) increments only when granted.
+    let (_, _, _, counter, _): Acquired = acquire("v3", "2").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(counter.as_deref(), Some("41"));
+    let _: () = conn.del(&key).await.unwrap();
+    let (ok, _, _, counter, _): Acquired =
+        acquire("v3", "2").invoke_async(&mut conn).await.unwrap();
+    assert_eq!((ok, counter.as_deref()), (1, Some("42")));
+}
+
+#[tokio::test]
+async fn fence_contract() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let script = Script::new(FENCE);
+    let key = unique_key("fence_script");
+    let (fence, epoch) = (unique_key("fence"), unique_key("epoch"));
+    let _: () = conn.set(&epoch, "e:1").await.unwrap();
+    let write = |value: &'static str, token: u64, strict: &'static str| {
+        let mut call = script.key(&key);
+        call.key(&fence)
+            .key(&epoch)
+            .arg(value)
+            .arg(token)
+            .arg(strict);
+        call
+    };
+    type Fenced = (i64, Option<String>, Option<String>);
+
+    // Not ours: -1, counter untouched.
+    let (code, before, record): Fenced =
+        write("mine", 5, "1").invoke_async(&mut conn).await.unwrap();
+    assert_eq!((code, before, record.as_deref()), (-1, None, Some("e:1")));
+    assert_eq!(get(&server.url(), &fence).await, None);
+    // Ours, counter missing: written, before = nothing.
+    let _: () = conn.set(&key, "mine").await.unwrap();
+    let (code, before, _): Fenced = write("mine", 5, "1").invoke_async(&mut conn).await.unwrap();
+    assert_eq!((code, before), (1, None));
+    assert_eq!(get(&server.url(), &fence).await.as_deref(), Some("5"));
+    // Equal token: a conflict (strict increase), reporting the counter.
+    let (code, before, _): Fenced = write("mine", 5, "1").invoke_async(&mut conn).await.unwrap();
+    assert_eq!((code, before.as_deref()), (0, Some("5")));
+    // Lower token: a conflict; higher: written.
+    let (code, _, _): Fenced = write("mine", 3, "1").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(code, 0);
+    let (code, before, _): Fenced = write("mine", 9, "1").invoke_async(&mut conn).await.unwrap();
+    assert_eq!((code, before.as_deref()), (1, Some("5")));
+    // The planted max-write accepts an equal token.
+    let (code, _, _): Fenced = write("mine", 9, "0").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(code, 1);
+    assert_eq!(get(&server.url(), &fence).await.as_deref(), Some("9"));
+}
+
+#[tokio::test]
+async fn epoch_contract() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let script = Script::new(EPOCH);
+    let epoch = unique_key("epoch");
+    let (first, now): (String, String) = script
+        .key(&epoch)
+        .arg("a")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(first, format!("a:{now}"));
+    let (second, _): (String, String) = script
+        .key(&epoch)
+        .arg("b")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(second, first, "an existing epoch is kept");
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+    let (third, _): (String, String) = script
+        .key(&epoch)
+        .arg("c")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        third.starts_with("c:"),
+        "lost data starts a new epoch: {third}"
+    );
+}
+
+#[tokio::test]
+async fn fenced_set_rejects_older_tokens() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let key = unique_key("fenced_set");
+    // Tokens come from leases; here the storage side is tested alone.
+    let token = redquorum::FencingToken::from;
+    assert!(
+        redquorum::fenced_set(&mut conn, &key, "a", token(5))
+            .await
+            .unwrap()
+    );
+    assert!(
+        redquorum::fenced_set(&mut conn, &key, "b", token(5))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !redquorum::fenced_set(&mut conn, &key, "stale", token(4))
+            .await
+            .unwrap()
+    );
+    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("b"));
+    assert!(
+        redquorum::fenced_set(&mut conn, &key, "c", token(7))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !redquorum::fenced_set(&mut conn, &key, "stale", token(6))
+            .await
+            .unwrap()
+    );
+    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("c"));
 }
 
 #[tokio::test]
 async fn a_restarted_master_reloads_scripts_on_noscript() {
     let mut server = Server::start(&ServerOptions::new()).await.unwrap();
     let url = server.url();
-    let client = redquorum::Redlock::builder().master(&url).build().unwrap();
+    let client = redquorum::Redlock::builder()
+        .quarantine(false)
+        .master(&url)
+        .build()
+        .unwrap();
     let key = unique_key("noscript");
     client.acquire(&key).await.unwrap().release().await.unwrap();
     server.restart(false).await.unwrap();
@@ -153,14 +329,43 @@ async fn a_restarted_master_reloads_scripts_on_noscript() {
 
 #[test]
 fn script_hashes_are_pinned() {
-    assert_eq!(
-        Script::new(RELEASE).get_hash(),
-        "ceed032d5b43234cf7c51c1fac04a20167491845",
-        "release.lua changed: check its reply contract, then update this hash"
-    );
-    assert_eq!(
-        Script::new(EXTEND).get_hash(),
-        "25ae1e6a6d5002359169177dccfcb67a565d7611",
-        "extend.lua changed: check its reply contract, then update this hash"
-    );
+    let pinned = [
+        (
+            "release.lua",
+            RELEASE,
+            "ceed032d5b43234cf7c51c1fac04a20167491845",
+        ),
+        (
+            "extend.lua",
+            EXTEND,
+            "7273930ff43b38181e64cd22bf9e0b251daeb336",
+        ),
+        (
+            "acquire.lua",
+            ACQUIRE,
+            "f4ad3f40823123e03b5fd4a278e9686d4e6e09be",
+        ),
+        (
+            "fence.lua",
+            FENCE,
+            "cc4e54df9c295439a5db7a0bac61ada9f39378f8",
+        ),
+        (
+            "epoch.lua",
+            EPOCH,
+            "11c4fa4366dcf80f0ab0f31cd760b4b6b02bef90",
+        ),
+        (
+            "fenced_set.lua",
+            FENCED_SET,
+            "ee48e1c4c7e931e8ce68c3e6c7e7f100c4bc288a",
+        ),
+    ];
+    for (name, source, hash) in pinned {
+        assert_eq!(
+            Script::new(source).get_hash(),
+            hash,
+            "{name} changed: check its reply contract, then update this hash"
+        );
+    }
 }

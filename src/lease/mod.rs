@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::deadline;
 use crate::error::{Error, ErrorKind, MasterOutcome, MasterReport, human};
+use crate::fencing::FencingToken;
 use crate::lock::Inner;
 use crate::master::Op;
 use crate::quorum::{self, Decision};
@@ -64,6 +65,7 @@ pub(crate) struct LeaseShared {
     pub(crate) value: Arc<str>,
     pub(crate) ttl: Duration,
     pub(crate) safety_margin: Duration,
+    pub(crate) token: Option<FencingToken>,
     pub(crate) state: watch::Sender<LeaseState>,
     /// Serialises extend and release, so that an extension (which may set a missing key
     /// again) never reaches a master after the release did. Holds "released".
@@ -102,9 +104,13 @@ impl LeaseShared {
         let inner = &self.inner;
         let resource = &*self.resource;
         let ttl = deadline::whole_millis(ttl);
-        inner.config.check_ttl(ttl).map_err(|e| {
-            Error::new(ErrorKind::InvalidOptions, resource).with_detail(e.to_string())
-        })?;
+        inner
+            .config
+            .check_ttl(ttl)
+            .and_then(|()| inner.config.check_ttl_max(ttl))
+            .map_err(|e| {
+                Error::new(ErrorKind::InvalidOptions, resource).with_detail(e.to_string())
+            })?;
 
         let released = self.ops.lock().await;
         if *released {
@@ -128,6 +134,7 @@ impl LeaseShared {
             key: Arc::clone(&self.key),
             value: Arc::clone(&self.value),
             ttl,
+            epoch: inner.config.quarantine,
         });
         let round = quorum::run(&inner.masters, op, inner.quorum, resource).await;
         drop(released);
@@ -243,6 +250,12 @@ impl LeaseHandle {
     /// Whether the deadline has passed.
     pub fn is_expired(&self) -> bool {
         Instant::now() >= self.deadline()
+    }
+
+    /// The fencing token of this acquisition, when it was acquired with fencing on: larger
+    /// than the token of every earlier acquisition of the resource. Extensions keep it.
+    pub fn fencing_token(&self) -> Option<FencingToken> {
+        self.shared.token
     }
 
     /// How long before the deadline the lease counts as lost.
@@ -486,6 +499,7 @@ pub(crate) struct LeaseParams {
     pub(crate) ttl: Duration,
     pub(crate) deadline: Instant,
     pub(crate) safety_margin: Duration,
+    pub(crate) token: Option<FencingToken>,
     pub(crate) acquired: Vec<MasterReport>,
 }
 
@@ -498,6 +512,7 @@ impl Lease {
             ttl,
             deadline,
             safety_margin,
+            token,
             acquired,
         } = params;
         let (state, _) = watch::channel(LeaseState {
@@ -513,6 +528,7 @@ impl Lease {
                     value,
                     ttl,
                     safety_margin,
+                    token,
                     state,
                     ops: tokio::sync::Mutex::new(false),
                 }),

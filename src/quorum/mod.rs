@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use tracing::field::Empty;
 
 use crate::error::{MasterError, MasterOutcome, MasterReport};
-use crate::master::{Master, Op, Reply};
+use crate::master::{FenceOutcome, Master, Op, Reply};
 pub(crate) use tally::{Decision, Tally, Vote, quorum};
 
 /// The result of one round.
@@ -37,8 +37,8 @@ pub(crate) struct Round {
     pub(crate) outcomes: Vec<MasterOutcome>,
     /// Read before the first request was sent.
     pub(crate) t0: Instant,
-    /// How long the other holder's key lives on each master that reported it, sorted.
-    pub(crate) holder_ttls: Vec<std::time::Duration>,
+    /// Every master's reply when it answered one before the decision.
+    pub(crate) replies: Vec<Option<Reply>>,
 }
 
 impl Round {
@@ -53,7 +53,36 @@ impl Round {
             .filter(|o| matches!(o, MasterOutcome::HeldByOther))
             .count();
         let must_free = blocking.checked_sub(n - quorum)?.checked_sub(1)?;
-        self.holder_ttls.get(must_free).copied()
+        let mut ttls: Vec<std::time::Duration> = self
+            .replies
+            .iter()
+            .flatten()
+            .filter_map(|r| match r {
+                Reply::HeldFor(ttl) => Some(*ttl),
+                Reply::Checked {
+                    granted: false,
+                    holder_ttl,
+                    ..
+                } => *holder_ttl,
+                _ => None,
+            })
+            .collect();
+        ttls.sort_unstable();
+        ttls.get(must_free).copied()
+    }
+
+    /// Every fence counter the replies reported: read in an acquire, or in conflict with
+    /// a write-back.
+    pub(crate) fn fence_counters(&self) -> impl Iterator<Item = u64> + '_ {
+        self.replies.iter().flatten().filter_map(|r| match r {
+            Reply::Checked { fence, .. } => *fence,
+            Reply::Fenced {
+                outcome: FenceOutcome::Conflict,
+                before,
+                ..
+            } => *before,
+            _ => None,
+        })
     }
 }
 
@@ -74,17 +103,52 @@ fn vote(op: &Op, reply: &Result<Reply, MasterError>) -> Vote {
         (_, Err(_)) => Vote::Failed,
         // Release succeeds wherever the key is no longer ours, whoever's it is now.
         (Op::Release { .. } | Op::ReleaseUnchecked { .. }, Ok(_)) => Vote::Granted,
-        (_, Ok(Reply::Granted)) => Vote::Granted,
-        (_, Ok(Reply::HeldByOther | Reply::HeldFor(_) | Reply::Missing)) => Vote::Denied,
+        (
+            _,
+            Ok(
+                Reply::Granted
+                | Reply::Checked { granted: true, .. }
+                | Reply::Fenced {
+                    outcome: FenceOutcome::Written,
+                    ..
+                },
+            ),
+        ) => Vote::Granted,
+        (_, Ok(_)) => Vote::Denied,
     }
 }
 
-fn outcome(reply: Result<Reply, MasterError>) -> MasterOutcome {
+fn outcome(reply: &Result<Reply, MasterError>) -> MasterOutcome {
     match reply {
-        Ok(Reply::Granted) => MasterOutcome::Granted,
-        Ok(Reply::HeldByOther | Reply::HeldFor(_)) => MasterOutcome::HeldByOther,
+        Ok(
+            Reply::Granted
+            | Reply::Checked { granted: true, .. }
+            | Reply::Fenced {
+                outcome: FenceOutcome::Written,
+                ..
+            },
+        ) => MasterOutcome::Granted,
+        Ok(
+            Reply::HeldByOther
+            | Reply::HeldFor(_)
+            | Reply::Checked { granted: false, .. }
+            | Reply::Fenced {
+                outcome: FenceOutcome::NotOurs,
+                ..
+            },
+        ) => MasterOutcome::HeldByOther,
+        Ok(Reply::Fenced {
+            outcome: FenceOutcome::Conflict,
+            before,
+            ..
+        }) => MasterOutcome::FenceConflict {
+            counter: before.unwrap_or(0),
+        },
         Ok(Reply::Missing) => MasterOutcome::Missing,
-        Err(e) => MasterOutcome::Failed(e),
+        Err(e) => match e.abstains_until() {
+            Some(until) => MasterOutcome::Abstained { until },
+            None => MasterOutcome::Failed(e.clone()),
+        },
     }
 }
 
@@ -126,7 +190,7 @@ pub(crate) async fn run(
 
     let mut tally = Tally::new(n, need);
     let mut outcomes = vec![MasterOutcome::Pending; n];
-    let mut holder_ttls = Vec::new();
+    let mut replies = vec![None; n];
     let mut decision = tally.decision();
     while decision == Decision::Pending {
         let Some((i, reply)) = in_flight.next().await else {
@@ -134,10 +198,8 @@ pub(crate) async fn run(
             break;
         };
         decision = tally.record(vote(&op, &reply));
-        if let Ok(Reply::HeldFor(ttl)) = reply {
-            holder_ttls.push(ttl);
-        }
-        outcomes[i] = outcome(reply);
+        outcomes[i] = outcome(&reply);
+        replies[i] = reply.ok();
     }
 
     let elapsed = t0.elapsed();
@@ -167,7 +229,7 @@ pub(crate) async fn run(
                     master = %names[i],
                     op = op_name,
                     "late reply after the round was decided: {}",
-                    outcome(reply)
+                    outcome(&reply)
                 );
             }
         });
@@ -177,12 +239,11 @@ pub(crate) async fn run(
         Decision::Pending => Decision::Failed,
         d => d,
     };
-    holder_ttls.sort_unstable();
     Round {
         decision,
         outcomes,
         t0,
-        holder_ttls,
+        replies,
     }
 }
 

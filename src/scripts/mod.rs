@@ -13,7 +13,31 @@ pub(crate) static RELEASE: LazyLock<Script> =
 pub(crate) static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("extend.lua")));
 
+/// `SET NX PX` reading the data epoch and the fence counter; see `acquire.lua`.
+pub(crate) static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("acquire.lua")));
+
+/// Reads (or starts) the data epoch; see `epoch.lua`.
+pub(crate) static EPOCH: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("epoch.lua")));
+
+/// Fencing write-back; see `fence.lua`.
+pub(crate) static FENCE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("fence.lua")));
+
+/// Storage-side fencing check; see `fenced_set.lua`.
+pub(crate) static FENCED_SET: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("fenced_set.lua")));
+
+/// The key of the data-epoch record on every master.
+pub(crate) const EPOCH_KEY: &str = "redquorum:epoch";
+
 /// The release-notice channel of a lock key.
 pub(crate) fn release_channel(key: &str) -> String {
     format!("redquorum:released:{key}")
+}
+
+/// The fence counter of a lock key.
+pub(crate) fn fence_key(key: &str) -> String {
+    format!("redquorum:fence:{key}")
 }

@@ -74,9 +74,12 @@ pub async fn gone_everywhere(cluster: &Cluster, key: &str) -> bool {
     true
 }
 
-/// A client over `cluster` with test-friendly timings.
+/// A client over `cluster` with test-friendly timings. Restart quarantine is off: the
+/// servers are brand new, and would otherwise abstain for a TTL (tests of quarantine turn
+/// it back on).
 pub fn client(cluster: &Cluster) -> redquorum::Builder {
     redquorum::Redlock::builder()
+        .quarantine(false)
         .masters(cluster.urls())
         .ttl(Duration::from_secs(5))
         .node_timeout(Duration::from_millis(200))

@@ -167,11 +167,7 @@ impl Redlock {
             Some(Mutant::NoNodeTimeout) => Duration::from_secs(3600),
             _ => config.node_timeout,
         };
-        let board = Arc::new(EpochBoard::new(
-            config.masters.len(),
-            config.quarantine_window(),
-        ));
-        for (index, spec) in config.masters.iter().enumerate() {
+        for spec in &config.masters {
             let master = RedisMaster::new(
                 spec,
                 node_timeout,
@@ -182,12 +178,7 @@ impl Redlock {
                 url: spec.name.to_string(),
                 reason: e.to_string(),
             })?;
-            let master: Arc<dyn Master> = Arc::new(master);
-            masters.push(if config.quarantine {
-                Arc::new(Guarded::new(master, index, Arc::clone(&board)))
-            } else {
-                master
-            });
+            masters.push(Arc::new(master));
         }
         let notifier = if config.notifications {
             Notifier::new(
@@ -202,12 +193,25 @@ impl Redlock {
         Ok(Self::with_masters(config, masters, notifier))
     }
 
-    /// A client over any masters (real or simulated).
+    /// A client over any masters (real or simulated); with quarantine on, each is put
+    /// under restart quarantine here.
     pub(crate) fn with_masters(
         config: Config,
         masters: Vec<Arc<dyn Master>>,
         notifier: Notifier,
     ) -> Self {
+        let masters = if config.quarantine {
+            let board = Arc::new(EpochBoard::new(masters.len(), config.quarantine_window()));
+            masters
+                .into_iter()
+                .enumerate()
+                .map(|(index, master)| {
+                    Arc::new(Guarded::new(master, index, Arc::clone(&board))) as Arc<dyn Master>
+                })
+                .collect()
+        } else {
+            masters
+        };
         let quorum = match config.mutant {
             Some(Mutant::HalfQuorum) => (masters.len() / 2).max(1),
             _ => quorum::quorum(masters.len()),

@@ -31,6 +31,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("  counter store: {}\n", store.url());
 
+    // Restart quarantine: brand-new masters may have "lost" locks they never had, so they
+    // do not vote until ttl_max (here the 5 s TTL) has passed.
+    println!("fresh masters abstain until they are one ttl_max old (restart quarantine) ...");
+    let started = std::time::Instant::now();
+    let probe = client(&cluster)?;
+    probe.acquire("demo:warm-up").await?.release().await?;
+    println!(
+        "  masters vote after {:.1} s\n",
+        started.elapsed().as_secs_f64()
+    );
+
+    println!("votes: + granted, - held by another, x failed, ~ abstaining, . not needed\n");
     let healthy = Arc::new(AtomicBool::new(true));
     let done = Arc::new(AtomicUsize::new(0));
     for phase in ["all 5 masters up", "master 1 killed, master 3 paused"] {
@@ -57,6 +69,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 }
 
+/// A client over the demo's masters: 5 s locks, waiting up to 30 s for a turn.
+fn client(cluster: &Cluster) -> Result<Redlock, redquorum::ConfigError> {
+    Redlock::builder()
+        .masters(cluster.urls())
+        .ttl("5s")
+        .node_timeout("50ms")
+        .retry_delay("5ms")
+        .retry_jitter("20ms")
+        .wait_timeout("30s")
+        .build()
+}
+
 /// Every worker does `SECTIONS_PER_PHASE` critical sections on the shared resource.
 async fn run_phase(
     cluster: &Cluster,
@@ -65,14 +89,7 @@ async fn run_phase(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let mut workers = Vec::new();
     for w in 0..WORKERS {
-        let client = Redlock::builder()
-            .masters(cluster.urls())
-            .ttl("5s")
-            .node_timeout("50ms")
-            .retry_attempts(500)
-            .retry_delay("5ms")
-            .retry_jitter("20ms")
-            .build()?;
+        let client = client(cluster)?;
         let store_url = store.url();
         let done = Arc::clone(done);
         workers.push(tokio::spawn(async move {
@@ -88,6 +105,7 @@ async fn run_phase(
                         MasterOutcome::Granted => '+',
                         MasterOutcome::Failed(_) => 'x',
                         MasterOutcome::Pending => '.',
+                        MasterOutcome::Abstained { .. } => '~',
                         _ => '-',
                     })
                     .collect();

@@ -1,0 +1,236 @@
+//! Fencing tokens against real masters.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redquorum::{AcquireOptions, ConfigError, ErrorKind, FencingToken, Redlock, fenced_set};
+use support::*;
+use tokio::time::Instant;
+
+/// Masters whose data epochs started long ago, so quarantine waits only for their
+/// brand-new processes (one window of `ttl_max`).
+async fn cluster(n: usize) -> Cluster {
+    let cluster = Cluster::start(n).await.unwrap();
+    for url in cluster.urls() {
+        let _: () = raw(&url)
+            .await
+            .set("redquorum:epoch", "seed:1000000")
+            .await
+            .unwrap();
+    }
+    cluster
+}
+
+fn fenced(cluster: &Cluster) -> redquorum::Builder {
+    client(cluster)
+        .quarantine(true)
+        .fencing(true)
+        .ttl("1s")
+        .node_timeout("100ms")
+}
+
+async fn settle(client: &Redlock) {
+    wait_until(Duration::from_secs(10), "masters left quarantine", || {
+        let client = client.clone();
+        async move {
+            match client.try_acquire(&unique_key("settle")).await {
+                Ok(lease) => lease.release().await.is_ok(),
+                Err(_) => false,
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn tokens_strictly_increase_across_holders_even_with_a_master_down() {
+    let mut cluster = cluster(5).await;
+    let client = fenced(&cluster).build().unwrap();
+    settle(&client).await;
+    let key = unique_key("increase");
+    let mut last: Option<FencingToken> = None;
+    for i in 0..30 {
+        if i == 10 {
+            cluster.server_mut(1).kill().unwrap();
+        }
+        if i == 20 {
+            cluster.server_mut(3).pause().unwrap();
+        }
+        let lease = client.acquire(&key).await.unwrap();
+        let token = lease.fencing_token().expect("fencing is on");
+        if let Some(last) = last {
+            assert!(token > last, "token {token} after {last}");
+        }
+        last = Some(token);
+        lease.release().await.unwrap();
+    }
+    cluster.server_mut(3).resume().unwrap();
+}
+
+#[tokio::test]
+async fn a_token_is_kept_across_extensions_and_absent_without_fencing() {
+    let cluster = cluster(3).await;
+    let client = fenced(&cluster).build().unwrap();
+    settle(&client).await;
+    let key = unique_key("kept");
+    let lease = client.acquire(&key).await.unwrap();
+    let token = lease.fencing_token().unwrap();
+    lease.extend().await.unwrap();
+    assert_eq!(lease.fencing_token(), Some(token));
+    lease.release().await.unwrap();
+    let plain = client
+        .acquire_with(&key, &AcquireOptions::new().fencing(false))
+        .await
+        .unwrap();
+    assert_eq!(plain.fencing_token(), None);
+    plain.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contending_clients_get_unique_tokens_in_critical_section_order() {
+    let cluster = cluster(3).await;
+    let key = unique_key("contend");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..5 {
+        let client = fenced(&cluster)
+            .retry_delay("5ms")
+            .retry_jitter("10ms")
+            .wait_timeout("20s")
+            .build()
+            .unwrap();
+        settle(&client).await;
+        let (key, order) = (key.clone(), Arc::clone(&order));
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..8 {
+                let lease = client.acquire(&key).await.unwrap();
+                order.lock().unwrap().push(lease.fencing_token().unwrap());
+                tokio::task::yield_now().await;
+                lease.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let order = order.lock().unwrap();
+    assert_eq!(order.len(), 40);
+    assert!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "tokens out of critical-section order: {order:?}"
+    );
+}
+
+/// A holder paused past its lease (CHAOS.md S12): its late write is refused by the storage,
+/// which has seen the next holder's larger token.
+#[tokio::test]
+async fn the_storage_refuses_a_paused_holders_late_write() {
+    let cluster = cluster(3).await;
+    let store = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut data = raw(&store.url()).await;
+    let a = fenced(&cluster).build().unwrap();
+    let b = fenced(&cluster).build().unwrap();
+    settle(&a).await;
+    settle(&b).await;
+    let key = unique_key("s12");
+    let stale = a.acquire(&key).await.unwrap();
+    let stale_token = stale.fencing_token().unwrap();
+    // The "GC pause": past the lease's deadline without noticing.
+    tokio::time::sleep_until(stale.deadline()).await;
+    let fresh = b
+        .acquire_with(
+            &key,
+            &AcquireOptions::new().wait_timeout(Duration::from_secs(5)),
+        )
+        .await
+        .unwrap();
+    let fresh_token = fresh.fencing_token().unwrap();
+    assert!(fresh_token > stale_token);
+    assert!(
+        fenced_set(&mut data, "balance", "from-b", fresh_token)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !fenced_set(&mut data, "balance", "from-a", stale_token)
+            .await
+            .unwrap()
+    );
+    let balance: String = data.get("balance").await.unwrap();
+    assert_eq!(balance, "from-b");
+    fresh.release().await.unwrap();
+}
+
+/// A master that lost its counters (restarted empty) votes again after its quarantine, but
+/// a write-back over its missing counter is not trusted while it is the only trace of the
+/// newest token: no token that could be smaller than an earlier one is issued.
+#[tokio::test]
+async fn a_lost_counter_is_never_trusted_to_order_tokens() {
+    let mut cluster = cluster(3).await;
+    let client = fenced(&cluster).ttl("500ms").build().unwrap();
+    settle(&client).await;
+    let key = unique_key("lost_counter");
+    // The write-back reaches masters 0 and 1 only (2 holds someone else's key).
+    let _: () = raw(&cluster.server(2).url())
+        .await
+        .pset_ex(&key, "blocker", 5000)
+        .await
+        .unwrap();
+    let lease = client.acquire(&key).await.unwrap();
+    let first = lease.fencing_token().unwrap();
+    lease.release().await.unwrap();
+    let _: () = raw(&cluster.server(2).url()).await.del(&key).await.unwrap();
+    // Master 0 loses everything; master 1, the other holder of the counter, goes away.
+    cluster.server_mut(0).restart(false).await.unwrap();
+    cluster.server_mut(1).kill().unwrap();
+    // Master 0 leaves quarantine after one window...
+    let start = Instant::now();
+    let err = loop {
+        let err = client.try_acquire(&key).await.unwrap_err();
+        if err.kind() == ErrorKind::FencingFailed || start.elapsed() > Duration::from_secs(5) {
+            break err;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // ...and then the lock is granted by {0, 2}, but no token: both counters are missing,
+    // and master 0's may have held the newest token.
+    assert_eq!(err.kind(), ErrorKind::FencingFailed, "{err}");
+    assert!(err.to_string().contains("fencing token"), "{err}");
+    // With master 1 back, the newest counter is visible again and tokens go on increasing.
+    cluster.server_mut(1).restart(true).await.unwrap();
+    let lease = client
+        .acquire_with(
+            &key,
+            &AcquireOptions::new().wait_timeout(Duration::from_secs(5)),
+        )
+        .await
+        .unwrap();
+    assert!(lease.fencing_token().unwrap() > first);
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn fencing_needs_quarantine() {
+    let err = Redlock::builder()
+        .master("redis://127.0.0.1:7001")
+        .quarantine(false)
+        .fencing(true)
+        .build()
+        .unwrap_err();
+    assert_eq!(err, ConfigError::FencingNeedsQuarantine);
+    assert!(err.to_string().contains("turn quarantine back on"));
+    let client = Redlock::builder()
+        .master("redis://127.0.0.1:7001")
+        .quarantine(false)
+        .build()
+        .unwrap();
+    let err = client
+        .acquire_with("k", &AcquireOptions::new().fencing(true))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidOptions, "{err}");
+}

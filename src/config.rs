@@ -157,6 +157,9 @@ pub enum ConfigError {
         "drift_factor {0} is out of range: use a value from 0 up to (not including) 1, typically 0.01"
     )]
     DriftFactor(f64),
+    /// The test-only client clock rate is out of range.
+    #[error("client_clock_rate {0} is out of range: use a value above 0.1 and at most 10")]
+    ClockRate(f64),
     /// The node timeout is zero.
     #[error("node_timeout is zero: every master needs some time to answer (e.g. \"50ms\")")]
     NodeTimeoutZero,
@@ -260,6 +263,9 @@ pub(crate) struct Config {
     /// Every TTL and extension is at most this long; restart quarantine waits this long.
     pub(crate) ttl_max: Duration,
     pub(crate) fencing: bool,
+    /// How fast the client's clock runs against real time (a test seam, feature
+    /// `mutants`; always 1 otherwise).
+    pub(crate) clock_rate: f64,
     /// A planted bug (feature `mutants`); always `None` otherwise.
     pub(crate) mutant: Option<Mutant>,
 }
@@ -290,6 +296,19 @@ impl Config {
     /// How long a master that may have lost its keys abstains (DESIGN.md section 6).
     pub(crate) fn quarantine_window(&self) -> Duration {
         crate::quarantine::window(self.ttl_max, self.drift_factor, crate::quarantine::MARGIN)
+    }
+
+    /// The deadline of a lease of `ttl` whose round started at `t0`, as this client's clock
+    /// sees it (DESIGN.md section 2).
+    pub(crate) fn lease_deadline(&self, t0: Instant, ttl: Duration) -> Option<Instant> {
+        let drift = deadline::drift(ttl, self.drift_factor);
+        let dl = deadline::deadline(t0, ttl, drift)?;
+        if self.clock_rate == 1.0 {
+            return Some(dl);
+        }
+        // A clock running at `rate` reaches the end of the validity after validity / rate
+        // of real time.
+        t0.checked_add((dl - t0).div_f64(self.clock_rate))
     }
 
     /// Checks a per-call TTL against `ttl_max`.
@@ -399,6 +418,7 @@ pub struct Builder {
     quarantine: bool,
     ttl_max: Option<DurationSetting>,
     fencing: bool,
+    clock_rate: f64,
     mutant: Option<Mutant>,
 }
 
@@ -425,6 +445,7 @@ impl Default for Builder {
             quarantine: true,
             ttl_max: None,
             fencing: false,
+            clock_rate: 1.0,
             mutant: None,
         }
     }
@@ -598,6 +619,15 @@ impl Builder {
         self
     }
 
+    /// Makes this client's clock run at `rate` times real time (0.98: 2 % slow), to show
+    /// what the drift allowance covers and what it does not. Defaults to 1. Only with the
+    /// `mutants` feature; never use it outside such tests.
+    #[cfg(feature = "mutants")]
+    pub fn client_clock_rate(mut self, rate: f64) -> Self {
+        self.clock_rate = rate;
+        self
+    }
+
     /// Plants a deliberate bug in this client, for proving that a test suite catches it.
     /// Defaults to none. Only with the `mutants` feature; never use it outside such tests.
     #[cfg(feature = "mutants")]
@@ -640,6 +670,7 @@ impl Builder {
             quarantine,
             ttl_max,
             fencing,
+            clock_rate,
             mutant,
         } = self;
 
@@ -672,6 +703,9 @@ impl Builder {
         }
         if fencing && !quarantine {
             return Err(ConfigError::FencingNeedsQuarantine);
+        }
+        if !(clock_rate.is_finite() && clock_rate > 0.1 && clock_rate <= 10.0) {
+            return Err(ConfigError::ClockRate(clock_rate));
         }
         for (setting, value) in [("extend_interval", extend_interval), ("max_hold", max_hold)] {
             if value.is_some_and(|d| d.is_zero()) {
@@ -741,6 +775,7 @@ impl Builder {
             quarantine,
             ttl_max,
             fencing,
+            clock_rate,
             mutant,
         })
     }

@@ -544,7 +544,8 @@ impl Redlock {
                 _ => round.t0,
             };
             let least = config.least_validity(ttl);
-            let valid = deadline::deadline(t0, ttl, drift)
+            let valid = config
+                .lease_deadline(t0, ttl)
                 .filter(|dl| deadline::validity_left(*dl, now, least).is_some());
             let Some(deadline) = valid else {
                 guard.outcomes = Some(round.outcomes);

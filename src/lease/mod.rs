@@ -139,9 +139,10 @@ impl LeaseShared {
         let round = quorum::run(&inner.masters, op, inner.quorum, resource).await;
         drop(released);
         let reports = round.reports(&inner.masters);
-        let drift = deadline::drift(ttl, inner.config.drift_factor);
         let now = Instant::now();
-        let new_deadline = deadline::deadline(round.t0, ttl, drift)
+        let new_deadline = inner
+            .config
+            .lease_deadline(round.t0, ttl)
             .filter(|dl| deadline::validity_left(*dl, now, self.safety_margin).is_some());
 
         match (round.decision, new_deadline) {

@@ -354,6 +354,14 @@ impl Shared {
                 .get_multiplexed_async_connection_with_config(&config)
                 .await
                 .map_err(MasterError::from_redis)?;
+            let mut load = redis::pipe();
+            for script in scripts::MASTER_SCRIPTS {
+                load.cmd("SCRIPT").arg("LOAD").arg(script).ignore();
+            }
+            let () = load
+                .query_async(&mut conn)
+                .await
+                .map_err(MasterError::from_redis)?;
             let vitals = if self.read_vitals {
                 Some(read_vitals(&mut conn).await?)
             } else {

@@ -327,6 +327,34 @@ async fn a_restarted_master_reloads_scripts_on_noscript() {
     .await;
 }
 
+/// A master without the scripts answers NOSCRIPT, and the fallback (load, run again) lets
+/// commands sent later on the connection overtake the script call. So every (re)connect
+/// loads them first: the very first release on a fresh master is one round trip.
+#[tokio::test]
+async fn connecting_loads_every_script() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let client = redquorum::Redlock::builder()
+        .quarantine(false)
+        .master(server.url())
+        .build()
+        .unwrap();
+    // A plain SET NX PX acquire uses no script at all.
+    let lease = client.acquire(&unique_key("preload")).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let loaded: Vec<bool> = redis::cmd("SCRIPT")
+        .arg("EXISTS")
+        .arg(Script::new(RELEASE).get_hash())
+        .arg(Script::new(EXTEND).get_hash())
+        .arg(Script::new(ACQUIRE).get_hash())
+        .arg(Script::new(FENCE).get_hash())
+        .arg(Script::new(EPOCH).get_hash())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(loaded, [true; 5]);
+    lease.release().await.unwrap();
+}
+
 #[test]
 fn script_hashes_are_pinned() {
     let pinned = [

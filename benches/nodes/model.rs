@@ -74,6 +74,10 @@ pub(crate) enum Metric {
     RawPairsMany,
     /// Raw `SET NX PX` to all N masters at once, until the quorum-th reply.
     FanOut,
+    /// The raw release script to all N masters at once, until the `n - quorum + 1`-th reply.
+    FanOutRelease,
+    /// Raw fan-out `SET NX PX` + release script pairs, one client.
+    FanOutPairs,
     Acquire,
     Release,
     /// Acquire + release pairs, one client.
@@ -108,8 +112,10 @@ pub(crate) struct Row {
     pub(crate) rate: Option<f64>,
     /// The baseline compared against, and the ratios.
     pub(crate) versus: Option<Versus>,
-    /// A second comparison, to the healthy cluster (degraded rows only).
-    pub(crate) healthy: Option<Versus>,
+    /// A second comparison: to the raw fan-out (the physical limit of a quorum round with
+    /// this client stack) for uncontended acquire and release, to the healthy cluster for
+    /// degraded rows.
+    pub(crate) reference: Option<Versus>,
 }
 
 /// Ratios of a row to a reference row measured in the same run.
@@ -136,7 +142,7 @@ impl Row {
             latency: None,
             rate: None,
             versus: None,
-            healthy: None,
+            reference: None,
         }
     }
 
@@ -185,6 +191,12 @@ impl Row {
     /// This row with ratios to `base`.
     pub(crate) fn against(mut self, base: &Row) -> Row {
         self.versus = Some(self.versus(base));
+        self
+    }
+
+    /// This row with ratios to a second reference row.
+    pub(crate) fn referring_to(mut self, reference: &Row) -> Row {
+        self.reference = Some(self.versus(reference));
         self
     }
 }

@@ -29,18 +29,25 @@ fn ratio(v: Option<&Versus>, pick: impl Fn(&Versus) -> Option<f64>) -> Option<f6
 }
 
 /// The table printed at the end of a run.
-pub(crate) fn table(machine: &Machine, results: &Results, targets: &[Target]) -> String {
+pub(crate) fn table(
+    machine: &Machine,
+    results: &Results,
+    targets: &[Target],
+    context: &[(String, f64)],
+) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "redquorum node-count benchmark: {}", machine.summary());
     let _ = writeln!(
         out,
         "ratios (x) are to the baseline measured in the same N section of this run: latency to one raw\n\
          SET NX PX round trip to one master, rates to raw SET+DEL pairs/s on one master with the same\n\
-         number of clients; degraded rows also to the healthy cluster (xhealthy p99)."
+         number of clients. x ref (p50, or rate) and x ref p99: acquire, release and pairs to the\n\
+         raw fan-out of the same commands (the physical limit of the quorum rounds with this\n\
+         client stack on this machine), degraded rows to the healthy cluster."
     );
     let _ = writeln!(
         out,
-        "\n{:>2}  {:<11} {:<32} {:<16} {:>6} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>7} {:>7} {:>9}",
+        "\n{:>2}  {:<11} {:<27} {:<26} {:>6} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>7} {:>7} {:>9} {:>9}",
         "N",
         "scenario",
         "metric",
@@ -54,7 +61,8 @@ pub(crate) fn table(machine: &Machine, results: &Results, targets: &[Target]) ->
         "x p50",
         "x p99",
         "x rate",
-        "xhealthy"
+        "x ref",
+        "x ref p99"
     );
     let mut last_n = None;
     for row in &results.rows {
@@ -66,7 +74,7 @@ pub(crate) fn table(machine: &Machine, results: &Results, targets: &[Target]) ->
         let v = row.versus.as_ref();
         let _ = writeln!(
             out,
-            "{:>2}  {:<11} {:<32} {:<16} {:>6} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>7} {:>7} {:>9}",
+            "{:>2}  {:<11} {:<27} {:<26} {:>6} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>7} {:>7} {:>9} {:>9}",
             row.n,
             row.scenario.name(),
             row.label,
@@ -80,7 +88,11 @@ pub(crate) fn table(machine: &Machine, results: &Results, targets: &[Target]) ->
             times(ratio(v, |v| v.latency.map(|r| r[0]))),
             times(ratio(v, |v| v.latency.map(|r| r[2]))),
             times(ratio(v, |v| v.rate)),
-            times(ratio(row.healthy.as_ref(), |v| v.latency.map(|r| r[2]))),
+            times(ratio(row.reference.as_ref(), |v| v
+                .latency
+                .map(|r| r[0])
+                .or(v.rate))),
+            times(ratio(row.reference.as_ref(), |v| v.latency.map(|r| r[2]))),
         );
         if row.errors > 0 {
             let _ = writeln!(
@@ -104,6 +116,17 @@ pub(crate) fn table(machine: &Machine, results: &Results, targets: &[Target]) ->
             );
         }
     }
+    if !context.is_empty() {
+        let _ = writeln!(out, "for context:");
+        for (what, ratio) in context {
+            let _ = writeln!(out, "  {what:<72} {ratio:>6.2}x");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "load average before/after: {} / {}; {:.0} s",
+        machine.load_before, machine.load_after, machine.duration_s
+    );
     out
 }
 
@@ -127,12 +150,12 @@ fn csv_num(v: Option<f64>) -> String {
 pub(crate) fn csv(results: &Results) -> String {
     let mut out = String::from(
         "n,scenario,metric,condition,samples,errors,p50_us,p90_us,p99_us,max_us,per_s,\
-         baseline,x_p50,x_p90,x_p99,x_max,x_rate,healthy,xhealthy_p50,xhealthy_p99\n",
+         baseline,x_p50,x_p90,x_p99,x_max,x_rate,reference,xref_p50,xref_p99\n",
     );
     for row in &results.rows {
         let l = row.latency;
         let v = row.versus.as_ref();
-        let h = row.healthy.as_ref();
+        let h = row.reference.as_ref();
         let fields = [
             row.n.to_string(),
             row.scenario.name().to_owned(),
@@ -216,7 +239,7 @@ fn row_json(row: &Row) -> String {
     };
     format!(
         "{{\"n\":{},\"scenario\":{},\"metric\":{},\"condition\":{},\"samples\":{},\"errors\":{},\
-         \"latency_us\":{},\"per_s\":{},\"versus_baseline\":{},\"versus_healthy\":{}}}",
+         \"latency_us\":{},\"per_s\":{},\"versus_baseline\":{},\"versus_reference\":{}}}",
         row.n,
         js(row.scenario.name()),
         js(&row.label),
@@ -226,7 +249,7 @@ fn row_json(row: &Row) -> String {
         latency,
         jn(row.rate),
         versus_json(row.versus.as_ref()),
-        versus_json(row.healthy.as_ref()),
+        versus_json(row.reference.as_ref()),
     )
 }
 

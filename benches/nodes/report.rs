@@ -40,7 +40,7 @@ pub(crate) fn table(
     let _ = writeln!(
         out,
         "ratios (x) are to the baseline measured in the same N section of this run: latency to one raw\n\
-         SET NX PX round trip to one master, rates to raw SET+DEL pairs/s on one master with the same\n\
+         SET NX PX round trip to one master (the masters in turn), rates to raw SET+DEL pairs/s with the same\n\
          number of clients. x ref (p50, or rate) and x ref p99: acquire, release and pairs to the\n\
          raw fan-out of the same commands (the physical limit of the quorum rounds with this\n\
          client stack on this machine), degraded rows to the healthy cluster."

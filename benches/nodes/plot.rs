@@ -34,7 +34,12 @@ pub(crate) fn draw(
         (12, 8),
     )?;
     title.draw_text(
-        &format!("measured on {}", machine.summary()),
+        &format!(
+            "measured on {}; load average {} before, {} after (1/5/15 min)",
+            machine.summary(),
+            machine.load_before,
+            machine.load_after
+        ),
         &(FONT, 13).into_text_style(&title).color(&GREY),
         (12, 34),
     )?;

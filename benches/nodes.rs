@@ -2,28 +2,31 @@
 //! masters, measured side by side with a raw single-master baseline in the same run.
 //!
 //! ```text
-//! cargo bench --bench nodes                          # full run (a few minutes on 2 cores)
-//! cargo bench --bench nodes -- --quick               # under a minute
-//! cargo bench --bench nodes -- --quick --nodes 1,3   # the CI smoke
+//! cargo bench --bench nodes                          # full run (about 1.5 min on 2 cores)
+//! cargo bench --bench nodes -- --quick               # about 25 s
+//! cargo bench --bench nodes -- --quick --nodes 1,3   # the CI smoke (a few seconds)
 //! ```
 //!
 //! The harness starts its own `redis-server` masters on 127.0.0.1 through the testkit (and
 //! stops them when done), then for each N:
 //!
-//! - **baseline**: one raw `SET key value NX PX` round trip to one master, and raw
-//!   `SET`+`DEL` pairs per second, with the library's client stack (the `redis` crate's
-//!   multiplexed connection, configured as the library configures it);
+//! - **baseline**: one raw `SET key value NX PX` round trip to one master (the masters in
+//!   turn), and raw `SET`+`DEL` pairs per second, with the library's client stack (the
+//!   `redis` crate's multiplexed connection, configured as the library configures it);
+//! - **limit**: the protocol's two rounds with raw commands: `SET NX PX` to all N masters at
+//!   once timed to the quorum-th grant, then the library's release script timed to the
+//!   reply at which the library's release returns; what a quorum round physically costs
+//!   with this client stack on this machine;
 //! - **uncontended**: acquire and release latency and pairs per second from one client on a
-//!   fresh resource each time, in blocks interleaved with the baseline blocks so that both
-//!   see the same machine load; next to it, a raw `SET NX PX` sent to all N masters at once
-//!   and timed to the quorum-th reply: the physical limit of a quorum round;
+//!   fresh resource each time;
 //! - **throughput**: many tasks sharing one client, each on its own fresh resources;
 //! - **contended**: several clients taking turns on one resource (see [`Waiting`]);
 //!
 //! and once, with N = 5 (or the largest selected N of at least 3), **degraded**: acquire
-//! latency with one master paused (`SIGSTOP`) and with one killed, next to the healthy
-//! cluster. Every figure is printed absolute and as a ratio to its baseline; the table,
-//! a CSV, a JSON file and an SVG plot land in `target/redquorum-bench/`.
+//! latency with one master paused (`SIGSTOP`) and with one killed, in cycles with the
+//! healthy cluster. Baseline, limit and library run in interleaved blocks, so all of them see
+//! the same machine load. Every figure is printed absolute and as a ratio to its baseline;
+//! the table, a CSV, a JSON file and an SVG plot land in `target/redquorum-bench/`.
 //!
 //! Every loop is bounded both by a count and by a time budget. No timing is asserted.
 

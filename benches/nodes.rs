@@ -30,7 +30,7 @@
 //!
 //! Every loop is bounded both by a count and by a time budget. No timing is asserted.
 
-// A benchmark binary prints its table on stdout, and its helpers report failures as errors
+// A benchmark binary prints its table on stdout; its functions report failures as errors
 // from `main` instead of panicking.
 #![allow(clippy::print_stdout)]
 

@@ -49,6 +49,9 @@
 //!   which the chaos suite proves that its checkers catch bugs. Never use it otherwise.
 #![doc(test(attr(deny(warnings), allow(dead_code))))]
 
+#[cfg(feature = "bench-internals")]
+#[doc(hidden)]
+pub mod bench_internals;
 mod config;
 mod deadline;
 mod error;

@@ -117,33 +117,38 @@ impl Budget {
     };
 }
 
-/// How the contended scenario's clients wait for the lock.
-///
-/// Waiting woken by release notices is being built separately; when its builder option
-/// lands, add a variant here whose [`configure`](Waiting::configure) flips it on, and list
-/// it in [`Waiting::ALL`]: every contended row is then measured once per variant.
-#[derive(Debug, Clone, Copy)]
+/// How the contended scenario's clients wait for the lock; every contended row is measured
+/// once per variant, side by side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Waiting {
-    /// `acquire` with its retry policy: a fixed 2 ms pause plus up to 2 ms of jitter.
-    RetryPolicy,
+    /// Woken by release notices, with the default retry pause (100 ms + up to 100 ms) as
+    /// the fallback.
+    Notified,
+    /// The same settings with notices turned off: the default retry pause alone.
+    Timer,
+    /// Notices off and an aggressive retry pause (2 ms + up to 2 ms): polling.
+    Polling,
 }
 
 impl Waiting {
-    const ALL: [Waiting; 1] = [Waiting::RetryPolicy];
-    const RETRY_DELAY: Duration = Duration::from_millis(2);
-    const RETRY_JITTER: Duration = Duration::from_millis(2);
+    const ALL: [Waiting; 3] = [Waiting::Notified, Waiting::Timer, Waiting::Polling];
 
     fn label(self) -> &'static str {
         match self {
-            Waiting::RetryPolicy => "retry 2ms+0-2ms",
+            Waiting::Notified => "notified",
+            Waiting::Timer => "timer 100ms+0-100ms",
+            Waiting::Polling => "polling 2ms+0-2ms",
         }
     }
 
     fn configure(self, builder: Builder) -> Builder {
         match self {
-            Waiting::RetryPolicy => builder
-                .retry_delay(Self::RETRY_DELAY)
-                .retry_jitter(Self::RETRY_JITTER),
+            Waiting::Notified => builder.notifications(true),
+            Waiting::Timer => builder.notifications(false),
+            Waiting::Polling => builder
+                .notifications(false)
+                .retry_delay(Duration::from_millis(2))
+                .retry_jitter(Duration::from_millis(2)),
         }
     }
 }
@@ -170,11 +175,17 @@ struct Args {
 }
 
 const USAGE: &str = "usage: cargo bench --bench nodes -- [--quick] [--nodes 1,3,5,7,9] \
-                     [--only uncontended,throughput,contended,degraded] \
+                     [--only uncontended,throughput,guarded,contended,degraded] \
                      [--runtime multi|current] [--out DIR]";
 
 /// The scenarios, in the order they run.
-const SCENARIOS: [&str; 4] = ["uncontended", "throughput", "contended", "degraded"];
+const SCENARIOS: [&str; 5] = [
+    "uncontended",
+    "throughput",
+    "guarded",
+    "contended",
+    "degraded",
+];
 
 impl Args {
     fn parse(args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -331,7 +342,7 @@ async fn run(args: Args) -> Outcome<()> {
     let started = Instant::now();
     let mut machine = Machine::probe(&args);
     let degraded_n = args.degraded_n();
-    let per_n = ["uncontended", "throughput", "contended"]
+    let per_n = ["uncontended", "throughput", "guarded", "contended"]
         .iter()
         .filter(|s| args.runs(s))
         .count();
@@ -345,7 +356,7 @@ async fn run(args: Args) -> Outcome<()> {
         let cluster = Cluster::start(n).await?;
         let urls = cluster.urls();
         let raw = connect_all(&urls).await?;
-        let client = Redlock::builder().masters(&urls).build()?;
+        let client = plain(&urls).build()?;
 
         if args.runs("uncontended") {
             progress.step(&format!(
@@ -360,6 +371,13 @@ async fn run(args: Args) -> Outcome<()> {
                 budget.clients, budget.window
             ));
             throughput(&budget, n, &raw[0], &client, &mut results).await?;
+        }
+        if args.runs("guarded") {
+            progress.step(&format!(
+                "N={n}: quarantine and fencing against the plain acquire, {} samples each",
+                budget.samples / 2
+            ));
+            guarded(&budget, n, &urls, &mut results, &progress).await?;
         }
         if args.runs("contended") {
             progress.step(&format!(
@@ -411,6 +429,13 @@ async fn run(args: Args) -> Outcome<()> {
         args.out.display()
     );
     Ok(())
+}
+
+/// A client on the plain Redlock path (`SET NX PX`, the release script), with restart
+/// quarantine off: these masters are brand new and would abstain for one TTL. What the
+/// quarantine's checked acquire and fencing tokens add is measured apart, side by side.
+fn plain(urls: &[String]) -> Builder {
+    Redlock::builder().masters(urls).quarantine(false)
 }
 
 /// A connection to `url` configured as the library configures its own.
@@ -810,6 +835,96 @@ async fn uncontended(
     Ok(())
 }
 
+/// The acquire of restart quarantine (the checked script) and of fencing (two rounds),
+/// against the plain acquire, in interleaved blocks on the same masters.
+async fn guarded(
+    budget: &Budget,
+    n: usize,
+    urls: &[String],
+    results: &mut Results,
+    progress: &Progress,
+) -> Outcome<()> {
+    let ttl = Duration::from_secs(1);
+    let plain_client = plain(urls).ttl(ttl).build()?;
+    let checked = Redlock::builder().masters(urls).ttl(ttl).build()?;
+    let fenced = Redlock::builder()
+        .masters(urls)
+        .ttl(ttl)
+        .fencing(true)
+        .build()?;
+    let mut keys = Keys::new(&format!("g{n}"));
+    // Brand-new masters abstain for one ttl_max (1 s here): wait until they vote.
+    for client in [&checked, &fenced] {
+        let give_up = Instant::now() + Duration::from_secs(10);
+        loop {
+            match client.try_acquire(&keys.fresh()).await {
+                Ok(lease) => {
+                    lease.release().await?;
+                    break;
+                }
+                Err(e) if Instant::now() >= give_up => return Err(e.into()),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+    let clients = [&plain_client, &checked, &fenced];
+    let mut series: [(Series, Series); 3] = Default::default();
+    {
+        let mut scratch: [(Series, Series); 3] = Default::default();
+        for (client, (a, r)) in clients.iter().zip(scratch.iter_mut()) {
+            lock_block(client, &mut keys, budget.warmup / 2, a, r).await;
+        }
+    }
+    let samples = budget.samples / 2;
+    let blocks = samples.div_ceil(BLOCK);
+    let give_up = Instant::now() + budget.series_time;
+    for block in 0..blocks {
+        if Instant::now() >= give_up {
+            break;
+        }
+        for step in 0..3 {
+            let i = (block + step) % 3;
+            let (a, r) = &mut series[i];
+            lock_block(clients[i], &mut keys, BLOCK, a, r).await;
+            tokio::time::sleep(SETTLE).await;
+        }
+        progress.fraction((block + 1) as f64 / blocks as f64);
+    }
+    let [(mut plain_a, _), (mut checked_a, _), (mut fenced_a, _)] = series;
+    for (s, what) in [
+        (&plain_a, "plain"),
+        (&checked_a, "checked"),
+        (&fenced_a, "fenced"),
+    ] {
+        s.warn(&format!("{what} acquire"));
+    }
+    let base = Row::new(Scenario::Guarded, Metric::Acquire, n, "acquire, plain")
+        .condition("SET NX PX")
+        .latency(&mut plain_a.samples, plain_a.errors);
+    let checked = Row::new(
+        Scenario::Guarded,
+        Metric::AcquireChecked,
+        n,
+        "acquire, quarantine",
+    )
+    .condition("checked script")
+    .latency(&mut checked_a.samples, checked_a.errors)
+    .against(&base);
+    let fenced = Row::new(
+        Scenario::Guarded,
+        Metric::AcquireFenced,
+        n,
+        "acquire, fencing",
+    )
+    .condition("two rounds")
+    .latency(&mut fenced_a.samples, fenced_a.errors)
+    .against(&base)
+    .referring_to(&checked);
+    let base = base.clone().against(&base);
+    results.rows.extend([base, checked, fenced]);
+    Ok(())
+}
+
 /// Completed operations of a set of tasks in one window.
 #[derive(Debug, Default)]
 struct Tally {
@@ -967,8 +1082,7 @@ async fn contended(
     let stop = Arc::new(AtomicBool::new(false));
     let mut clients = Vec::with_capacity(CONTENDERS);
     for _ in 0..CONTENDERS {
-        let builder = Redlock::builder()
-            .masters(urls)
+        let builder = plain(urls)
             .retry_attempts(10_000)
             // Bounds every wait; a client that gives up tries again while the window lasts.
             .wait_timeout(Duration::from_secs(2));
@@ -1130,7 +1244,7 @@ async fn degraded(
     let urls = cluster.urls();
     // The baseline takes the masters that stay up in turn.
     let mut base_conns = connect_all(&urls[..n - 1]).await?;
-    let client = Redlock::builder().masters(&urls).build()?;
+    let client = plain(&urls).build()?;
     let mut keys = Keys::new(&format!("d{n}"));
     let victim = n - 1;
     let cycles = budget.samples.div_ceil(2 * BLOCK).max(1);
@@ -1305,6 +1419,43 @@ fn targets(results: &Results) -> Vec<Target> {
                 ),
                 ratio: h[2],
                 limit: 1.5,
+                at_least: false,
+            });
+        }
+    }
+    for row in results
+        .rows
+        .iter()
+        .filter(|r| r.scenario == Scenario::Guarded && r.metric == Metric::AcquireFenced)
+    {
+        if let Some(v) = row.versus.as_ref().and_then(|v| v.latency) {
+            targets.push(Target {
+                goal: format!(
+                    "acquire with fencing p50 at N={} / plain acquire p50",
+                    row.n
+                ),
+                ratio: v[0],
+                limit: 2.2,
+                at_least: false,
+            });
+        }
+    }
+    for row in results.rows.iter().filter(|r| {
+        r.scenario == Scenario::Contended
+            && r.metric == Metric::HandOff
+            && r.condition.contains(Waiting::Notified.label())
+    }) {
+        let base = results
+            .find(Scenario::Baseline, Metric::SetRoundTrip, row.n)
+            .and_then(|b| b.latency);
+        if let (Some(l), Some(b)) = (row.latency, base) {
+            targets.push(Target {
+                goal: format!(
+                    "hand-off p50 with notifications at N={} / baseline SET NX PX p50",
+                    row.n
+                ),
+                ratio: l.p50 / b.p50,
+                limit: 3.0,
                 at_least: false,
             });
         }

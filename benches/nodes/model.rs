@@ -49,6 +49,8 @@ pub(crate) enum Scenario {
     Throughput,
     Contended,
     Degraded,
+    /// Restart quarantine's checked acquire and fencing, against the plain acquire.
+    Guarded,
 }
 
 impl Scenario {
@@ -59,6 +61,7 @@ impl Scenario {
             Scenario::Throughput => "throughput",
             Scenario::Contended => "contended",
             Scenario::Degraded => "degraded",
+            Scenario::Guarded => "guarded",
         }
     }
 }
@@ -79,6 +82,10 @@ pub(crate) enum Metric {
     /// Raw fan-out `SET NX PX` + release script pairs, one client.
     FanOutPairs,
     Acquire,
+    /// Acquire through restart quarantine's checked script.
+    AcquireChecked,
+    /// Acquire with a fencing token (acquire round plus write-back round).
+    AcquireFenced,
     Release,
     /// Acquire + release pairs, one client.
     Pairs,

@@ -138,7 +138,13 @@ where
     let rate = |row: &super::model::Row| row.rate;
     let one = r.series(Scenario::Uncontended, Metric::Pairs, rate);
     let many = r.series(Scenario::Throughput, Metric::PairsMany, rate);
-    let sections = r.series(Scenario::Contended, Metric::Sections, rate);
+    // Critical sections of the contended clients woken by release notices (the default).
+    let sections = r.series(Scenario::Contended, Metric::Sections, |row| {
+        row.condition
+            .contains("notified")
+            .then_some(row.rate)
+            .flatten()
+    });
     let raw_one = r.series(Scenario::Baseline, Metric::RawPairs, rate);
     let raw_many = r.series(Scenario::Baseline, Metric::RawPairsMany, rate);
     let fan_pairs = r.series(Scenario::Uncontended, Metric::FanOutPairs, rate);

@@ -306,10 +306,14 @@ impl Redlock {
         let reused: Option<Arc<str>> =
             (config.mutant == Some(Mutant::ReuseValue)).then(|| random_value().into());
         let mut waiting: Option<Subscription> = None;
+        // Failed attempts in a row that a release notice had woken: every waiter of the
+        // lock wakes on the same notice, and on several masters they split the votes.
+        let mut herd = 0u32;
         let mut attempt = 0u32;
         loop {
             attempt += 1;
             let value = reused.clone().unwrap_or_else(|| random_value().into());
+            let started = Instant::now();
             let failed = match self
                 .attempt(&key, &resource, value, &plan, waiting.is_some())
                 .await
@@ -326,6 +330,7 @@ impl Redlock {
                 }
                 Err(failed) => failed,
             };
+            let round = started.elapsed();
             let error = failed.error.with_attempts(attempt);
             if attempt >= plan.attempts {
                 return Err(error);
@@ -354,10 +359,21 @@ impl Redlock {
             tracing::trace!(%resource, attempt, "acquire attempt failed, waiting");
             match waiting.as_mut() {
                 Some(subscription) => {
-                    tokio::select! {
-                        () = subscription.notified() => {}
-                        () = tokio::time::sleep_until(until) => {}
+                    let noticed = tokio::select! {
+                        () = subscription.notified() => true,
+                        () = tokio::time::sleep_until(until) => false,
+                    };
+                    if noticed {
+                        // Every waiter wakes on the same notice: spread them over a round's
+                        // time (more after each loss), so the first usually wins alone.
+                        let spread = round.saturating_mul(1 << herd.min(3));
+                        let pause = spread.mul_f64(rand::random::<f64>());
+                        let wake = plan
+                            .give_up_at
+                            .map_or(Instant::now() + pause, |g| (Instant::now() + pause).min(g));
+                        tokio::time::sleep_until(wake).await;
                     }
+                    herd = if noticed { herd + 1 } else { 0 };
                 }
                 None => tokio::time::sleep_until(until).await,
             }

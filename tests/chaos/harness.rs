@@ -11,7 +11,7 @@ use std::time::Duration;
 use redis::AsyncCommands as _;
 use redis::aio::MultiplexedConnection;
 use redquorum::testkit::{Cluster, Persistence, Proxy, Server, ServerOptions};
-use redquorum::{Builder, Lease, Redlock};
+use redquorum::{Builder, Lease, Mutant, Redlock};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
 
@@ -730,4 +730,29 @@ impl Held {
         release(&mut self.rec, self.lease).await;
         self.rec
     }
+}
+
+/// Builds a client over `urls` with `mutant` planted, if any.
+pub fn build(builder: Builder, mutant: Option<Mutant>) -> Redlock {
+    match mutant {
+        Some(m) => builder.mutant(m),
+        None => builder,
+    }
+    .build()
+    .unwrap()
+}
+
+/// Acquires and releases a throwaway resource, so every connection is open before faults.
+pub async fn warm(client: &Redlock, prefix: &str) {
+    let lease = client.acquire(&format!("{prefix}warmup")).await.unwrap();
+    lease.release().await.unwrap();
+}
+
+/// The `acq_ok` events between two instants (ns).
+pub fn successes_between(env: &Env, from_ns: u64, to_ns: u64) -> usize {
+    env.history
+        .snapshot()
+        .iter()
+        .filter(|e| e.op == crate::event::Op::AcqOk && e.t_ns > from_ns && e.t_ns < to_ns)
+        .count()
 }

@@ -20,3 +20,4 @@ mod history;
 mod process;
 
 mod contention;
+mod restart;

@@ -171,8 +171,8 @@ impl Default for Work {
 /// Running workers.
 #[derive(Debug)]
 pub struct Workers {
-    stop: Arc<AtomicBool>,
-    tasks: Vec<JoinHandle<()>>,
+    pub stop: Arc<AtomicBool>,
+    pub tasks: Vec<JoinHandle<()>>,
 }
 
 impl Workers {
@@ -181,6 +181,17 @@ impl Workers {
             stop: Arc::new(AtomicBool::new(false)),
             tasks: Vec::new(),
         }
+    }
+
+    /// Tells this group to stop and returns its tasks, to be joined with another group's
+    /// (see [`Workers::from_parts`]).
+    pub fn into_tasks(self) -> Vec<JoinHandle<()>> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.tasks
+    }
+
+    pub fn from_parts(stop: Arc<AtomicBool>, tasks: Vec<JoinHandle<()>>) -> Self {
+        Workers { stop, tasks }
     }
 }
 
@@ -690,6 +701,8 @@ pub struct Held {
     pub lease: Lease,
     value: u64,
     key: String,
+    /// Whether the counter write was made.
+    pub wrote: bool,
 }
 
 /// Acquires `resource` with `client` and enters the critical section (reads the counter);
@@ -704,15 +717,7 @@ pub async fn enter(
     match client.acquire(&resource).await {
         Ok(lease) => {
             rec.acq_ok(&lease);
-            rec.cs_start();
-            let key = counter_key(&resource);
-            let v: Option<u64> = store.get(&key).await.unwrap();
-            Ok(Held {
-                rec,
-                lease,
-                value: v.unwrap_or(0),
-                key,
-            })
+            Ok(Held::inside(rec, lease, store).await)
         }
         Err(e) => {
             rec.acq_fail(&e);
@@ -722,10 +727,44 @@ pub async fn enter(
 }
 
 impl Held {
+    /// Enters the critical section with `lease`: records `cs_start`, reads the counter.
+    pub async fn inside(
+        mut rec: Recorder,
+        lease: Lease,
+        store: &mut MultiplexedConnection,
+    ) -> Held {
+        rec.cs_start();
+        let key = counter_key(rec.resource());
+        let v: Option<u64> = store.get(&key).await.unwrap();
+        Held {
+            rec,
+            lease,
+            value: v.unwrap_or(0),
+            key,
+            wrote: false,
+        }
+    }
+
+    /// Leaves without writing (the lease is running out or was lost), then releases.
+    pub async fn abandon(mut self) -> Recorder {
+        self.rec.cs_end(false);
+        release(&mut self.rec, self.lease).await;
+        self.rec
+    }
+
+    /// Writes the counter back, staying inside the critical section.
+    pub async fn write(mut self, store: &mut MultiplexedConnection) -> Self {
+        let _: () = store.set(&self.key, self.value + 1).await.unwrap();
+        self.wrote = true;
+        self
+    }
+
     /// Writes the counter back (whatever the lease says: the script decides when) and
     /// ends the critical section, then releases.
     pub async fn leave(mut self, store: &mut MultiplexedConnection) -> Recorder {
-        let _: () = store.set(&self.key, self.value + 1).await.unwrap();
+        if !self.wrote {
+            let _: () = store.set(&self.key, self.value + 1).await.unwrap();
+        }
         self.rec.cs_end(true);
         release(&mut self.rec, self.lease).await;
         self.rec

@@ -19,5 +19,11 @@ mod harness;
 mod history;
 mod process;
 
+mod clients;
+mod clock;
 mod contention;
+mod crash;
+mod network;
+mod pause;
+mod release;
 mod restart;

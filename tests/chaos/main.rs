@@ -23,6 +23,8 @@ mod clients;
 mod clock;
 mod contention;
 mod crash;
+mod faults;
+mod mutants;
 mod network;
 mod pause;
 mod release;

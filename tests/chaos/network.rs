@@ -301,3 +301,66 @@ async fn s11b_holder_client_partitioned_n3() {
     drop(paths);
     out.check();
 }
+
+/// S11p: clients and masters are split into two sides (masters `0..N/2` and the rest);
+/// each side's clients reach only their side's masters. With N = 4 neither side has a
+/// quorum; with N = 5 only the larger side has. Then the partition heals.
+pub async fn s11p(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
+    let setup = Setup::new(
+        "S11p",
+        "clients and masters split into two sides",
+        expect,
+        n,
+    );
+    let mut env = Env::start(setup).await;
+    let half = n / 2;
+    let mut sides: Vec<Vec<Proxy>> = Vec::new();
+    for side in 0..2 {
+        let mut paths = Vec::new();
+        for (i, server) in env.cluster.servers().iter().enumerate() {
+            let proxy = Proxy::for_server(server).await.unwrap();
+            if (i < half) != (side == 0) {
+                proxy.set_mode(Mode::Blackhole);
+            }
+            paths.push(proxy);
+        }
+        sides.push(paths);
+    }
+    let urls: Vec<Vec<String>> = sides
+        .iter()
+        .map(|paths| paths.iter().map(Proxy::url).collect())
+        .collect();
+    let workers = env.spawn_workers(6, 1, Work::default(), |i| {
+        build(client_over(urls[i % 2].clone()), mutant)
+    });
+    sleep(phase()).await;
+    for paths in &sides {
+        for proxy in paths {
+            proxy.heal();
+        }
+    }
+    env.mark_heal();
+    sleep(Duration::from_millis(2000)).await;
+    let out = env
+        .finish(
+            workers,
+            Checks {
+                liveness: Some(TTL + Duration::from_millis(1500)),
+                acquire_bound: Some(Duration::from_millis(2600)),
+                ..Checks::default()
+            },
+        )
+        .await;
+    drop(sides);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s11p_two_sided_partition_n4() {
+    s11p(4, None, Expect::Hold).await.check();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s11p_two_sided_partition_n5() {
+    s11p(5, None, Expect::Hold).await.check();
+}

@@ -349,11 +349,6 @@ impl Env {
         }
     }
 
-    /// A client builder with the scenario's default timings.
-    pub fn client(&self) -> Builder {
-        client_over(self.urls())
-    }
-
     /// Resource `i` of this scenario.
     pub fn resource(&mut self, i: usize) -> String {
         let r = format!("{}r{i}", self.prefix);
@@ -418,12 +413,14 @@ impl Env {
         }
         let end_ns = now_ns();
         let history = self.history.snapshot();
-        let mut out = Outcome::default();
-        out.acquired = history
-            .iter()
-            .filter(|e| e.op == crate::event::Op::AcqOk)
-            .count() as u64;
-        out.failures = checker::failures(&history);
+        let mut out = Outcome {
+            acquired: history
+                .iter()
+                .filter(|e| e.op == crate::event::Op::AcqOk)
+                .count() as u64,
+            failures: checker::failures(&history),
+            ..Outcome::default()
+        };
         let overlaps = checker::overlaps(&history);
         out.overlaps = overlaps.len() as u64;
         if let Some(o) = overlaps.first() {
@@ -570,13 +567,14 @@ impl Env {
             (Expect::Detect, false) => "MISSED",
         };
         let mut line = format!(
-            "{:<4} {:<44} N={} expect={:<6} {:<8} cs={:<5} acq_fail={{{}}} viol={{overlap:{},lost:{},overrun:{},liveness:{},slow_acq:{}}} keys_left={} {:.1}s seed={}",
+            "{:<4} {:<44} N={} expect={:<6} {:<8} cs={:<5} acq_ok={:<5} acq_fail={{{}}} viol={{overlap:{},lost:{},overrun:{},liveness:{},slow_acq:{}}} keys_left={} {:.1}s seed={}",
             self.setup.code,
             self.setup.name,
             self.setup.n,
             self.setup.expect.word(),
             verdict,
             out.completed,
+            out.acquired,
             failures,
             out.overlaps,
             out.lost,

@@ -55,10 +55,6 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    pub fn client(&self) -> &str {
-        &self.client
-    }
-
     pub fn resource(&self) -> &str {
         &self.resource
     }

@@ -7,8 +7,9 @@
 //! `REDQUORUM_CHAOS_SEED` replays a run's schedules. Each scenario prints one report line
 //! and appends it to `target/redquorum-chaos/report.txt`.
 
-// clippy's test allowances cover `#[test]` fns only, not the helpers (STYLE 4.3 rule 14).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+// clippy's test allowances cover `#[test]` fns only, not the helpers (STYLE 4.3 rule 14);
+// the modules of this one test binary share their helpers as `pub` items.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, unreachable_pub)]
 
 #[path = "../support/mod.rs"]
 mod support;

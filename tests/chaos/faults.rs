@@ -175,3 +175,61 @@ async fn the_proxy_refuses_non_loopback_targets() {
     let target = "192.0.2.1:6379".parse().unwrap();
     assert!(Proxy::start(target).await.is_err());
 }
+
+/// Whether `pid` is gone or a zombie (dead, waiting to be reaped).
+fn dead(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// A scenario that panics with masters, the checker store, proxies and a frozen client
+/// process running leaves none of them behind: every one is stopped by PID on unwind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_scenario_leaves_no_process_behind() {
+    let (tx, rx) = tokio::sync::oneshot::channel::<Vec<u32>>();
+    let task = tokio::spawn(async move {
+        let setup =
+            crate::harness::Setup::new("T", "panics mid-run", crate::harness::Expect::Hold, 3)
+                .proxies();
+        let mut env = crate::harness::Env::start(setup).await;
+        let resource = env.resource(0);
+        let args = vec![
+            "--masters".to_owned(),
+            env.urls().join(","),
+            "--store".to_owned(),
+            env.store.url(),
+            "--resource".to_owned(),
+            resource,
+            "--hold-ms".to_owned(),
+            "60000".to_owned(),
+        ];
+        let client = crate::process::ClientProcess::spawn("T-proc", &args, &env.history);
+        client
+            .wait_for(crate::event::Op::CsStart, Duration::from_secs(10))
+            .await;
+        client.pause();
+        env.cluster.server_mut(1).pause().unwrap();
+        let mut pids: Vec<u32> = env
+            .cluster
+            .servers()
+            .iter()
+            .filter_map(Server::pid)
+            .collect();
+        pids.push(env.store.pid().unwrap());
+        pids.push(u32::try_from(client.pid()).unwrap());
+        tx.send(pids).unwrap();
+        panic!("a scenario fails mid-run");
+    });
+    let pids = rx.await.unwrap();
+    assert_eq!(pids.len(), 5);
+    assert!(task.await.unwrap_err().is_panic());
+    crate::support::wait_until(Duration::from_secs(5), "every process stopped", || {
+        let all = pids.iter().all(|&p| dead(p));
+        async move { all }
+    })
+    .await;
+}

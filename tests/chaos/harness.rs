@@ -18,6 +18,11 @@ use tokio::time::{Instant, sleep, timeout};
 use crate::checker;
 use crate::history::{History, Recorder, now_ns};
 
+tokio::task_local! {
+    /// The mutant a scenario runs against, for its report line (set by the mutant hunt).
+    pub static PLANTED: Mutant;
+}
+
 /// What a scenario must show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expect {
@@ -566,10 +571,14 @@ impl Env {
             (Expect::Detect, true) => "detected",
             (Expect::Detect, false) => "MISSED",
         };
+        let name = match PLANTED.try_with(|m| *m) {
+            Ok(m) => format!("{} [mutant {m:?}]", self.setup.name),
+            Err(_) => self.setup.name.clone(),
+        };
         let mut line = format!(
             "{:<4} {:<44} N={} expect={:<6} {:<8} cs={:<5} acq_ok={:<5} acq_fail={{{}}} viol={{overlap:{},lost:{},overrun:{},liveness:{},slow_acq:{}}} keys_left={} {:.1}s seed={}",
             self.setup.code,
-            self.setup.name,
+            name,
             self.setup.n,
             self.setup.expect.word(),
             verdict,

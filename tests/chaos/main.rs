@@ -9,7 +9,12 @@
 
 // clippy's test allowances cover `#[test]` fns only, not the helpers (STYLE 4.3 rule 14);
 // the modules of this one test binary share their helpers as `pub` items.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, unreachable_pub)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    unreachable_pub
+)]
 
 #[path = "../support/mod.rs"]
 mod support;

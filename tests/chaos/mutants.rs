@@ -54,7 +54,7 @@ async fn every_mutant_is_caught() {
         let mut caught = 0;
         let mut scenario = String::from("none");
         for _ in 0..runs {
-            match hunt(mutant).await {
+            match PLANTED.scope(mutant, hunt(mutant)).await {
                 Some(out) => {
                     scenario = out.line.split_whitespace().next().unwrap_or("?").to_owned();
                     if out.met(Expect::Detect) {

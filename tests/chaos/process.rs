@@ -57,6 +57,11 @@ impl ClientProcess {
         }
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
     /// Freezes it (`SIGSTOP`).
     pub fn pause(&self) {
         kill(Pid::from_raw(self.pid), Signal::SIGSTOP).unwrap();

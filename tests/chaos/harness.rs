@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::checker;
+use crate::event::Op;
 use crate::history::{History, Recorder, now_ns};
 
 tokio::task_local! {
@@ -419,13 +420,16 @@ impl Env {
         let end_ns = now_ns();
         let history = self.history.snapshot();
         let mut out = Outcome {
-            acquired: history
-                .iter()
-                .filter(|e| e.op == crate::event::Op::AcqOk)
-                .count() as u64,
+            acquired: history.iter().filter(|e| e.op == Op::AcqOk).count() as u64,
             failures: checker::failures(&history),
             ..Outcome::default()
         };
+        let ext_ok = history.iter().filter(|e| e.op == Op::ExtOk).count();
+        let ext_fail = history.iter().filter(|e| e.op == Op::ExtFail).count();
+        if ext_ok + ext_fail > 0 {
+            self.notes
+                .push(format!("extensions: {ext_ok} ok, {ext_fail} failed"));
+        }
         let overlaps = checker::overlaps(&history);
         out.overlaps = overlaps.len() as u64;
         if let Some(o) = overlaps.first() {
@@ -799,6 +803,6 @@ pub fn successes_between(env: &Env, from_ns: u64, to_ns: u64) -> usize {
     env.history
         .snapshot()
         .iter()
-        .filter(|e| e.op == crate::event::Op::AcqOk && e.t_ns > from_ns && e.t_ns < to_ns)
+        .filter(|e| e.op == Op::AcqOk && e.t_ns > from_ns && e.t_ns < to_ns)
         .count()
 }

@@ -30,6 +30,7 @@ mod clock;
 mod contention;
 mod crash;
 mod faults;
+mod known_bugs;
 mod mutants;
 mod network;
 mod pause;

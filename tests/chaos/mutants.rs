@@ -16,24 +16,12 @@ async fn hunt(mutant: Mutant) -> Option<Outcome> {
         Mutant::PlainDelRelease => crate::release::s18(3, Some(mutant), Expect::Detect).await,
         // A stopped majority holds acquire calls far past their wait budget.
         Mutant::NoNodeTimeout => crate::pause::s4(3, Some(mutant), Expect::Detect).await,
-        // A failed attempt's late release deletes the next attempt's key (same value).
+        // A failed attempt's release, delayed by a NOSCRIPT round trip on a restarted
+        // master, deletes the winning attempt's key there (same value).
         Mutant::ReuseValue => crate::contention::s19r(Some(mutant), Expect::Detect).await,
         _ => return None,
     })
 }
-
-/// Mutants that no realistic scenario can catch until fencing exists, and why. Each still
-/// runs its best scenario (S19r) and is reported; catching one is reported too, so the
-/// list can shrink, but only a mutant *not* listed here fails the test by surviving.
-///
-/// `ReuseValue`: a failed attempt's release can only delete a later attempt's key (same
-/// value) if it reaches the master *after* that attempt's SET. Both travel on the client's
-/// single connection to that master, which is FIFO, and the release is handed to the
-/// runtime before the next attempt starts (the retry pause, even a zero one, yields for at
-/// least one timer tick), so it is always ahead; `SET NX` itself never compares values. The
-/// reuse becomes harmful with fencing's phase-2 ownership check (`GET lock == v`, DESIGN.md
-/// section 5), where a stale attempt would pass for the current one.
-const NEEDS_FENCING: [Mutant; 1] = [Mutant::ReuseValue];
 
 /// How many times each mutant's scenario runs: `REDQUORUM_CHAOS_MUTANT_RUNS`, else 1 (more
 /// in a soak). Every run must catch the mutant.
@@ -44,9 +32,7 @@ fn runs() -> usize {
         .unwrap_or(if soak() { 5 } else { 1 })
 }
 
-/// Runs on a current-thread runtime, which S19r needs (see its docs); the other scenarios
-/// do not depend on the runtime's flavour.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_mutant_is_caught() {
     let mut survivors = Vec::new();
     for mutant in Mutant::ALL {
@@ -64,18 +50,10 @@ async fn every_mutant_is_caught() {
                 None => break,
             }
         }
-        let expected_survivor = NEEDS_FENCING.contains(&mutant);
-        let line = format!(
-            "MUTANT {mutant:?}: caught {caught}/{runs} by {scenario}{}",
-            if expected_survivor {
-                " (not catchable until fencing exists; see tests/chaos/mutants.rs)"
-            } else {
-                ""
-            }
-        );
+        let line = format!("MUTANT {mutant:?}: caught {caught}/{runs} by {scenario}");
         eprintln!("[chaos] {line}");
         append_report(&line);
-        if caught < runs && !expected_survivor {
+        if caught < runs {
             survivors.push(format!("{mutant:?} ({caught}/{runs})"));
         }
     }

@@ -212,6 +212,8 @@ struct Shared {
     vitals: Mutex<Option<(u64, Arc<Vitals>)>>,
     /// Serialises the first connection attempt, so concurrent first calls share it.
     first_connect: tokio::sync::Mutex<()>,
+    /// The connection (generation) known to have the scripts loaded.
+    scripts_loaded: AtomicU64,
     generation: AtomicU64,
 }
 
@@ -260,6 +262,7 @@ impl RedisMaster {
                 read_vitals,
                 vitals: Mutex::new(None),
                 first_connect: tokio::sync::Mutex::new(()),
+                scripts_loaded: AtomicU64::new(0),
                 generation: AtomicU64::new(0),
             }),
         })
@@ -275,7 +278,36 @@ impl Master for RedisMaster {
         let shared = Arc::clone(&self.shared);
         Box::pin(async move {
             let (mut conn, generation) = shared.connection().await?;
-            match tokio::time::timeout(shared.node_timeout, run(&op, &mut conn)).await {
+            // A master without the scripts answers NOSCRIPT, and the fallback (load, run
+            // again) costs two more round trips and runs after commands sent later on the
+            // connection. So the first request on a connection carries the loads with it:
+            // sent first on the same ordered connection, answered in the same round trip.
+            // Exactly one request per connection carries them.
+            let first = shared.scripts_loaded.swap(generation, Ordering::Relaxed) != generation;
+            let preload = first.then(|| {
+                let mut conn = conn.clone();
+                async move { load_scripts(&mut conn).await }
+            });
+            let request = async {
+                match preload {
+                    Some(load) => {
+                        let (loaded, reply) =
+                            futures::future::join(load, run(&op, &mut conn)).await;
+                        if loaded.is_err() {
+                            // The next request tries again; NOSCRIPT falls back meanwhile.
+                            let _ = shared.scripts_loaded.compare_exchange(
+                                generation,
+                                0,
+                                Ordering::Relaxed,
+                                Ordering::Relaxed,
+                            );
+                        }
+                        reply
+                    }
+                    None => run(&op, &mut conn).await,
+                }
+            };
+            match tokio::time::timeout(shared.node_timeout, request).await {
                 Ok(Ok(reply)) => Ok(reply),
                 Ok(Err(err)) => {
                     if err.breaks_connection() {
@@ -352,14 +384,6 @@ impl Shared {
             let mut conn = self
                 .client
                 .get_multiplexed_async_connection_with_config(&config)
-                .await
-                .map_err(MasterError::from_redis)?;
-            let mut load = redis::pipe();
-            for script in scripts::MASTER_SCRIPTS {
-                load.cmd("SCRIPT").arg("LOAD").arg(script).ignore();
-            }
-            let () = load
-                .query_async(&mut conn)
                 .await
                 .map_err(MasterError::from_redis)?;
             let vitals = if self.read_vitals {
@@ -630,28 +654,53 @@ async fn delete(key: &str, conn: &mut MultiplexedConnection) -> Result<Reply, Ma
     })
 }
 
-/// Reads what restart quarantine needs to know about a freshly connected master.
+/// Loads every script a lock master runs (one pipeline).
+async fn load_scripts(conn: &mut MultiplexedConnection) -> redis::RedisResult<()> {
+    let mut load = redis::pipe();
+    for script in scripts::MASTER_SCRIPTS {
+        load.cmd("SCRIPT").arg("LOAD").arg(script).ignore();
+    }
+    load.query_async(conn).await
+}
+
+/// Reads what restart quarantine needs to know about a freshly connected master, in one
+/// round trip.
 async fn read_vitals(conn: &mut MultiplexedConnection) -> Result<Vitals, MasterError> {
-    let server: redis::InfoDict = redis::cmd("INFO")
+    let replies: Vec<redis::RedisResult<redis::Value>> = redis::pipe()
+        .cmd("INFO")
         .arg("server")
-        .query_async(conn)
-        .await
-        .map_err(MasterError::from_redis)?;
-    let memory: redis::InfoDict = redis::cmd("INFO")
+        .cmd("INFO")
         .arg("memory")
+        // May be renamed away; then the master is simply not known to be durable.
+        .cmd("CONFIG")
+        .arg("GET")
+        .arg("append*")
+        .cmd("EVAL")
+        .arg(scripts::EPOCH_SOURCE)
+        .arg(1)
+        .arg(scripts::EPOCH_KEY)
+        .arg(new_epoch_id())
+        .ignore_errors()
         .query_async(conn)
         .await
         .map_err(MasterError::from_redis)?;
+    let mut replies = replies.into_iter();
+    let mut next = || {
+        replies.next().unwrap_or_else(|| {
+            Err(redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "missing pipeline reply",
+            )))
+        })
+    };
+    let server: redis::InfoDict = value(next()).map_err(MasterError::from_redis)?;
+    let memory: redis::InfoDict = value(next()).map_err(MasterError::from_redis)?;
+    let config: redis::RedisResult<Vec<String>> = value(next());
+    let (record, now): (String, String) = value(next()).map_err(MasterError::from_redis)?;
     let run_id: String = server.get("run_id").unwrap_or_default();
     let uptime: u64 = server.get("uptime_in_seconds").unwrap_or(0);
     let policy: String = memory.get("maxmemory_policy").unwrap_or_default();
     let maxmemory: u64 = memory.get("maxmemory").unwrap_or(0);
-    // CONFIG may be renamed away; then the master is simply not known to be durable.
-    let config: Result<Vec<String>, _> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("append*")
-        .query_async(conn)
-        .await;
     let durable = config.is_ok_and(|kv| {
         let get = |name: &str| {
             kv.chunks(2)
@@ -661,12 +710,6 @@ async fn read_vitals(conn: &mut MultiplexedConnection) -> Result<Vitals, MasterE
         get("appendonly").as_deref() == Some("yes")
             && get("appendfsync").as_deref() == Some("always")
     });
-    let (record, now): (String, String) = scripts::EPOCH
-        .key(scripts::EPOCH_KEY)
-        .arg(new_epoch_id())
-        .invoke_async(conn)
-        .await
-        .map_err(MasterError::from_redis)?;
     let now_us = parse_number("epoch", &now)?;
     let epoch = Epoch::parse(&record, now_us).ok_or_else(|| {
         MasterError::new(
@@ -684,6 +727,13 @@ async fn read_vitals(conn: &mut MultiplexedConnection) -> Result<Vitals, MasterE
         epoch,
         misconfigured: eviction_risk(&policy, maxmemory),
     })
+}
+
+/// One pipeline reply, converted.
+fn value<T: redis::FromRedisValue>(
+    reply: redis::RedisResult<redis::Value>,
+) -> redis::RedisResult<T> {
+    reply.and_then(|v| redis::from_redis_value(v).map_err(redis::RedisError::from))
 }
 
 /// A fresh id for a data epoch this client may start.

@@ -17,9 +17,8 @@ const EXTEND_LUA: &str = include_str!("extend.lua");
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 const ACQUIRE_LUA: &str = include_str!("acquire.lua");
 
-/// Reads (or starts) the data epoch; see `epoch.lua`.
-pub(crate) static EPOCH: LazyLock<Script> = LazyLock::new(|| Script::new(EPOCH_LUA));
-const EPOCH_LUA: &str = include_str!("epoch.lua");
+/// Reads (or starts) the data epoch, run with `EVAL` while connecting; see `epoch.lua`.
+pub(crate) const EPOCH_SOURCE: &str = include_str!("epoch.lua");
 
 /// Fencing write-back; see `fence.lua`.
 pub(crate) static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_LUA));
@@ -32,8 +31,13 @@ const FENCED_SET_LUA: &str = include_str!("fenced_set.lua");
 /// The scripts a lock master runs, to load on every (re)connect: a master without them
 /// answers `NOSCRIPT`, and the fallback (load, then run again) takes two more round trips
 /// and lets commands sent later on the connection run first.
-pub(crate) const MASTER_SCRIPTS: [&str; 5] =
-    [RELEASE_LUA, EXTEND_LUA, ACQUIRE_LUA, EPOCH_LUA, FENCE_LUA];
+pub(crate) const MASTER_SCRIPTS: [&str; 5] = [
+    RELEASE_LUA,
+    EXTEND_LUA,
+    ACQUIRE_LUA,
+    EPOCH_SOURCE,
+    FENCE_LUA,
+];
 
 /// The key of the data-epoch record on every master.
 pub(crate) const EPOCH_KEY: &str = "redquorum:epoch";

@@ -18,7 +18,12 @@
 //! 4. Faults are injected by PID with signals: [`Server::kill`] (`SIGKILL`),
 //!    [`Server::pause`] (`SIGSTOP`) and [`Server::resume`] (`SIGCONT`).
 //!    [`Server::restart`] brings a node back on the same port and unix socket, with or
-//!    without its data.
+//!    without its data, and [`Server::restart_from`] from a stale [`Snapshot`]. Faults
+//!    through the server's own commands: [`Server::debug_sleep`] (`DEBUG SLEEP`),
+//!    [`Server::client_pause`] (`CLIENT PAUSE`), [`Server::flushall`], and
+//!    [`Server::jump_clock`], which emulates a wall-clock jump by shifting lock keys'
+//!    expiry. A [`Proxy`] in front of a master delays, blackholes, resets or drops its
+//!    traffic, switchable at runtime.
 //! 5. Dropping a [`Server`] (or a [`Cluster`]) kills and reaps its process, also while a
 //!    test is panicking. A process that is killed abruptly (`SIGKILL` of the test binary)
 //!    cannot run `Drop`; its servers then keep running until killed by hand.
@@ -55,8 +60,12 @@
 //! # }
 //! ```
 
+mod faults;
+mod proxy;
 mod server;
 
+pub use faults::{ClockJump, Snapshot, monotonic_ns};
+pub use proxy::{Latency, Mode, Proxy, ProxyStats};
 pub use server::{Persistence, Server, ServerOptions};
 
 use std::io;
@@ -144,6 +153,16 @@ pub enum TestkitError {
         pid: u32,
         /// The operating system's error.
         source: io::Error,
+    },
+    /// A fault command sent to a server failed or was not answered in time.
+    #[error("{command} on redis-server 127.0.0.1:{port} failed: {reason}")]
+    Command {
+        /// The command, such as `DEBUG SLEEP`.
+        command: &'static str,
+        /// The server's port.
+        port: u16,
+        /// What went wrong.
+        reason: String,
     },
     /// A file system or socket operation of the testkit itself failed.
     #[error("could not {action}: {source}")]

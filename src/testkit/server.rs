@@ -644,7 +644,7 @@ impl Server {
     }
 
     /// Removes everything in its directory except the log files.
-    fn wipe_data(&self) -> Result<(), TestkitError> {
+    pub(super) fn wipe_data(&self) -> Result<(), TestkitError> {
         let dir = self.dir.path();
         let entries = fs::read_dir(dir).map_err(io_error(format!("list {}", dir.display())))?;
         for entry in entries {
@@ -904,7 +904,7 @@ fn signal_error(pid: u32, signal: Signal, errno: Errno) -> TestkitError {
 }
 
 /// Wraps an I/O error with what the testkit was doing.
-fn io_error(action: impl Into<String>) -> impl FnOnce(io::Error) -> TestkitError {
+pub(super) fn io_error(action: impl Into<String>) -> impl FnOnce(io::Error) -> TestkitError {
     let action = action.into();
     move |source| TestkitError::Io { action, source }
 }

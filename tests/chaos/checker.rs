@@ -1,0 +1,459 @@
+//! Checkers: pure functions over a history, each exact (no false positives given the
+//! recording rules) and each unit-tested on hand-made histories, including ones that must
+//! fire.
+//!
+//! Recording rules they rely on: `cs_start` is recorded after acquire returned, `cs_end`
+//! before release is sent, so a recorded overlap implies a real one; every time is
+//! `CLOCK_MONOTONIC`, comparable across processes.
+//!
+//! Fencing joins later without changing these: events already carry a `token` field, and a
+//! token-order checker will be one more function over the same history.
+
+use std::collections::BTreeMap;
+
+use crate::event::{Event, Op};
+
+/// One acquisition's critical section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Section {
+    pub client: String,
+    pub attempt: u64,
+    pub start: u64,
+    /// `None`: never ended (the client died or was still inside when the history closed).
+    pub end: Option<u64>,
+    /// Whether its counter write was made.
+    pub done: bool,
+    /// The lease's deadline as last established before the section ended.
+    pub deadline: Option<u64>,
+}
+
+impl Section {
+    fn end_or_open(&self) -> u64 {
+        self.end.unwrap_or(u64::MAX)
+    }
+}
+
+/// Every critical section per resource, ordered by start.
+pub fn sections(history: &[Event]) -> BTreeMap<String, Vec<Section>> {
+    let mut ordered: Vec<&Event> = history.iter().collect();
+    ordered.sort_by_key(|e| (e.t_ns, e.op));
+    let mut open: BTreeMap<(String, String, u64), Section> = BTreeMap::new();
+    let mut deadlines: BTreeMap<(String, u64), u64> = BTreeMap::new();
+    let mut out: BTreeMap<String, Vec<Section>> = BTreeMap::new();
+    for e in ordered {
+        let id = (e.client.clone(), e.attempt);
+        match e.op {
+            Op::AcqOk | Op::ExtOk => {
+                if let Some(d) = e.deadline_ns {
+                    deadlines.insert(id, d);
+                }
+            }
+            Op::CsStart => {
+                open.insert(
+                    (e.resource.clone(), e.client.clone(), e.attempt),
+                    Section {
+                        client: e.client.clone(),
+                        attempt: e.attempt,
+                        start: e.t_ns,
+                        end: None,
+                        done: false,
+                        deadline: deadlines.get(&id).copied(),
+                    },
+                );
+            }
+            Op::CsEnd => {
+                if let Some(mut s) = open.remove(&(e.resource.clone(), e.client.clone(), e.attempt))
+                {
+                    s.end = Some(e.t_ns);
+                    s.done = e.detail == "done";
+                    s.deadline = deadlines.get(&id).copied().or(s.deadline);
+                    out.entry(e.resource.clone()).or_default().push(s);
+                }
+            }
+            _ => {}
+        }
+    }
+    for ((resource, _, _), s) in open {
+        out.entry(resource).or_default().push(s);
+    }
+    for list in out.values_mut() {
+        list.sort_by_key(|s| (s.start, s.end_or_open()));
+    }
+    out
+}
+
+/// Two critical sections of one resource that overlapped in time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Overlap {
+    pub resource: String,
+    /// The section that was still running.
+    pub earlier: (String, u64),
+    /// The section that started inside it.
+    pub later: (String, u64),
+    /// How long they overlapped, in ns (`u64::MAX` when the earlier never ended).
+    pub by_ns: u64,
+}
+
+/// Checker 1: mutual exclusion. Per resource, sections sorted by start; a violation is a
+/// section starting before the latest end seen so far.
+pub fn overlaps(history: &[Event]) -> Vec<Overlap> {
+    let mut found = Vec::new();
+    for (resource, list) in sections(history) {
+        let mut latest: Option<&Section> = None;
+        for s in &list {
+            if let Some(prev) = latest {
+                if s.start < prev.end_or_open() {
+                    let end = s.end_or_open().min(prev.end_or_open());
+                    found.push(Overlap {
+                        resource: resource.clone(),
+                        earlier: (prev.client.clone(), prev.attempt),
+                        later: (s.client.clone(), s.attempt),
+                        by_ns: end.saturating_sub(s.start),
+                    });
+                }
+                if s.end_or_open() > prev.end_or_open() {
+                    latest = Some(s);
+                }
+            } else {
+                latest = Some(s);
+            }
+        }
+    }
+    found
+}
+
+/// A critical section that ended after its lease's deadline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Overrun {
+    pub resource: String,
+    pub section: (String, u64),
+    pub by_ns: u64,
+}
+
+/// Checker: deadline overruns (`cs_end > deadline`).
+pub fn overruns(history: &[Event]) -> Vec<Overrun> {
+    let mut found = Vec::new();
+    for (resource, list) in sections(history) {
+        for s in list {
+            if let (Some(end), Some(deadline)) = (s.end, s.deadline)
+                && end > deadline
+            {
+                found.push(Overrun {
+                    resource: resource.clone(),
+                    section: (s.client.clone(), s.attempt),
+                    by_ns: end - deadline,
+                });
+            }
+        }
+    }
+    found
+}
+
+/// Critical sections of `resource` that made their counter write.
+pub fn completed(history: &[Event], resource: &str) -> u64 {
+    history
+        .iter()
+        .filter(|e| e.op == Op::CsEnd && e.resource == resource && e.detail == "done")
+        .count() as u64
+}
+
+/// Checker 2: lost updates, `completed − final counter` (never negative: a section that
+/// wrote but died before recording `cs_end` only makes the counter larger).
+pub fn lost_updates(completed: u64, counter: u64) -> u64 {
+    completed.saturating_sub(counter)
+}
+
+/// Liveness after a heal at `heal_ns`, up to `end_ns`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Liveness {
+    /// From the heal to the first critical section, if any.
+    pub first_after_heal_ns: Option<u64>,
+    /// The largest stretch without a critical section starting, from the heal to the end.
+    pub largest_gap_ns: u64,
+    /// Critical sections started after the heal.
+    pub sections: u64,
+}
+
+/// Checker 5: liveness metrics over every resource.
+pub fn liveness(history: &[Event], heal_ns: u64, end_ns: u64) -> Liveness {
+    let mut starts: Vec<u64> = history
+        .iter()
+        .filter(|e| e.op == Op::CsStart && e.t_ns >= heal_ns && e.t_ns <= end_ns)
+        .map(|e| e.t_ns)
+        .collect();
+    starts.sort_unstable();
+    let mut gap = 0;
+    let mut prev = heal_ns;
+    for &t in &starts {
+        gap = gap.max(t - prev);
+        prev = t;
+    }
+    gap = gap.max(end_ns.saturating_sub(prev));
+    Liveness {
+        first_after_heal_ns: starts.first().map(|t| t - heal_ns),
+        largest_gap_ns: gap,
+        sections: starts.len() as u64,
+    }
+}
+
+/// One acquire call's duration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Latency {
+    pub client: String,
+    pub attempt: u64,
+    /// `None`: it never returned before `end_ns`.
+    pub took_ns: Option<u64>,
+}
+
+/// Acquire calls and how long each took (`acq_start` to `acq_ok`/`acq_fail`); calls that
+/// never returned count as running until `end_ns`.
+pub fn acquire_latencies(history: &[Event], end_ns: u64) -> Vec<(Latency, u64)> {
+    let mut started: BTreeMap<(String, u64), u64> = BTreeMap::new();
+    let mut out = Vec::new();
+    let mut ordered: Vec<&Event> = history.iter().collect();
+    ordered.sort_by_key(|e| (e.t_ns, e.op));
+    for e in ordered {
+        let id = (e.client.clone(), e.attempt);
+        match e.op {
+            Op::AcqStart => {
+                started.insert(id, e.t_ns);
+            }
+            Op::AcqOk | Op::AcqFail => {
+                if let Some(t0) = started.remove(&id) {
+                    let took = e.t_ns.saturating_sub(t0);
+                    out.push((
+                        Latency {
+                            client: id.0,
+                            attempt: id.1,
+                            took_ns: Some(took),
+                        },
+                        took,
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    for ((client, attempt), t0) in started {
+        out.push((
+            Latency {
+                client,
+                attempt,
+                took_ns: None,
+            },
+            end_ns.saturating_sub(t0),
+        ));
+    }
+    out
+}
+
+/// Checker: acquire calls that took longer than `bound_ns` (or never returned).
+pub fn slow_acquires(history: &[Event], end_ns: u64, bound_ns: u64) -> Vec<Latency> {
+    acquire_latencies(history, end_ns)
+        .into_iter()
+        .filter(|(_, took)| *took > bound_ns)
+        .map(|(l, _)| l)
+        .collect()
+}
+
+/// Failed acquire calls by error kind.
+pub fn failures(history: &[Event]) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for e in history.iter().filter(|e| e.op == Op::AcqFail) {
+        *out.entry(e.detail.clone()).or_insert(0) += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn ev(client: &str, attempt: u64, op: Op, t_ms: u64) -> Event {
+        Event {
+            client: client.into(),
+            attempt,
+            op,
+            t_ns: t_ms * MS,
+            resource: "r".into(),
+            value: format!("{client}-{attempt}"),
+            token: None,
+            deadline_ns: None,
+            detail: if op == Op::CsEnd {
+                "done".into()
+            } else {
+                String::new()
+            },
+        }
+    }
+
+    fn ok(client: &str, attempt: u64, t_ms: u64, deadline_ms: u64) -> Event {
+        Event {
+            deadline_ns: Some(deadline_ms * MS),
+            ..ev(client, attempt, Op::AcqOk, t_ms)
+        }
+    }
+
+    /// A well-behaved section: acquire at `t`, inside from t+1 to t+len, deadline t+100.
+    fn section(client: &str, attempt: u64, t: u64, len: u64) -> Vec<Event> {
+        vec![
+            ev(client, attempt, Op::AcqStart, t),
+            ok(client, attempt, t, t + 100),
+            ev(client, attempt, Op::CsStart, t + 1),
+            ev(client, attempt, Op::CsEnd, t + len),
+            ev(client, attempt, Op::Rel, t + len + 1),
+        ]
+    }
+
+    #[test]
+    fn disjoint_sections_are_clean() {
+        let mut h = section("a", 1, 0, 10);
+        h.extend(section("b", 1, 20, 10));
+        h.extend(section("a", 2, 40, 10));
+        assert!(overlaps(&h).is_empty());
+        assert!(overruns(&h).is_empty());
+        assert_eq!(completed(&h, "r"), 3);
+        assert_eq!(lost_updates(3, 3), 0);
+    }
+
+    #[test]
+    fn touching_sections_do_not_overlap() {
+        let mut h = section("a", 1, 0, 10); // inside 1..10
+        h.extend(vec![ev("b", 1, Op::CsStart, 10), ev("b", 1, Op::CsEnd, 12)]);
+        assert!(overlaps(&h).is_empty());
+    }
+
+    #[test]
+    fn an_overlap_fires() {
+        let mut h = section("a", 1, 0, 50); // inside 1..50
+        h.extend(section("b", 1, 20, 10)); // inside 21..30
+        let found = overlaps(&h);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].earlier, ("a".to_owned(), 1));
+        assert_eq!(found[0].later, ("b".to_owned(), 1));
+        assert_eq!(found[0].by_ns, 9 * MS);
+    }
+
+    #[test]
+    fn an_overlap_behind_a_short_section_fires() {
+        // a is long; b is short and inside a; c starts after b but still inside a.
+        let mut h = section("a", 1, 0, 90);
+        h.extend(section("b", 1, 10, 5));
+        h.extend(section("c", 1, 30, 5));
+        assert_eq!(overlaps(&h).len(), 2);
+    }
+
+    #[test]
+    fn a_section_that_never_ended_overlaps_everything_after_it() {
+        let mut h = vec![ev("a", 1, Op::CsStart, 0)];
+        h.extend(section("b", 1, 100, 10));
+        let found = overlaps(&h);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].earlier.0, "a");
+    }
+
+    #[test]
+    fn other_resources_do_not_conflict() {
+        let mut h = section("a", 1, 0, 50);
+        let mut other = section("b", 1, 20, 10);
+        for e in &mut other {
+            e.resource = "s".into();
+        }
+        h.extend(other);
+        assert!(overlaps(&h).is_empty());
+    }
+
+    #[test]
+    fn an_overrun_fires_and_an_extension_cures_it() {
+        let h = vec![
+            ok("a", 1, 0, 100),
+            ev("a", 1, Op::CsStart, 1),
+            ev("a", 1, Op::CsEnd, 120),
+        ];
+        let found = overruns(&h);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].by_ns, 20 * MS);
+
+        let mut extended = h.clone();
+        extended.push(Event {
+            deadline_ns: Some(200 * MS),
+            ..ev("a", 1, Op::ExtOk, 50)
+        });
+        assert!(overruns(&extended).is_empty());
+    }
+
+    #[test]
+    fn lost_updates_count_missing_increments() {
+        assert_eq!(lost_updates(10, 7), 3);
+        assert_eq!(lost_updates(10, 11), 0);
+        let mut h = section("a", 1, 0, 10);
+        h.push(Event {
+            detail: "abandoned".into(),
+            ..ev("b", 1, Op::CsEnd, 30)
+        });
+        assert_eq!(completed(&h, "r"), 1, "abandoned sections made no write");
+    }
+
+    #[test]
+    fn liveness_measures_the_largest_gap_after_heal() {
+        let mut h = section("a", 1, 0, 5); // before the heal: ignored
+        h.extend(section("b", 1, 109, 5)); // starts at 110
+        h.extend(section("c", 1, 149, 5)); // starts at 150
+        let l = liveness(&h, 100 * MS, 400 * MS);
+        assert_eq!(l.first_after_heal_ns, Some(10 * MS));
+        assert_eq!(l.sections, 2);
+        assert_eq!(l.largest_gap_ns, 250 * MS, "from the last start to the end");
+
+        let none = liveness(&h, 500 * MS, 600 * MS);
+        assert_eq!(none.first_after_heal_ns, None);
+        assert_eq!(none.largest_gap_ns, 100 * MS);
+    }
+
+    #[test]
+    fn slow_and_stuck_acquires_fire() {
+        let h = vec![
+            ev("a", 1, Op::AcqStart, 0),
+            ev("a", 1, Op::AcqFail, 10),
+            ev("b", 1, Op::AcqStart, 0),
+            ok("b", 1, 900, 1000),
+            ev("c", 1, Op::AcqStart, 100),
+        ];
+        let slow = slow_acquires(&h, 1000 * MS, 500 * MS);
+        let who: Vec<&str> = slow.iter().map(|l| l.client.as_str()).collect();
+        assert_eq!(who, ["b", "c"]);
+        assert_eq!(slow[1].took_ns, None, "c never returned");
+        assert!(slow_acquires(&h, 1000 * MS, 950 * MS).is_empty());
+    }
+
+    #[test]
+    fn failures_are_counted_by_kind() {
+        let h = vec![
+            Event {
+                detail: "Contended".into(),
+                ..ev("a", 1, Op::AcqFail, 1)
+            },
+            Event {
+                detail: "Contended".into(),
+                ..ev("a", 2, Op::AcqFail, 2)
+            },
+            Event {
+                detail: "NoQuorum".into(),
+                ..ev("b", 1, Op::AcqFail, 3)
+            },
+        ];
+        let f = failures(&h);
+        assert_eq!(f.get("Contended"), Some(&2));
+        assert_eq!(f.get("NoQuorum"), Some(&1));
+    }
+
+    #[test]
+    fn events_round_trip_through_json() {
+        let mut e = ok("cl\"i", 7, 5, 9);
+        e.detail = "a\\b\nc".into();
+        e.token = Some(3);
+        let parsed = crate::history::parse_line(&e.to_json()).unwrap();
+        assert_eq!(parsed, e);
+    }
+}

@@ -1,0 +1,211 @@
+//! `redquorum-chaos-client`: one contending client as its own process, so the chaos suite
+//! can freeze a *client* with `SIGSTOP` (inside its critical section, or between sending
+//! its `SET`s and reading the replies).
+//!
+//! It makes `--count` acquisitions of `--resource`; each critical section reads a counter
+//! on the checker store (`--store`), works for `--hold-ms`, writes the counter back, and
+//! releases. Every event goes to stdout as one JSON line (see `event.rs`), flushed at once,
+//! stamped with `CLOCK_MONOTONIC` so the suite can merge it with its own history.
+//!
+//! ```text
+//! redquorum-chaos-client --client p1 --masters redis://127.0.0.1:7001,... \
+//!     --store redis://127.0.0.1:7100 --resource r [--ttl-ms 1000] [--node-timeout-ms 50]
+//!     [--attempts 20] [--retry-delay-ms 10] [--retry-jitter-ms 10] [--count 1]
+//!     [--hold-ms 0] [--check-deadline]
+//! ```
+//!
+//! Only the suite runs it; it talks to the addresses it is given, which the suite keeps on
+//! loopback.
+
+#[path = "event.rs"]
+mod event;
+
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use event::{Event, Op};
+use redis::AsyncCommands as _;
+use redquorum::Redlock;
+use redquorum::testkit::monotonic_ns;
+
+/// The parsed command line. Flags are few and fixed, so they are parsed by hand rather
+/// than with an argument-parsing crate (a `[[bin]]` cannot use dev-dependencies, and the
+/// library should not depend on one for a test tool).
+struct Args {
+    client: String,
+    masters: Vec<String>,
+    store: String,
+    resource: String,
+    ttl: Duration,
+    node_timeout: Duration,
+    attempts: u32,
+    retry_delay: Duration,
+    retry_jitter: Duration,
+    count: u64,
+    hold: Duration,
+    check_deadline: bool,
+}
+
+fn parse(mut raw: impl Iterator<Item = String>) -> Result<Args, String> {
+    let mut args = Args {
+        client: "p".into(),
+        masters: Vec::new(),
+        store: String::new(),
+        resource: String::new(),
+        ttl: Duration::from_millis(1000),
+        node_timeout: Duration::from_millis(50),
+        attempts: 20,
+        retry_delay: Duration::from_millis(10),
+        retry_jitter: Duration::from_millis(10),
+        count: 1,
+        hold: Duration::ZERO,
+        check_deadline: false,
+    };
+    let millis = |v: &str| {
+        v.parse::<u64>()
+            .map(Duration::from_millis)
+            .map_err(|e| format!("{v}: {e}"))
+    };
+    while let Some(flag) = raw.next() {
+        if flag == "--check-deadline" {
+            args.check_deadline = true;
+            continue;
+        }
+        let value = raw.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--client" => args.client = value,
+            "--masters" => args.masters = value.split(',').map(str::to_owned).collect(),
+            "--store" => args.store = value,
+            "--resource" => args.resource = value,
+            "--ttl-ms" => args.ttl = millis(&value)?,
+            "--node-timeout-ms" => args.node_timeout = millis(&value)?,
+            "--attempts" => args.attempts = value.parse().map_err(|e| format!("{value}: {e}"))?,
+            "--retry-delay-ms" => args.retry_delay = millis(&value)?,
+            "--retry-jitter-ms" => args.retry_jitter = millis(&value)?,
+            "--count" => args.count = value.parse().map_err(|e| format!("{value}: {e}"))?,
+            "--hold-ms" => args.hold = millis(&value)?,
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    if args.masters.is_empty() || args.store.is_empty() || args.resource.is_empty() {
+        return Err("--masters, --store and --resource are required".into());
+    }
+    Ok(args)
+}
+
+/// Writes events as JSON lines to stdout.
+struct Out {
+    client: String,
+    resource: String,
+    attempt: u64,
+    value: String,
+}
+
+impl Out {
+    fn emit(&self, op: Op, deadline_ns: Option<u64>, detail: &str) -> Result<(), String> {
+        let event = Event {
+            client: self.client.clone(),
+            attempt: self.attempt,
+            op,
+            t_ns: monotonic_ns().map_err(|e| e.to_string())?,
+            resource: self.resource.clone(),
+            value: self.value.clone(),
+            token: None,
+            deadline_ns,
+            detail: detail.to_owned(),
+        };
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "{}", event.to_json()).map_err(|e| e.to_string())?;
+        stdout.flush().map_err(|e| e.to_string())
+    }
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let client = Redlock::builder()
+        .quarantine(false)
+        .masters(&args.masters)
+        .ttl(args.ttl)
+        .node_timeout(args.node_timeout)
+        .retry_attempts(args.attempts)
+        .retry_delay(args.retry_delay)
+        .retry_jitter(args.retry_jitter)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut store = redis::Client::open(args.store.as_str())
+        .map_err(|e| e.to_string())?
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())?;
+    let key = format!("{}:counter", args.resource);
+    let mut out = Out {
+        client: args.client.clone(),
+        resource: args.resource.clone(),
+        attempt: 0,
+        value: String::new(),
+    };
+    for _ in 0..args.count {
+        out.attempt += 1;
+        out.value.clear();
+        out.emit(Op::AcqStart, None, "")?;
+        let lease = match client.acquire(&args.resource).await {
+            Ok(lease) => lease,
+            Err(e) => {
+                out.emit(Op::AcqFail, None, &format!("{:?}", e.kind()))?;
+                continue;
+            }
+        };
+        out.value = lease.value().to_owned();
+        let now = monotonic_ns().map_err(|e| e.to_string())?;
+        out.emit(
+            Op::AcqOk,
+            Some(now + lease.remaining().as_nanos() as u64),
+            "",
+        )?;
+        out.emit(Op::CsStart, None, "")?;
+        let v: Option<u64> = store.get(&key).await.map_err(|e| e.to_string())?;
+        tokio::time::sleep(args.hold).await;
+        if args.check_deadline && lease.is_expired() {
+            out.emit(Op::CsEnd, None, "abandoned")?;
+        } else {
+            let () = store
+                .set(&key, v.unwrap_or(0) + 1)
+                .await
+                .map_err(|e| e.to_string())?;
+            out.emit(Op::CsEnd, None, "done")?;
+        }
+        let detail = match lease.release().await {
+            Ok(report) => format!("released:{}", report.released()),
+            Err(e) => format!("{:?}", e.kind()),
+        };
+        out.emit(Op::Rel, None, &detail)?;
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = match parse(std::env::args().skip(1)) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("redquorum-chaos-client: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("redquorum-chaos-client: no runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("redquorum-chaos-client: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

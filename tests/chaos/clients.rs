@@ -1,0 +1,210 @@
+//! Client processes frozen by `SIGSTOP`: inside the critical section past the TTL (S12,
+//! known unsafe for any lease lock) and between sending the SETs and reading the replies
+//! (S13, which the validity check must reject).
+
+use std::time::Duration;
+
+use redis::AsyncCommands as _;
+use redquorum::testkit::{Latency, Mode};
+use tokio::time::sleep;
+
+use crate::event::Op;
+use crate::harness::*;
+use crate::process::ClientProcess;
+
+fn args(urls: &[String], store: &str, resource: &str, extra: &[(&str, String)]) -> Vec<String> {
+    let mut out = vec![
+        "--masters".to_owned(),
+        urls.join(","),
+        "--store".to_owned(),
+        store.to_owned(),
+        "--resource".to_owned(),
+        resource.to_owned(),
+    ];
+    for (flag, value) in extra {
+        out.push((*flag).to_owned());
+        out.push(value.clone());
+    }
+    out
+}
+
+/// S12: a client process is frozen inside its critical section (after reading the
+/// counter) for longer than its TTL; another client takes the lock meanwhile; the frozen
+/// one wakes up and writes. Every lease-based lock fails this: checkers 1 and 2 must fire.
+pub async fn s12(n: usize, expect: Expect) -> Outcome {
+    let setup = Setup::new(
+        "S12",
+        "client SIGSTOPped inside its section past the TTL",
+        expect,
+        n,
+    );
+    let mut env = Env::start(setup).await;
+    let resource = env.resource(0);
+    let urls = env.urls();
+    let ttl = Duration::from_millis(800);
+    let client = ClientProcess::spawn(
+        "S12-proc",
+        &args(
+            &urls,
+            &env.store.url(),
+            &resource,
+            &[
+                ("--ttl-ms", ttl.as_millis().to_string()),
+                ("--hold-ms", "300".into()),
+            ],
+        ),
+        &env.history,
+    );
+    client.wait_for(Op::CsStart, Duration::from_secs(10)).await;
+    sleep(Duration::from_millis(30)).await;
+    client.pause();
+    // The frozen client's keys expire; a contender gets in and finishes.
+    let contender = build(
+        client_over(urls)
+            .ttl(ttl)
+            .retry_attempts(500)
+            .wait_timeout(ttl * 3),
+        None,
+    );
+    let mut store = env.store().await;
+    let rec = env.history.recorder("S12-contender", &resource);
+    match enter(&contender, rec, &mut store).await {
+        Ok(h) => {
+            sleep(Duration::from_millis(100)).await;
+            // Thaw the frozen client while the contender is still inside.
+            client.resume();
+            sleep(Duration::from_millis(400)).await;
+            h.leave(&mut store).await;
+        }
+        Err((_, e)) => {
+            client.resume();
+            env.note(format!("contender failed: {:?}", e.kind()));
+        }
+    }
+    assert!(
+        client.wait(Duration::from_secs(10)).await,
+        "client process failed"
+    );
+    env.finish(Workers::none(), Checks::default()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s12_client_paused_inside_its_section_n3() {
+    // Fencing (checker 3) will keep the storage safe here; the lock itself cannot.
+    s12(3, Expect::Detect).await.check();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s12_client_paused_inside_its_section_n5() {
+    s12(5, Expect::Detect).await.check();
+}
+
+/// S13: replies to the client process's SETs are held back 200 ms by the proxies; once the
+/// SETs have reached a majority, the client is frozen for longer than its TTL. When it
+/// wakes up, its acquire must fail (validity used up, or node timeouts), never succeed,
+/// while a contender holds the lock.
+pub async fn s13(n: usize, expect: Expect) -> Outcome {
+    let setup = Setup::new(
+        "S13",
+        "client SIGSTOPped between SETs and replies",
+        expect,
+        n,
+    )
+    .proxies();
+    let mut env = Env::start(setup).await;
+    let resource = env.resource(0);
+    let ttl = Duration::from_millis(1500);
+    env.ttl_max = ttl;
+    for proxy in &env.proxies {
+        proxy.set_mode(Mode::Delay {
+            to_server: Latency::ZERO,
+            to_client: Latency::new(Duration::from_millis(200), Duration::ZERO),
+        });
+    }
+    let client = ClientProcess::spawn(
+        "S13-proc",
+        &args(
+            &env.urls(),
+            &env.store.url(),
+            &resource,
+            &[
+                ("--ttl-ms", ttl.as_millis().to_string()),
+                ("--node-timeout-ms", "800".into()),
+                ("--attempts", "1".into()),
+            ],
+        ),
+        &env.history,
+    );
+    client.wait_for(Op::AcqStart, Duration::from_secs(10)).await;
+    let direct = env.cluster.urls();
+    let q = n / 2 + 1;
+    let key = resource.clone();
+    crate::support::wait_until(
+        Duration::from_secs(5),
+        "the SETs reached a majority",
+        || {
+            let (direct, key) = (direct.clone(), key.clone());
+            async move {
+                let mut set = 0;
+                for url in &direct {
+                    let v: Option<String> = crate::support::raw(url).await.get(&key).await.unwrap();
+                    set += usize::from(v.is_some());
+                }
+                set >= q
+            }
+        },
+    )
+    .await;
+    client.pause();
+    // A contender over direct links takes the lock once the frozen client's keys expire,
+    // and is still inside when the frozen client wakes up.
+    let contender = build(
+        client_over(direct)
+            .ttl(ttl)
+            .retry_attempts(1000)
+            .wait_timeout(ttl * 2),
+        None,
+    );
+    let mut store = env.store().await;
+    let rec = env.history.recorder("S13-contender", &resource);
+    match enter(&contender, rec, &mut store).await {
+        Ok(h) => {
+            sleep(Duration::from_millis(100)).await;
+            client.resume();
+            assert!(
+                client.wait(Duration::from_secs(10)).await,
+                "client process failed"
+            );
+            h.leave(&mut store).await;
+        }
+        Err((_, e)) => {
+            client.resume();
+            env.violation(format!("contender could not acquire: {:?}", e.kind()));
+            assert!(
+                client.wait(Duration::from_secs(10)).await,
+                "client process failed"
+            );
+        }
+    }
+    let history = env.history.snapshot();
+    let frozen: Vec<_> = history
+        .iter()
+        .filter(|e| e.client == "S13-proc" && matches!(e.op, Op::AcqOk | Op::AcqFail))
+        .collect();
+    match frozen.first() {
+        Some(e) if e.op == Op::AcqFail => env.note(format!("frozen client refused: {}", e.detail)),
+        Some(_) => env.violation("the frozen client's stale acquisition succeeded"),
+        None => env.violation("the frozen client never finished its acquire"),
+    }
+    env.finish(Workers::none(), Checks::default()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s13_client_paused_during_acquire_n3() {
+    s13(3, Expect::Hold).await.check();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s13_client_paused_during_acquire_n5() {
+    s13(5, Expect::Hold).await.check();
+}

@@ -1,0 +1,322 @@
+//! S0 (contention without faults) and S19 (split votes and retry storms).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use redquorum::Mutant;
+use redquorum::testkit::{Latency, Mode, Proxy};
+use tokio::time::sleep;
+
+use crate::harness::*;
+
+/// S0: 8 clients on 2 resources, no faults.
+pub async fn s0(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
+    let mut env = Env::start(Setup::new("S0", "contention, no faults", expect, n)).await;
+    let urls = env.urls();
+    let workers = env.spawn_workers(8, 2, Work::default(), |_| {
+        build(client_over(urls.clone()), mutant)
+    });
+    env.mark_heal();
+    sleep(phase()).await;
+    env.finish(
+        workers,
+        Checks {
+            liveness: Some(TTL + Duration::from_millis(1500)),
+            ..Checks::default()
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s0_contention_n3() {
+    s0(3, None, Expect::Hold).await.check();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s0_contention_n5() {
+    s0(5, None, Expect::Hold).await.check();
+}
+
+/// S19: C > N clients start every round at the same instant (a barrier) and race for one
+/// resource with a few quick retries; winners do their section and release. Once with no
+/// retry jitter, once with the default jitter; the share of rounds nobody won (livelock)
+/// is reported for both.
+pub async fn s19(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
+    let setup = Setup::new(
+        "S19",
+        "split votes: simultaneous starts, jitter 0 / default",
+        expect,
+        n,
+    );
+    let mut env = Env::start(setup).await;
+    let clients = n + 2;
+    let urls = env.urls();
+    let resource = env.resource(0);
+    let store_url = env.store.url();
+    let mut livelock = Vec::new();
+    for jitter in [Duration::ZERO, Duration::from_millis(20)] {
+        let barrier = Arc::new(tokio::sync::Barrier::new(clients));
+        let rounds = (phase().as_millis() / 100).clamp(10, 600) as usize;
+        let won = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for i in 0..clients {
+            let client = build(
+                client_over(urls.clone())
+                    .retry_attempts(3)
+                    .retry_delay(Duration::from_millis(2))
+                    .retry_jitter(jitter),
+                mutant,
+            );
+            warm(&client, &env.prefix).await;
+            let mut rec = env
+                .history
+                .recorder(format!("S19-j{}-c{i}", jitter.as_millis()), &resource);
+            let (barrier, won, store_url) =
+                (Arc::clone(&barrier), Arc::clone(&won), store_url.clone());
+            let mut rng = Rng::new(env.rng.next_u64());
+            tasks.push(tokio::spawn(async move {
+                let mut store = crate::support::raw(&store_url).await;
+                let mut wins = vec![false; rounds];
+                for win in wins.iter_mut() {
+                    barrier.wait().await;
+                    rec.acq_start();
+                    match client.acquire(rec.resource()).await {
+                        Ok(lease) => {
+                            rec.acq_ok(&lease);
+                            *win = true;
+                            let cs = Cs::Short(Duration::from_millis(10));
+                            critical_section(&mut rec, &lease, &mut store, cs, &mut rng).await;
+                            release(&mut rec, lease).await;
+                        }
+                        Err(e) => rec.acq_fail(&e),
+                    }
+                    barrier.wait().await;
+                }
+                won.fetch_add(wins.iter().filter(|w| **w).count(), Ordering::SeqCst);
+                wins
+            }));
+        }
+        let mut any = vec![false; rounds];
+        for t in tasks {
+            for (r, w) in t.await.unwrap().into_iter().enumerate() {
+                any[r] |= w;
+            }
+        }
+        let empty = any.iter().filter(|w| !**w).count();
+        livelock.push((jitter, empty, rounds, won.load(Ordering::SeqCst)));
+    }
+    for (jitter, empty, rounds, won) in &livelock {
+        env.note(format!(
+            "jitter {} ms: {empty}/{rounds} rounds nobody won, {won} wins",
+            jitter.as_millis()
+        ));
+    }
+    // With jitter, contenders that collided must make progress.
+    if livelock
+        .iter()
+        .any(|(j, _, _, won)| !j.is_zero() && *won == 0)
+    {
+        env.violation("no progress with jitter");
+    }
+    env.finish(Workers::none(), Checks::default()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s19_split_votes_n3() {
+    s19(3, None, Expect::Hold).await.check();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s19_split_votes_n4() {
+    s19(4, None, Expect::Hold).await.check();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s19_split_votes_n5() {
+    s19(5, None, Expect::Hold).await.check();
+}
+
+/// S19r: a retry storm with no pause between attempts, against a master whose script cache
+/// was just flushed (`SCRIPT FLUSH`) behind a link that delays its replies by 150 ms.
+///
+/// The script: master 1's scripts are flushed (no lock is held); master 0 holds a foreign key (some
+/// other client's); Z takes masters 1 and 2. Y retries back to back: each attempt is refused
+/// at once by masters 0 and 2 while master 1's answer is still on its way, so each failed
+/// attempt's release goes to master 1. Those releases meet `NOSCRIPT` there and are re-sent
+/// after a `SCRIPT LOAD`, two slow round trips later, so they run on master 1 *after* later
+/// attempts' SETs. Z releases; Y wins masters 1 and 2; the foreign key goes; W tries while Y
+/// is inside. With a fresh value per attempt the late releases cannot match Y's key, and W
+/// stays out.
+pub async fn s19r(mutant: Option<Mutant>, expect: Expect) -> Outcome {
+    let setup = Setup::new(
+        "S19r",
+        "retry storm, zero delay, one slow reply path",
+        expect,
+        3,
+    );
+    let mut env = Env::start(setup).await;
+    let ttl = Duration::from_millis(3000);
+    env.ttl_max = ttl;
+    let direct = env.urls();
+    let slow = Proxy::for_server(env.cluster.server(1)).await.unwrap();
+    slow.set_mode(Mode::Delay {
+        to_server: Latency::ZERO,
+        to_client: Latency::new(Duration::from_millis(150), Duration::ZERO),
+    });
+    let mut y_urls = direct.clone();
+    y_urls[1] = slow.url();
+    let resource = env.resource(0);
+    let y = build(
+        client_over(y_urls)
+            .ttl(ttl)
+            .node_timeout(Duration::from_millis(400))
+            .retry_attempts(100_000)
+            .retry_delay(Duration::ZERO)
+            .retry_jitter(Duration::ZERO)
+            .wait_timeout(Duration::from_secs(4)),
+        mutant,
+    );
+    // Z and W use a node timeout that covers the three round trips of a script call on a
+    // master without the script (see the NOSCRIPT test in `known_bugs.rs`), so their own
+    // releases are not cut short on a loaded machine.
+    let z = build(
+        client_over(direct.clone())
+            .ttl(ttl)
+            .node_timeout(Duration::from_millis(300)),
+        None,
+    );
+    let w = build(
+        client_over(direct.clone())
+            .ttl(ttl)
+            .node_timeout(Duration::from_millis(300))
+            .retry_attempts(1000)
+            .wait_timeout(Duration::from_millis(400)),
+        None,
+    );
+    for c in [&y, &z, &w] {
+        warm(c, &env.prefix).await;
+    }
+    // Master 1's script cache is flushed a moment before (with no lock held). Clients load
+    // their scripts when they connect, but these connections stay open, so the next
+    // releases sent to it take three round trips (EVALSHA, NOSCRIPT, SCRIPT LOAD, EVALSHA),
+    // and later commands on the connection overtake them.
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut crate::support::raw(&direct[1]).await)
+        .await
+        .unwrap();
+    let mut m0 = crate::support::raw(&direct[0]).await;
+    let _: () = redis::cmd("SET")
+        .arg(&resource)
+        .arg("foreign")
+        .arg("PX")
+        .arg(10_000)
+        .query_async(&mut m0)
+        .await
+        .unwrap();
+    let mut store = env.store().await;
+    let held_z = match enter(&z, env.history.recorder("S19r-Z", &resource), &mut store).await {
+        Ok(held) => held,
+        Err((_, e)) => panic!("S19r: Z could not take masters 1 and 2: {e}"),
+    };
+    let (y_rec, y_store_url) = (env.history.recorder("S19r-Y", &resource), env.store.url());
+    let (inside_tx, inside_rx) = tokio::sync::oneshot::channel();
+    let (leave_tx, leave_rx) = tokio::sync::oneshot::channel::<()>();
+    let y_task = tokio::spawn(async move {
+        let mut store = crate::support::raw(&y_store_url).await;
+        match enter(&y, y_rec, &mut store).await {
+            Ok(held) => {
+                let granted: Vec<usize> = held
+                    .lease
+                    .masters()
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.outcome().is_granted())
+                    .map(|(i, _)| i)
+                    .collect();
+                let _ = inside_tx.send(Some((granted, held.lease.value().to_owned())));
+                let _ = leave_rx.await;
+                held.leave(&mut store).await;
+            }
+            Err(_) => {
+                let _ = inside_tx.send(None);
+            }
+        }
+    });
+    // Z leaves as soon as Y's first release has met NOSCRIPT on master 1: the releases Y
+    // sends in the next 150 ms (before that reply brings Y to load the script) all run late.
+    let m1_url = direct[1].clone();
+    crate::support::wait_until(Duration::from_secs(5), "Y's release meets NOSCRIPT", || {
+        let url = m1_url.clone();
+        async move {
+            let info: String = redis::cmd("INFO")
+                .arg("errorstats")
+                .query_async(&mut crate::support::raw(&url).await)
+                .await
+                .unwrap();
+            info.contains("errorstat_NOSCRIPT")
+        }
+    })
+    .await;
+    held_z.leave(&mut store).await;
+    let y_inside = tokio::time::timeout(Duration::from_secs(6), inside_rx)
+        .await
+        .unwrap()
+        .unwrap_or(None);
+    if let Some((granted, value)) = y_inside {
+        env.note(format!("Y granted by {granted:?}"));
+        // The foreign holder goes away; W tries while Y is inside.
+        let _: () = redis::cmd("DEL")
+            .arg(&resource)
+            .query_async(&mut m0)
+            .await
+            .unwrap();
+        match enter(&w, env.history.recorder("S19r-W", &resource), &mut store).await {
+            Ok(held_w) => {
+                held_w.leave(&mut store).await;
+            }
+            Err((_, e)) => env.note(format!("W kept out: {:?}", e.kind())),
+        }
+        let mut m1 = crate::support::raw(&direct[1]).await;
+        let on_m1: Option<String> = redis::cmd("GET")
+            .arg(&resource)
+            .query_async(&mut m1)
+            .await
+            .unwrap();
+        env.note(format!(
+            "Y's key on master 1 after W's try: {}",
+            if on_m1.as_deref() == Some(value.as_str()) {
+                "present"
+            } else {
+                "GONE"
+            }
+        ));
+    } else {
+        env.note("Y never got in");
+    }
+    let _ = leave_tx.send(());
+    y_task.await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(&resource)
+        .query_async(&mut m0)
+        .await
+        .unwrap();
+    let out = env
+        .finish(
+            Workers::none(),
+            Checks {
+                keys_may_expire: true,
+                ..Checks::default()
+            },
+        )
+        .await;
+    drop(slow);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s19r_zero_delay_retry_storm_n3() {
+    s19r(None, Expect::Hold).await.check();
+}

@@ -1,0 +1,810 @@
+//! The scenario harness: masters (optionally behind fault proxies), an independent checker
+//! store, contending in-process workers, phases, seeded schedules, checks and the report.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use redis::AsyncCommands as _;
+use redis::aio::MultiplexedConnection;
+use redquorum::testkit::{Cluster, Persistence, Proxy, Server, ServerOptions};
+use redquorum::{Builder, Lease, Mutant, Redlock};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep, timeout};
+
+use crate::checker;
+use crate::event::Op;
+use crate::history::{History, Recorder, now_ns};
+
+tokio::task_local! {
+    /// The mutant a scenario runs against, for its report line (set by the mutant hunt).
+    pub static PLANTED: Mutant;
+}
+
+/// What a scenario must show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// Every checker stays clean.
+    Hold,
+    /// A known-unsafe interleaving: some checker must fire, or the test is too weak.
+    Detect,
+}
+
+impl Expect {
+    fn word(self) -> &'static str {
+        match self {
+            Expect::Hold => "HOLD",
+            Expect::Detect => "DETECT",
+        }
+    }
+}
+
+/// The scenario's name and shape.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// Its code in CHAOS.md, such as `"S5"`.
+    pub code: &'static str,
+    /// A short description for the report.
+    pub name: String,
+    pub expect: Expect,
+    /// Masters.
+    pub n: usize,
+    pub persistence: Persistence,
+    /// Put a fault proxy in front of every master; clients then go through it.
+    pub proxies: bool,
+}
+
+impl Setup {
+    pub fn new(code: &'static str, name: impl Into<String>, expect: Expect, n: usize) -> Self {
+        Self {
+            code,
+            name: name.into(),
+            expect,
+            n,
+            persistence: Persistence::None,
+            proxies: false,
+        }
+    }
+
+    pub fn proxies(mut self) -> Self {
+        self.proxies = true;
+        self
+    }
+
+    pub fn persistence(mut self, persistence: Persistence) -> Self {
+        self.persistence = persistence;
+        self
+    }
+}
+
+/// The seconds of each scenario's fault phase: `REDQUORUM_CHAOS_SECONDS`, else a short run.
+pub fn phase() -> Duration {
+    let secs = std::env::var("REDQUORUM_CHAOS_SECONDS")
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(2.0);
+    Duration::from_secs_f64(secs)
+}
+
+/// Whether this is a long soak (`REDQUORUM_CHAOS_SECONDS` set above the short default).
+pub fn soak() -> bool {
+    phase() > Duration::from_secs(3)
+}
+
+/// The run's base seed: `REDQUORUM_CHAOS_SEED`, else fresh.
+pub fn base_seed() -> u64 {
+    std::env::var("REDQUORUM_CHAOS_SEED")
+        .ok()
+        .and_then(|s| {
+            let s = s.trim();
+            s.strip_prefix("0x")
+                .map_or_else(|| s.parse().ok(), |h| u64::from_str_radix(h, 16).ok())
+        })
+        .unwrap_or_else(|| now_ns() ^ u64::from(std::process::id()).rotate_left(32))
+}
+
+/// A small seeded generator (splitmix64): schedules replay from the seed.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    /// Uniform in `low..=high`.
+    pub fn between(&mut self, low: Duration, high: Duration) -> Duration {
+        let span = high.saturating_sub(low).as_micros() as u64;
+        low + Duration::from_micros(self.below(span + 1))
+    }
+
+    /// `k` distinct indices of `0..n`.
+    pub fn pick(&mut self, n: usize, k: usize) -> Vec<usize> {
+        let mut all: Vec<usize> = (0..n).collect();
+        for i in 0..k.min(n) {
+            let j = i + self.below((n - i) as u64) as usize;
+            all.swap(i, j);
+        }
+        all.truncate(k.min(n));
+        all
+    }
+}
+
+/// How workers use a lease.
+#[derive(Debug, Clone, Copy)]
+pub enum Cs {
+    /// Read the counter, wait up to this long, write it back.
+    Short(Duration),
+    /// Read the counter, keep working until `margin` before the deadline, write it back:
+    /// a holder that uses its whole validity.
+    UseValidity { margin: Duration },
+}
+
+/// What the in-process workers do.
+#[derive(Debug, Clone, Copy)]
+pub struct Work {
+    pub cs: Cs,
+    /// Pause between one release and the next acquire, up to this long.
+    pub think: Duration,
+}
+
+impl Default for Work {
+    fn default() -> Self {
+        Work {
+            cs: Cs::Short(Duration::from_millis(10)),
+            think: Duration::from_millis(20),
+        }
+    }
+}
+
+/// Running workers.
+#[derive(Debug)]
+pub struct Workers {
+    pub stop: Arc<AtomicBool>,
+    pub tasks: Vec<JoinHandle<()>>,
+}
+
+impl Workers {
+    pub fn none() -> Self {
+        Workers {
+            stop: Arc::new(AtomicBool::new(false)),
+            tasks: Vec::new(),
+        }
+    }
+
+    /// Tells this group to stop and returns its tasks, to be joined with another group's
+    /// (see [`Workers::from_parts`]).
+    pub fn into_tasks(self) -> Vec<JoinHandle<()>> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.tasks
+    }
+
+    pub fn from_parts(stop: Arc<AtomicBool>, tasks: Vec<JoinHandle<()>>) -> Self {
+        Workers { stop, tasks }
+    }
+}
+
+/// Extra checks a scenario asks for at the end.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Checks {
+    /// After the heal, a critical section must start within this long, and no stretch
+    /// without one may exceed it.
+    pub liveness: Option<Duration>,
+    /// No acquire call may take longer than this.
+    pub acquire_bound: Option<Duration>,
+    /// Keys may legitimately remain at the end (a scripted holder gave up its release);
+    /// they must then expire within `ttl_max`.
+    pub keys_may_expire: bool,
+}
+
+/// What the checkers found.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    pub completed: u64,
+    pub acquired: u64,
+    pub failures: BTreeMap<String, u64>,
+    pub overlaps: u64,
+    pub lost: u64,
+    pub overruns: u64,
+    pub liveness: u64,
+    pub slow: u64,
+    pub keys_left: u64,
+    /// Scenario-specific violations (see [`Env::violation`]).
+    pub violations_noted: u64,
+    pub notes: Vec<String>,
+    pub expect: Option<Expect>,
+    pub seed: u64,
+    /// The report line.
+    pub line: String,
+}
+
+impl Outcome {
+    pub fn violations(&self) -> u64 {
+        self.overlaps
+            + self.lost
+            + self.overruns
+            + self.liveness
+            + self.slow
+            + self.violations_noted
+    }
+
+    /// Whether the expectation was met.
+    pub fn met(&self, expect: Expect) -> bool {
+        match expect {
+            Expect::Hold => self.violations() == 0,
+            Expect::Detect => self.violations() > 0,
+        }
+    }
+
+    /// Asserts the scenario's expectation.
+    pub fn check(&self) {
+        let seed = self.seed;
+        let line = &self.line;
+        match self.expect {
+            Some(Expect::Hold) | None => assert_eq!(
+                self.violations(),
+                0,
+                "{line}\nHOLD scenario violated; replay with REDQUORUM_CHAOS_SEED={seed}"
+            ),
+            Some(Expect::Detect) => assert!(
+                self.violations() > 0,
+                "{line}\nDETECT scenario not detected: the checkers or the script are too weak; \
+                 replay with REDQUORUM_CHAOS_SEED={seed}"
+            ),
+        }
+    }
+}
+
+/// One scenario's environment.
+pub struct Env {
+    pub setup: Setup,
+    pub cluster: Cluster,
+    pub proxies: Vec<Proxy>,
+    pub store: Server,
+    pub history: History,
+    pub seed: u64,
+    pub rng: Rng,
+    /// Every resource of the scenario starts with this.
+    pub prefix: String,
+    /// The longest TTL any client of the scenario uses.
+    pub ttl_max: Duration,
+    heal_ns: Option<u64>,
+    started: Instant,
+    notes: Vec<String>,
+    violations: u64,
+    resources: Vec<String>,
+}
+
+/// Default timings, scaled to keep a scenario within seconds: TTL 800 ms, node timeout
+/// 40 ms (TTL/20).
+pub const TTL: Duration = Duration::from_millis(800);
+pub const NODE_TIMEOUT: Duration = Duration::from_millis(40);
+
+impl Env {
+    pub async fn start(setup: Setup) -> Env {
+        Self::start_seeded(setup, base_seed()).await
+    }
+
+    pub async fn start_seeded(setup: Setup, base: u64) -> Env {
+        let mut mix = Rng::new(base);
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in setup.code.bytes().chain(setup.name.bytes()) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+        let seed = mix.next_u64() ^ h ^ setup.n as u64;
+        let options = ServerOptions::new().persistence(setup.persistence);
+        let cluster = Cluster::start_with(setup.n, &options).await.unwrap();
+        let store = Server::start(&ServerOptions::new()).await.unwrap();
+        let mut proxies = Vec::new();
+        if setup.proxies {
+            for server in cluster.servers() {
+                proxies.push(Proxy::for_server(server).await.unwrap());
+            }
+        }
+        let prefix = format!(
+            "chaos:{}:{}:{}:",
+            setup.code,
+            std::process::id(),
+            seed & 0xffff
+        );
+        eprintln!(
+            "[chaos] {} {} N={} starting, REDQUORUM_CHAOS_SEED={base} (scenario seed {seed:#x})",
+            setup.code, setup.name, setup.n
+        );
+        Env {
+            setup,
+            cluster,
+            proxies,
+            store,
+            history: History::new(),
+            seed: base,
+            rng: Rng::new(seed),
+            prefix,
+            ttl_max: TTL,
+            heal_ns: None,
+            started: Instant::now(),
+            notes: Vec::new(),
+            violations: 0,
+            resources: Vec::new(),
+        }
+    }
+
+    /// The URLs clients use: the proxies' when there are proxies.
+    pub fn urls(&self) -> Vec<String> {
+        if self.proxies.is_empty() {
+            self.cluster.urls()
+        } else {
+            self.proxies.iter().map(Proxy::url).collect()
+        }
+    }
+
+    /// Resource `i` of this scenario.
+    pub fn resource(&mut self, i: usize) -> String {
+        let r = format!("{}r{i}", self.prefix);
+        if !self.resources.contains(&r) {
+            self.resources.push(r.clone());
+        }
+        r
+    }
+
+    pub fn note(&mut self, note: impl Into<String>) {
+        self.notes.push(note.into());
+    }
+
+    /// A connection to the checker store.
+    pub async fn store(&self) -> MultiplexedConnection {
+        crate::support::raw(&self.store.url()).await
+    }
+
+    /// Marks the end of the faults: liveness is measured from here.
+    pub fn mark_heal(&mut self) {
+        self.heal_ns = Some(now_ns());
+    }
+
+    /// Starts `k` workers spread over `resources` resources, each with its own client.
+    pub fn spawn_workers(
+        &mut self,
+        k: usize,
+        resources: usize,
+        work: Work,
+        client: impl Fn(usize) -> Redlock,
+    ) -> Workers {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut tasks = Vec::new();
+        for i in 0..k {
+            let resource = self.resource(i % resources.max(1));
+            let recorder = self
+                .history
+                .recorder(format!("{}-w{i}", self.setup.code), resource);
+            let client = client(i);
+            let store_url = self.store.url();
+            let stop = Arc::clone(&stop);
+            let seed = self.rng.next_u64();
+            tasks.push(tokio::spawn(worker(
+                client, recorder, store_url, work, stop, seed,
+            )));
+        }
+        Workers { stop, tasks }
+    }
+
+    /// Stops the workers, runs every checker, reports, and asserts the expectation.
+    pub async fn finish(mut self, workers: Workers, checks: Checks) -> Outcome {
+        workers.stop.store(true, Ordering::SeqCst);
+        let grace = self.ttl_max * 3 + Duration::from_secs(5);
+        let give_up = Instant::now() + grace;
+        for task in workers.tasks {
+            let left = give_up.saturating_duration_since(Instant::now());
+            let abort = task.abort_handle();
+            if timeout(left, task).await.is_err() {
+                abort.abort();
+                self.notes.push("a worker was stuck and aborted".into());
+            }
+        }
+        let end_ns = now_ns();
+        let history = self.history.snapshot();
+        let mut out = Outcome {
+            acquired: history.iter().filter(|e| e.op == Op::AcqOk).count() as u64,
+            failures: checker::failures(&history),
+            ..Outcome::default()
+        };
+        let ext_ok = history.iter().filter(|e| e.op == Op::ExtOk).count();
+        let ext_fail = history.iter().filter(|e| e.op == Op::ExtFail).count();
+        if ext_ok + ext_fail > 0 {
+            self.notes
+                .push(format!("extensions: {ext_ok} ok, {ext_fail} failed"));
+        }
+        let overlaps = checker::overlaps(&history);
+        out.overlaps = overlaps.len() as u64;
+        if let Some(o) = overlaps.first() {
+            out.notes.push(format!(
+                "first overlap: {:?} began inside {:?} ({} ms)",
+                o.later,
+                o.earlier,
+                if o.by_ns == u64::MAX {
+                    "open".to_owned()
+                } else {
+                    format!("{:.1}", o.by_ns as f64 / 1e6)
+                }
+            ));
+        }
+        let overruns = checker::overruns(&history);
+        out.overruns = overruns.len() as u64;
+        if let Some(o) = overruns.first() {
+            out.notes.push(format!(
+                "first overrun: {:?} by {:.1} ms",
+                o.section,
+                o.by_ns as f64 / 1e6
+            ));
+        }
+        let mut store = self.store().await;
+        for resource in self.resources.clone() {
+            let done = checker::completed(&history, &resource);
+            let counter: Option<u64> = store.get(counter_key(&resource)).await.unwrap();
+            out.completed += done;
+            out.lost += checker::lost_updates(done, counter.unwrap_or(0));
+        }
+        if let (Some(bound), Some(heal)) = (checks.liveness, self.heal_ns) {
+            let l = checker::liveness(&history, heal, end_ns);
+            let first = l.first_after_heal_ns.map(|t| t as f64 / 1e6);
+            out.notes.push(format!(
+                "after heal: first section in {} ms, largest gap {:.0} ms, {} sections",
+                first.map_or("never".into(), |t| format!("{t:.0}")),
+                l.largest_gap_ns as f64 / 1e6,
+                l.sections
+            ));
+            if l.largest_gap_ns > bound.as_nanos() as u64 || l.first_after_heal_ns.is_none() {
+                out.liveness += 1;
+            }
+        }
+        if let Some(bound) = checks.acquire_bound {
+            let slow = checker::slow_acquires(&history, end_ns, bound.as_nanos() as u64);
+            out.slow = slow.len() as u64;
+            let worst = checker::acquire_latencies(&history, end_ns)
+                .into_iter()
+                .map(|(_, t)| t)
+                .max()
+                .unwrap_or(0);
+            out.notes.push(format!(
+                "slowest acquire {:.0} ms (bound {} ms)",
+                worst as f64 / 1e6,
+                bound.as_millis()
+            ));
+        }
+        out.keys_left = self.keys_left(checks.keys_may_expire).await;
+        out.notes.append(&mut self.notes);
+        out.violations_noted += self.violations;
+        out.expect = Some(self.setup.expect);
+        out.seed = self.seed;
+        out.line = self.line(&out);
+        eprintln!("[chaos] {}", out.line);
+        append_report(&out.line);
+        out
+    }
+
+    /// Records a scenario-specific violation (counted with the checkers').
+    pub fn violation(&mut self, what: impl Into<String>) {
+        self.violations += 1;
+        self.notes.push(format!("VIOLATION: {}", what.into()));
+    }
+
+    /// Resumes and restarts every master, heals every proxy, then counts the scenario's
+    /// keys left on the masters; they must all be gone within `ttl_max` (+ slack).
+    async fn keys_left(&mut self, may_expire: bool) -> u64 {
+        for proxy in &self.proxies {
+            proxy.heal();
+        }
+        for server in self.cluster.servers_mut() {
+            if server.is_paused() {
+                server.resume().unwrap();
+            }
+        }
+        let pattern = format!("{}*", self.prefix);
+        let count = |cluster: &Cluster, pattern: String| {
+            let urls: Vec<String> = cluster
+                .servers()
+                .iter()
+                .filter(|s| s.is_running())
+                .map(Server::url)
+                .collect();
+            async move {
+                let mut total = 0u64;
+                for url in urls {
+                    let mut conn = crate::support::raw(&url).await;
+                    let keys: Vec<String> = conn.keys(&pattern).await.unwrap();
+                    total += keys.len() as u64;
+                }
+                total
+            }
+        };
+        // Releases sent in the background may still be on their way: allow them a moment.
+        let settle = Instant::now() + Duration::from_secs(2);
+        let mut left = count(&self.cluster, pattern.clone()).await;
+        while left > 0 && Instant::now() < settle {
+            sleep(Duration::from_millis(20)).await;
+            left = count(&self.cluster, pattern.clone()).await;
+        }
+        if left > 0 {
+            let limit = self.ttl_max + Duration::from_secs(2);
+            let expire_by = Instant::now() + limit;
+            let mut now_left = left;
+            while now_left > 0 && Instant::now() < expire_by {
+                sleep(Duration::from_millis(20)).await;
+                now_left = count(&self.cluster, pattern.clone()).await;
+            }
+            assert_eq!(
+                now_left, 0,
+                "{} {}: lock keys still on the masters {limit:?} after the end",
+                self.setup.code, self.setup.name
+            );
+            self.notes.push(format!(
+                "{left} key(s) outlived the run and expired within the TTL"
+            ));
+            if !may_expire {
+                // Not a safety violation, but the report must say so.
+                self.notes.push("unexpected leftover keys".into());
+            }
+        }
+        left
+    }
+
+    fn line(&self, out: &Outcome) -> String {
+        let mut failures = String::new();
+        for (i, (kind, n)) in out.failures.iter().enumerate() {
+            let _ = write!(failures, "{}{kind}:{n}", if i > 0 { "," } else { "" });
+        }
+        let verdict = match (self.setup.expect, out.violations() > 0) {
+            (Expect::Hold, false) => "clean",
+            (Expect::Hold, true) => "VIOLATED",
+            (Expect::Detect, true) => "detected",
+            (Expect::Detect, false) => "MISSED",
+        };
+        let name = match PLANTED.try_with(|m| *m) {
+            Ok(m) => format!("{} [mutant {m:?}]", self.setup.name),
+            Err(_) => self.setup.name.clone(),
+        };
+        let mut line = format!(
+            "{:<4} {:<44} N={} expect={:<6} {:<8} cs={:<5} acq_ok={:<5} acq_fail={{{}}} viol={{overlap:{},lost:{},overrun:{},liveness:{},slow_acq:{}}} keys_left={} {:.1}s seed={}",
+            self.setup.code,
+            name,
+            self.setup.n,
+            self.setup.expect.word(),
+            verdict,
+            out.completed,
+            out.acquired,
+            failures,
+            out.overlaps,
+            out.lost,
+            out.overruns,
+            out.liveness,
+            out.slow,
+            out.keys_left,
+            self.started.elapsed().as_secs_f64(),
+            self.seed,
+        );
+        if out.violations_noted > 0 {
+            let _ = write!(line, " other_viol={}", out.violations_noted);
+        }
+        if !out.notes.is_empty() {
+            let _ = write!(line, " | {}", out.notes.join("; "));
+        }
+        line
+    }
+}
+
+/// Appends one line to `target/redquorum-chaos/report.txt`, which `scripts/test.sh`
+/// prints after the run (one `write` per line, so parallel test processes do not mix).
+pub fn append_report(line: &str) {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .map(|p| p.join("redquorum-chaos"))
+        .unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("report.txt"))
+        .unwrap();
+    file.write_all(format!("{line}\n").as_bytes()).unwrap();
+}
+
+/// A client builder over `urls` with the suite's default timings: baseline Redlock, so
+/// restart quarantine is off (scenarios about it turn it on).
+pub fn client_over(urls: Vec<String>) -> Builder {
+    Redlock::builder()
+        .quarantine(false)
+        .masters(urls)
+        .ttl(TTL)
+        .node_timeout(NODE_TIMEOUT)
+        .connect_timeout(Duration::from_millis(500))
+        .retry_attempts(50)
+        .retry_delay(Duration::from_millis(10))
+        .retry_jitter(Duration::from_millis(20))
+        .wait_timeout(Duration::from_secs(2))
+}
+
+/// The counter of a resource on the checker store.
+pub fn counter_key(resource: &str) -> String {
+    format!("{resource}:counter")
+}
+
+/// One contending client: acquire, critical section on the checker store, release, until
+/// stopped.
+async fn worker(
+    client: Redlock,
+    mut rec: Recorder,
+    store_url: String,
+    work: Work,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) {
+    let mut rng = Rng::new(seed);
+    let mut store = crate::support::raw(&store_url).await;
+    let resource = rec.resource().to_owned();
+    // Bounded in count as well as by the stop flag.
+    for _ in 0..100_000 {
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        rec.acq_start();
+        match client.acquire(&resource).await {
+            Ok(lease) => {
+                rec.acq_ok(&lease);
+                critical_section(&mut rec, &lease, &mut store, work.cs, &mut rng).await;
+                release(&mut rec, lease).await;
+            }
+            Err(e) => rec.acq_fail(&e),
+        }
+        sleep(rng.between(Duration::ZERO, work.think)).await;
+    }
+}
+
+/// Reads the counter, works, writes it back, unless the lease is about to run out.
+pub async fn critical_section(
+    rec: &mut Recorder,
+    lease: &Lease,
+    store: &mut MultiplexedConnection,
+    cs: Cs,
+    rng: &mut Rng,
+) {
+    rec.cs_start();
+    let key = counter_key(rec.resource());
+    let v: Option<u64> = store.get(&key).await.unwrap();
+    let (work, margin) = match cs {
+        Cs::Short(d) => (rng.between(Duration::ZERO, d), Duration::from_millis(5)),
+        Cs::UseValidity { margin } => (lease.remaining().saturating_sub(margin), margin / 2),
+    };
+    sleep(work).await;
+    // A careful holder stops touching the resource when its validity runs out.
+    if lease.remaining() > margin {
+        let _: () = store.set(&key, v.unwrap_or(0) + 1).await.unwrap();
+        rec.cs_end(true);
+    } else {
+        rec.cs_end(false);
+    }
+}
+
+/// Releases and records how it went.
+pub async fn release(rec: &mut Recorder, lease: Lease) {
+    match lease.release().await {
+        Ok(report) => rec.rel(&format!("released:{}", report.released())),
+        Err(e) => rec.rel(&format!("{:?}", e.kind())),
+    }
+}
+
+/// A scripted holder: acquired, inside its critical section, counter read.
+pub struct Held {
+    pub rec: Recorder,
+    pub lease: Lease,
+    value: u64,
+    key: String,
+    /// Whether the counter write was made.
+    pub wrote: bool,
+}
+
+/// Acquires `resource` with `client` and enters the critical section (reads the counter);
+/// `None` (with `acq_fail` recorded) if it could not acquire.
+pub async fn enter(
+    client: &Redlock,
+    mut rec: Recorder,
+    store: &mut MultiplexedConnection,
+) -> Result<Held, (Recorder, redquorum::Error)> {
+    rec.acq_start();
+    let resource = rec.resource().to_owned();
+    match client.acquire(&resource).await {
+        Ok(lease) => {
+            rec.acq_ok(&lease);
+            Ok(Held::inside(rec, lease, store).await)
+        }
+        Err(e) => {
+            rec.acq_fail(&e);
+            Err((rec, e))
+        }
+    }
+}
+
+impl Held {
+    /// Enters the critical section with `lease`: records `cs_start`, reads the counter.
+    pub async fn inside(
+        mut rec: Recorder,
+        lease: Lease,
+        store: &mut MultiplexedConnection,
+    ) -> Held {
+        rec.cs_start();
+        let key = counter_key(rec.resource());
+        let v: Option<u64> = store.get(&key).await.unwrap();
+        Held {
+            rec,
+            lease,
+            value: v.unwrap_or(0),
+            key,
+            wrote: false,
+        }
+    }
+
+    /// Leaves without writing (the lease is running out or was lost), then releases.
+    pub async fn abandon(mut self) -> Recorder {
+        self.rec.cs_end(false);
+        release(&mut self.rec, self.lease).await;
+        self.rec
+    }
+
+    /// Writes the counter back, staying inside the critical section.
+    pub async fn write(mut self, store: &mut MultiplexedConnection) -> Self {
+        let _: () = store.set(&self.key, self.value + 1).await.unwrap();
+        self.wrote = true;
+        self
+    }
+
+    /// Writes the counter back (whatever the lease says: the script decides when) and
+    /// ends the critical section, then releases.
+    pub async fn leave(mut self, store: &mut MultiplexedConnection) -> Recorder {
+        if !self.wrote {
+            let _: () = store.set(&self.key, self.value + 1).await.unwrap();
+        }
+        self.rec.cs_end(true);
+        release(&mut self.rec, self.lease).await;
+        self.rec
+    }
+}
+
+/// Builds a client over `urls` with `mutant` planted, if any.
+pub fn build(builder: Builder, mutant: Option<Mutant>) -> Redlock {
+    match mutant {
+        Some(m) => builder.mutant(m),
+        None => builder,
+    }
+    .build()
+    .unwrap()
+}
+
+/// Acquires and releases a throwaway resource, so every connection is open before faults.
+pub async fn warm(client: &Redlock, prefix: &str) {
+    let lease = client.acquire(&format!("{prefix}warmup")).await.unwrap();
+    lease.release().await.unwrap();
+}
+
+/// The `acq_ok` events between two instants (ns).
+pub fn successes_between(env: &Env, from_ns: u64, to_ns: u64) -> usize {
+    env.history
+        .snapshot()
+        .iter()
+        .filter(|e| e.op == Op::AcqOk && e.t_ns > from_ns && e.t_ns < to_ns)
+        .count()
+}

@@ -1,0 +1,144 @@
+//! The shared history of a run: in-process clients append to it directly, client processes
+//! through JSON lines on their stdout.
+
+use std::sync::{Arc, Mutex};
+
+use redquorum::testkit::monotonic_ns;
+
+use crate::event::{Event, Op};
+
+/// `CLOCK_MONOTONIC` now, in ns.
+pub fn now_ns() -> u64 {
+    monotonic_ns().unwrap()
+}
+
+/// Every event of a run, from every client.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    events: Arc<Mutex<Vec<Event>>>,
+}
+
+impl History {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn push(&self, event: Event) {
+        self.events.lock().unwrap().push(event);
+    }
+
+    /// A copy of every event so far.
+    pub fn snapshot(&self) -> Vec<Event> {
+        self.events.lock().unwrap().clone()
+    }
+
+    /// A recorder for one client.
+    pub fn recorder(&self, client: impl Into<String>, resource: impl Into<String>) -> Recorder {
+        Recorder {
+            history: self.clone(),
+            client: client.into(),
+            resource: resource.into(),
+            attempt: 0,
+            value: String::new(),
+        }
+    }
+}
+
+/// Records the events of one in-process client.
+#[derive(Debug)]
+pub struct Recorder {
+    history: History,
+    client: String,
+    resource: String,
+    attempt: u64,
+    value: String,
+}
+
+impl Recorder {
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// Starts the next acquisition and records `acq_start`.
+    pub fn acq_start(&mut self) {
+        self.attempt += 1;
+        self.value.clear();
+        self.record(Op::AcqStart, None, "");
+    }
+
+    /// Records `acq_ok` for `lease`, its deadline translated to the monotonic clock.
+    pub fn acq_ok(&mut self, lease: &redquorum::Lease) {
+        self.value = lease.value().to_owned();
+        let deadline = now_ns() + lease.remaining().as_nanos() as u64;
+        self.record(Op::AcqOk, Some(deadline), "");
+    }
+
+    pub fn acq_fail(&mut self, error: &redquorum::Error) {
+        self.record(Op::AcqFail, None, &format!("{:?}", error.kind()));
+    }
+
+    pub fn cs_start(&mut self) {
+        self.record(Op::CsStart, None, "");
+    }
+
+    /// `done`: whether the counter write was made.
+    pub fn cs_end(&mut self, done: bool) {
+        self.record(Op::CsEnd, None, if done { "done" } else { "abandoned" });
+    }
+
+    pub fn ext_ok(&mut self, lease: &redquorum::Lease) {
+        let deadline = now_ns() + lease.remaining().as_nanos() as u64;
+        self.record(Op::ExtOk, Some(deadline), "");
+    }
+
+    pub fn ext_fail(&mut self, error: &redquorum::Error) {
+        self.record(Op::ExtFail, None, &format!("{:?}", error.kind()));
+    }
+
+    pub fn rel(&mut self, detail: &str) {
+        self.record(Op::Rel, None, detail);
+    }
+
+    fn record(&self, op: Op, deadline_ns: Option<u64>, detail: &str) {
+        self.history.push(Event {
+            client: self.client.clone(),
+            attempt: self.attempt,
+            op,
+            t_ns: now_ns(),
+            resource: self.resource.clone(),
+            value: self.value.clone(),
+            token: None,
+            deadline_ns,
+            detail: detail.to_owned(),
+        });
+    }
+}
+
+/// Parses one JSON line written by [`Event::to_json`].
+pub fn parse_line(line: &str) -> Result<Event, String> {
+    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| format!("{e}: {line}"))?;
+    let text = |k: &str| -> Result<String, String> {
+        v.get(k)
+            .and_then(|x| x.as_str())
+            .map(str::to_owned)
+            .ok_or_else(|| format!("missing string {k}: {line}"))
+    };
+    let number = |k: &str| -> Result<u64, String> {
+        v.get(k)
+            .and_then(serde_json::Value::as_u64)
+            .ok_or_else(|| format!("missing number {k}: {line}"))
+    };
+    let optional = |k: &str| v.get(k).and_then(serde_json::Value::as_u64);
+    let op = text("op")?;
+    Ok(Event {
+        client: text("client")?,
+        attempt: number("attempt")?,
+        op: Op::from_name(&op).ok_or_else(|| format!("unknown op {op}"))?,
+        t_ns: number("t_ns")?,
+        resource: text("resource")?,
+        value: text("value")?,
+        token: optional("token"),
+        deadline_ns: optional("deadline_ns"),
+        detail: text("detail")?,
+    })
+}

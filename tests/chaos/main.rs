@@ -1,0 +1,38 @@
+//! The chaos suite: real masters are killed, paused, restarted, slowed, partitioned and
+//! have their clocks jumped while many clients contend; independent checkers over the
+//! recorded history prove mutual exclusion (or, for the known-unsafe scenarios of
+//! CHAOS.md, prove that they catch the violation), and planted bugs prove the checkers.
+//!
+//! `REDQUORUM_CHAOS_SECONDS` sets each scenario's fault phase (a short run by default);
+//! `REDQUORUM_CHAOS_SEED` replays a run's schedules. Each scenario prints one report line
+//! and appends it to `target/redquorum-chaos/report.txt`.
+
+// clippy's test allowances cover `#[test]` fns only, not the helpers (STYLE 4.3 rule 14);
+// the modules of this one test binary share their helpers as `pub` items.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    unreachable_pub
+)]
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod checker;
+mod event;
+mod harness;
+mod history;
+mod process;
+
+mod clients;
+mod clock;
+mod contention;
+mod crash;
+mod faults;
+mod known_bugs;
+mod mutants;
+mod network;
+mod pause;
+mod release;
+mod restart;

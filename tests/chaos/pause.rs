@@ -1,0 +1,155 @@
+//! S3 (a minority stalls: SIGSTOP, DEBUG SLEEP, CLIENT PAUSE) and S4 (SIGSTOP a majority).
+
+use std::time::Duration;
+
+use futures::future::try_join_all;
+use redquorum::Mutant;
+use tokio::time::{Instant, sleep};
+
+use crate::harness::*;
+use crate::history::now_ns;
+
+/// S3: random minorities stall for TTL/4, TTL or 5·TTL (the longest only in soaks), by
+/// signal or by their own commands. Acquisition must never wait on them.
+pub async fn s3(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
+    let setup = Setup::new(
+        "S3",
+        "stall a minority: STOP, DEBUG SLEEP, CLIENT PAUSE",
+        expect,
+        n,
+    );
+    let mut env = Env::start(setup).await;
+    let urls = env.urls();
+    let workers = env.spawn_workers(8, 2, Work::default(), |_| {
+        build(client_over(urls.clone()), mutant)
+    });
+    let end = Instant::now() + phase();
+    let mut stalls = [0u32; 3];
+    for _ in 0..1000 {
+        if Instant::now() >= end {
+            break;
+        }
+        sleep(
+            env.rng
+                .between(Duration::from_millis(50), Duration::from_millis(200)),
+        )
+        .await;
+        let k = 1 + env.rng.below((n - (n / 2 + 1)) as u64) as usize;
+        let victims = env.rng.pick(n, k);
+        let choices = if soak() { 3 } else { 2 };
+        let d = [TTL / 4, TTL, TTL * 5][env.rng.below(choices) as usize];
+        let kind = env.rng.below(3) as usize;
+        stalls[kind] += 1;
+        match kind {
+            0 => {
+                for &i in &victims {
+                    env.cluster.server_mut(i).pause().unwrap();
+                }
+                sleep(d).await;
+                for &i in &victims {
+                    env.cluster.server_mut(i).resume().unwrap();
+                }
+            }
+            1 => {
+                let servers = &env.cluster;
+                try_join_all(victims.iter().map(|&i| servers.server(i).debug_sleep(d)))
+                    .await
+                    .unwrap();
+            }
+            _ => {
+                for &i in &victims {
+                    env.cluster.server(i).client_pause(d).await.unwrap();
+                }
+                sleep(d).await;
+            }
+        }
+    }
+    env.note(format!(
+        "stalls: {} SIGSTOP, {} DEBUG SLEEP, {} CLIENT PAUSE",
+        stalls[0], stalls[1], stalls[2]
+    ));
+    env.mark_heal();
+    sleep(Duration::from_millis(1500)).await;
+    env.finish(
+        workers,
+        Checks {
+            liveness: Some(TTL + Duration::from_millis(1000)),
+            // The wait budget (2 s) plus one node timeout and scheduling slack: an acquire
+            // that waited on a stalled master would take the whole stall.
+            acquire_bound: Some(Duration::from_millis(2600)),
+            ..Checks::default()
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_stall_minority_n3() {
+    s3(3, None, Expect::Hold).await.check();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_stall_minority_n5() {
+    s3(5, None, Expect::Hold).await.check();
+}
+
+/// How long S4 keeps the majority stopped: far above the acquire bound.
+const S4_STOP: Duration = Duration::from_millis(3000);
+
+/// S4: a majority is stopped for 3 s. No acquisition may succeed meanwhile, none may
+/// take longer than its wait budget plus one node timeout, and the lock is available again
+/// within a TTL of the resume.
+pub async fn s4(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
+    let setup = Setup::new("S4", "SIGSTOP a majority for 3 s", expect, n);
+    let mut env = Env::start(setup).await;
+    let urls = env.urls();
+    let workers = env.spawn_workers(8, 2, Work::default(), |_| {
+        build(
+            client_over(urls.clone()).wait_timeout(Duration::from_millis(1000)),
+            mutant,
+        )
+    });
+    sleep(
+        env.rng
+            .between(Duration::from_millis(200), Duration::from_millis(500)),
+    )
+    .await;
+    let victims = env.rng.pick(n, n / 2 + 1);
+    for &i in &victims {
+        env.cluster.server_mut(i).pause().unwrap();
+    }
+    let stopped_ns = now_ns();
+    sleep(S4_STOP).await;
+    let grace = (NODE_TIMEOUT * 3).as_nanos() as u64;
+    let granted = successes_between(&env, stopped_ns + grace, now_ns());
+    if granted > 0 {
+        env.violation(format!(
+            "{granted} acquisitions succeeded with a majority stopped"
+        ));
+    }
+    for &i in &victims {
+        env.cluster.server_mut(i).resume().unwrap();
+    }
+    env.note(format!("stopped {victims:?}"));
+    env.mark_heal();
+    sleep(Duration::from_millis(2000)).await;
+    env.finish(
+        workers,
+        Checks {
+            liveness: Some(TTL + Duration::from_millis(1000)),
+            acquire_bound: Some(Duration::from_millis(1700)),
+            ..Checks::default()
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s4_stop_majority_n3() {
+    s4(3, None, Expect::Hold).await.check();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s4_stop_majority_n5() {
+    s4(5, None, Expect::Hold).await.check();
+}

@@ -346,6 +346,15 @@ impl SimServer {
         state.data.live(key, now_us)
     }
 
+    /// The fence counter of the lock key `key` (for scripted scenarios).
+    pub(super) fn fence_counter(&self, key: &str) -> Option<u64> {
+        self.lock()
+            .data
+            .fences
+            .get(&scripts::fence_key(key))
+            .copied()
+    }
+
     /// Serves one request that arrived now on a connection to `incarnation` (`None`: a new
     /// connection). A paused master holds it until it continues; a crashed or restarted
     /// one resets it. Returns the incarnation that answered.

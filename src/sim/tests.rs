@@ -174,6 +174,22 @@ fn strict(_: &Outcome, _: &Violation) -> bool {
     false
 }
 
+/// A fencing violation explained by the known issue (see
+/// `known_issue_a_counter_seeded_from_a_stale_read_repeats_a_token`): the later lease was
+/// acquired after a master had lost its data. Mutual exclusion is never excused.
+fn after_data_loss(outcome: &Outcome, v: &Violation) -> bool {
+    let later = match *v {
+        Violation::Overlap { .. } => return false,
+        Violation::DuplicateToken { second, .. } => second,
+        Violation::TokenOrder { later, .. } | Violation::Succession { later, .. } => later,
+        Violation::LostUpdate { lease, .. } => lease,
+    };
+    matches!(
+        (outcome.data_lost_at, outcome.acquired(later)),
+        (Some(lost), Some(at)) if lost < at
+    )
+}
+
 /// Searches the schedules of `profile` for a violation that `wanted` accepts; fails if
 /// none turns up within the budget. Returns the seed and how many schedules it took.
 fn detect(
@@ -201,6 +217,45 @@ fn detect(
         "{test}: the checkers found nothing in {budget} schedules of profile {}",
         profile.name
     );
+}
+
+#[test]
+fn protected_three_masters_hold() {
+    let (stats, _) = hold(
+        "protected_three_masters_hold",
+        &PROTECTED,
+        600,
+        after_data_loss,
+    );
+    if !replaying() {
+        // The dangerous situations were reached, not just survived by luck of the draw.
+        assert!(stats.acquired > 5 * stats.schedules, "{stats}");
+        assert!(stats.held_keys_lost > 0, "{stats}");
+        assert!(stats.empty_restarts > 0 && stats.flushes > 0, "{stats}");
+        assert!(
+            stats.client_pauses > 0 && stats.fenced_rejections > 0,
+            "{stats}"
+        );
+        assert!(stats.extended > 0 && stats.extend_failed > 0, "{stats}");
+    }
+}
+
+#[test]
+fn protected_five_masters_hold() {
+    let profile = Profile {
+        name: "protected, 5 masters",
+        masters: &[5],
+        ..PROTECTED
+    };
+    let (stats, _) = hold(
+        "protected_five_masters_hold",
+        &profile,
+        400,
+        after_data_loss,
+    );
+    if !replaying() {
+        assert!(stats.held_keys_lost > 0, "{stats}");
+    }
 }
 
 /// Within fencing's own assumption (counters never lost), nothing is excused.
@@ -383,4 +438,110 @@ async fn scripted_empty_restart_in_a_bare_majority() {
             );
         }
     }
+}
+
+/// A client over `servers` on the calm network, with fencing and quarantine.
+fn calm_client(servers: &[Arc<SimServer>], ttl: Duration) -> crate::Redlock {
+    let spec = ClientSpec {
+        ttl,
+        node_timeout: 50 * MS,
+        attempts: 1,
+        retry_delay: 100 * MS,
+        quarantine: true,
+        fencing: true,
+        mutant: None,
+        net: CALM,
+    };
+    world::build_client(
+        &spec,
+        servers,
+        |_| StdRng::seed_from_u64(0),
+        &Arc::new(SendLog::default()),
+    )
+}
+
+/// KNOWN ISSUE, kept as a test until the library fixes it. Only one master (m2) loses
+/// its data, yet a token is issued twice. Token 3 lives on m1 and m2 only (m0 was down
+/// then, and its counter stayed 1). m2 restarts empty and serves its quarantine. While
+/// m1 is down, an attempt reads m0 = 1 and m2 = none, so T = 2. Its write-back is rightly
+/// not counted on m2, but it still *seeds* m2 with 2, and m0 takes 2 as well. The next
+/// attempt reads 2 on both, writes 3, and m2's write now counts because its counter
+/// exists. So token 3 is issued again, long after the first token 3 was released.
+///
+/// The rule broken: "write-backs over its missing counters are not counted until they are
+/// seeded again, so a possibly smaller token is refused rather than issued" (README,
+/// fencing). A seed is only as good as the read it came from, and this read did not
+/// intersect the quorum that wrote 3. When this is fixed, the last attempt must fail
+/// (or get a token above 3), and this test must be turned around.
+#[tokio::test(start_paused = true)]
+async fn known_issue_a_counter_seeded_from_a_stale_read_repeats_a_token() {
+    let ttl = Duration::from_secs(1);
+    let clock = Clock::start();
+    // m0 and m1 keep their data over a restart (appendfsync always); m2 does not.
+    let servers: Vec<Arc<SimServer>> = [true, true, false]
+        .iter()
+        .enumerate()
+        .map(|(m, durable)| Arc::new(SimServer::new(m, *durable, clock)))
+        .collect();
+    let client = calm_client(&servers, ttl);
+    let mut history = Vec::new();
+    let token_of = |lease: &crate::Lease, history: &mut Vec<LeaseRecord>| {
+        history.push(record(history.len(), lease, clock.origin()));
+        lease.fencing_token().map(|t| t.get())
+    };
+
+    let first = client.acquire("r").await.unwrap();
+    assert_eq!(token_of(&first, &mut history), Some(1));
+    first.release().await.unwrap();
+
+    // m0 is down: tokens 2 and 3 are written on m1 and m2 only.
+    servers[0].crash();
+    for want in [2, 3] {
+        let lease = client.acquire("r").await.unwrap();
+        assert_eq!(token_of(&lease, &mut history), Some(want));
+        lease.release().await.unwrap();
+    }
+    assert_eq!(servers[0].restart(), Some(true));
+    assert_eq!(
+        servers
+            .iter()
+            .map(|s| s.fence_counter("r"))
+            .collect::<Vec<_>>(),
+        [Some(1), Some(3), Some(3)]
+    );
+
+    // m2 loses its data; once the client has seen it again, it sits out its quarantine.
+    servers[2].crash();
+    assert_eq!(servers[2].restart(), Some(false));
+    client
+        .acquire("elsewhere")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    tokio::time::sleep(ttl.mul_f64(1.1)).await;
+
+    // m1 (counter 3) is down: m0 (1) and m2 (none) grant.
+    servers[1].crash();
+    let refused = client.acquire("r").await.unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::FencingFailed, "{refused}");
+    assert_eq!(
+        servers[2].fence_counter("r"),
+        Some(2),
+        "the refused round seeded m2"
+    );
+    // Its keys are released in the background, as after any failed attempt.
+    tokio::time::sleep(10 * MS).await;
+
+    let repeat = client.acquire("r").await.unwrap();
+    assert_eq!(token_of(&repeat, &mut history), Some(3), "token 3 again");
+    repeat.release().await.unwrap();
+    let found = check::check(&history, &[]);
+    assert!(
+        found
+            .iter()
+            .any(|v| matches!(v, Violation::DuplicateToken { token: 3, .. })),
+        "{found:?}"
+    );
 }

@@ -349,6 +349,8 @@ struct Book {
     registers: Vec<Register>,
     events: Vec<(Duration, String)>,
     stats: Stats,
+    /// When a master first lost its data (restarted empty, or flushed).
+    data_lost_at: Option<Duration>,
 }
 
 /// What clients and the nemesis share during one schedule.
@@ -480,6 +482,11 @@ impl World {
         book.stats.fenced_writes += 1;
     }
 
+    fn data_lost(&self) {
+        let at = self.now();
+        self.book().data_lost_at.get_or_insert(at);
+    }
+
     /// Counts the lock keys in `held` that belong to leases valid now.
     fn count_valid(&self, held: &[(Arc<str>, Arc<str>)]) -> u64 {
         let at = self.now();
@@ -500,9 +507,16 @@ pub(super) struct Outcome {
     pub(super) events: Vec<(Duration, String)>,
     pub(super) stats: Stats,
     pub(super) violations: Vec<Violation>,
+    /// When a master first lost its data, if one did.
+    pub(super) data_lost_at: Option<Duration>,
 }
 
 impl Outcome {
+    /// When lease `id` was acquired.
+    pub(super) fn acquired(&self, id: usize) -> Option<Duration> {
+        self.leases.get(id).map(|l| l.acquired)
+    }
+
     /// The schedule, the violations, the leases involved and the events around them.
     pub(super) fn report(&self, profile: &Profile, shown: &[&Violation]) -> String {
         let mut out = String::new();
@@ -594,6 +608,7 @@ pub(super) fn run(profile: &Profile, seed: u64) -> Outcome {
         events: book.events,
         stats,
         violations,
+        data_lost_at: book.data_lost_at,
     }
 }
 
@@ -827,6 +842,7 @@ async fn nemesis(world: Arc<World>, faults: Vec<(Duration, Fault)>) {
                 let lost = if server.durable() {
                     0
                 } else {
+                    world.data_lost();
                     world.count_valid(&held)
                 };
                 world.book().stats.crashes += 1;
@@ -858,6 +874,7 @@ async fn nemesis(world: Arc<World>, faults: Vec<(Duration, Fault)>) {
                 let Some(held) = server.flush() else {
                     continue;
                 };
+                world.data_lost();
                 let lost = world.count_valid(&held);
                 world.book().stats.flushes += 1;
                 world.book().stats.held_keys_lost += lost;

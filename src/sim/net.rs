@@ -88,6 +88,47 @@ impl SendLog {
     }
 }
 
+/// A switch at the master's end of one link, for scripted scenarios: while closed, the
+/// requests that arrive wait; opening it lets them in, in their arrival order.
+#[derive(Debug, Default)]
+pub(super) struct Gate {
+    state: Mutex<(bool, Vec<oneshot::Sender<()>>)>,
+}
+
+impl Gate {
+    fn lock(&self) -> MutexGuard<'_, (bool, Vec<oneshot::Sender<()>>)> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Holds the requests that arrive from now on.
+    pub(super) fn close(&self) {
+        self.lock().0 = true;
+    }
+
+    /// Lets the held requests in, in their arrival order, and the next ones through.
+    pub(super) fn open(&self) {
+        let mut state = self.lock();
+        state.0 = false;
+        for waiter in state.1.drain(..) {
+            let _ = waiter.send(());
+        }
+    }
+
+    /// Returns once the gate lets this request through.
+    async fn pass(&self) {
+        let held = {
+            let mut state = self.lock();
+            if !state.0 {
+                return;
+            }
+            let (tx, rx) = oneshot::channel();
+            state.1.push(tx);
+            rx
+        };
+        let _ = held.await;
+    }
+}
+
 /// A client's connection state toward one master.
 struct Link {
     rng: StdRng,
@@ -116,6 +157,7 @@ struct Inner {
     connect_timeout: Duration,
     read_vitals: bool,
     sends: Arc<SendLog>,
+    gate: Arc<Gate>,
     link: Mutex<Link>,
 }
 
@@ -138,11 +180,14 @@ pub(super) struct ConnParams {
 }
 
 impl SimMaster {
+    /// A connection to `server`; `gate` (open unless a script closes it) sits at the
+    /// master's end.
     pub(super) fn new(
         server: Arc<SimServer>,
         params: ConnParams,
         rng: StdRng,
         sends: Arc<SendLog>,
+        gate: Arc<Gate>,
     ) -> Self {
         let now = Instant::now();
         Self {
@@ -154,6 +199,7 @@ impl SimMaster {
                 connect_timeout: params.connect_timeout,
                 read_vitals: params.read_vitals,
                 sends,
+                gate,
                 link: Mutex::new(Link {
                     rng,
                     open: None,
@@ -278,6 +324,7 @@ impl Inner {
         // The master serves the request whether or not the caller still waits.
         tokio::spawn(async move {
             tokio::time::sleep_until(arrival).await;
+            inner.gate.pass().await;
             let answer = inner.server.serve(incarnation, &request).await;
             if back.lost {
                 return;

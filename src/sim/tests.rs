@@ -11,10 +11,11 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use super::check::{self, LeaseRecord, Violation};
-use super::net::{NetParams, SendLog};
+use super::net::{Gate, NetParams, SendLog};
 use super::server::{Clock, SimServer};
 use super::world::{self, ClientSpec, Faults, Outcome, Profile, Stats};
 use crate::error::{ErrorKind, MasterOutcome};
+use crate::mutants::Mutant;
 
 const SEED_ENV: &str = "REDQUORUM_SIM_SEED";
 const COUNT_ENV: &str = "REDQUORUM_SIM_SCHEDULES";
@@ -348,6 +349,69 @@ fn clock_jumps_break_exclusion_but_not_fencing() {
     }
 }
 
+/// The planted bugs of the chaos suite, run through the simulation.
+#[cfg(feature = "mutants")]
+mod mutants {
+    use super::*;
+
+    fn is_fencing(v: &Violation) -> bool {
+        !v.is_overlap()
+    }
+
+    fn with(mutant: Mutant, name: &'static str, profile: Profile) -> Profile {
+        Profile {
+            name,
+            mutant: Some(mutant),
+            ..profile
+        }
+    }
+
+    /// Tokens as the largest `INCR` over the granting quorum, in one round: a high counter
+    /// can sit outside the next quorum.
+    #[test]
+    fn one_round_token_is_caught() {
+        let profile = with(
+            Mutant::OneRoundToken,
+            "one-round INCR tokens",
+            FENCING_DURABLE,
+        );
+        detect(
+            "mutants::one_round_token_is_caught",
+            &profile,
+            count(200),
+            is_fencing,
+        );
+    }
+
+    /// A quorum of `N / 2`: two halves both win.
+    #[test]
+    fn half_quorum_is_caught() {
+        let profile = with(Mutant::HalfQuorum, "half quorum", PROTECTED);
+        detect(
+            "mutants::half_quorum_is_caught",
+            &profile,
+            count(200),
+            Violation::is_overlap,
+        );
+    }
+
+    /// A max-write write-back (`c <= T`): in random schedules the ownership check
+    /// (`GET lock == v`, atomic with the write) stops it unless lock keys expire early on
+    /// two masters in crossing order, so it is caught by the script that builds exactly
+    /// that (see `crossing_expiries`): token 1 is issued twice.
+    #[tokio::test(start_paused = true)]
+    async fn writeback_without_guard_is_caught_by_crossing_expiries() {
+        let (x, y, found) = crossing_expiries(Some(Mutant::WritebackNoGuard)).await;
+        assert_eq!((x, y), (1, 1));
+        assert!(
+            found
+                .iter()
+                .any(|v| matches!(v, Violation::DuplicateToken { token: 1, .. })),
+            "{found:?}"
+        );
+    }
+}
+
 /// Every message takes 1 ms and none is lost.
 const CALM: NetParams = NetParams {
     delay: (MS, MS),
@@ -390,8 +454,8 @@ async fn scripted_empty_restart_in_a_bare_majority() {
             net: CALM,
         };
         let calm = |_| StdRng::seed_from_u64(0);
-        let a = world::build_client(&spec, &servers, calm, &sends);
-        let b = world::build_client(&spec, &servers, calm, &sends);
+        let (a, _) = world::build_client(&spec, &servers, calm, &sends);
+        let (b, _) = world::build_client(&spec, &servers, calm, &sends);
 
         servers[2].crash();
         let first = a.acquire("r").await.unwrap();
@@ -440,8 +504,14 @@ async fn scripted_empty_restart_in_a_bare_majority() {
     }
 }
 
-/// A client over `servers` on the calm network, with fencing and quarantine.
-fn calm_client(servers: &[Arc<SimServer>], ttl: Duration) -> crate::Redlock {
+/// A client over `servers` with fencing and quarantine, every message taking `delay`;
+/// with the gates of its connections.
+fn gated_client(
+    servers: &[Arc<SimServer>],
+    ttl: Duration,
+    delay: Duration,
+    mutant: Option<Mutant>,
+) -> (crate::Redlock, Vec<Arc<Gate>>) {
     let spec = ClientSpec {
         ttl,
         node_timeout: 50 * MS,
@@ -449,8 +519,11 @@ fn calm_client(servers: &[Arc<SimServer>], ttl: Duration) -> crate::Redlock {
         retry_delay: 100 * MS,
         quarantine: true,
         fencing: true,
-        mutant: None,
-        net: CALM,
+        mutant,
+        net: NetParams {
+            delay: (delay, delay),
+            ..CALM
+        },
     };
     world::build_client(
         &spec,
@@ -458,6 +531,74 @@ fn calm_client(servers: &[Arc<SimServer>], ttl: Duration) -> crate::Redlock {
         |_| StdRng::seed_from_u64(0),
         &Arc::new(SendLog::default()),
     )
+}
+
+/// A client over `servers` on the calm network, with fencing and quarantine.
+fn calm_client(servers: &[Arc<SimServer>], ttl: Duration) -> crate::Redlock {
+    gated_client(servers, ttl, MS, None).0
+}
+
+/// Two acquisitions read the same counters and both reach a write-back quorum, which
+/// takes lock keys expiring early on two masters in crossing order (clock jumps), with
+/// durable masters. Every message takes 5 ms; times are from the start.
+///
+/// - 0: gates Y→m1 and X→m2 close; Y asks all three. Its `SET` reaches m0 and m2 at 5
+///   (both grant, no counter), and m1's gate holds it. At 10 Y has a quorum: T = 1.
+/// - 12: m0's clock jumps, so Y's key there expires; Y's write-back finds it gone at 15
+///   (not ours) and is written on m2. X asks: m0 and m1 grant at 17 (no counter; m2's gate
+///   holds X's request). T = 1, written on m0 and m1 at 27: X holds token 1 at 32.
+/// - 33: m1's clock jumps (X's key expires) and Y→m1 opens: Y's held `SET` takes m1 and
+///   reads counter 1, then Y's held write-back of T = 1 meets counter 1 there.
+///
+/// Returns both tokens and the checkers' verdict. Exclusion is broken by the clock jumps
+/// (both leases are valid at once); the question is whether fencing holds.
+async fn crossing_expiries(mutant: Option<Mutant>) -> (u64, u64, Vec<Violation>) {
+    let ttl = Duration::from_secs(1);
+    let clock = Clock::start();
+    let origin = clock.origin();
+    let servers: Vec<Arc<SimServer>> = (0..3)
+        .map(|m| Arc::new(SimServer::new(m, true, clock)))
+        .collect();
+    let (x, x_gates) = gated_client(&servers, ttl, 5 * MS, mutant);
+    let (y, y_gates) = gated_client(&servers, ttl, 5 * MS, mutant);
+    // Connections open and vitals known before the script starts.
+    x.acquire("warm-up").await.unwrap().release().await.unwrap();
+    y.acquire("warm-up").await.unwrap().release().await.unwrap();
+    let start = tokio::time::Instant::now();
+
+    y_gates[1].close();
+    x_gates[2].close();
+    let y_task = tokio::spawn({
+        let y = y.clone();
+        async move { y.acquire("r").await }
+    });
+    tokio::time::sleep_until(start + 12 * MS).await;
+    servers[0].jump_clock(2_000_000);
+    let x_lease = x.acquire("r").await.unwrap();
+    assert_eq!(tokio::time::Instant::now() - start, 32 * MS);
+    servers[1].jump_clock(2_000_000);
+    y_gates[1].open();
+    let y_lease = y_task.await.unwrap().unwrap();
+    x_gates[2].open();
+
+    let history = [record(0, &x_lease, origin), record(1, &y_lease, origin)];
+    let tokens = (
+        x_lease.fencing_token().unwrap().get(),
+        y_lease.fencing_token().unwrap().get(),
+    );
+    x_lease.release().await.unwrap();
+    y_lease.release().await.unwrap();
+    (tokens.0, tokens.1, check::check(&history, &[]))
+}
+
+/// With the strict `c < T` write-back, Y meets counter 1 on m1, raises its token past it
+/// and gets 2: fencing holds although exclusion does not.
+#[tokio::test(start_paused = true)]
+async fn scripted_crossing_expiries_keep_tokens_unique() {
+    let (x, y, found) = crossing_expiries(None).await;
+    assert_eq!((x, y), (1, 2));
+    assert!(!found.is_empty(), "the clock jumps broke exclusion");
+    assert!(found.iter().all(Violation::is_overlap), "{found:?}");
 }
 
 /// KNOWN ISSUE, kept as a test until the library fixes it. Only one master (m2) loses

@@ -12,7 +12,7 @@ use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 
 use super::check::{self, FencedWrite, LeaseRecord, Violation};
-use super::net::{ConnParams, NetParams, SendLog, SimMaster};
+use super::net::{ConnParams, Gate, NetParams, SendLog, SimMaster};
 use super::server::{Clock, SimServer, Trace, short};
 use crate::config::Builder;
 use crate::lease::Lease;
@@ -651,7 +651,7 @@ async fn drive(profile: &Profile, schedule: &Schedule) -> Book {
             net: schedule.net,
         };
         let links = |m| rng(schedule.seed, Stream::Link(c, m));
-        let lock = build_client(&spec, &world.servers, links, &world.sends);
+        let (lock, _) = build_client(&spec, &world.servers, links, &world.sends);
         let task = client_task(
             Arc::clone(&world),
             lock,
@@ -703,13 +703,13 @@ pub(super) struct ClientSpec {
 }
 
 /// A real client over `servers`, configured by the real builder; `link` seeds the
-/// connection to each master.
+/// connection to each master. Also returns the gate of each connection (open).
 pub(super) fn build_client(
     spec: &ClientSpec,
     servers: &[Arc<SimServer>],
     mut link: impl FnMut(usize) -> StdRng,
     sends: &Arc<SendLog>,
-) -> Redlock {
+) -> (Redlock, Vec<Arc<Gate>>) {
     // Loopback addresses that are never contacted: the builder only validates them.
     let urls = (0..servers.len()).map(|m| format!("redis://127.0.0.1:{}", 7001 + m));
     let builder = Builder::new()
@@ -743,19 +743,23 @@ pub(super) fn build_client(
         connect_timeout: CONNECT_TIMEOUT,
         read_vitals: spec.quarantine,
     };
+    let gates: Vec<Arc<Gate>> = servers.iter().map(|_| Arc::default()).collect();
     let masters: Vec<Arc<dyn Master>> = servers
         .iter()
+        .zip(&gates)
         .enumerate()
-        .map(|(m, server)| {
+        .map(|(m, (server, gate))| {
             Arc::new(SimMaster::new(
                 Arc::clone(server),
                 params,
                 link(m),
                 Arc::clone(sends),
+                Arc::clone(gate),
             )) as Arc<dyn Master>
         })
         .collect();
-    Redlock::with_masters(config, masters, Notifier::disabled())
+    let client = Redlock::with_masters(config, masters, Notifier::disabled());
+    (client, gates)
 }
 
 /// One client: acquire, a critical section, release; `plan.cycles` times.

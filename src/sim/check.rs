@@ -131,11 +131,12 @@ pub(super) enum Violation {
         later: usize,
         tokens: (u64, u64),
     },
-    /// An accepted write that overwrote an update it had not read.
+    /// An accepted write, at `at`, that overwrote an update it had not read.
     LostUpdate {
         resource: usize,
         lease: usize,
         token: u64,
+        at: Duration,
         read: u64,
         before: u64,
     },
@@ -211,11 +212,13 @@ impl fmt::Display for Violation {
                 resource,
                 lease,
                 token,
+                at,
                 read,
                 before,
             } => write!(
                 f,
-                "fenced storage: r{resource} lease #{lease} (token {token}) read {read} but overwrote {before}: an update was lost"
+                "fenced storage: r{resource} lease #{lease} (token {token}) read {read} but overwrote {before} at {}: an update was lost",
+                ms(at)
             ),
         }
     }
@@ -294,6 +297,7 @@ pub(super) fn check(leases: &[LeaseRecord], writes: &[FencedWrite]) -> Vec<Viola
                 resource: w.resource,
                 lease: w.lease,
                 token: w.token,
+                at: w.at,
                 read: w.read,
                 before: w.before,
             });
@@ -476,6 +480,7 @@ mod tests {
                 resource: 0,
                 lease: 3,
                 token: 9,
+                at: t(5),
                 read: 4,
                 before: 5,
             }]

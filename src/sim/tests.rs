@@ -200,18 +200,18 @@ fn strict(_: &Outcome, _: &Violation) -> bool {
 
 /// A fencing violation explained by the known issue (see
 /// `known_issue_a_counter_seeded_from_a_stale_read_repeats_a_token`): the later lease was
-/// acquired after a master had lost its data. Mutual exclusion is never excused.
+/// acquired, or the lost update was written, after a master had lost its data (a repeated
+/// token lets an earlier holder's late write through). Mutual exclusion is never excused.
 fn after_data_loss(outcome: &Outcome, v: &Violation) -> bool {
-    let later = match *v {
+    let at = match *v {
         Violation::Overlap { .. } => return false,
-        Violation::DuplicateToken { second, .. } => second,
-        Violation::TokenOrder { later, .. } | Violation::Succession { later, .. } => later,
-        Violation::LostUpdate { lease, .. } => lease,
+        Violation::DuplicateToken { second, .. } => outcome.acquired(second),
+        Violation::TokenOrder { later, .. } | Violation::Succession { later, .. } => {
+            outcome.acquired(later)
+        }
+        Violation::LostUpdate { at, .. } => Some(at),
     };
-    matches!(
-        (outcome.data_lost_at, outcome.acquired(later)),
-        (Some(lost), Some(at)) if lost < at
-    )
+    matches!((outcome.data_lost_at, at), (Some(lost), Some(at)) if lost < at)
 }
 
 /// Searches the schedules of `profile` for a violation that `wanted` accepts; fails if

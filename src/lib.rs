@@ -65,6 +65,8 @@ mod mutants;
 mod quarantine;
 mod quorum;
 mod scripts;
+#[cfg(test)]
+mod sim;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 mod wait;

@@ -1,0 +1,489 @@
+//! Pure checkers over a recorded history: no I/O, no clock. Times are offsets from the
+//! schedule's origin.
+//!
+//! 1. **Mutual exclusion.** A lease is *valid* from the moment `acquire` returned it until
+//!    the first of: its deadline (moved by each successful extension, from the moment the
+//!    extension returned), and the moment `release` was called. Two leases on one
+//!    resource must never be valid at the same instant. A holder that pauses past its
+//!    deadline is not valid during the overrun, so the overrun is no violation: that is
+//!    the lock's stated assumption, and fencing's job.
+//! 2. **Fencing tokens**, per resource: unique; ordered in real time (if X was acquired
+//!    before Y's successful attempt sent its first request, X's token is smaller); and
+//!    increasing across successive holders (if X's validity ended before Y's began, X's
+//!    token is smaller).
+//! 3. **Fenced storage.** Every critical section reads a register with its token and
+//!    writes back the value plus one; the register refuses tokens older than the newest
+//!    it has seen. An accepted write whose read is not the register's current value lost
+//!    an update.
+
+use std::fmt;
+use std::time::Duration;
+
+/// One successful acquisition and what happened to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct LeaseRecord {
+    pub(super) id: usize,
+    pub(super) client: usize,
+    pub(super) resource: usize,
+    /// When the successful attempt sent its first request.
+    pub(super) attempt_start: Duration,
+    /// When `acquire` returned the lease.
+    pub(super) acquired: Duration,
+    pub(super) token: Option<u64>,
+    /// `(from, deadline)`: the deadline in force from `from` on. The first entry is
+    /// `(acquired, deadline at acquisition)`, then one per successful extension.
+    pub(super) deadlines: Vec<(Duration, Duration)>,
+    /// When `release` was called, if it was.
+    pub(super) released: Option<Duration>,
+}
+
+impl LeaseRecord {
+    pub(super) fn new(
+        id: usize,
+        client: usize,
+        resource: usize,
+        (attempt_start, acquired): (Duration, Duration),
+        deadline: Duration,
+        token: Option<u64>,
+    ) -> Self {
+        Self {
+            id,
+            client,
+            resource,
+            attempt_start,
+            acquired,
+            token,
+            deadlines: vec![(acquired, deadline)],
+            released: None,
+        }
+    }
+
+    /// When the lease was valid: disjoint half-open intervals, in order.
+    pub(super) fn validity(&self) -> Vec<(Duration, Duration)> {
+        let mut out: Vec<(Duration, Duration)> = Vec::new();
+        for (i, &(from, deadline)) in self.deadlines.iter().enumerate() {
+            let mut end = deadline;
+            if let Some(&(next, _)) = self.deadlines.get(i + 1) {
+                end = end.min(next);
+            }
+            if let Some(released) = self.released {
+                end = end.min(released);
+            }
+            if from >= end {
+                continue;
+            }
+            match out.last_mut() {
+                Some(last) if last.1 == from => last.1 = end,
+                _ => out.push((from, end)),
+            }
+        }
+        out
+    }
+
+    /// The deadline in force when the lease was last valid (for reports).
+    pub(super) fn last_deadline(&self) -> Duration {
+        self.deadlines.last().map_or(self.acquired, |&(_, d)| d)
+    }
+}
+
+/// An accepted write to the fenced register.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct FencedWrite {
+    pub(super) lease: usize,
+    pub(super) resource: usize,
+    pub(super) token: u64,
+    pub(super) at: Duration,
+    /// The value the critical section read (it writes this plus one).
+    pub(super) read: u64,
+    /// The register's value just before the write.
+    pub(super) before: u64,
+}
+
+/// A broken property.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Violation {
+    /// Two leases on one resource valid at once, during `[from, to)`.
+    Overlap {
+        resource: usize,
+        first: usize,
+        second: usize,
+        from: Duration,
+        to: Duration,
+    },
+    /// Two leases on one resource with the same token.
+    DuplicateToken {
+        resource: usize,
+        token: u64,
+        first: usize,
+        second: usize,
+    },
+    /// `earlier` was acquired before `later`'s attempt began, yet its token is not smaller.
+    TokenOrder {
+        resource: usize,
+        earlier: usize,
+        later: usize,
+        tokens: (u64, u64),
+    },
+    /// `earlier`'s validity ended before `later`'s began, yet its token is not smaller.
+    Succession {
+        resource: usize,
+        earlier: usize,
+        later: usize,
+        tokens: (u64, u64),
+    },
+    /// An accepted write, at `at`, that overwrote an update it had not read.
+    LostUpdate {
+        resource: usize,
+        lease: usize,
+        token: u64,
+        at: Duration,
+        read: u64,
+        before: u64,
+    },
+}
+
+impl Violation {
+    /// The leases involved.
+    pub(super) fn leases(&self) -> Vec<usize> {
+        match *self {
+            Violation::Overlap { first, second, .. }
+            | Violation::DuplicateToken { first, second, .. } => vec![first, second],
+            Violation::TokenOrder { earlier, later, .. }
+            | Violation::Succession { earlier, later, .. } => vec![earlier, later],
+            Violation::LostUpdate { lease, .. } => vec![lease],
+        }
+    }
+
+    /// Whether it breaks mutual exclusion (as opposed to the fencing properties).
+    pub(super) fn is_overlap(&self) -> bool {
+        matches!(self, Violation::Overlap { .. })
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3}ms", d.as_secs_f64() * 1000.0)
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Violation::Overlap {
+                resource,
+                first,
+                second,
+                from,
+                to,
+            } => write!(
+                f,
+                "mutual exclusion: r{resource} leases #{first} and #{second} both valid during [{}, {})",
+                ms(from),
+                ms(to)
+            ),
+            Violation::DuplicateToken {
+                resource,
+                token,
+                first,
+                second,
+            } => write!(
+                f,
+                "fencing: r{resource} leases #{first} and #{second} both got token {token}"
+            ),
+            Violation::TokenOrder {
+                resource,
+                earlier,
+                later,
+                tokens,
+            } => write!(
+                f,
+                "fencing: r{resource} lease #{earlier} (token {}) was acquired before lease #{later} (token {}) began, but its token is not smaller",
+                tokens.0, tokens.1
+            ),
+            Violation::Succession {
+                resource,
+                earlier,
+                later,
+                tokens,
+            } => write!(
+                f,
+                "fencing: r{resource} lease #{earlier} (token {}) held the lock before lease #{later} (token {}), but its token is not smaller",
+                tokens.0, tokens.1
+            ),
+            Violation::LostUpdate {
+                resource,
+                lease,
+                token,
+                at,
+                read,
+                before,
+            } => write!(
+                f,
+                "fenced storage: r{resource} lease #{lease} (token {token}) read {read} but overwrote {before} at {}: an update was lost",
+                ms(at)
+            ),
+        }
+    }
+}
+
+/// The first instant both interval lists cover, and until when.
+fn overlap(a: &[(Duration, Duration)], b: &[(Duration, Duration)]) -> Option<(Duration, Duration)> {
+    a.iter()
+        .flat_map(|x| b.iter().map(move |y| (x, y)))
+        .filter(|(x, y)| x.0 < y.1 && y.0 < x.1)
+        .map(|(x, y)| (x.0.max(y.0), x.1.min(y.1)))
+        .min()
+}
+
+/// Every violation in the history.
+pub(super) fn check(leases: &[LeaseRecord], writes: &[FencedWrite]) -> Vec<Violation> {
+    let validity: Vec<Vec<(Duration, Duration)>> = leases.iter().map(|l| l.validity()).collect();
+    let mut out = Vec::new();
+    for (i, a) in leases.iter().enumerate() {
+        for (j, b) in leases.iter().enumerate().skip(i + 1) {
+            if a.resource != b.resource {
+                continue;
+            }
+            if let Some((from, to)) = overlap(&validity[i], &validity[j]) {
+                out.push(Violation::Overlap {
+                    resource: a.resource,
+                    first: a.id,
+                    second: b.id,
+                    from,
+                    to,
+                });
+            }
+            let (Some(ta), Some(tb)) = (a.token, b.token) else {
+                continue;
+            };
+            if ta == tb {
+                out.push(Violation::DuplicateToken {
+                    resource: a.resource,
+                    token: ta,
+                    first: a.id,
+                    second: b.id,
+                });
+                continue;
+            }
+            for ((x, vx, tx), (y, vy, ty)) in [
+                ((a, &validity[i], ta), (b, &validity[j], tb)),
+                ((b, &validity[j], tb), (a, &validity[i], ta)),
+            ] {
+                if tx < ty {
+                    continue;
+                }
+                let tokens = (tx, ty);
+                if x.acquired < y.attempt_start {
+                    out.push(Violation::TokenOrder {
+                        resource: x.resource,
+                        earlier: x.id,
+                        later: y.id,
+                        tokens,
+                    });
+                } else if let (Some(x_end), Some(y_start)) = (vx.last(), vy.first())
+                    && x_end.1 <= y_start.0
+                {
+                    out.push(Violation::Succession {
+                        resource: x.resource,
+                        earlier: x.id,
+                        later: y.id,
+                        tokens,
+                    });
+                }
+            }
+        }
+    }
+    for w in writes {
+        if w.read != w.before {
+            out.push(Violation::LostUpdate {
+                resource: w.resource,
+                lease: w.lease,
+                token: w.token,
+                at: w.at,
+                read: w.read,
+                before: w.before,
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+
+    /// A lease on r0 tried from `start`, acquired at `acquired`, valid until `deadline`.
+    fn lease(
+        id: usize,
+        start: u64,
+        acquired: u64,
+        deadline: u64,
+        token: Option<u64>,
+    ) -> LeaseRecord {
+        LeaseRecord::new(id, id, 0, (t(start), t(acquired)), t(deadline), token)
+    }
+
+    fn released(mut l: LeaseRecord, at: u64) -> LeaseRecord {
+        l.released = Some(t(at));
+        l
+    }
+
+    #[test]
+    fn successive_holders_with_rising_tokens_are_clean() {
+        let h = [
+            released(lease(0, 0, 10, 100, Some(1)), 50),
+            released(lease(1, 40, 60, 150, Some(2)), 120),
+            lease(2, 110, 150, 300, Some(3)),
+        ];
+        assert_eq!(check(&h, &[]), []);
+    }
+
+    #[test]
+    fn validity_ends_at_release_deadline_or_extension() {
+        let mut l = lease(0, 0, 10, 100, None);
+        assert_eq!(l.validity(), [(t(10), t(100))]);
+        // Extended at 90 until 190: continuous.
+        l.deadlines.push((t(90), t(190)));
+        assert_eq!(l.validity(), [(t(10), t(190))]);
+        // An extension that returned after the deadline leaves a gap.
+        let mut g = lease(1, 0, 10, 100, None);
+        g.deadlines.push((t(120), t(200)));
+        assert_eq!(g.validity(), [(t(10), t(100)), (t(120), t(200))]);
+        g.released = Some(t(150));
+        assert_eq!(g.validity(), [(t(10), t(100)), (t(120), t(150))]);
+        // Released before the gap closed.
+        g.released = Some(t(110));
+        assert_eq!(g.validity(), [(t(10), t(100))]);
+    }
+
+    #[test]
+    fn overlapping_validity_fires() {
+        let h = [lease(0, 0, 10, 100, None), lease(1, 0, 90, 200, None)];
+        assert_eq!(
+            check(&h, &[]),
+            [Violation::Overlap {
+                resource: 0,
+                first: 0,
+                second: 1,
+                from: t(90),
+                to: t(100),
+            }]
+        );
+    }
+
+    #[test]
+    fn touching_intervals_and_other_resources_do_not_overlap() {
+        let mut other = lease(2, 0, 20, 80, None);
+        other.resource = 1;
+        let h = [
+            lease(0, 0, 10, 100, None),
+            lease(1, 0, 100, 200, None),
+            other,
+        ];
+        assert_eq!(check(&h, &[]), []);
+    }
+
+    #[test]
+    fn a_pause_past_the_deadline_is_not_an_overlap() {
+        // Lease 0 is released at 400 after pausing; its deadline was 100. Lease 1 was
+        // acquired at 150 once the keys expired.
+        let h = [
+            released(lease(0, 0, 10, 100, Some(1)), 400),
+            released(lease(1, 120, 150, 250, Some(2)), 200),
+        ];
+        assert_eq!(check(&h, &[]), []);
+    }
+
+    #[test]
+    fn an_extension_that_overlaps_fires() {
+        let mut a = lease(0, 0, 10, 100, None);
+        a.deadlines.push((t(95), t(195)));
+        let h = [a, lease(1, 100, 150, 250, None)];
+        let v = check(&h, &[]);
+        assert_eq!(v.len(), 1);
+        assert!(v[0].is_overlap());
+        assert_eq!(v[0].leases(), [0, 1]);
+    }
+
+    #[test]
+    fn duplicate_tokens_fire_once() {
+        let h = [
+            released(lease(0, 0, 10, 100, Some(4)), 50),
+            lease(1, 60, 70, 150, Some(4)),
+        ];
+        assert_eq!(
+            check(&h, &[]),
+            [Violation::DuplicateToken {
+                resource: 0,
+                token: 4,
+                first: 0,
+                second: 1,
+            }]
+        );
+    }
+
+    #[test]
+    fn a_token_regression_in_real_time_fires() {
+        let h = [
+            released(lease(0, 0, 10, 100, Some(7)), 50),
+            lease(1, 60, 70, 150, Some(5)),
+        ];
+        assert_eq!(
+            check(&h, &[]),
+            [Violation::TokenOrder {
+                resource: 0,
+                earlier: 0,
+                later: 1,
+                tokens: (7, 5),
+            }]
+        );
+    }
+
+    #[test]
+    fn a_successor_that_started_early_still_needs_the_larger_token() {
+        // Lease 1's attempt began (5) before lease 0 was acquired (10), so only the
+        // succession rule applies: 0 was valid until 50, 1 from 70.
+        let h = [
+            released(lease(0, 0, 10, 100, Some(7)), 50),
+            lease(1, 5, 70, 150, Some(5)),
+        ];
+        assert_eq!(
+            check(&h, &[]),
+            [Violation::Succession {
+                resource: 0,
+                earlier: 0,
+                later: 1,
+                tokens: (7, 5),
+            }]
+        );
+        // Concurrent attempts whose validity overlapped are ordered by neither rule.
+        let h = [lease(0, 0, 10, 100, Some(7)), lease(1, 5, 70, 150, Some(5))];
+        assert!(check(&h, &[]).iter().all(Violation::is_overlap));
+    }
+
+    #[test]
+    fn lost_updates_fire() {
+        let w = |read, before| FencedWrite {
+            lease: 3,
+            resource: 0,
+            token: 9,
+            at: t(5),
+            read,
+            before,
+        };
+        assert_eq!(check(&[], &[w(4, 4)]), []);
+        assert_eq!(
+            check(&[], &[w(4, 5)]),
+            [Violation::LostUpdate {
+                resource: 0,
+                lease: 3,
+                token: 9,
+                at: t(5),
+                read: 4,
+                before: 5,
+            }]
+        );
+    }
+}

@@ -1,0 +1,360 @@
+//! The network between clients and masters, and one client's connection to one master.
+//!
+//! A [`SimMaster`] stands where a `RedisMaster` would: the client's quorum rounds call it
+//! through the crate-private [`Master`] seam. Each call travels to the shared
+//! [`SimServer`] with a seeded delay, is executed there atomically at its arrival, and its
+//! reply travels back with another delay. Like a TCP connection, a connection delivers in
+//! order: a message never overtakes an earlier one in the same direction.
+//!
+//! A *lost* message stands for a link that swallows it: a lost request is never executed,
+//! a lost reply was executed; either way the caller fails after its timeout. A request
+//! that takes longer than the timeout is still executed when it arrives, after the caller
+//! gave up (the stale `SET` of a slow link).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use rand::RngExt;
+use rand::rngs::StdRng;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::server::{Answer, Request, SimServer, Status};
+use crate::error::{MasterError, MasterErrorKind};
+use crate::master::{Master, Op, Reply};
+use crate::quarantine::Vitals;
+
+/// How messages travel, for every link of a schedule.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct NetParams {
+    /// A message normally takes between these.
+    pub(super) delay: (Duration, Duration),
+    /// The chance that a message is slow instead: it takes up to `slow_max`.
+    pub(super) slow_p: f64,
+    pub(super) slow_max: Duration,
+    /// The chance that a message is lost.
+    pub(super) drop_p: f64,
+}
+
+/// One message's fate.
+#[derive(Debug, Clone, Copy)]
+struct Leg {
+    delay: Duration,
+    lost: bool,
+}
+
+impl NetParams {
+    /// Draws one message's fate; always the same number of draws, whatever the outcome.
+    fn leg(&self, rng: &mut StdRng) -> Leg {
+        let lost = rng.random_bool(self.drop_p);
+        let slow = rng.random_bool(self.slow_p);
+        let normal = rng.random_range(self.delay.0..=self.delay.1);
+        let late = rng.random_range(self.delay.1..=self.slow_max.max(self.delay.1));
+        Leg {
+            delay: if slow { late } else { normal },
+            lost,
+        }
+    }
+}
+
+/// When each acquire attempt sent its first request, by its unique lock value: the start
+/// of the attempt's round, for the fencing checker's real-time order.
+#[derive(Debug, Default)]
+pub(super) struct SendLog {
+    first: Mutex<HashMap<Arc<str>, Instant>>,
+}
+
+impl SendLog {
+    fn note(&self, op: &Op) {
+        if let Op::Acquire { value, .. } | Op::AcquireChecked { value, .. } = op {
+            self.first
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(Arc::clone(value))
+                .or_insert_with(Instant::now);
+        }
+    }
+
+    /// When the first request carrying `value` was sent.
+    pub(super) fn first_send(&self, value: &str) -> Option<Instant> {
+        self.first
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(value)
+            .copied()
+    }
+}
+
+/// A switch at the master's end of one link, for scripted scenarios: while closed, the
+/// requests that arrive wait; opening it lets them in, in their arrival order.
+#[derive(Debug, Default)]
+pub(super) struct Gate {
+    state: Mutex<(bool, Vec<oneshot::Sender<()>>)>,
+}
+
+impl Gate {
+    fn lock(&self) -> MutexGuard<'_, (bool, Vec<oneshot::Sender<()>>)> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Holds the requests that arrive from now on.
+    pub(super) fn close(&self) {
+        self.lock().0 = true;
+    }
+
+    /// Lets the held requests in, in their arrival order, and the next ones through.
+    pub(super) fn open(&self) {
+        let mut state = self.lock();
+        state.0 = false;
+        for waiter in state.1.drain(..) {
+            let _ = waiter.send(());
+        }
+    }
+
+    /// Returns once the gate lets this request through.
+    async fn pass(&self) {
+        let held = {
+            let mut state = self.lock();
+            if !state.0 {
+                return;
+            }
+            let (tx, rx) = oneshot::channel();
+            state.1.push(tx);
+            rx
+        };
+        let _ = held.await;
+    }
+}
+
+/// A client's connection state toward one master.
+struct Link {
+    rng: StdRng,
+    /// The incarnation the connection is open to, if open.
+    open: Option<u64>,
+    /// Bumped on every new connection, as `RedisMaster` numbers its connections.
+    generation: u64,
+    vitals: Option<(u64, Arc<Vitals>)>,
+    /// When the latest request and reply on the open connection arrive (in-order
+    /// delivery).
+    request_fifo: Instant,
+    reply_fifo: Instant,
+}
+
+/// One client's connection to one simulated master.
+#[derive(Debug)]
+pub(super) struct SimMaster {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    name: Arc<str>,
+    server: Arc<SimServer>,
+    net: NetParams,
+    node_timeout: Duration,
+    connect_timeout: Duration,
+    read_vitals: bool,
+    sends: Arc<SendLog>,
+    gate: Arc<Gate>,
+    link: Mutex<Link>,
+}
+
+impl fmt::Debug for Inner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SimMaster")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a client connects to its masters.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ConnParams {
+    pub(super) net: NetParams,
+    pub(super) node_timeout: Duration,
+    pub(super) connect_timeout: Duration,
+    /// Read the master's vitals on every (re)connect (restart quarantine on).
+    pub(super) read_vitals: bool,
+}
+
+impl SimMaster {
+    /// A connection to `server`; `gate` (open unless a script closes it) sits at the
+    /// master's end.
+    pub(super) fn new(
+        server: Arc<SimServer>,
+        params: ConnParams,
+        rng: StdRng,
+        sends: Arc<SendLog>,
+        gate: Arc<Gate>,
+    ) -> Self {
+        let now = Instant::now();
+        Self {
+            inner: Arc::new(Inner {
+                name: format!("sim://m{}", server.index()).into(),
+                server,
+                net: params.net,
+                node_timeout: params.node_timeout,
+                connect_timeout: params.connect_timeout,
+                read_vitals: params.read_vitals,
+                sends,
+                gate,
+                link: Mutex::new(Link {
+                    rng,
+                    open: None,
+                    generation: 0,
+                    vitals: None,
+                    request_fifo: now,
+                    reply_fifo: now,
+                }),
+            }),
+        }
+    }
+}
+
+impl Master for SimMaster {
+    fn name(&self) -> &Arc<str> {
+        &self.inner.name
+    }
+
+    fn call(&self, op: Arc<Op>) -> BoxFuture<'static, Result<Reply, MasterError>> {
+        let inner = Arc::clone(&self.inner);
+        Box::pin(async move { inner.exchange(op).await })
+    }
+
+    fn vitals(&self) -> Option<(u64, Arc<Vitals>)> {
+        if !self.inner.read_vitals {
+            return None;
+        }
+        self.inner.link().vitals.clone()
+    }
+}
+
+impl Inner {
+    fn link(&self) -> MutexGuard<'_, Link> {
+        // Updated field by field from complete values.
+        self.link.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One call: (re)connect when needed, then the op; bounded like `RedisMaster::call`
+    /// (node timeout, plus the connect timeout when connecting).
+    async fn exchange(self: Arc<Self>, op: Arc<Op>) -> Result<Reply, MasterError> {
+        self.sends.note(&op);
+        let (status, incarnation) = self.server.status();
+        if status == Status::Down {
+            self.link().open = None;
+            return Err(MasterError::new(
+                MasterErrorKind::Refused,
+                "connection refused (the simulated master is down)",
+            ));
+        }
+        let open = self.link().open.filter(|i| *i == incarnation);
+        let budget = match open {
+            Some(_) => self.node_timeout,
+            None => self.node_timeout.saturating_add(self.connect_timeout),
+        };
+        match tokio::time::timeout(budget, self.converse(open, op)).await {
+            Ok(result) => result,
+            Err(_) => Err(MasterError::new(
+                MasterErrorKind::Timeout,
+                "no answer within the node timeout (simulated)",
+            )),
+        }
+    }
+
+    async fn converse(
+        self: &Arc<Self>,
+        open: Option<u64>,
+        op: Arc<Op>,
+    ) -> Result<Reply, MasterError> {
+        let incarnation = match open {
+            Some(i) => i,
+            None => {
+                {
+                    let mut link = self.link();
+                    let now = Instant::now();
+                    link.request_fifo = now;
+                    link.reply_fifo = now;
+                }
+                let request = Request::Connect {
+                    vitals: self.read_vitals,
+                };
+                let (incarnation, answer) = self.round_trip(None, request).await?;
+                let Answer::Connected(vitals) = answer else {
+                    return Err(protocol());
+                };
+                let mut link = self.link();
+                link.generation += 1;
+                link.open = Some(incarnation);
+                if let Some(vitals) = vitals {
+                    link.vitals = Some((link.generation, Arc::new(vitals)));
+                }
+                incarnation
+            }
+        };
+        match self.round_trip(Some(incarnation), Request::Op(op)).await? {
+            (_, Answer::Reply(reply)) => Ok(reply),
+            (_, Answer::Connected(_)) => Err(protocol()),
+        }
+    }
+
+    /// Sends `request` on the connection to `incarnation` (`None`: opens one) and waits for
+    /// the answer; never returns when a message is lost (the caller's timeout ends it).
+    async fn round_trip(
+        self: &Arc<Self>,
+        incarnation: Option<u64>,
+        request: Request,
+    ) -> Result<(u64, Answer), MasterError> {
+        let (out, back, arrival) = {
+            let mut link = self.link();
+            let out = self.net.leg(&mut link.rng);
+            let back = self.net.leg(&mut link.rng);
+            let arrival = (Instant::now() + out.delay).max(link.request_fifo);
+            if !out.lost {
+                link.request_fifo = arrival;
+            }
+            (out, back, arrival)
+        };
+        if out.lost {
+            return futures::future::pending().await;
+        }
+        let (tx, rx) = oneshot::channel();
+        let inner = Arc::clone(self);
+        // The master serves the request whether or not the caller still waits.
+        tokio::spawn(async move {
+            tokio::time::sleep_until(arrival).await;
+            inner.gate.pass().await;
+            let answer = inner.server.serve(incarnation, &request).await;
+            if back.lost {
+                return;
+            }
+            let at = {
+                let mut link = inner.link();
+                let at = (Instant::now() + back.delay).max(link.reply_fifo);
+                link.reply_fifo = at;
+                at
+            };
+            tokio::time::sleep_until(at).await;
+            let _ = tx.send(answer);
+        });
+        match rx.await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(_reset)) => {
+                self.link().open = None;
+                Err(MasterError::new(
+                    MasterErrorKind::Io,
+                    "connection reset (the simulated master crashed or restarted)",
+                ))
+            }
+            Err(_lost) => futures::future::pending().await,
+        }
+    }
+}
+
+fn protocol() -> MasterError {
+    MasterError::new(
+        MasterErrorKind::Protocol,
+        "the simulated master answered out of turn",
+    )
+}

@@ -1,0 +1,895 @@
+//! The master model: one Redis master's process and keyspace.
+//!
+//! Every request is executed atomically, with the semantics of `SET NX PX` and of the Lua
+//! scripts in `src/scripts/` (each op below names the script it stands for). Expiry is
+//! measured on the server's own wall clock, as Redis does: virtual time plus a per-server
+//! offset that a clock-jump fault can move.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::master::{EpochReport, FenceOutcome, FenceRead, Op, Reply};
+use crate::quarantine::{Epoch, Vitals};
+use crate::scripts;
+
+/// The simulated wall clock at the origin of every schedule, in microseconds.
+const WALL_ORIGIN_US: u64 = 1_700_000_000_000_000;
+
+/// How long every master has been up, with its data epoch, when a schedule starts: a
+/// long-running deployment, so that no master starts in quarantine.
+const UP_BEFORE_ORIGIN: Duration = Duration::from_secs(3600);
+
+/// The most state changes a request waits through on a paused master before it gives up.
+/// The nemesis makes far fewer; the bound only keeps the wait loop finite.
+const MAX_WAKEUPS: usize = 10_000;
+
+/// Virtual time, shared by every master of a schedule.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Clock {
+    origin: Instant,
+}
+
+impl Clock {
+    /// A clock whose origin is now.
+    pub(super) fn start() -> Self {
+        Self {
+            origin: Instant::now(),
+        }
+    }
+
+    pub(super) fn origin(&self) -> Instant {
+        self.origin
+    }
+
+    /// The time since the origin.
+    pub(super) fn at(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.origin)
+    }
+
+    /// The wall clock at `now` of a server whose clock is off by `offset_us`.
+    fn wall_us(&self, now: Instant, offset_us: i64) -> u64 {
+        let since = u64::try_from(self.at(now).as_micros()).unwrap_or(u64::MAX);
+        WALL_ORIGIN_US
+            .saturating_add(since)
+            .saturating_add_signed(offset_us)
+    }
+}
+
+/// Whether a master's process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Status {
+    Up,
+    /// Stopped (`SIGSTOP`): connections stay open, requests wait.
+    Paused,
+    /// Crashed: connections are refused or reset.
+    Down,
+}
+
+/// What a connection asks of a master.
+#[derive(Debug)]
+pub(super) enum Request {
+    /// A new connection; with `vitals`, it reads what restart quarantine needs (`INFO` and
+    /// `epoch.lua`), as `RedisMaster` does on every (re)connect with quarantine on.
+    Connect { vitals: bool },
+    /// One op of the lock protocol.
+    Op(Arc<Op>),
+}
+
+/// A master's answer to a [`Request`].
+#[derive(Debug)]
+pub(super) enum Answer {
+    Connected(Option<Vitals>),
+    Reply(Reply),
+}
+
+/// Why a request got no answer: the process it was sent to is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Reset;
+
+#[derive(Debug, Clone)]
+struct Entry {
+    value: Arc<str>,
+    expires_us: u64,
+}
+
+/// A master's dataset.
+#[derive(Debug, Clone, Default)]
+struct Data {
+    locks: BTreeMap<Arc<str>, Entry>,
+    /// Fence counters, by their key (`redquorum:fence:<key>`); never expire.
+    fences: BTreeMap<String, u64>,
+    /// The data epoch record, `<id>:<created us>`.
+    epoch: Option<String>,
+}
+
+impl Data {
+    /// The value of a live lock key; an expired one is deleted (lazy expiry). A key counts
+    /// as expired from its expiry instant on, a little earlier than Redis (which keeps it
+    /// for that millisecond): the model never lets a key live longer than a real master.
+    fn live(&mut self, key: &str, now_us: u64) -> Option<Arc<str>> {
+        let entry = self.locks.get(key)?;
+        if entry.expires_us <= now_us {
+            self.locks.remove(key);
+            return None;
+        }
+        Some(Arc::clone(&entry.value))
+    }
+
+    fn set(&mut self, key: &Arc<str>, value: &Arc<str>, ttl: Duration, now_us: u64) {
+        let expires_us = now_us.saturating_add(millis(ttl).saturating_mul(1000));
+        self.locks.insert(
+            Arc::clone(key),
+            Entry {
+                value: Arc::clone(value),
+                expires_us,
+            },
+        );
+    }
+
+    /// `SET key value NX PX ttl`.
+    fn set_nx(&mut self, key: &Arc<str>, value: &Arc<str>, ttl: Duration, now_us: u64) -> bool {
+        if self.live(key, now_us).is_some() {
+            return false;
+        }
+        self.set(key, value, ttl, now_us);
+        true
+    }
+
+    /// `PTTL key` of a live key, in whole milliseconds.
+    fn pttl(&mut self, key: &str, now_us: u64) -> Option<Duration> {
+        self.live(key, now_us)?;
+        let entry = self.locks.get(key)?;
+        Some(Duration::from_millis(
+            entry.expires_us.saturating_sub(now_us) / 1000,
+        ))
+    }
+
+    /// The epoch record, created with `id` when missing (`epoch.lua`, and the same lines of
+    /// `acquire.lua` and `extend.lua`).
+    fn epoch_or_create(&mut self, id: impl FnOnce() -> String, now_us: u64) -> String {
+        self.epoch
+            .get_or_insert_with(|| format!("{}:{now_us}", id()))
+            .clone()
+    }
+}
+
+/// Whole milliseconds for `PX`, at least 1, as `master.rs` sends them.
+fn millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+#[derive(Debug)]
+struct State {
+    status: Status,
+    /// Bumped on every restart; a connection belongs to one incarnation.
+    incarnation: u64,
+    /// When the process started, on its wall clock.
+    started_us: u64,
+    clock_offset_us: i64,
+    data: Data,
+    /// For fresh epoch ids.
+    epochs_started: u64,
+    /// Requests held by a stopped process, in arrival order.
+    waiting: Vec<oneshot::Sender<()>>,
+}
+
+/// A log of every op the masters executed, for replays (`REDQUORUM_SIM_TRACE`).
+#[derive(Debug)]
+pub(super) struct Trace {
+    clock: Clock,
+    lines: Mutex<Vec<(Duration, String)>>,
+}
+
+impl Trace {
+    pub(super) fn new(clock: Clock) -> Self {
+        Self {
+            clock,
+            lines: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn push(&self, line: String) {
+        let at = self.clock.at(Instant::now());
+        self.lines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((at, line));
+    }
+
+    /// The lines logged so far.
+    pub(super) fn take(&self) -> Vec<(Duration, String)> {
+        std::mem::take(&mut *self.lines.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// One simulated master, shared by every client's connection to it.
+#[derive(Debug)]
+pub(super) struct SimServer {
+    index: usize,
+    /// `appendonly yes` + `appendfsync always`: a restart keeps the data.
+    durable: bool,
+    clock: Clock,
+    state: Mutex<State>,
+    trace: Option<Arc<Trace>>,
+}
+
+impl SimServer {
+    /// A master that has been up, with its data epoch, for an hour before the origin.
+    pub(super) fn new(index: usize, durable: bool, clock: Clock) -> Self {
+        let now_us = clock.wall_us(clock.origin(), 0);
+        let up_us = u64::try_from(UP_BEFORE_ORIGIN.as_micros()).unwrap_or(0);
+        let started_us = now_us.saturating_sub(up_us);
+        let data = Data {
+            epoch: Some(format!("m{index}-boot:{started_us}")),
+            ..Data::default()
+        };
+        Self {
+            index,
+            durable,
+            clock,
+            state: Mutex::new(State {
+                status: Status::Up,
+                incarnation: 1,
+                started_us,
+                clock_offset_us: 0,
+                data,
+                epochs_started: 0,
+                waiting: Vec::new(),
+            }),
+            trace: None,
+        }
+    }
+
+    /// Logs every op this master executes to `trace`.
+    pub(super) fn traced(mut self, trace: Arc<Trace>) -> Self {
+        self.trace = Some(trace);
+        self
+    }
+
+    pub(super) fn index(&self) -> usize {
+        self.index
+    }
+
+    pub(super) fn durable(&self) -> bool {
+        self.durable
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every change is made whole under the lock.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Wakes the requests held while the process was stopped, in their arrival order (a
+    /// `watch` or `Notify` would wake them in an order the seed does not fix).
+    fn wake(state: &mut State) {
+        for waiter in state.waiting.drain(..) {
+            let _ = waiter.send(());
+        }
+    }
+
+    /// The process's status and incarnation.
+    pub(super) fn status(&self) -> (Status, u64) {
+        let state = self.lock();
+        (state.status, state.incarnation)
+    }
+
+    /// Kills the process (`SIGKILL`). Returns the live lock keys it held, as
+    /// `(key, value)`, for the record. Does nothing when it is down already.
+    pub(super) fn crash(&self) -> Vec<(Arc<str>, Arc<str>)> {
+        let mut state = self.lock();
+        if state.status == Status::Down {
+            return Vec::new();
+        }
+        state.status = Status::Down;
+        Self::wake(&mut state);
+        live_locks(&mut state, &self.clock)
+    }
+
+    /// Starts a crashed process again: with its data when the master is durable, empty
+    /// otherwise. Returns whether the data was kept; `None` when it was not down.
+    pub(super) fn restart(&self) -> Option<bool> {
+        {
+            let mut state = self.lock();
+            if state.status != Status::Down {
+                return None;
+            }
+            state.status = Status::Up;
+            state.incarnation += 1;
+            state.started_us = self.clock.wall_us(Instant::now(), state.clock_offset_us);
+            if !self.durable {
+                state.data = Data::default();
+            }
+        }
+        Some(self.durable)
+    }
+
+    /// Stops (`true`, `SIGSTOP`) or continues (`false`, `SIGCONT`) a running process.
+    /// Returns whether anything changed.
+    pub(super) fn pause(&self, stop: bool) -> bool {
+        let mut state = self.lock();
+        state.status = match (state.status, stop) {
+            (Status::Up, true) => Status::Paused,
+            (Status::Paused, false) => Status::Up,
+            _ => return false,
+        };
+        Self::wake(&mut state);
+        true
+    }
+
+    /// `FLUSHALL` on a running process: the data is gone, the process stays. Returns the
+    /// live lock keys lost; `None` when the process is not running.
+    pub(super) fn flush(&self) -> Option<Vec<(Arc<str>, Arc<str>)>> {
+        let mut state = self.lock();
+        if state.status != Status::Up {
+            return None;
+        }
+        let held = live_locks(&mut state, &self.clock);
+        state.data = Data::default();
+        Some(held)
+    }
+
+    /// Moves the server's wall clock by `delta_us` (forward when positive): lock keys then
+    /// expire that much earlier or later, as on a real master.
+    pub(super) fn jump_clock(&self, delta_us: i64) {
+        let mut state = self.lock();
+        state.clock_offset_us = state.clock_offset_us.saturating_add(delta_us);
+    }
+
+    /// The value of the lock key `key`, if live (for scripted scenarios).
+    pub(super) fn holder(&self, key: &str) -> Option<Arc<str>> {
+        let mut state = self.lock();
+        let now_us = self.clock.wall_us(Instant::now(), state.clock_offset_us);
+        state.data.live(key, now_us)
+    }
+
+    /// The fence counter of the lock key `key` (for scripted scenarios).
+    pub(super) fn fence_counter(&self, key: &str) -> Option<u64> {
+        self.lock()
+            .data
+            .fences
+            .get(&scripts::fence_key(key))
+            .copied()
+    }
+
+    /// Serves one request that arrived now on a connection to `incarnation` (`None`: a new
+    /// connection). A paused master holds it until it continues; a crashed or restarted
+    /// one resets it. Returns the incarnation that answered.
+    pub(super) async fn serve(
+        &self,
+        incarnation: Option<u64>,
+        request: &Request,
+    ) -> Result<(u64, Answer), Reset> {
+        for _ in 0..MAX_WAKEUPS {
+            let woken = {
+                let mut state = self.lock();
+                match state.status {
+                    Status::Down => return Err(Reset),
+                    Status::Paused => {
+                        let (tx, rx) = oneshot::channel();
+                        state.waiting.push(tx);
+                        rx
+                    }
+                    Status::Up => {
+                        if incarnation.is_some_and(|i| i != state.incarnation) {
+                            return Err(Reset);
+                        }
+                        let answer = self.execute(&mut state, request);
+                        if let Some(trace) = &self.trace {
+                            trace.push(format!(
+                                "m{}: {} -> {}",
+                                self.index,
+                                describe(request),
+                                outcome(&answer)
+                            ));
+                        }
+                        return Ok((state.incarnation, answer));
+                    }
+                }
+            };
+            if woken.await.is_err() {
+                return Err(Reset);
+            }
+        }
+        Err(Reset)
+    }
+
+    fn execute(&self, state: &mut State, request: &Request) -> Answer {
+        let now_us = self.clock.wall_us(Instant::now(), state.clock_offset_us);
+        let index = self.index;
+        let incarnation = state.incarnation;
+        let started = &mut state.epochs_started;
+        let fresh_id = || {
+            *started += 1;
+            format!("m{index}-i{incarnation}-e{started}")
+        };
+        let data = &mut state.data;
+        match request {
+            Request::Connect { vitals: false } => Answer::Connected(None),
+            Request::Connect { vitals: true } => {
+                let record = data.epoch_or_create(fresh_id, now_us);
+                let uptime_s = now_us.saturating_sub(state.started_us) / 1_000_000;
+                // The record is always ours and well formed; a parse failure would show
+                // as a master that never leaves quarantine.
+                let epoch = Epoch::parse(&record, now_us).unwrap_or(Epoch {
+                    id: record.clone().into(),
+                    created_us: now_us,
+                    now_us,
+                });
+                Answer::Connected(Some(Vitals {
+                    run_id: format!("m{index}-run{incarnation}"),
+                    uptime: Duration::from_secs(uptime_s),
+                    durable: self.durable,
+                    epoch,
+                    misconfigured: None,
+                }))
+            }
+            Request::Op(op) => Answer::Reply(apply(data, op, now_us, fresh_id)),
+        }
+    }
+}
+
+/// The first characters of a lock value: enough to tell attempts apart in a trace.
+pub(super) fn short(value: &str) -> &str {
+    value.get(..6).unwrap_or(value)
+}
+
+fn describe(request: &Request) -> String {
+    let op = match request {
+        Request::Connect { vitals } => return format!("connect (vitals: {vitals})"),
+        Request::Op(op) => op,
+    };
+    match &**op {
+        Op::Acquire { key, value, .. } => format!("SET NX {key} {}", short(value)),
+        Op::AcquireChecked {
+            key, value, fence, ..
+        } => format!("acquire {key} {} ({fence:?})", short(value)),
+        Op::Extend { key, value, .. } => format!("extend {key} {}", short(value)),
+        Op::Fence {
+            key,
+            value,
+            token,
+            strict,
+        } => format!("fence {key} {} T={token} strict={strict}", short(value)),
+        Op::Release { key, value, .. } => format!("release {key} {}", short(value)),
+        Op::ReleaseUnchecked { key } => format!("DEL {key}"),
+    }
+}
+
+fn outcome(answer: &Answer) -> String {
+    match answer {
+        Answer::Connected(None) => "connected".to_owned(),
+        Answer::Connected(Some(v)) => format!(
+            "connected, uptime {}s, epoch age {}ms",
+            v.uptime.as_secs(),
+            v.epoch.age().as_millis()
+        ),
+        Answer::Reply(Reply::Checked { granted, fence, .. }) => {
+            format!("granted={granted} counter={fence:?}")
+        }
+        Answer::Reply(Reply::Fenced {
+            outcome, before, ..
+        }) => format!("{outcome:?} (counter was {before:?})"),
+        Answer::Reply(reply) => format!("{reply:?}"),
+    }
+}
+
+/// The live lock keys of a dataset.
+fn live_locks(state: &mut State, clock: &Clock) -> Vec<(Arc<str>, Arc<str>)> {
+    let now_us = clock.wall_us(Instant::now(), state.clock_offset_us);
+    state
+        .data
+        .locks
+        .iter()
+        .filter(|(_, e)| e.expires_us > now_us)
+        .map(|(k, e)| (Arc::clone(k), Arc::clone(&e.value)))
+        .collect()
+}
+
+/// Executes one op on `data` at server time `now_us`, exactly as the master would.
+fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> String) -> Reply {
+    match op {
+        // `SET key value NX PX ttl`, pipelined with `PTTL key` when asked.
+        Op::Acquire {
+            key,
+            value,
+            ttl,
+            holder_ttl,
+        } => {
+            if data.set_nx(key, value, *ttl, now_us) {
+                Reply::Granted
+            } else if *holder_ttl {
+                data.pttl(key, now_us)
+                    .map_or(Reply::HeldByOther, Reply::HeldFor)
+            } else {
+                Reply::HeldByOther
+            }
+        }
+        // acquire.lua
+        Op::AcquireChecked {
+            key,
+            value,
+            ttl,
+            fence,
+        } => {
+            let record = data.epoch_or_create(fresh_id, now_us);
+            let granted = data.set_nx(key, value, *ttl, now_us);
+            let fence_key = scripts::fence_key(key);
+            let counter = match fence {
+                FenceRead::Skip => None,
+                FenceRead::IncrementWhenGranted if granted => {
+                    let c = data.fences.entry(fence_key).or_insert(0);
+                    *c += 1;
+                    Some(*c)
+                }
+                FenceRead::IncrementWhenGranted | FenceRead::Read => {
+                    data.fences.get(&fence_key).copied()
+                }
+            };
+            let holder_ttl = if granted {
+                None
+            } else {
+                data.pttl(key, now_us)
+            };
+            Reply::Checked {
+                granted,
+                epoch: EpochReport {
+                    record: Some(record),
+                    now_us,
+                },
+                fence: counter,
+                holder_ttl,
+            }
+        }
+        // extend.lua
+        Op::Extend {
+            key,
+            value,
+            ttl,
+            epoch,
+        } => {
+            let record = epoch.then(|| data.epoch_or_create(fresh_id, now_us));
+            let granted = match data.live(key, now_us) {
+                Some(current) if current == *value => {
+                    data.set(key, value, *ttl, now_us);
+                    true
+                }
+                Some(_) => false,
+                None => {
+                    data.set(key, value, *ttl, now_us);
+                    true
+                }
+            };
+            if !*epoch {
+                return if granted {
+                    Reply::Granted
+                } else {
+                    Reply::HeldByOther
+                };
+            }
+            Reply::Checked {
+                granted,
+                epoch: EpochReport { record, now_us },
+                fence: None,
+                holder_ttl: None,
+            }
+        }
+        // fence.lua (which does not read TIME: the reply's clock is 0, as in master.rs)
+        Op::Fence {
+            key,
+            value,
+            token,
+            strict,
+        } => {
+            let epoch = EpochReport {
+                record: data.epoch.clone(),
+                now_us: 0,
+            };
+            if data.live(key, now_us).as_deref() != Some(&**value) {
+                return Reply::Fenced {
+                    outcome: FenceOutcome::NotOurs,
+                    before: None,
+                    epoch,
+                };
+            }
+            let fence_key = scripts::fence_key(key);
+            let before = data.fences.get(&fence_key).copied();
+            let c = before.unwrap_or(0);
+            if c < *token || (!*strict && c == *token) {
+                data.fences.insert(fence_key, *token);
+                Reply::Fenced {
+                    outcome: FenceOutcome::Written,
+                    before,
+                    epoch,
+                }
+            } else {
+                Reply::Fenced {
+                    outcome: FenceOutcome::Conflict,
+                    before,
+                    epoch,
+                }
+            }
+        }
+        // release.lua (the release notice has no subscriber in the simulation)
+        Op::Release { key, value, .. } => match data.live(key, now_us) {
+            Some(current) if current == *value => {
+                data.locks.remove(&**key);
+                Reply::Granted
+            }
+            Some(_) => Reply::HeldByOther,
+            None => Reply::Missing,
+        },
+        // `DEL key`
+        Op::ReleaseUnchecked { key } => {
+            if data.live(key, now_us).is_some() {
+                data.locks.remove(&**key);
+                Reply::Granted
+            } else {
+                Reply::Missing
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+    const T0: u64 = 1_000_000;
+
+    fn id() -> String {
+        "fresh".to_owned()
+    }
+
+    fn acquire(value: &str, fence: FenceRead) -> Op {
+        Op::AcquireChecked {
+            key: "k".into(),
+            value: value.into(),
+            ttl: 100 * MS,
+            fence,
+        }
+    }
+
+    fn fence(value: &str, token: u64, strict: bool) -> Op {
+        Op::Fence {
+            key: "k".into(),
+            value: value.into(),
+            token,
+            strict,
+        }
+    }
+
+    #[test]
+    fn set_nx_px_expires_on_the_millisecond() {
+        let mut d = Data::default();
+        let op = Op::Acquire {
+            key: "k".into(),
+            value: "a".into(),
+            ttl: 100 * MS,
+            holder_ttl: true,
+        };
+        assert_eq!(apply(&mut d, &op, T0, id), Reply::Granted);
+        let other = Op::Acquire {
+            key: "k".into(),
+            value: "b".into(),
+            ttl: 100 * MS,
+            holder_ttl: true,
+        };
+        assert_eq!(
+            apply(&mut d, &other, T0 + 40_000, id),
+            Reply::HeldFor(60 * MS)
+        );
+        assert_eq!(apply(&mut d, &other, T0 + 100_000, id), Reply::Granted);
+    }
+
+    #[test]
+    fn acquire_script_creates_the_epoch_and_reads_the_counter() {
+        let mut d = Data::default();
+        let Reply::Checked {
+            granted,
+            epoch,
+            fence,
+            holder_ttl,
+        } = apply(&mut d, &acquire("a", FenceRead::Read), T0, id)
+        else {
+            panic!("not a checked reply");
+        };
+        assert!(granted);
+        assert_eq!(epoch.record.as_deref(), Some("fresh:1000000"));
+        assert_eq!((fence, holder_ttl), (None, None));
+        d.fences.insert(scripts::fence_key("k"), 7);
+        let Reply::Checked {
+            granted,
+            epoch,
+            fence,
+            holder_ttl,
+        } = apply(&mut d, &acquire("b", FenceRead::Read), T0 + 10_000, || {
+            "unused".to_owned()
+        })
+        else {
+            panic!("not a checked reply");
+        };
+        assert!(!granted);
+        assert_eq!(epoch.record.as_deref(), Some("fresh:1000000"));
+        assert_eq!((fence, holder_ttl), (Some(7), Some(90 * MS)));
+    }
+
+    #[test]
+    fn one_round_token_increments_only_where_granted() {
+        let mut d = Data::default();
+        let first = apply(
+            &mut d,
+            &acquire("a", FenceRead::IncrementWhenGranted),
+            T0,
+            id,
+        );
+        assert!(matches!(first, Reply::Checked { fence: Some(1), .. }));
+        let refused = apply(
+            &mut d,
+            &acquire("b", FenceRead::IncrementWhenGranted),
+            T0,
+            id,
+        );
+        assert!(matches!(
+            refused,
+            Reply::Checked {
+                granted: false,
+                fence: Some(1),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn extend_resets_ours_sets_missing_and_leaves_others() {
+        let mut d = Data::default();
+        let ext = |v: &str| Op::Extend {
+            key: "k".into(),
+            value: v.into(),
+            ttl: 100 * MS,
+            epoch: false,
+        };
+        assert_eq!(apply(&mut d, &ext("a"), T0, id), Reply::Granted);
+        assert_eq!(d.live("k", T0).as_deref(), Some("a"));
+        assert_eq!(apply(&mut d, &ext("a"), T0 + 90_000, id), Reply::Granted);
+        assert_eq!(d.pttl("k", T0 + 90_000), Some(100 * MS));
+        assert_eq!(
+            apply(&mut d, &ext("b"), T0 + 90_000, id),
+            Reply::HeldByOther
+        );
+        let with_epoch = Op::Extend {
+            key: "k".into(),
+            value: "a".into(),
+            ttl: 100 * MS,
+            epoch: true,
+        };
+        assert!(matches!(
+            apply(&mut d, &with_epoch, T0, id),
+            Reply::Checked {
+                granted: true,
+                epoch: EpochReport {
+                    record: Some(_),
+                    ..
+                },
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn fence_is_strict_checks_ownership_and_reports_the_counter() {
+        let mut d = Data::default();
+        apply(&mut d, &acquire("a", FenceRead::Read), T0, id);
+        let written = |r: Reply| match r {
+            Reply::Fenced {
+                outcome, before, ..
+            } => (outcome, before),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            written(apply(&mut d, &fence("b", 5, true), T0, id)),
+            (FenceOutcome::NotOurs, None)
+        );
+        assert_eq!(
+            written(apply(&mut d, &fence("a", 5, true), T0, id)),
+            (FenceOutcome::Written, None)
+        );
+        assert_eq!(
+            written(apply(&mut d, &fence("a", 5, true), T0, id)),
+            (FenceOutcome::Conflict, Some(5))
+        );
+        // The max-write mutant accepts an equal counter.
+        assert_eq!(
+            written(apply(&mut d, &fence("a", 5, false), T0, id)),
+            (FenceOutcome::Written, Some(5))
+        );
+        assert_eq!(
+            written(apply(&mut d, &fence("a", 4, false), T0, id)),
+            (FenceOutcome::Conflict, Some(5))
+        );
+    }
+
+    #[test]
+    fn release_deletes_only_our_value() {
+        let mut d = Data::default();
+        apply(&mut d, &acquire("a", FenceRead::Skip), T0, id);
+        let rel = |v: &str| Op::Release {
+            key: "k".into(),
+            value: v.into(),
+            channel: "c".into(),
+        };
+        assert_eq!(apply(&mut d, &rel("b"), T0, id), Reply::HeldByOther);
+        assert_eq!(apply(&mut d, &rel("a"), T0, id), Reply::Granted);
+        assert_eq!(apply(&mut d, &rel("a"), T0, id), Reply::Missing);
+        apply(&mut d, &acquire("a", FenceRead::Skip), T0, id);
+        let del = Op::ReleaseUnchecked { key: "k".into() };
+        assert_eq!(apply(&mut d, &del, T0, id), Reply::Granted);
+        assert_eq!(apply(&mut d, &del, T0, id), Reply::Missing);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn restarts_keep_data_only_when_durable_and_reset_old_connections() {
+        let clock = Clock::start();
+        for durable in [false, true] {
+            let server = SimServer::new(0, durable, clock);
+            let op = Request::Op(Arc::new(acquire("a", FenceRead::Read)));
+            let (first, _) = server.serve(None, &op).await.unwrap();
+            assert_eq!(server.crash().len(), 1);
+            assert_eq!(server.serve(Some(first), &op).await.unwrap_err(), Reset);
+            assert_eq!(server.restart(), Some(durable));
+            assert_eq!(server.serve(Some(first), &op).await.unwrap_err(), Reset);
+            assert_eq!(server.holder("k").is_some(), durable);
+            let (second, answer) = server
+                .serve(None, &Request::Connect { vitals: true })
+                .await
+                .unwrap();
+            assert_eq!(second, first + 1);
+            let Answer::Connected(Some(vitals)) = answer else {
+                panic!("no vitals");
+            };
+            assert_eq!(vitals.uptime, Duration::ZERO);
+            // An empty master starts a new epoch; a durable one kept its hour-old one.
+            assert_eq!(vitals.epoch.age() >= UP_BEFORE_ORIGIN, durable);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_paused_master_serves_late_and_expires_keys_meanwhile() {
+        let server = Arc::new(SimServer::new(0, false, Clock::start()));
+        let op = Request::Op(Arc::new(acquire("a", FenceRead::Skip)));
+        server.serve(None, &op).await.unwrap();
+        assert!(server.pause(true));
+        let waiting = {
+            let server = Arc::clone(&server);
+            tokio::spawn(async move {
+                let op = Request::Op(Arc::new(acquire("b", FenceRead::Skip)));
+                let answer = server.serve(None, &op).await;
+                (Instant::now(), answer)
+            })
+        };
+        tokio::time::sleep(500 * MS).await;
+        let resumed_at = Instant::now();
+        assert!(server.pause(false));
+        let (served_at, answer) = waiting.await.unwrap();
+        assert_eq!(served_at, resumed_at);
+        // "a" (100 ms) expired while the process was stopped, so "b" got the key.
+        assert!(matches!(
+            answer,
+            Ok((_, Answer::Reply(Reply::Checked { granted: true, .. })))
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_clock_jump_expires_keys_early() {
+        let server = SimServer::new(0, false, Clock::start());
+        let op = Request::Op(Arc::new(acquire("a", FenceRead::Skip)));
+        server.serve(None, &op).await.unwrap();
+        assert!(server.holder("k").is_some());
+        server.jump_clock(100_000);
+        assert!(server.holder("k").is_none());
+    }
+}

@@ -1,0 +1,908 @@
+//! The schedule driver: draws a schedule from a seed, runs real clients and a nemesis
+//! against simulated masters on a paused clock, and records the history.
+
+use std::collections::HashMap;
+use std::fmt::{self, Write as _};
+use std::ops::AddAssign;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use tokio::time::Instant;
+
+use super::check::{self, FencedWrite, LeaseRecord, Violation};
+use super::net::{ConnParams, Gate, NetParams, SendLog, SimMaster};
+use super::server::{Clock, SimServer, Trace, short};
+use crate::config::Builder;
+use crate::lease::Lease;
+use crate::lock::Redlock;
+use crate::master::Master;
+use crate::mutants::Mutant;
+use crate::wait::Notifier;
+
+/// The most virtual time one schedule may take; its clients finish long before.
+pub(super) const HORIZON: Duration = Duration::from_secs(600);
+
+/// Set to anything to log every op of every master into the events (for replays).
+pub(super) const TRACE_ENV: &str = "REDQUORUM_SIM_TRACE";
+
+/// Every client's connect timeout.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Faults are placed within this many TTLs from the origin, where the clients work.
+const FAULT_SPAN_TTLS: f64 = 8.0;
+
+/// What a family of schedules exercises.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Profile {
+    pub(super) name: &'static str,
+    /// The master counts to choose from.
+    pub(super) masters: &'static [usize],
+    pub(super) quarantine: bool,
+    pub(super) fencing: bool,
+    /// A planted bug in every client (feature `mutants`).
+    pub(super) mutant: Option<Mutant>,
+    pub(super) faults: Faults,
+}
+
+/// How hostile a family of schedules is; each schedule draws its own values up to these.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Faults {
+    /// Most crash-restart episodes.
+    pub(super) crashes: u32,
+    /// A crash's downtime, as fractions of the TTL.
+    pub(super) down: (f64, f64),
+    /// The chance that a master is durable (`appendfsync always`): its restarts keep the
+    /// data; the others restart empty.
+    pub(super) durable: f64,
+    /// Most stop-continue episodes (`SIGSTOP`), each up to 1.5 TTL.
+    pub(super) pauses: u32,
+    /// Most `FLUSHALL`s.
+    pub(super) flushes: u32,
+    /// Most forward jumps of a master's wall clock (by a quarter to a whole TTL); these
+    /// break the lock's clock assumption.
+    pub(super) clock_jumps: u32,
+    /// Most chance of a lost message, and of a slow one.
+    pub(super) drop_p: f64,
+    pub(super) slow_p: f64,
+    /// The chance that a holder pauses past its deadline inside a critical section.
+    pub(super) client_pause: f64,
+}
+
+/// One client's habits.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ClientPlan {
+    pub(super) cycles: u32,
+    pub(super) attempts: u32,
+    pub(super) retry_delay: Duration,
+}
+
+/// A nemesis action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Fault {
+    Crash(usize),
+    Restart(usize),
+    Stop(usize),
+    Continue(usize),
+    Flush(usize),
+    ClockJump(usize, Duration),
+}
+
+/// Everything a seed decides before the clients start.
+#[derive(Debug, Clone)]
+pub(super) struct Schedule {
+    pub(super) seed: u64,
+    pub(super) masters: usize,
+    pub(super) clients: usize,
+    pub(super) resources: usize,
+    pub(super) ttl: Duration,
+    pub(super) node_timeout: Duration,
+    pub(super) net: NetParams,
+    pub(super) durable: Vec<bool>,
+    pub(super) plans: Vec<ClientPlan>,
+    pub(super) faults: Vec<(Duration, Fault)>,
+}
+
+/// The random streams of a schedule, kept apart so that one component's draws do not
+/// shift another's.
+#[derive(Debug, Clone, Copy)]
+enum Stream {
+    Schedule,
+    Client(usize),
+    Link(usize, usize),
+}
+
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn rng(seed: u64, stream: Stream) -> StdRng {
+    let tag = match stream {
+        Stream::Schedule => 1,
+        Stream::Client(c) => (2 << 32) | c as u64,
+        Stream::Link(c, m) => (3 << 32) | ((c as u64) << 16) | m as u64,
+    };
+    StdRng::seed_from_u64(splitmix(seed) ^ splitmix(tag))
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3}ms", d.as_secs_f64() * 1000.0)
+}
+
+impl Schedule {
+    /// The schedule of `seed` in `profile`.
+    pub(super) fn draw(profile: &Profile, seed: u64) -> Self {
+        let f = profile.faults;
+        let mut rng = rng(seed, Stream::Schedule);
+        let masters = profile.masters[rng.random_range(0..profile.masters.len())];
+        let clients = rng.random_range(2..=5);
+        let resources = rng.random_range(1..=2);
+        let ttl = Duration::from_millis(rng.random_range(300..=1000));
+        let node_timeout = Duration::from_millis(rng.random_range(20..=50));
+        let slow_max = if rng.random_bool(0.2) {
+            ttl.mul_f64(1.5)
+        } else {
+            node_timeout * 3
+        };
+        let net = NetParams {
+            delay: (
+                Duration::from_micros(100),
+                Duration::from_micros(rng.random_range(500..=5000)),
+            ),
+            slow_p: rng.random_range(0.0..=f.slow_p),
+            slow_max,
+            drop_p: rng.random_range(0.0..=f.drop_p),
+        };
+        let durable = (0..masters).map(|_| rng.random_bool(f.durable)).collect();
+        let plans = (0..clients)
+            .map(|_| ClientPlan {
+                cycles: rng.random_range(3..=6),
+                attempts: rng.random_range(2..=5),
+                retry_delay: ttl.mul_f64(rng.random_range(0.05..=0.3)),
+            })
+            .collect();
+        let faults = draw_faults(&mut rng, &f, masters, ttl);
+        Self {
+            seed,
+            masters,
+            clients,
+            resources,
+            ttl,
+            node_timeout,
+            net,
+            durable,
+            plans,
+            faults,
+        }
+    }
+}
+
+/// Fault episodes that never overlap on one master, flattened into timed actions.
+fn draw_faults(
+    rng: &mut StdRng,
+    f: &Faults,
+    masters: usize,
+    ttl: Duration,
+) -> Vec<(Duration, Fault)> {
+    let span = ttl.mul_f64(FAULT_SPAN_TTLS);
+    let mut busy: Vec<Vec<(Duration, Duration)>> = vec![Vec::new(); masters];
+    let mut actions = Vec::new();
+    let mut episode = |rng: &mut StdRng, length: Duration, make: &dyn Fn(usize) -> Vec<Fault>| {
+        let m = rng.random_range(0..masters);
+        let start = span.mul_f64(rng.random_range(0.0..=1.0));
+        let end = start + length;
+        if busy[m].iter().any(|&(s, e)| start <= e && s <= end) {
+            return;
+        }
+        busy[m].push((start, end));
+        let mut steps = make(m).into_iter();
+        if let Some(first) = steps.next() {
+            actions.push((start, first));
+        }
+        actions.extend(steps.map(|s| (end, s)));
+    };
+    for _ in 0..rng.random_range(0..=f.crashes) {
+        let down = ttl.mul_f64(rng.random_range(f.down.0..=f.down.1));
+        episode(rng, down, &|m| vec![Fault::Crash(m), Fault::Restart(m)]);
+    }
+    for _ in 0..rng.random_range(0..=f.pauses) {
+        let stopped = ttl.mul_f64(rng.random_range(0.02..=1.5));
+        episode(rng, stopped, &|m| vec![Fault::Stop(m), Fault::Continue(m)]);
+    }
+    for _ in 0..rng.random_range(0..=f.flushes) {
+        episode(rng, Duration::ZERO, &|m| vec![Fault::Flush(m)]);
+    }
+    for _ in 0..rng.random_range(0..=f.clock_jumps) {
+        let jump = ttl.mul_f64(rng.random_range(0.25..=1.0));
+        episode(rng, Duration::ZERO, &|m| vec![Fault::ClockJump(m, jump)]);
+    }
+    actions.sort_by_key(|&(at, _)| at);
+    actions
+}
+
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let durable: Vec<String> = (0..self.masters)
+            .filter(|m| self.durable[*m])
+            .map(|m| format!("m{m}"))
+            .collect();
+        writeln!(
+            f,
+            "seed {}: {} masters (durable: {}), {} clients, {} resources, ttl {}, node timeout {}",
+            self.seed,
+            self.masters,
+            if durable.is_empty() {
+                "none".to_owned()
+            } else {
+                durable.join(" ")
+            },
+            self.clients,
+            self.resources,
+            ms(self.ttl),
+            ms(self.node_timeout),
+        )?;
+        writeln!(
+            f,
+            "  network: {}..{}, slow {:.1}% up to {}, lost {:.1}%",
+            ms(self.net.delay.0),
+            ms(self.net.delay.1),
+            self.net.slow_p * 100.0,
+            ms(self.net.slow_max),
+            self.net.drop_p * 100.0
+        )?;
+        let faults: Vec<String> = self
+            .faults
+            .iter()
+            .map(|(at, fault)| format!("{} {fault:?}", ms(*at)))
+            .collect();
+        write!(f, "  faults: {}", faults.join(", "))
+    }
+}
+
+/// Counters over one or many schedules.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Stats {
+    pub(super) schedules: u64,
+    pub(super) acquired: u64,
+    pub(super) failed: u64,
+    pub(super) extended: u64,
+    pub(super) extend_failed: u64,
+    pub(super) client_pauses: u64,
+    pub(super) crashes: u64,
+    pub(super) empty_restarts: u64,
+    pub(super) flushes: u64,
+    pub(super) clock_jumps: u64,
+    /// Lock keys of then-valid leases that a master lost (crash without data, flush):
+    /// the situation restart quarantine exists for.
+    pub(super) held_keys_lost: u64,
+    pub(super) fenced_writes: u64,
+    pub(super) fenced_rejections: u64,
+    /// Schedules whose clients had not finished by the horizon.
+    pub(super) unfinished: u64,
+    pub(super) virtual_time: Duration,
+}
+
+impl AddAssign for Stats {
+    fn add_assign(&mut self, o: Stats) {
+        self.schedules += o.schedules;
+        self.acquired += o.acquired;
+        self.failed += o.failed;
+        self.extended += o.extended;
+        self.extend_failed += o.extend_failed;
+        self.client_pauses += o.client_pauses;
+        self.crashes += o.crashes;
+        self.empty_restarts += o.empty_restarts;
+        self.flushes += o.flushes;
+        self.clock_jumps += o.clock_jumps;
+        self.held_keys_lost += o.held_keys_lost;
+        self.fenced_writes += o.fenced_writes;
+        self.fenced_rejections += o.fenced_rejections;
+        self.unfinished += o.unfinished;
+        self.virtual_time += o.virtual_time;
+    }
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} schedules, {:.0}s virtual: {} leases ({} acquires failed), {} extensions ({} failed), \
+             {} client pauses past the deadline; {} crashes ({} restarted empty), {} flushes, \
+             {} clock jumps, {} keys of valid leases lost; {} fenced writes ({} stale ones refused); \
+             {} unfinished",
+            self.schedules,
+            self.virtual_time.as_secs_f64(),
+            self.acquired,
+            self.failed,
+            self.extended,
+            self.extend_failed,
+            self.client_pauses,
+            self.crashes,
+            self.empty_restarts,
+            self.flushes,
+            self.clock_jumps,
+            self.held_keys_lost,
+            self.fenced_writes,
+            self.fenced_rejections,
+            self.unfinished,
+        )
+    }
+}
+
+/// The fenced register of one resource (the storage fencing protects).
+#[derive(Debug, Default, Clone, Copy)]
+struct Register {
+    value: u64,
+    newest: u64,
+}
+
+/// Everything recorded during one schedule.
+#[derive(Debug, Default)]
+struct Book {
+    leases: Vec<LeaseRecord>,
+    by_value: HashMap<Arc<str>, usize>,
+    writes: Vec<FencedWrite>,
+    registers: Vec<Register>,
+    events: Vec<(Duration, String)>,
+    stats: Stats,
+    /// When a master first lost its data (restarted empty, or flushed).
+    data_lost_at: Option<Duration>,
+}
+
+/// What clients and the nemesis share during one schedule.
+#[derive(Debug)]
+struct World {
+    clock: Clock,
+    ttl: Duration,
+    resources: usize,
+    client_pause: f64,
+    servers: Vec<Arc<SimServer>>,
+    sends: Arc<SendLog>,
+    /// Masters log their ops; lease events then name their (random) values.
+    tracing: bool,
+    book: Mutex<Book>,
+}
+
+impl World {
+    fn book(&self) -> MutexGuard<'_, Book> {
+        // Every update is complete under the lock.
+        self.book.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn now(&self) -> Duration {
+        self.clock.at(Instant::now())
+    }
+
+    fn event(&self, text: String) {
+        let at = self.now();
+        self.book().events.push((at, text));
+    }
+
+    /// Records a new lease; returns its id.
+    fn acquired(&self, client: usize, resource: usize, lease: &Lease) -> usize {
+        let at = self.now();
+        let start = self
+            .sends
+            .first_send(lease.value())
+            .map_or(at, |i| self.clock.at(i));
+        let deadline = self.clock.at(lease.deadline());
+        let token = lease.fencing_token().map(|t| t.get());
+        let mut book = self.book();
+        let id = book.leases.len();
+        book.leases.push(LeaseRecord::new(
+            id,
+            client,
+            resource,
+            (start, at),
+            deadline,
+            token,
+        ));
+        book.by_value.insert(lease.value().into(), id);
+        book.stats.acquired += 1;
+        let token = token.map_or(String::new(), |t| format!(" with token {t}"));
+        let value = if self.tracing {
+            format!(" value {}", short(lease.value()))
+        } else {
+            String::new()
+        };
+        book.events.push((
+            at,
+            format!(
+                "c{client} acquired r{resource} as lease #{id}{token}{value} (attempt from {}), valid until {}",
+                ms(start),
+                ms(deadline)
+            ),
+        ));
+        id
+    }
+
+    fn extended(&self, id: usize, deadline: Instant) {
+        let at = self.now();
+        let deadline = self.clock.at(deadline);
+        let mut book = self.book();
+        if let Some(lease) = book.leases.get_mut(id) {
+            lease.deadlines.push((at, deadline));
+        }
+        book.stats.extended += 1;
+        book.events
+            .push((at, format!("lease #{id} extended until {}", ms(deadline))));
+    }
+
+    fn released(&self, id: usize) {
+        let at = self.now();
+        let mut book = self.book();
+        if let Some(lease) = book.leases.get_mut(id) {
+            lease.released = Some(at);
+        }
+        book.events.push((at, format!("lease #{id} released")));
+    }
+
+    /// Reads the register of `resource` with `token`; `None` when refused.
+    fn fenced_read(&self, resource: usize, token: u64) -> Option<u64> {
+        let mut book = self.book();
+        let register = book.registers.get_mut(resource)?;
+        if token < register.newest {
+            book.stats.fenced_rejections += 1;
+            return None;
+        }
+        register.newest = token;
+        Some(register.value)
+    }
+
+    /// Writes `read + 1` to the register of `resource` with `token`, unless refused.
+    fn fenced_write(&self, lease: usize, resource: usize, token: u64, read: u64) {
+        let at = self.now();
+        let mut book = self.book();
+        let Some(register) = book.registers.get_mut(resource) else {
+            return;
+        };
+        if token < register.newest {
+            book.stats.fenced_rejections += 1;
+            book.events.push((
+                at,
+                format!("lease #{lease} write with token {token} refused by the storage"),
+            ));
+            return;
+        }
+        let before = register.value;
+        register.newest = token;
+        register.value = read + 1;
+        book.writes.push(FencedWrite {
+            lease,
+            resource,
+            token,
+            at,
+            read,
+            before,
+        });
+        book.stats.fenced_writes += 1;
+    }
+
+    fn data_lost(&self) {
+        let at = self.now();
+        self.book().data_lost_at.get_or_insert(at);
+    }
+
+    /// Counts the lock keys in `held` that belong to leases valid now.
+    fn count_valid(&self, held: &[(Arc<str>, Arc<str>)]) -> u64 {
+        let at = self.now();
+        let book = self.book();
+        held.iter()
+            .filter_map(|(_, value)| book.by_value.get(value))
+            .filter_map(|id| book.leases.get(*id))
+            .filter(|l| l.validity().iter().any(|&(s, e)| s <= at && at < e))
+            .count() as u64
+    }
+}
+
+/// One schedule's result.
+#[derive(Debug)]
+pub(super) struct Outcome {
+    pub(super) schedule: Schedule,
+    pub(super) leases: Vec<LeaseRecord>,
+    pub(super) events: Vec<(Duration, String)>,
+    pub(super) stats: Stats,
+    pub(super) violations: Vec<Violation>,
+    /// When a master first lost its data, if one did.
+    pub(super) data_lost_at: Option<Duration>,
+}
+
+impl Outcome {
+    /// When lease `id` was acquired.
+    pub(super) fn acquired(&self, id: usize) -> Option<Duration> {
+        self.leases.get(id).map(|l| l.acquired)
+    }
+
+    /// The schedule, the violations, the leases involved and the events around them.
+    pub(super) fn report(&self, profile: &Profile, shown: &[&Violation]) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "profile {}: {}", profile.name, self.schedule);
+        for v in shown {
+            let _ = writeln!(out, "VIOLATION {v}");
+        }
+        let mut involved: Vec<usize> = shown.iter().flat_map(|v| v.leases()).collect();
+        involved.sort_unstable();
+        involved.dedup();
+        let mut from = Duration::MAX;
+        let mut to = Duration::ZERO;
+        for lease in involved.iter().filter_map(|id| self.leases.get(*id)) {
+            let _ = writeln!(
+                out,
+                "  lease #{} c{} r{}: attempt {}, acquired {}, token {:?}, deadlines {:?}, released {:?}, valid {:?}",
+                lease.id,
+                lease.client,
+                lease.resource,
+                ms(lease.attempt_start),
+                ms(lease.acquired),
+                lease.token,
+                lease
+                    .deadlines
+                    .iter()
+                    .map(|&(a, d)| format!("from {} until {}", ms(a), ms(d)))
+                    .collect::<Vec<_>>(),
+                lease.released.map(ms),
+                lease
+                    .validity()
+                    .iter()
+                    .map(|&(s, e)| format!("[{}, {})", ms(s), ms(e)))
+                    .collect::<Vec<_>>(),
+            );
+            from = from.min(lease.attempt_start);
+            to = to.max(
+                lease
+                    .released
+                    .unwrap_or(lease.last_deadline())
+                    .max(lease.last_deadline()),
+            );
+        }
+        let from = from.saturating_sub(self.schedule.ttl);
+        let to = to.saturating_add(self.schedule.ttl / 4);
+        // A trace is asked for on purpose: show all of it.
+        let max_lines = if std::env::var_os(TRACE_ENV).is_some() {
+            usize::MAX
+        } else {
+            80
+        };
+        let window: Vec<&(Duration, String)> = self
+            .events
+            .iter()
+            .filter(|(at, _)| from <= *at && *at <= to)
+            .collect();
+        let _ = writeln!(
+            out,
+            "  events from {} to {} ({} of {}):",
+            ms(from),
+            ms(to),
+            window.len().min(max_lines),
+            window.len()
+        );
+        for (at, text) in window.iter().take(max_lines) {
+            let _ = writeln!(out, "    {:>12} {text}", ms(*at));
+        }
+        out
+    }
+}
+
+/// Runs the schedule of `seed` in `profile` on a fresh paused-clock runtime and checks it.
+pub(super) fn run(profile: &Profile, seed: u64) -> Outcome {
+    let schedule = Schedule::draw(profile, seed);
+    // A runtime per schedule: nothing leaks from one schedule into the next, and dropping
+    // it ends every task still running (stragglers, background releases).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime");
+    let book = runtime.block_on(drive(profile, &schedule));
+    drop(runtime);
+    let violations = check::check(&book.leases, &book.writes);
+    let mut stats = book.stats;
+    stats.schedules = 1;
+    Outcome {
+        schedule,
+        leases: book.leases,
+        events: book.events,
+        stats,
+        violations,
+        data_lost_at: book.data_lost_at,
+    }
+}
+
+/// A simulated master per schedule master, and the clients over them.
+async fn drive(profile: &Profile, schedule: &Schedule) -> Book {
+    let clock = Clock::start();
+    let trace = std::env::var_os(TRACE_ENV).map(|_| Arc::new(Trace::new(clock)));
+    let servers: Vec<Arc<SimServer>> = (0..schedule.masters)
+        .map(|m| {
+            let server = SimServer::new(m, schedule.durable[m], clock);
+            Arc::new(match &trace {
+                Some(trace) => server.traced(Arc::clone(trace)),
+                None => server,
+            })
+        })
+        .collect();
+    let world = Arc::new(World {
+        clock,
+        ttl: schedule.ttl,
+        resources: schedule.resources,
+        client_pause: profile.faults.client_pause,
+        servers,
+        sends: Arc::new(SendLog::default()),
+        tracing: trace.is_some(),
+        book: Mutex::new(Book {
+            registers: vec![Register::default(); schedule.resources],
+            ..Book::default()
+        }),
+    });
+    let mut clients = Vec::with_capacity(schedule.clients);
+    for (c, plan) in schedule.plans.iter().enumerate() {
+        let spec = ClientSpec {
+            ttl: schedule.ttl,
+            node_timeout: schedule.node_timeout,
+            attempts: plan.attempts,
+            retry_delay: plan.retry_delay,
+            quarantine: profile.quarantine,
+            fencing: profile.fencing,
+            mutant: profile.mutant,
+            net: schedule.net,
+        };
+        let links = |m| rng(schedule.seed, Stream::Link(c, m));
+        let (lock, _) = build_client(&spec, &world.servers, links, &world.sends);
+        let task = client_task(
+            Arc::clone(&world),
+            lock,
+            c,
+            *plan,
+            rng(schedule.seed, Stream::Client(c)),
+        );
+        clients.push(tokio::spawn(task));
+    }
+    let nemesis = tokio::spawn(nemesis(Arc::clone(&world), schedule.faults.clone()));
+    let all = futures::future::join_all(clients);
+    let finished = match tokio::time::timeout(HORIZON, all).await {
+        Ok(joined) => {
+            for result in joined {
+                if let Err(e) = result {
+                    std::panic::resume_unwind(e.into_panic());
+                }
+            }
+            true
+        }
+        Err(_) => false,
+    };
+    nemesis.abort();
+    let end = world.now();
+    let mut book = std::mem::take(&mut *world.book());
+    if let Some(trace) = trace {
+        // Stable: at one instant, the recorded events stay before the ops.
+        book.events.extend(trace.take());
+        book.events.sort_by_key(|(at, _)| *at);
+    }
+    book.stats.virtual_time = end;
+    if !finished {
+        book.stats.unfinished = 1;
+    }
+    book
+}
+
+/// How one client is configured.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ClientSpec {
+    pub(super) ttl: Duration,
+    pub(super) node_timeout: Duration,
+    pub(super) attempts: u32,
+    pub(super) retry_delay: Duration,
+    pub(super) quarantine: bool,
+    pub(super) fencing: bool,
+    pub(super) mutant: Option<Mutant>,
+    pub(super) net: NetParams,
+}
+
+/// A real client over `servers`, configured by the real builder; `link` seeds the
+/// connection to each master. Also returns the gate of each connection (open).
+pub(super) fn build_client(
+    spec: &ClientSpec,
+    servers: &[Arc<SimServer>],
+    mut link: impl FnMut(usize) -> StdRng,
+    sends: &Arc<SendLog>,
+) -> (Redlock, Vec<Arc<Gate>>) {
+    // Loopback addresses that are never contacted: the builder only validates them.
+    let urls = (0..servers.len()).map(|m| format!("redis://127.0.0.1:{}", 7001 + m));
+    let builder = Builder::new()
+        .masters(urls)
+        .ttl(spec.ttl)
+        .node_timeout(spec.node_timeout)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .retry_attempts(spec.attempts)
+        .retry_delay(spec.retry_delay)
+        // The library's jitter draws from the thread's RNG; the schedule must not.
+        .retry_jitter(Duration::ZERO)
+        .notifications(false)
+        .quarantine(spec.quarantine)
+        .fencing(spec.fencing);
+    #[cfg(feature = "mutants")]
+    let builder = match spec.mutant {
+        Some(mutant) => builder.mutant(mutant),
+        None => builder,
+    };
+    #[cfg(not(feature = "mutants"))]
+    assert!(
+        spec.mutant.is_none(),
+        "planting a mutant needs the `mutants` feature"
+    );
+    let config = builder
+        .into_config()
+        .expect("the simulation's settings are valid");
+    let params = ConnParams {
+        net: spec.net,
+        node_timeout: spec.node_timeout,
+        connect_timeout: CONNECT_TIMEOUT,
+        read_vitals: spec.quarantine,
+    };
+    let gates: Vec<Arc<Gate>> = servers.iter().map(|_| Arc::default()).collect();
+    let masters: Vec<Arc<dyn Master>> = servers
+        .iter()
+        .zip(&gates)
+        .enumerate()
+        .map(|(m, (server, gate))| {
+            Arc::new(SimMaster::new(
+                Arc::clone(server),
+                params,
+                link(m),
+                Arc::clone(sends),
+                Arc::clone(gate),
+            )) as Arc<dyn Master>
+        })
+        .collect();
+    let client = Redlock::with_masters(config, masters, Notifier::disabled());
+    (client, gates)
+}
+
+/// One client: acquire, a critical section, release; `plan.cycles` times.
+async fn client_task(
+    world: Arc<World>,
+    lock: Redlock,
+    c: usize,
+    plan: ClientPlan,
+    mut rng: StdRng,
+) {
+    let ttl = world.ttl;
+    for _ in 0..plan.cycles {
+        tokio::time::sleep(ttl.mul_f64(rng.random_range(0.0..=0.5))).await;
+        let resource = rng.random_range(0..world.resources);
+        let name = format!("r{resource}");
+        let acquired = if rng.random_bool(0.25) {
+            lock.try_acquire(&name).await
+        } else {
+            lock.acquire(&name).await
+        };
+        let lease = match acquired {
+            Ok(lease) => lease,
+            Err(e) => {
+                world.book().stats.failed += 1;
+                world.event(format!("c{c} could not acquire {name}: {:?}", e.kind()));
+                continue;
+            }
+        };
+        let id = world.acquired(c, resource, &lease);
+        critical_section(&world, &mut rng, c, (id, resource), &lease).await;
+        world.released(id);
+        let _ = lease.release().await;
+    }
+}
+
+/// Reads the fenced register, works (or pauses past the deadline), maybe extends, and
+/// writes the register back.
+async fn critical_section(
+    world: &World,
+    rng: &mut StdRng,
+    c: usize,
+    (id, resource): (usize, usize),
+    lease: &Lease,
+) {
+    let token = lease.fencing_token().map(|t| t.get());
+    let read = token.and_then(|t| world.fenced_read(resource, t));
+    if rng.random_bool(world.client_pause) {
+        let overrun = world.ttl.mul_f64(rng.random_range(0.01..=1.0));
+        world.book().stats.client_pauses += 1;
+        world.event(format!(
+            "c{c} pauses inside lease #{id} until {} past its deadline",
+            ms(overrun)
+        ));
+        tokio::time::sleep(lease.remaining() + overrun).await;
+    } else {
+        tokio::time::sleep(lease.remaining().mul_f64(rng.random_range(0.0..=0.6))).await;
+        if rng.random_bool(0.3) {
+            match lease.extend().await {
+                Ok(report) => world.extended(id, report.deadline()),
+                Err(e) => {
+                    world.book().stats.extend_failed += 1;
+                    world.event(format!("lease #{id} not extended: {:?}", e.kind()));
+                }
+            }
+            tokio::time::sleep(lease.remaining().mul_f64(rng.random_range(0.0..=0.6))).await;
+        }
+    }
+    if let (Some(token), Some(read)) = (token, read) {
+        world.fenced_write(id, resource, token, read);
+    }
+}
+
+/// Applies the schedule's faults at their times.
+async fn nemesis(world: Arc<World>, faults: Vec<(Duration, Fault)>) {
+    for (at, fault) in faults {
+        tokio::time::sleep_until(world.clock.origin() + at).await;
+        let Some(server) = world.servers.get(fault_master(fault)) else {
+            continue;
+        };
+        let m = server.index();
+        match fault {
+            Fault::Crash(_) => {
+                let held = server.crash();
+                let lost = if server.durable() {
+                    0
+                } else {
+                    world.data_lost();
+                    world.count_valid(&held)
+                };
+                world.book().stats.crashes += 1;
+                world.book().stats.held_keys_lost += lost;
+                world.event(format!(
+                    "m{m} crashed with {} live lock keys ({lost} of valid leases, lost)",
+                    held.len()
+                ));
+            }
+            Fault::Restart(_) => match server.restart() {
+                Some(true) => world.event(format!("m{m} restarted with its data")),
+                Some(false) => {
+                    world.book().stats.empty_restarts += 1;
+                    world.event(format!("m{m} restarted empty"));
+                }
+                None => {}
+            },
+            Fault::Stop(_) => {
+                if server.pause(true) {
+                    world.event(format!("m{m} stopped"));
+                }
+            }
+            Fault::Continue(_) => {
+                if server.pause(false) {
+                    world.event(format!("m{m} continued"));
+                }
+            }
+            Fault::Flush(_) => {
+                let Some(held) = server.flush() else {
+                    continue;
+                };
+                world.data_lost();
+                let lost = world.count_valid(&held);
+                world.book().stats.flushes += 1;
+                world.book().stats.held_keys_lost += lost;
+                world.event(format!(
+                    "m{m} flushed ({} live lock keys, {lost} of valid leases)",
+                    held.len()
+                ));
+            }
+            Fault::ClockJump(_, by) => {
+                server.jump_clock(i64::try_from(by.as_micros()).unwrap_or(i64::MAX));
+                world.book().stats.clock_jumps += 1;
+                world.event(format!("m{m} clock jumped forward by {}", ms(by)));
+            }
+        }
+    }
+}
+
+fn fault_master(fault: Fault) -> usize {
+    match fault {
+        Fault::Crash(m)
+        | Fault::Restart(m)
+        | Fault::Stop(m)
+        | Fault::Continue(m)
+        | Fault::Flush(m)
+        | Fault::ClockJump(m, _) => m,
+    }
+}

@@ -16,8 +16,8 @@ async fn hunt(mutant: Mutant) -> Option<Outcome> {
         Mutant::PlainDelRelease => crate::release::s18(3, Some(mutant), Expect::Detect).await,
         // A stopped majority holds acquire calls far past their wait budget.
         Mutant::NoNodeTimeout => crate::pause::s4(3, Some(mutant), Expect::Detect).await,
-        // A failed attempt's release, delayed by a NOSCRIPT round trip on a restarted
-        // master, deletes the winning attempt's key there (same value).
+        // A failed attempt's release, delayed by the NOSCRIPT fallback on a master whose
+        // script cache was flushed, deletes the winning attempt's key there (same value).
         Mutant::ReuseValue => crate::contention::s19r(Some(mutant), Expect::Detect).await,
         _ => return None,
     })

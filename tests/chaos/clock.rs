@@ -73,8 +73,9 @@ pub async fn s14(n: usize, rate: f64, expect: Expect) -> Outcome {
     let mut env = Env::start(Setup::new("S14", name, expect, n)).await;
     let urls = env.urls();
     let resource = env.resource(0);
-    // Room for the counter write and `cs_end` before the deadline, on a loaded machine.
-    let margin = Duration::from_millis(25);
+    // Room for a late wake-up, the counter write and `cs_end` before the deadline on a
+    // loaded machine (the whole test suite runs beside it in CI).
+    let margin = Duration::from_millis(60);
     let holder = build(client_over(urls.clone()).client_clock_rate(rate), None);
     let contender = build(
         client_over(urls)
@@ -113,7 +114,12 @@ pub async fn s14(n: usize, rate: f64, expect: Expect) -> Outcome {
             }
         });
         sleep(held.lease.remaining().saturating_sub(margin)).await;
-        held.leave(&mut store).await;
+        // A careful holder: it writes only while its lease (as its clock sees it) lasts.
+        if held.lease.remaining() > margin / 2 {
+            held.leave(&mut store).await;
+        } else {
+            held.abandon().await;
+        }
         assert!(rival.await.unwrap(), "S14: the contender never got in");
     }
     env.note(format!(

@@ -6,8 +6,7 @@
 //! before release is sent, so a recorded overlap implies a real one; every time is
 //! `CLOCK_MONOTONIC`, comparable across processes.
 //!
-//! Fencing joins later without changing these: events already carry a `token` field, and a
-//! token-order checker will be one more function over the same history.
+//! Fencing tokens ride in the events' `token` field; [`tokens`] checks them (checker 4).
 
 use std::collections::BTreeMap;
 
@@ -65,7 +64,7 @@ pub fn sections(history: &[Event]) -> BTreeMap<String, Vec<Section>> {
                 if let Some(mut s) = open.remove(&(e.resource.clone(), e.client.clone(), e.attempt))
                 {
                     s.end = Some(e.t_ns);
-                    s.done = e.detail == "done";
+                    s.done = e.detail.starts_with("done");
                     s.deadline = deadlines.get(&id).copied().or(s.deadline);
                     out.entry(e.resource.clone()).or_default().push(s);
                 }
@@ -153,7 +152,7 @@ pub fn overruns(history: &[Event]) -> Vec<Overrun> {
 pub fn completed(history: &[Event], resource: &str) -> u64 {
     history
         .iter()
-        .filter(|e| e.op == Op::CsEnd && e.resource == resource && e.detail == "done")
+        .filter(|e| e.op == Op::CsEnd && e.resource == resource && e.detail.starts_with("done"))
         .count() as u64
 }
 
@@ -263,6 +262,115 @@ pub fn failures(history: &[Event]) -> BTreeMap<String, u64> {
         *out.entry(e.detail.clone()).or_insert(0) += 1;
     }
     out
+}
+
+/// One token property broken (checker 4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenViolation {
+    /// Two successful acquisitions of one resource got the same token.
+    Duplicate {
+        token: u64,
+        a: (String, u64),
+        b: (String, u64),
+    },
+    /// `later` began after `earlier` had its token, yet got a token not above it.
+    Regression {
+        earlier: (String, u64, u64),
+        later: (String, u64, u64),
+    },
+    /// An extension reported another token than the acquisition's.
+    Unstable {
+        acquisition: (String, u64),
+        acquired: u64,
+        extended: u64,
+    },
+}
+
+/// What checker 4 found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TokenReport {
+    /// Successful acquisitions that carried a token.
+    pub tokens: u64,
+    pub violations: Vec<TokenViolation>,
+}
+
+/// Checker 4: fencing tokens, per resource. Unique across successful acquisitions; in
+/// real-time order (if `acq_ok(X) < acq_start(Y)` then `token_X < token_Y`); the same in
+/// every extension as at the acquisition. Acquisitions without a token are ignored.
+pub fn tokens(history: &[Event]) -> TokenReport {
+    type Id = (String, u64);
+    let mut starts: BTreeMap<Id, u64> = BTreeMap::new();
+    // resource -> (acq_ok time, acq_start time, token, id)
+    let mut acquired: BTreeMap<String, Vec<(u64, u64, u64, Id)>> = BTreeMap::new();
+    let mut by_id: BTreeMap<Id, u64> = BTreeMap::new();
+    let mut report = TokenReport::default();
+    for e in history {
+        if e.op == Op::AcqStart {
+            starts.insert((e.client.clone(), e.attempt), e.t_ns);
+        }
+    }
+    for e in history.iter().filter(|e| e.op == Op::AcqOk) {
+        let Some(token) = e.token else { continue };
+        let id = (e.client.clone(), e.attempt);
+        let start = starts.get(&id).copied().unwrap_or(e.t_ns);
+        by_id.insert(id.clone(), token);
+        acquired
+            .entry(e.resource.clone())
+            .or_default()
+            .push((e.t_ns, start, token, id));
+        report.tokens += 1;
+    }
+    for e in history.iter().filter(|e| e.op == Op::ExtOk) {
+        let id = (e.client.clone(), e.attempt);
+        if let (Some(&acq), Some(ext)) = (by_id.get(&id), e.token)
+            && acq != ext
+        {
+            report.violations.push(TokenViolation::Unstable {
+                acquisition: id,
+                acquired: acq,
+                extended: ext,
+            });
+        }
+    }
+    for list in acquired.values_mut() {
+        let mut seen: BTreeMap<u64, Id> = BTreeMap::new();
+        for (_, _, token, id) in list.iter() {
+            if let Some(first) = seen.get(token) {
+                report.violations.push(TokenViolation::Duplicate {
+                    token: *token,
+                    a: first.clone(),
+                    b: id.clone(),
+                });
+            } else {
+                seen.insert(*token, id.clone());
+            }
+        }
+        // Real-time order: walk the acquisitions by start, keeping the largest token of
+        // those that had finished acquiring before that start.
+        let mut by_ok = list.clone();
+        by_ok.sort_by_key(|a| a.0);
+        let mut by_start = list.clone();
+        by_start.sort_by_key(|a| a.1);
+        let mut best: Option<&(u64, u64, u64, Id)> = None;
+        let mut i = 0;
+        for y in &by_start {
+            while i < by_ok.len() && by_ok[i].0 < y.1 {
+                if best.is_none_or(|b| by_ok[i].2 > b.2) {
+                    best = Some(&by_ok[i]);
+                }
+                i += 1;
+            }
+            if let Some(x) = best
+                && x.2 >= y.2
+            {
+                report.violations.push(TokenViolation::Regression {
+                    earlier: (x.3.0.clone(), x.3.1, x.2),
+                    later: (y.3.0.clone(), y.3.1, y.2),
+                });
+            }
+        }
+    }
+    report
 }
 
 #[cfg(test)]
@@ -455,5 +563,82 @@ mod tests {
         e.token = Some(3);
         let parsed = crate::history::parse_line(&e.to_json()).unwrap();
         assert_eq!(parsed, e);
+    }
+    fn tok(mut events: Vec<Event>, token: u64) -> Vec<Event> {
+        for e in &mut events {
+            if matches!(e.op, Op::AcqOk | Op::ExtOk) {
+                e.token = Some(token);
+            }
+        }
+        events
+    }
+
+    #[test]
+    fn increasing_tokens_are_clean() {
+        let mut h = tok(section("a", 1, 0, 10), 1);
+        h.extend(tok(section("b", 1, 20, 10), 2));
+        h.extend(tok(section("a", 2, 40, 10), 5));
+        let r = tokens(&h);
+        assert_eq!(r.tokens, 3);
+        assert!(r.violations.is_empty(), "{r:?}");
+    }
+
+    #[test]
+    fn concurrent_acquisitions_may_come_in_any_order() {
+        // b was acquiring (5..12) when a got its token (10): either order is allowed.
+        let mut h = tok(section("a", 1, 10, 5), 7);
+        let mut b = tok(section("b", 1, 5, 30), 3);
+        b[1].t_ns = 12 * MS;
+        h.extend(b);
+        assert!(tokens(&h).violations.is_empty());
+    }
+
+    #[test]
+    fn a_duplicate_fires() {
+        let mut h = tok(section("a", 1, 0, 10), 4);
+        h.extend(tok(section("b", 1, 5, 10), 4));
+        let r = tokens(&h);
+        assert!(
+            r.violations
+                .iter()
+                .any(|v| matches!(v, TokenViolation::Duplicate { token: 4, .. })),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn a_regression_fires() {
+        let mut h = tok(section("a", 1, 0, 10), 9);
+        h.extend(tok(section("b", 1, 20, 10), 3));
+        let r = tokens(&h);
+        assert_eq!(r.violations.len(), 1, "{r:?}");
+        assert!(matches!(
+            &r.violations[0],
+            TokenViolation::Regression { earlier, later }
+                if earlier.2 == 9 && later.2 == 3
+        ));
+    }
+
+    #[test]
+    fn a_changed_token_in_an_extension_fires() {
+        let mut h = tok(section("a", 1, 0, 10), 2);
+        let mut ext = ev("a", 1, Op::ExtOk, 5);
+        ext.token = Some(3);
+        h.push(ext);
+        assert!(matches!(
+            tokens(&h).violations.as_slice(),
+            [TokenViolation::Unstable {
+                acquired: 2,
+                extended: 3,
+                ..
+            }]
+        ));
+    }
+
+    #[test]
+    fn acquisitions_without_tokens_are_ignored() {
+        let mut h = section("a", 1, 0, 10);
+        h.extend(section("b", 1, 20, 10));
+        assert_eq!(tokens(&h), TokenReport::default());
     }
 }

@@ -11,14 +11,20 @@
 //! redquorum-chaos-client --client p1 --masters redis://127.0.0.1:7001,... \
 //!     --store redis://127.0.0.1:7100 --resource r [--ttl-ms 1000] [--node-timeout-ms 50]
 //!     [--attempts 20] [--retry-delay-ms 10] [--retry-jitter-ms 10] [--count 1]
-//!     [--hold-ms 0] [--check-deadline]
+//!     [--hold-ms 0] [--check-deadline] [--quarantine] [--fencing]
 //! ```
+//!
+//! `--quarantine` turns restart quarantine on (with `ttl_max` the TTL); `--fencing` also
+//! asks for fencing tokens, and each critical section then also makes a fenced read and a
+//! fenced write of the register on the checker store (`fenced.rs`).
 //!
 //! Only the suite runs it; it talks to the addresses it is given, which the suite keeps on
 //! loopback.
 
 #[path = "event.rs"]
 mod event;
+#[path = "fenced.rs"]
+mod fenced;
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -45,6 +51,8 @@ struct Args {
     count: u64,
     hold: Duration,
     check_deadline: bool,
+    quarantine: bool,
+    fencing: bool,
 }
 
 fn parse(mut raw: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -61,6 +69,8 @@ fn parse(mut raw: impl Iterator<Item = String>) -> Result<Args, String> {
         count: 1,
         hold: Duration::ZERO,
         check_deadline: false,
+        quarantine: false,
+        fencing: false,
     };
     let millis = |v: &str| {
         v.parse::<u64>()
@@ -68,9 +78,21 @@ fn parse(mut raw: impl Iterator<Item = String>) -> Result<Args, String> {
             .map_err(|e| format!("{v}: {e}"))
     };
     while let Some(flag) = raw.next() {
-        if flag == "--check-deadline" {
-            args.check_deadline = true;
-            continue;
+        match flag.as_str() {
+            "--check-deadline" => {
+                args.check_deadline = true;
+                continue;
+            }
+            "--quarantine" => {
+                args.quarantine = true;
+                continue;
+            }
+            "--fencing" => {
+                args.quarantine = true;
+                args.fencing = true;
+                continue;
+            }
+            _ => {}
         }
         let value = raw.next().ok_or_else(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
@@ -100,6 +122,7 @@ struct Out {
     resource: String,
     attempt: u64,
     value: String,
+    token: Option<u64>,
 }
 
 impl Out {
@@ -111,7 +134,7 @@ impl Out {
             t_ns: monotonic_ns().map_err(|e| e.to_string())?,
             resource: self.resource.clone(),
             value: self.value.clone(),
-            token: None,
+            token: self.token,
             deadline_ns,
             detail: detail.to_owned(),
         };
@@ -123,7 +146,9 @@ impl Out {
 
 async fn run(args: Args) -> Result<(), String> {
     let client = Redlock::builder()
-        .quarantine(false)
+        .quarantine(args.quarantine)
+        .ttl_max(args.ttl)
+        .fencing(args.fencing)
         .masters(&args.masters)
         .ttl(args.ttl)
         .node_timeout(args.node_timeout)
@@ -143,10 +168,12 @@ async fn run(args: Args) -> Result<(), String> {
         resource: args.resource.clone(),
         attempt: 0,
         value: String::new(),
+        token: None,
     };
     for _ in 0..args.count {
         out.attempt += 1;
         out.value.clear();
+        out.token = None;
         out.emit(Op::AcqStart, None, "")?;
         let lease = match client.acquire(&args.resource).await {
             Ok(lease) => lease,
@@ -156,6 +183,7 @@ async fn run(args: Args) -> Result<(), String> {
             }
         };
         out.value = lease.value().to_owned();
+        out.token = lease.fencing_token().map(|t| t.get());
         let now = monotonic_ns().map_err(|e| e.to_string())?;
         out.emit(
             Op::AcqOk,
@@ -164,15 +192,42 @@ async fn run(args: Args) -> Result<(), String> {
         )?;
         out.emit(Op::CsStart, None, "")?;
         let v: Option<u64> = store.get(&key).await.map_err(|e| e.to_string())?;
+        let fenced_read = match out.token {
+            Some(token) => Some(
+                fenced::read(&mut store, &args.resource, token)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            ),
+            None => None,
+        };
         tokio::time::sleep(args.hold).await;
         if args.check_deadline && lease.is_expired() {
-            out.emit(Op::CsEnd, None, "abandoned")?;
+            let detail = match fenced_read {
+                None => "abandoned",
+                Some(Some(_)) => "abandoned fenced",
+                Some(None) => "abandoned fenced-refused",
+            };
+            out.emit(Op::CsEnd, None, detail)?;
         } else {
             let () = store
                 .set(&key, v.unwrap_or(0) + 1)
                 .await
                 .map_err(|e| e.to_string())?;
-            out.emit(Op::CsEnd, None, "done")?;
+            let detail = match (fenced_read, out.token) {
+                (Some(Some(read)), Some(token)) => {
+                    let applied = fenced::write(&mut store, &args.resource, token, read + 1)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    if applied {
+                        "done fenced"
+                    } else {
+                        "done fenced-refused"
+                    }
+                }
+                (Some(_), _) => "done fenced-refused",
+                (None, _) => "done",
+            };
+            out.emit(Op::CsEnd, None, detail)?;
         }
         let detail = match lease.release().await {
             Ok(report) => format!("released:{}", report.released()),

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use redis::AsyncCommands as _;
-use redquorum::testkit::{Latency, Mode};
+use redquorum::testkit::{Latency, Mode, Persistence};
 use tokio::time::sleep;
 
 use crate::event::Op;
@@ -23,7 +23,10 @@ fn args(urls: &[String], store: &str, resource: &str, extra: &[(&str, String)]) 
     ];
     for (flag, value) in extra {
         out.push((*flag).to_owned());
-        out.push(value.clone());
+        // An empty value marks a switch such as `--fencing`.
+        if !value.is_empty() {
+            out.push(value.clone());
+        }
     }
     out
 }
@@ -32,27 +35,40 @@ fn args(urls: &[String], store: &str, resource: &str, extra: &[(&str, String)]) 
 /// counter) for longer than its TTL; another client takes the lock meanwhile; the frozen
 /// one wakes up and writes. Every lease-based lock fails this: checkers 1 and 2 must fire.
 pub async fn s12(n: usize, expect: Expect) -> Outcome {
-    let setup = Setup::new(
-        "S12",
-        "client SIGSTOPped inside its section past the TTL",
-        expect,
-        n,
+    s12_with(n, expect, Guards::BR).await
+}
+
+/// S12 with `guards`. With fencing the masters are durable and carry an old data epoch,
+/// so the fresh processes vote at once; the frozen client's write must then be refused at
+/// the fenced register.
+pub async fn s12_with(n: usize, expect: Expect, guards: Guards) -> Outcome {
+    let name = format!(
+        "client SIGSTOPped inside its section past the TTL{}",
+        guards.label()
     );
+    let mut setup = Setup::new("S12", name, expect, n);
+    if guards.fencing {
+        setup = setup.persistence(Persistence::AofAlways);
+    }
     let mut env = Env::start(setup).await;
+    if guards.quarantine {
+        seed_epochs(&env.cluster).await;
+    }
     let resource = env.resource(0);
     let urls = env.urls();
     let ttl = Duration::from_millis(800);
+    let mut extra = vec![
+        ("--ttl-ms", ttl.as_millis().to_string()),
+        ("--hold-ms", "300".into()),
+    ];
+    if guards.fencing {
+        extra.push(("--fencing", String::new()));
+    } else if guards.quarantine {
+        extra.push(("--quarantine", String::new()));
+    }
     let client = ClientProcess::spawn(
         "S12-proc",
-        &args(
-            &urls,
-            &env.store.url(),
-            &resource,
-            &[
-                ("--ttl-ms", ttl.as_millis().to_string()),
-                ("--hold-ms", "300".into()),
-            ],
-        ),
+        &args(&urls, &env.store.url(), &resource, &extra),
         &env.history,
     );
     client.wait_for(Op::CsStart, Duration::from_secs(10)).await;
@@ -60,10 +76,13 @@ pub async fn s12(n: usize, expect: Expect) -> Outcome {
     client.pause();
     // The frozen client's keys expire; a contender gets in and finishes.
     let contender = build(
-        client_over(urls)
-            .ttl(ttl)
-            .retry_attempts(500)
-            .wait_timeout(ttl * 3),
+        guards.apply(
+            client_over(urls)
+                .ttl(ttl)
+                .retry_attempts(500)
+                .wait_timeout(ttl * 3),
+            ttl,
+        ),
         None,
     );
     let mut store = env.store().await;
@@ -97,6 +116,11 @@ async fn s12_client_paused_inside_its_section_n3() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s12_client_paused_inside_its_section_n5() {
     s12(5, Expect::Detect).await.check();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s12_client_paused_inside_its_section_fenced_n3() {
+    s12_with(3, Expect::Fenced, Guards::RSV_F).await.check();
 }
 
 /// S13: replies to the client process's SETs are held back 200 ms by the proxies; once the

@@ -198,6 +198,22 @@ pub async fn s19r(mutant: Option<Mutant>, expect: Expect) -> Outcome {
     for c in [&y, &z, &w] {
         warm(c, &env.prefix).await;
     }
+    // A warm-up returns once a quorum answered, and Y's connection to master 1 opens
+    // through the slow link: its first request, which carries the script loads, may still
+    // be on its way. Each client's warm-up release runs one EVALSHA on master 1 after its
+    // connection loaded the scripts, so three of them mean every connection is loaded.
+    // (Flushing earlier would let Y's connection load the scripts afterwards, and its
+    // releases would never meet NOSCRIPT.)
+    let m1_url = direct[1].clone();
+    crate::support::wait_until(
+        Duration::from_secs(5),
+        "every client's warm-up release ran on master 1",
+        || {
+            let url = m1_url.clone();
+            async move { command_calls(&url, "evalsha").await >= 3 }
+        },
+    )
+    .await;
     // Master 1's script cache is flushed a moment before (with no lock held). Clients load
     // their scripts when they connect, but these connections stay open, so the next
     // releases sent to it take three round trips (EVALSHA, NOSCRIPT, SCRIPT LOAD, EVALSHA),
@@ -247,7 +263,6 @@ pub async fn s19r(mutant: Option<Mutant>, expect: Expect) -> Outcome {
     });
     // Z leaves as soon as Y's first release has met NOSCRIPT on master 1: the releases Y
     // sends in the next 150 ms (before that reply brings Y to load the script) all run late.
-    let m1_url = direct[1].clone();
     crate::support::wait_until(Duration::from_secs(5), "Y's release meets NOSCRIPT", || {
         let url = m1_url.clone();
         async move {
@@ -314,6 +329,21 @@ pub async fn s19r(mutant: Option<Mutant>, expect: Expect) -> Outcome {
         .await;
     drop(slow);
     out
+}
+
+/// How many times the server at `url` ran `command` (`INFO commandstats`).
+pub async fn command_calls(url: &str, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut crate::support::raw(url).await)
+        .await
+        .unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -80,7 +80,7 @@ pub struct Event {
     pub resource: String,
     /// The lease's random value, once known.
     pub value: String,
-    /// The fencing token, once fencing exists (always empty for now).
+    /// The acquisition's fencing token, when it was acquired with fencing on.
     pub token: Option<u64>,
     /// The lease's deadline in `CLOCK_MONOTONIC` nanoseconds (acq_ok, ext_ok).
     pub deadline_ns: Option<u64>,

@@ -31,6 +31,10 @@ pub enum Expect {
     Hold,
     /// A known-unsafe interleaving: some checker must fire, or the test is too weak.
     Detect,
+    /// The lease is broken (a lock checker must fire, or the scenario was not reached),
+    /// but fencing protects the storage: the fenced register loses no update and refuses
+    /// at least one stale access, and the tokens keep their properties.
+    Fenced,
 }
 
 impl Expect {
@@ -38,6 +42,7 @@ impl Expect {
         match self {
             Expect::Hold => "HOLD",
             Expect::Detect => "DETECT",
+            Expect::Fenced => "FENCED",
         }
     }
 }
@@ -228,6 +233,15 @@ pub struct Outcome {
     pub keys_left: u64,
     /// Scenario-specific violations (see [`Env::violation`]).
     pub violations_noted: u64,
+    /// Checker 3: writes applied at the fenced register but lost (`applied − final`).
+    pub fenced_lost: u64,
+    /// Checker 3: fenced reads and writes refused for a stale token.
+    pub refused: u64,
+    /// Fenced accesses made (reads and writes), refused or not.
+    pub fenced_ops: u64,
+    /// Checker 4: successful acquisitions with a token, and the violations found.
+    pub tokens: u64,
+    pub token_violations: u64,
     pub notes: Vec<String>,
     pub expect: Option<Expect>,
     pub seed: u64,
@@ -237,6 +251,11 @@ pub struct Outcome {
 
 impl Outcome {
     pub fn violations(&self) -> u64 {
+        self.lock_violations() + self.storage_violations()
+    }
+
+    /// What checkers 1, 2 and 5 and the scenario's own checks found.
+    pub fn lock_violations(&self) -> u64 {
         self.overlaps
             + self.lost
             + self.overruns
@@ -245,11 +264,28 @@ impl Outcome {
             + self.violations_noted
     }
 
+    /// What the fencing checkers (3 and 4) found.
+    pub fn storage_violations(&self) -> u64 {
+        self.fenced_lost + self.token_violations
+    }
+
     /// Whether the expectation was met.
     pub fn met(&self, expect: Expect) -> bool {
         match expect {
             Expect::Hold => self.violations() == 0,
             Expect::Detect => self.violations() > 0,
+            Expect::Fenced => {
+                self.lock_violations() > 0 && self.storage_violations() == 0 && self.refused > 0
+            }
+        }
+    }
+
+    /// Whether a planted bug was caught: any violation, except that a scenario whose lease
+    /// is broken on purpose (`Fenced`) catches only through the fencing checkers.
+    pub fn caught(&self) -> bool {
+        match self.expect {
+            Some(Expect::Fenced) => self.storage_violations() > 0,
+            _ => self.violations() > 0,
         }
     }
 
@@ -268,6 +304,24 @@ impl Outcome {
                 "{line}\nDETECT scenario not detected: the checkers or the script are too weak; \
                  replay with REDQUORUM_CHAOS_SEED={seed}"
             ),
+            Some(Expect::Fenced) => {
+                assert!(
+                    self.lock_violations() > 0,
+                    "{line}\nFENCED scenario: the lease was never broken, so fencing was not \
+                     tested; replay with REDQUORUM_CHAOS_SEED={seed}"
+                );
+                assert_eq!(
+                    self.storage_violations(),
+                    0,
+                    "{line}\nFENCED scenario: the storage lost an update or tokens misbehaved; \
+                     replay with REDQUORUM_CHAOS_SEED={seed}"
+                );
+                assert!(
+                    self.refused > 0,
+                    "{line}\nFENCED scenario: no stale access reached the register; replay \
+                     with REDQUORUM_CHAOS_SEED={seed}"
+                );
+            }
         }
     }
 }
@@ -460,6 +514,24 @@ impl Env {
             out.completed += done;
             out.lost += checker::lost_updates(done, counter.unwrap_or(0));
         }
+        for resource in self.resources.clone() {
+            let [value, _, refused, applied] = crate::fenced::keys(&resource);
+            let value: Option<u64> = store.get(value).await.unwrap();
+            let refused: Option<u64> = store.get(refused).await.unwrap();
+            let applied: Option<u64> = store.get(applied).await.unwrap();
+            out.refused += refused.unwrap_or(0);
+            out.fenced_lost += applied.unwrap_or(0).saturating_sub(value.unwrap_or(0));
+        }
+        out.fenced_ops = history
+            .iter()
+            .filter(|e| e.op == Op::CsEnd && e.detail.contains("fenced"))
+            .count() as u64;
+        let tokens = checker::tokens(&history);
+        out.tokens = tokens.tokens;
+        out.token_violations = tokens.violations.len() as u64;
+        if let Some(v) = tokens.violations.first() {
+            out.notes.push(format!("first token violation: {v:?}"));
+        }
         if let (Some(bound), Some(heal)) = (checks.liveness, self.heal_ns) {
             let l = checker::liveness(&history, heal, end_ns);
             let first = l.first_after_heal_ns.map(|t| t as f64 / 1e6);
@@ -574,6 +646,9 @@ impl Env {
             (Expect::Hold, true) => "VIOLATED",
             (Expect::Detect, true) => "detected",
             (Expect::Detect, false) => "MISSED",
+            (Expect::Fenced, _) if out.met(Expect::Fenced) => "fenced",
+            (Expect::Fenced, _) if out.storage_violations() > 0 => "UNFENCED",
+            (Expect::Fenced, _) => "MISSED",
         };
         let name = match PLANTED.try_with(|m| *m) {
             Ok(m) => format!("{} [mutant {m:?}]", self.setup.name),
@@ -600,6 +675,13 @@ impl Env {
         );
         if out.violations_noted > 0 {
             let _ = write!(line, " other_viol={}", out.violations_noted);
+        }
+        if out.tokens > 0 || out.fenced_ops > 0 || out.refused > 0 {
+            let _ = write!(
+                line,
+                " fenced={{lost:{},refused:{}}} tokens={{n:{},viol:{}}}",
+                out.fenced_lost, out.refused, out.tokens, out.token_violations
+            );
         }
         if !out.notes.is_empty() {
             let _ = write!(line, " | {}", out.notes.join("; "));
@@ -637,6 +719,80 @@ pub fn client_over(urls: Vec<String>) -> Builder {
         .retry_delay(Duration::from_millis(10))
         .retry_jitter(Duration::from_millis(20))
         .wait_timeout(Duration::from_secs(2))
+}
+
+/// Which protections of CHAOS.md a scenario's clients use beyond baseline Redlock.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Guards {
+    /// RSV: restart quarantine, with `ttl_max` the scenario's longest TTL.
+    pub quarantine: bool,
+    /// F: fencing tokens (needs quarantine).
+    pub fencing: bool,
+}
+
+impl Guards {
+    /// Baseline Redlock.
+    pub const BR: Guards = Guards {
+        quarantine: false,
+        fencing: false,
+    };
+    /// Restart quarantine.
+    pub const RSV: Guards = Guards {
+        quarantine: true,
+        fencing: false,
+    };
+    /// Restart quarantine and fencing tokens.
+    pub const RSV_F: Guards = Guards {
+        quarantine: true,
+        fencing: true,
+    };
+
+    /// `builder` with these protections, every client agreeing on `ttl_max`.
+    pub fn apply(self, builder: Builder, ttl_max: Duration) -> Builder {
+        if !self.quarantine {
+            return builder;
+        }
+        builder
+            .quarantine(true)
+            .ttl_max(ttl_max)
+            .fencing(self.fencing)
+    }
+
+    /// The suffix of a scenario name: which protections are on.
+    pub fn label(self) -> &'static str {
+        match (self.quarantine, self.fencing) {
+            (false, _) => "",
+            (true, false) => " [RSV]",
+            (true, true) => " [RSV+F]",
+        }
+    }
+}
+
+/// Writes an old data epoch on every master of `cluster`, as a long-running deployment has:
+/// restart quarantine then waits only for young processes (and not at all for durable ones).
+pub async fn seed_epochs(cluster: &Cluster) {
+    for url in cluster.urls() {
+        let _: () = crate::support::raw(&url)
+            .await
+            .set("redquorum:epoch", "seed:1000000")
+            .await
+            .unwrap();
+    }
+}
+
+/// Waits until `client` can take a throwaway lock: the masters it needs left quarantine.
+pub async fn settle(client: &Redlock, prefix: &str) {
+    let resource = format!("{prefix}settle");
+    crate::support::wait_until(Duration::from_secs(10), "masters left quarantine", || {
+        let (client, resource) = (client.clone(), resource.clone());
+        async move {
+            match client.try_acquire(&resource).await {
+                Ok(lease) => lease.release().await.is_ok(),
+                Err(_) => false,
+            }
+        }
+    })
+    .await;
 }
 
 /// The counter of a resource on the checker store.
@@ -686,6 +842,7 @@ pub async fn critical_section(
     rec.cs_start();
     let key = counter_key(rec.resource());
     let v: Option<u64> = store.get(&key).await.unwrap();
+    let fenced = fenced_read(rec, store).await;
     let (work, margin) = match cs {
         Cs::Short(d) => (rng.between(Duration::ZERO, d), Duration::from_millis(5)),
         Cs::UseValidity { margin } => (lease.remaining().saturating_sub(margin), margin / 2),
@@ -694,9 +851,37 @@ pub async fn critical_section(
     // A careful holder stops touching the resource when its validity runs out.
     if lease.remaining() > margin {
         let _: () = store.set(&key, v.unwrap_or(0) + 1).await.unwrap();
-        rec.cs_end(true);
+        let fenced = fenced_write(rec, store, fenced).await;
+        rec.cs_end_fenced(true, fenced);
     } else {
-        rec.cs_end(false);
+        rec.cs_end_fenced(false, fenced.map(|_| false));
+    }
+}
+
+/// With a token: a fenced read of the register (`Some(None)`: refused). `None` without one.
+pub async fn fenced_read(rec: &Recorder, store: &mut MultiplexedConnection) -> Option<Option<u64>> {
+    let token = rec.token()?;
+    Some(
+        crate::fenced::read(store, rec.resource(), token)
+            .await
+            .unwrap(),
+    )
+}
+
+/// After an accepted fenced read: a fenced write of the value read plus one. Returns
+/// whether a fenced access of the section was refused (`None` without a token).
+pub async fn fenced_write(
+    rec: &Recorder,
+    store: &mut MultiplexedConnection,
+    read: Option<Option<u64>>,
+) -> Option<bool> {
+    match (read?, rec.token()) {
+        (Some(v), Some(token)) => Some(
+            !crate::fenced::write(store, rec.resource(), token, v + 1)
+                .await
+                .unwrap(),
+        ),
+        _ => Some(true),
     }
 }
 
@@ -716,6 +901,10 @@ pub struct Held {
     key: String,
     /// Whether the counter write was made.
     pub wrote: bool,
+    /// With a token: the fenced read (`Some(None)`: refused).
+    fenced: Option<Option<u64>>,
+    /// With a token: whether a fenced access was refused.
+    refused: Option<bool>,
 }
 
 /// Acquires `resource` with `client` and enters the critical section (reads the counter);
@@ -749,18 +938,21 @@ impl Held {
         rec.cs_start();
         let key = counter_key(rec.resource());
         let v: Option<u64> = store.get(&key).await.unwrap();
+        let fenced = fenced_read(&rec, store).await;
         Held {
             rec,
             lease,
             value: v.unwrap_or(0),
             key,
             wrote: false,
+            refused: fenced.map(|r| r.is_none()),
+            fenced,
         }
     }
 
     /// Leaves without writing (the lease is running out or was lost), then releases.
     pub async fn abandon(mut self) -> Recorder {
-        self.rec.cs_end(false);
+        self.rec.cs_end_fenced(false, self.refused);
         release(&mut self.rec, self.lease).await;
         self.rec
     }
@@ -768,6 +960,7 @@ impl Held {
     /// Writes the counter back, staying inside the critical section.
     pub async fn write(mut self, store: &mut MultiplexedConnection) -> Self {
         let _: () = store.set(&self.key, self.value + 1).await.unwrap();
+        self.refused = fenced_write(&self.rec, store, self.fenced).await;
         self.wrote = true;
         self
     }
@@ -777,8 +970,9 @@ impl Held {
     pub async fn leave(mut self, store: &mut MultiplexedConnection) -> Recorder {
         if !self.wrote {
             let _: () = store.set(&self.key, self.value + 1).await.unwrap();
+            self.refused = fenced_write(&self.rec, store, self.fenced).await;
         }
-        self.rec.cs_end(true);
+        self.rec.cs_end_fenced(true, self.refused);
         release(&mut self.rec, self.lease).await;
         self.rec
     }

@@ -40,6 +40,7 @@ impl History {
             resource: resource.into(),
             attempt: 0,
             value: String::new(),
+            token: None,
         }
     }
 }
@@ -52,6 +53,8 @@ pub struct Recorder {
     resource: String,
     attempt: u64,
     value: String,
+    /// The acquisition's fencing token, once acquired with one.
+    token: Option<u64>,
 }
 
 impl Recorder {
@@ -63,12 +66,14 @@ impl Recorder {
     pub fn acq_start(&mut self) {
         self.attempt += 1;
         self.value.clear();
+        self.token = None;
         self.record(Op::AcqStart, None, "");
     }
 
     /// Records `acq_ok` for `lease`, its deadline translated to the monotonic clock.
     pub fn acq_ok(&mut self, lease: &redquorum::Lease) {
         self.value = lease.value().to_owned();
+        self.token = lease.fencing_token().map(|t| t.get());
         let deadline = now_ns() + lease.remaining().as_nanos() as u64;
         self.record(Op::AcqOk, Some(deadline), "");
     }
@@ -86,9 +91,33 @@ impl Recorder {
         self.record(Op::CsEnd, None, if done { "done" } else { "abandoned" });
     }
 
+    /// `cs_end`, also saying whether the section's fenced accesses were made and whether
+    /// one was refused (`None`: no token, no fenced access).
+    pub fn cs_end_fenced(&mut self, done: bool, refused: Option<bool>) {
+        let detail = match (done, refused) {
+            (true, None) => "done",
+            (false, None) => "abandoned",
+            (true, Some(false)) => "done fenced",
+            (true, Some(true)) => "done fenced-refused",
+            (false, Some(false)) => "abandoned fenced",
+            (false, Some(true)) => "abandoned fenced-refused",
+        };
+        self.record(Op::CsEnd, None, detail);
+    }
+
+    /// Records `ext_ok` with the token the lease reports now (checker 4 compares it with
+    /// the acquisition's).
     pub fn ext_ok(&mut self, lease: &redquorum::Lease) {
         let deadline = now_ns() + lease.remaining().as_nanos() as u64;
+        let acquired = self.token;
+        self.token = lease.fencing_token().map(|t| t.get());
         self.record(Op::ExtOk, Some(deadline), "");
+        self.token = acquired;
+    }
+
+    /// The acquisition's fencing token, if any.
+    pub fn token(&self) -> Option<u64> {
+        self.token
     }
 
     pub fn ext_fail(&mut self, error: &redquorum::Error) {
@@ -107,7 +136,7 @@ impl Recorder {
             t_ns: now_ns(),
             resource: self.resource.clone(),
             value: self.value.clone(),
-            token: None,
+            token: self.token,
             deadline_ns,
             detail: detail.to_owned(),
         });

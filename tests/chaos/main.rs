@@ -21,6 +21,7 @@ mod support;
 
 mod checker;
 mod event;
+mod fenced;
 mod harness;
 mod history;
 mod process;

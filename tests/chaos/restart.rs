@@ -11,8 +11,8 @@
 use std::time::Duration;
 
 use redis::AsyncCommands as _;
-use redquorum::Mutant;
 use redquorum::testkit::{ClockJump, Mode, Persistence};
+use redquorum::{MasterOutcome, Mutant};
 use tokio::time::{Instant, sleep};
 
 use crate::harness::*;
@@ -38,7 +38,27 @@ pub enum Fault {
     ClockForward,
 }
 
-/// Runs the bare-majority script; see the module docs.
+/// How a bare-majority script runs beyond its fault.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Variant {
+    /// The clients' protections.
+    pub guards: Guards,
+    /// S17: the holder extends its lease after the fault, before the clog heals.
+    pub extend: bool,
+    /// Planted in the holder and the contender.
+    pub mutant: Option<Mutant>,
+}
+
+impl Variant {
+    pub fn guards(guards: Guards) -> Variant {
+        Variant {
+            guards,
+            ..Variant::default()
+        }
+    }
+}
+
+/// Runs the bare-majority script with baseline Redlock clients; see the module docs.
 pub async fn bare_majority(
     code: &'static str,
     name: &str,
@@ -46,27 +66,54 @@ pub async fn bare_majority(
     fault: Fault,
     expect: Expect,
 ) -> Outcome {
-    let persistence = if fault == Fault::RestartAof {
+    bare_majority_with(code, name, n, fault, expect, Variant::default()).await
+}
+
+/// Runs the bare-majority script; see the module docs. With quarantine on, the masters
+/// carry an old data epoch and the holder first waits until they left quarantine; with
+/// fencing on, they are durable (`appendfsync always`: fence counters must not go back),
+/// so they vote at once.
+pub async fn bare_majority_with(
+    code: &'static str,
+    name: &str,
+    n: usize,
+    fault: Fault,
+    expect: Expect,
+    variant: Variant,
+) -> Outcome {
+    let guards = variant.guards;
+    let persistence = if fault == Fault::RestartAof || guards.fencing {
         Persistence::AofAlways
     } else {
         Persistence::None
     };
+    let name = format!("{name}{}", guards.label());
     let setup = Setup::new(code, name, expect, n)
         .proxies()
         .persistence(persistence);
     let mut env = Env::start(setup).await;
     env.ttl_max = HOLD_TTL;
+    if guards.quarantine {
+        seed_epochs(&env.cluster).await;
+    }
     let q = n / 2 + 1;
     let urls = env.urls();
     let resource = env.resource(0);
     let holder = build(
-        client_over(urls.clone())
-            .ttl(HOLD_TTL)
-            .node_timeout(Duration::from_millis(100))
-            .retry_attempts(5),
-        None,
+        guards.apply(
+            client_over(urls.clone())
+                .ttl(HOLD_TTL)
+                .node_timeout(Duration::from_millis(100))
+                .retry_attempts(5),
+            HOLD_TTL,
+        ),
+        variant.mutant,
     );
-    warm(&holder, &env.prefix).await;
+    if guards.quarantine {
+        settle(&holder, &env.prefix).await;
+    } else {
+        warm(&holder, &env.prefix).await;
+    }
     let stale = if fault == Fault::RestartStale {
         Some(env.cluster.server(0).snapshot().await.unwrap())
     } else {
@@ -131,6 +178,32 @@ pub async fn bare_majority(
         }
     }
     let mut held = Some(held);
+    if variant.extend {
+        // S17: the holder extends while master 0 may have forgotten its key and the clog
+        // still stands. Only counted masters may make the extension: with master 0 in
+        // quarantine that is fewer than a quorum, and the holder keeps its old deadline.
+        let h = held.as_mut().unwrap();
+        match h.lease.extend().await {
+            Ok(report) => {
+                h.rec.ext_ok(&h.lease);
+                let granted: Vec<usize> = report
+                    .masters()
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.outcome().is_granted())
+                    .map(|(i, _)| i)
+                    .collect();
+                env.note(format!("extension granted by {granted:?}"));
+                if guards.quarantine && granted.contains(&0) {
+                    env.violation("the extension counted master 0 during its quarantine");
+                }
+            }
+            Err(e) => {
+                h.rec.ext_fail(&e);
+                env.note(format!("extension refused: {:?}", e.kind()));
+            }
+        }
+    }
     if fault == Fault::DelayedRestart {
         // A careful holder works until shortly before its deadline, then leaves.
         let lease_left = held.as_ref().unwrap().lease.remaining();
@@ -154,11 +227,14 @@ pub async fn bare_majority(
         proxy.heal();
     }
     let contender = build(
-        client_over(urls)
-            .ttl(TTL)
-            .retry_attempts(500)
-            .wait_timeout(Duration::from_millis(1200)),
-        None,
+        guards.apply(
+            client_over(urls)
+                .ttl(TTL)
+                .retry_attempts(500)
+                .wait_timeout(Duration::from_millis(1200)),
+            HOLD_TTL,
+        ),
+        variant.mutant,
     );
     let rec = env.history.recorder(format!("{code}-contender"), &resource);
     match enter(&contender, rec, &mut store).await {
@@ -166,7 +242,20 @@ pub async fn bare_majority(
             sleep(Duration::from_millis(5)).await;
             c.leave(&mut store).await;
         }
-        Err((_, e)) => env.note(format!("contender kept out: {:?}", e.kind())),
+        Err((_, e)) => {
+            env.note(format!("contender kept out: {:?}", e.kind()));
+            // With quarantine, the contender must have been kept out by master 0
+            // abstaining, not by failing to reach it.
+            let outcome = e.masters().first().map(|r| r.outcome().clone());
+            if guards.quarantine
+                && fault != Fault::ClockForward
+                && !matches!(outcome, Some(MasterOutcome::Abstained { .. }))
+            {
+                env.violation(format!(
+                    "master 0 did not abstain for the contender: {outcome:?}"
+                ));
+            }
+        }
     }
     if let Some(h) = held.take() {
         assert!(
@@ -185,8 +274,9 @@ pub async fn bare_majority(
     .await
 }
 
-// Expected results: BR (baseline Redlock) as today. Restart quarantine turns S5 and S8
-// to HOLD; fencing (checker 3) makes S9 and S15 harmless at the storage.
+// Expected results: BR (baseline Redlock) fails S5, S8, S9 and S15. Restart quarantine
+// (RSV) turns S5, S8 and S9 to HOLD; it cannot see a clock jump, so S15 still breaks the
+// lease, and fencing (checker 3) keeps the storage safe there.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s5_immediate_restart_without_data_n3() {
@@ -305,20 +395,125 @@ async fn s15_clock_jump_forward_on_a_member_n5() {
     .check();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s5_immediate_restart_without_data_quarantine_n3() {
+    bare_majority_with(
+        "S5",
+        "immediate restart, no persistence",
+        3,
+        Fault::RestartEmpty,
+        Expect::Hold,
+        Variant::guards(Guards::RSV),
+    )
+    .await
+    .check();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s8_restart_from_stale_snapshot_quarantine_n3() {
+    bare_majority_with(
+        "S8",
+        "restart from a stale snapshot",
+        3,
+        Fault::RestartStale,
+        Expect::Hold,
+        Variant::guards(Guards::RSV),
+    )
+    .await
+    .check();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s9_flushall_on_a_member_quarantine_n3() {
+    bare_majority_with(
+        "S9",
+        "FLUSHALL on a member, no restart",
+        3,
+        Fault::Flushall,
+        Expect::Hold,
+        Variant::guards(Guards::RSV),
+    )
+    .await
+    .check();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s17_extension_after_a_member_restarted_quarantine_n3() {
+    bare_majority_with(
+        "S17",
+        "extension after a member restarted empty",
+        3,
+        Fault::RestartEmpty,
+        Expect::Hold,
+        Variant {
+            extend: true,
+            ..Variant::guards(Guards::RSV)
+        },
+    )
+    .await
+    .check();
+}
+
+/// S15 with fencing: the clock jump still hands the lock to the contender while the holder
+/// is inside (checker 1 fires), but the holder's stale write is refused at the register.
+pub async fn s15_fenced(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
+    bare_majority_with(
+        "S15",
+        "server clock jumps forward past the TTL",
+        n,
+        Fault::ClockForward,
+        expect,
+        Variant {
+            mutant,
+            ..Variant::guards(Guards::RSV_F)
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s15_clock_jump_forward_fenced_n3() {
+    s15_fenced(3, None, Expect::Fenced).await.check();
+}
+
 /// S20: masters with `appendfsync always` are killed and restarted again and again
 /// while clients contend; the clients reconnect each time.
 pub async fn s20(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
-    let setup = Setup::new(
-        "S20",
-        "repeated kill -9 + restart, appendfsync always",
-        expect,
-        n,
-    )
-    .persistence(Persistence::AofAlways);
+    s20_with(n, mutant, expect, Guards::BR, true).await
+}
+
+/// S20 with `guards`, durable masters or not. Without persistence a restarted master
+/// forgets its keys (and fence counters), which only restart quarantine makes safe.
+pub async fn s20_with(
+    n: usize,
+    mutant: Option<Mutant>,
+    expect: Expect,
+    guards: Guards,
+    durable: bool,
+) -> Outcome {
+    let name = format!(
+        "repeated kill -9 + restart, {}{}",
+        if durable {
+            "appendfsync always"
+        } else {
+            "no persistence"
+        },
+        guards.label()
+    );
+    let setup = Setup::new("S20", name, expect, n).persistence(if durable {
+        Persistence::AofAlways
+    } else {
+        Persistence::None
+    });
     let mut env = Env::start(setup).await;
     let urls = env.urls();
+    if guards.quarantine {
+        seed_epochs(&env.cluster).await;
+        let probe = build(guards.apply(client_over(urls.clone()), TTL), None);
+        settle(&probe, &env.prefix).await;
+    }
     let workers = env.spawn_workers(8, 2, Work::default(), |_| {
-        build(client_over(urls.clone()), mutant)
+        build(guards.apply(client_over(urls.clone()), TTL), mutant)
     });
     let end = Instant::now() + phase();
     let mut restarts = 0;
@@ -332,16 +527,29 @@ pub async fn s20(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
         )
         .await;
         let i = env.rng.below(n as u64) as usize;
-        env.cluster.server_mut(i).restart(true).await.unwrap();
+        env.cluster.server_mut(i).restart(durable).await.unwrap();
         restarts += 1;
     }
     env.note(format!("{restarts} restarts"));
     env.mark_heal();
-    sleep(Duration::from_millis(2500)).await;
+    // Without persistence, the last restarted master abstains for up to its quarantine
+    // window (whole seconds of uptime, so up to 2 s here) after the heal.
+    let (settle_for, bound) = if durable {
+        (
+            Duration::from_millis(2500),
+            TTL + Duration::from_millis(1500),
+        )
+    } else {
+        (
+            Duration::from_millis(3500),
+            TTL + Duration::from_millis(2500),
+        )
+    };
+    sleep(settle_for).await;
     env.finish(
         workers,
         Checks {
-            liveness: Some(TTL + Duration::from_millis(1500)),
+            liveness: Some(bound),
             ..Checks::default()
         },
     )
@@ -356,4 +564,30 @@ async fn s20_repeated_durable_restarts_n3() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s20_repeated_durable_restarts_n5() {
     s20(5, None, Expect::Hold).await.check();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s20_repeated_restarts_without_persistence_quarantine_n3() {
+    s20_with(3, None, Expect::Hold, Guards::RSV, false)
+        .await
+        .check();
+}
+
+/// S20 with fencing over durable masters: a long contended run while masters are killed
+/// and restarted; tokens must be unique, in real-time order and stable (checker 4), and
+/// the fenced register must lose nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s20_repeated_durable_restarts_fenced_n3() {
+    let out = s20_with(3, None, Expect::Hold, Guards::RSV_F, true).await;
+    out.check();
+    assert!(
+        out.tokens > 0,
+        "{}\nno acquisition carried a token",
+        out.line
+    );
+    assert_eq!(
+        out.tokens, out.acquired,
+        "{}\nan acquisition with fencing on had no token",
+        out.line
+    );
 }

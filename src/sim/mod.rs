@@ -37,7 +37,7 @@
 //! and profiles with a protection switched off, or a planted bug (feature `mutants`), in
 //! which the checkers must find a violation. One exception is stated where it applies:
 //! fencing tokens after a master lost its data, a known issue of the library reproduced
-//! by `known_issue_a_counter_seeded_from_a_stale_read_repeats_a_token`.
+//! by `a_counter_seeded_from_a_stale_read_never_repeats_a_token`.
 //!
 //! The lock's assumptions hold in every schedule except where a profile breaks one on
 //! purpose: clocks run at one rate (tokio's; server clocks move only by an explicit jump),

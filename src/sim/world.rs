@@ -349,7 +349,12 @@ struct Book {
     registers: Vec<Register>,
     events: Vec<(Duration, String)>,
     stats: Stats,
-    /// When a master first lost its data (restarted empty, or flushed).
+    /// The masters that lost their data (restarted empty, or flushed) so far.
+    lost: std::collections::BTreeSet<usize>,
+    /// How many masters make a quorum.
+    quorum: usize,
+    /// When a quorum of masters had each lost its data: fencing counters are then beyond
+    /// their assumption (counters never decrease, DESIGN.md section 5).
     data_lost_at: Option<Duration>,
 }
 
@@ -482,9 +487,13 @@ impl World {
         book.stats.fenced_writes += 1;
     }
 
-    fn data_lost(&self) {
+    fn data_lost(&self, master: usize) {
         let at = self.now();
-        self.book().data_lost_at.get_or_insert(at);
+        let mut book = self.book();
+        book.lost.insert(master);
+        if book.lost.len() >= book.quorum {
+            book.data_lost_at.get_or_insert(at);
+        }
     }
 
     /// Counts the lock keys in `held` that belong to leases valid now.
@@ -507,7 +516,7 @@ pub(super) struct Outcome {
     pub(super) events: Vec<(Duration, String)>,
     pub(super) stats: Stats,
     pub(super) violations: Vec<Violation>,
-    /// When a master first lost its data, if one did.
+    /// When a quorum of masters had each lost its data, if that happened.
     pub(super) data_lost_at: Option<Duration>,
 }
 
@@ -635,6 +644,7 @@ async fn drive(profile: &Profile, schedule: &Schedule) -> Book {
         tracing: trace.is_some(),
         book: Mutex::new(Book {
             registers: vec![Register::default(); schedule.resources],
+            quorum: schedule.masters / 2 + 1,
             ..Book::default()
         }),
     });
@@ -846,7 +856,7 @@ async fn nemesis(world: Arc<World>, faults: Vec<(Duration, Fault)>) {
                 let lost = if server.durable() {
                     0
                 } else {
-                    world.data_lost();
+                    world.data_lost(m);
                     world.count_valid(&held)
                 };
                 world.book().stats.crashes += 1;
@@ -878,7 +888,7 @@ async fn nemesis(world: Arc<World>, faults: Vec<(Duration, Fault)>) {
                 let Some(held) = server.flush() else {
                     continue;
                 };
-                world.data_lost();
+                world.data_lost(m);
                 let lost = world.count_valid(&held);
                 world.book().stats.flushes += 1;
                 world.book().stats.held_keys_lost += lost;

@@ -14,7 +14,11 @@ use tokio::time::Instant;
 /// Masters whose data epochs started long ago, so quarantine waits only for their
 /// brand-new processes (one window of `ttl_max`).
 async fn cluster(n: usize) -> Cluster {
-    let cluster = Cluster::start(n).await.unwrap();
+    cluster_with(n, &ServerOptions::new()).await
+}
+
+async fn cluster_with(n: usize, options: &ServerOptions) -> Cluster {
+    let cluster = Cluster::start_with(n, options).await.unwrap();
     for url in cluster.urls() {
         let _: () = raw(&url)
             .await
@@ -170,7 +174,10 @@ async fn the_storage_refuses_a_paused_holders_late_write() {
 /// newest token: no token that could be smaller than an earlier one is issued.
 #[tokio::test]
 async fn a_lost_counter_is_never_trusted_to_order_tokens() {
-    let mut cluster = cluster(3).await;
+    // Durable masters, so that master 1 keeps its counter over a restart and only
+    // master 0 (restarted without its data below) loses one.
+    let mut cluster =
+        cluster_with(3, &ServerOptions::new().persistence(Persistence::AofAlways)).await;
     let client = fenced(&cluster).ttl("500ms").build().unwrap();
     settle(&client).await;
     let key = unique_key("lost_counter");

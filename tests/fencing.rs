@@ -37,19 +37,6 @@ fn fenced(cluster: &Cluster) -> redquorum::Builder {
         .node_timeout("100ms")
 }
 
-async fn settle(client: &Redlock) {
-    wait_until(Duration::from_secs(10), "masters left quarantine", || {
-        let client = client.clone();
-        async move {
-            match client.try_acquire(&unique_key("settle")).await {
-                Ok(lease) => lease.release().await.is_ok(),
-                Err(_) => false,
-            }
-        }
-    })
-    .await;
-}
-
 #[tokio::test]
 async fn tokens_strictly_increase_across_holders_even_with_a_master_down() {
     let mut cluster = cluster(5).await;

@@ -21,20 +21,6 @@ fn guarded(cluster: &Cluster) -> redquorum::Builder {
         .node_timeout("100ms")
 }
 
-/// Waits until `client` can lock, i.e. until the fresh masters left quarantine.
-async fn settle(client: &Redlock) {
-    wait_until(Duration::from_secs(10), "masters left quarantine", || {
-        let client = client.clone();
-        async move {
-            match client.try_acquire(&unique_key("settle")).await {
-                Ok(lease) => lease.release().await.is_ok(),
-                Err(_) => false,
-            }
-        }
-    })
-    .await;
-}
-
 fn abstained(outcome: &MasterOutcome) -> bool {
     matches!(outcome, MasterOutcome::Abstained { .. })
 }

@@ -86,3 +86,17 @@ pub fn client(cluster: &Cluster) -> redquorum::Builder {
         .retry_delay(Duration::from_millis(5))
         .retry_jitter(Duration::from_millis(10))
 }
+
+/// Waits until `client` can lock: until brand-new masters left restart quarantine.
+pub async fn settle(client: &redquorum::Redlock) {
+    wait_until(Duration::from_secs(10), "masters left quarantine", || {
+        let client = client.clone();
+        async move {
+            match client.try_acquire(&unique_key("settle")).await {
+                Ok(lease) => lease.release().await.is_ok(),
+                Err(_) => false,
+            }
+        }
+    })
+    .await;
+}

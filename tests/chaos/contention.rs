@@ -4,11 +4,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use redis::AsyncCommands as _;
 use redquorum::Mutant;
-use redquorum::testkit::{Latency, Mode, Proxy};
+use redquorum::testkit::{Latency, Mode, Persistence, Proxy};
 use tokio::time::sleep;
 
 use crate::harness::*;
+
+const ACQUIRE_LUA: &str = include_str!("../../src/scripts/acquire.lua");
+const FENCE_LUA: &str = include_str!("../../src/scripts/fence.lua");
 
 /// S0: 8 clients on 2 resources, no faults.
 pub async fn s0(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
@@ -150,15 +154,35 @@ async fn s19_split_votes_n5() {
 /// is inside. With a fresh value per attempt the late releases cannot match Y's key, and W
 /// stays out.
 pub async fn s19r(mutant: Option<Mutant>, expect: Expect) -> Outcome {
+    s19r_with(mutant, expect, Guards::BR).await
+}
+
+/// S19r with `guards`. With fencing, the masters are durable and every acquisition's
+/// write-back checks that the lock still holds its value: a value shared by all of Y's
+/// attempts passes that check for whichever attempt set the key, so it must still be
+/// caught there (CHAOS.md mutant i).
+pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -> Outcome {
     let setup = Setup::new(
         "S19r",
-        "retry storm, zero delay, one slow reply path",
+        format!(
+            "retry storm, zero delay, one slow reply path{}",
+            guards.label()
+        ),
         expect,
         3,
-    );
+    )
+    .persistence(if guards.fencing {
+        Persistence::AofAlways
+    } else {
+        Persistence::None
+    });
     let mut env = Env::start(setup).await;
     let ttl = Duration::from_millis(3000);
     env.ttl_max = ttl;
+    if guards.quarantine {
+        seed_epochs(&env.cluster).await;
+    }
+    let with_guards = |builder| guards.apply(builder, ttl);
     let direct = env.urls();
     let slow = Proxy::for_server(env.cluster.server(1)).await.unwrap();
     slow.set_mode(Mode::Delay {
@@ -169,61 +193,82 @@ pub async fn s19r(mutant: Option<Mutant>, expect: Expect) -> Outcome {
     y_urls[1] = slow.url();
     let resource = env.resource(0);
     let y = build(
-        client_over(y_urls)
-            .ttl(ttl)
-            .node_timeout(Duration::from_millis(400))
-            .retry_attempts(100_000)
-            .retry_delay(Duration::ZERO)
-            .retry_jitter(Duration::ZERO)
-            .wait_timeout(Duration::from_secs(4)),
+        with_guards(
+            client_over(y_urls)
+                .ttl(ttl)
+                .node_timeout(Duration::from_millis(400))
+                .retry_attempts(100_000)
+                .retry_delay(Duration::ZERO)
+                .retry_jitter(Duration::ZERO)
+                .wait_timeout(Duration::from_secs(4)),
+        ),
         mutant,
     );
     // Z and W use a node timeout that covers the three round trips of a script call on a
     // master without the script (see the NOSCRIPT test in `known_bugs.rs`), so their own
     // releases are not cut short on a loaded machine.
     let z = build(
-        client_over(direct.clone())
-            .ttl(ttl)
-            .node_timeout(Duration::from_millis(300)),
+        with_guards(
+            client_over(direct.clone())
+                .ttl(ttl)
+                .node_timeout(Duration::from_millis(300)),
+        ),
         None,
     );
     let w = build(
-        client_over(direct.clone())
-            .ttl(ttl)
-            .node_timeout(Duration::from_millis(300))
-            .retry_attempts(1000)
-            .wait_timeout(Duration::from_millis(400)),
+        with_guards(
+            client_over(direct.clone())
+                .ttl(ttl)
+                .node_timeout(Duration::from_millis(300))
+                .retry_attempts(1000)
+                .wait_timeout(Duration::from_millis(400)),
+        ),
         None,
     );
+    let mut m0 = crate::support::raw(&direct[0]).await;
+    // Every client's connection to master 1 (Y's opens through the slow link) must have
+    // loaded the scripts before they are flushed: a connection loads them with its first
+    // request, so each client takes a lock that only masters 1 and 2 can grant (master 0
+    // holds a foreign key for it). Flushing earlier would let Y's connection load the
+    // scripts afterwards, and its releases would never meet NOSCRIPT.
+    let through_m1 = format!("{}through-m1", env.prefix);
+    let _: () = m0.set(&through_m1, "foreign").await.unwrap();
     for c in [&y, &z, &w] {
-        warm(c, &env.prefix).await;
+        if guards.quarantine {
+            settle(c, &env.prefix).await;
+        }
+        c.acquire(&through_m1)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
     }
-    // A warm-up returns once a quorum answered, and Y's connection to master 1 opens
-    // through the slow link: its first request, which carries the script loads, may still
-    // be on its way. Each client's warm-up release runs one EVALSHA on master 1 after its
-    // connection loaded the scripts, so three of them mean every connection is loaded.
-    // (Flushing earlier would let Y's connection load the scripts afterwards, and its
-    // releases would never meet NOSCRIPT.)
+    let _: () = m0.del(&through_m1).await.unwrap();
     let m1_url = direct[1].clone();
-    crate::support::wait_until(
-        Duration::from_secs(5),
-        "every client's warm-up release ran on master 1",
-        || {
-            let url = m1_url.clone();
-            async move { command_calls(&url, "evalsha").await >= 3 }
-        },
-    )
-    .await;
     // Master 1's script cache is flushed a moment before (with no lock held). Clients load
     // their scripts when they connect, but these connections stay open, so the next
     // releases sent to it take three round trips (EVALSHA, NOSCRIPT, SCRIPT LOAD, EVALSHA),
     // and later commands on the connection overtake them.
+    let mut m1 = crate::support::raw(&direct[1]).await;
     let _: () = redis::cmd("SCRIPT")
         .arg("FLUSH")
-        .query_async(&mut crate::support::raw(&direct[1]).await)
+        .query_async(&mut m1)
         .await
         .unwrap();
-    let mut m0 = crate::support::raw(&direct[0]).await;
+    // With quarantine, acquisitions and write-backs run scripts too: only the release is
+    // left out of the cache, so that acquisitions keep their order and only releases run
+    // late, as without.
+    for source in [ACQUIRE_LUA, FENCE_LUA] {
+        if guards.quarantine {
+            let _: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(source)
+                .query_async(&mut m1)
+                .await
+                .unwrap();
+        }
+    }
     let _: () = redis::cmd("SET")
         .arg(&resource)
         .arg("foreign")
@@ -294,7 +339,6 @@ pub async fn s19r(mutant: Option<Mutant>, expect: Expect) -> Outcome {
             }
             Err((_, e)) => env.note(format!("W kept out: {:?}", e.kind())),
         }
-        let mut m1 = crate::support::raw(&direct[1]).await;
         let on_m1: Option<String> = redis::cmd("GET")
             .arg(&resource)
             .query_async(&mut m1)
@@ -331,22 +375,12 @@ pub async fn s19r(mutant: Option<Mutant>, expect: Expect) -> Outcome {
     out
 }
 
-/// How many times the server at `url` ran `command` (`INFO commandstats`).
-pub async fn command_calls(url: &str, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut crate::support::raw(url).await)
-        .await
-        .unwrap();
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s19r_zero_delay_retry_storm_n3() {
     s19r(None, Expect::Hold).await.check();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s19r_zero_delay_retry_storm_fenced_n3() {
+    s19r_with(None, Expect::Hold, Guards::RSV_F).await.check();
 }

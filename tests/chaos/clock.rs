@@ -1,10 +1,13 @@
-//! S16: a master's wall clock jumps backward (its keys live longer): liveness only.
-//! (S15, the forward jump, is a bare-majority script in `restart.rs`.)
+//! Clock scenarios: S14 (a slow client clock), S15c (forward jumps on two masters in
+//! crossing order, against the fencing write-back) and S16 (a master's wall clock jumps
+//! backward: its keys live longer, liveness only). (S15, one forward jump, is a
+//! bare-majority script in `restart.rs`.)
 
 use std::time::Duration;
 
-use redquorum::Mutant;
-use redquorum::testkit::ClockJump;
+use redis::AsyncCommands as _;
+use redquorum::testkit::{ClockJump, Latency, Mode, Persistence, Proxy};
+use redquorum::{Mutant, Redlock};
 use tokio::time::{Instant, sleep};
 
 use crate::harness::*;
@@ -137,4 +140,193 @@ async fn s14_client_clock_half_a_percent_slow_n3() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s14_client_clock_twenty_percent_slow_n3() {
     s14(3, 0.8, Expect::Detect).await.check();
+}
+
+/// S15c's TTL: long enough for Y's two write-back rounds over its slow link to master 1.
+const CROSSING_TTL: Duration = Duration::from_millis(2500);
+/// How late Y's requests reach master 1: the script's whole window for X's acquisition and
+/// both clock jumps.
+const M1_REQUEST_DELAY: Duration = Duration::from_millis(500);
+/// How late master 0's replies reach Y: the window in which Y's key there expires, after
+/// its grant and before its write-back.
+const M0_REPLY_DELAY: Duration = Duration::from_millis(150);
+
+/// S15c: two clients read the same fence counters and each reaches a write-back quorum,
+/// because lock keys expire early (forward clock jumps, TTL-shrink emulation) on two
+/// masters in crossing order. The lock is broken on purpose; the question is whether the
+/// tokens stay unique. N = 3, durable masters, restart quarantine and fencing on; Y reaches
+/// master 0 through a proxy that delays replies and master 1 through one that delays
+/// requests, X goes direct. Times from Y's start:
+///
+/// 1. 0: Y's `SET` takes masters 0 and 2 (no counter yet); its request to master 1 is on
+///    its way until 500 ms. Master 0's grant reaches Y at 150 ms: Y has a quorum, T = 1.
+/// 2. Meanwhile master 0's clock jumps, so Y's key there expires, and X takes masters 0
+///    and 1 (master 2 refuses: Y's key), reads no counter and writes back T = 1 on both:
+///    X holds token 1. Then master 1's clock jumps, so X's key there expires.
+/// 3. 150 ms: Y's write-back of T = 1 is written on master 2 and finds no key of Y's on
+///    master 0. At 500 ms Y's delayed `SET` takes master 1, and at 650 ms Y's write-back
+///    meets X's counter 1 there.
+///
+/// The strict write-back (`c < T`) reports a conflict on master 1, so Y raises T to 2 and
+/// writes it on masters 1 and 2: Y holds token 2, X's later write is refused at the
+/// register, and nothing is lost (FENCED). A max-write (`c <= T`, the mutant
+/// `WritebackNoGuard`) accepts T = 1 on master 1 and issues token 1 twice; both writes
+/// then land at the register and one update is lost.
+pub async fn s15c(mutant: Option<Mutant>, expect: Expect) -> Outcome {
+    let setup = Setup::new(
+        "S15c",
+        format!(
+            "clock jumps on two masters, crossing{}",
+            Guards::RSV_F.label()
+        ),
+        expect,
+        3,
+    )
+    .persistence(Persistence::AofAlways);
+    let mut env = Env::start(setup).await;
+    env.ttl_max = CROSSING_TTL;
+    seed_epochs(&env.cluster).await;
+    let direct = env.urls();
+    let resource = env.resource(0);
+    let pattern = format!("{}*", env.prefix);
+    let via_m0 = Proxy::for_server(env.cluster.server(0)).await.unwrap();
+    let via_m1 = Proxy::for_server(env.cluster.server(1)).await.unwrap();
+    let client = |urls: Vec<String>, node_timeout: Duration| -> Redlock {
+        build(
+            Guards::RSV_F.apply(
+                client_over(urls)
+                    .ttl(CROSSING_TTL)
+                    .node_timeout(node_timeout)
+                    .retry_attempts(1),
+                CROSSING_TTL,
+            ),
+            mutant,
+        )
+    };
+    let x = client(direct.clone(), Duration::from_millis(100));
+    // Y waits for master 1's late replies: its node timeout covers the request delay.
+    let y = client(
+        vec![via_m0.url(), via_m1.url(), direct[2].clone()],
+        M1_REQUEST_DELAY + Duration::from_millis(300),
+    );
+    // Connections open, scripts loaded and masters out of quarantine before the faults.
+    settle(&x, &env.prefix).await;
+    settle(&y, &env.prefix).await;
+    via_m0.set_mode(Mode::Delay {
+        to_server: Latency::ZERO,
+        to_client: Latency::new(M0_REPLY_DELAY, Duration::ZERO),
+    });
+    via_m1.set_mode(Mode::Delay {
+        to_server: Latency::new(M1_REQUEST_DELAY, Duration::ZERO),
+        to_client: Latency::ZERO,
+    });
+
+    let started = Instant::now();
+    let y_task = tokio::spawn({
+        let rec = env.history.recorder("S15c-Y", &resource);
+        let store_url = env.store.url();
+        async move {
+            let mut store = crate::support::raw(&store_url).await;
+            enter(&y, rec, &mut store).await.map_err(|(_, e)| e)
+        }
+    });
+    let m0 = env.cluster.server(0).url();
+    let m1 = env.cluster.server(1).url();
+    // 1-2: Y's key lands on master 0; its clock jumps before Y hears the grant.
+    key_appears(&m0, &resource, "Y's key on master 0").await;
+    jump_until_gone(&env, 0, &pattern, &resource).await;
+    let mut store = env.store().await;
+    let rec = env.history.recorder("S15c-X", &resource);
+    let Ok(x_held) = enter(&x, rec, &mut store).await else {
+        panic!("S15c: X could not take masters 0 and 1");
+    };
+    let x_granted = granted(x_held.lease.masters());
+    assert_eq!(x_granted, [0, 1], "S15c: X was not granted masters 0 and 1");
+    jump_until_gone(&env, 1, &pattern, &resource).await;
+    let script_took = started.elapsed();
+    assert!(
+        script_took < M1_REQUEST_DELAY,
+        "S15c: the script took {script_took:?}, so Y's request reached master 1 first"
+    );
+    assert_eq!(
+        crate::support::get(&m1, &resource).await,
+        None,
+        "S15c: master 1 is not free for Y's delayed request"
+    );
+
+    // 3: Y's delayed requests reach master 1; it gets a token or fails to.
+    let y_held = match y_task.await.unwrap() {
+        Ok(held) => Some(held),
+        Err(e) => {
+            env.note(format!("Y failed: {e}"));
+            None
+        }
+    };
+    let token = |h: &Held| h.lease.fencing_token().map(|t| t.get());
+    env.note(format!(
+        "tokens X={:?} Y={:?}",
+        token(&x_held),
+        y_held.as_ref().and_then(token)
+    ));
+    // X writes after Y's fenced read: with distinct tokens the register refuses it.
+    x_held.leave(&mut store).await;
+    if let Some(h) = y_held {
+        h.leave(&mut store).await;
+    }
+    via_m0.heal();
+    via_m1.heal();
+    env.finish(
+        Workers::none(),
+        Checks {
+            keys_may_expire: true,
+            ..Checks::default()
+        },
+    )
+    .await
+}
+
+/// The indexes of the masters that granted.
+fn granted(reports: &[redquorum::MasterReport]) -> Vec<usize> {
+    reports
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.outcome().is_granted())
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Waits until `key` exists on the master at `url`.
+async fn key_appears(url: &str, key: &str, what: &str) {
+    let conn = crate::support::raw(url).await;
+    crate::support::wait_until(Duration::from_secs(2), what, || {
+        let mut conn = conn.clone();
+        async move { conn.exists::<_, bool>(key).await.unwrap() }
+    })
+    .await;
+}
+
+/// Jumps master `i`'s clock past every lock key's expiry and waits until `key` is gone.
+async fn jump_until_gone(env: &Env, i: usize, pattern: &str, key: &str) {
+    let server = env.cluster.server(i);
+    let shifted = server
+        .jump_clock(pattern, ClockJump::Forward(CROSSING_TTL))
+        .await
+        .unwrap();
+    assert!(shifted >= 1, "S15c: no lock key on master {i} to expire");
+    let url = server.url();
+    crate::support::wait_until(
+        Duration::from_secs(1),
+        "the lock key expired after the jump",
+        || {
+            let url = url.clone();
+            async move { crate::support::get(&url, key).await.is_none() }
+        },
+    )
+    .await;
+}
+
+/// S15c with the real algorithm: the lease breaks, fencing holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s15c_crossing_clock_jumps_fenced_n3() {
+    s15c(None, Expect::Fenced).await.check();
 }

@@ -57,15 +57,7 @@ async fn our_lock_excludes_a_foreign_one() {
     let lease = client.acquire(&key).await.unwrap();
     // Wait until every master has our key (a straggler may still be on its way).
     wait_until(Duration::from_secs(2), "our key on every master", || {
-        let (cluster, key, value) = (&cluster, key.clone(), lease.value().to_owned());
-        async move {
-            for s in cluster.servers() {
-                if get(&s.url(), &key).await.as_deref() != Some(value.as_str()) {
-                    return false;
-                }
-            }
-            true
-        }
+        held_everywhere(&cluster, &key, lease.value())
     })
     .await;
     assert_eq!(

@@ -145,6 +145,12 @@ async fn release_after_expiry_never_deletes_the_next_holders_lock() {
     })
     .await;
     let fresh = b.acquire(&key).await.unwrap();
+    // The acquire returned at quorum; let its last write land so that every master
+    // holds the next holder's key when the stale release arrives.
+    wait_until(Duration::from_secs(2), "b's keys on every master", || {
+        held_everywhere(&cluster, &key, fresh.value())
+    })
+    .await;
 
     let report = stale.release().await.unwrap();
     let overrun = report.overrun().expect("an overrun is reported");

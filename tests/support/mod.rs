@@ -61,6 +61,17 @@ where
     }
 }
 
+/// Whether every master holds `value` under `key`. An acquire returns once a quorum
+/// granted, so the rest of its writes may still be on the way.
+pub async fn held_everywhere(cluster: &Cluster, key: &str, value: &str) -> bool {
+    for server in cluster.servers() {
+        if get(&server.url(), key).await.as_deref() != Some(value) {
+            return false;
+        }
+    }
+    true
+}
+
 /// Whether `key` is absent on every live (not killed, not paused) server of `cluster`.
 pub async fn gone_everywhere(cluster: &Cluster, key: &str) -> bool {
     for server in cluster.servers() {

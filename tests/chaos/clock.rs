@@ -275,24 +275,7 @@ pub async fn s15c(mutant: Option<Mutant>, expect: Expect) -> Outcome {
     }
     via_m0.heal();
     via_m1.heal();
-    env.finish(
-        Workers::none(),
-        Checks {
-            keys_may_expire: true,
-            ..Checks::default()
-        },
-    )
-    .await
-}
-
-/// The indexes of the masters that granted.
-fn granted(reports: &[redquorum::MasterReport]) -> Vec<usize> {
-    reports
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.outcome().is_granted())
-        .map(|(i, _)| i)
-        .collect()
+    env.finish(Workers::none(), Checks::SCRIPTED).await
 }
 
 /// Waits until `key` exists on the master at `url`.

@@ -289,14 +289,7 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
         let mut store = crate::support::raw(&y_store_url).await;
         match enter(&y, y_rec, &mut store).await {
             Ok(held) => {
-                let granted: Vec<usize> = held
-                    .lease
-                    .masters()
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, r)| r.outcome().is_granted())
-                    .map(|(i, _)| i)
-                    .collect();
+                let granted = granted(held.lease.masters());
                 let _ = inside_tx.send(Some((granted, held.lease.value().to_owned())));
                 let _ = leave_rx.await;
                 held.leave(&mut store).await;
@@ -362,15 +355,7 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
         .query_async(&mut m0)
         .await
         .unwrap();
-    let out = env
-        .finish(
-            Workers::none(),
-            Checks {
-                keys_may_expire: true,
-                ..Checks::default()
-            },
-        )
-        .await;
+    let out = env.finish(Workers::none(), Checks::SCRIPTED).await;
     drop(slow);
     out
 }

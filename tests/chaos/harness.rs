@@ -219,6 +219,26 @@ pub struct Checks {
     pub keys_may_expire: bool,
 }
 
+impl Checks {
+    /// For scripted scenarios: no liveness or acquire bound, and keys left behind by a
+    /// holder that gave up its release may expire on their own.
+    pub const SCRIPTED: Checks = Checks {
+        liveness: None,
+        acquire_bound: None,
+        keys_may_expire: true,
+    };
+}
+
+/// The indexes of the masters whose outcome in `reports` is a grant.
+pub fn granted(reports: &[redquorum::MasterReport]) -> Vec<usize> {
+    reports
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.outcome().is_granted())
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// What the checkers found.
 #[derive(Debug, Clone, Default)]
 pub struct Outcome {

@@ -290,15 +290,7 @@ async fn s11b_holder_client_partitioned_n3() {
         path.heal();
     }
     env.mark_heal();
-    let out = env
-        .finish(
-            others,
-            Checks {
-                keys_may_expire: true,
-                ..Checks::default()
-            },
-        )
-        .await;
+    let out = env.finish(others, Checks::SCRIPTED).await;
     drop(paths);
     out.check();
 }

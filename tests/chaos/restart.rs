@@ -127,16 +127,8 @@ pub async fn bare_majority_with(
     let Ok(held) = enter(&holder, rec, &mut store).await else {
         panic!("{code}: the holder could not acquire the bare majority");
     };
-    let granted: Vec<usize> = held
-        .lease
-        .masters()
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.outcome().is_granted())
-        .map(|(i, _)| i)
-        .collect();
     assert_eq!(
-        granted,
+        granted(held.lease.masters()),
         (0..q).collect::<Vec<_>>(),
         "{code}: the script did not reach the bare majority"
     );
@@ -186,13 +178,7 @@ pub async fn bare_majority_with(
         match h.lease.extend().await {
             Ok(report) => {
                 h.rec.ext_ok(&h.lease);
-                let granted: Vec<usize> = report
-                    .masters()
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, r)| r.outcome().is_granted())
-                    .map(|(i, _)| i)
-                    .collect();
+                let granted = granted(report.masters());
                 env.note(format!("extension granted by {granted:?}"));
                 if guards.quarantine && granted.contains(&0) {
                     env.violation("the extension counted master 0 during its quarantine");
@@ -264,14 +250,7 @@ pub async fn bare_majority_with(
         );
         h.leave(&mut store).await;
     }
-    env.finish(
-        Workers::none(),
-        Checks {
-            keys_may_expire: true,
-            ..Checks::default()
-        },
-    )
-    .await
+    env.finish(Workers::none(), Checks::SCRIPTED).await
 }
 
 // Expected results: BR (baseline Redlock) fails S5, S8, S9 and S15. Restart quarantine

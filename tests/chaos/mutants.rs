@@ -72,7 +72,7 @@ const REPORTED: &[(Mutant, &str, Scenario, &str)] = &[(
             Guards::RSV_F,
         ))
     },
-    "the write-back's ownership check refuses most of the late releases' damage",
+    "the write-back's ownership check refuses the damage when the late releases land before it",
 )];
 
 /// How many times each hunt runs: `REDQUORUM_CHAOS_MUTANT_RUNS`, else 1 (more in a soak).

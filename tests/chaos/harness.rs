@@ -364,6 +364,9 @@ pub struct Env {
     notes: Vec<String>,
     violations: u64,
     resources: Vec<String>,
+    /// Workers spawned so far: each gets the next number, so names stay unique when a
+    /// scenario spawns more than one group.
+    workers: usize,
 }
 
 /// Default timings, scaled to keep a scenario within seconds: TTL 800 ms, node timeout
@@ -417,6 +420,7 @@ impl Env {
             notes: Vec::new(),
             violations: 0,
             resources: Vec::new(),
+            workers: 0,
         }
     }
 
@@ -453,6 +457,8 @@ impl Env {
     }
 
     /// Starts `k` workers spread over `resources` resources, each with its own client.
+    /// Workers are named `{code}-w{n}`, numbered on from any group spawned before, since
+    /// the checkers tell sections apart by client name.
     pub fn spawn_workers(
         &mut self,
         k: usize,
@@ -464,9 +470,9 @@ impl Env {
         let mut tasks = Vec::new();
         for i in 0..k {
             let resource = self.resource(i % resources.max(1));
-            let recorder = self
-                .history
-                .recorder(format!("{}-w{i}", self.setup.code), resource);
+            let name = format!("{}-w{}", self.setup.code, self.workers);
+            self.workers += 1;
+            let recorder = self.history.recorder(name, resource);
             let client = client(i);
             let store_url = self.store.url();
             let stop = Arc::clone(&stop);

@@ -57,11 +57,12 @@ const HUNTS: &[(Mutant, &str, Scenario)] = &[
 /// Hunts whose catch rate is reported but not required, each with the reason.
 ///
 /// CHAOS.md mutant i, one value for all of an acquire call's attempts *with* fencing's
-/// ownership check: S19r's late releases (see `contention::s19r`) mostly land between the
-/// winning attempt's `SET` and its write-back on master 1, so the write-back finds the key
-/// gone, the attempt fails and the next one wins cleanly. The ownership check thus hides
-/// most of what the shared value breaks; it is caught only when a late release lands after
-/// the write-back. (Tokens stay unique either way: their proof does not use the check.)
+/// ownership check: when S19r's late releases (see `contention::s19r`) land between the
+/// winning attempt's `SET` and its write-back on master 1, the write-back finds the key
+/// gone, the attempt fails and the next one wins cleanly; the shared value is caught only
+/// when a late release lands after the write-back. Which comes first depends on the
+/// scheduling of the run. (Tokens stay unique either way: their proof does not use the
+/// check.)
 const REPORTED: &[(Mutant, &str, Scenario, &str)] = &[(
     Mutant::ReuseValue,
     " with the ownership check",

@@ -240,8 +240,11 @@ pub async fn s15c(mutant: Option<Mutant>, expect: Expect) -> Outcome {
     let Ok(x_held) = enter(&x, rec, &mut store).await else {
         panic!("S15c: X could not take masters 0 and 1");
     };
-    let x_granted = granted(x_held.lease.masters());
-    assert_eq!(x_granted, [0, 1], "S15c: X was not granted masters 0 and 1");
+    assert_eq!(
+        granted(x_held.lease.masters()),
+        [0, 1],
+        "S15c: X was not granted masters 0 and 1"
+    );
     jump_until_gone(&env, 1, &pattern, &resource).await;
     let script_took = started.elapsed();
     assert!(

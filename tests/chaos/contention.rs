@@ -259,8 +259,8 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
     // With quarantine, acquisitions and write-backs run scripts too: only the release is
     // left out of the cache, so that acquisitions keep their order and only releases run
     // late, as without.
-    for source in [ACQUIRE_LUA, FENCE_LUA] {
-        if guards.quarantine {
+    if guards.quarantine {
+        for source in [ACQUIRE_LUA, FENCE_LUA] {
             let _: String = redis::cmd("SCRIPT")
                 .arg("LOAD")
                 .arg(source)

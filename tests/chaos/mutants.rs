@@ -11,34 +11,33 @@ use crate::harness::*;
 /// A scenario run against a planted bug.
 type Scenario = fn(Mutant) -> Pin<Box<dyn Future<Output = Outcome>>>;
 
-/// Which scenario must catch which mutant, and under what protections. A mutant may need
-/// more than one: a bug can show differently once another protection is on.
-const HUNTS: &[(Mutant, &str, Scenario)] = &[
+/// Which scenario must catch which mutant, and under what protections.
+const HUNTS: &[(Mutant, Scenario)] = &[
     // Two sides of a partition of 4 masters each "win" with half of them.
-    (Mutant::HalfQuorum, "", |m| {
+    (Mutant::HalfQuorum, |m| {
         Box::pin(crate::network::s11p(4, Some(m), Expect::Detect))
     }),
     // The slow path's late replies stretch the holder's validity past its keys' TTL.
-    (Mutant::IgnoreElapsed, "", |m| {
+    (Mutant::IgnoreElapsed, |m| {
         Box::pin(crate::network::s10c(3, Some(m), Expect::Detect))
     }),
     // A release after expiry deletes the next holder's keys.
-    (Mutant::PlainDelRelease, "", |m| {
+    (Mutant::PlainDelRelease, |m| {
         Box::pin(crate::release::s18(3, Some(m), Expect::Detect))
     }),
     // A stopped majority holds acquire calls far past their wait budget.
-    (Mutant::NoNodeTimeout, "", |m| {
+    (Mutant::NoNodeTimeout, |m| {
         Box::pin(crate::pause::s4(3, Some(m), Expect::Detect))
     }),
     // A failed attempt's release, delayed by the NOSCRIPT fallback on a master whose
     // script cache was flushed, deletes the winning attempt's key there (same value).
-    (Mutant::ReuseValue, "", |m| {
+    (Mutant::ReuseValue, |m| {
         Box::pin(crate::contention::s19r(Some(m), Expect::Detect))
     }),
     // Masters killed and restarted under contention miss some grants, so their fence
     // counters drift apart; the max over one round's granting quorum then repeats or
     // goes below an earlier token (checker 4).
-    (Mutant::OneRoundToken, "", |m| {
+    (Mutant::OneRoundToken, |m| {
         Box::pin(crate::restart::s20_with(
             3,
             Some(m),
@@ -49,7 +48,7 @@ const HUNTS: &[(Mutant, &str, Scenario)] = &[
     }),
     // Lock keys expire early on two masters in crossing order, so two clients read the
     // same counters; the max-write accepts the second one's equal token.
-    (Mutant::WritebackNoGuard, "", |m| {
+    (Mutant::WritebackNoGuard, |m| {
         Box::pin(crate::clock::s15c(Some(m), Expect::Fenced))
     }),
 ];
@@ -89,16 +88,16 @@ fn runs() -> usize {
 async fn every_mutant_is_caught() {
     let mut survivors = Vec::new();
     for mutant in Mutant::ALL {
-        if !HUNTS.iter().any(|(m, _, _)| *m == mutant) {
+        if !HUNTS.iter().any(|(m, _)| *m == mutant) {
             append_report(&format!("MUTANT {mutant:?}: NOT HUNTED"));
             survivors.push(format!("{mutant:?} (no scenario hunts it)"));
         }
     }
-    for (mutant, with, scenario) in HUNTS {
-        let (caught, runs, line) = hunt(*mutant, with, *scenario).await;
+    for (mutant, scenario) in HUNTS {
+        let (caught, runs, line) = hunt(*mutant, "", *scenario).await;
         append_report(&line);
         if caught < runs {
-            survivors.push(format!("{mutant:?}{with} ({caught}/{runs})"));
+            survivors.push(format!("{mutant:?} ({caught}/{runs})"));
         }
     }
     for (mutant, with, scenario, why) in REPORTED {

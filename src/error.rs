@@ -232,6 +232,14 @@ pub enum ErrorKind {
     /// The lock was granted, but no quorum confirmed a fencing token within its validity;
     /// the lock was released again.
     FencingFailed,
+    /// Too few masters vote yet for a quorum: the others are in restart quarantine, because
+    /// they may have lost lock keys (new masters abstain once, for `ttl_max`).
+    /// [`Error::retry_after`] says when enough of them vote again.
+    NotEnoughVoters,
+    /// Too few masters are fit for what was asked, and that will not change by itself:
+    /// masters whose configuration can lose lock keys, or (for fencing tokens) masters that
+    /// are not durable. The masters' reports say which, and what to change.
+    Misconfigured,
 }
 
 /// An error from acquiring, extending or releasing a lock, with every master's outcome.
@@ -246,6 +254,7 @@ pub struct Error {
     detail: Option<Arc<str>>,
     masters: Vec<MasterReport>,
     attempts: u32,
+    retry_at: Option<tokio::time::Instant>,
 }
 
 impl Error {
@@ -256,7 +265,14 @@ impl Error {
             detail: None,
             masters: Vec::new(),
             attempts: 0,
+            retry_at: None,
         }
+    }
+
+    /// Trying again before `at` cannot succeed.
+    pub(crate) fn with_retry_at(mut self, at: tokio::time::Instant) -> Self {
+        self.retry_at = Some(at);
+        self
     }
 
     pub(crate) fn with_detail(mut self, detail: impl Into<Arc<str>>) -> Self {
@@ -299,8 +315,9 @@ impl Error {
         self.attempts
     }
 
-    /// Whether a later attempt can succeed: the lock was busy, masters were unreachable,
-    /// or time ran out. A lost lease and invalid options are not retryable.
+    /// Whether a later attempt can succeed: the lock was busy, masters were unreachable
+    /// or still in restart quarantine, or time ran out. A lost lease, invalid options and
+    /// misconfigured masters are not retryable: something must change first.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self.kind,
@@ -309,7 +326,15 @@ impl Error {
                 | ErrorKind::ValidityExhausted
                 | ErrorKind::WaitTimeout
                 | ErrorKind::FencingFailed
+                | ErrorKind::NotEnoughVoters
         )
+    }
+
+    /// How long to wait before trying again can succeed, when that is known: for
+    /// [`ErrorKind::NotEnoughVoters`], until enough masters left restart quarantine.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_at
+            .map(|at| at.saturating_duration_since(tokio::time::Instant::now()))
     }
 
     fn count(&self, f: impl Fn(&MasterOutcome) -> bool) -> usize {
@@ -331,6 +356,15 @@ impl fmt::Display for Error {
             ErrorKind::WaitTimeout => write!(f, "gave up waiting for lock {r:?}")?,
             ErrorKind::LeaseLost => write!(f, "lease on {r:?} is lost")?,
             ErrorKind::InvalidOptions => write!(f, "invalid options for {r:?}")?,
+            ErrorKind::NotEnoughVoters => write!(
+                f,
+                "not enough masters vote yet for {r:?}{}",
+                self.retry_at.map_or(String::new(), |at| format!(
+                    " (enough vote again in {})",
+                    human(at.saturating_duration_since(tokio::time::Instant::now()))
+                ))
+            )?,
+            ErrorKind::Misconfigured => write!(f, "masters unfit for {r:?}")?,
         }
         if let Some(detail) = &self.detail {
             write!(f, ": {detail}")?;

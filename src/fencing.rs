@@ -29,12 +29,15 @@
 //! out the rightful holder), which needs a fresh value per attempt.
 //!
 //! # Assumptions
-//! Counters never decrease: masters with `appendonly yes` and `appendfsync always`,
-//! `maxmemory-policy noeviction`, no `FLUSHALL`, and a fixed set of masters. When a master
-//! loses its data anyway, restart quarantine keeps it from voting for `ttl_max`, and its
-//! write-backs are never counted afterwards (its data is younger than the others'), so a
-//! possibly smaller token is refused rather than issued — so fencing requires quarantine.
-//! A majority losing its counters is beyond any remedy. Tokens stay below 2^53.
+//! Counters never decrease: only masters with `appendonly yes` and `appendfsync always`
+//! (read when connecting) count in a write-back, and of those only the ones this client
+//! never saw lose data (a new data epoch: `FLUSHALL`, a disk lost). Any two write-back
+//! quorums then share a master whose counter only grew. A master that is not durable still
+//! votes for the lock itself, but fencing refuses it at the first fenced acquire
+//! ([`ErrorKind::Misconfigured`](crate::ErrorKind::Misconfigured) when too few masters
+//! are fit, so that a rolling restart cannot leave a cluster that issued tokens unable to
+//! issue more). Also assumed: `maxmemory-policy noeviction` and a fixed set of masters.
+//! Fencing needs restart quarantine. Tokens stay below 2^53.
 
 use std::fmt;
 

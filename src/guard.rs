@@ -4,8 +4,16 @@
 //! reply reads, keeps the master's [`Quarantine`], and turns the answers of a master that
 //! must not vote into abstentions. Releases always pass: they must reach every master that
 //! may hold the key. The rules themselves are pure, in `quarantine.rs`.
+//!
+//! # Fence counters
+//! A fencing write-back counts only on a master whose counters cannot have gone back:
+//! one that is durable (`appendonly yes`, `appendfsync always`) and whose data this client
+//! never saw lost (a new data epoch or `run_id` on it). Any two write-back quorums then
+//! share such a master, whose counter only ever grew, so tokens are unique and ordered. A
+//! master that fails this test still votes for the lock itself; for fencing it answers
+//! [`MasterErrorKind::Misconfigured`], a permanent failure, so a client whose masters are
+//! not durable learns it at its first fenced acquire instead of after a restart.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -14,44 +22,8 @@ use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use crate::error::{MasterError, MasterErrorKind, human};
-use crate::master::{FenceOutcome, Master, Op, Reply};
-use crate::quarantine::{Epoch, Quarantine, Standing, Vitals, lossy};
-
-/// The data epochs of all masters of one client, for telling which ones lost data that
-/// the others kept.
-#[derive(Debug)]
-pub(crate) struct EpochBoard {
-    created_us: Vec<AtomicU64>,
-    window: Duration,
-}
-
-impl EpochBoard {
-    pub(crate) fn new(masters: usize, window: Duration) -> Self {
-        Self {
-            created_us: (0..masters).map(|_| AtomicU64::new(u64::MAX)).collect(),
-            window,
-        }
-    }
-
-    fn record(&self, index: usize, created_us: u64) {
-        if let Some(slot) = self.created_us.get(index) {
-            slot.store(created_us, Ordering::Relaxed);
-        }
-    }
-
-    /// Whether master `index` lost data the others kept (see `quarantine::lossy`).
-    fn lossy(&self, index: usize) -> bool {
-        let known: Vec<Option<u64>> = self
-            .created_us
-            .iter()
-            .map(|c| Some(c.load(Ordering::Relaxed)).filter(|c| *c != u64::MAX))
-            .collect();
-        lossy(&known, self.window)
-            .get(index)
-            .copied()
-            .unwrap_or(false)
-    }
-}
+use crate::master::{Master, Op, Reply};
+use crate::quarantine::{Epoch, Quarantine, Standing, Vitals};
 
 /// A master under restart quarantine.
 #[derive(Debug)]
@@ -63,7 +35,6 @@ pub(crate) struct Guarded {
 #[derive(Debug)]
 struct GuardShared {
     index: usize,
-    board: Arc<EpochBoard>,
     state: Mutex<GuardState>,
 }
 
@@ -72,21 +43,23 @@ struct GuardState {
     quarantine: Quarantine,
     /// The connection whose vitals were last taken in.
     generation: u64,
-    run_id: Option<String>,
+    /// The latest vitals said `appendonly yes` with `appendfsync always`.
+    durable: bool,
+    /// This client saw the master lose its data (a new epoch or `run_id`).
+    lost_data: bool,
 }
 
 impl Guarded {
-    pub(crate) fn new(inner: Arc<dyn Master>, index: usize, board: Arc<EpochBoard>) -> Self {
-        let window = board.window;
+    pub(crate) fn new(inner: Arc<dyn Master>, index: usize, window: Duration) -> Self {
         Self {
             inner,
             shared: Arc::new(GuardShared {
                 index,
-                board,
                 state: Mutex::new(GuardState {
                     quarantine: Quarantine::new(window),
                     generation: 0,
-                    run_id: None,
+                    durable: false,
+                    lost_data: false,
                 }),
             }),
         }
@@ -105,13 +78,15 @@ impl GuardShared {
         };
         let mut state = self.lock();
         if generation > state.generation {
-            if state.run_id.as_ref().is_some_and(|r| *r != vitals.run_id) {
-                tracing::warn!(master = self.index, "master restarted (new run_id)");
-            }
-            state.run_id = Some(vitals.run_id.clone());
             state.generation = generation;
-            state.quarantine.connected(&vitals, now);
-            self.board.record(self.index, vitals.epoch.created_us);
+            state.durable = vitals.durable;
+            if state.quarantine.connected(&vitals, now) {
+                tracing::warn!(
+                    master = self.index,
+                    "master lost its data (restarted without persistence, or a new epoch)"
+                );
+                state.lost_data = true;
+            }
         }
     }
 
@@ -126,13 +101,14 @@ impl GuardShared {
                     .and_then(|r| Epoch::parse(r, report.now_us))
                 {
                     Some(epoch) => {
-                        if state.quarantine.observed(&epoch, now) {
+                        let first = state.generation == 0;
+                        if state.quarantine.observed(&epoch, now) && !first {
                             tracing::warn!(
                                 master = self.index,
                                 "master lost its data (new epoch): restart quarantine"
                             );
+                            state.lost_data = true;
                         }
-                        self.board.record(self.index, epoch.created_us);
                     }
                     // No epoch record at all: the data is gone; the next acquire starts one.
                     None if report.record.is_none() && !op.is_release() => {
@@ -144,12 +120,26 @@ impl GuardShared {
                             },
                             now,
                         );
+                        state.lost_data = true;
                     }
                     None => {}
                 }
             }
-            state.quarantine.standing(now)
+            let fence_trust = match (state.durable, state.lost_data) {
+                (false, _) => Err(
+                    "not durable (appendonly yes with appendfsync always): a restart would \
+                     lose its fence counters, so fencing tokens do not count it",
+                ),
+                (true, true) => Err(
+                    "it lost its data while this client watched (a new data epoch): its \
+                     fence counters may be behind tokens already issued, so this client \
+                     no longer counts it for fencing",
+                ),
+                (true, false) => Ok(()),
+            };
+            (state.quarantine.standing(now), fence_trust)
         };
+        let (standing, fence_trust) = standing;
         if op.is_release() {
             return Ok(reply);
         }
@@ -171,20 +161,8 @@ impl GuardShared {
                 ));
             }
         }
-        // A master that lost data the others kept may hold a counter below a token already
-        // issued — lost, or seeded later from a read that missed the newest one. Its
-        // write-backs seed it but never count: tokens are ordered by the masters that kept
-        // their counters. It still votes for the lock itself.
-        if let Reply::Fenced {
-            outcome: FenceOutcome::Written,
-            ..
-        } = reply
-            && self.board.lossy(self.index)
-        {
-            return Err(MasterError::abstained(
-                now,
-                "it lost data the other masters kept: its fence counter does not count",
-            ));
+        if let (Reply::Fenced { .. }, Err(why)) = (&reply, fence_trust) {
+            return Err(MasterError::new(MasterErrorKind::Misconfigured, why));
         }
         Ok(reply)
     }

@@ -6,15 +6,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 
-use crate::config::{Builder, Config, ConfigError, DEFAULT_RETRY_ATTEMPTS};
-use crate::error::{Error, ErrorKind, MasterOutcome, human};
+use crate::config::{Builder, Config, ConfigError};
+use crate::error::{Error, ErrorKind, MasterErrorKind, MasterOutcome, human};
 use crate::fencing::FencingToken;
-use crate::guard::{EpochBoard, Guarded};
+use crate::guard::Guarded;
 use crate::lease::{Lease, LeaseHandle, LeaseParams, Watchdog};
 use crate::master::{FenceRead, Master, Op, RedisMaster};
 use crate::mutants::Mutant;
-use crate::quorum::{self, Decision};
+use crate::quorum::{self, Bounds, Decision};
 use crate::wait::{Notifier, Subscription};
 use crate::{deadline, scripts};
 
@@ -50,6 +51,31 @@ pub(crate) struct Inner {
     pub(crate) masters: Vec<Arc<dyn Master>>,
     pub(crate) quorum: usize,
     pub(crate) notifier: Arc<Notifier>,
+    /// Releases and late replies still running in the background; [`Redlock::shutdown`]
+    /// waits for them.
+    pub(crate) background: TaskTracker,
+}
+
+impl Inner {
+    /// Runs `task` in the background on the current runtime, tracked for
+    /// [`Redlock::shutdown`]; `false` (and nothing runs) without a runtime.
+    pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) -> bool {
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(self.background.track_future(task));
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The bounds of a round of this client that must be decided by `until`.
+    pub(crate) fn bounds(&self, until: Option<Instant>) -> Bounds<'_> {
+        Bounds {
+            until,
+            tracker: Some(&self.background),
+        }
+    }
 }
 
 impl fmt::Debug for Redlock {
@@ -142,10 +168,20 @@ impl AcquireOptions {
 struct Plan {
     ttl: Duration,
     fencing: bool,
+    /// Attempts that may spend the budget (see `acquire_with`).
     attempts: u32,
-    give_up_at: Option<Instant>,
+    give_up_at: Instant,
     watchdog: bool,
     max_hold: Option<Duration>,
+}
+
+/// What woke a waiting acquire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    /// The retry timer: the next attempt spends the attempt budget.
+    Timer,
+    /// Something that happened on the masters: the next attempt is free.
+    Event,
 }
 
 /// A failed attempt, with what a waiter needs to know.
@@ -153,6 +189,8 @@ struct Failed {
     error: Error,
     /// When enough of the holder's keys expire for a quorum to be free, if known.
     holder_free_at: Option<Instant>,
+    /// The wait budget ended the round before the masters decided it.
+    cut: bool,
 }
 
 impl Redlock {
@@ -201,12 +239,12 @@ impl Redlock {
         notifier: Notifier,
     ) -> Self {
         let masters = if config.quarantine {
-            let board = Arc::new(EpochBoard::new(masters.len(), config.quarantine_window()));
+            let window = config.quarantine_window();
             masters
                 .into_iter()
                 .enumerate()
                 .map(|(index, master)| {
-                    Arc::new(Guarded::new(master, index, Arc::clone(&board))) as Arc<dyn Master>
+                    Arc::new(Guarded::new(master, index, window)) as Arc<dyn Master>
                 })
                 .collect()
         } else {
@@ -222,8 +260,43 @@ impl Redlock {
                 masters,
                 quorum,
                 notifier: Arc::new(notifier),
+                background: TaskTracker::new(),
             }),
         }
+    }
+
+    /// Waits until every release this client and its leases started in the background
+    /// has finished: leases dropped without [`Lease::release`], the masters a release
+    /// returned without, attempts that failed or were cancelled. Call it before the
+    /// process exits, so that no lock it held stays on the masters until its TTL.
+    ///
+    /// Each background release is bounded by the connect timeout plus the node timeout,
+    /// and so is this call. Returns how many were still running when that bound ran out
+    /// (zero when all finished). The client stays usable afterwards.
+    ///
+    /// ```no_run
+    /// # async fn run(client: redquorum::Redlock) {
+    /// // ... at the end of main ...
+    /// let unfinished = client.shutdown().await;
+    /// assert_eq!(unfinished, 0, "some locks are left to expire with their TTL");
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops waiting; the releases go on in the background.
+    pub async fn shutdown(&self) -> usize {
+        let background = &self.inner.background;
+        if tokio::runtime::Handle::try_current().is_err() {
+            // Nothing can wait without a runtime; report what is still running elsewhere.
+            return background.len();
+        }
+        let config = &self.inner.config;
+        let bound = config.connect_timeout.saturating_add(config.node_timeout);
+        background.close();
+        let _ = tokio::time::timeout(bound, background.wait()).await;
+        let unfinished = background.len();
+        background.reopen();
+        unfinished
     }
 
     /// How many masters must agree: `N / 2 + 1`.
@@ -309,9 +382,19 @@ impl Redlock {
         // Failed attempts in a row that a release notice had woken: every waiter of the
         // lock wakes on the same notice, and on several masters they split the votes.
         let mut herd = 0u32;
-        let mut attempt = 0u32;
+        let mut rounds = 0u32;
+        // Attempts that spend the attempt budget: all but those woken by an event (the
+        // holder's release notice or expiry, masters leaving quarantine). Those come from
+        // what happened on the masters, not from impatience; the time budget bounds them.
+        let mut spent = 0u32;
+        let mut wake = Wake::Timer;
+        // The last error that the masters decided, for a budget that ends mid-round.
+        let mut decided: Option<Error> = None;
         loop {
-            attempt += 1;
+            rounds += 1;
+            if wake == Wake::Timer {
+                spent += 1;
+            }
             let value = reused.clone().unwrap_or_else(|| random_value().into());
             let started = Instant::now();
             let failed = match self
@@ -331,32 +414,60 @@ impl Redlock {
                 Err(failed) => failed,
             };
             let round = started.elapsed();
-            let error = failed.error.with_attempts(attempt);
-            if attempt >= plan.attempts {
+            let error = failed.error.with_attempts(rounds);
+            if failed.cut {
+                // The budget ended this round: say what the masters said last.
+                let last = decided.take().map_or(error, |e| e.with_attempts(rounds));
+                return Err(wait_timeout(last, rounds));
+            }
+            decided = Some(error.clone());
+            if !error.is_retryable() || spent >= plan.attempts {
                 return Err(error);
+            }
+            if Instant::now() >= plan.give_up_at {
+                return Err(wait_timeout(error, rounds));
             }
             // Subscribe before the next attempt: a release after it reaches us, and one
             // before the subscription took effect is seen by that attempt (wait.rs).
             if waiting.is_none() && config.notifications && error.kind() == ErrorKind::Contended {
                 let channel = scripts::release_channel(&key).into();
-                waiting = Some(self.inner.notifier.subscribe(channel).await);
+                let subscribe = self.inner.notifier.subscribe(channel);
+                match tokio::time::timeout_at(plan.give_up_at, subscribe).await {
+                    Ok(subscription) => waiting = Some(subscription),
+                    Err(_) => return Err(wait_timeout(error, rounds)),
+                }
+                wake = Wake::Timer;
                 continue;
             }
+            let spread = || spread(round, herd);
             let now = Instant::now();
-            let mut wake_at = now + config.retry.delay(attempt);
-            if waiting.is_some()
+            let mut wake_at = now + config.retry.delay(spent);
+            let mut reason = Wake::Timer;
+            if error.kind() == ErrorKind::NotEnoughVoters
+                && let Some(after) = error.retry_after()
+            {
+                // Masters in restart quarantine vote again at a known time: sleep until
+                // then, unless it lies beyond the budget (then say when, at once).
+                let voters_at = now + after + spread();
+                if voters_at >= plan.give_up_at {
+                    return Err(error);
+                }
+                wake_at = voters_at;
+                reason = Wake::Event;
+            } else if waiting.is_some()
                 && let Some(free) = failed.holder_free_at
             {
-                wake_at = wake_at.min(free.max(now));
+                let free = holder_wake(free, now, round, herd);
+                if free < wake_at {
+                    wake_at = free;
+                    reason = Wake::Event;
+                }
             }
-            if let Some(give_up_at) = plan.give_up_at
-                && wake_at >= give_up_at
-                && waiting.is_none()
-            {
-                return Err(wait_timeout(error, attempt));
+            if wake_at >= plan.give_up_at && waiting.is_none() {
+                return Err(wait_timeout(error, rounds));
             }
-            let until = plan.give_up_at.map_or(wake_at, |g| wake_at.min(g));
-            tracing::trace!(%resource, attempt, "acquire attempt failed, waiting");
+            let until = wake_at.min(plan.give_up_at);
+            tracing::trace!(%resource, rounds, "acquire attempt failed, waiting");
             match waiting.as_mut() {
                 Some(subscription) => {
                     let noticed = tokio::select! {
@@ -364,21 +475,23 @@ impl Redlock {
                         () = tokio::time::sleep_until(until) => false,
                     };
                     if noticed {
-                        // Every waiter wakes on the same notice: spread them over a round's
-                        // time (more after each loss), so the first usually wins alone.
-                        let spread = round.saturating_mul(1 << herd.min(3));
-                        let pause = spread.mul_f64(rand::random::<f64>());
-                        let wake = plan
-                            .give_up_at
-                            .map_or(Instant::now() + pause, |g| (Instant::now() + pause).min(g));
-                        tokio::time::sleep_until(wake).await;
+                        let pause = spread();
+                        tokio::time::sleep_until((Instant::now() + pause).min(plan.give_up_at))
+                            .await;
+                        herd += 1;
+                        wake = Wake::Event;
+                    } else {
+                        herd = 0;
+                        wake = reason;
                     }
-                    herd = if noticed { herd + 1 } else { 0 };
                 }
-                None => tokio::time::sleep_until(until).await,
+                None => {
+                    tokio::time::sleep_until(until).await;
+                    wake = reason;
+                }
             }
-            if plan.give_up_at.is_some_and(|g| Instant::now() >= g) {
-                return Err(wait_timeout(error, attempt));
+            if Instant::now() >= plan.give_up_at {
+                return Err(wait_timeout(error, rounds));
             }
         }
     }
@@ -474,13 +587,15 @@ impl Redlock {
         if fencing && !config.quarantine {
             return Err(invalid(ConfigError::FencingNeedsQuarantine.to_string()));
         }
-        let wait = options.wait_timeout.or(config.wait_timeout);
-        let give_up_at = match wait {
-            Some(w) => Some(Instant::now().checked_add(w).ok_or_else(|| {
-                invalid(format!("wait_timeout {} overflows the clock", human(w)))
-            })?),
-            None => None,
-        };
+        // The default patience: long enough for any holder's lock to expire and for new
+        // masters to leave restart quarantine, with room for the rounds around it.
+        let wait = options
+            .wait_timeout
+            .or(config.wait_timeout)
+            .unwrap_or_else(|| config.ttl_max.saturating_mul(2));
+        let give_up_at = Instant::now()
+            .checked_add(wait)
+            .ok_or_else(|| invalid(format!("wait_timeout {} overflows the clock", human(wait))))?;
         let attempts = match options.attempts {
             Some(0) => {
                 return Err(invalid(
@@ -488,11 +603,7 @@ impl Redlock {
                 ));
             }
             Some(a) => a,
-            None => match (config.retry.attempts, give_up_at) {
-                (Some(a), _) => a.get(),
-                (None, Some(_)) => u32::MAX,
-                (None, None) => DEFAULT_RETRY_ATTEMPTS,
-            },
+            None => config.retry.attempts.map_or(u32::MAX, |a| a.get()),
         };
         let max_hold = options.max_hold.or(config.max_hold);
         if max_hold.is_some_and(|m| m.is_zero()) {
@@ -549,7 +660,8 @@ impl Redlock {
                 holder_ttl,
             }
         };
-        let round = quorum::run(&inner.masters, Arc::new(op), inner.quorum, resource).await;
+        let bounds = inner.bounds(Some(plan.give_up_at));
+        let round = quorum::run(&inner.masters, Arc::new(op), inner.quorum, resource, bounds).await;
         let reports = round.reports(&inner.masters);
         let drift = deadline::drift(ttl, config.drift_factor);
 
@@ -576,6 +688,7 @@ impl Redlock {
                         .with_detail(detail)
                         .with_masters(reports),
                     holder_free_at: None,
+                    cut: false,
                 });
             };
             let token = match fence {
@@ -584,7 +697,14 @@ impl Redlock {
                 FenceRead::Read => {
                     let first = round.fence_counters().max().unwrap_or(0).saturating_add(1);
                     match self
-                        .fence(key, resource, &value, first, (deadline, least))
+                        .fence(
+                            key,
+                            resource,
+                            &value,
+                            first,
+                            (deadline, least),
+                            plan.give_up_at,
+                        )
                         .await
                     {
                         Ok(token) => Some(token),
@@ -593,6 +713,7 @@ impl Redlock {
                             return Err(Failed {
                                 error,
                                 holder_free_at: None,
+                                cut: false,
                             });
                         }
                     }
@@ -614,25 +735,22 @@ impl Redlock {
             ));
         }
 
-        let denied = round
-            .outcomes
-            .iter()
-            .filter(|o| matches!(o, MasterOutcome::HeldByOther))
-            .count();
-        // Held by others on so many masters that no quorum was possible even if every
-        // failed master had granted: contention, not an outage.
-        let kind = if denied > inner.masters.len() - inner.quorum {
-            ErrorKind::Contended
-        } else {
-            ErrorKind::NoQuorum
-        };
+        let (kind, voters_at) = failure_kind(&round.outcomes, inner.quorum);
+        let mut error = Error::new(kind, &**resource).with_masters(reports);
+        if let Some(at) = voters_at {
+            error = error.with_retry_at(at).with_detail(
+                "too few masters vote yet: the others are in restart quarantine, because they \
+                 may have lost lock keys (new masters abstain once, for ttl_max)",
+            );
+        }
         let holder_free_at = round
             .holder_free_in(inner.quorum)
             .and_then(|d| round.t0.checked_add(d));
         guard.outcomes = Some(round.outcomes);
         Err(Failed {
-            error: Error::new(kind, &**resource).with_masters(reports),
+            error,
             holder_free_at,
+            cut: round.cut,
         })
     }
 
@@ -646,11 +764,14 @@ impl Redlock {
         value: &Arc<str>,
         mut token: u64,
         (deadline, least): (Instant, Duration),
+        give_up_at: Instant,
     ) -> Result<u64, Error> {
-        // Each conflict raises the token past a counter that exists, so a handful of
-        // rounds suffice; the bound only guards against a master answering nonsense.
+        // Each conflict raises the token past a counter that exists, and each failure
+        // without one is retried; the bound only guards against a master answering
+        // nonsense. The lease's validity bounds the time.
         const MAX_ROUNDS: usize = 16;
         let inner = &self.inner;
+        let n = inner.masters.len();
         let strict = inner.config.mutant != Some(Mutant::WritebackNoGuard);
         let mut last = Vec::new();
         for _ in 0..MAX_ROUNDS {
@@ -663,27 +784,105 @@ impl Redlock {
                 token,
                 strict,
             });
-            let round = quorum::run(&inner.masters, op, inner.quorum, resource).await;
-            last = round.reports(&inner.masters);
+            let bounds = inner.bounds(Some(deadline.min(give_up_at)));
+            let round = quorum::run(&inner.masters, op, inner.quorum, resource, bounds).await;
+            // Keep what each master last said: a master cut off by the deadline in this
+            // round may have said why it does not count in an earlier one.
+            let reports = round.reports(&inner.masters);
+            last = if last.is_empty() {
+                reports
+            } else {
+                reports
+                    .into_iter()
+                    .zip(last)
+                    .map(|(new, old)| match new.outcome() {
+                        MasterOutcome::Pending => old,
+                        _ => new,
+                    })
+                    .collect()
+            };
             if round.decision == Decision::Reached {
                 if deadline::validity_left(deadline, Instant::now(), least).is_none() {
                     break;
                 }
                 return Ok(token);
             }
-            match round.fence_counters().max() {
-                Some(counter) if counter >= token => token = counter.saturating_add(1),
-                _ => {
-                    return Err(Error::new(ErrorKind::FencingFailed, &**resource)
-                        .with_detail("no quorum of masters still held this acquisition")
-                        .with_masters(last));
-                }
+            if let Some(counter) = round.fence_counters().max().filter(|c| *c >= token) {
+                token = counter.saturating_add(1);
+                continue;
             }
+            let count =
+                |f: fn(&MasterOutcome) -> bool| round.outcomes.iter().filter(|o| f(o)).count();
+            if count(|o| matches!(o, MasterOutcome::HeldByOther)) > n - inner.quorum {
+                return Err(Error::new(ErrorKind::FencingFailed, &**resource)
+                    .with_detail("no quorum of masters still held this acquisition")
+                    .with_masters(last));
+            }
+            let unfit = count(
+                |o| matches!(o, MasterOutcome::Failed(e) if e.kind() == MasterErrorKind::Misconfigured),
+            );
+            if unfit > n - inner.quorum {
+                return Err(Error::new(ErrorKind::Misconfigured, &**resource)
+                    .with_detail(
+                        "fencing tokens need durable masters (appendonly yes, appendfsync \
+                         always) that never lost data, and too few are: make the masters \
+                         durable, or acquire without fencing",
+                    )
+                    .with_masters(last));
+            }
+            // Timeouts or abstentions, with no conflict: try the same token again while
+            // the lease is valid.
         }
         Err(Error::new(ErrorKind::FencingFailed, &**resource)
             .with_detail("the lease's validity ran out before a quorum confirmed a token")
             .with_masters(last))
     }
+}
+
+/// A random pause that spreads the waiters woken by one event over a round's time (at
+/// least a millisecond), doubling after each of up to three lost races in a row, so that
+/// the first usually wins alone instead of splitting the votes.
+fn spread(round: Duration, herd: u32) -> Duration {
+    round
+        .max(Duration::from_millis(1))
+        .saturating_mul(1 << herd.min(3))
+        .mul_f64(rand::random::<f64>())
+}
+
+/// When a waiter tries again after the holder's keys expire at `free`: spread out like
+/// the waiters woken by a notice, since they all read the same expiry.
+fn holder_wake(free: Instant, now: Instant, round: Duration, herd: u32) -> Instant {
+    free.max(now) + spread(round, herd)
+}
+
+/// The kind of a failed acquire round and, when too few masters vote, the instant enough
+/// of them vote again.
+fn failure_kind(outcomes: &[MasterOutcome], quorum: usize) -> (ErrorKind, Option<Instant>) {
+    let n = outcomes.len();
+    let denied = outcomes
+        .iter()
+        .filter(|o| matches!(o, MasterOutcome::HeldByOther))
+        .count();
+    // Held by others on so many masters that no quorum was possible even if every
+    // failed master had granted: contention, not an outage.
+    if denied > n - quorum {
+        return (ErrorKind::Contended, None);
+    }
+    let mut abstaining: Vec<Instant> = outcomes
+        .iter()
+        .filter_map(|o| match o {
+            MasterOutcome::Abstained { until } => Some(*until),
+            _ => None,
+        })
+        .collect();
+    let voters = n - abstaining.len();
+    if voters < quorum {
+        // Enough of them must come back for a quorum: the (quorum - voters)-th earliest.
+        abstaining.sort_unstable();
+        let at = abstaining.get(quorum - voters - 1).copied();
+        return (ErrorKind::NotEnoughVoters, at);
+    }
+    (ErrorKind::NoQuorum, None)
 }
 
 fn wait_timeout(error: Error, attempts: u32) -> Error {
@@ -699,6 +898,7 @@ fn kind_word(kind: ErrorKind) -> &'static str {
         ErrorKind::Contended => "held by another client",
         ErrorKind::NoQuorum => "no quorum reachable",
         ErrorKind::ValidityExhausted => "validity used up",
+        ErrorKind::NotEnoughVoters => "too few masters vote yet",
         _ => "failed",
     }
 }
@@ -746,8 +946,8 @@ impl Drop for AttemptGuard {
     }
 }
 
-/// Sends the release script to `targets` from a background task, if a runtime exists;
-/// otherwise the keys expire with their TTL.
+/// Sends the release script to `targets` from a background task tracked for
+/// [`Redlock::shutdown`], if a runtime exists; otherwise the keys expire with their TTL.
 pub(crate) fn release_in_background(
     inner: &Arc<Inner>,
     targets: Vec<Arc<dyn Master>>,
@@ -757,17 +957,70 @@ pub(crate) fn release_in_background(
     if targets.is_empty() {
         return;
     }
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
     let op = Arc::new(Op::release(&inner.config, key, value));
     let need = targets.len();
     let resource = key
         .strip_prefix(inner.config.key_prefix.as_str())
         .unwrap_or(key)
         .to_owned();
-    runtime.spawn(async move {
+    inner.spawn(async move {
         // Wait for every target (each bounded by the node timeout) so failures are traced.
-        let _ = quorum::run(&targets, op, need, &resource).await;
+        let _ = quorum::run(&targets, op, need, &resource, Bounds::default()).await;
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waiters_woken_by_the_holders_expiry_do_not_all_wake_at_once() {
+        let now = Instant::now();
+        let free = now + Duration::from_millis(50);
+        let round = Duration::from_micros(400);
+        let wakes: Vec<Instant> = (0..64).map(|_| holder_wake(free, now, round, 0)).collect();
+        assert!(
+            wakes
+                .iter()
+                .all(|w| *w >= free && *w < free + Duration::from_millis(1))
+        );
+        let first = wakes[0];
+        assert!(
+            wakes.iter().any(|w| *w != first),
+            "no jitter at the holder's expiry"
+        );
+        // After lost races the spread grows, up to eight times.
+        let late = (0..64)
+            .map(|_| holder_wake(free, now, round, 10))
+            .max()
+            .unwrap_or(free);
+        assert!(late < free + Duration::from_millis(8));
+    }
+
+    #[test]
+    fn too_few_voters_say_when_enough_vote_again() {
+        let now = Instant::now();
+        let at = |ms| MasterOutcome::Abstained {
+            until: now + Duration::from_millis(ms),
+        };
+        let granted = MasterOutcome::Granted;
+        // 5 masters, quorum 3: one votes, four abstain; two of them must come back.
+        let outcomes = [granted.clone(), at(400), at(100), at(300), at(200)];
+        let (kind, when) = failure_kind(&outcomes, 3);
+        assert_eq!(kind, ErrorKind::NotEnoughVoters);
+        assert_eq!(when, Some(now + Duration::from_millis(200)));
+        // Enough vote: a failure among the voters is an outage, not quarantine.
+        let outcomes = [
+            granted.clone(),
+            granted.clone(),
+            at(100),
+            MasterOutcome::Pending,
+            at(5),
+        ];
+        assert_eq!(failure_kind(&outcomes, 3), (ErrorKind::NoQuorum, None));
+        // Held elsewhere beats everything.
+        let held = MasterOutcome::HeldByOther;
+        let outcomes = [held.clone(), held.clone(), held, at(1), at(2)];
+        assert_eq!(failure_kind(&outcomes, 3), (ErrorKind::Contended, None));
+    }
 }

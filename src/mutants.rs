@@ -27,11 +27,18 @@ pub enum Mutant {
     /// The fencing write-back accepts a counter equal to the token (a max-write) instead
     /// of requiring it to be below.
     WritebackNoGuard,
+    /// An extension with a TTL shorter than the time left keeps the lease's old deadline
+    /// until the round succeeds, although the masters that applied it expire early.
+    ShrinkKeepsDeadline,
+    /// Release marks the lease done before it has sent anything and runs the round in the
+    /// caller's future: cancelled while an extension holds the lease, it sends nothing and
+    /// the watchdog goes on extending.
+    ReleaseMarksDoneFirst,
 }
 
 impl Mutant {
     /// Every mutant, for suites that must run them all.
-    pub const ALL: [Mutant; 7] = [
+    pub const ALL: [Mutant; 9] = [
         Mutant::HalfQuorum,
         Mutant::IgnoreElapsed,
         Mutant::PlainDelRelease,
@@ -39,5 +46,7 @@ impl Mutant {
         Mutant::ReuseValue,
         Mutant::OneRoundToken,
         Mutant::WritebackNoGuard,
+        Mutant::ShrinkKeepsDeadline,
+        Mutant::ReleaseMarksDoneFirst,
     ];
 }

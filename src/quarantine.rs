@@ -17,9 +17,12 @@
 //! extension on these masters. Until then the master *abstains*: its reply counts as a
 //! failure for the decision, never as a grant or a denial.
 //!
-//! For fencing, a master whose epoch is younger than another master's by more than the
-//! window has lost data that the others kept: a fence counter *missing* on it may have
-//! been lost, so such a reply is not trusted until a write-back seeds it again.
+//! Ages read off a master are measured by its wall clock, which can step, so a step must
+//! never shorten a quarantine. A master that looks young (its epoch, or, unless durable,
+//! its process, is younger than the window), whose epoch this client sees change, or that
+//! this client sees restart without being durable (a new `run_id`) abstains for a whole
+//! window on this client's monotonic clock, from the moment the client saw it. Only a
+//! master that looks old the first time a client sees it counts at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,6 +86,7 @@ pub(crate) enum Standing {
 pub(crate) struct Quarantine {
     window: Duration,
     epoch: Option<Arc<str>>,
+    run_id: Option<String>,
     counted_after: Option<Instant>,
     misconfigured: bool,
 }
@@ -93,32 +97,47 @@ impl Quarantine {
         Self {
             window,
             epoch: None,
+            run_id: None,
             counted_after: None,
             misconfigured: false,
         }
     }
 
-    /// Takes in what a (re)connection read at `now`.
-    pub(crate) fn connected(&mut self, vitals: &Vitals, now: Instant) {
-        let mut wait = self.window.saturating_sub(vitals.epoch.age());
-        if !vitals.durable {
-            wait = wait.max(self.window.saturating_sub(vitals.uptime));
-        }
+    /// Takes in what a (re)connection read at `now`. Returns whether this client saw the
+    /// master lose data since it last looked: a new data epoch, or a restart (a new
+    /// `run_id`) of a master that is not durable.
+    pub(crate) fn connected(&mut self, vitals: &Vitals, now: Instant) -> bool {
+        let restarted = self.run_id.as_ref().is_some_and(|r| *r != vitals.run_id);
+        let changed = self.epoch.as_ref().is_some_and(|e| *e != vitals.epoch.id);
+        let young =
+            vitals.epoch.age() < self.window || (!vitals.durable && vitals.uptime < self.window);
+        // A durable master keeps its keys across a restart: only its epoch matters then.
+        let lost = (restarted && !vitals.durable) || changed;
+        let until = if lost || young {
+            now + self.window
+        } else {
+            now
+        };
         self.epoch = Some(Arc::clone(&vitals.epoch.id));
-        self.counted_after = Some(now + wait);
+        self.run_id = Some(vitals.run_id.clone());
+        self.counted_after = Some(self.counted_after.map_or(until, |c| c.max(until)));
         self.misconfigured = vitals.misconfigured.is_some();
+        lost
     }
 
     /// Takes in the epoch a request read at `now`: a different epoch means the master lost
-    /// its data since we connected, which starts a new quarantine from its creation.
-    /// Returns whether it changed.
+    /// its data since we connected, which starts a new quarantine of a whole window on this
+    /// client's clock. Returns whether it changed.
     pub(crate) fn observed(&mut self, epoch: &Epoch, now: Instant) -> bool {
         if self.epoch.as_deref() == Some(&*epoch.id) {
             return false;
         }
-        let wait = self.window.saturating_sub(epoch.age());
+        let until = if self.epoch.is_some() || epoch.age() < self.window {
+            now + self.window
+        } else {
+            now
+        };
         self.epoch = Some(Arc::clone(&epoch.id));
-        let until = now + wait;
         self.counted_after = Some(self.counted_after.map_or(until, |c| c.max(until)));
         true
     }
@@ -155,20 +174,6 @@ pub(crate) fn eviction_risk(policy: &str, maxmemory: u64) -> Option<String> {
     Some(format!(
         "maxmemory-policy {policy} with maxmemory {maxmemory} can evict lock keys: use noeviction"
     ))
-}
-
-/// Which masters lost data the others kept: an epoch younger than the oldest one by more
-/// than `window`. `created_us` holds each master's epoch creation time, if known.
-pub(crate) fn lossy(created_us: &[Option<u64>], window: Duration) -> Vec<bool> {
-    let oldest = created_us.iter().flatten().min().copied();
-    let slack = u64::try_from(window.as_micros()).unwrap_or(u64::MAX);
-    created_us
-        .iter()
-        .map(|c| match (c, oldest) {
-            (Some(c), Some(o)) => c.saturating_sub(o) > slack,
-            _ => false,
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -213,8 +218,9 @@ mod tests {
         let now = Instant::now();
         let mut q = Quarantine::new(10 * S);
         q.connected(&vitals(3, 1000, false), now);
-        assert_eq!(q.standing(now), Standing::Abstains(now + 7 * S));
-        assert_eq!(q.standing(now + 7 * S), Standing::Counted);
+        // Young by its own clock: a whole window on ours, whatever its clock says.
+        assert_eq!(q.standing(now), Standing::Abstains(now + 10 * S));
+        assert_eq!(q.standing(now + 10 * S), Standing::Counted);
     }
 
     #[test]
@@ -223,8 +229,37 @@ mod tests {
         let mut q = Quarantine::new(10 * S);
         q.connected(&vitals(0, 1000, true), now);
         assert_eq!(q.standing(now), Standing::Counted);
+        let mut q = Quarantine::new(10 * S);
         q.connected(&vitals(0, 4, true), now);
-        assert_eq!(q.standing(now), Standing::Abstains(now + 6 * S));
+        assert_eq!(q.standing(now), Standing::Abstains(now + 10 * S));
+    }
+
+    #[test]
+    fn a_forward_clock_step_never_shortens_a_quarantine_this_client_started() {
+        let now = Instant::now();
+        let mut q = Quarantine::new(10 * S);
+        // Seen young (its epoch is 1 s old by its clock) ...
+        q.connected(&vitals(1, 1, false), now);
+        // ... then its clock steps an hour forward: the same epoch now looks old.
+        let mut stepped = vitals(3601, 3601, false).epoch;
+        stepped.id = "e".into();
+        assert!(!q.observed(&stepped, now + S));
+        assert_eq!(q.standing(now + S), Standing::Abstains(now + 10 * S));
+    }
+
+    #[test]
+    fn a_restart_this_client_sees_costs_a_whole_window_whatever_its_clock_says() {
+        let now = Instant::now();
+        let mut q = Quarantine::new(10 * S);
+        assert!(!q.connected(&vitals(500, 500, false), now));
+        assert_eq!(q.standing(now), Standing::Counted);
+        // Restarted empty and its clock stepped: uptime and epoch look old, but the run_id
+        // is new, so this client knows the data may be gone since it last looked.
+        let mut restarted = vitals(5000, 5000, false);
+        restarted.run_id = "r2".into();
+        let later = now + 100 * S;
+        assert!(q.connected(&restarted, later));
+        assert_eq!(q.standing(later), Standing::Abstains(later + 10 * S));
     }
 
     #[test]
@@ -276,16 +311,5 @@ mod tests {
         assert_eq!(Epoch::parse("x:notanumber", 1), None);
         // A server clock that went backwards gives age zero, never a panic.
         assert_eq!(Epoch::parse("x:10", 5).unwrap().age(), Duration::ZERO);
-    }
-
-    #[test]
-    fn lossy_masters_are_the_ones_much_younger_than_the_oldest() {
-        let w = 10 * S;
-        let s = 1_000_000u64;
-        assert_eq!(
-            lossy(&[Some(100 * s), Some(105 * s), Some(200 * s), None], w),
-            [false, false, true, false]
-        );
-        assert_eq!(lossy(&[None, None], w), [false, false]);
     }
 }

@@ -11,10 +11,10 @@ use redquorum::{AcquireOptions, ConfigError, ErrorKind, FencingToken, Redlock, f
 use support::*;
 use tokio::time::Instant;
 
-/// Masters whose data epochs started long ago, so quarantine waits only for their
-/// brand-new processes (one window of `ttl_max`).
+/// Durable masters (fencing counts no other kind) whose data epochs started long ago, so
+/// that they vote at once.
 async fn cluster(n: usize) -> Cluster {
-    cluster_with(n, &ServerOptions::new()).await
+    cluster_with(n, &ServerOptions::new().persistence(Persistence::AofAlways)).await
 }
 
 async fn cluster_with(n: usize, options: &ServerOptions) -> Cluster {
@@ -35,6 +35,27 @@ fn fenced(cluster: &Cluster) -> redquorum::Builder {
         .fencing(true)
         .ttl("1s")
         .node_timeout("100ms")
+}
+
+/// Masters that would lose their counters on a restart are refused for fencing at the
+/// first fenced acquire, with an error that says what to change, not after a restart has
+/// left too few of them to order tokens.
+#[tokio::test]
+async fn fencing_refuses_masters_that_are_not_durable() {
+    let cluster = cluster_with(3, &ServerOptions::new()).await;
+    let client = fenced(&cluster).build().unwrap();
+    let key = unique_key("not_durable");
+    let err = client.acquire(&key).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Misconfigured, "{err}");
+    assert!(!err.is_retryable(), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("appendfsync always"), "{text}");
+    // The lock itself still works without tokens, and nothing was left behind.
+    let lease = client
+        .acquire_with(&key, &AcquireOptions::new().fencing(false))
+        .await
+        .unwrap();
+    lease.release().await.unwrap();
 }
 
 #[tokio::test]

@@ -57,7 +57,13 @@ async fn fresh_masters_abstain_for_one_window() {
     let key = unique_key("fresh");
     let first_contact = Instant::now();
     let err = client.acquire(&key).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::NoQuorum, "{err}");
+    assert_eq!(err.kind(), ErrorKind::NotEnoughVoters, "{err}");
+    assert!(err.is_retryable(), "{err}");
+    let retry_after = err.retry_after().expect("abstainers say when they vote");
+    assert!(
+        retry_after <= Duration::from_millis(510),
+        "{retry_after:?} {err}"
+    );
     let abstaining = err
         .masters()
         .iter()

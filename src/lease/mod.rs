@@ -21,6 +21,7 @@ use crate::error::{Error, ErrorKind, MasterOutcome, MasterReport, human};
 use crate::fencing::FencingToken;
 use crate::lock::Inner;
 use crate::master::Op;
+use crate::mutants::Mutant;
 use crate::quorum::{self, Decision};
 
 pub(crate) use watchdog::Watchdog;
@@ -130,13 +131,35 @@ impl LeaseShared {
             return Err(Error::new(ErrorKind::LeaseLost, resource).with_detail(detail));
         }
 
+        // The masters that apply this extension expire at `t0 + ttl` or later. When that is
+        // earlier than the current deadline, the lease must shrink before the first request
+        // leaves: if the round fails or this future is dropped, those masters still expire
+        // early, and the lease must not promise more than they hold.
+        let t0 = Instant::now();
+        if inner.config.mutant != Some(Mutant::ShrinkKeepsDeadline) {
+            let bound = inner.config.lease_deadline(t0, ttl).unwrap_or(t0);
+            self.state.send_if_modified(|s| {
+                let shrink = bound < s.deadline;
+                if shrink {
+                    s.deadline = bound;
+                }
+                shrink
+            });
+        }
         let op = Arc::new(Op::Extend {
             key: Arc::clone(&self.key),
             value: Arc::clone(&self.value),
             ttl,
             epoch: inner.config.quarantine,
         });
-        let round = quorum::run(&inner.masters, op, inner.quorum, resource).await;
+        let round = quorum::run(
+            &inner.masters,
+            op,
+            inner.quorum,
+            resource,
+            inner.bounds(None),
+        )
+        .await;
         drop(released);
         let reports = round.reports(&inner.masters);
         let now = Instant::now();
@@ -155,6 +178,7 @@ impl LeaseShared {
                         Some(reason) => lost = Some(reason),
                     }
                 });
+                let deadline = self.state().deadline;
                 if let Some(reason) = lost {
                     return Err(self.lost_error(reason).with_masters(reports));
                 }
@@ -177,7 +201,8 @@ impl LeaseShared {
         }
     }
 
-    /// Releases on every master, once; `None` when it was released before.
+    /// Releases on every master, once; `None` when it was released before. Callers mark
+    /// the lease lost first (synchronously), so that no extension starts meanwhile.
     async fn release(&self) -> Option<quorum::Round> {
         let mut released = self.ops.lock().await;
         if *released {
@@ -188,8 +213,25 @@ impl LeaseShared {
         let inner = &self.inner;
         let op = Arc::new(Op::release(&inner.config, &self.key, &self.value));
         // Cleared on n - quorum + 1 masters: at most quorum - 1 can still hold our value.
+        // The rest finish in the background, tracked for `Redlock::shutdown`.
         let need = inner.masters.len() - inner.quorum + 1;
-        Some(quorum::run(&inner.masters, op, need, &self.resource).await)
+        Some(quorum::run(&inner.masters, op, need, &self.resource, inner.bounds(None)).await)
+    }
+
+    /// Marks the lease released now and runs the release round in a background task, so
+    /// that it finishes even when the caller stops waiting. The receiver gets the round;
+    /// `None` without a tokio runtime (the keys then expire with their TTL).
+    fn release_in_background(
+        self: &Arc<Self>,
+    ) -> Option<tokio::sync::oneshot::Receiver<Option<quorum::Round>>> {
+        self.mark_lost(LostReason::Released);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let shared = Arc::clone(self);
+        let spawned = self.inner.spawn(async move {
+            let round = shared.release().await;
+            let _ = tx.send(round);
+        });
+        spawned.then_some(rx)
     }
 }
 
@@ -243,14 +285,18 @@ impl LeaseHandle {
         self.shared.state().deadline
     }
 
-    /// The validity left now; zero once the deadline passed.
+    /// The validity left now; zero once the deadline passed or the lease is lost.
     pub fn remaining(&self) -> Duration {
+        if self.is_lost() {
+            return Duration::ZERO;
+        }
         self.deadline().saturating_duration_since(Instant::now())
     }
 
-    /// Whether the deadline has passed.
+    /// Whether the lease can no longer be relied on: its deadline passed, or it is lost
+    /// ([`is_lost`](LeaseHandle::is_lost)).
     pub fn is_expired(&self) -> bool {
-        Instant::now() >= self.deadline()
+        self.is_lost() || Instant::now() >= self.deadline()
     }
 
     /// The fencing token of this acquisition, when it was acquired with fencing on: larger
@@ -341,9 +387,15 @@ impl LeaseHandle {
     /// [`is_lost`](LeaseHandle::is_lost)); [`ErrorKind::InvalidOptions`] when `ttl` is too
     /// short for the drift allowance and node timeout.
     ///
+    /// A `ttl` shorter than the time left shortens the lease: before the first request
+    /// leaves, the deadline becomes the earlier of the old one and `now + ttl - drift`,
+    /// whatever the round's outcome, because the masters that apply it expire early.
+    ///
     /// # Cancel safety
-    /// Dropping the future leaves the lease's deadline unchanged. Masters that had already
-    /// applied the extension keep the longer TTL, which only delays other clients.
+    /// Dropping the future never leaves the lease promising more than the masters hold:
+    /// a shortening took effect before the first request was sent, and a lengthening only
+    /// takes effect once a quorum confirmed it. Masters that already applied a longer TTL
+    /// keep it, which only delays other clients.
     pub async fn extend_with(&self, ttl: Duration) -> Result<ExtendReport, Error> {
         self.shared.extend(ttl).await
     }
@@ -571,8 +623,9 @@ impl Lease {
     /// already expired is not an error: the report says by how much it overran.
     ///
     /// # Cancel safety
-    /// Dropping the future stops waiting; the release requests already sent still run,
-    /// and every key expires with its TTL at the latest.
+    /// The lease counts as released (lost, with the watchdog stopped) from the first poll,
+    /// and the release round runs in a background task: dropping the future only stops
+    /// waiting for its report. [`Redlock::shutdown`](crate::Redlock::shutdown) waits for it.
     pub async fn release(mut self) -> Result<ReleaseReport, Error> {
         self.released = true;
         let shared = Arc::clone(self.shared());
@@ -580,7 +633,23 @@ impl Lease {
             .checked_duration_since(shared.state().deadline)
             .filter(|d| !d.is_zero());
         let inner = &shared.inner;
-        let Some(round) = shared.release().await else {
+        let released = if inner.config.mutant == Some(Mutant::ReleaseMarksDoneFirst) {
+            // The planted bug: nothing is marked until the mutex is ours, and the round runs
+            // in the caller's future, so dropping it may send nothing at all.
+            shared.release().await
+        } else {
+            match shared.release_in_background() {
+                Some(round) => round.await.ok().flatten(),
+                None => {
+                    return Err(
+                        Error::new(ErrorKind::NoQuorum, &*shared.resource).with_detail(
+                            "no tokio runtime to release in: the lock expires with its TTL",
+                        ),
+                    );
+                }
+            }
+        };
+        let Some(round) = released else {
             return Ok(ReleaseReport {
                 masters: Vec::new(),
                 overrun,
@@ -609,12 +678,6 @@ impl Drop for Lease {
         if self.released {
             return;
         }
-        let shared = Arc::clone(self.shared());
-        shared.mark_lost(LostReason::Released);
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let _ = shared.release().await;
-            });
-        }
+        let _ = self.shared().release_in_background();
     }
 }

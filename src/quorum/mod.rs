@@ -21,6 +21,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 use tracing::field::Empty;
 
 use crate::error::{MasterError, MasterOutcome, MasterReport};
@@ -39,6 +40,8 @@ pub(crate) struct Round {
     pub(crate) t0: Instant,
     /// Every master's reply when it answered one before the decision.
     pub(crate) replies: Vec<Option<Reply>>,
+    /// The round was failed by its time bound (`Bounds::until`), not by the masters.
+    pub(crate) cut: bool,
 }
 
 impl Round {
@@ -152,8 +155,18 @@ fn outcome(reply: &Result<Reply, MasterError>) -> MasterOutcome {
     }
 }
 
+/// What bounds a round besides its masters' node timeouts.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Bounds<'a> {
+    /// Decide by this instant at the latest: masters that have not answered by then stay
+    /// [`MasterOutcome::Pending`] and the round fails unless already reached.
+    pub(crate) until: Option<Instant>,
+    /// Tracks the task that collects late replies, so that a shutdown can wait for it.
+    pub(crate) tracker: Option<&'a TaskTracker>,
+}
+
 /// Runs `op` on every master in `masters` concurrently and decides once `need` grants are
-/// certain or impossible.
+/// certain or impossible (or at `bounds.until`).
 ///
 /// # Cancel safety
 /// Dropping the returned future drops the requests still in flight; requests already
@@ -164,6 +177,7 @@ pub(crate) async fn run(
     op: Arc<Op>,
     need: usize,
     resource: &str,
+    bounds: Bounds<'_>,
 ) -> Round {
     let n = masters.len();
     let span = tracing::debug_span!(
@@ -192,8 +206,20 @@ pub(crate) async fn run(
     let mut outcomes = vec![MasterOutcome::Pending; n];
     let mut replies = vec![None; n];
     let mut decision = tally.decision();
+    let mut cut = false;
     while decision == Decision::Pending {
-        let Some((i, reply)) = in_flight.next().await else {
+        let next = match bounds.until {
+            Some(until) => match tokio::time::timeout_at(until, in_flight.next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    // Out of time: the masters still pending count as failed.
+                    cut = true;
+                    break;
+                }
+            },
+            None => in_flight.next().await,
+        };
+        let Some((i, reply)) = next else {
             // Every master answered: the tally is decided by then (see tally.rs tests).
             break;
         };
@@ -223,7 +249,7 @@ pub(crate) async fn run(
     {
         let names: Vec<Arc<str>> = masters.iter().map(|m| Arc::clone(m.name())).collect();
         let op_name = op.name();
-        runtime.spawn(async move {
+        let stragglers = async move {
             while let Some((i, reply)) = in_flight.next().await {
                 tracing::debug!(
                     master = %names[i],
@@ -232,7 +258,11 @@ pub(crate) async fn run(
                     outcome(&reply)
                 );
             }
-        });
+        };
+        match bounds.tracker {
+            Some(tracker) => runtime.spawn(tracker.track_future(stragglers)),
+            None => runtime.spawn(stragglers),
+        };
     }
 
     let decision = match decision {
@@ -244,6 +274,7 @@ pub(crate) async fn run(
         outcomes,
         t0,
         replies,
+        cut,
     }
 }
 

@@ -93,7 +93,7 @@ async fn every_gate_combination_over_three_masters() {
                     })
                     .collect();
                 let start = Instant::now();
-                let round = run(&masters, acquire_op(), quorum(3), "r").await;
+                let round = run(&masters, acquire_op(), quorum(3), "r", Bounds::default()).await;
                 let took = start.elapsed();
 
                 let grants = gates
@@ -160,7 +160,7 @@ async fn release_counts_any_answer_as_cleared() {
         value: "v".into(),
         channel: "c".into(),
     });
-    let round = run(&masters, op, 2, "r").await;
+    let round = run(&masters, op, 2, "r", Bounds::default()).await;
     assert_eq!(round.decision, Decision::Reached);
 }
 
@@ -178,7 +178,7 @@ async fn four_masters_split_two_two_fails_without_waiting() {
         })
         .collect();
     let start = Instant::now();
-    let round = run(&masters, acquire_op(), quorum(4), "r").await;
+    let round = run(&masters, acquire_op(), quorum(4), "r", Bounds::default()).await;
     assert_eq!(round.decision, Decision::Failed);
     assert_eq!(start.elapsed(), Duration::ZERO);
 }

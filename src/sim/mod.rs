@@ -36,8 +36,9 @@
 //! The suites (`tests.rs`) run families of schedules (*profiles*) that must stay clean,
 //! and profiles with a protection switched off, or a planted bug (feature `mutants`), in
 //! which the checkers must find a violation. One exception is stated where it applies:
-//! fencing tokens after a master lost its data, a known issue of the library reproduced
-//! by `a_counter_seeded_from_a_stale_read_never_repeats_a_token`.
+//! fencing tokens after a quorum of masters lost its data, beyond fencing's assumption
+//! (see `after_data_loss`; a loss on a minority is covered by
+//! `a_master_that_can_lose_its_counters_never_carries_a_token`).
 //!
 //! The lock's assumptions hold in every schedule except where a profile breaks one on
 //! purpose: clocks run at one rate (tokio's; server clocks move only by an explicit jump),

@@ -77,6 +77,13 @@ const REPORTED: &[(Mutant, &str, Scenario, &str)] = &[(
 
 /// How many times each hunt runs: `REDQUORUM_CHAOS_MUTANT_RUNS`, else 1 (more in a soak).
 /// Every run must catch the mutant.
+/// Mutants of the public surface (a lease's extend and release paths), caught against real
+/// masters by the named integration test, not by a contention scenario.
+const HUNTED_ELSEWHERE: &[(Mutant, &str)] = &[
+    (Mutant::ShrinkKeepsDeadline, "tests/surface.rs"),
+    (Mutant::ReleaseMarksDoneFirst, "tests/surface.rs"),
+];
+
 fn runs() -> usize {
     std::env::var("REDQUORUM_CHAOS_MUTANT_RUNS")
         .ok()
@@ -88,6 +95,10 @@ fn runs() -> usize {
 async fn every_mutant_is_caught() {
     let mut survivors = Vec::new();
     for mutant in Mutant::ALL {
+        if let Some((_, test)) = HUNTED_ELSEWHERE.iter().find(|(m, _)| *m == mutant) {
+            append_report(&format!("MUTANT {mutant:?}: hunted by {test}"));
+            continue;
+        }
         if !HUNTS.iter().any(|(m, _)| *m == mutant) {
             append_report(&format!("MUTANT {mutant:?}: NOT HUNTED"));
             survivors.push(format!("{mutant:?} (no scenario hunts it)"));

@@ -245,7 +245,7 @@ pub async fn bare_majority_with(
     }
     if let Some(h) = held.take() {
         assert!(
-            h.lease.remaining() > Duration::ZERO,
+            tokio::time::Instant::now() < h.lease.deadline(),
             "{code}: the script outlived the holder's lease; it would overrun"
         );
         h.leave(&mut store).await;

@@ -1,0 +1,385 @@
+//! The cancellation matrix: every public async call, dropped after its k-th poll for
+//! every k until it completes on its own, against real masters behind a delaying proxy
+//! (so that each await point lasts and a drop lands between a request leaving and its
+//! reply). After each drop:
+//! - no lease promises more than a quorum of masters holds: its deadline is not beyond
+//!   the quorum-th latest expiry of its value;
+//! - no key outlives what the API reported: a call that returned no lease leaves none of
+//!   its values behind, and a released lease leaves nothing;
+//! - no watchdog runs after release: released keys stay gone over several extension
+//!   intervals (an extension would set them again);
+//! - no subscription leaks: the release channel has no subscriber once nobody waits.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::future::Future;
+use std::pin::pin;
+use std::task::Poll;
+use std::time::Duration;
+
+use redquorum::testkit::{Mode, Proxy};
+use redquorum::{AcquireOptions, Lease, LeaseHandle, Redlock};
+use support::*;
+use tokio::time::Instant;
+
+/// One way of each request and of each reply through the proxies.
+const DELAY: Duration = Duration::from_millis(8);
+/// Between two polls.
+const PACE: Duration = Duration::from_millis(3);
+/// The most polls tried for one call: far more than any call here needs to complete.
+const MAX_POLLS: usize = 400;
+const TTL: Duration = Duration::from_secs(2);
+const EXTEND_INTERVAL: Duration = Duration::from_millis(150);
+
+/// Three masters, each behind a proxy that delays both directions.
+struct Rig {
+    cluster: Cluster,
+    _proxies: Vec<Proxy>,
+    client: Redlock,
+    urls: Vec<String>,
+}
+
+impl Rig {
+    async fn new() -> Rig {
+        let cluster = Cluster::start(3).await.unwrap();
+        let mut proxies = Vec::new();
+        for server in cluster.servers() {
+            let proxy = Proxy::for_server(server).await.unwrap();
+            proxy.set_mode(Mode::delay(DELAY, Duration::ZERO));
+            proxies.push(proxy);
+        }
+        let client = Redlock::builder()
+            .quarantine(false)
+            .masters(proxies.iter().map(Proxy::url))
+            .ttl(TTL)
+            .ttl_max(TTL * 2)
+            .node_timeout("200ms")
+            .extend_interval(EXTEND_INTERVAL)
+            .retry_delay("5ms")
+            .retry_jitter("5ms")
+            .build()
+            .unwrap();
+        let urls = cluster.urls();
+        Rig {
+            cluster,
+            _proxies: proxies,
+            client,
+            urls,
+        }
+    }
+
+    /// Long enough for every request and reply in the proxies to land, and for a round
+    /// started by a dropped call in the background to finish: derived from the delays
+    /// and the node timeout.
+    async fn settle(&self) {
+        tokio::time::sleep(4 * DELAY + Duration::from_millis(200) + 4 * PACE).await;
+    }
+
+    /// The instants at which each master's copy of `key` expires, where it holds `value`
+    /// (read directly, not through the proxies). Each is computed from the moment the
+    /// read was sent, so it is never later than the truth.
+    async fn expiries(&self, key: &str, value: &str) -> Vec<Instant> {
+        let mut out = Vec::new();
+        for url in &self.urls {
+            let mut conn = raw(url).await;
+            let sent = Instant::now();
+            let (v, pttl): (Option<String>, i64) = redis::pipe()
+                .get(key)
+                .pttl(key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            if v.as_deref() == Some(value) && pttl > 0 {
+                out.push(sent + Duration::from_millis(pttl as u64));
+            }
+        }
+        out
+    }
+
+    /// The lease promises no more than a quorum of masters holds.
+    async fn assert_backed(&self, lease: &LeaseHandle, what: &str) {
+        if lease.is_expired() {
+            return;
+        }
+        let deadline = lease.deadline();
+        let mut expiries = self.expiries(lease.key(), lease.value()).await;
+        expiries.sort_unstable_by(|a, b| b.cmp(a));
+        let quorum = self.urls.len() / 2 + 1;
+        let backed = expiries.get(quorum - 1).copied();
+        assert!(
+            lease.is_expired() || backed.is_some_and(|at| at >= deadline),
+            "{what}: the lease promises {:?} more but a quorum holds its value only until \
+             {:?} from now ({} masters hold it)",
+            deadline.saturating_duration_since(Instant::now()),
+            backed.map(|at| at.saturating_duration_since(Instant::now())),
+            expiries.len()
+        );
+    }
+
+    /// No master holds any value under `key` but `except`.
+    async fn only(&self, key: &str, except: Option<&str>) -> bool {
+        for url in &self.urls {
+            let v = get(url, key).await;
+            if v.is_some() && v.as_deref() != except {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Within a bound, no master holds any value under `key` but `except`; then the keys
+    /// stay that way over several watchdog intervals.
+    async fn assert_left_only(&self, key: &str, except: Option<&str>, what: &str) {
+        wait_until(Duration::from_secs(3), what, || self.only(key, except)).await;
+        tokio::time::sleep(3 * EXTEND_INTERVAL).await;
+        assert!(
+            self.only(key, except).await,
+            "{what}: a key came back (an extension after release?)"
+        );
+    }
+
+    /// No master has a subscriber on the release channel of `key`.
+    async fn assert_no_subscribers(&self, key: &str) {
+        let channel = format!("redquorum:released:{key}");
+        wait_until(Duration::from_secs(3), "subscriptions dropped", || {
+            let channel = channel.clone();
+            async move {
+                for url in &self.urls {
+                    let counts: Vec<(String, i64)> = redis::cmd("PUBSUB")
+                        .arg("NUMSUB")
+                        .arg(&channel)
+                        .query_async(&mut raw(url).await)
+                        .await
+                        .unwrap();
+                    if counts.iter().any(|(_, n)| *n > 0) {
+                        return false;
+                    }
+                }
+                true
+            }
+        })
+        .await;
+    }
+
+    async fn lease(&self, key: &str, watchdog: bool) -> Lease {
+        let lease = self
+            .client
+            .acquire_with(key, &AcquireOptions::new().watchdog(watchdog))
+            .await
+            .unwrap();
+        wait_until(Duration::from_secs(2), "held everywhere", || {
+            held_everywhere(&self.cluster, key, lease.value())
+        })
+        .await;
+        lease
+    }
+}
+
+/// Polls `future` up to `polls` times, `PACE` apart, and drops it unless it completed.
+async fn poll_then_drop<F: Future>(future: F, polls: usize) -> Option<F::Output> {
+    let mut future = pin!(future);
+    for i in 0..polls {
+        if let Poll::Ready(out) = futures::poll!(future.as_mut()) {
+            return Some(out);
+        }
+        if i + 1 < polls {
+            tokio::time::sleep(PACE).await;
+        }
+    }
+    None
+}
+
+/// Runs `case(k)` for k = 1, 2, … until it reports that the call completed.
+async fn matrix<F, Fut>(name: &str, mut case: F) -> usize
+where
+    F: FnMut(usize) -> Fut,
+    Fut: Future<Output = bool>,
+{
+    for k in 1..=MAX_POLLS {
+        if case(k).await {
+            eprintln!(
+                "{name}: dropped after each of {} polls, then completed",
+                k - 1
+            );
+            return k;
+        }
+    }
+    panic!("{name}: never completed within {MAX_POLLS} polls");
+}
+
+/// acquire, try_acquire and acquire_with on a free lock: a dropped call leaves nothing; a
+/// completed one is backed by a quorum.
+#[tokio::test]
+async fn acquiring_a_free_lock() {
+    let rig = Rig::new().await;
+    let watchdog = AcquireOptions::new().watchdog(true);
+    for name in ["acquire", "try_acquire", "acquire_with"] {
+        let completed = matrix(name, |k| {
+            let (rig, watchdog) = (&rig, &watchdog);
+            async move {
+                let key = unique_key(name);
+                let client = &rig.client;
+                let call = async {
+                    match name {
+                        "acquire" => client.acquire(&key).await,
+                        "try_acquire" => client.try_acquire(&key).await,
+                        _ => client.acquire_with(&key, watchdog).await,
+                    }
+                };
+                let out = poll_then_drop(call, k).await;
+                rig.settle().await;
+                match out {
+                    Some(result) => {
+                        let lease = result.unwrap();
+                        rig.assert_backed(&lease, name).await;
+                        lease.release().await.unwrap();
+                        rig.assert_left_only(&key, None, name).await;
+                        true
+                    }
+                    None => {
+                        rig.assert_left_only(&key, None, name).await;
+                        false
+                    }
+                }
+            }
+        })
+        .await;
+        assert!(
+            completed > 2,
+            "{name} completed too early to be cut mid-round"
+        );
+    }
+}
+
+/// A waiting acquire (the lock is held): dropped while it waits, it leaves no value of its
+/// own and no subscription.
+#[tokio::test]
+async fn waiting_for_a_held_lock() {
+    let rig = Rig::new().await;
+    let key = unique_key("waiting");
+    let holder = rig.lease(&key, true).await;
+    let budget = AcquireOptions::new().wait_timeout(Duration::from_millis(150));
+    matrix("waiting acquire", |k| {
+        let (rig, key, budget, holder) = (&rig, &key, &budget, &holder);
+        async move {
+            let out = poll_then_drop(rig.client.acquire_with(key, budget), k).await;
+            rig.settle().await;
+            assert!(
+                rig.only(key, Some(holder.value())).await,
+                "a waiter's key stayed"
+            );
+            rig.assert_no_subscribers(key).await;
+            if let Some(result) = out {
+                assert!(result.is_err(), "acquired a held lock");
+                return true;
+            }
+            false
+        }
+    })
+    .await;
+    holder.release().await.unwrap();
+}
+
+/// with_lock: dropped before, during or after the work, the lock is released and stays
+/// released (its watchdog stops).
+#[tokio::test]
+async fn with_lock() {
+    let rig = Rig::new().await;
+    matrix("with_lock", |k| {
+        let rig = &rig;
+        async move {
+            let key = unique_key("with_lock");
+            let work = |lease: LeaseHandle| async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                lease.value().to_owned()
+            };
+            let out =
+                poll_then_drop(rig.client.with_lock(&key, &AcquireOptions::new(), work), k).await;
+            rig.settle().await;
+            rig.assert_left_only(&key, None, "with_lock").await;
+            out.map(|r| r.unwrap()).is_some()
+        }
+    })
+    .await;
+}
+
+/// extend and extend_with (longer and much shorter than the time left): whatever the
+/// drop, the lease promises no more than a quorum holds.
+#[tokio::test]
+async fn extending() {
+    let rig = Rig::new().await;
+    for ttl in [None, Some(TTL * 2), Some(Duration::from_millis(400))] {
+        let name = format!("extend {ttl:?}");
+        let key = unique_key("extend");
+        let lease = rig.lease(&key, false).await;
+        matrix(&name, |k| {
+            let (rig, lease, name) = (&rig, &lease, &name);
+            async move {
+                // Each case starts from a full TTL (a shortening one ran before).
+                lease.extend().await.unwrap();
+                let call = async {
+                    match ttl {
+                        None => lease.extend().await,
+                        Some(ttl) => lease.extend_with(ttl).await,
+                    }
+                };
+                let out = poll_then_drop(call, k).await;
+                rig.assert_backed(lease, name).await;
+                rig.settle().await;
+                rig.assert_backed(lease, name).await;
+                match out {
+                    Some(result) => {
+                        result.unwrap();
+                        true
+                    }
+                    None => false,
+                }
+            }
+        })
+        .await;
+        lease.release().await.unwrap();
+        rig.assert_left_only(&key, None, &name).await;
+    }
+}
+
+/// release of a lease whose watchdog runs: dropped after any poll, the lease counts as
+/// released at once, and its keys go and stay gone.
+#[tokio::test]
+async fn releasing() {
+    let rig = Rig::new().await;
+    matrix("release", |k| {
+        let rig = &rig;
+        async move {
+            let key = unique_key("release");
+            let lease = rig.lease(&key, true).await;
+            let handle = lease.handle();
+            let out = poll_then_drop(lease.release(), k).await;
+            assert!(
+                handle.is_lost(),
+                "a release that was polled left the lease alive"
+            );
+            rig.settle().await;
+            rig.assert_left_only(&key, None, "release").await;
+            out.map(|r| r.unwrap()).is_some()
+        }
+    })
+    .await;
+}
+
+/// shutdown: dropped or not, the releases it waits for finish.
+#[tokio::test]
+async fn shutting_down() {
+    let rig = Rig::new().await;
+    matrix("shutdown", |k| {
+        let rig = &rig;
+        async move {
+            let key = unique_key("shutdown");
+            drop(rig.lease(&key, true).await);
+            let out = poll_then_drop(rig.client.shutdown(), k).await;
+            rig.assert_left_only(&key, None, "shutdown").await;
+            out.is_some()
+        }
+    })
+    .await;
+}

@@ -105,14 +105,10 @@ impl Recorder {
         self.record(Op::CsEnd, None, detail);
     }
 
-    /// Records `ext_ok` with the token the lease reports now (checker 4 compares it with
-    /// the acquisition's).
+    /// Records `ext_ok` with the lease's new deadline.
     pub fn ext_ok(&mut self, lease: &redquorum::Lease) {
         let deadline = now_ns() + lease.remaining().as_nanos() as u64;
-        let acquired = self.token;
-        self.token = lease.fencing_token().map(|t| t.get());
         self.record(Op::ExtOk, Some(deadline), "");
-        self.token = acquired;
     }
 
     /// The acquisition's fencing token, if any.

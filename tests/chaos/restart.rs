@@ -264,7 +264,7 @@ async fn s5_immediate_restart_without_data_n3() {
         "immediate restart, no persistence",
         3,
         Fault::RestartEmpty,
-        Expect::Detect,
+        Expect::Detect(Checker::Overlap),
     )
     .await
     .check();
@@ -277,7 +277,7 @@ async fn s5_immediate_restart_without_data_n5() {
         "immediate restart, no persistence",
         5,
         Fault::RestartEmpty,
-        Expect::Detect,
+        Expect::Detect(Checker::Overlap),
     )
     .await
     .check();
@@ -329,7 +329,7 @@ async fn s8_restart_from_stale_snapshot_n3() {
         "restart from a stale snapshot",
         3,
         Fault::RestartStale,
-        Expect::Detect,
+        Expect::Detect(Checker::Overlap),
     )
     .await
     .check();
@@ -342,7 +342,7 @@ async fn s9_flushall_on_a_member_n3() {
         "FLUSHALL on a member, no restart",
         3,
         Fault::Flushall,
-        Expect::Detect,
+        Expect::Detect(Checker::Overlap),
     )
     .await
     .check();
@@ -355,7 +355,7 @@ async fn s15_clock_jump_forward_on_a_member_n3() {
         "server clock jumps forward past the TTL",
         3,
         Fault::ClockForward,
-        Expect::Detect,
+        Expect::Detect(Checker::Overlap),
     )
     .await
     .check();
@@ -368,7 +368,7 @@ async fn s15_clock_jump_forward_on_a_member_n5() {
         "server clock jumps forward past the TTL",
         5,
         Fault::ClockForward,
-        Expect::Detect,
+        Expect::Detect(Checker::Overlap),
     )
     .await
     .check();

@@ -1097,6 +1097,14 @@ impl Held {
         self
     }
 
+    /// Ends the critical section at `t_ns` (it wrote already, and only waited since; see
+    /// [`Recorder::cs_end_fenced_at`]), then releases.
+    pub async fn end_at(mut self, t_ns: u64) -> Recorder {
+        self.rec.cs_end_fenced_at(t_ns, self.wrote, self.refused);
+        release(&mut self.rec, self.lease).await;
+        self.rec
+    }
+
     /// Writes the counter back (whatever the lease says: the script decides when) and
     /// ends the critical section, then releases.
     pub async fn leave(mut self, store: &mut MultiplexedConnection) -> Recorder {
@@ -1126,13 +1134,37 @@ pub async fn warm(client: &Redlock, prefix: &str) {
     lease.release().await.unwrap();
 }
 
-/// The `acq_ok` events between two instants (ns).
-pub fn successes_between(env: &Env, from_ns: u64, to_ns: u64) -> usize {
-    env.history
-        .snapshot()
+/// Acquire calls that started after `from_ns` and succeeded before `to_ns`: ordered by
+/// the events, not by a grace period, so a call that won just before a fault and
+/// recorded it late does not count.
+pub fn successes_started_between(env: &Env, from_ns: u64, to_ns: u64) -> usize {
+    let history = env.history.snapshot();
+    let started: std::collections::BTreeSet<(&str, u64)> = history
         .iter()
-        .filter(|e| e.op == Op::AcqOk && e.t_ns > from_ns && e.t_ns < to_ns)
+        .filter(|e| e.op == Op::AcqStart && e.t_ns > from_ns)
+        .map(|e| (e.client.as_str(), e.attempt))
+        .collect();
+    history
+        .iter()
+        .filter(|e| {
+            e.op == Op::AcqOk && e.t_ns < to_ns && started.contains(&(e.client.as_str(), e.attempt))
+        })
         .count()
+}
+
+/// The time of one acquire and release by `client` on a throwaway resource, before any
+/// fault: the round time scenario bounds are derived from.
+pub async fn measure_round(client: &Redlock, prefix: &str) -> Duration {
+    let started = Instant::now();
+    warm(client, prefix).await;
+    started.elapsed()
+}
+
+/// The longest an acquire call may take: its wait budget, plus its last attempt (one node
+/// timeout), plus scheduling slack of ten measured rounds (at least 300 ms): an acquire
+/// that waited on a stalled master would take the whole stall.
+pub fn acquire_bound(wait: Duration, node_timeout: Duration, round: Duration) -> Duration {
+    wait + node_timeout + (round * 10).max(Duration::from_millis(300))
 }
 
 #[cfg(test)]

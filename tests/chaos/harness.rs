@@ -111,13 +111,18 @@ impl Setup {
     }
 }
 
-/// The seconds of each scenario's fault phase: `REDQUORUM_CHAOS_SECONDS`, else a short run.
+/// The seconds of each scenario's fault phase: `REDQUORUM_CHAOS_SECONDS`, else a short run
+/// (2 s; 1 s for a mutant hunt's runs, which run three times).
 pub fn phase() -> Duration {
     let secs = std::env::var("REDQUORUM_CHAOS_SECONDS")
         .ok()
         .and_then(|s| s.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s > 0.0)
-        .unwrap_or(2.0);
+        .unwrap_or(if PLANTED.try_with(|_| ()).is_ok() {
+            1.0
+        } else {
+            2.0
+        });
     Duration::from_secs_f64(secs)
 }
 

@@ -103,16 +103,17 @@ async fn s3_stall_minority_n5() {
     s3(5, None, Expect::Hold).await.check();
 }
 
-/// How long S4 keeps the majority stopped: far above the acquire bound.
-const S4_STOP: Duration = Duration::from_millis(3000);
+/// How long S4 keeps the majority stopped: well above the acquire bound (at least the
+/// wait budget, a node timeout and 300 ms).
+const S4_STOP: Duration = Duration::from_millis(2500);
 /// The workers' wait budget in S4.
 const S4_WAIT: Duration = Duration::from_millis(1000);
 
-/// S4: a majority is stopped for 3 s. No acquisition may succeed meanwhile, none may
+/// S4: a majority is stopped for 2.5 s. No acquisition may succeed meanwhile, none may
 /// take longer than its wait budget plus one node timeout, and the lock is available again
 /// within a TTL of the resume.
 pub async fn s4(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
-    let setup = Setup::new("S4", "SIGSTOP a majority for 3 s", expect, n);
+    let setup = Setup::new("S4", "SIGSTOP a majority for 2.5 s", expect, n);
     let mut env = Env::start(setup).await;
     let urls = env.urls();
     let round = measure_round(&build(client_over(urls.clone()), None), &env.prefix).await;

@@ -200,6 +200,7 @@ async fn run(args: Args) -> Result<(), String> {
             ),
             None => None,
         };
+        out.emit(Op::CsRead, None, "")?;
         tokio::time::sleep(args.hold).await;
         if args.check_deadline && lease.is_expired() {
             let detail = match fenced_read {

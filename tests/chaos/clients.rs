@@ -59,7 +59,7 @@ pub async fn s12_with(n: usize, expect: Expect, guards: Guards) -> Outcome {
     let ttl = Duration::from_millis(800);
     let mut extra = vec![
         ("--ttl-ms", ttl.as_millis().to_string()),
-        ("--hold-ms", "300".into()),
+        ("--hold-ms", "500".into()),
     ];
     if guards.fencing {
         extra.push(("--fencing", String::new()));
@@ -71,10 +71,11 @@ pub async fn s12_with(n: usize, expect: Expect, guards: Guards) -> Outcome {
         &args(&urls, &env.store.url(), &resource, &extra),
         &env.history,
     );
-    client.wait_for(Op::CsStart, Duration::from_secs(10)).await;
-    sleep(Duration::from_millis(30)).await;
+    // Frozen once its reads are done, during its `--hold-ms` of work.
+    client.wait_for(Op::CsRead, Duration::from_secs(10)).await;
     client.pause();
-    // The frozen client's keys expire; a contender gets in and finishes.
+    // The frozen client's keys expire; a contender gets in, and stays inside until the
+    // thawed client has written and left.
     let contender = build(
         guards.apply(
             client_over(urls)
@@ -89,10 +90,8 @@ pub async fn s12_with(n: usize, expect: Expect, guards: Guards) -> Outcome {
     let rec = env.history.recorder("S12-contender", &resource);
     match enter(&contender, rec, &mut store).await {
         Ok(h) => {
-            sleep(Duration::from_millis(100)).await;
-            // Thaw the frozen client while the contender is still inside.
             client.resume();
-            sleep(Duration::from_millis(400)).await;
+            client.wait_for(Op::CsEnd, Duration::from_secs(10)).await;
             h.leave(&mut store).await;
         }
         Err((_, e)) => {
@@ -109,13 +108,14 @@ pub async fn s12_with(n: usize, expect: Expect, guards: Guards) -> Outcome {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s12_client_paused_inside_its_section_n3() {
-    // Fencing (checker 3) will keep the storage safe here; the lock itself cannot.
-    s12(3, Expect::Detect).await.check();
+    // The contender must get in while the frozen client is inside (checker 1); fencing
+    // (checker 3) keeps the storage safe here, the lock itself cannot.
+    s12(3, Expect::Detect(Checker::Overlap)).await.check();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s12_client_paused_inside_its_section_n5() {
-    s12(5, Expect::Detect).await.check();
+    s12(5, Expect::Detect(Checker::Overlap)).await.check();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

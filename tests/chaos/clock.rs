@@ -11,6 +11,7 @@ use redquorum::{Mutant, Redlock};
 use tokio::time::{Instant, sleep};
 
 use crate::harness::*;
+use crate::history::now_ns;
 
 /// S16: random masters' clocks jump back by TTL/2 while clients contend.
 pub async fn s16(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
@@ -64,10 +65,12 @@ async fn s16_clock_jumps_backward_n5() {
 }
 
 /// S14: the holder's clock runs at `rate` times real time, so it believes its lease lasts
-/// `1/rate` times longer than it does; it works until a few ms before the deadline it
-/// computed (less a write's time), while a contender retries from the moment the holder got in. A clock slower
-/// than the drift allowance (1 %) covers is caught by checker 1; within it, the holder
-/// stops before its keys expire.
+/// `1/rate` times longer than it does. It does its work at once and then holds on: its
+/// section ends at the deadline it computed, by its own clock, translated to real time
+/// (recorded there however late the holder wakes up). A contender retries from the moment
+/// the holder got in. A clock slower than the drift allowance (1 %) covers is caught by
+/// checker 1; within it, the holder's deadline comes before its keys expire, so the
+/// contender cannot get in first, whatever the machine's load.
 pub async fn s14(n: usize, rate: f64, expect: Expect) -> Outcome {
     let name = format!(
         "client clock at {:.1} % of real time, holder uses its validity",
@@ -76,9 +79,6 @@ pub async fn s14(n: usize, rate: f64, expect: Expect) -> Outcome {
     let mut env = Env::start(Setup::new("S14", name, expect, n)).await;
     let urls = env.urls();
     let resource = env.resource(0);
-    // Room for a late wake-up, the counter write and `cs_end` before the deadline on a
-    // loaded machine (the whole test suite runs beside it in CI).
-    let margin = Duration::from_millis(60);
     let holder = build(client_over(urls.clone()).client_clock_rate(rate), None);
     let contender = build(
         client_over(urls)
@@ -93,13 +93,15 @@ pub async fn s14(n: usize, rate: f64, expect: Expect) -> Outcome {
     let mut store = env.store().await;
     let mut believed = Vec::new();
     for round in 0..3 {
-        let rec = env
+        let mut rec = env
             .history
             .recorder(format!("S14-holder-{round}"), &resource);
-        let Ok(held) = enter(&holder, rec, &mut store).await else {
-            panic!("S14: the holder could not acquire a free lock");
-        };
-        believed.push(held.lease.remaining().as_millis());
+        rec.acq_start();
+        let lease = holder.acquire(&resource).await.unwrap();
+        // Its deadline in real time (the lease's remaining time runs at `rate`).
+        believed.push(lease.remaining().as_millis());
+        let deadline_ns = rec.acq_ok_at_rate(&lease, rate);
+        let held = Held::inside(rec, lease, &mut store).await;
         let rec = env
             .history
             .recorder(format!("S14-contender-{round}"), &resource);
@@ -116,13 +118,9 @@ pub async fn s14(n: usize, rate: f64, expect: Expect) -> Outcome {
                 Err(_) => false,
             }
         });
-        sleep(held.lease.remaining().saturating_sub(margin)).await;
-        // A careful holder: it writes only while its lease (as its clock sees it) lasts.
-        if held.lease.remaining() > margin / 2 {
-            held.leave(&mut store).await;
-        } else {
-            held.abandon().await;
-        }
+        let held = held.write(&mut store).await;
+        sleep(Duration::from_nanos(deadline_ns.saturating_sub(now_ns()))).await;
+        held.end_at(deadline_ns).await;
         assert!(rival.await.unwrap(), "S14: the contender never got in");
     }
     env.note(format!(
@@ -139,17 +137,39 @@ async fn s14_client_clock_half_a_percent_slow_n3() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s14_client_clock_twenty_percent_slow_n3() {
-    s14(3, 0.8, Expect::Detect).await.check();
+    s14(3, 0.8, Expect::Detect(Checker::Overlap)).await.check();
 }
 
-/// S15c's TTL: long enough for Y's two write-back rounds over its slow link to master 1.
-const CROSSING_TTL: Duration = Duration::from_millis(2500);
-/// How late Y's requests reach master 1: the script's whole window for X's acquisition and
-/// both clock jumps.
-const M1_REQUEST_DELAY: Duration = Duration::from_millis(500);
-/// How late master 0's replies reach Y: the window in which Y's key there expires, after
-/// its grant and before its write-back.
-const M0_REPLY_DELAY: Duration = Duration::from_millis(150);
+/// S15c's timings, derived from a round (one acquire and release) measured before the
+/// script, so that a loaded machine stretches the windows instead of breaking the script.
+#[derive(Debug, Clone, Copy)]
+struct Crossing {
+    /// How late master 0's replies reach Y: the window in which Y's key there expires,
+    /// after its grant and before its write-back (a poll and a clock jump): 8 rounds, at
+    /// least 150 ms.
+    m0_reply: Duration,
+    /// How late Y's requests reach master 1: the script's whole window for X's acquisition
+    /// and both clock jumps (a handful of rounds): 25 rounds, at least 500 ms and three
+    /// times `m0_reply`.
+    m1_request: Duration,
+    /// The TTL: long enough for Y's two write-back rounds over its slow link to master 1.
+    ttl: Duration,
+}
+
+impl Crossing {
+    fn from_round(round: Duration) -> Crossing {
+        let m0_reply = (round * 8).max(Duration::from_millis(150));
+        let m1_request = (round * 25)
+            .max(Duration::from_millis(500))
+            .max(m0_reply * 3);
+        let ttl = (m1_request * 3 + Duration::from_millis(1000)).max(Duration::from_millis(2500));
+        Crossing {
+            m0_reply,
+            m1_request,
+            ttl,
+        }
+    }
+}
 
 /// S15c: two clients read the same fence counters and each reaches a write-back quorum,
 /// because lock keys expire early (forward clock jumps, TTL-shrink emulation) on two
@@ -157,6 +177,8 @@ const M0_REPLY_DELAY: Duration = Duration::from_millis(150);
 /// tokens stay unique. N = 3, durable masters, restart quarantine and fencing on; Y reaches
 /// master 0 through a proxy that delays replies and master 1 through one that delays
 /// requests, X goes direct. Times from Y's start:
+///
+/// (With the shortest timings of [`Crossing`]; a slow machine stretches them.)
 ///
 /// 1. 0: Y's `SET` takes masters 0 and 2 (no counter yet); its request to master 1 is on
 ///    its way until 500 ms. Master 0's grant reaches Y at 150 ms: Y has a quorum, T = 1.
@@ -184,9 +206,20 @@ pub async fn s15c(mutant: Option<Mutant>, expect: Expect) -> Outcome {
     )
     .persistence(Persistence::AofAlways);
     let mut env = Env::start(setup).await;
-    env.ttl_max = CROSSING_TTL;
     seed_epochs(&env.cluster).await;
     let direct = env.urls();
+    let probe = build(client_over(direct.clone()), None);
+    warm(&probe, &env.prefix).await;
+    let round = measure_round(&probe, &env.prefix).await;
+    let timing = Crossing::from_round(round);
+    env.note(format!(
+        "measured round {:.1} ms: master 0 replies {} ms late, master 1 requests {} ms, TTL {} ms",
+        round.as_secs_f64() * 1e3,
+        timing.m0_reply.as_millis(),
+        timing.m1_request.as_millis(),
+        timing.ttl.as_millis()
+    ));
+    env.ttl_max = timing.ttl;
     let resource = env.resource(0);
     let pattern = format!("{}*", env.prefix);
     let via_m0 = Proxy::for_server(env.cluster.server(0)).await.unwrap();
@@ -195,10 +228,10 @@ pub async fn s15c(mutant: Option<Mutant>, expect: Expect) -> Outcome {
         build(
             Guards::RSV_F.apply(
                 client_over(urls)
-                    .ttl(CROSSING_TTL)
+                    .ttl(timing.ttl)
                     .node_timeout(node_timeout)
                     .retry_attempts(1),
-                CROSSING_TTL,
+                timing.ttl,
             ),
             mutant,
         )
@@ -207,17 +240,17 @@ pub async fn s15c(mutant: Option<Mutant>, expect: Expect) -> Outcome {
     // Y waits for master 1's late replies: its node timeout covers the request delay.
     let y = client(
         vec![via_m0.url(), via_m1.url(), direct[2].clone()],
-        M1_REQUEST_DELAY + Duration::from_millis(300),
+        timing.m1_request + Duration::from_millis(300),
     );
     // Connections open, scripts loaded and masters out of quarantine before the faults.
     settle(&x, &env.prefix).await;
     settle(&y, &env.prefix).await;
     via_m0.set_mode(Mode::Delay {
         to_server: Latency::ZERO,
-        to_client: Latency::new(M0_REPLY_DELAY, Duration::ZERO),
+        to_client: Latency::new(timing.m0_reply, Duration::ZERO),
     });
     via_m1.set_mode(Mode::Delay {
-        to_server: Latency::new(M1_REQUEST_DELAY, Duration::ZERO),
+        to_server: Latency::new(timing.m1_request, Duration::ZERO),
         to_client: Latency::ZERO,
     });
 
@@ -234,7 +267,7 @@ pub async fn s15c(mutant: Option<Mutant>, expect: Expect) -> Outcome {
     let m1 = env.cluster.server(1).url();
     // 1-2: Y's key lands on master 0; its clock jumps before Y hears the grant.
     key_appears(&m0, &resource, "Y's key on master 0").await;
-    jump_until_gone(&env, 0, &pattern, &resource).await;
+    jump_until_gone(&env, 0, &pattern, &resource, timing.ttl).await;
     let mut store = env.store().await;
     let rec = env.history.recorder("S15c-X", &resource);
     let Ok(x_held) = enter(&x, rec, &mut store).await else {
@@ -245,10 +278,10 @@ pub async fn s15c(mutant: Option<Mutant>, expect: Expect) -> Outcome {
         [0, 1],
         "S15c: X was not granted masters 0 and 1"
     );
-    jump_until_gone(&env, 1, &pattern, &resource).await;
+    jump_until_gone(&env, 1, &pattern, &resource, timing.ttl).await;
     let script_took = started.elapsed();
     assert!(
-        script_took < M1_REQUEST_DELAY,
+        script_took < timing.m1_request,
         "S15c: the script took {script_took:?}, so Y's request reached master 1 first"
     );
     assert_eq!(
@@ -292,10 +325,10 @@ async fn key_appears(url: &str, key: &str, what: &str) {
 }
 
 /// Jumps master `i`'s clock past every lock key's expiry and waits until `key` is gone.
-async fn jump_until_gone(env: &Env, i: usize, pattern: &str, key: &str) {
+async fn jump_until_gone(env: &Env, i: usize, pattern: &str, key: &str, ttl: Duration) {
     let server = env.cluster.server(i);
     let shifted = server
-        .jump_clock(pattern, ClockJump::Forward(CROSSING_TTL))
+        .jump_clock(pattern, ClockJump::Forward(ttl))
         .await
         .unwrap();
     assert!(shifted >= 1, "S15c: no lock key on master {i} to expire");

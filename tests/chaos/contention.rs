@@ -142,17 +142,30 @@ async fn s19_split_votes_n5() {
     s19(5, None, Expect::Hold).await.check();
 }
 
+/// How late master 1's replies reach Y in S19r.
+const SLOW_REPLY: Duration = Duration::from_millis(400);
+
 /// S19r: a retry storm with no pause between attempts, against a master whose script cache
-/// was just flushed (`SCRIPT FLUSH`) behind a link that delays its replies by 150 ms.
+/// was just flushed (`SCRIPT FLUSH`) behind a link that delays its replies by
+/// [`SLOW_REPLY`] (D).
 ///
-/// The script: master 1's scripts are flushed (no lock is held); master 0 holds a foreign key (some
-/// other client's); Z takes masters 1 and 2. Y retries back to back: each attempt is refused
-/// at once by masters 0 and 2 while master 1's answer is still on its way, so each failed
-/// attempt's release goes to master 1. Those releases meet `NOSCRIPT` there and are re-sent
-/// after a `SCRIPT LOAD`, two slow round trips later, so they run on master 1 *after* later
-/// attempts' SETs. Z releases; Y wins masters 1 and 2; the foreign key goes; W tries while Y
-/// is inside. With a fresh value per attempt the late releases cannot match Y's key, and W
-/// stays out.
+/// The script: master 1's scripts are flushed (no lock is held); master 0 holds a foreign
+/// key (some other client's); Z takes masters 1 and 2. Y retries back to back: each attempt
+/// is refused at once by masters 0 and 2 while master 1's answer is still on its way, so
+/// each failed attempt's release goes to master 1. Those releases meet `NOSCRIPT` there and
+/// are re-sent after a `SCRIPT LOAD`, two slow replies later: a release sent at `s` runs on
+/// master 1 at `s + 2D`. Z leaves as soon as the first of them met `NOSCRIPT` (at `s0`),
+/// and Y's next attempt (at `w`) wins masters 1 and 2; the foreign key goes; W tries while
+/// Y is inside. With a fresh value per attempt the late releases cannot match Y's key, and
+/// W stays out.
+///
+/// With one value for every attempt the late releases delete Y's key on master 1. With
+/// fencing, the write-back checks that key once, at `w + D` (after the grant's slow
+/// reply): every late release was sent in `[s0, w)` and runs at `s + 2D`, after the check
+/// as long as `w − s0 < D` (the report states how soon Z left, against D). The check then
+/// passes, and the key goes right after it. That fails only when Z's release reaches
+/// master 2 before master 1 and one of Y's attempts falls in between: it is granted
+/// master 2, waits D for master 1's refusal, and its successor's `w` comes too late.
 pub async fn s19r(mutant: Option<Mutant>, expect: Expect) -> Outcome {
     s19r_with(mutant, expect, Guards::BR).await
 }
@@ -187,7 +200,7 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
     let slow = Proxy::for_server(env.cluster.server(1)).await.unwrap();
     slow.set_mode(Mode::Delay {
         to_server: Latency::ZERO,
-        to_client: Latency::new(Duration::from_millis(150), Duration::ZERO),
+        to_client: Latency::new(SLOW_REPLY, Duration::ZERO),
     });
     let mut y_urls = direct.clone();
     y_urls[1] = slow.url();
@@ -196,7 +209,10 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
         with_guards(
             client_over(y_urls)
                 .ttl(ttl)
-                .node_timeout(Duration::from_millis(400))
+                // A late release (two slow replies) must finish within one node timeout.
+                .node_timeout(SLOW_REPLY * 3)
+                // Connecting takes a few slow round trips (with quarantine, the epoch too).
+                .connect_timeout(SLOW_REPLY * 10)
                 .retry_attempts(100_000)
                 .retry_delay(Duration::ZERO)
                 .retry_jitter(Duration::ZERO)
@@ -206,7 +222,8 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
     );
     // Z and W use a node timeout that covers the three round trips of a script call on a
     // master without the script (see the NOSCRIPT test in `known_bugs.rs`), so their own
-    // releases are not cut short on a loaded machine.
+    // releases are not cut short on a loaded machine. W keeps trying for longer than one
+    // slow reply: without fencing, a late release may land up to D after Y got in.
     let z = build(
         with_guards(
             client_over(direct.clone())
@@ -221,7 +238,7 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
                 .ttl(ttl)
                 .node_timeout(Duration::from_millis(300))
                 .retry_attempts(1000)
-                .wait_timeout(Duration::from_millis(400)),
+                .wait_timeout(SLOW_REPLY + Duration::from_millis(300)),
         ),
         None,
     );
@@ -300,26 +317,34 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
         }
     });
     // Z leaves as soon as Y's first release has met NOSCRIPT on master 1: the releases Y
-    // sends in the next 150 ms (before that reply brings Y to load the script) all run late.
+    // sends in the next D (before that reply brings Y to load the script) all run late.
+    let stats = crate::support::raw(&m1_url).await;
     crate::support::wait_until(Duration::from_secs(5), "Y's release meets NOSCRIPT", || {
-        let url = m1_url.clone();
+        let mut stats = stats.clone();
         async move {
             let info: String = redis::cmd("INFO")
                 .arg("errorstats")
-                .query_async(&mut crate::support::raw(&url).await)
+                .query_async(&mut stats)
                 .await
                 .unwrap();
             info.contains("errorstat_NOSCRIPT")
         }
     })
     .await;
+    let noscript_seen = tokio::time::Instant::now();
     held_z.leave(&mut store).await;
+    let z_left = noscript_seen.elapsed();
     let y_inside = tokio::time::timeout(Duration::from_secs(6), inside_rx)
         .await
         .unwrap()
         .unwrap_or(None);
     if let Some((granted, value)) = y_inside {
-        env.note(format!("Y granted by {granted:?}"));
+        env.note(format!(
+            "Y granted by {granted:?}; Z left {} ms after the first NOSCRIPT was seen (the late \
+             releases follow the write-back if that is well under D = {} ms)",
+            z_left.as_millis(),
+            SLOW_REPLY.as_millis()
+        ));
         // The foreign holder goes away; W tries while Y is inside.
         let _: () = redis::cmd("DEL")
             .arg(&resource)

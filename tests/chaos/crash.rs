@@ -74,10 +74,8 @@ pub async fn s2(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
     let killed_ns = now_ns();
     let down_for = phase().max(TTL.mul_f64(1.01) + Duration::from_millis(300));
     sleep(down_for).await;
-    // Anything granted from here on would need a quorum that does not exist. Allow one
-    // node timeout for rounds decided just before the kill.
-    let grace = (NODE_TIMEOUT * 3).as_nanos() as u64;
-    let granted = successes_between(&env, killed_ns + grace, now_ns());
+    // An acquire call started after the kill would need a quorum that does not exist.
+    let granted = successes_started_between(&env, killed_ns, now_ns());
     if granted > 0 {
         env.violation(format!(
             "{granted} acquisitions succeeded with a majority down"

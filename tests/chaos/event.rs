@@ -19,6 +19,9 @@ pub enum Op {
     AcqFail,
     /// The critical section starts: recorded after acquire returned.
     CsStart,
+    /// Inside the critical section, its reads of the checker store are done (a scenario
+    /// that freezes the client there waits for this). The checkers ignore it.
+    CsRead,
     /// The critical section ends: recorded before release is sent. `detail` is `"done"`
     /// when its counter write was made, `"abandoned"` when the holder stopped without
     /// writing because its lease was running out.
@@ -33,11 +36,12 @@ pub enum Op {
 
 impl Op {
     /// Every op, for parsing.
-    pub const ALL: [Op; 8] = [
+    pub const ALL: [Op; 9] = [
         Op::AcqStart,
         Op::AcqOk,
         Op::AcqFail,
         Op::CsStart,
+        Op::CsRead,
         Op::CsEnd,
         Op::ExtOk,
         Op::ExtFail,
@@ -51,6 +55,7 @@ impl Op {
             Op::AcqOk => "acq_ok",
             Op::AcqFail => "acq_fail",
             Op::CsStart => "cs_start",
+            Op::CsRead => "cs_read",
             Op::CsEnd => "cs_end",
             Op::ExtOk => "ext_ok",
             Op::ExtFail => "ext_fail",

@@ -24,25 +24,51 @@ tokio::task_local! {
     pub static PLANTED: Mutant;
 }
 
+/// A checker a DETECT scenario or a mutant hunt names as the one that must fire: another
+/// checker firing (a slow acquire on a loaded machine, say) does not count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checker {
+    /// Checker 1: two critical sections of one resource overlapped.
+    Overlap,
+    /// Checker 4: tokens repeated or went back in real-time order.
+    Tokens,
+    /// Checker 3: the fenced register lost an update.
+    FencedStorage,
+    /// An acquire call took longer than the scenario's bound.
+    SlowAcquire,
+}
+
+impl Checker {
+    pub fn word(self) -> &'static str {
+        match self {
+            Checker::Overlap => "overlap",
+            Checker::Tokens => "tokens",
+            Checker::FencedStorage => "fenced",
+            Checker::SlowAcquire => "slow_acq",
+        }
+    }
+}
+
 /// What a scenario must show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expect {
     /// Every checker stays clean.
     Hold,
-    /// A known-unsafe interleaving: some checker must fire, or the test is too weak.
-    Detect,
-    /// The lease is broken (a lock checker must fire, or the scenario was not reached),
-    /// but fencing protects the storage: the fenced register loses no update and refuses
-    /// at least one stale access, and the tokens keep their properties.
+    /// A known-unsafe interleaving: the named checker must fire, or the test is too weak
+    /// or the interleaving was not reached.
+    Detect(Checker),
+    /// The lease is broken (checker 1 must see an overlap, or the scenario was not
+    /// reached), but fencing protects the storage: the fenced register loses no update and
+    /// refuses at least one stale access, and the tokens keep their properties.
     Fenced,
 }
 
 impl Expect {
-    fn word(self) -> &'static str {
+    fn word(self) -> String {
         match self {
-            Expect::Hold => "HOLD",
-            Expect::Detect => "DETECT",
-            Expect::Fenced => "FENCED",
+            Expect::Hold => "HOLD".into(),
+            Expect::Detect(c) => format!("DETECT({})", c.word()),
+            Expect::Fenced => "FENCED".into(),
         }
     }
 }
@@ -85,13 +111,18 @@ impl Setup {
     }
 }
 
-/// The seconds of each scenario's fault phase: `REDQUORUM_CHAOS_SECONDS`, else a short run.
+/// The seconds of each scenario's fault phase: `REDQUORUM_CHAOS_SECONDS`, else a short run
+/// (2 s; 1 s for a mutant hunt's runs, which run three times).
 pub fn phase() -> Duration {
     let secs = std::env::var("REDQUORUM_CHAOS_SECONDS")
         .ok()
         .and_then(|s| s.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s > 0.0)
-        .unwrap_or(2.0);
+        .unwrap_or(if PLANTED.try_with(|_| ()).is_ok() {
+            1.0
+        } else {
+            2.0
+        });
     Duration::from_secs_f64(secs)
 }
 
@@ -263,6 +294,9 @@ pub struct Outcome {
     pub tokens: u64,
     pub token_violations: u64,
     pub notes: Vec<String>,
+    /// What makes the run itself untrustworthy, whatever it expects: a worker that
+    /// panicked, a history whose sections do not pair up, a liveness check without a heal.
+    pub broken: Vec<String>,
     pub expect: Option<Expect>,
     pub seed: u64,
     /// The report line.
@@ -289,23 +323,27 @@ impl Outcome {
         self.fenced_lost + self.token_violations
     }
 
-    /// Whether the expectation was met.
-    pub fn met(&self, expect: Expect) -> bool {
-        match expect {
-            Expect::Hold => self.violations() == 0,
-            Expect::Detect => self.violations() > 0,
-            Expect::Fenced => {
-                self.lock_violations() > 0 && self.storage_violations() == 0 && self.refused > 0
-            }
+    /// Whether `checker` fired.
+    pub fn fired(&self, checker: Checker) -> bool {
+        match checker {
+            Checker::Overlap => self.overlaps > 0,
+            Checker::Tokens => self.token_violations > 0,
+            Checker::FencedStorage => self.fenced_lost > 0,
+            Checker::SlowAcquire => self.slow > 0,
         }
     }
 
-    /// Whether a planted bug was caught: any violation, except that a scenario whose lease
-    /// is broken on purpose (`Fenced`) catches only through the fencing checkers.
-    pub fn caught(&self) -> bool {
-        match self.expect {
-            Some(Expect::Fenced) => self.storage_violations() > 0,
-            _ => self.violations() > 0,
+    /// Whether the expectation was met (a broken run meets none).
+    pub fn met(&self, expect: Expect) -> bool {
+        if !self.broken.is_empty() {
+            return false;
+        }
+        match expect {
+            Expect::Hold => self.violations() == 0,
+            Expect::Detect(checker) => self.fired(checker),
+            Expect::Fenced => {
+                self.overlaps > 0 && self.storage_violations() == 0 && self.refused > 0
+            }
         }
     }
 
@@ -313,22 +351,28 @@ impl Outcome {
     pub fn check(&self) {
         let seed = self.seed;
         let line = &self.line;
+        assert!(
+            self.broken.is_empty(),
+            "{line}\nthe run itself failed: {:?}; replay with REDQUORUM_CHAOS_SEED={seed}",
+            self.broken
+        );
         match self.expect {
             Some(Expect::Hold) | None => assert_eq!(
                 self.violations(),
                 0,
                 "{line}\nHOLD scenario violated; replay with REDQUORUM_CHAOS_SEED={seed}"
             ),
-            Some(Expect::Detect) => assert!(
-                self.violations() > 0,
-                "{line}\nDETECT scenario not detected: the checkers or the script are too weak; \
-                 replay with REDQUORUM_CHAOS_SEED={seed}"
+            Some(Expect::Detect(checker)) => assert!(
+                self.fired(checker),
+                "{line}\nDETECT scenario: the {} checker did not fire, so the checkers or the \
+                 script are too weak; replay with REDQUORUM_CHAOS_SEED={seed}",
+                checker.word()
             ),
             Some(Expect::Fenced) => {
                 assert!(
-                    self.lock_violations() > 0,
-                    "{line}\nFENCED scenario: the lease was never broken, so fencing was not \
-                     tested; replay with REDQUORUM_CHAOS_SEED={seed}"
+                    self.overlaps > 0,
+                    "{line}\nFENCED scenario: no overlap, so the lease was never broken and \
+                     fencing was not tested; replay with REDQUORUM_CHAOS_SEED={seed}"
                 );
                 assert_eq!(
                     self.storage_violations(),
@@ -486,24 +530,23 @@ impl Env {
 
     /// Stops the workers, runs every checker, reports, and asserts the expectation.
     pub async fn finish(mut self, workers: Workers, checks: Checks) -> Outcome {
-        workers.stop.store(true, Ordering::SeqCst);
         let grace = self.ttl_max * 3 + Duration::from_secs(5);
-        let give_up = Instant::now() + grace;
-        for task in workers.tasks {
-            let left = give_up.saturating_duration_since(Instant::now());
-            let abort = task.abort_handle();
-            if timeout(left, task).await.is_err() {
-                abort.abort();
-                self.notes.push("a worker was stuck and aborted".into());
-            }
+        let joined = join_workers(workers, grace).await;
+        if joined.stuck > 0 {
+            self.notes
+                .push(format!("{} worker(s) stuck and aborted", joined.stuck));
         }
         let end_ns = now_ns();
         let history = self.history.snapshot();
         let mut out = Outcome {
             acquired: history.iter().filter(|e| e.op == Op::AcqOk).count() as u64,
             failures: checker::failures(&history),
+            broken: joined.panicked,
             ..Outcome::default()
         };
+        for m in checker::malformed(&history) {
+            out.broken.push(format!("malformed history: {m:?}"));
+        }
         let ext_ok = history.iter().filter(|e| e.op == Op::ExtOk).count();
         let ext_fail = history.iter().filter(|e| e.op == Op::ExtFail).count();
         if ext_ok + ext_fail > 0 {
@@ -558,18 +601,41 @@ impl Env {
         if let Some(v) = tokens.violations.first() {
             out.notes.push(format!("first token violation: {v:?}"));
         }
-        if let (Some(bound), Some(heal)) = (checks.liveness, self.heal_ns) {
-            let l = checker::liveness(&history, heal, end_ns);
-            let first = l.first_after_heal_ns.map(|t| t as f64 / 1e6);
-            out.notes.push(format!(
-                "after heal: first section in {} ms, largest gap {:.0} ms, {} sections",
-                first.map_or("never".into(), |t| format!("{t:.0}")),
-                l.largest_gap_ns as f64 / 1e6,
-                l.sections
-            ));
-            if l.largest_gap_ns > bound.as_nanos() as u64 || l.first_after_heal_ns.is_none() {
-                out.liveness += 1;
+        match (checks.liveness, self.heal_ns) {
+            (Some(bound), Some(heal)) => {
+                // Per resource: activity on one must not hide a starved one.
+                let mut worst: Option<(String, checker::Liveness)> = None;
+                for resource in &self.resources {
+                    let l = checker::liveness(&history, resource, heal, end_ns);
+                    if l.largest_gap_ns > bound.as_nanos() as u64 || l.first_after_heal_ns.is_none()
+                    {
+                        out.liveness += 1;
+                    }
+                    if worst
+                        .as_ref()
+                        .is_none_or(|(_, w)| l.largest_gap_ns > w.largest_gap_ns)
+                    {
+                        let short = resource.strip_prefix(&self.prefix).unwrap_or(resource);
+                        worst = Some((short.to_owned(), l));
+                    }
+                }
+                if let Some((resource, l)) = worst {
+                    let first = l.first_after_heal_ns.map(|t| t as f64 / 1e6);
+                    out.notes.push(format!(
+                        "after heal, worst of {} resource(s) ({resource}): first section in \
+                         {} ms, largest gap {:.0} ms (bound {} ms), {} sections",
+                        self.resources.len(),
+                        first.map_or("never".into(), |t| format!("{t:.0}")),
+                        l.largest_gap_ns as f64 / 1e6,
+                        bound.as_millis(),
+                        l.sections
+                    ));
+                }
             }
+            (Some(_), None) => out
+                .broken
+                .push("a liveness bound was set but the scenario never marked its heal".into()),
+            (None, _) => {}
         }
         if let Some(bound) = checks.acquire_bound {
             let slow = checker::slow_acquires(&history, end_ns, bound.as_nanos() as u64);
@@ -667,14 +733,15 @@ impl Env {
         for (i, (kind, n)) in out.failures.iter().enumerate() {
             let _ = write!(failures, "{}{kind}:{n}", if i > 0 { "," } else { "" });
         }
-        let verdict = match (self.setup.expect, out.violations() > 0) {
-            (Expect::Hold, false) => "clean",
-            (Expect::Hold, true) => "VIOLATED",
-            (Expect::Detect, true) => "detected",
-            (Expect::Detect, false) => "MISSED",
-            (Expect::Fenced, _) if out.met(Expect::Fenced) => "fenced",
-            (Expect::Fenced, _) if out.storage_violations() > 0 => "UNFENCED",
-            (Expect::Fenced, _) => "MISSED",
+        let verdict = match self.setup.expect {
+            _ if !out.broken.is_empty() => "BROKEN",
+            Expect::Hold if out.violations() == 0 => "clean",
+            Expect::Hold => "VIOLATED",
+            Expect::Detect(c) if out.fired(c) => "detected",
+            Expect::Detect(_) => "MISSED",
+            Expect::Fenced if out.met(Expect::Fenced) => "fenced",
+            Expect::Fenced if out.storage_violations() > 0 => "UNFENCED",
+            Expect::Fenced => "MISSED",
         };
         let name = match PLANTED.try_with(|m| *m) {
             Ok(m) => format!("{} [mutant {m:?}]", self.setup.name),
@@ -709,11 +776,55 @@ impl Env {
                 out.fenced_lost, out.refused, out.tokens, out.token_violations
             );
         }
+        if !out.broken.is_empty() {
+            let _ = write!(line, " BROKEN: {}", out.broken.join("; "));
+        }
         if !out.notes.is_empty() {
             let _ = write!(line, " | {}", out.notes.join("; "));
         }
         line
     }
+}
+
+/// How the workers of a scenario ended.
+#[derive(Debug, Default)]
+pub struct Joined {
+    /// Workers that did not stop within the grace period and were aborted.
+    pub stuck: usize,
+    /// One message per worker that panicked (inside the library or the scenario's code).
+    pub panicked: Vec<String>,
+}
+
+/// Tells `workers` to stop and joins them, aborting those still running after `grace`.
+/// A panic is not swallowed: it is returned, and fails the scenario.
+pub async fn join_workers(workers: Workers, grace: Duration) -> Joined {
+    workers.stop.store(true, Ordering::SeqCst);
+    let give_up = Instant::now() + grace;
+    let mut joined = Joined::default();
+    for task in workers.tasks {
+        let left = give_up.saturating_duration_since(Instant::now());
+        let abort = task.abort_handle();
+        match timeout(left, task).await {
+            Err(_) => {
+                abort.abort();
+                joined.stuck += 1;
+            }
+            Ok(Err(e)) if e.is_panic() => {
+                let payload = e.into_panic();
+                let message = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a non-text panic".into());
+                joined
+                    .panicked
+                    .push(format!("a worker panicked: {message}"));
+            }
+            Ok(Err(e)) => joined.panicked.push(format!("a worker was cancelled: {e}")),
+            Ok(Ok(())) => {}
+        }
+    }
+    joined
 }
 
 /// Appends one line to `target/redquorum-chaos/report.txt`, which `scripts/test.sh`
@@ -991,6 +1102,14 @@ impl Held {
         self
     }
 
+    /// Ends the critical section at `t_ns` (it wrote already, and only waited since; see
+    /// [`Recorder::cs_end_fenced_at`]), then releases.
+    pub async fn end_at(mut self, t_ns: u64) -> Recorder {
+        self.rec.cs_end_fenced_at(t_ns, self.wrote, self.refused);
+        release(&mut self.rec, self.lease).await;
+        self.rec
+    }
+
     /// Writes the counter back (whatever the lease says: the script decides when) and
     /// ends the critical section, then releases.
     pub async fn leave(mut self, store: &mut MultiplexedConnection) -> Recorder {
@@ -1020,11 +1139,106 @@ pub async fn warm(client: &Redlock, prefix: &str) {
     lease.release().await.unwrap();
 }
 
-/// The `acq_ok` events between two instants (ns).
-pub fn successes_between(env: &Env, from_ns: u64, to_ns: u64) -> usize {
-    env.history
-        .snapshot()
+/// Acquire calls that started after `from_ns` and succeeded before `to_ns`: ordered by
+/// the events, not by a grace period, so a call that won just before a fault and
+/// recorded it late does not count.
+pub fn successes_started_between(env: &Env, from_ns: u64, to_ns: u64) -> usize {
+    let history = env.history.snapshot();
+    let started: std::collections::BTreeSet<(&str, u64)> = history
         .iter()
-        .filter(|e| e.op == Op::AcqOk && e.t_ns > from_ns && e.t_ns < to_ns)
+        .filter(|e| e.op == Op::AcqStart && e.t_ns > from_ns)
+        .map(|e| (e.client.as_str(), e.attempt))
+        .collect();
+    history
+        .iter()
+        .filter(|e| {
+            e.op == Op::AcqOk && e.t_ns < to_ns && started.contains(&(e.client.as_str(), e.attempt))
+        })
         .count()
+}
+
+/// The time of one acquire and release by `client` on a throwaway resource, before any
+/// fault: the round time scenario bounds are derived from.
+pub async fn measure_round(client: &Redlock, prefix: &str) -> Duration {
+    let started = Instant::now();
+    warm(client, prefix).await;
+    started.elapsed()
+}
+
+/// The longest an acquire call may take: its wait budget, plus its last attempt (one node
+/// timeout), plus scheduling slack of ten measured rounds (at least 300 ms): an acquire
+/// that waited on a stalled master would take the whole stall.
+pub fn acquire_bound(wait: Duration, node_timeout: Duration, round: Duration) -> Duration {
+    wait + node_timeout + (round * 10).max(Duration::from_millis(300))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicked_worker_fails_the_scenario() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = vec![
+            tokio::spawn(async {}),
+            tokio::spawn(async { panic!("inside acquire") }),
+        ];
+        let joined = join_workers(Workers::from_parts(stop, tasks), Duration::from_secs(5)).await;
+        assert_eq!(joined.stuck, 0);
+        assert_eq!(joined.panicked.len(), 1, "{:?}", joined.panicked);
+        assert!(joined.panicked[0].contains("inside acquire"));
+
+        // A HOLD run with a clean history but a panicked worker fails; so does a DETECT
+        // run whose checker fired.
+        for (expect, overlaps) in [(Expect::Hold, 0), (Expect::Detect(Checker::Overlap), 1)] {
+            let out = Outcome {
+                overlaps,
+                broken: joined.panicked.clone(),
+                expect: Some(expect),
+                ..Outcome::default()
+            };
+            assert!(!out.met(expect));
+            let checked = std::panic::catch_unwind(|| out.check());
+            assert!(checked.is_err(), "{expect:?} passed with a panicked worker");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stuck_worker_is_aborted() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = vec![tokio::spawn(std::future::pending::<()>())];
+        let joined =
+            join_workers(Workers::from_parts(stop, tasks), Duration::from_millis(50)).await;
+        assert_eq!(joined.stuck, 1);
+        assert!(joined.panicked.is_empty());
+    }
+
+    #[test]
+    fn detect_and_fenced_need_the_named_checker() {
+        // An overrun (a frozen holder ending late) alone is not an overlap.
+        let overrun_only = Outcome {
+            overruns: 1,
+            refused: 1,
+            ..Outcome::default()
+        };
+        assert!(!overrun_only.met(Expect::Detect(Checker::Overlap)));
+        assert!(
+            !overrun_only.met(Expect::Fenced),
+            "FENCED needs the lease broken: an overlap"
+        );
+        let overlap = Outcome {
+            overlaps: 1,
+            refused: 1,
+            ..Outcome::default()
+        };
+        assert!(overlap.met(Expect::Detect(Checker::Overlap)));
+        assert!(overlap.met(Expect::Fenced));
+        // A hunt that names tokens is not caught by a slow acquire.
+        let slow = Outcome {
+            slow: 1,
+            ..Outcome::default()
+        };
+        assert!(!slow.met(Expect::Detect(Checker::Tokens)));
+        assert!(slow.met(Expect::Detect(Checker::SlowAcquire)));
+    }
 }

@@ -78,6 +78,18 @@ impl Recorder {
         self.record(Op::AcqOk, Some(deadline), "");
     }
 
+    /// [`acq_ok`](Self::acq_ok) for a client whose clock runs at `rate` times real time:
+    /// its lease's remaining time, read on that clock, lasts `1/rate` times as long.
+    /// Returns the deadline recorded (ns).
+    pub fn acq_ok_at_rate(&mut self, lease: &redquorum::Lease, rate: f64) -> u64 {
+        self.value = lease.value().to_owned();
+        self.token = lease.fencing_token().map(|t| t.get());
+        let remaining = lease.remaining().as_nanos() as f64 / rate;
+        let deadline = now_ns() + remaining as u64;
+        self.record(Op::AcqOk, Some(deadline), "");
+        deadline
+    }
+
     pub fn acq_fail(&mut self, error: &redquorum::Error) {
         self.record(Op::AcqFail, None, &format!("{:?}", error.kind()));
     }
@@ -94,6 +106,13 @@ impl Recorder {
     /// `cs_end`, also saying whether the section's fenced accesses were made and whether
     /// one was refused (`None`: no token, no fenced access).
     pub fn cs_end_fenced(&mut self, done: bool, refused: Option<bool>) {
+        self.cs_end_fenced_at(now_ns(), done, refused);
+    }
+
+    /// [`cs_end_fenced`](Self::cs_end_fenced) at `t_ns`, no later than now: a holder that
+    /// stopped touching the resource at `t_ns` (and only waited since) ended its section
+    /// there, however late it records it.
+    pub fn cs_end_fenced_at(&mut self, t_ns: u64, done: bool, refused: Option<bool>) {
         let detail = match (done, refused) {
             (true, None) => "done",
             (false, None) => "abandoned",
@@ -102,17 +121,13 @@ impl Recorder {
             (false, Some(false)) => "abandoned fenced",
             (false, Some(true)) => "abandoned fenced-refused",
         };
-        self.record(Op::CsEnd, None, detail);
+        self.record_at(t_ns.min(now_ns()), Op::CsEnd, None, detail);
     }
 
-    /// Records `ext_ok` with the token the lease reports now (checker 4 compares it with
-    /// the acquisition's).
+    /// Records `ext_ok` with the lease's new deadline.
     pub fn ext_ok(&mut self, lease: &redquorum::Lease) {
         let deadline = now_ns() + lease.remaining().as_nanos() as u64;
-        let acquired = self.token;
-        self.token = lease.fencing_token().map(|t| t.get());
         self.record(Op::ExtOk, Some(deadline), "");
-        self.token = acquired;
     }
 
     /// The acquisition's fencing token, if any.
@@ -129,11 +144,15 @@ impl Recorder {
     }
 
     fn record(&self, op: Op, deadline_ns: Option<u64>, detail: &str) {
+        self.record_at(now_ns(), op, deadline_ns, detail);
+    }
+
+    fn record_at(&self, t_ns: u64, op: Op, deadline_ns: Option<u64>, detail: &str) {
         self.history.push(Event {
             client: self.client.clone(),
             attempt: self.attempt,
             op,
-            t_ns: now_ns(),
+            t_ns,
             resource: self.resource.clone(),
             value: self.value.clone(),
             token: self.token,

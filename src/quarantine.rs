@@ -17,12 +17,12 @@
 //! extension on these masters. Until then the master *abstains*: its reply counts as a
 //! failure for the decision, never as a grant or a denial.
 //!
-//! Ages read off a master are measured by its wall clock, which can step, so a step must
-//! never shorten a quarantine. A master that looks young (its epoch, or, unless durable,
-//! its process, is younger than the window), whose epoch this client sees change, or that
-//! this client sees restart without being durable (a new `run_id`) abstains for a whole
-//! window on this client's monotonic clock, from the moment the client saw it. Only a
-//! master that looks old the first time a client sees it counts at once.
+//! Ages read off a master are measured by its wall clock, which can step forward and so
+//! shorten a quarantine. What a client sees for itself is timed on its own monotonic clock
+//! instead: a fresh epoch (younger than the window when first seen), an epoch that changed
+//! under it, or a restart (a new `run_id`) of a master that is not durable costs a whole
+//! window from the moment the client saw it. Only what happened before a client first
+//! looked (an old epoch on a young process) is timed by the master's clock.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,15 +109,20 @@ impl Quarantine {
     pub(crate) fn connected(&mut self, vitals: &Vitals, now: Instant) -> bool {
         let restarted = self.run_id.as_ref().is_some_and(|r| *r != vitals.run_id);
         let changed = self.epoch.as_ref().is_some_and(|e| *e != vitals.epoch.id);
-        let young =
-            vitals.epoch.age() < self.window || (!vitals.durable && vitals.uptime < self.window);
         // A durable master keeps its keys across a restart: only its epoch matters then.
         let lost = (restarted && !vitals.durable) || changed;
-        let until = if lost || young {
-            now + self.window
+        // A fresh epoch, or a loss this client saw: a whole window on this client's clock.
+        // Otherwise what is left of the window by the master's own clock (its epoch's age
+        // and, unless durable, its process's uptime).
+        let mut wait = if lost || vitals.epoch.age() < self.window {
+            self.window
         } else {
-            now
+            Duration::ZERO
         };
+        if !vitals.durable {
+            wait = wait.max(self.window.saturating_sub(vitals.uptime));
+        }
+        let until = now + wait;
         self.epoch = Some(Arc::clone(&vitals.epoch.id));
         self.run_id = Some(vitals.run_id.clone());
         self.counted_after = Some(self.counted_after.map_or(until, |c| c.max(until)));
@@ -218,9 +223,8 @@ mod tests {
         let now = Instant::now();
         let mut q = Quarantine::new(10 * S);
         q.connected(&vitals(3, 1000, false), now);
-        // Young by its own clock: a whole window on ours, whatever its clock says.
-        assert_eq!(q.standing(now), Standing::Abstains(now + 10 * S));
-        assert_eq!(q.standing(now + 10 * S), Standing::Counted);
+        assert_eq!(q.standing(now), Standing::Abstains(now + 7 * S));
+        assert_eq!(q.standing(now + 7 * S), Standing::Counted);
     }
 
     #[test]

@@ -452,8 +452,11 @@ impl Redlock {
                 if voters_at >= plan.give_up_at {
                     return Err(error);
                 }
-                wake_at = voters_at;
-                reason = Wake::Event;
+                // A time already past is no event to wait for: the timer decides then.
+                if after > Duration::from_millis(1) {
+                    wake_at = voters_at;
+                    reason = Wake::Event;
+                }
             } else if waiting.is_some()
                 && let Some(free) = failed.holder_free_at
             {
@@ -833,8 +836,13 @@ impl Redlock {
             // Timeouts or abstentions, with no conflict: try the same token again while
             // the lease is valid.
         }
+        let detail = if deadline::validity_left(deadline, Instant::now(), least).is_some() {
+            format!("no quorum of masters confirmed a token in {MAX_ROUNDS} write-back rounds")
+        } else {
+            "the lease's validity ran out before a quorum confirmed a token".to_owned()
+        };
         Err(Error::new(ErrorKind::FencingFailed, &**resource)
-            .with_detail("the lease's validity ran out before a quorum confirmed a token")
+            .with_detail(detail)
             .with_masters(last))
     }
 }

@@ -123,6 +123,16 @@ pub enum MasterErrorKind {
     Misconfigured,
 }
 
+impl MasterErrorKind {
+    /// Whether the failure lasts until someone changes a configuration: the client's (a
+    /// wrong password in the URL) or the master's (ACLs, an evicting `maxmemory-policy`).
+    /// Retrying does not help; [`Auth`](Self::Auth) and
+    /// [`Misconfigured`](Self::Misconfigured) are permanent.
+    pub fn is_permanent(self) -> bool {
+        matches!(self, MasterErrorKind::Auth | MasterErrorKind::Misconfigured)
+    }
+}
+
 /// Why one master failed in a round.
 #[derive(Debug, Clone)]
 pub struct MasterError {
@@ -164,16 +174,16 @@ impl MasterError {
         } else if err.is_io_error() || err.is_connection_dropped() {
             MasterErrorKind::Io
         } else {
+            // The redis client reports `NOAUTH` and `WRONGPASS` as extension errors: known
+            // by their code only.
+            let auth_code = err
+                .code()
+                .is_some_and(|c| c.starts_with("NOAUTH") || c.starts_with("WRONGPASS"));
             match err.kind() {
                 K::AuthenticationFailed => MasterErrorKind::Auth,
+                _ if auth_code => MasterErrorKind::Auth,
                 K::Parse | K::UnexpectedReturnType => MasterErrorKind::Protocol,
                 K::Server(redis::ServerErrorKind::NoPerm) => MasterErrorKind::Auth,
-                K::Server(_) if err.code().is_some_and(|c| c.starts_with("NOAUTH")) => {
-                    MasterErrorKind::Auth
-                }
-                K::Server(_) if err.code().is_some_and(|c| c.starts_with("WRONGPASS")) => {
-                    MasterErrorKind::Auth
-                }
                 K::Server(redis::ServerErrorKind::NoScript) => MasterErrorKind::Script,
                 K::Server(_) if err.to_string().contains("script") => MasterErrorKind::Script,
                 _ => MasterErrorKind::Other,
@@ -232,6 +242,13 @@ pub enum ErrorKind {
     /// The lock was granted, but no quorum confirmed a fencing token within its validity;
     /// the lock was released again.
     FencingFailed,
+    /// So many masters refused authentication (wrong user or password in the URL, or
+    /// missing ACL permissions) that no quorum is possible. Not retryable: fix the URLs or
+    /// the masters' ACLs.
+    Auth,
+    /// So many masters are unfit to vote (an evicting `maxmemory-policy`, which can lose
+    /// lock keys) that no quorum is possible. Not retryable: reconfigure the masters.
+    Misconfigured,
 }
 
 /// An error from acquiring, extending or releasing a lock, with every master's outcome.
@@ -300,7 +317,9 @@ impl Error {
     }
 
     /// Whether a later attempt can succeed: the lock was busy, masters were unreachable,
-    /// or time ran out. A lost lease and invalid options are not retryable.
+    /// or time ran out. A lost lease, invalid options or resource names, a missing
+    /// runtime, and masters that refuse authentication or are misconfigured are not
+    /// retryable: something must change first.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self.kind,
@@ -331,6 +350,10 @@ impl fmt::Display for Error {
             ErrorKind::WaitTimeout => write!(f, "gave up waiting for lock {r:?}")?,
             ErrorKind::LeaseLost => write!(f, "lease on {r:?} is lost")?,
             ErrorKind::InvalidOptions => write!(f, "invalid options for {r:?}")?,
+            ErrorKind::Auth => write!(f, "masters refused authentication for {r:?}")?,
+            ErrorKind::Misconfigured => {
+                write!(f, "too many masters are unfit to hold lock {r:?}")?;
+            }
         }
         if let Some(detail) = &self.detail {
             write!(f, ": {detail}")?;

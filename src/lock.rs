@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::{Builder, Config, ConfigError, DEFAULT_RETRY_ATTEMPTS};
-use crate::error::{Error, ErrorKind, MasterOutcome, human};
+use crate::error::{Error, ErrorKind, MasterErrorKind, MasterOutcome, MasterReport, human};
 use crate::fencing::FencingToken;
 use crate::guard::{EpochBoard, Guarded};
 use crate::lease::{Lease, LeaseHandle, LeaseParams, Watchdog};
@@ -263,6 +263,9 @@ impl Redlock {
     /// (held by another client), [`ErrorKind::NoQuorum`] (masters failed),
     /// [`ErrorKind::ValidityExhausted`] (a quorum answered too late), or
     /// [`ErrorKind::WaitTimeout`]; each with every master's outcome in the last attempt.
+    /// At once, without further attempts, when so many masters fail for a reason that
+    /// lasts that no quorum is possible: [`ErrorKind::Auth`] (a password or ACL refused)
+    /// or [`ErrorKind::Misconfigured`] (masters that can evict lock keys never vote).
     ///
     /// # Cancel safety
     /// Dropping the future leaves no key behind beyond its TTL: the attempt in flight is
@@ -332,7 +335,7 @@ impl Redlock {
             };
             let round = started.elapsed();
             let error = failed.error.with_attempts(attempt);
-            if attempt >= plan.attempts {
+            if attempt >= plan.attempts || !error.is_retryable() {
                 return Err(error);
             }
             // Subscribe before the next attempt: a release after it reaches us, and one
@@ -614,24 +617,17 @@ impl Redlock {
             ));
         }
 
-        let denied = round
-            .outcomes
-            .iter()
-            .filter(|o| matches!(o, MasterOutcome::HeldByOther))
-            .count();
-        // Held by others on so many masters that no quorum was possible even if every
-        // failed master had granted: contention, not an outage.
-        let kind = if denied > inner.masters.len() - inner.quorum {
-            ErrorKind::Contended
-        } else {
-            ErrorKind::NoQuorum
-        };
+        let (kind, detail) = classify(&reports, inner.masters.len() - inner.quorum);
         let holder_free_at = round
             .holder_free_in(inner.quorum)
             .and_then(|d| round.t0.checked_add(d));
         guard.outcomes = Some(round.outcomes);
+        let error = Error::new(kind, &**resource).with_masters(reports);
         Err(Failed {
-            error: Error::new(kind, &**resource).with_masters(reports),
+            error: match detail {
+                Some(detail) => error.with_detail(detail),
+                None => error,
+            },
             holder_free_at,
         })
     }
@@ -683,6 +679,56 @@ impl Redlock {
         Err(Error::new(ErrorKind::FencingFailed, &**resource)
             .with_detail("the lease's validity ran out before a quorum confirmed a token")
             .with_masters(last))
+    }
+}
+
+/// The kind of a failed acquire round, from every master's outcome, and for permanent
+/// failures what to change; `spare` is how many masters a quorum can do without.
+fn classify(reports: &[MasterReport], spare: usize) -> (ErrorKind, Option<String>) {
+    let failed = |kind: MasterErrorKind| -> Vec<&str> {
+        reports
+            .iter()
+            .filter(|r| matches!(r.outcome(), MasterOutcome::Failed(e) if e.kind() == kind))
+            .map(MasterReport::master)
+            .collect()
+    };
+    let auth = failed(MasterErrorKind::Auth);
+    let evicting = failed(MasterErrorKind::Misconfigured);
+    // Failures that last until a configuration changes leave too few masters able to
+    // grant, whatever the others do: retrying cannot help.
+    if auth.len() + evicting.len() > spare {
+        let mut fixes = Vec::new();
+        if !auth.is_empty() {
+            fixes.push(format!(
+                "{} refused authentication: check the user and password in their URLs and \
+                 the masters' ACLs",
+                auth.join(", ")
+            ));
+        }
+        if !evicting.is_empty() {
+            fixes.push(format!(
+                "{} can evict lock keys and never vote: configure maxmemory-policy \
+                 noeviction on them",
+                evicting.join(", ")
+            ));
+        }
+        let kind = if auth.is_empty() {
+            ErrorKind::Misconfigured
+        } else {
+            ErrorKind::Auth
+        };
+        return (kind, Some(fixes.join("; ")));
+    }
+    let denied = reports
+        .iter()
+        .filter(|r| matches!(r.outcome(), MasterOutcome::HeldByOther))
+        .count();
+    // Held by others on so many masters that no quorum was possible even if every
+    // failed master had granted: contention, not an outage.
+    if denied > spare {
+        (ErrorKind::Contended, None)
+    } else {
+        (ErrorKind::NoQuorum, None)
     }
 }
 

@@ -217,12 +217,26 @@ struct Shared {
     generation: AtomicU64,
 }
 
+/// A live connection, its generation, and why its master can evict lock keys (if it can).
+type Connection = (MultiplexedConnection, u64, Option<Arc<str>>);
+
+/// What a fresh connection read of its master.
+struct Opened {
+    conn: MultiplexedConnection,
+    /// With quarantine on.
+    vitals: Option<Vitals>,
+    /// Why the master can evict lock keys, if it can.
+    evicts: Option<Arc<str>>,
+}
+
 enum State {
     /// Never connected.
     Idle,
     Up {
         conn: MultiplexedConnection,
         generation: u64,
+        /// Why this connection's master can evict lock keys, if it can: it never votes.
+        evicts: Option<Arc<str>>,
     },
     /// Broken or refused; a background task is reconnecting.
     Down { error: MasterError },
@@ -277,7 +291,17 @@ impl Master for RedisMaster {
     fn call(&self, op: Arc<Op>) -> BoxFuture<'static, Result<Reply, MasterError>> {
         let shared = Arc::clone(&self.shared);
         Box::pin(async move {
-            let (mut conn, generation) = shared.connection().await?;
+            let (mut conn, generation, evicts) = shared.connection().await?;
+            // A master that can evict lock keys never votes, quarantine or not; releases
+            // still go through: they must reach every master that may hold the key.
+            if let Some(problem) = evicts
+                && !op.is_release()
+            {
+                return Err(MasterError::new(
+                    MasterErrorKind::Misconfigured,
+                    format!("it never votes: {problem}"),
+                ));
+            }
             // A master without the scripts answers NOSCRIPT, and the fallback (load, run
             // again) costs two more round trips and runs after commands sent later on the
             // connection. So the first request on a connection carries the loads with it:
@@ -344,7 +368,7 @@ impl Shared {
 
     /// The live connection, or the reason there is none. Connects inline only the first
     /// time; afterwards a broken master fails fast while the background task reconnects.
-    async fn connection(self: &Arc<Self>) -> Result<(MultiplexedConnection, u64), MasterError> {
+    async fn connection(self: &Arc<Self>) -> Result<Connection, MasterError> {
         if let Some(ready) = self.ready() {
             return ready;
         }
@@ -362,10 +386,19 @@ impl Shared {
     }
 
     /// The connection when up, the failure when down, `None` when never connected.
-    fn ready(&self) -> Option<Result<(MultiplexedConnection, u64), MasterError>> {
+    fn ready(&self) -> Option<Result<Connection, MasterError>> {
         match &*self.lock_state() {
             State::Idle => None,
-            State::Up { conn, generation } => Some(Ok((conn.clone(), *generation))),
+            State::Up {
+                conn,
+                generation,
+                evicts,
+            } => Some(Ok((conn.clone(), *generation, evicts.clone()))),
+            // A refused password stays refused: report it as such, not as an outage.
+            State::Down { error } if error.kind().is_permanent() => Some(Err(MasterError::new(
+                error.kind(),
+                format!("{error} (reconnecting in the background)"),
+            ))),
             State::Down { error } => Some(Err(MasterError::new(
                 MasterErrorKind::Down,
                 format!("master is down, reconnecting in the background (last error: {error})"),
@@ -373,9 +406,9 @@ impl Shared {
         }
     }
 
-    /// Connects and, with quarantine on, reads the master's vitals, all within the connect
-    /// timeout.
-    async fn open(&self) -> Result<(MultiplexedConnection, Option<Vitals>), MasterError> {
+    /// Connects and reads the master's eviction settings and, with quarantine on, its
+    /// vitals, all within the connect timeout.
+    async fn open(&self) -> Result<Opened, MasterError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             // Every request is bounded by our own node timeout instead.
@@ -386,12 +419,18 @@ impl Shared {
                 .get_multiplexed_async_connection_with_config(&config)
                 .await
                 .map_err(MasterError::from_redis)?;
-            let vitals = if self.read_vitals {
-                Some(read_vitals(&mut conn).await?)
+            let (vitals, evicts) = if self.read_vitals {
+                let vitals = read_vitals(&mut conn).await?;
+                let evicts = vitals.misconfigured.clone();
+                (Some(vitals), evicts)
             } else {
-                None
+                (None, read_eviction(&mut conn).await?)
             };
-            Ok((conn, vitals))
+            Ok(Opened {
+                conn,
+                vitals,
+                evicts: evicts.map(Into::into),
+            })
         };
         match tokio::time::timeout(self.connect_timeout, connect).await {
             Ok(result) => result,
@@ -402,24 +441,27 @@ impl Shared {
         }
     }
 
-    fn set_up(
-        &self,
-        (conn, vitals): (MultiplexedConnection, Option<Vitals>),
-    ) -> (MultiplexedConnection, u64) {
+    fn set_up(&self, opened: Opened) -> Connection {
+        let Opened {
+            conn,
+            vitals,
+            evicts,
+        } = opened;
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Some(problem) = &evicts {
+            tracing::warn!(master = %self.name, %problem, "master misconfigured: it will not vote");
+        }
         if let Some(vitals) = vitals {
-            if let Some(problem) = &vitals.misconfigured {
-                tracing::warn!(master = %self.name, %problem, "master misconfigured: it will not vote");
-            }
             *self.vitals.lock().unwrap_or_else(PoisonError::into_inner) =
                 Some((generation, Arc::new(vitals)));
         }
         *self.lock_state() = State::Up {
             conn: conn.clone(),
             generation,
+            evicts: evicts.clone(),
         };
         tracing::debug!(master = %self.name, generation, "master connected");
-        (conn, generation)
+        (conn, generation, evicts)
     }
 
     /// Marks the master down because the connection of `generation` broke (0: the first
@@ -727,6 +769,43 @@ async fn read_vitals(conn: &mut MultiplexedConnection) -> Result<Vitals, MasterE
         epoch,
         misconfigured: eviction_risk(&policy, maxmemory),
     })
+}
+
+/// Reads whether the master can evict lock keys (`INFO memory`), for a client without
+/// restart quarantine. A master that refuses the command for want of authentication
+/// fails; one whose ACLs or renamed commands hide it is taken as it is, with a note.
+async fn read_eviction(conn: &mut MultiplexedConnection) -> Result<Option<String>, MasterError> {
+    let info: redis::RedisResult<redis::InfoDict> =
+        redis::cmd("INFO").arg("memory").query_async(conn).await;
+    match info {
+        Ok(memory) => {
+            let policy: String = memory.get("maxmemory_policy").unwrap_or_default();
+            let maxmemory: u64 = memory.get("maxmemory").unwrap_or(0);
+            Ok(eviction_risk(&policy, maxmemory))
+        }
+        Err(err)
+            if matches!(
+                err.kind(),
+                redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
+            ) =>
+        {
+            tracing::debug!(error = %err, "no permission to read the eviction settings");
+            Ok(None)
+        }
+        Err(err) => {
+            let err = MasterError::from_redis(err);
+            match err.kind() {
+                MasterErrorKind::Auth
+                | MasterErrorKind::Refused
+                | MasterErrorKind::Io
+                | MasterErrorKind::Timeout => Err(err),
+                _ => {
+                    tracing::debug!(error = %err, "cannot read the eviction settings");
+                    Ok(None)
+                }
+            }
+        }
+    }
 }
 
 /// One pipeline reply, converted.

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::{Builder, Config, ConfigError, DEFAULT_RETRY_ATTEMPTS};
+use crate::config::{
+    Builder, Config, ConfigError, DEFAULT_RETRY_ATTEMPTS, MAX_MAX_HOLD, MAX_WAIT_TIMEOUT, at_most,
+};
 use crate::error::{Error, ErrorKind, MasterErrorKind, MasterOutcome, MasterReport, human};
 use crate::fencing::FencingToken;
 use crate::guard::{EpochBoard, Guarded};
@@ -97,7 +99,10 @@ impl AcquireOptions {
     }
 
     /// The lock's TTL for this acquisition. Defaults to the client's TTL. Must exceed
-    /// the drift allowance plus the node timeout plus the safety margin.
+    /// the drift allowance plus the node timeout plus the safety margin, and must not
+    /// exceed the client's `ttl_max`, which **defaults to the client's TTL**: to take
+    /// longer locks per call, raise [`Builder::ttl_max`] when building the client.
+    /// At most [`MAX_TTL`](crate::MAX_TTL) in any case.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
@@ -110,7 +115,8 @@ impl AcquireOptions {
     }
 
     /// The most time to spend trying, over all attempts; while it lasts, a waiter is woken
-    /// by the holder's release. Defaults to the client's `wait_timeout`.
+    /// by the holder's release. Defaults to the client's `wait_timeout`. At most
+    /// [`MAX_WAIT_TIMEOUT`](crate::MAX_WAIT_TIMEOUT).
     pub fn wait_timeout(mut self, wait: Duration) -> Self {
         self.wait_timeout = Some(wait);
         self
@@ -124,7 +130,7 @@ impl AcquireOptions {
     }
 
     /// The most time the watchdog keeps this lease alive. Defaults to the client's
-    /// `max_hold`.
+    /// `max_hold`. At most [`MAX_MAX_HOLD`](crate::MAX_MAX_HOLD).
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = Some(max_hold);
         self
@@ -293,7 +299,8 @@ impl Redlock {
     /// # Errors
     /// As for [`acquire`](Redlock::acquire); also [`ErrorKind::InvalidOptions`] when the
     /// options do not fit the client (a TTL too short for the drift allowance, node
-    /// timeout and safety margin; zero attempts; a zero `max_hold`).
+    /// timeout and safety margin, or above `ttl_max`; zero attempts; a zero `max_hold`;
+    /// a duration above its `MAX_*` limit).
     ///
     /// # Cancel safety
     /// As for [`acquire`](Redlock::acquire).
@@ -476,6 +483,12 @@ impl Redlock {
         let fencing = options.fencing.unwrap_or(config.fencing);
         if fencing && !config.quarantine {
             return Err(invalid(ConfigError::FencingNeedsQuarantine.to_string()));
+        }
+        if let Some(w) = options.wait_timeout {
+            at_most("wait_timeout", w, MAX_WAIT_TIMEOUT).map_err(|e| invalid(e.to_string()))?;
+        }
+        if let Some(m) = options.max_hold {
+            at_most("max_hold", m, MAX_MAX_HOLD).map_err(|e| invalid(e.to_string()))?;
         }
         let wait = options.wait_timeout.or(config.wait_timeout);
         let give_up_at = match wait {

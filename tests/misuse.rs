@@ -11,7 +11,7 @@ mod support;
 use std::future::Future;
 use std::time::Duration;
 
-use redquorum::{ConfigError, Error, Redlock};
+use redquorum::{AcquireOptions, ConfigError, Error, Redlock};
 use support::*;
 
 /// What a misuse produced: the kind (an [`ErrorKind`](redquorum::ErrorKind) or a
@@ -47,6 +47,8 @@ impl From<ConfigError> for Got {
 
 /// Masters started for the rows that need them.
 struct Masters {
+    /// One ordinary master.
+    plain: Cluster,
     /// Three masters requiring a password the clients are not given.
     auth: Cluster,
     /// Three masters that may evict keys (`allkeys-lru` with a `maxmemory`).
@@ -88,6 +90,27 @@ fn acquire_in(
             Err(_) => panic!("the call hung for 20 s"),
         }
     })
+}
+
+/// Builds a client; the misuse must be refused.
+fn build(builder: redquorum::Builder) -> Got {
+    match builder.build() {
+        Ok(_) => Got {
+            kind: "accepted".into(),
+            retryable: false,
+            message: String::new(),
+        },
+        Err(e) => Got::from(e),
+    }
+}
+
+/// A client over masters that are never reached: the misuse is caught before.
+fn offline() -> redquorum::Builder {
+    Redlock::builder().masters([
+        "redis://127.0.0.1:1",
+        "redis://127.0.0.1:2",
+        "redis://127.0.0.1:3",
+    ])
 }
 
 type Run = Box<dyn Fn(&tokio::runtime::Runtime, &Masters) -> Got>;
@@ -188,6 +211,134 @@ fn rows() -> Vec<Row> {
                 acquire_in(rt, client.acquire("misuse:evicting-noq"))
             },
         ),
+        row(
+            "12: ttl(\"100years\")",
+            "ConfigError::TooLarge",
+            false,
+            "above its maximum of 1day (MAX_TTL)",
+            |_, _| build(offline().ttl("100years")),
+        ),
+        row(
+            "12: ttl(Duration::MAX)",
+            "ConfigError::TooLarge",
+            false,
+            "(MAX_TTL)",
+            |_, _| build(offline().ttl(Duration::MAX)),
+        ),
+        row(
+            "12: ttl_max(Duration::MAX)",
+            "ConfigError::TooLarge",
+            false,
+            "ttl_max",
+            |_, _| build(offline().ttl_max(Duration::MAX)),
+        ),
+        row(
+            "12: node_timeout(\"2m\")",
+            "ConfigError::TooLarge",
+            false,
+            "(MAX_NODE_TIMEOUT)",
+            |_, _| build(offline().ttl("1h").node_timeout("2m")),
+        ),
+        row(
+            "12: connect_timeout(Duration::MAX)",
+            "ConfigError::TooLarge",
+            false,
+            "(MAX_CONNECT_TIMEOUT)",
+            |_, _| build(offline().connect_timeout(Duration::MAX)),
+        ),
+        row(
+            "12: wait_timeout(\"400days\")",
+            "ConfigError::TooLarge",
+            false,
+            "(MAX_WAIT_TIMEOUT)",
+            |_, _| build(offline().wait_timeout("400days")),
+        ),
+        row(
+            "12: max_hold(Duration::MAX)",
+            "ConfigError::TooLarge",
+            false,
+            "(MAX_MAX_HOLD)",
+            |_, _| build(offline().max_hold(Duration::MAX)),
+        ),
+        row(
+            "12: a safety_margin too large for the ttl names safety_margin",
+            "ConfigError::TtlTooShort",
+            false,
+            "raise ttl or lower safety_margin",
+            |_, _| build(offline().ttl("1s").safety_margin("990ms")),
+        ),
+        row(
+            "12: a min_validity too large for the ttl names min_validity",
+            "ConfigError::TtlTooShort",
+            false,
+            "raise ttl or lower min_validity",
+            |_, _| build(offline().ttl("1s").min_validity("990ms")),
+        ),
+        row(
+            "12: AcquireOptions::ttl(30s) on a default client",
+            "InvalidOptions",
+            false,
+            "Builder::ttl_max",
+            |rt, _| {
+                let client = offline().build().unwrap();
+                let options = AcquireOptions::new().ttl(Duration::from_secs(30));
+                acquire_in(rt, client.acquire_with("misuse:ttl30", &options))
+            },
+        ),
+        row(
+            "12: AcquireOptions::ttl(Duration::MAX)",
+            "InvalidOptions",
+            false,
+            "(MAX_TTL)",
+            |rt, _| {
+                let client = offline().ttl_max("24h").build().unwrap();
+                let options = AcquireOptions::new().ttl(Duration::MAX);
+                acquire_in(rt, client.acquire_with("misuse:ttlmax", &options))
+            },
+        ),
+        row(
+            "12: AcquireOptions::wait_timeout(Duration::MAX)",
+            "InvalidOptions",
+            false,
+            "(MAX_WAIT_TIMEOUT)",
+            |rt, _| {
+                let client = offline().build().unwrap();
+                let options = AcquireOptions::new().wait_timeout(Duration::MAX);
+                acquire_in(rt, client.acquire_with("misuse:wait", &options))
+            },
+        ),
+        row(
+            "12: AcquireOptions::max_hold(Duration::MAX)",
+            "InvalidOptions",
+            false,
+            "(MAX_MAX_HOLD)",
+            |rt, _| {
+                let client = offline().build().unwrap();
+                let options = AcquireOptions::new().max_hold(Duration::MAX);
+                acquire_in(rt, client.acquire_with("misuse:hold", &options))
+            },
+        ),
+        row(
+            "12: extend_with(Duration::MAX)",
+            "InvalidOptions",
+            false,
+            "(MAX_TTL)",
+            |rt, m| {
+                let client = client_of(m.plain.urls(), false)
+                    .ttl_max("24h")
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    let lease = client.acquire(&unique_key("misuse:extend")).await.unwrap();
+                    let got = match lease.extend_with(Duration::MAX).await {
+                        Ok(_) => panic!("extended by Duration::MAX"),
+                        Err(e) => Got::from(e),
+                    };
+                    lease.release().await.unwrap();
+                    got
+                })
+            },
+        ),
     ]
 }
 
@@ -208,7 +359,12 @@ fn every_misuse_gets_a_clear_error() {
         )
         .await
         .unwrap();
-        Masters { auth, evicting }
+        let plain = Cluster::start(1).await.unwrap();
+        Masters {
+            plain,
+            auth,
+            evicting,
+        }
     });
     let mut failures = Vec::new();
     for row in rows() {

@@ -51,6 +51,10 @@ pub const MAX_WAIT_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 /// The longest `max_hold` a client or one acquisition accepts: 7 days.
 pub const MAX_MAX_HOLD: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// The longest resource name accepted, in bytes: 1024. Longer names are refused with
+/// [`ErrorKind::InvalidResource`](crate::ErrorKind::InvalidResource); hash them first.
+pub const MAX_RESOURCE_LEN: usize = 1024;
+
 /// A duration given either as a [`Duration`] or as a human-readable string such as
 /// `"10s"`, `"250ms"` or `"1m 30s"` (parsed with [`humantime`]).
 ///

@@ -246,6 +246,10 @@ pub enum ErrorKind {
     /// missing ACL permissions) that no quorum is possible. Not retryable: fix the URLs or
     /// the masters' ACLs.
     Auth,
+    /// The resource name is empty or longer than
+    /// [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes. Not retryable: name the
+    /// resource (a long name can be hashed).
+    InvalidResource,
     /// So many masters are unfit to vote (an evicting `maxmemory-policy`, which can lose
     /// lock keys) that no quorum is possible. Not retryable: reconfigure the masters.
     Misconfigured,
@@ -256,7 +260,7 @@ pub enum ErrorKind {
 /// Match on [`Error::kind`] to decide what to do; [`Error::masters`] tells what each
 /// master did in the last round, and [`Error::is_retryable`] whether trying again later can
 /// succeed.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Error {
     kind: ErrorKind,
     resource: Arc<str>,
@@ -336,23 +340,37 @@ impl Error {
     }
 }
 
+impl fmt::Debug for Error {
+    // Hand-written: a long resource name is shortened as in `Display`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Error")
+            .field("kind", &self.kind)
+            .field("resource", &format_args!("{}", ShortName(&self.resource)))
+            .field("detail", &self.detail)
+            .field("masters", &self.masters)
+            .field("attempts", &self.attempts)
+            .finish()
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let r = &self.resource;
+        let r = ShortName(&self.resource);
         match self.kind {
-            ErrorKind::Contended => write!(f, "lock {r:?} is held by another client")?,
-            ErrorKind::NoQuorum => write!(f, "no quorum of masters reachable for {r:?}")?,
-            ErrorKind::FencingFailed => write!(f, "no fencing token could be issued for {r:?}")?,
+            ErrorKind::Contended => write!(f, "lock {r} is held by another client")?,
+            ErrorKind::NoQuorum => write!(f, "no quorum of masters reachable for {r}")?,
+            ErrorKind::FencingFailed => write!(f, "no fencing token could be issued for {r}")?,
             ErrorKind::ValidityExhausted => write!(
                 f,
-                "lock {r:?} was granted by a quorum too late: its validity was used up"
+                "lock {r} was granted by a quorum too late: its validity was used up"
             )?,
-            ErrorKind::WaitTimeout => write!(f, "gave up waiting for lock {r:?}")?,
-            ErrorKind::LeaseLost => write!(f, "lease on {r:?} is lost")?,
-            ErrorKind::InvalidOptions => write!(f, "invalid options for {r:?}")?,
-            ErrorKind::Auth => write!(f, "masters refused authentication for {r:?}")?,
+            ErrorKind::WaitTimeout => write!(f, "gave up waiting for lock {r}")?,
+            ErrorKind::LeaseLost => write!(f, "lease on {r} is lost")?,
+            ErrorKind::InvalidOptions => write!(f, "invalid options for {r}")?,
+            ErrorKind::Auth => write!(f, "masters refused authentication for {r}")?,
+            ErrorKind::InvalidResource => write!(f, "invalid resource name {r}")?,
             ErrorKind::Misconfigured => {
-                write!(f, "too many masters are unfit to hold lock {r:?}")?;
+                write!(f, "too many masters are unfit to hold lock {r}")?;
             }
         }
         if let Some(detail) = &self.detail {
@@ -399,6 +417,28 @@ impl StdError for Error {
     }
 }
 
+/// How many bytes of a long resource name messages show.
+const SHOWN_NAME_BYTES: usize = 64;
+
+/// A resource name as messages show it: quoted, and when long, its first
+/// [`SHOWN_NAME_BYTES`] (cut on a character boundary) and its length.
+pub(crate) struct ShortName<'a>(pub(crate) &'a str);
+
+impl fmt::Display for ShortName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = self.0;
+        if name.len() <= SHOWN_NAME_BYTES {
+            return write!(f, "{name:?}");
+        }
+        let mut end = SHOWN_NAME_BYTES;
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        let shown = format!("{}…", name.get(..end).unwrap_or_default());
+        write!(f, "{shown:?} ({} bytes)", name.len())
+    }
+}
+
 /// Durations in errors and reports, printed the way people write them (`1.5s`, `250ms`).
 pub(crate) fn human(d: Duration) -> String {
     let rounded = if d >= Duration::from_secs(1) {
@@ -407,4 +447,20 @@ pub(crate) fn human(d: Duration) -> String {
         Duration::from_micros(d.as_micros() as u64)
     };
     humantime::format_duration(rounded).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_names_are_shortened_on_a_character_boundary() {
+        assert_eq!(ShortName("orders:42").to_string(), "\"orders:42\"");
+        let long = format!("{}é{}", "a".repeat(63), "b".repeat(1000));
+        let shown = ShortName(&long).to_string();
+        assert_eq!(shown, format!("\"{}…\" (1065 bytes)", "a".repeat(63)));
+        let error = Error::new(ErrorKind::InvalidResource, long.as_str());
+        assert!(error.to_string().len() < 200, "{error}");
+        assert!(format!("{error:?}").len() < 200, "{error:?}");
+    }
 }

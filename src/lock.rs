@@ -8,7 +8,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::{
-    Builder, Config, ConfigError, DEFAULT_RETRY_ATTEMPTS, MAX_MAX_HOLD, MAX_WAIT_TIMEOUT, at_most,
+    Builder, Config, ConfigError, DEFAULT_RETRY_ATTEMPTS, MAX_MAX_HOLD, MAX_RESOURCE_LEN,
+    MAX_WAIT_TIMEOUT, at_most,
 };
 use crate::error::{Error, ErrorKind, MasterErrorKind, MasterOutcome, MasterReport, human};
 use crate::fencing::FencingToken;
@@ -272,6 +273,8 @@ impl Redlock {
     /// At once, without further attempts, when so many masters fail for a reason that
     /// lasts that no quorum is possible: [`ErrorKind::Auth`] (a password or ACL refused)
     /// or [`ErrorKind::Misconfigured`] (masters that can evict lock keys never vote).
+    /// Before any master is asked: [`ErrorKind::InvalidResource`] for an empty name or one
+    /// longer than [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes.
     ///
     /// # Cancel safety
     /// Dropping the future leaves no key behind beyond its TTL: the attempt in flight is
@@ -309,6 +312,7 @@ impl Redlock {
         resource: &str,
         options: &AcquireOptions,
     ) -> Result<Lease, Error> {
+        check_resource(resource)?;
         let plan = self.plan(resource, options)?;
         let config = &self.inner.config;
         let key: Arc<str> = format!("{}{resource}", config.key_prefix).into();
@@ -693,6 +697,21 @@ impl Redlock {
             .with_detail("the lease's validity ran out before a quorum confirmed a token")
             .with_masters(last))
     }
+}
+
+/// Refuses resource names that are empty or longer than [`MAX_RESOURCE_LEN`].
+fn check_resource(resource: &str) -> Result<(), Error> {
+    let detail = if resource.is_empty() {
+        "it is empty: name the resource to lock, such as \"orders:42\"".to_owned()
+    } else if resource.len() > MAX_RESOURCE_LEN {
+        format!(
+            "it is longer than MAX_RESOURCE_LEN ({MAX_RESOURCE_LEN} bytes): use a shorter \
+             name, such as a hash of this one"
+        )
+    } else {
+        return Ok(());
+    };
+    Err(Error::new(ErrorKind::InvalidResource, resource).with_detail(detail))
 }
 
 /// The kind of a failed acquire round, from every master's outcome, and for permanent

@@ -339,6 +339,54 @@ fn rows() -> Vec<Row> {
                 })
             },
         ),
+        row(
+            "14: acquire(\"\")",
+            "InvalidResource",
+            false,
+            "it is empty",
+            |rt, _| acquire_in(rt, offline().build().unwrap().acquire("")),
+        ),
+        row(
+            "14: try_acquire(\"\")",
+            "InvalidResource",
+            false,
+            "it is empty",
+            |rt, _| acquire_in(rt, offline().build().unwrap().try_acquire("")),
+        ),
+        row(
+            "14: with_lock(\"\")",
+            "InvalidResource",
+            false,
+            "it is empty",
+            |rt, _| {
+                let client = offline().build().unwrap();
+                rt.block_on(async {
+                    let options = AcquireOptions::new();
+                    let work = client.with_lock("", &options, |_| async {});
+                    match tokio::time::timeout(Duration::from_secs(20), work).await {
+                        Ok(Ok(())) => panic!("locked an empty name"),
+                        Ok(Err(e)) => Got::from(e),
+                        Err(_) => panic!("with_lock hung"),
+                    }
+                })
+            },
+        ),
+        row(
+            "14: a 1 MB name, shortened in the message",
+            "InvalidResource",
+            false,
+            "\u{2026}\" (1048576 bytes): it is longer than MAX_RESOURCE_LEN (1024 bytes)",
+            |rt, _| {
+                let name = "n".repeat(1 << 20);
+                acquire_in(
+                    rt,
+                    offline()
+                        .build()
+                        .unwrap()
+                        .acquire_with(&name, &AcquireOptions::new()),
+                )
+            },
+        ),
     ]
 }
 
@@ -383,6 +431,12 @@ fn every_misuse_gets_a_clear_error() {
             ));
         }
         assert!(
+            got.message.len() < 2000,
+            "{}: a message of {} bytes",
+            row.misuse,
+            got.message.len()
+        );
+        assert!(
             !got.message.contains("right-password"),
             "{}: the message leaks the password: {}",
             row.misuse,
@@ -390,4 +444,16 @@ fn every_misuse_gets_a_clear_error() {
         );
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The limits are inclusive: a name of exactly `MAX_RESOURCE_LEN` bytes locks.
+#[tokio::test]
+async fn a_name_of_the_maximum_length_locks() {
+    let cluster = Cluster::start(1).await.unwrap();
+    let client = client_of(cluster.urls(), false).build().unwrap();
+    let name = "é".repeat(redquorum::MAX_RESOURCE_LEN / 2);
+    assert_eq!(name.len(), redquorum::MAX_RESOURCE_LEN);
+    let lease = client.acquire(&name).await.unwrap();
+    assert_eq!(lease.resource(), name);
+    lease.release().await.unwrap();
 }

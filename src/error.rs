@@ -250,6 +250,9 @@ pub enum ErrorKind {
     /// [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes. Not retryable: name the
     /// resource (a long name can be hashed).
     InvalidResource,
+    /// Called outside a tokio runtime. Not retryable: call it from inside one, with time
+    /// and I/O enabled (tokio features `rt`, `time`, `net`, `macros`; `#[tokio::main]`).
+    NoRuntime,
     /// So many masters are unfit to vote (an evicting `maxmemory-policy`, which can lose
     /// lock keys) that no quorum is possible. Not retryable: reconfigure the masters.
     Misconfigured,
@@ -369,6 +372,7 @@ impl fmt::Display for Error {
             ErrorKind::InvalidOptions => write!(f, "invalid options for {r}")?,
             ErrorKind::Auth => write!(f, "masters refused authentication for {r}")?,
             ErrorKind::InvalidResource => write!(f, "invalid resource name {r}")?,
+            ErrorKind::NoRuntime => write!(f, "no tokio runtime to lock {r}")?,
             ErrorKind::Misconfigured => {
                 write!(f, "too many masters are unfit to hold lock {r}")?;
             }

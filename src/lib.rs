@@ -42,6 +42,13 @@
 //! # }
 //! ```
 //!
+//! # Runtime
+//! Locks are taken inside a tokio runtime with time and I/O enabled (tokio features `rt`
+//! or `rt-multi-thread`, `time`, `net`, `macros`). Outside one, calls return
+//! [`ErrorKind::NoRuntime`] instead of panicking. A client can be built anywhere and used
+//! from any runtime: its background tasks start in the runtime of first use, and start
+//! again in the next one if that runtime shuts down.
+//!
 //! # Features
 //! - `testkit`: starts and controls real `redis-server` processes (kill, pause, restart)
 //!   for tests, benches and examples.

@@ -274,7 +274,8 @@ impl Redlock {
     /// lasts that no quorum is possible: [`ErrorKind::Auth`] (a password or ACL refused)
     /// or [`ErrorKind::Misconfigured`] (masters that can evict lock keys never vote).
     /// Before any master is asked: [`ErrorKind::InvalidResource`] for an empty name or one
-    /// longer than [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes.
+    /// longer than [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes, and
+    /// [`ErrorKind::NoRuntime`] when polled outside a tokio runtime.
     ///
     /// # Cancel safety
     /// Dropping the future leaves no key behind beyond its TTL: the attempt in flight is
@@ -312,6 +313,7 @@ impl Redlock {
         resource: &str,
         options: &AcquireOptions,
     ) -> Result<Lease, Error> {
+        check_runtime(resource)?;
         check_resource(resource)?;
         let plan = self.plan(resource, options)?;
         let config = &self.inner.config;
@@ -697,6 +699,17 @@ impl Redlock {
             .with_detail("the lease's validity ran out before a quorum confirmed a token")
             .with_masters(last))
     }
+}
+
+/// Refuses to run outside a tokio runtime, where the masters' I/O and timers cannot run.
+fn check_runtime(resource: &str) -> Result<(), Error> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Ok(());
+    }
+    Err(Error::new(ErrorKind::NoRuntime, resource).with_detail(
+        "redquorum must be called inside a tokio runtime (features rt, time, net, macros; \
+         rt-multi-thread for #[tokio::main]) with time and I/O enabled",
+    ))
 }
 
 /// Refuses resource names that are empty or longer than [`MAX_RESOURCE_LEN`].

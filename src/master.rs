@@ -24,6 +24,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client};
+use tokio::sync::oneshot;
 
 use crate::config::{Config, MasterSpec};
 use crate::quarantine::{Epoch, Vitals, eviction_risk};
@@ -237,9 +238,46 @@ enum State {
         generation: u64,
         /// Why this connection's master can evict lock keys, if it can: it never votes.
         evicts: Option<Arc<str>>,
+        /// Whether the runtime that drives the connection still runs.
+        alive: Canary,
     },
     /// Broken or refused; a background task is reconnecting.
-    Down { error: MasterError },
+    Down {
+        error: MasterError,
+        /// Whether the reconnecting task still runs.
+        alive: Canary,
+    },
+}
+
+/// Whether a task still runs: the task holds the receiving end, so the sender sees it
+/// closed once the task ended or was dropped with its runtime. A client used from a
+/// second runtime, after the first one was shut down, finds its connections (driven by
+/// tasks of the first) and its reconnect task dead this way, and connects again.
+struct Canary(oneshot::Sender<()>);
+
+impl Canary {
+    /// A canary for the current runtime: alive while that runtime runs (and the canary
+    /// exists); dead at once outside any runtime.
+    fn current_runtime() -> Self {
+        let (canary, watched) = Self::new();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                // Resolves when the canary is dropped: the task ends with it.
+                let _ = watched.await;
+            });
+        }
+        canary
+    }
+
+    /// A canary and the end a task holds for as long as it runs.
+    fn new() -> (Self, oneshot::Receiver<()>) {
+        let (tx, rx) = oneshot::channel();
+        (Self(tx), rx)
+    }
+
+    fn is_dead(&self) -> bool {
+        self.0.is_closed()
+    }
 }
 
 impl fmt::Debug for Shared {
@@ -389,17 +427,23 @@ impl Shared {
     fn ready(&self) -> Option<Result<Connection, MasterError>> {
         match &*self.lock_state() {
             State::Idle => None,
+            // The runtime that drove the connection, or the reconnecting task, is gone:
+            // connect again in this one.
+            State::Up { alive, .. } | State::Down { alive, .. } if alive.is_dead() => None,
             State::Up {
                 conn,
                 generation,
                 evicts,
+                ..
             } => Some(Ok((conn.clone(), *generation, evicts.clone()))),
             // A refused password stays refused: report it as such, not as an outage.
-            State::Down { error } if error.kind().is_permanent() => Some(Err(MasterError::new(
-                error.kind(),
-                format!("{error} (reconnecting in the background)"),
-            ))),
-            State::Down { error } => Some(Err(MasterError::new(
+            State::Down { error, .. } if error.kind().is_permanent() => {
+                Some(Err(MasterError::new(
+                    error.kind(),
+                    format!("{error} (reconnecting in the background)"),
+                )))
+            }
+            State::Down { error, .. } => Some(Err(MasterError::new(
                 MasterErrorKind::Down,
                 format!("master is down, reconnecting in the background (last error: {error})"),
             ))),
@@ -459,6 +503,7 @@ impl Shared {
             conn: conn.clone(),
             generation,
             evicts: evicts.clone(),
+            alive: Canary::current_runtime(),
         };
         tracing::debug!(master = %self.name, generation, "master connected");
         (conn, generation, evicts)
@@ -473,21 +518,25 @@ impl Shared {
             match &*state {
                 State::Up { generation: g, .. } if *g == generation => {}
                 State::Idle if generation == 0 => {}
+                // A first connection in this runtime, after the last one's runtime ended.
+                State::Up { alive, .. } | State::Down { alive, .. }
+                    if generation == 0 && alive.is_dead() => {}
                 _ => return,
             }
             tracing::warn!(master = %self.name, %error, "master down, reconnecting in the background");
-            *state = State::Down { error };
-        }
-        let weak = Arc::downgrade(self);
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(reconnect(weak));
+            let (alive, running) = Canary::new();
+            *state = State::Down { error, alive };
+            // Without a runtime, `running` is dropped here: the next call connects itself.
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(reconnect(Arc::downgrade(self), running));
+            }
         }
     }
 }
 
 /// Reconnects a down master with capped exponential backoff. Ends when connected or when
-/// the client holding the master is dropped.
-async fn reconnect(weak: Weak<Shared>) {
+/// the client holding the master is dropped; holds `_running` until then.
+async fn reconnect(weak: Weak<Shared>, _running: oneshot::Receiver<()>) {
     const FIRST: Duration = Duration::from_millis(10);
     const MAX: Duration = Duration::from_secs(1);
     let mut backoff = FIRST;
@@ -499,9 +548,11 @@ async fn reconnect(weak: Weak<Shared>) {
                 shared.set_up(conn);
                 return;
             }
-            Err(error) => {
-                tracing::debug!(master = %shared.name, %error, "reconnect failed");
-                *shared.lock_state() = State::Down { error };
+            Err(failed) => {
+                tracing::debug!(master = %shared.name, error = %failed, "reconnect failed");
+                if let State::Down { error, .. } = &mut *shared.lock_state() {
+                    *error = failed;
+                }
             }
         }
         backoff = backoff.saturating_mul(2).min(MAX);

@@ -113,6 +113,22 @@ fn offline() -> redquorum::Builder {
     ])
 }
 
+/// Polls `fut` outside any runtime, a bounded number of times, as an executor other than
+/// tokio would.
+fn poll_outside_runtime<T>(fut: impl Future<Output = Result<T, Error>>) -> Got {
+    assert!(tokio::runtime::Handle::try_current().is_err());
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    for _ in 0..100 {
+        match fut.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(Ok(_)) => panic!("succeeded outside a runtime"),
+            std::task::Poll::Ready(Err(e)) => return Got::from(e),
+            std::task::Poll::Pending => std::thread::yield_now(),
+        }
+    }
+    panic!("still pending after 100 polls outside a runtime")
+}
+
 type Run = Box<dyn Fn(&tokio::runtime::Runtime, &Masters) -> Got>;
 
 struct Row {
@@ -387,6 +403,31 @@ fn rows() -> Vec<Row> {
                 )
             },
         ),
+        row(
+            "13: acquire outside a tokio runtime",
+            "NoRuntime",
+            false,
+            "inside a tokio runtime (features rt, time, net, macros;",
+            |_, _| poll_outside_runtime(offline().build().unwrap().acquire("misuse:rt")),
+        ),
+        row(
+            "13: try_acquire outside a tokio runtime",
+            "NoRuntime",
+            false,
+            "inside a tokio runtime",
+            |_, _| poll_outside_runtime(offline().build().unwrap().try_acquire("misuse:rt")),
+        ),
+        row(
+            "13: with_lock outside a tokio runtime",
+            "NoRuntime",
+            false,
+            "inside a tokio runtime",
+            |_, _| {
+                let client = offline().build().unwrap();
+                let options = AcquireOptions::new();
+                poll_outside_runtime(client.with_lock("misuse:rt", &options, |_| async {}))
+            },
+        ),
     ]
 }
 
@@ -456,4 +497,90 @@ async fn a_name_of_the_maximum_length_locks() {
     let lease = client.acquire(&name).await.unwrap();
     assert_eq!(lease.resource(), name);
     lease.release().await.unwrap();
+}
+
+/// How many masters of `cluster` have a release-notice subscription open.
+async fn subscribed(cluster: &Cluster) -> usize {
+    let mut count = 0;
+    for url in cluster.urls() {
+        let channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg("redquorum:released:*")
+            .query_async(&mut raw(&url).await)
+            .await
+            .unwrap();
+        count += usize::from(!channels.is_empty());
+    }
+    count
+}
+
+/// A waiter on `client` is woken by the holder's release: it subscribes on a quorum of
+/// masters, and gets the lock although its own timers (30 s) would not fire within its
+/// wait budget (10 s).
+async fn woken_by_release(cluster: &Cluster, waiter: &Redlock) {
+    let key = unique_key("notice");
+    let holder = client_of(cluster.urls(), false).ttl("30s").build().unwrap();
+    let lease = holder.acquire(&key).await.unwrap();
+    let wait = {
+        let waiter = waiter.clone();
+        let key = key.clone();
+        tokio::spawn(async move { waiter.acquire(&key).await })
+    };
+    wait_until(Duration::from_secs(5), "the waiter subscribed", || async {
+        subscribed(cluster).await >= 2
+    })
+    .await;
+    lease.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(15), wait)
+        .await
+        .expect("the waiter hung")
+        .unwrap();
+    got.expect("the waiter was not woken by the release")
+        .release()
+        .await
+        .unwrap();
+}
+
+/// A waiter that only a release notice can wake in time.
+fn waiter_of(cluster: &Cluster) -> Redlock {
+    client_of(cluster.urls(), false)
+        .ttl("30s")
+        .retry_delay("30s")
+        .retry_jitter("0s")
+        .wait_timeout("10s")
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_client_built_outside_a_runtime_gets_release_notices() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cluster = rt.block_on(Cluster::start(3)).unwrap();
+    let waiter = waiter_of(&cluster);
+    rt.block_on(woken_by_release(&cluster, &waiter));
+}
+
+#[test]
+fn a_client_used_from_a_second_runtime_keeps_its_notices_and_masters() {
+    let first = tokio::runtime::Runtime::new().unwrap();
+    let cluster = first.block_on(Cluster::start(3)).unwrap();
+    let waiter = first.block_on(async { waiter_of(&cluster) });
+    first.block_on(woken_by_release(&cluster, &waiter));
+    // The first runtime goes, and with it every task it ran; the cluster's processes stay.
+    let servers = cluster;
+    drop(first);
+    let second = tokio::runtime::Runtime::new().unwrap();
+    second.block_on(async {
+        // The masters' connections were driven by the first runtime: the client connects
+        // again instead of failing.
+        let lease = tokio::time::timeout(
+            Duration::from_secs(5),
+            waiter.try_acquire(&unique_key("again")),
+        )
+        .await
+        .expect("try_acquire hung")
+        .expect("the client's connections died with the first runtime");
+        lease.release().await.unwrap();
+        woken_by_release(&servers, &waiter).await;
+    });
 }

@@ -4,6 +4,7 @@
 //! bad value (often read from a file or the environment) is reported with a message that
 //! names it and says what to change, before any lock is attempted.
 
+use std::fmt;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
@@ -511,7 +512,6 @@ type DurationSetting = Result<Duration, (String, String)>;
 /// assert_eq!(client.quorum(), 2);
 /// # Ok::<(), redquorum::ConfigError>(())
 /// ```
-#[derive(Debug)]
 #[must_use = "a builder does nothing until `build()` is called"]
 pub struct Builder {
     masters: Vec<String>,
@@ -536,6 +536,61 @@ pub struct Builder {
     fencing: bool,
     clock_rate: f64,
     mutant: Option<Mutant>,
+}
+
+impl fmt::Debug for Builder {
+    // Hand-written: master URLs are shown with their passwords redacted.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Builder {
+            masters,
+            ttl,
+            drift_factor,
+            node_timeout,
+            connect_timeout,
+            retry_attempts,
+            retry_delay,
+            retry_jitter,
+            backoff,
+            wait_timeout,
+            min_validity,
+            key_prefix,
+            notifications,
+            watchdog,
+            extend_interval,
+            max_hold,
+            safety_margin,
+            quarantine,
+            ttl_max,
+            fencing,
+            clock_rate,
+            mutant,
+        } = self;
+        let masters: Vec<String> = masters.iter().map(|url| redact(url)).collect();
+        f.debug_struct("Builder")
+            .field("masters", &masters)
+            .field("ttl", ttl)
+            .field("drift_factor", drift_factor)
+            .field("node_timeout", node_timeout)
+            .field("connect_timeout", connect_timeout)
+            .field("retry_attempts", retry_attempts)
+            .field("retry_delay", retry_delay)
+            .field("retry_jitter", retry_jitter)
+            .field("backoff", backoff)
+            .field("wait_timeout", wait_timeout)
+            .field("min_validity", min_validity)
+            .field("key_prefix", key_prefix)
+            .field("notifications", notifications)
+            .field("watchdog", watchdog)
+            .field("extend_interval", extend_interval)
+            .field("max_hold", max_hold)
+            .field("safety_margin", safety_margin)
+            .field("quarantine", quarantine)
+            .field("ttl_max", ttl_max)
+            .field("fencing", fencing)
+            .field("clock_rate", clock_rate)
+            .field("mutant", mutant)
+            .finish()
+    }
 }
 
 impl Default for Builder {

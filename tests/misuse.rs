@@ -584,3 +584,84 @@ fn a_client_used_from_a_second_runtime_keeps_its_notices_and_masters() {
         woken_by_release(&servers, &waiter).await;
     });
 }
+
+/// Every public type built from a URL with a password, formatted every way it can be,
+/// shows no secret: `Debug` (plain and `{:#?}`) and `Display`.
+#[tokio::test]
+async fn no_public_type_shows_a_password() {
+    const SECRET: &str = "pa55-w0rd-s3cret";
+    let mut shown: Vec<(&str, String)> = Vec::new();
+    macro_rules! show {
+        ($name:expr, debug $value:expr) => {
+            shown.push(($name, format!("{:?}", $value)));
+            shown.push(($name, format!("{:#?}", $value)));
+        };
+        ($name:expr, both $value:expr) => {
+            show!($name, debug $value);
+            shown.push(($name, format!("{}", $value)));
+        };
+    }
+
+    let options = ServerOptions::new().password(SECRET);
+    show!("ServerOptions", debug & options);
+    let cluster = Cluster::start_with(3, &options).await.unwrap();
+    show!("Cluster", debug & cluster);
+    show!("Server", debug cluster.server(0));
+    let urls = cluster.urls();
+    assert!(
+        urls[0].contains(SECRET),
+        "the test needs URLs with the password"
+    );
+    let unix = format!("redis+unix:///tmp/none.sock?pass={SECRET}");
+
+    let builder = client_of(urls.clone(), false).master(&unix);
+    show!("Builder", debug & builder);
+    let client = client_of(urls.clone(), false).build().unwrap();
+    show!("Redlock", debug & client);
+    shown.push(("Redlock::masters", client.masters().join(" ")));
+
+    let duplicate = Redlock::builder()
+        .masters([&urls[0], &urls[0]])
+        .build()
+        .unwrap_err();
+    show!("ConfigError", both & duplicate);
+
+    let key = unique_key("secret");
+    let lease = client.acquire(&key).await.unwrap();
+    show!("Lease", debug & lease);
+    show!("LeaseHandle", debug & lease.handle());
+    for report in lease.masters() {
+        show!("MasterReport", both report);
+        show!("MasterOutcome", both report.outcome());
+    }
+    let extended = lease.extend().await.unwrap();
+    show!("ExtendReport", debug & extended);
+    let lost = lease.lost();
+    show!("Lost", debug & lost);
+    drop(lost);
+
+    // Another client, refused by the masters it wants: a failed round with errors.
+    let wrong: Vec<String> = urls
+        .iter()
+        .map(|u| u.replace(SECRET, &format!("{SECRET}-wrong")))
+        .collect();
+    let refused = client_of(wrong, false)
+        .build()
+        .unwrap()
+        .acquire(&key)
+        .await
+        .unwrap_err();
+    show!("Error", both & refused);
+    for report in refused.masters() {
+        show!("MasterReport", both report);
+        if let redquorum::MasterOutcome::Failed(e) = report.outcome() {
+            show!("MasterError", both e);
+        }
+    }
+    let released = lease.release().await.unwrap();
+    show!("ReleaseReport", debug & released);
+
+    for (name, text) in &shown {
+        assert!(!text.contains(SECRET), "{name} shows the password: {text}");
+    }
+}

@@ -1035,23 +1035,43 @@ fn parse_masters(urls: &[String]) -> Result<Vec<MasterSpec>, ConfigError> {
     Ok(specs)
 }
 
+/// Whether two master addresses name the same server: the same port, and the same IP
+/// address (however spelled), the same host name, or `localhost` and a loopback address it
+/// may resolve to (`127.0.0.1` or `::1`). `127.0.0.1` and `::1` are different sockets, so
+/// two servers.
 fn same_server(a: &ConnectionInfo, b: &ConnectionInfo) -> bool {
-    fn norm(addr: &ConnectionAddr) -> Option<(String, u16)> {
-        let canonical = |h: &str| {
-            let h = h.trim_matches(['[', ']']).to_ascii_lowercase();
-            match h.as_str() {
-                "localhost" | "::1" => "127.0.0.1".to_owned(),
-                _ => h,
-            }
-        };
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+    #[derive(PartialEq)]
+    enum Host {
+        Ip(IpAddr),
+        Localhost,
+        Name(String),
+    }
+    fn host(h: &str) -> Host {
+        let h = h.trim_matches(['[', ']']).to_ascii_lowercase();
+        match h.parse::<IpAddr>() {
+            Ok(ip) => Host::Ip(ip.to_canonical()),
+            Err(_) if h == "localhost" => Host::Localhost,
+            Err(_) => Host::Name(h),
+        }
+    }
+    fn norm(addr: &ConnectionAddr) -> Option<(Host, u16)> {
         match addr {
-            ConnectionAddr::Tcp(h, p) => Some((canonical(h), *p)),
-            ConnectionAddr::TcpTls { host, port, .. } => Some((canonical(host), *port)),
+            ConnectionAddr::Tcp(h, p) => Some((host(h), *p)),
+            ConnectionAddr::TcpTls { host: h, port, .. } => Some((host(h), *port)),
             _ => None,
         }
     }
+    let localhost = |ip: &IpAddr| {
+        *ip == IpAddr::V4(Ipv4Addr::LOCALHOST) || *ip == IpAddr::V6(Ipv6Addr::LOCALHOST)
+    };
     match (norm(a.addr()), norm(b.addr())) {
-        (Some(x), Some(y)) => x == y,
+        (Some((x, p)), Some((y, q))) if p == q => match (&x, &y) {
+            (Host::Localhost, Host::Ip(ip)) | (Host::Ip(ip), Host::Localhost) => localhost(ip),
+            _ => x == y,
+        },
+        (Some(_), Some(_)) => false,
         _ => a.addr() == b.addr(),
     }
 }

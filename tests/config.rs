@@ -49,11 +49,30 @@ fn duplicate_master() {
         "{msg}"
     );
     // The same server spelled differently is still the same server.
-    let (err, _) = rejected(Redlock::builder().masters([A, "redis://localhost:7001"]));
-    assert!(
-        matches!(err, ConfigError::DuplicateMaster { .. }),
-        "{err:?}"
-    );
+    for (a, b) in [
+        (A, "redis://localhost:7001"),
+        (A, "redis://LOCALHOST:7001/2"),
+        ("redis://[::1]:7001", "redis://localhost:7001"),
+        ("redis://[::1]:7001", "redis://[0:0:0:0:0:0:0:1]:7001"),
+        (A, "redis://[::ffff:127.0.0.1]:7001"),
+    ] {
+        let (err, _) = rejected(Redlock::builder().masters([a, b]));
+        assert!(
+            matches!(err, ConfigError::DuplicateMaster { .. }),
+            "{a} {b}: {err:?}"
+        );
+    }
+    // Different addresses are different servers, loopback or not.
+    for (a, b) in [
+        (A, "redis://[::1]:7001"),
+        (A, "redis://127.0.0.2:7001"),
+        (A, "redis://127.0.0.1:7002"),
+    ] {
+        assert!(
+            Redlock::builder().masters([a, b]).build().is_ok(),
+            "{a} {b}"
+        );
+    }
 }
 
 #[test]

@@ -404,6 +404,31 @@ fn rows() -> Vec<Row> {
             },
         ),
         row(
+            "18: [::1] and 127.0.0.1 on the same port are two servers",
+            "accepted",
+            false,
+            "",
+            |_, _| {
+                build(Redlock::builder().masters([
+                    "redis://127.0.0.1:7001",
+                    "redis://[::1]:7001",
+                    "redis://127.0.0.1:7002",
+                ]))
+            },
+        ),
+        row(
+            "18: one IPv6 address spelled two ways is one server",
+            "ConfigError::DuplicateMaster",
+            false,
+            "listed twice",
+            |_, _| {
+                build(
+                    Redlock::builder()
+                        .masters(["redis://[::1]:7001", "redis://[0:0:0:0:0:0:0:1]:7001"]),
+                )
+            },
+        ),
+        row(
             "13: acquire outside a tokio runtime",
             "NoRuntime",
             false,

@@ -59,8 +59,11 @@ pub const MAX_RESOURCE_LEN: usize = 1024;
 /// A duration given either as a [`Duration`] or as a human-readable string such as
 /// `"10s"`, `"250ms"` or `"1m 30s"` (parsed with [`humantime`]).
 ///
-/// Strings are parsed when the client is built; a bad one is reported by
-/// [`Builder::build`] as [`ConfigError::InvalidDuration`].
+/// Every duration setter takes one: [`Builder`]'s and
+/// [`AcquireOptions`](crate::AcquireOptions)'s alike. Strings are parsed by the setter and
+/// a bad one is reported where the setting is checked: by [`Builder::build`] as
+/// [`ConfigError::InvalidDuration`], and by the acquire call that uses the options as
+/// [`ErrorKind::InvalidOptions`](crate::ErrorKind::InvalidOptions).
 pub trait IntoDuration: sealed::Sealed {
     #[doc(hidden)]
     fn into_duration(self) -> Result<Duration, (String, String)>;
@@ -461,7 +464,8 @@ pub(crate) fn at_most(
     })
 }
 
-type DurationSetting = Result<Duration, (String, String)>;
+/// A duration as given to a setter: parsed, or the input and the parser's complaint.
+pub(crate) type DurationSetting = Result<Duration, (String, String)>;
 
 /// Builds a [`Redlock`] client; get one from [`Redlock::builder`].
 ///
@@ -975,7 +979,11 @@ impl Builder {
     }
 }
 
-fn duration(setting: &'static str, value: DurationSetting) -> Result<Duration, ConfigError> {
+/// The parsed duration of `setting`, or the error naming it.
+pub(crate) fn duration(
+    setting: &'static str,
+    value: DurationSetting,
+) -> Result<Duration, ConfigError> {
     value.map_err(|(input, reason)| ConfigError::InvalidDuration {
         setting,
         input,

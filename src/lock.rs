@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::{
-    Builder, Config, ConfigError, DEFAULT_RETRY_ATTEMPTS, MAX_MAX_HOLD, MAX_RESOURCE_LEN,
-    MAX_WAIT_TIMEOUT, at_most,
+    Builder, Config, ConfigError, DEFAULT_RETRY_ATTEMPTS, DurationSetting, IntoDuration,
+    MAX_MAX_HOLD, MAX_RESOURCE_LEN, MAX_WAIT_TIMEOUT, at_most, duration,
 };
 use crate::error::{Error, ErrorKind, MasterErrorKind, MasterOutcome, MasterReport, human};
 use crate::fencing::FencingToken;
@@ -69,7 +69,9 @@ impl fmt::Debug for Redlock {
 }
 
 /// Per-call settings for [`Redlock::acquire_with`] and [`Redlock::with_lock`]; unset
-/// values use the client's.
+/// values use the client's. Durations are given as for the [`Builder`]: a [`Duration`] or a
+/// string such as `"30s"` ([`IntoDuration`]); a string that does not parse is reported by
+/// the call as [`ErrorKind::InvalidOptions`].
 ///
 /// ```
 /// use redquorum::AcquireOptions;
@@ -77,7 +79,7 @@ impl fmt::Debug for Redlock {
 ///
 /// let opts = AcquireOptions::new()
 ///     .ttl(Duration::from_secs(30))
-///     .wait_timeout(Duration::from_secs(2))
+///     .wait_timeout("2s")
 ///     .watchdog(true)
 ///     .max_hold(Duration::from_secs(300));
 /// # let _ = opts;
@@ -85,11 +87,11 @@ impl fmt::Debug for Redlock {
 #[derive(Debug, Clone, Default)]
 #[must_use]
 pub struct AcquireOptions {
-    ttl: Option<Duration>,
+    ttl: Option<DurationSetting>,
     attempts: Option<u32>,
-    wait_timeout: Option<Duration>,
+    wait_timeout: Option<DurationSetting>,
     watchdog: Option<bool>,
-    max_hold: Option<Duration>,
+    max_hold: Option<DurationSetting>,
     fencing: Option<bool>,
 }
 
@@ -104,8 +106,8 @@ impl AcquireOptions {
     /// exceed the client's `ttl_max`, which **defaults to the client's TTL**: to take
     /// longer locks per call, raise [`Builder::ttl_max`] when building the client.
     /// At most [`MAX_TTL`](crate::MAX_TTL) in any case.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
+    pub fn ttl(mut self, ttl: impl IntoDuration) -> Self {
+        self.ttl = Some(ttl.into_duration());
         self
     }
 
@@ -118,8 +120,8 @@ impl AcquireOptions {
     /// The most time to spend trying, over all attempts; while it lasts, a waiter is woken
     /// by the holder's release. Defaults to the client's `wait_timeout`. At most
     /// [`MAX_WAIT_TIMEOUT`](crate::MAX_WAIT_TIMEOUT).
-    pub fn wait_timeout(mut self, wait: Duration) -> Self {
-        self.wait_timeout = Some(wait);
+    pub fn wait_timeout(mut self, wait: impl IntoDuration) -> Self {
+        self.wait_timeout = Some(wait.into_duration());
         self
     }
 
@@ -132,8 +134,8 @@ impl AcquireOptions {
 
     /// The most time the watchdog keeps this lease alive. Defaults to the client's
     /// `max_hold`. At most [`MAX_MAX_HOLD`](crate::MAX_MAX_HOLD).
-    pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.max_hold = Some(max_hold);
+    pub fn max_hold(mut self, max_hold: impl IntoDuration) -> Self {
+        self.max_hold = Some(max_hold.into_duration());
         self
     }
 
@@ -475,7 +477,17 @@ impl Redlock {
         let config = &self.inner.config;
         let invalid =
             |detail: String| Error::new(ErrorKind::InvalidOptions, resource).with_detail(detail);
-        let ttl = match options.ttl {
+        let parsed = |setting: &'static str, value: &Option<DurationSetting>| {
+            value
+                .clone()
+                .map(|v| duration(setting, v))
+                .transpose()
+                .map_err(|e| invalid(e.to_string()))
+        };
+        let options_ttl = parsed("ttl", &options.ttl)?;
+        let options_wait = parsed("wait_timeout", &options.wait_timeout)?;
+        let options_hold = parsed("max_hold", &options.max_hold)?;
+        let ttl = match options_ttl {
             Some(ttl) => {
                 let ttl = deadline::whole_millis(ttl);
                 config.check_ttl(ttl).map_err(|e| invalid(e.to_string()))?;
@@ -490,13 +502,13 @@ impl Redlock {
         if fencing && !config.quarantine {
             return Err(invalid(ConfigError::FencingNeedsQuarantine.to_string()));
         }
-        if let Some(w) = options.wait_timeout {
+        if let Some(w) = options_wait {
             at_most("wait_timeout", w, MAX_WAIT_TIMEOUT).map_err(|e| invalid(e.to_string()))?;
         }
-        if let Some(m) = options.max_hold {
+        if let Some(m) = options_hold {
             at_most("max_hold", m, MAX_MAX_HOLD).map_err(|e| invalid(e.to_string()))?;
         }
-        let wait = options.wait_timeout.or(config.wait_timeout);
+        let wait = options_wait.or(config.wait_timeout);
         let give_up_at = match wait {
             Some(w) => Some(Instant::now().checked_add(w).ok_or_else(|| {
                 invalid(format!("wait_timeout {} overflows the clock", human(w)))
@@ -516,7 +528,7 @@ impl Redlock {
                 (None, None) => DEFAULT_RETRY_ATTEMPTS,
             },
         };
-        let max_hold = options.max_hold.or(config.max_hold);
+        let max_hold = options_hold.or(config.max_hold);
         if max_hold.is_some_and(|m| m.is_zero()) {
             return Err(invalid(
                 "max_hold is zero: give it a positive duration".into(),

@@ -429,6 +429,39 @@ fn rows() -> Vec<Row> {
             },
         ),
         row(
+            "19: AcquireOptions durations as strings",
+            "accepted",
+            false,
+            "",
+            |rt, m| {
+                let client = client_of(m.plain.urls(), false)
+                    .ttl_max("5s")
+                    .build()
+                    .unwrap();
+                let options = AcquireOptions::new()
+                    .ttl("3s")
+                    .wait_timeout(String::from("1s"))
+                    .max_hold("1m");
+                acquire_in(rt, client.acquire_with(&unique_key("strings"), &options))
+            },
+        ),
+        row(
+            "19: an AcquireOptions duration that does not parse",
+            "InvalidOptions",
+            false,
+            "wait_timeout \"soon\" is not a duration",
+            |rt, _| {
+                let options = AcquireOptions::new().wait_timeout("soon");
+                acquire_in(
+                    rt,
+                    offline()
+                        .build()
+                        .unwrap()
+                        .acquire_with("misuse:soon", &options),
+                )
+            },
+        ),
+        row(
             "13: acquire outside a tokio runtime",
             "NoRuntime",
             false,

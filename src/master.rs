@@ -219,15 +219,19 @@ struct Shared {
 }
 
 /// A live connection, its generation, and why its master can evict lock keys (if it can).
-type Connection = (MultiplexedConnection, u64, Option<Arc<str>>);
+type Connection = (MultiplexedConnection, u64, Arc<Eviction>);
+
+/// Why a connection's master can evict lock keys (`Some`) or that it cannot (`None`), once
+/// read: at connect with quarantine on, else by the connection's first requests.
+type Eviction = tokio::sync::OnceCell<Option<Arc<str>>>;
 
 /// What a fresh connection read of its master.
 struct Opened {
     conn: MultiplexedConnection,
     /// With quarantine on.
     vitals: Option<Vitals>,
-    /// Why the master can evict lock keys, if it can.
-    evicts: Option<Arc<str>>,
+    /// Whether the master can evict lock keys, when read at connect.
+    evicts: Arc<Eviction>,
 }
 
 enum State {
@@ -236,8 +240,8 @@ enum State {
     Up {
         conn: MultiplexedConnection,
         generation: u64,
-        /// Why this connection's master can evict lock keys, if it can: it never votes.
-        evicts: Option<Arc<str>>,
+        /// Whether this connection's master can evict lock keys: then it never votes.
+        evicts: Arc<Eviction>,
         /// Whether the runtime that drives the connection still runs.
         alive: Canary,
     },
@@ -330,16 +334,26 @@ impl Master for RedisMaster {
         let shared = Arc::clone(&self.shared);
         Box::pin(async move {
             let (mut conn, generation, evicts) = shared.connection().await?;
-            // A master that can evict lock keys never votes, quarantine or not; releases
-            // still go through: they must reach every master that may hold the key.
-            if let Some(problem) = evicts
-                && !op.is_release()
-            {
-                return Err(MasterError::new(
-                    MasterErrorKind::Misconfigured,
-                    format!("it never votes: {problem}"),
-                ));
-            }
+            // A master that can evict lock keys never votes, quarantine or not. Without
+            // quarantine its settings are read by the connection's first requests: sent
+            // before them on the same ordered connection (one round trip, not two), and
+            // every answer waits for the settings before it counts.
+            let eviction = {
+                let mut conn = conn.clone();
+                let shared = Arc::clone(&shared);
+                async move {
+                    evicts
+                        .get_or_try_init(|| async move {
+                            let problem = read_eviction(&mut conn).await?;
+                            if let Some(problem) = &problem {
+                                tracing::warn!(master = %shared.name, %problem, "master misconfigured: it will not vote");
+                            }
+                            Ok::<_, MasterError>(problem.map(Arc::from))
+                        })
+                        .await
+                        .cloned()
+                }
+            };
             // A master without the scripts answers NOSCRIPT, and the fallback (load, run
             // again) costs two more round trips and runs after commands sent later on the
             // connection. So the first request on a connection carries the loads with it:
@@ -351,10 +365,10 @@ impl Master for RedisMaster {
                 async move { load_scripts(&mut conn).await }
             });
             let request = async {
-                match preload {
+                let (eviction, reply) = match preload {
                     Some(load) => {
-                        let (loaded, reply) =
-                            futures::future::join(load, run(&op, &mut conn)).await;
+                        let (eviction, loaded, reply) =
+                            futures::future::join3(eviction, load, run(&op, &mut conn)).await;
                         if loaded.is_err() {
                             // The next request tries again; NOSCRIPT falls back meanwhile.
                             let _ = shared.scripts_loaded.compare_exchange(
@@ -364,10 +378,20 @@ impl Master for RedisMaster {
                                 Ordering::Relaxed,
                             );
                         }
-                        reply
+                        (eviction, reply)
                     }
-                    None => run(&op, &mut conn).await,
+                    None => futures::future::join(eviction, run(&op, &mut conn)).await,
+                };
+                // Releases always pass: they must reach every master that may hold the key.
+                if !op.is_release()
+                    && let Some(problem) = eviction?
+                {
+                    return Err(MasterError::new(
+                        MasterErrorKind::Misconfigured,
+                        format!("it never votes: {problem}"),
+                    ));
                 }
+                reply
             };
             match tokio::time::timeout(shared.node_timeout, request).await {
                 Ok(Ok(reply)) => Ok(reply),
@@ -450,8 +474,8 @@ impl Shared {
         }
     }
 
-    /// Connects and reads the master's eviction settings and, with quarantine on, its
-    /// vitals, all within the connect timeout.
+    /// Connects and, with quarantine on, reads the master's vitals (eviction settings
+    /// included), all within the connect timeout.
     async fn open(&self) -> Result<Opened, MasterError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
@@ -465,15 +489,15 @@ impl Shared {
                 .map_err(MasterError::from_redis)?;
             let (vitals, evicts) = if self.read_vitals {
                 let vitals = read_vitals(&mut conn).await?;
-                let evicts = vitals.misconfigured.clone();
+                let evicts = Eviction::new_with(Some(vitals.misconfigured.clone().map(Arc::from)));
                 (Some(vitals), evicts)
             } else {
-                (None, read_eviction(&mut conn).await?)
+                (None, Eviction::new())
             };
             Ok(Opened {
                 conn,
                 vitals,
-                evicts: evicts.map(Into::into),
+                evicts: Arc::new(evicts),
             })
         };
         match tokio::time::timeout(self.connect_timeout, connect).await {
@@ -492,7 +516,7 @@ impl Shared {
             evicts,
         } = opened;
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        if let Some(problem) = &evicts {
+        if let Some(Some(problem)) = evicts.get() {
             tracing::warn!(master = %self.name, %problem, "master misconfigured: it will not vote");
         }
         if let Some(vitals) = vitals {

@@ -4,6 +4,7 @@
 //! bad value (often read from a file or the environment) is reported with a message that
 //! names it and says what to change, before any lock is attempted.
 
+use std::fmt;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,11 +37,33 @@ pub const DEFAULT_SAFETY_MARGIN_FRACTION: f64 = 0.05;
 /// Default watchdog interval as a fraction of the TTL: a third, as in Redisson.
 pub const DEFAULT_EXTEND_INTERVAL_FRACTION: f64 = 1.0 / 3.0;
 
+/// The longest `ttl` and `ttl_max` a client accepts, and the longest TTL of one
+/// acquisition ([`AcquireOptions::ttl`](crate::AcquireOptions::ttl)) or extension: 24 h.
+/// Longer locks outlive the process that took them by too much when it dies, and restart
+/// quarantine keeps a restarted master out for `ttl_max`.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+/// The longest `node_timeout` a client accepts: 1 min. A master that takes longer to
+/// answer one request is better counted as failed.
+pub const MAX_NODE_TIMEOUT: Duration = Duration::from_secs(60);
+/// The longest `connect_timeout` a client accepts: 1 min.
+pub const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+/// The longest `wait_timeout` a client or one acquisition accepts: 24 h.
+pub const MAX_WAIT_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+/// The longest `max_hold` a client or one acquisition accepts: 7 days.
+pub const MAX_MAX_HOLD: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The longest resource name accepted, in bytes: 1024. Longer names are refused with
+/// [`ErrorKind::InvalidResource`](crate::ErrorKind::InvalidResource); hash them first.
+pub const MAX_RESOURCE_LEN: usize = 1024;
+
 /// A duration given either as a [`Duration`] or as a human-readable string such as
 /// `"10s"`, `"250ms"` or `"1m 30s"` (parsed with [`humantime`]).
 ///
-/// Strings are parsed when the client is built; a bad one is reported by
-/// [`Builder::build`] as [`ConfigError::InvalidDuration`].
+/// Every duration setter takes one: [`Builder`]'s and
+/// [`AcquireOptions`](crate::AcquireOptions)'s alike. Strings are parsed by the setter and
+/// a bad one is reported where the setting is checked: by [`Builder::build`] as
+/// [`ConfigError::InvalidDuration`], and by the acquire call that uses the options as
+/// [`ErrorKind::InvalidOptions`](crate::ErrorKind::InvalidOptions).
 pub trait IntoDuration: sealed::Sealed {
     #[doc(hidden)]
     fn into_duration(self) -> Result<Duration, (String, String)>;
@@ -137,9 +160,12 @@ pub enum ConfigError {
     TtlZero,
     /// The TTL leaves no validity once drift and one node timeout are taken off.
     #[error(
-        "ttl {ttl} is too short: it must exceed the drift allowance ({drift}) plus the node timeout ({node_timeout}) plus the larger of min_validity and the safety margin ({least_validity}); raise ttl or lower node_timeout"
+        "ttl {ttl} is too short: it must exceed the drift allowance ({drift}) plus the node timeout ({node_timeout}) plus the larger of min_validity and the safety margin ({least_validity}); raise ttl or lower {knob}"
     )]
     TtlTooShort {
+        /// The setting that takes the largest share besides the TTL: `node_timeout`,
+        /// `safety_margin`, `min_validity` or `drift_factor`.
+        knob: &'static str,
         /// The TTL given.
         ttl: String,
         /// The drift allowance (`ttl * drift_factor + 2 ms`).
@@ -177,15 +203,31 @@ pub enum ConfigError {
         /// The value.
         value: String,
     },
-    /// A TTL above `ttl_max`, the bound restart quarantine relies on.
+    /// A TTL above `ttl_max`, the bound restart quarantine relies on. `ttl_max` defaults
+    /// to the client's TTL, so a longer per-call TTL needs [`Builder::ttl_max`].
     #[error(
-        "ttl {ttl} exceeds ttl_max {ttl_max}: restart quarantine keeps a restarted master out for ttl_max, so no lock may live longer; raise ttl_max or lower ttl"
+        "ttl {ttl} exceeds ttl_max {ttl_max}: restart quarantine keeps a restarted master out for ttl_max, so no lock may live longer; ttl_max defaults to the client's ttl: raise it with Builder::ttl_max to the longest TTL any call uses, or lower ttl"
     )]
     TtlAboveTtlMax {
         /// The TTL.
         ttl: String,
         /// The bound.
         ttl_max: String,
+    },
+    /// A duration above its documented maximum (see [`MAX_TTL`] and the other `MAX_*`
+    /// constants).
+    #[error("{setting} {value} is above its maximum of {max} ({limit}): {advice}")]
+    TooLarge {
+        /// Which setting.
+        setting: &'static str,
+        /// The value given.
+        value: String,
+        /// The maximum.
+        max: String,
+        /// The constant that holds the maximum, such as `MAX_TTL`.
+        limit: &'static str,
+        /// What to do instead.
+        advice: &'static str,
     },
     /// Fencing asked for without restart quarantine.
     #[error(
@@ -278,8 +320,13 @@ impl Config {
             ttl,
             self.drift_factor,
             self.node_timeout,
-            self.least_validity(ttl),
+            self.least_validity_of(ttl),
         )
+    }
+
+    /// The least validity a lease of `ttl` must have, and the setting it comes from.
+    fn least_validity_of(&self, ttl: Duration) -> (Duration, &'static str) {
+        least_validity(self.min_validity, self.safety_margin, ttl)
     }
 
     /// How long before its deadline a lease of `ttl` counts as lost.
@@ -329,21 +376,47 @@ impl Config {
     }
 }
 
+/// The least validity a lease of `ttl` must have, and the setting it comes from: the
+/// larger of `min_validity` and the safety margin (explicit, or a share of the TTL).
+fn least_validity(
+    min_validity: Duration,
+    safety_margin: Option<Duration>,
+    ttl: Duration,
+) -> (Duration, &'static str) {
+    let margin = safety_margin.unwrap_or_else(|| ttl.mul_f64(DEFAULT_SAFETY_MARGIN_FRACTION));
+    if min_validity > margin {
+        (min_validity, "min_validity")
+    } else {
+        (margin, "safety_margin")
+    }
+}
+
 fn check_ttl(
     ttl: Duration,
     drift_factor: f64,
     node_timeout: Duration,
-    least_validity: Duration,
+    (least_validity, least_from): (Duration, &'static str),
 ) -> Result<(), ConfigError> {
     if ttl.is_zero() {
         return Err(ConfigError::TtlZero);
     }
+    at_most("ttl", ttl, MAX_TTL)?;
     let drift = deadline::drift(ttl, drift_factor);
     let needed = drift
         .saturating_add(node_timeout)
         .saturating_add(least_validity);
     if ttl <= needed {
+        // Name the setting that takes the largest share, so the advice points at it.
+        let knob = [
+            (node_timeout, "node_timeout"),
+            (least_validity, least_from),
+            (drift, "drift_factor"),
+        ]
+        .into_iter()
+        .max_by_key(|(share, _)| *share)
+        .map_or("node_timeout", |(_, knob)| knob);
         return Err(ConfigError::TtlTooShort {
+            knob,
             ttl: human(ttl),
             drift: human(drift),
             node_timeout: human(node_timeout),
@@ -353,7 +426,46 @@ fn check_ttl(
     Ok(())
 }
 
-type DurationSetting = Result<Duration, (String, String)>;
+/// Rejects `value` above `max` (one of the `MAX_*` constants) for `setting`.
+pub(crate) fn at_most(
+    setting: &'static str,
+    value: Duration,
+    max: Duration,
+) -> Result<(), ConfigError> {
+    if value <= max {
+        return Ok(());
+    }
+    let (limit, advice) = match setting {
+        "ttl" | "ttl_max" | "extend_interval" => (
+            "MAX_TTL",
+            "use a shorter lock and extend it while it is held (watchdog)",
+        ),
+        "node_timeout" => (
+            "MAX_NODE_TIMEOUT",
+            "a master that answers so slowly is better counted as failed",
+        ),
+        "connect_timeout" => ("MAX_CONNECT_TIMEOUT", "use a realistic duration"),
+        "wait_timeout" => (
+            "MAX_WAIT_TIMEOUT",
+            "wait in a loop of your own if you must wait longer",
+        ),
+        "max_hold" => (
+            "MAX_MAX_HOLD",
+            "leave max_hold unset for no bound on holding",
+        ),
+        _ => ("a MAX_* constant", "use a realistic duration"),
+    };
+    Err(ConfigError::TooLarge {
+        setting,
+        value: human(value),
+        max: human(max),
+        limit,
+        advice,
+    })
+}
+
+/// A duration as given to a setter: parsed, or the input and the parser's complaint.
+pub(crate) type DurationSetting = Result<Duration, (String, String)>;
 
 /// Builds a [`Redlock`] client; get one from [`Redlock::builder`].
 ///
@@ -380,6 +492,15 @@ type DurationSetting = Result<Duration, (String, String)>;
 /// - `quarantine`: on, with `ttl_max` equal to the TTL
 /// - `fencing`: off
 ///
+/// # Limits
+/// Durations beyond these are refused by [`build`](Builder::build) with
+/// [`ConfigError::TooLarge`], and per call with
+/// [`ErrorKind::InvalidOptions`](crate::ErrorKind::InvalidOptions):
+/// - `ttl`, `ttl_max`, `extend_interval`: [`MAX_TTL`] (24 h)
+/// - `node_timeout`: [`MAX_NODE_TIMEOUT`] (1 min); `connect_timeout`:
+///   [`MAX_CONNECT_TIMEOUT`] (1 min)
+/// - `wait_timeout`: [`MAX_WAIT_TIMEOUT`] (24 h); `max_hold`: [`MAX_MAX_HOLD`] (7 days)
+///
 /// # Example
 /// ```
 /// use redquorum::{Backoff, Redlock};
@@ -395,7 +516,6 @@ type DurationSetting = Result<Duration, (String, String)>;
 /// assert_eq!(client.quorum(), 2);
 /// # Ok::<(), redquorum::ConfigError>(())
 /// ```
-#[derive(Debug)]
 #[must_use = "a builder does nothing until `build()` is called"]
 pub struct Builder {
     masters: Vec<String>,
@@ -420,6 +540,61 @@ pub struct Builder {
     fencing: bool,
     clock_rate: f64,
     mutant: Option<Mutant>,
+}
+
+impl fmt::Debug for Builder {
+    // Hand-written: master URLs are shown with their passwords redacted.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Builder {
+            masters,
+            ttl,
+            drift_factor,
+            node_timeout,
+            connect_timeout,
+            retry_attempts,
+            retry_delay,
+            retry_jitter,
+            backoff,
+            wait_timeout,
+            min_validity,
+            key_prefix,
+            notifications,
+            watchdog,
+            extend_interval,
+            max_hold,
+            safety_margin,
+            quarantine,
+            ttl_max,
+            fencing,
+            clock_rate,
+            mutant,
+        } = self;
+        let masters: Vec<String> = masters.iter().map(|url| redact(url)).collect();
+        f.debug_struct("Builder")
+            .field("masters", &masters)
+            .field("ttl", ttl)
+            .field("drift_factor", drift_factor)
+            .field("node_timeout", node_timeout)
+            .field("connect_timeout", connect_timeout)
+            .field("retry_attempts", retry_attempts)
+            .field("retry_delay", retry_delay)
+            .field("retry_jitter", retry_jitter)
+            .field("backoff", backoff)
+            .field("wait_timeout", wait_timeout)
+            .field("min_validity", min_validity)
+            .field("key_prefix", key_prefix)
+            .field("notifications", notifications)
+            .field("watchdog", watchdog)
+            .field("extend_interval", extend_interval)
+            .field("max_hold", max_hold)
+            .field("safety_margin", safety_margin)
+            .field("quarantine", quarantine)
+            .field("ttl_max", ttl_max)
+            .field("fencing", fencing)
+            .field("clock_rate", clock_rate)
+            .field("mutant", mutant)
+            .finish()
+    }
 }
 
 impl Default for Builder {
@@ -480,7 +655,10 @@ impl Builder {
 
     /// How long a lock lives on the masters unless extended. Defaults to 10 s.
     ///
-    /// Must exceed the drift allowance plus the node timeout plus `min_validity`.
+    /// Must exceed the drift allowance plus the node timeout plus the larger of
+    /// `min_validity` and the safety margin, and be at most [`MAX_TTL`] (24 h). Also sets
+    /// `ttl_max` unless that is set: per-call TTLs longer than this need
+    /// [`ttl_max`](Builder::ttl_max).
     pub fn ttl(mut self, ttl: impl IntoDuration) -> Self {
         self.ttl = ttl.into_duration();
         self
@@ -495,13 +673,14 @@ impl Builder {
 
     /// How long one master may take to answer one request before it counts as failed.
     /// Keep it far below the TTL (the Redlock reference suggests 5–50 ms for 10 s).
-    /// Defaults to 50 ms.
+    /// Defaults to 50 ms; at most [`MAX_NODE_TIMEOUT`] (1 min).
     pub fn node_timeout(mut self, node_timeout: impl IntoDuration) -> Self {
         self.node_timeout = node_timeout.into_duration();
         self
     }
 
-    /// How long opening a connection to a master may take. Defaults to 1 s.
+    /// How long opening a connection to a master may take. Defaults to 1 s; at most
+    /// [`MAX_CONNECT_TIMEOUT`] (1 min).
     ///
     /// Connections are opened on first use and re-opened in the background when they
     /// break; a master that is down answers "failed" at once meanwhile.
@@ -538,7 +717,8 @@ impl Builder {
     }
 
     /// The most time [`Redlock::acquire`] spends trying, over all attempts. Defaults to
-    /// none: acquire is bounded by the number of attempts alone.
+    /// none: acquire is bounded by the number of attempts alone. At most
+    /// [`MAX_WAIT_TIMEOUT`] (24 h).
     pub fn wait_timeout(mut self, wait: impl IntoDuration) -> Self {
         self.wait_timeout = Some(wait.into_duration());
         self
@@ -573,7 +753,8 @@ impl Builder {
         self
     }
 
-    /// The watchdog's pause between extensions. Defaults to a third of the TTL.
+    /// The watchdog's pause between extensions. Defaults to a third of the TTL; at most
+    /// [`MAX_TTL`].
     pub fn extend_interval(mut self, interval: impl IntoDuration) -> Self {
         self.extend_interval = Some(interval.into_duration());
         self
@@ -581,14 +762,17 @@ impl Builder {
 
     /// The most time a watchdog keeps one lease alive; it then stops extending and the
     /// lease counts as lost, so a stuck but alive holder cannot keep a lock forever.
-    /// Defaults to none.
+    /// Defaults to none; at most [`MAX_MAX_HOLD`] (7 days).
     pub fn max_hold(mut self, max_hold: impl IntoDuration) -> Self {
         self.max_hold = Some(max_hold.into_duration());
         self
     }
 
     /// How long before its deadline a lease counts as lost, so that work aborted at that
-    /// moment stops while the lock is still held. Defaults to 5 % of the TTL.
+    /// moment stops while the lock is still held. Defaults to 5 % of the TTL. Together
+    /// with the drift allowance and the node timeout it must stay below the TTL; a margin
+    /// too large for the TTL is reported as [`ConfigError::TtlTooShort`] naming
+    /// `safety_margin`.
     pub fn safety_margin(mut self, margin: impl IntoDuration) -> Self {
         self.safety_margin = Some(margin.into_duration());
         self
@@ -605,7 +789,9 @@ impl Builder {
     }
 
     /// The longest TTL any client uses on these masters, for locks and extensions alike;
-    /// restart quarantine keeps a master out for this long. Defaults to the TTL.
+    /// restart quarantine keeps a master out for this long. Defaults to the TTL, so a
+    /// per-call [`AcquireOptions::ttl`](crate::AcquireOptions::ttl) or extension longer
+    /// than the client's TTL is refused unless this is raised. At most [`MAX_TTL`].
     pub fn ttl_max(mut self, ttl_max: impl IntoDuration) -> Self {
         self.ttl_max = Some(ttl_max.into_duration());
         self
@@ -643,7 +829,9 @@ impl Builder {
     /// A [`ConfigError`] naming the first setting that cannot work and what to change:
     /// no masters, an unparsable or duplicate master URL, a duration that does not parse,
     /// a zero TTL or node timeout, a TTL not larger than the drift allowance plus the node
-    /// timeout, a drift factor out of range, zero attempts, or pauses that overflow.
+    /// timeout plus the safety margin, a TTL above `ttl_max`, a duration above its
+    /// documented maximum (see "Limits" above), a drift factor out of range, zero attempts,
+    /// or pauses that overflow.
     pub fn build(self) -> Result<Redlock, ConfigError> {
         self.into_config().and_then(Redlock::from_config)
     }
@@ -695,6 +883,8 @@ impl Builder {
             Some(d) => deadline::whole_millis(duration("ttl_max", d)?),
             None => ttl,
         };
+        at_most("ttl", ttl, MAX_TTL)?;
+        at_most("ttl_max", ttl_max, MAX_TTL)?;
         if ttl > ttl_max {
             return Err(ConfigError::TtlAboveTtlMax {
                 ttl: human(ttl),
@@ -722,8 +912,23 @@ impl Builder {
         if connect_timeout.is_zero() {
             return Err(ConfigError::ConnectTimeoutZero);
         }
-        let margin = safety_margin.unwrap_or_else(|| ttl.mul_f64(DEFAULT_SAFETY_MARGIN_FRACTION));
-        check_ttl(ttl, drift_factor, node_timeout, min_validity.max(margin))?;
+        at_most("node_timeout", node_timeout, MAX_NODE_TIMEOUT)?;
+        at_most("connect_timeout", connect_timeout, MAX_CONNECT_TIMEOUT)?;
+        for (setting, value, max) in [
+            ("wait_timeout", wait_timeout, MAX_WAIT_TIMEOUT),
+            ("max_hold", max_hold, MAX_MAX_HOLD),
+            ("extend_interval", extend_interval, MAX_TTL),
+        ] {
+            if let Some(d) = value {
+                at_most(setting, d, max)?;
+            }
+        }
+        check_ttl(
+            ttl,
+            drift_factor,
+            node_timeout,
+            least_validity(min_validity, safety_margin, ttl),
+        )?;
         let attempts = retry_attempts
             .map(|a| NonZeroU32::new(a).ok_or(ConfigError::RetryAttemptsZero))
             .transpose()?;
@@ -744,13 +949,6 @@ impl Builder {
             "retry_delay + retry_jitter",
             largest_pause.checked_add(retry_jitter),
         )?;
-        fits_clock("node_timeout", Some(node_timeout))?;
-        fits_clock("connect_timeout", Some(connect_timeout))?;
-        for (setting, value) in [("wait_timeout", wait_timeout), ("max_hold", max_hold)] {
-            if let Some(d) = value {
-                fits_clock(setting, Some(d))?;
-            }
-        }
 
         Ok(Config {
             masters,
@@ -781,7 +979,11 @@ impl Builder {
     }
 }
 
-fn duration(setting: &'static str, value: DurationSetting) -> Result<Duration, ConfigError> {
+/// The parsed duration of `setting`, or the error naming it.
+pub(crate) fn duration(
+    setting: &'static str,
+    value: DurationSetting,
+) -> Result<Duration, ConfigError> {
     value.map_err(|(input, reason)| ConfigError::InvalidDuration {
         setting,
         input,
@@ -841,23 +1043,43 @@ fn parse_masters(urls: &[String]) -> Result<Vec<MasterSpec>, ConfigError> {
     Ok(specs)
 }
 
+/// Whether two master addresses name the same server: the same port, and the same IP
+/// address (however spelled), the same host name, or `localhost` and a loopback address it
+/// may resolve to (`127.0.0.1` or `::1`). `127.0.0.1` and `::1` are different sockets, so
+/// two servers.
 fn same_server(a: &ConnectionInfo, b: &ConnectionInfo) -> bool {
-    fn norm(addr: &ConnectionAddr) -> Option<(String, u16)> {
-        let canonical = |h: &str| {
-            let h = h.trim_matches(['[', ']']).to_ascii_lowercase();
-            match h.as_str() {
-                "localhost" | "::1" => "127.0.0.1".to_owned(),
-                _ => h,
-            }
-        };
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+    #[derive(PartialEq)]
+    enum Host {
+        Ip(IpAddr),
+        Localhost,
+        Name(String),
+    }
+    fn host(h: &str) -> Host {
+        let h = h.trim_matches(['[', ']']).to_ascii_lowercase();
+        match h.parse::<IpAddr>() {
+            Ok(ip) => Host::Ip(ip.to_canonical()),
+            Err(_) if h == "localhost" => Host::Localhost,
+            Err(_) => Host::Name(h),
+        }
+    }
+    fn norm(addr: &ConnectionAddr) -> Option<(Host, u16)> {
         match addr {
-            ConnectionAddr::Tcp(h, p) => Some((canonical(h), *p)),
-            ConnectionAddr::TcpTls { host, port, .. } => Some((canonical(host), *port)),
+            ConnectionAddr::Tcp(h, p) => Some((host(h), *p)),
+            ConnectionAddr::TcpTls { host: h, port, .. } => Some((host(h), *port)),
             _ => None,
         }
     }
+    let localhost = |ip: &IpAddr| {
+        *ip == IpAddr::V4(Ipv4Addr::LOCALHOST) || *ip == IpAddr::V6(Ipv6Addr::LOCALHOST)
+    };
     match (norm(a.addr()), norm(b.addr())) {
-        (Some(x), Some(y)) => x == y,
+        (Some((x, p)), Some((y, q))) if p == q => match (&x, &y) {
+            (Host::Localhost, Host::Ip(ip)) | (Host::Ip(ip), Host::Localhost) => localhost(ip),
+            _ => x == y,
+        },
+        (Some(_), Some(_)) => false,
         _ => a.addr() == b.addr(),
     }
 }

@@ -123,6 +123,16 @@ pub enum MasterErrorKind {
     Misconfigured,
 }
 
+impl MasterErrorKind {
+    /// Whether the failure lasts until someone changes a configuration: the client's (a
+    /// wrong password in the URL) or the master's (ACLs, an evicting `maxmemory-policy`).
+    /// Retrying does not help; [`Auth`](Self::Auth) and
+    /// [`Misconfigured`](Self::Misconfigured) are permanent.
+    pub fn is_permanent(self) -> bool {
+        matches!(self, MasterErrorKind::Auth | MasterErrorKind::Misconfigured)
+    }
+}
+
 /// Why one master failed in a round.
 #[derive(Debug, Clone)]
 pub struct MasterError {
@@ -164,16 +174,16 @@ impl MasterError {
         } else if err.is_io_error() || err.is_connection_dropped() {
             MasterErrorKind::Io
         } else {
+            // The redis client reports `NOAUTH` and `WRONGPASS` as extension errors: known
+            // by their code only.
+            let auth_code = err
+                .code()
+                .is_some_and(|c| c.starts_with("NOAUTH") || c.starts_with("WRONGPASS"));
             match err.kind() {
                 K::AuthenticationFailed => MasterErrorKind::Auth,
+                _ if auth_code => MasterErrorKind::Auth,
                 K::Parse | K::UnexpectedReturnType => MasterErrorKind::Protocol,
                 K::Server(redis::ServerErrorKind::NoPerm) => MasterErrorKind::Auth,
-                K::Server(_) if err.code().is_some_and(|c| c.starts_with("NOAUTH")) => {
-                    MasterErrorKind::Auth
-                }
-                K::Server(_) if err.code().is_some_and(|c| c.starts_with("WRONGPASS")) => {
-                    MasterErrorKind::Auth
-                }
                 K::Server(redis::ServerErrorKind::NoScript) => MasterErrorKind::Script,
                 K::Server(_) if err.to_string().contains("script") => MasterErrorKind::Script,
                 _ => MasterErrorKind::Other,
@@ -232,13 +242,25 @@ pub enum ErrorKind {
     /// The lock was granted, but no quorum confirmed a fencing token within its validity;
     /// the lock was released again.
     FencingFailed,
+    /// So many masters refused authentication (wrong user or password in the URL, or
+    /// missing ACL permissions) that no quorum is possible. Not retryable: fix the URLs or
+    /// the masters' ACLs.
+    Auth,
+    /// The resource name is empty or longer than
+    /// [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes. Not retryable: name the
+    /// resource (a long name can be hashed).
+    InvalidResource,
+    /// Called outside a tokio runtime. Not retryable: call it from inside one, with time
+    /// and I/O enabled (tokio features `rt`, `time`, `net`, `macros`; `#[tokio::main]`).
+    NoRuntime,
     /// Too few masters vote yet for a quorum: the others are in restart quarantine, because
-    /// they may have lost lock keys (new masters abstain once, for `ttl_max`).
+    /// they may have lost lock keys (new masters abstain once, for `ttl_max`). Retryable:
     /// [`Error::retry_after`] says when enough of them vote again.
     NotEnoughVoters,
-    /// Too few masters are fit for what was asked, and that will not change by itself:
-    /// masters whose configuration can lose lock keys, or (for fencing tokens) masters that
-    /// are not durable. The masters' reports say which, and what to change.
+    /// So many masters are unfit for what was asked that no quorum is possible, and that
+    /// will not change by itself: an evicting `maxmemory-policy` (which can lose lock keys),
+    /// or, for fencing tokens, masters that are not durable. Not retryable: the masters'
+    /// reports say which, and what to change.
     Misconfigured,
 }
 
@@ -247,7 +269,7 @@ pub enum ErrorKind {
 /// Match on [`Error::kind`] to decide what to do; [`Error::masters`] tells what each
 /// master did in the last round, and [`Error::is_retryable`] whether trying again later can
 /// succeed.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Error {
     kind: ErrorKind,
     resource: Arc<str>,
@@ -316,8 +338,9 @@ impl Error {
     }
 
     /// Whether a later attempt can succeed: the lock was busy, masters were unreachable
-    /// or still in restart quarantine, or time ran out. A lost lease, invalid options and
-    /// misconfigured masters are not retryable: something must change first.
+    /// or still in restart quarantine, or time ran out. A lost lease, invalid options or
+    /// resource names, a missing runtime, and masters that refuse authentication or are
+    /// misconfigured are not retryable: something must change first.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self.kind,
@@ -342,29 +365,47 @@ impl Error {
     }
 }
 
+impl fmt::Debug for Error {
+    // Hand-written: a long resource name is shortened as in `Display`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Error")
+            .field("kind", &self.kind)
+            .field("resource", &format_args!("{}", ShortName(&self.resource)))
+            .field("detail", &self.detail)
+            .field("masters", &self.masters)
+            .field("attempts", &self.attempts)
+            .finish()
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let r = &self.resource;
+        let r = ShortName(&self.resource);
         match self.kind {
-            ErrorKind::Contended => write!(f, "lock {r:?} is held by another client")?,
-            ErrorKind::NoQuorum => write!(f, "no quorum of masters reachable for {r:?}")?,
-            ErrorKind::FencingFailed => write!(f, "no fencing token could be issued for {r:?}")?,
+            ErrorKind::Contended => write!(f, "lock {r} is held by another client")?,
+            ErrorKind::NoQuorum => write!(f, "no quorum of masters reachable for {r}")?,
+            ErrorKind::FencingFailed => write!(f, "no fencing token could be issued for {r}")?,
             ErrorKind::ValidityExhausted => write!(
                 f,
-                "lock {r:?} was granted by a quorum too late: its validity was used up"
+                "lock {r} was granted by a quorum too late: its validity was used up"
             )?,
-            ErrorKind::WaitTimeout => write!(f, "gave up waiting for lock {r:?}")?,
-            ErrorKind::LeaseLost => write!(f, "lease on {r:?} is lost")?,
-            ErrorKind::InvalidOptions => write!(f, "invalid options for {r:?}")?,
+            ErrorKind::WaitTimeout => write!(f, "gave up waiting for lock {r}")?,
+            ErrorKind::LeaseLost => write!(f, "lease on {r} is lost")?,
+            ErrorKind::InvalidOptions => write!(f, "invalid options for {r}")?,
+            ErrorKind::Auth => write!(f, "masters refused authentication for {r}")?,
+            ErrorKind::InvalidResource => write!(f, "invalid resource name {r}")?,
+            ErrorKind::NoRuntime => write!(f, "no tokio runtime to lock {r}")?,
             ErrorKind::NotEnoughVoters => write!(
                 f,
-                "not enough masters vote yet for {r:?}{}",
+                "not enough masters vote yet for {r}{}",
                 self.retry_at.map_or(String::new(), |at| format!(
                     " (enough vote again in {})",
                     human(at.saturating_duration_since(tokio::time::Instant::now()))
                 ))
             )?,
-            ErrorKind::Misconfigured => write!(f, "masters unfit for {r:?}")?,
+            ErrorKind::Misconfigured => {
+                write!(f, "too many masters are unfit to hold lock {r}")?;
+            }
         }
         if let Some(detail) = &self.detail {
             write!(f, ": {detail}")?;
@@ -410,6 +451,28 @@ impl StdError for Error {
     }
 }
 
+/// How many bytes of a long resource name messages show.
+const SHOWN_NAME_BYTES: usize = 64;
+
+/// A resource name as messages show it: quoted, and when long, its first
+/// [`SHOWN_NAME_BYTES`] (cut on a character boundary) and its length.
+pub(crate) struct ShortName<'a>(pub(crate) &'a str);
+
+impl fmt::Display for ShortName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = self.0;
+        if name.len() <= SHOWN_NAME_BYTES {
+            return write!(f, "{name:?}");
+        }
+        let mut end = SHOWN_NAME_BYTES;
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        let shown = format!("{}…", name.get(..end).unwrap_or_default());
+        write!(f, "{shown:?} ({} bytes)", name.len())
+    }
+}
+
 /// Durations in errors and reports, printed the way people write them (`1.5s`, `250ms`).
 pub(crate) fn human(d: Duration) -> String {
     let rounded = if d >= Duration::from_secs(1) {
@@ -418,4 +481,20 @@ pub(crate) fn human(d: Duration) -> String {
         Duration::from_micros(d.as_micros() as u64)
     };
     humantime::format_duration(rounded).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_names_are_shortened_on_a_character_boundary() {
+        assert_eq!(ShortName("orders:42").to_string(), "\"orders:42\"");
+        let long = format!("{}é{}", "a".repeat(63), "b".repeat(1000));
+        let shown = ShortName(&long).to_string();
+        assert_eq!(shown, format!("\"{}…\" (1065 bytes)", "a".repeat(63)));
+        let error = Error::new(ErrorKind::InvalidResource, long.as_str());
+        assert!(error.to_string().len() < 200, "{error}");
+        assert!(format!("{error:?}").len() < 200, "{error:?}");
+    }
 }

@@ -42,6 +42,13 @@
 //! # }
 //! ```
 //!
+//! # Runtime
+//! Locks are taken inside a tokio runtime with time and I/O enabled (tokio features `rt`
+//! or `rt-multi-thread`, `time`, `net`, `macros`). Outside one, calls return
+//! [`ErrorKind::NoRuntime`] instead of panicking. A client can be built anywhere and used
+//! from any runtime: its background tasks start in the runtime of first use, and start
+//! again in the next one if that runtime shuts down.
+//!
 //! # Features
 //! - `testkit`: starts and controls real `redis-server` processes (kill, pause, restart)
 //!   for tests, benches and examples.
@@ -75,7 +82,8 @@ pub use config::{
     Backoff, Builder, ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR,
     DEFAULT_EXTEND_INTERVAL_FRACTION, DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_ATTEMPTS,
     DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER, DEFAULT_SAFETY_MARGIN_FRACTION, DEFAULT_TTL,
-    IntoDuration,
+    IntoDuration, MAX_CONNECT_TIMEOUT, MAX_MAX_HOLD, MAX_NODE_TIMEOUT, MAX_RESOURCE_LEN, MAX_TTL,
+    MAX_WAIT_TIMEOUT,
 };
 pub use error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
 pub use fencing::{FencingToken, fenced_set};

@@ -8,8 +8,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Builder, Config, ConfigError};
-use crate::error::{Error, ErrorKind, MasterErrorKind, MasterOutcome, human};
+use crate::config::{
+    Builder, Config, ConfigError, DurationSetting, IntoDuration, MAX_MAX_HOLD, MAX_RESOURCE_LEN,
+    MAX_WAIT_TIMEOUT, at_most, duration,
+};
+use crate::error::{Error, ErrorKind, MasterErrorKind, MasterOutcome, MasterReport, human};
 use crate::fencing::FencingToken;
 use crate::guard::Guarded;
 use crate::lease::{Lease, LeaseHandle, LeaseParams, Watchdog};
@@ -92,7 +95,9 @@ impl fmt::Debug for Redlock {
 }
 
 /// Per-call settings for [`Redlock::acquire_with`] and [`Redlock::with_lock`]; unset
-/// values use the client's.
+/// values use the client's. Durations are given as for the [`Builder`]: a [`Duration`] or a
+/// string such as `"30s"` ([`IntoDuration`]); a string that does not parse is reported by
+/// the call as [`ErrorKind::InvalidOptions`].
 ///
 /// ```
 /// use redquorum::AcquireOptions;
@@ -100,7 +105,7 @@ impl fmt::Debug for Redlock {
 ///
 /// let opts = AcquireOptions::new()
 ///     .ttl(Duration::from_secs(30))
-///     .wait_timeout(Duration::from_secs(2))
+///     .wait_timeout("2s")
 ///     .watchdog(true)
 ///     .max_hold(Duration::from_secs(300));
 /// # let _ = opts;
@@ -108,11 +113,11 @@ impl fmt::Debug for Redlock {
 #[derive(Debug, Clone, Default)]
 #[must_use]
 pub struct AcquireOptions {
-    ttl: Option<Duration>,
+    ttl: Option<DurationSetting>,
     attempts: Option<u32>,
-    wait_timeout: Option<Duration>,
+    wait_timeout: Option<DurationSetting>,
     watchdog: Option<bool>,
-    max_hold: Option<Duration>,
+    max_hold: Option<DurationSetting>,
     fencing: Option<bool>,
 }
 
@@ -123,9 +128,12 @@ impl AcquireOptions {
     }
 
     /// The lock's TTL for this acquisition. Defaults to the client's TTL. Must exceed
-    /// the drift allowance plus the node timeout plus the safety margin.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
+    /// the drift allowance plus the node timeout plus the safety margin, and must not
+    /// exceed the client's `ttl_max`, which **defaults to the client's TTL**: to take
+    /// longer locks per call, raise [`Builder::ttl_max`] when building the client.
+    /// At most [`MAX_TTL`](crate::MAX_TTL) in any case.
+    pub fn ttl(mut self, ttl: impl IntoDuration) -> Self {
+        self.ttl = Some(ttl.into_duration());
         self
     }
 
@@ -136,9 +144,10 @@ impl AcquireOptions {
     }
 
     /// The most time to spend trying, over all attempts; while it lasts, a waiter is woken
-    /// by the holder's release. Defaults to the client's `wait_timeout`.
-    pub fn wait_timeout(mut self, wait: Duration) -> Self {
-        self.wait_timeout = Some(wait);
+    /// by the holder's release. Defaults to the client's `wait_timeout`. At most
+    /// [`MAX_WAIT_TIMEOUT`](crate::MAX_WAIT_TIMEOUT).
+    pub fn wait_timeout(mut self, wait: impl IntoDuration) -> Self {
+        self.wait_timeout = Some(wait.into_duration());
         self
     }
 
@@ -150,9 +159,9 @@ impl AcquireOptions {
     }
 
     /// The most time the watchdog keeps this lease alive. Defaults to the client's
-    /// `max_hold`.
-    pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.max_hold = Some(max_hold);
+    /// `max_hold`. At most [`MAX_MAX_HOLD`](crate::MAX_MAX_HOLD).
+    pub fn max_hold(mut self, max_hold: impl IntoDuration) -> Self {
+        self.max_hold = Some(max_hold.into_duration());
         self
     }
 
@@ -336,6 +345,12 @@ impl Redlock {
     /// (held by another client), [`ErrorKind::NoQuorum`] (masters failed),
     /// [`ErrorKind::ValidityExhausted`] (a quorum answered too late), or
     /// [`ErrorKind::WaitTimeout`]; each with every master's outcome in the last attempt.
+    /// At once, without further attempts, when so many masters fail for a reason that
+    /// lasts that no quorum is possible: [`ErrorKind::Auth`] (a password or ACL refused)
+    /// or [`ErrorKind::Misconfigured`] (masters that can evict lock keys never vote).
+    /// Before any master is asked: [`ErrorKind::InvalidResource`] for an empty name or one
+    /// longer than [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes, and
+    /// [`ErrorKind::NoRuntime`] when polled outside a tokio runtime.
     ///
     /// # Cancel safety
     /// Dropping the future leaves no key behind beyond its TTL: the attempt in flight is
@@ -363,7 +378,8 @@ impl Redlock {
     /// # Errors
     /// As for [`acquire`](Redlock::acquire); also [`ErrorKind::InvalidOptions`] when the
     /// options do not fit the client (a TTL too short for the drift allowance, node
-    /// timeout and safety margin; zero attempts; a zero `max_hold`).
+    /// timeout and safety margin, or above `ttl_max`; zero attempts; a zero `max_hold`;
+    /// a duration above its `MAX_*` limit).
     ///
     /// # Cancel safety
     /// As for [`acquire`](Redlock::acquire).
@@ -372,6 +388,8 @@ impl Redlock {
         resource: &str,
         options: &AcquireOptions,
     ) -> Result<Lease, Error> {
+        check_runtime(resource)?;
+        check_resource(resource)?;
         let plan = self.plan(resource, options)?;
         let config = &self.inner.config;
         let key: Arc<str> = format!("{}{resource}", config.key_prefix).into();
@@ -575,7 +593,17 @@ impl Redlock {
         let config = &self.inner.config;
         let invalid =
             |detail: String| Error::new(ErrorKind::InvalidOptions, resource).with_detail(detail);
-        let ttl = match options.ttl {
+        let parsed = |setting: &'static str, value: &Option<DurationSetting>| {
+            value
+                .clone()
+                .map(|v| duration(setting, v))
+                .transpose()
+                .map_err(|e| invalid(e.to_string()))
+        };
+        let options_ttl = parsed("ttl", &options.ttl)?;
+        let options_wait = parsed("wait_timeout", &options.wait_timeout)?;
+        let options_hold = parsed("max_hold", &options.max_hold)?;
+        let ttl = match options_ttl {
             Some(ttl) => {
                 let ttl = deadline::whole_millis(ttl);
                 config.check_ttl(ttl).map_err(|e| invalid(e.to_string()))?;
@@ -590,10 +618,15 @@ impl Redlock {
         if fencing && !config.quarantine {
             return Err(invalid(ConfigError::FencingNeedsQuarantine.to_string()));
         }
+        if let Some(w) = options_wait {
+            at_most("wait_timeout", w, MAX_WAIT_TIMEOUT).map_err(|e| invalid(e.to_string()))?;
+        }
+        if let Some(m) = options_hold {
+            at_most("max_hold", m, MAX_MAX_HOLD).map_err(|e| invalid(e.to_string()))?;
+        }
         // The default patience: long enough for any holder's lock to expire and for new
         // masters to leave restart quarantine, with room for the rounds around it.
-        let wait = options
-            .wait_timeout
+        let wait = options_wait
             .or(config.wait_timeout)
             .unwrap_or_else(|| config.ttl_max.saturating_mul(2));
         let give_up_at = Instant::now()
@@ -608,7 +641,7 @@ impl Redlock {
             Some(a) => a,
             None => config.retry.attempts.map_or(u32::MAX, |a| a.get()),
         };
-        let max_hold = options.max_hold.or(config.max_hold);
+        let max_hold = options_hold.or(config.max_hold);
         if max_hold.is_some_and(|m| m.is_zero()) {
             return Err(invalid(
                 "max_hold is zero: give it a positive duration".into(),
@@ -738,18 +771,30 @@ impl Redlock {
             ));
         }
 
-        let (kind, voters_at) = failure_kind(&round.outcomes, inner.quorum);
-        let mut error = Error::new(kind, &**resource).with_masters(reports);
-        if let Some(at) = voters_at {
-            error = error.with_retry_at(at).with_detail(
-                "too few masters vote yet: the others are in restart quarantine, because they \
-                 may have lost lock keys (new masters abstain once, for ttl_max)",
-            );
-        }
+        let spare = inner.masters.len() - inner.quorum;
+        let (kind, detail, voters_at) = match permanent_failure(&reports, spare) {
+            Some((kind, fixes)) => (kind, Some(fixes), None),
+            None => {
+                let (kind, voters_at) = failure_kind(&round.outcomes, inner.quorum);
+                let detail = voters_at.map(|_| {
+                    "too few masters vote yet: the others are in restart quarantine, because \
+                     they may have lost lock keys (new masters abstain once, for ttl_max)"
+                        .to_owned()
+                });
+                (kind, detail, voters_at)
+            }
+        };
         let holder_free_at = round
             .holder_free_in(inner.quorum)
             .and_then(|d| round.t0.checked_add(d));
         guard.outcomes = Some(round.outcomes);
+        let mut error = Error::new(kind, &**resource).with_masters(reports);
+        if let Some(detail) = detail {
+            error = error.with_detail(detail);
+        }
+        if let Some(at) = voters_at {
+            error = error.with_retry_at(at);
+        }
         Err(Failed {
             error,
             holder_free_at,
@@ -845,6 +890,73 @@ impl Redlock {
             .with_detail(detail)
             .with_masters(last))
     }
+}
+
+/// Refuses to run outside a tokio runtime, where the masters' I/O and timers cannot run.
+fn check_runtime(resource: &str) -> Result<(), Error> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Ok(());
+    }
+    Err(Error::new(ErrorKind::NoRuntime, resource).with_detail(
+        "redquorum must be called inside a tokio runtime (features rt, time, net, macros; \
+         rt-multi-thread for #[tokio::main]) with time and I/O enabled",
+    ))
+}
+
+/// Refuses resource names that are empty or longer than [`MAX_RESOURCE_LEN`].
+fn check_resource(resource: &str) -> Result<(), Error> {
+    let detail = if resource.is_empty() {
+        "it is empty: name the resource to lock, such as \"orders:42\"".to_owned()
+    } else if resource.len() > MAX_RESOURCE_LEN {
+        format!(
+            "it is longer than MAX_RESOURCE_LEN ({MAX_RESOURCE_LEN} bytes): use a shorter \
+             name, such as a hash of this one"
+        )
+    } else {
+        return Ok(());
+    };
+    Err(Error::new(ErrorKind::InvalidResource, resource).with_detail(detail))
+}
+
+/// Failures that last until a configuration changes (authentication, evicting masters), if
+/// they alone leave too few masters able to grant: their kind and what to change. `spare`
+/// is how many masters a quorum can do without.
+fn permanent_failure(reports: &[MasterReport], spare: usize) -> Option<(ErrorKind, String)> {
+    let failed = |kind: MasterErrorKind| -> Vec<&str> {
+        reports
+            .iter()
+            .filter(|r| matches!(r.outcome(), MasterOutcome::Failed(e) if e.kind() == kind))
+            .map(MasterReport::master)
+            .collect()
+    };
+    let auth = failed(MasterErrorKind::Auth);
+    let evicting = failed(MasterErrorKind::Misconfigured);
+    // Failures that last until a configuration changes leave too few masters able to
+    // grant, whatever the others do: retrying cannot help.
+    if auth.len() + evicting.len() > spare {
+        let mut fixes = Vec::new();
+        if !auth.is_empty() {
+            fixes.push(format!(
+                "{} refused authentication: check the user and password in their URLs and \
+                 the masters' ACLs",
+                auth.join(", ")
+            ));
+        }
+        if !evicting.is_empty() {
+            fixes.push(format!(
+                "{} can evict lock keys and never vote: configure maxmemory-policy \
+                 noeviction on them",
+                evicting.join(", ")
+            ));
+        }
+        let kind = if auth.is_empty() {
+            ErrorKind::Misconfigured
+        } else {
+            ErrorKind::Auth
+        };
+        return Some((kind, fixes.join("; ")));
+    }
+    None
 }
 
 /// A random pause that spreads the waiters woken by one event over a round's time (at

@@ -24,6 +24,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client};
+use tokio::sync::oneshot;
 
 use crate::config::{Config, MasterSpec};
 use crate::quarantine::{Epoch, Vitals, eviction_risk};
@@ -217,15 +218,70 @@ struct Shared {
     generation: AtomicU64,
 }
 
+/// A live connection, its generation, and why its master can evict lock keys (if it can).
+type Connection = (MultiplexedConnection, u64, Arc<Eviction>);
+
+/// Why a connection's master can evict lock keys (`Some`) or that it cannot (`None`), once
+/// read: at connect with quarantine on, else by the connection's first requests.
+type Eviction = tokio::sync::OnceCell<Option<Arc<str>>>;
+
+/// What a fresh connection read of its master.
+struct Opened {
+    conn: MultiplexedConnection,
+    /// With quarantine on.
+    vitals: Option<Vitals>,
+    /// Whether the master can evict lock keys, when read at connect.
+    evicts: Arc<Eviction>,
+}
+
 enum State {
     /// Never connected.
     Idle,
     Up {
         conn: MultiplexedConnection,
         generation: u64,
+        /// Whether this connection's master can evict lock keys: then it never votes.
+        evicts: Arc<Eviction>,
+        /// Whether the runtime that drives the connection still runs.
+        alive: Canary,
     },
     /// Broken or refused; a background task is reconnecting.
-    Down { error: MasterError },
+    Down {
+        error: MasterError,
+        /// Whether the reconnecting task still runs.
+        alive: Canary,
+    },
+}
+
+/// Whether a task still runs: the task holds the receiving end, so the sender sees it
+/// closed once the task ended or was dropped with its runtime. A client used from a
+/// second runtime, after the first one was shut down, finds its connections (driven by
+/// tasks of the first) and its reconnect task dead this way, and connects again.
+struct Canary(oneshot::Sender<()>);
+
+impl Canary {
+    /// A canary for the current runtime: alive while that runtime runs (and the canary
+    /// exists); dead at once outside any runtime.
+    fn current_runtime() -> Self {
+        let (canary, watched) = Self::new();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                // Resolves when the canary is dropped: the task ends with it.
+                let _ = watched.await;
+            });
+        }
+        canary
+    }
+
+    /// A canary and the end a task holds for as long as it runs.
+    fn new() -> (Self, oneshot::Receiver<()>) {
+        let (tx, rx) = oneshot::channel();
+        (Self(tx), rx)
+    }
+
+    fn is_dead(&self) -> bool {
+        self.0.is_closed()
+    }
 }
 
 impl fmt::Debug for Shared {
@@ -277,7 +333,27 @@ impl Master for RedisMaster {
     fn call(&self, op: Arc<Op>) -> BoxFuture<'static, Result<Reply, MasterError>> {
         let shared = Arc::clone(&self.shared);
         Box::pin(async move {
-            let (mut conn, generation) = shared.connection().await?;
+            let (mut conn, generation, evicts) = shared.connection().await?;
+            // A master that can evict lock keys never votes, quarantine or not. Without
+            // quarantine its settings are read by the connection's first requests: sent
+            // before them on the same ordered connection (one round trip, not two), and
+            // every answer waits for the settings before it counts.
+            let eviction = {
+                let mut conn = conn.clone();
+                let shared = Arc::clone(&shared);
+                async move {
+                    evicts
+                        .get_or_try_init(|| async move {
+                            let problem = read_eviction(&mut conn).await?;
+                            if let Some(problem) = &problem {
+                                tracing::warn!(master = %shared.name, %problem, "master misconfigured: it will not vote");
+                            }
+                            Ok::<_, MasterError>(problem.map(Arc::from))
+                        })
+                        .await
+                        .cloned()
+                }
+            };
             // A master without the scripts answers NOSCRIPT, and the fallback (load, run
             // again) costs two more round trips and runs after commands sent later on the
             // connection. So the first request on a connection carries the loads with it:
@@ -289,10 +365,10 @@ impl Master for RedisMaster {
                 async move { load_scripts(&mut conn).await }
             });
             let request = async {
-                match preload {
+                let (eviction, reply) = match preload {
                     Some(load) => {
-                        let (loaded, reply) =
-                            futures::future::join(load, run(&op, &mut conn)).await;
+                        let (eviction, loaded, reply) =
+                            futures::future::join3(eviction, load, run(&op, &mut conn)).await;
                         if loaded.is_err() {
                             // The next request tries again; NOSCRIPT falls back meanwhile.
                             let _ = shared.scripts_loaded.compare_exchange(
@@ -302,10 +378,20 @@ impl Master for RedisMaster {
                                 Ordering::Relaxed,
                             );
                         }
-                        reply
+                        (eviction, reply)
                     }
-                    None => run(&op, &mut conn).await,
+                    None => futures::future::join(eviction, run(&op, &mut conn)).await,
+                };
+                // Releases always pass: they must reach every master that may hold the key.
+                if !op.is_release()
+                    && let Some(problem) = eviction?
+                {
+                    return Err(MasterError::new(
+                        MasterErrorKind::Misconfigured,
+                        format!("it never votes: {problem}"),
+                    ));
                 }
+                reply
             };
             match tokio::time::timeout(shared.node_timeout, request).await {
                 Ok(Ok(reply)) => Ok(reply),
@@ -344,7 +430,7 @@ impl Shared {
 
     /// The live connection, or the reason there is none. Connects inline only the first
     /// time; afterwards a broken master fails fast while the background task reconnects.
-    async fn connection(self: &Arc<Self>) -> Result<(MultiplexedConnection, u64), MasterError> {
+    async fn connection(self: &Arc<Self>) -> Result<Connection, MasterError> {
         if let Some(ready) = self.ready() {
             return ready;
         }
@@ -362,20 +448,35 @@ impl Shared {
     }
 
     /// The connection when up, the failure when down, `None` when never connected.
-    fn ready(&self) -> Option<Result<(MultiplexedConnection, u64), MasterError>> {
+    fn ready(&self) -> Option<Result<Connection, MasterError>> {
         match &*self.lock_state() {
             State::Idle => None,
-            State::Up { conn, generation } => Some(Ok((conn.clone(), *generation))),
-            State::Down { error } => Some(Err(MasterError::new(
+            // The runtime that drove the connection, or the reconnecting task, is gone:
+            // connect again in this one.
+            State::Up { alive, .. } | State::Down { alive, .. } if alive.is_dead() => None,
+            State::Up {
+                conn,
+                generation,
+                evicts,
+                ..
+            } => Some(Ok((conn.clone(), *generation, evicts.clone()))),
+            // A refused password stays refused: report it as such, not as an outage.
+            State::Down { error, .. } if error.kind().is_permanent() => {
+                Some(Err(MasterError::new(
+                    error.kind(),
+                    format!("{error} (reconnecting in the background)"),
+                )))
+            }
+            State::Down { error, .. } => Some(Err(MasterError::new(
                 MasterErrorKind::Down,
                 format!("master is down, reconnecting in the background (last error: {error})"),
             ))),
         }
     }
 
-    /// Connects and, with quarantine on, reads the master's vitals, all within the connect
-    /// timeout.
-    async fn open(&self) -> Result<(MultiplexedConnection, Option<Vitals>), MasterError> {
+    /// Connects and, with quarantine on, reads the master's vitals (eviction settings
+    /// included), all within the connect timeout.
+    async fn open(&self) -> Result<Opened, MasterError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             // Every request is bounded by our own node timeout instead.
@@ -386,12 +487,18 @@ impl Shared {
                 .get_multiplexed_async_connection_with_config(&config)
                 .await
                 .map_err(MasterError::from_redis)?;
-            let vitals = if self.read_vitals {
-                Some(read_vitals(&mut conn).await?)
+            let (vitals, evicts) = if self.read_vitals {
+                let vitals = read_vitals(&mut conn).await?;
+                let evicts = Eviction::new_with(Some(vitals.misconfigured.clone().map(Arc::from)));
+                (Some(vitals), evicts)
             } else {
-                None
+                (None, Eviction::new())
             };
-            Ok((conn, vitals))
+            Ok(Opened {
+                conn,
+                vitals,
+                evicts: Arc::new(evicts),
+            })
         };
         match tokio::time::timeout(self.connect_timeout, connect).await {
             Ok(result) => result,
@@ -402,24 +509,28 @@ impl Shared {
         }
     }
 
-    fn set_up(
-        &self,
-        (conn, vitals): (MultiplexedConnection, Option<Vitals>),
-    ) -> (MultiplexedConnection, u64) {
+    fn set_up(&self, opened: Opened) -> Connection {
+        let Opened {
+            conn,
+            vitals,
+            evicts,
+        } = opened;
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Some(Some(problem)) = evicts.get() {
+            tracing::warn!(master = %self.name, %problem, "master misconfigured: it will not vote");
+        }
         if let Some(vitals) = vitals {
-            if let Some(problem) = &vitals.misconfigured {
-                tracing::warn!(master = %self.name, %problem, "master misconfigured: it will not vote");
-            }
             *self.vitals.lock().unwrap_or_else(PoisonError::into_inner) =
                 Some((generation, Arc::new(vitals)));
         }
         *self.lock_state() = State::Up {
             conn: conn.clone(),
             generation,
+            evicts: evicts.clone(),
+            alive: Canary::current_runtime(),
         };
         tracing::debug!(master = %self.name, generation, "master connected");
-        (conn, generation)
+        (conn, generation, evicts)
     }
 
     /// Marks the master down because the connection of `generation` broke (0: the first
@@ -431,21 +542,25 @@ impl Shared {
             match &*state {
                 State::Up { generation: g, .. } if *g == generation => {}
                 State::Idle if generation == 0 => {}
+                // A first connection in this runtime, after the last one's runtime ended.
+                State::Up { alive, .. } | State::Down { alive, .. }
+                    if generation == 0 && alive.is_dead() => {}
                 _ => return,
             }
             tracing::warn!(master = %self.name, %error, "master down, reconnecting in the background");
-            *state = State::Down { error };
-        }
-        let weak = Arc::downgrade(self);
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(reconnect(weak));
+            let (alive, running) = Canary::new();
+            *state = State::Down { error, alive };
+            // Without a runtime, `running` is dropped here: the next call connects itself.
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(reconnect(Arc::downgrade(self), running));
+            }
         }
     }
 }
 
 /// Reconnects a down master with capped exponential backoff. Ends when connected or when
-/// the client holding the master is dropped.
-async fn reconnect(weak: Weak<Shared>) {
+/// the client holding the master is dropped; holds `_running` until then.
+async fn reconnect(weak: Weak<Shared>, _running: oneshot::Receiver<()>) {
     const FIRST: Duration = Duration::from_millis(10);
     const MAX: Duration = Duration::from_secs(1);
     let mut backoff = FIRST;
@@ -457,9 +572,11 @@ async fn reconnect(weak: Weak<Shared>) {
                 shared.set_up(conn);
                 return;
             }
-            Err(error) => {
-                tracing::debug!(master = %shared.name, %error, "reconnect failed");
-                *shared.lock_state() = State::Down { error };
+            Err(failed) => {
+                tracing::debug!(master = %shared.name, error = %failed, "reconnect failed");
+                if let State::Down { error, .. } = &mut *shared.lock_state() {
+                    *error = failed;
+                }
             }
         }
         backoff = backoff.saturating_mul(2).min(MAX);
@@ -727,6 +844,43 @@ async fn read_vitals(conn: &mut MultiplexedConnection) -> Result<Vitals, MasterE
         epoch,
         misconfigured: eviction_risk(&policy, maxmemory),
     })
+}
+
+/// Reads whether the master can evict lock keys (`INFO memory`), for a client without
+/// restart quarantine. A master that refuses the command for want of authentication
+/// fails; one whose ACLs or renamed commands hide it is taken as it is, with a note.
+async fn read_eviction(conn: &mut MultiplexedConnection) -> Result<Option<String>, MasterError> {
+    let info: redis::RedisResult<redis::InfoDict> =
+        redis::cmd("INFO").arg("memory").query_async(conn).await;
+    match info {
+        Ok(memory) => {
+            let policy: String = memory.get("maxmemory_policy").unwrap_or_default();
+            let maxmemory: u64 = memory.get("maxmemory").unwrap_or(0);
+            Ok(eviction_risk(&policy, maxmemory))
+        }
+        Err(err)
+            if matches!(
+                err.kind(),
+                redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
+            ) =>
+        {
+            tracing::debug!(error = %err, "no permission to read the eviction settings");
+            Ok(None)
+        }
+        Err(err) => {
+            let err = MasterError::from_redis(err);
+            match err.kind() {
+                MasterErrorKind::Auth
+                | MasterErrorKind::Refused
+                | MasterErrorKind::Io
+                | MasterErrorKind::Timeout => Err(err),
+                _ => {
+                    tracing::debug!(error = %err, "cannot read the eviction settings");
+                    Ok(None)
+                }
+            }
+        }
+    }
 }
 
 /// One pipeline reply, converted.

@@ -72,11 +72,21 @@ enum Command {
     Unsubscribe(Arc<str>),
 }
 
+/// One master's driver, started on first use in the runtime of that use.
+struct Slot {
+    name: Arc<str>,
+    client: Client,
+    /// The running driver's command queue; its task ends when this sender is dropped.
+    /// Closed when the runtime that ran the driver is gone.
+    queue: Mutex<Option<mpsc::UnboundedSender<Command>>>,
+}
+
 /// Release-notice subscriptions over every master of a client.
 pub(crate) struct Notifier {
     registry: Arc<Registry>,
-    /// One command queue per master; its task ends when the queue's sender is dropped.
-    masters: Vec<mpsc::UnboundedSender<Command>>,
+    masters: Vec<Slot>,
+    node_timeout: Duration,
+    connect_timeout: Duration,
     /// How long to wait for the masters to confirm a subscription.
     confirm_timeout: Duration,
     /// Confirmations that suffice: any quorum intersects the masters a holder's release
@@ -94,42 +104,31 @@ impl std::fmt::Debug for Notifier {
 }
 
 impl Notifier {
-    /// A notifier over `masters`; connections are opened on the first subscription.
-    /// Without a tokio runtime (or without masters) it delivers no notices, and waiters
-    /// fall back to their timers.
+    /// A notifier over `masters`. Nothing runs and no connection is opened until the
+    /// first subscription, which starts each master's driver in the runtime it runs in;
+    /// so a client built outside any runtime gets notices once used inside one.
     pub(crate) fn new(
         masters: &[MasterSpec],
         quorum: usize,
         node_timeout: Duration,
         connect_timeout: Duration,
     ) -> Self {
-        let registry = Arc::new(Registry::default());
-        let runtime = tokio::runtime::Handle::try_current().ok();
-        let mut queues = Vec::new();
-        for spec in masters {
-            let (tx, rx) = mpsc::unbounded_channel();
-            let Ok(client) = Client::open(spec.info.clone()) else {
-                continue;
-            };
-            let driver = Driver {
-                name: Arc::clone(&spec.name),
-                client,
-                registry: Arc::clone(&registry),
-                commands: rx,
-                node_timeout,
-                connect_timeout,
-            };
-            match &runtime {
-                Some(rt) => {
-                    rt.spawn(driver.run());
-                }
-                None => continue,
-            }
-            queues.push(tx);
-        }
+        let masters = masters
+            .iter()
+            .filter_map(|spec| {
+                let client = Client::open(spec.info.clone()).ok()?;
+                Some(Slot {
+                    name: Arc::clone(&spec.name),
+                    client,
+                    queue: Mutex::new(None),
+                })
+            })
+            .collect();
         Self {
-            registry,
-            masters: queues,
+            registry: Arc::new(Registry::default()),
+            masters,
+            node_timeout,
+            connect_timeout,
             confirm_timeout: connect_timeout.saturating_add(node_timeout),
             quorum,
         }
@@ -140,9 +139,44 @@ impl Notifier {
         Self {
             registry: Arc::new(Registry::default()),
             masters: Vec::new(),
+            node_timeout: Duration::ZERO,
+            connect_timeout: Duration::ZERO,
             confirm_timeout: Duration::ZERO,
             quorum: 0,
         }
+    }
+
+    /// The command queue of `slot`'s driver, starting the driver in the current runtime
+    /// when none runs: never started, or its runtime is gone (its queue is closed). The
+    /// new driver subscribes again to every channel that has waiters. `None` outside a
+    /// runtime.
+    fn queue(&self, slot: &Slot) -> Option<mpsc::UnboundedSender<Command>> {
+        // The queue is replaced whole under the lock; a poisoned one is still consistent.
+        let mut queue = slot.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(live) = queue.as_ref().filter(|q| !q.is_closed()) {
+            return Some(live.clone());
+        }
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        runtime.spawn(
+            Driver {
+                name: Arc::clone(&slot.name),
+                client: slot.client.clone(),
+                registry: Arc::clone(&self.registry),
+                commands: rx,
+                node_timeout: self.node_timeout,
+                connect_timeout: self.connect_timeout,
+            }
+            .run(),
+        );
+        *queue = Some(tx.clone());
+        Some(tx)
+    }
+
+    /// The command queue of `slot`'s driver if one runs; never starts one.
+    fn running(slot: &Slot) -> Option<mpsc::UnboundedSender<Command>> {
+        let queue = slot.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        queue.as_ref().filter(|q| !q.is_closed()).cloned()
     }
 
     /// Subscribes to `channel` on every master and returns once each master confirmed or
@@ -173,7 +207,8 @@ impl Notifier {
             let mut acks: FuturesUnordered<_> = self
                 .masters
                 .iter()
-                .filter_map(|queue| {
+                .filter_map(|slot| {
+                    let queue = self.queue(slot)?;
                     let (ack, done) = oneshot::channel();
                     queue
                         .send(Command::Subscribe(Arc::clone(&channel), ack))
@@ -216,7 +251,7 @@ impl Notifier {
             }
         };
         if last {
-            for queue in &self.masters {
+            for queue in self.masters.iter().filter_map(Self::running) {
                 let _ = queue.send(Command::Unsubscribe(Arc::clone(channel)));
             }
         }

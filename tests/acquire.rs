@@ -561,7 +561,8 @@ async fn passwords_and_unix_sockets() {
         .build()
         .unwrap();
     let err = client.acquire(&key).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::NoQuorum, "{err}");
+    assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
+    assert!(!err.is_retryable(), "{err}");
     let shown = format!("{err} {err:?}");
     assert!(!shown.contains("wrong-secret"), "{shown}");
     assert!(

@@ -49,11 +49,30 @@ fn duplicate_master() {
         "{msg}"
     );
     // The same server spelled differently is still the same server.
-    let (err, _) = rejected(Redlock::builder().masters([A, "redis://localhost:7001"]));
-    assert!(
-        matches!(err, ConfigError::DuplicateMaster { .. }),
-        "{err:?}"
-    );
+    for (a, b) in [
+        (A, "redis://localhost:7001"),
+        (A, "redis://LOCALHOST:7001/2"),
+        ("redis://[::1]:7001", "redis://localhost:7001"),
+        ("redis://[::1]:7001", "redis://[0:0:0:0:0:0:0:1]:7001"),
+        (A, "redis://[::ffff:127.0.0.1]:7001"),
+    ] {
+        let (err, _) = rejected(Redlock::builder().masters([a, b]));
+        assert!(
+            matches!(err, ConfigError::DuplicateMaster { .. }),
+            "{a} {b}: {err:?}"
+        );
+    }
+    // Different addresses are different servers, loopback or not.
+    for (a, b) in [
+        (A, "redis://[::1]:7001"),
+        (A, "redis://127.0.0.2:7001"),
+        (A, "redis://127.0.0.1:7002"),
+    ] {
+        assert!(
+            Redlock::builder().masters([a, b]).build().is_ok(),
+            "{a} {b}"
+        );
+    }
 }
 
 #[test]
@@ -134,7 +153,13 @@ fn watchdog_settings_that_cannot_work() {
     );
     let (err, _) = rejected(three().max_hold(Duration::MAX));
     assert!(
-        matches!(err, ConfigError::DurationOverflow { .. }),
+        matches!(
+            err,
+            ConfigError::TooLarge {
+                setting: "max_hold",
+                ..
+            }
+        ),
         "{err:?}"
     );
     let (err, _) = rejected(three().safety_margin("soon"));
@@ -214,7 +239,13 @@ fn retry_settings_that_cannot_work() {
     );
     let (err, _) = rejected(three().wait_timeout(Duration::MAX));
     assert!(
-        matches!(err, ConfigError::DurationOverflow { .. }),
+        matches!(
+            err,
+            ConfigError::TooLarge {
+                setting: "wait_timeout",
+                ..
+            }
+        ),
         "{err:?}"
     );
     let (err, msg) = rejected(three().retry_delay("1s").backoff(Backoff::Exponential {
@@ -222,6 +253,30 @@ fn retry_settings_that_cannot_work() {
     }));
     assert!(matches!(err, ConfigError::BackoffMax { .. }), "{err:?}");
     assert!(msg.contains("raise the maximum"), "{msg}");
+}
+
+#[test]
+fn durations_up_to_their_maximum_build() {
+    use redquorum::{
+        MAX_CONNECT_TIMEOUT, MAX_MAX_HOLD, MAX_NODE_TIMEOUT, MAX_TTL, MAX_WAIT_TIMEOUT,
+    };
+    let client = three()
+        .ttl(MAX_TTL)
+        .ttl_max(MAX_TTL)
+        .node_timeout(MAX_NODE_TIMEOUT)
+        .connect_timeout(MAX_CONNECT_TIMEOUT)
+        .wait_timeout(MAX_WAIT_TIMEOUT)
+        .max_hold(MAX_MAX_HOLD)
+        .build()
+        .unwrap();
+    assert_eq!(client.ttl(), MAX_TTL);
+    let just_over = MAX_TTL + Duration::from_millis(1);
+    let (err, msg) = rejected(three().ttl(just_over));
+    assert!(
+        matches!(err, ConfigError::TooLarge { setting: "ttl", .. }),
+        "{err:?}"
+    );
+    assert!(msg.contains("MAX_TTL"), "{msg}");
 }
 
 #[test]

@@ -104,6 +104,11 @@ impl LeaseShared {
     pub(crate) async fn extend(&self, ttl: Duration) -> Result<ExtendReport, Error> {
         let inner = &self.inner;
         let resource = &*self.resource;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::new(ErrorKind::NoRuntime, resource).with_detail(
+                "extend must be called inside a tokio runtime (features rt, time, net)",
+            ));
+        }
         let ttl = deadline::whole_millis(ttl);
         inner
             .config

@@ -113,7 +113,7 @@ pub enum Persistence {
 ///     .arg("16mb");
 /// assert_eq!(options.extra_args, ["--maxmemory", "16mb"]);
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 #[non_exhaustive]
 pub struct ServerOptions {
     /// How the server persists data.
@@ -128,6 +128,26 @@ pub struct ServerOptions {
     pub extra_args: Vec<String>,
     /// The `redis-server` binary to run, overriding discovery.
     pub binary: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for ServerOptions {
+    // Hand-written: the password is shown as `***`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Self {
+            persistence,
+            password,
+            unix_socket,
+            extra_args,
+            binary,
+        } = self;
+        f.debug_struct("ServerOptions")
+            .field("persistence", persistence)
+            .field("password", &password.as_ref().map(|_| "***"))
+            .field("unix_socket", unix_socket)
+            .field("extra_args", extra_args)
+            .field("binary", binary)
+            .finish()
+    }
 }
 
 impl ServerOptions {

@@ -1,0 +1,725 @@
+//! The public surface under misuse: every bad input gets an error of the right kind, says
+//! whether retrying can help, and names what to change. Never a panic, never a hang.
+//!
+//! One table, one row per misuse. Rows that need masters run against real servers started
+//! with the misconfiguration under test (a password the client does not know, an evicting
+//! `maxmemory-policy`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::future::Future;
+use std::time::Duration;
+
+use redquorum::{AcquireOptions, ConfigError, Error, Redlock};
+use support::*;
+
+/// What a misuse produced: the kind (an [`ErrorKind`](redquorum::ErrorKind) or a
+/// `ConfigError` variant, by name), whether it is retryable, and the message.
+#[derive(Debug)]
+struct Got {
+    kind: String,
+    retryable: bool,
+    message: String,
+}
+
+impl From<Error> for Got {
+    fn from(e: Error) -> Self {
+        Got {
+            kind: format!("{:?}", e.kind()),
+            retryable: e.is_retryable(),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<ConfigError> for Got {
+    fn from(e: ConfigError) -> Self {
+        let debug = format!("{e:?}");
+        let name: String = debug.chars().take_while(|c| c.is_alphanumeric()).collect();
+        Got {
+            kind: format!("ConfigError::{name}"),
+            retryable: false,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Masters started for the rows that need them.
+struct Masters {
+    /// One ordinary master.
+    plain: Cluster,
+    /// Three masters requiring a password the clients are not given.
+    auth: Cluster,
+    /// Three masters that may evict keys (`allkeys-lru` with a `maxmemory`).
+    evicting: Cluster,
+}
+
+/// A client over `urls` with short timings; quarantine as given.
+fn client_of(urls: Vec<String>, quarantine: bool) -> redquorum::Builder {
+    Redlock::builder()
+        .masters(urls)
+        .quarantine(quarantine)
+        .ttl("2s")
+        .node_timeout("200ms")
+        .connect_timeout("500ms")
+        .retry_delay("10ms")
+        .retry_jitter("5ms")
+}
+
+/// `url` with its password replaced by `password` (or removed when `None`).
+fn with_password(url: &str, password: Option<&str>) -> String {
+    let mut parsed = url::Url::parse(url).unwrap();
+    parsed.set_password(password).unwrap();
+    parsed.to_string()
+}
+
+/// Runs an acquire inside a runtime, bounded so that a hang fails the row.
+fn acquire_in(
+    rt: &tokio::runtime::Runtime,
+    fut: impl Future<Output = Result<redquorum::Lease, Error>>,
+) -> Got {
+    rt.block_on(async {
+        match tokio::time::timeout(Duration::from_secs(20), fut).await {
+            Ok(Ok(_lease)) => Got {
+                kind: "accepted".into(),
+                retryable: false,
+                message: String::new(),
+            },
+            Ok(Err(e)) => Got::from(e),
+            Err(_) => panic!("the call hung for 20 s"),
+        }
+    })
+}
+
+/// Builds a client; the misuse must be refused.
+fn build(builder: redquorum::Builder) -> Got {
+    match builder.build() {
+        Ok(_) => Got {
+            kind: "accepted".into(),
+            retryable: false,
+            message: String::new(),
+        },
+        Err(e) => Got::from(e),
+    }
+}
+
+/// A client over masters that are never reached: the misuse is caught before.
+fn offline() -> redquorum::Builder {
+    Redlock::builder().masters([
+        "redis://127.0.0.1:1",
+        "redis://127.0.0.1:2",
+        "redis://127.0.0.1:3",
+    ])
+}
+
+/// Polls `fut` outside any runtime, a bounded number of times, as an executor other than
+/// tokio would.
+fn poll_outside_runtime<T>(fut: impl Future<Output = Result<T, Error>>) -> Got {
+    assert!(tokio::runtime::Handle::try_current().is_err());
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    for _ in 0..100 {
+        match fut.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(Ok(_)) => panic!("succeeded outside a runtime"),
+            std::task::Poll::Ready(Err(e)) => return Got::from(e),
+            std::task::Poll::Pending => std::thread::yield_now(),
+        }
+    }
+    panic!("still pending after 100 polls outside a runtime")
+}
+
+type Run = Box<dyn Fn(&tokio::runtime::Runtime, &Masters) -> Got>;
+
+struct Row {
+    /// The issue item and the misuse.
+    misuse: &'static str,
+    kind: &'static str,
+    retryable: bool,
+    /// Must appear in the message.
+    says: &'static str,
+    run: Run,
+}
+
+fn row(
+    misuse: &'static str,
+    kind: &'static str,
+    retryable: bool,
+    says: &'static str,
+    run: impl Fn(&tokio::runtime::Runtime, &Masters) -> Got + 'static,
+) -> Row {
+    Row {
+        misuse,
+        kind,
+        retryable,
+        says,
+        run: Box::new(run),
+    }
+}
+
+fn rows() -> Vec<Row> {
+    vec![
+        row(
+            "10: wrong password on every master",
+            "Auth",
+            false,
+            "check the user and password",
+            |rt, m| {
+                let urls = m
+                    .auth
+                    .urls()
+                    .iter()
+                    .map(|u| with_password(u, Some("wrong")))
+                    .collect();
+                let client = client_of(urls, false).build().unwrap();
+                acquire_in(rt, client.acquire("misuse:auth"))
+            },
+        ),
+        row(
+            "10: no password for masters that require one (NOAUTH)",
+            "Auth",
+            false,
+            "check the user and password",
+            |rt, m| {
+                let urls = m
+                    .auth
+                    .urls()
+                    .iter()
+                    .map(|u| with_password(u, None))
+                    .collect();
+                let client = client_of(urls, false).build().unwrap();
+                acquire_in(rt, client.acquire("misuse:noauth"))
+            },
+        ),
+        row(
+            "10: wrong password, with a wait budget",
+            "Auth",
+            false,
+            "check the user and password",
+            |rt, m| {
+                let urls = m
+                    .auth
+                    .urls()
+                    .iter()
+                    .map(|u| with_password(u, Some("wrong")))
+                    .collect();
+                let client = client_of(urls, true).wait_timeout("3s").build().unwrap();
+                acquire_in(rt, client.acquire("misuse:auth-wait"))
+            },
+        ),
+        row(
+            "10: masters that can evict keys, quarantine on",
+            "Misconfigured",
+            false,
+            "maxmemory-policy noeviction",
+            |rt, m| {
+                let client = client_of(m.evicting.urls(), true).build().unwrap();
+                acquire_in(rt, client.acquire("misuse:evicting"))
+            },
+        ),
+        row(
+            "15: masters that can evict keys, quarantine off",
+            "Misconfigured",
+            false,
+            "maxmemory-policy noeviction",
+            |rt, m| {
+                let client = client_of(m.evicting.urls(), false).build().unwrap();
+                acquire_in(rt, client.acquire("misuse:evicting-noq"))
+            },
+        ),
+        row(
+            "12: ttl(\"100years\")",
+            "ConfigError::TooLarge",
+            false,
+            "above its maximum of 1day (MAX_TTL)",
+            |_, _| build(offline().ttl("100years")),
+        ),
+        row(
+            "12: ttl(Duration::MAX)",
+            "ConfigError::TooLarge",
+            false,
+            "(MAX_TTL)",
+            |_, _| build(offline().ttl(Duration::MAX)),
+        ),
+        row(
+            "12: ttl_max(Duration::MAX)",
+            "ConfigError::TooLarge",
+            false,
+            "ttl_max",
+            |_, _| build(offline().ttl_max(Duration::MAX)),
+        ),
+        row(
+            "12: node_timeout(\"2m\")",
+            "ConfigError::TooLarge",
+            false,
+            "(MAX_NODE_TIMEOUT)",
+            |_, _| build(offline().ttl("1h").node_timeout("2m")),
+        ),
+        row(
+            "12: connect_timeout(Duration::MAX)",
+            "ConfigError::TooLarge",
+            false,
+            "(MAX_CONNECT_TIMEOUT)",
+            |_, _| build(offline().connect_timeout(Duration::MAX)),
+        ),
+        row(
+            "12: wait_timeout(\"400days\")",
+            "ConfigError::TooLarge",
+            false,
+            "(MAX_WAIT_TIMEOUT)",
+            |_, _| build(offline().wait_timeout("400days")),
+        ),
+        row(
+            "12: max_hold(Duration::MAX)",
+            "ConfigError::TooLarge",
+            false,
+            "(MAX_MAX_HOLD)",
+            |_, _| build(offline().max_hold(Duration::MAX)),
+        ),
+        row(
+            "12: a safety_margin too large for the ttl names safety_margin",
+            "ConfigError::TtlTooShort",
+            false,
+            "raise ttl or lower safety_margin",
+            |_, _| build(offline().ttl("1s").safety_margin("990ms")),
+        ),
+        row(
+            "12: a min_validity too large for the ttl names min_validity",
+            "ConfigError::TtlTooShort",
+            false,
+            "raise ttl or lower min_validity",
+            |_, _| build(offline().ttl("1s").min_validity("990ms")),
+        ),
+        row(
+            "12: AcquireOptions::ttl(30s) on a default client",
+            "InvalidOptions",
+            false,
+            "Builder::ttl_max",
+            |rt, _| {
+                let client = offline().build().unwrap();
+                let options = AcquireOptions::new().ttl(Duration::from_secs(30));
+                acquire_in(rt, client.acquire_with("misuse:ttl30", &options))
+            },
+        ),
+        row(
+            "12: AcquireOptions::ttl(Duration::MAX)",
+            "InvalidOptions",
+            false,
+            "(MAX_TTL)",
+            |rt, _| {
+                let client = offline().ttl_max("24h").build().unwrap();
+                let options = AcquireOptions::new().ttl(Duration::MAX);
+                acquire_in(rt, client.acquire_with("misuse:ttlmax", &options))
+            },
+        ),
+        row(
+            "12: AcquireOptions::wait_timeout(Duration::MAX)",
+            "InvalidOptions",
+            false,
+            "(MAX_WAIT_TIMEOUT)",
+            |rt, _| {
+                let client = offline().build().unwrap();
+                let options = AcquireOptions::new().wait_timeout(Duration::MAX);
+                acquire_in(rt, client.acquire_with("misuse:wait", &options))
+            },
+        ),
+        row(
+            "12: AcquireOptions::max_hold(Duration::MAX)",
+            "InvalidOptions",
+            false,
+            "(MAX_MAX_HOLD)",
+            |rt, _| {
+                let client = offline().build().unwrap();
+                let options = AcquireOptions::new().max_hold(Duration::MAX);
+                acquire_in(rt, client.acquire_with("misuse:hold", &options))
+            },
+        ),
+        row(
+            "12: extend_with(Duration::MAX)",
+            "InvalidOptions",
+            false,
+            "(MAX_TTL)",
+            |rt, m| {
+                let client = client_of(m.plain.urls(), false)
+                    .ttl_max("24h")
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    let lease = client.acquire(&unique_key("misuse:extend")).await.unwrap();
+                    let got = match lease.extend_with(Duration::MAX).await {
+                        Ok(_) => panic!("extended by Duration::MAX"),
+                        Err(e) => Got::from(e),
+                    };
+                    lease.release().await.unwrap();
+                    got
+                })
+            },
+        ),
+        row(
+            "14: acquire(\"\")",
+            "InvalidResource",
+            false,
+            "it is empty",
+            |rt, _| acquire_in(rt, offline().build().unwrap().acquire("")),
+        ),
+        row(
+            "14: try_acquire(\"\")",
+            "InvalidResource",
+            false,
+            "it is empty",
+            |rt, _| acquire_in(rt, offline().build().unwrap().try_acquire("")),
+        ),
+        row(
+            "14: with_lock(\"\")",
+            "InvalidResource",
+            false,
+            "it is empty",
+            |rt, _| {
+                let client = offline().build().unwrap();
+                rt.block_on(async {
+                    let options = AcquireOptions::new();
+                    let work = client.with_lock("", &options, |_| async {});
+                    match tokio::time::timeout(Duration::from_secs(20), work).await {
+                        Ok(Ok(())) => panic!("locked an empty name"),
+                        Ok(Err(e)) => Got::from(e),
+                        Err(_) => panic!("with_lock hung"),
+                    }
+                })
+            },
+        ),
+        row(
+            "14: a 1 MB name, shortened in the message",
+            "InvalidResource",
+            false,
+            "\u{2026}\" (1048576 bytes): it is longer than MAX_RESOURCE_LEN (1024 bytes)",
+            |rt, _| {
+                let name = "n".repeat(1 << 20);
+                acquire_in(
+                    rt,
+                    offline()
+                        .build()
+                        .unwrap()
+                        .acquire_with(&name, &AcquireOptions::new()),
+                )
+            },
+        ),
+        row(
+            "18: [::1] and 127.0.0.1 on the same port are two servers",
+            "accepted",
+            false,
+            "",
+            |_, _| {
+                build(Redlock::builder().masters([
+                    "redis://127.0.0.1:7001",
+                    "redis://[::1]:7001",
+                    "redis://127.0.0.1:7002",
+                ]))
+            },
+        ),
+        row(
+            "18: one IPv6 address spelled two ways is one server",
+            "ConfigError::DuplicateMaster",
+            false,
+            "listed twice",
+            |_, _| {
+                build(
+                    Redlock::builder()
+                        .masters(["redis://[::1]:7001", "redis://[0:0:0:0:0:0:0:1]:7001"]),
+                )
+            },
+        ),
+        row(
+            "19: AcquireOptions durations as strings",
+            "accepted",
+            false,
+            "",
+            |rt, m| {
+                let client = client_of(m.plain.urls(), false)
+                    .ttl_max("5s")
+                    .build()
+                    .unwrap();
+                let options = AcquireOptions::new()
+                    .ttl("3s")
+                    .wait_timeout(String::from("1s"))
+                    .max_hold("1m");
+                acquire_in(rt, client.acquire_with(&unique_key("strings"), &options))
+            },
+        ),
+        row(
+            "19: an AcquireOptions duration that does not parse",
+            "InvalidOptions",
+            false,
+            "wait_timeout \"soon\" is not a duration",
+            |rt, _| {
+                let options = AcquireOptions::new().wait_timeout("soon");
+                acquire_in(
+                    rt,
+                    offline()
+                        .build()
+                        .unwrap()
+                        .acquire_with("misuse:soon", &options),
+                )
+            },
+        ),
+        row(
+            "13: acquire outside a tokio runtime",
+            "NoRuntime",
+            false,
+            "inside a tokio runtime (features rt, time, net, macros;",
+            |_, _| poll_outside_runtime(offline().build().unwrap().acquire("misuse:rt")),
+        ),
+        row(
+            "13: try_acquire outside a tokio runtime",
+            "NoRuntime",
+            false,
+            "inside a tokio runtime",
+            |_, _| poll_outside_runtime(offline().build().unwrap().try_acquire("misuse:rt")),
+        ),
+        row(
+            "13: with_lock outside a tokio runtime",
+            "NoRuntime",
+            false,
+            "inside a tokio runtime",
+            |_, _| {
+                let client = offline().build().unwrap();
+                let options = AcquireOptions::new();
+                poll_outside_runtime(client.with_lock("misuse:rt", &options, |_| async {}))
+            },
+        ),
+    ]
+}
+
+#[test]
+fn every_misuse_gets_a_clear_error() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let masters = rt.block_on(async {
+        let auth = Cluster::start_with(3, &ServerOptions::new().password("right-password"))
+            .await
+            .unwrap();
+        let evicting = Cluster::start_with(
+            3,
+            &ServerOptions::new()
+                .arg("--maxmemory")
+                .arg("64mb")
+                .arg("--maxmemory-policy")
+                .arg("allkeys-lru"),
+        )
+        .await
+        .unwrap();
+        let plain = Cluster::start(1).await.unwrap();
+        Masters {
+            plain,
+            auth,
+            evicting,
+        }
+    });
+    let mut failures = Vec::new();
+    for row in rows() {
+        let got = (row.run)(&rt, &masters);
+        eprintln!(
+            "{}: {} (retryable: {}): {}",
+            row.misuse, got.kind, got.retryable, got.message
+        );
+        let ok = got.kind == row.kind
+            && got.retryable == row.retryable
+            && got.message.contains(row.says);
+        if !ok {
+            failures.push(format!(
+                "{}\n  expected {} (retryable: {}) saying {:?}\n  got {} (retryable: {}): {}",
+                row.misuse, row.kind, row.retryable, row.says, got.kind, got.retryable, got.message
+            ));
+        }
+        assert!(
+            got.message.len() < 2000,
+            "{}: a message of {} bytes",
+            row.misuse,
+            got.message.len()
+        );
+        assert!(
+            !got.message.contains("right-password"),
+            "{}: the message leaks the password: {}",
+            row.misuse,
+            got.message
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The limits are inclusive: a name of exactly `MAX_RESOURCE_LEN` bytes locks.
+#[tokio::test]
+async fn a_name_of_the_maximum_length_locks() {
+    let cluster = Cluster::start(1).await.unwrap();
+    let client = client_of(cluster.urls(), false).build().unwrap();
+    let name = "é".repeat(redquorum::MAX_RESOURCE_LEN / 2);
+    assert_eq!(name.len(), redquorum::MAX_RESOURCE_LEN);
+    let lease = client.acquire(&name).await.unwrap();
+    assert_eq!(lease.resource(), name);
+    lease.release().await.unwrap();
+}
+
+/// How many masters of `cluster` have a release-notice subscription open.
+async fn subscribed(cluster: &Cluster) -> usize {
+    let mut count = 0;
+    for url in cluster.urls() {
+        let channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg("redquorum:released:*")
+            .query_async(&mut raw(&url).await)
+            .await
+            .unwrap();
+        count += usize::from(!channels.is_empty());
+    }
+    count
+}
+
+/// A waiter on `client` is woken by the holder's release: it subscribes on a quorum of
+/// masters, and gets the lock although its own timers (30 s) would not fire within its
+/// wait budget (10 s).
+async fn woken_by_release(cluster: &Cluster, waiter: &Redlock) {
+    let key = unique_key("notice");
+    let holder = client_of(cluster.urls(), false).ttl("30s").build().unwrap();
+    let lease = holder.acquire(&key).await.unwrap();
+    let wait = {
+        let waiter = waiter.clone();
+        let key = key.clone();
+        tokio::spawn(async move { waiter.acquire(&key).await })
+    };
+    wait_until(Duration::from_secs(5), "the waiter subscribed", || async {
+        subscribed(cluster).await >= 2
+    })
+    .await;
+    lease.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(15), wait)
+        .await
+        .expect("the waiter hung")
+        .unwrap();
+    got.expect("the waiter was not woken by the release")
+        .release()
+        .await
+        .unwrap();
+}
+
+/// A waiter that only a release notice can wake in time.
+fn waiter_of(cluster: &Cluster) -> Redlock {
+    client_of(cluster.urls(), false)
+        .ttl("30s")
+        .retry_delay("30s")
+        .retry_jitter("0s")
+        .wait_timeout("10s")
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_client_built_outside_a_runtime_gets_release_notices() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cluster = rt.block_on(Cluster::start(3)).unwrap();
+    let waiter = waiter_of(&cluster);
+    rt.block_on(woken_by_release(&cluster, &waiter));
+}
+
+#[test]
+fn a_client_used_from_a_second_runtime_keeps_its_notices_and_masters() {
+    let first = tokio::runtime::Runtime::new().unwrap();
+    let cluster = first.block_on(Cluster::start(3)).unwrap();
+    let waiter = first.block_on(async { waiter_of(&cluster) });
+    first.block_on(woken_by_release(&cluster, &waiter));
+    // The first runtime goes, and with it every task it ran; the cluster's processes stay.
+    let servers = cluster;
+    drop(first);
+    let second = tokio::runtime::Runtime::new().unwrap();
+    second.block_on(async {
+        // The masters' connections were driven by the first runtime: the client connects
+        // again instead of failing.
+        let lease = tokio::time::timeout(
+            Duration::from_secs(5),
+            waiter.try_acquire(&unique_key("again")),
+        )
+        .await
+        .expect("try_acquire hung")
+        .expect("the client's connections died with the first runtime");
+        lease.release().await.unwrap();
+        woken_by_release(&servers, &waiter).await;
+    });
+}
+
+/// Every public type built from a URL with a password, formatted every way it can be,
+/// shows no secret: `Debug` (plain and `{:#?}`) and `Display`.
+#[tokio::test]
+async fn no_public_type_shows_a_password() {
+    const SECRET: &str = "pa55-w0rd-s3cret";
+    let mut shown: Vec<(&str, String)> = Vec::new();
+    macro_rules! show {
+        ($name:expr, debug $value:expr) => {
+            shown.push(($name, format!("{:?}", $value)));
+            shown.push(($name, format!("{:#?}", $value)));
+        };
+        ($name:expr, both $value:expr) => {
+            show!($name, debug $value);
+            shown.push(($name, format!("{}", $value)));
+        };
+    }
+
+    let options = ServerOptions::new().password(SECRET);
+    show!("ServerOptions", debug & options);
+    let cluster = Cluster::start_with(3, &options).await.unwrap();
+    show!("Cluster", debug & cluster);
+    show!("Server", debug cluster.server(0));
+    let urls = cluster.urls();
+    assert!(
+        urls[0].contains(SECRET),
+        "the test needs URLs with the password"
+    );
+    let unix = format!("redis+unix:///tmp/none.sock?pass={SECRET}");
+
+    let builder = client_of(urls.clone(), false).master(&unix);
+    show!("Builder", debug & builder);
+    let client = client_of(urls.clone(), false).build().unwrap();
+    show!("Redlock", debug & client);
+    shown.push(("Redlock::masters", client.masters().join(" ")));
+
+    let duplicate = Redlock::builder()
+        .masters([&urls[0], &urls[0]])
+        .build()
+        .unwrap_err();
+    show!("ConfigError", both & duplicate);
+
+    let key = unique_key("secret");
+    let lease = client.acquire(&key).await.unwrap();
+    show!("Lease", debug & lease);
+    show!("LeaseHandle", debug & lease.handle());
+    for report in lease.masters() {
+        show!("MasterReport", both report);
+        show!("MasterOutcome", both report.outcome());
+    }
+    let extended = lease.extend().await.unwrap();
+    show!("ExtendReport", debug & extended);
+    let lost = lease.lost();
+    show!("Lost", debug & lost);
+    drop(lost);
+
+    // Another client, refused by the masters it wants: a failed round with errors.
+    let wrong: Vec<String> = urls
+        .iter()
+        .map(|u| u.replace(SECRET, &format!("{SECRET}-wrong")))
+        .collect();
+    let refused = client_of(wrong, false)
+        .build()
+        .unwrap()
+        .acquire(&key)
+        .await
+        .unwrap_err();
+    show!("Error", both & refused);
+    for report in refused.masters() {
+        show!("MasterReport", both report);
+        if let redquorum::MasterOutcome::Failed(e) = report.outcome() {
+            show!("MasterError", both e);
+        }
+    }
+    let released = lease.release().await.unwrap();
+    show!("ReleaseReport", debug & released);
+
+    for (name, text) in &shown {
+        assert!(!text.contains(SECRET), "{name} shows the password: {text}");
+    }
+}

@@ -12,15 +12,15 @@ use support::*;
 #[tokio::test]
 async fn extend_keeps_the_lock_past_its_ttl() {
     let cluster = Cluster::start(3).await.unwrap();
-    let ttl = Duration::from_millis(400);
+    let ttl = Duration::from_millis(600);
     let holder = client(&cluster)
         .ttl(ttl)
-        .node_timeout("50ms")
+        .node_timeout("150ms")
         .build()
         .unwrap();
     let other = client(&cluster)
         .ttl(ttl)
-        .node_timeout("50ms")
+        .node_timeout("150ms")
         .build()
         .unwrap();
     let key = unique_key("extend");
@@ -29,7 +29,6 @@ async fn extend_keeps_the_lock_past_its_ttl() {
 
     // Extend twelve times, each a third of the TTL after the previous one: four TTLs in
     // all, however long the rounds take.
-    let start = tokio::time::Instant::now();
     for _ in 0..12 {
         tokio::time::sleep(ttl / 3).await;
         let report = lease.extend().await.unwrap();
@@ -45,7 +44,6 @@ async fn extend_keeps_the_lock_past_its_ttl() {
         let err = other.try_acquire(&key).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
     }
-    assert!(start.elapsed() >= ttl * 4);
     assert!(
         lease.deadline() > first_deadline + ttl * 3,
         "twelve extensions moved the deadline by less than three TTLs"

@@ -24,16 +24,16 @@ impl Drop for DropFlag {
 #[tokio::test]
 async fn the_watchdog_keeps_a_lock_through_five_ttls() {
     let cluster = Cluster::start(3).await.unwrap();
-    let ttl = Duration::from_millis(300);
+    let ttl = Duration::from_millis(500);
     let holder = client(&cluster)
         .ttl(ttl)
-        .node_timeout("50ms")
+        .node_timeout("150ms")
         .watchdog(true)
         .build()
         .unwrap();
     let other = client(&cluster)
         .ttl(ttl)
-        .node_timeout("50ms")
+        .node_timeout("150ms")
         .build()
         .unwrap();
     let key = unique_key("watchdog");
@@ -78,7 +78,7 @@ async fn without_extension_the_lost_signal_fires_at_the_safety_point() {
     let client = client(&cluster)
         .ttl("1s")
         .safety_margin("400ms")
-        .node_timeout("50ms")
+        .node_timeout("150ms")
         .build()
         .unwrap();
     let key = unique_key("lost_signal");
@@ -113,7 +113,7 @@ async fn an_extension_moves_the_lost_signal() {
     let cluster = Cluster::start(3).await.unwrap();
     let client = client(&cluster)
         .ttl("1s")
-        .node_timeout("50ms")
+        .node_timeout("150ms")
         .build()
         .unwrap();
     let key = unique_key("lost_moves");
@@ -151,7 +151,7 @@ async fn a_paused_majority_aborts_with_lock_before_the_deadline_and_the_lock_fre
     let client = client(&cluster)
         .ttl("1s")
         .safety_margin(margin)
-        .node_timeout("50ms")
+        .node_timeout("150ms")
         .build()
         .unwrap();
     let key = unique_key("abort");
@@ -294,8 +294,8 @@ async fn a_panic_in_with_lock_releases_the_lock() {
 async fn max_hold_stops_the_watchdog_and_aborts_the_work() {
     let cluster = Cluster::start(3).await.unwrap();
     let client = client(&cluster)
-        .ttl("300ms")
-        .node_timeout("50ms")
+        .ttl("500ms")
+        .node_timeout("150ms")
         .build()
         .unwrap();
     let key = unique_key("max_hold");

@@ -26,7 +26,9 @@
 //! latency with one master paused (`SIGSTOP`) and with one killed, in cycles with the
 //! healthy cluster. Baseline, limit and library run in interleaved blocks, so all of them see
 //! the same machine load. Every figure is printed absolute and as a ratio to its baseline;
-//! the table, a CSV, a JSON file and an SVG plot land in `target/redquorum-bench/`.
+//! the table, a CSV, a JSON file, an SVG plot and the README's markdown tables
+//! (`tables.md`, which `scripts/bench-readme.sh` splices into the README) land in
+//! `target/redquorum-bench/`.
 //!
 //! Every loop is bounded both by a count and by a time budget. No timing is asserted.
 
@@ -411,8 +413,14 @@ async fn run(args: Args) -> Outcome<()> {
          and {OUTSIDE:?} outside the lock (timer sleeps), waiting {}; client defaults otherwise (ttl 10s, node_timeout 50ms)",
         Waiting::ALL.map(Waiting::label).join(" / ")
     );
+    let tables = report::markdown(&machine, &results, &targets, &context(&results));
+    let missing = report::missing_tables(&results, &tables);
+    if !missing.is_empty() {
+        return Err(format!("tables.md lacks the tables of {}", missing.join(", ")).into());
+    }
     let files = [
         ("nodes.txt", table.clone()),
+        ("tables.md", tables),
         ("nodes.csv", report::csv(&results)),
         (
             "nodes.json",
@@ -425,7 +433,7 @@ async fn run(args: Args) -> Outcome<()> {
     let svg = args.out.join("nodes.svg");
     plot::draw(&svg, &machine, &results).map_err(|e| format!("drawing {}: {e}", svg.display()))?;
     println!(
-        "wrote nodes.txt, nodes.csv, nodes.json and nodes.svg to {}",
+        "wrote nodes.txt, tables.md, nodes.csv, nodes.json and nodes.svg to {}",
         args.out.display()
     );
     Ok(())

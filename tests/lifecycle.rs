@@ -24,31 +24,39 @@ impl Drop for DropFlag {
 #[tokio::test]
 async fn the_watchdog_keeps_a_lock_through_five_ttls() {
     let cluster = Cluster::start(3).await.unwrap();
-    let ttl = Duration::from_millis(300);
+    let ttl = Duration::from_millis(500);
     let holder = client(&cluster)
         .ttl(ttl)
-        .node_timeout("50ms")
+        .node_timeout("150ms")
         .watchdog(true)
         .build()
         .unwrap();
     let other = client(&cluster)
         .ttl(ttl)
-        .node_timeout("50ms")
+        .node_timeout("150ms")
         .build()
         .unwrap();
     let key = unique_key("watchdog");
     let lease = holder.acquire(&key).await.unwrap();
     let first_deadline = lease.deadline();
     let until = Instant::now() + ttl * 5;
-    let mut refused = 0;
-    while Instant::now() < until {
+    // Another client is refused every quarter TTL until five TTLs have passed (however
+    // long the probes themselves take on a loaded machine), and once more after that.
+    let mut last_refusal = None;
+    for _ in 0..1000 {
         let err = other.try_acquire(&key).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
-        refused += 1;
+        last_refusal = Some(Instant::now());
         assert!(!lease.is_lost(), "lost: {:?}", lease.lost_reason());
+        if Instant::now() >= until {
+            break;
+        }
         tokio::time::sleep(ttl / 4).await;
     }
-    assert!(refused >= 15);
+    assert!(
+        last_refusal.is_some_and(|at| at >= until),
+        "the probes stopped before five TTLs"
+    );
     assert!(
         lease.deadline() > first_deadline + ttl * 3,
         "never extended"
@@ -66,21 +74,33 @@ async fn the_watchdog_keeps_a_lock_through_five_ttls() {
 #[tokio::test]
 async fn without_extension_the_lost_signal_fires_at_the_safety_point() {
     let cluster = Cluster::start(3).await.unwrap();
+    // A wide safety margin: the window in which the signal must fire.
     let client = client(&cluster)
-        .ttl("400ms")
-        .node_timeout("50ms")
+        .ttl("1s")
+        .safety_margin("400ms")
+        .node_timeout("150ms")
         .build()
         .unwrap();
     let key = unique_key("lost_signal");
     let lease = client.acquire(&key).await.unwrap();
-    let safety_point = lease.deadline() - lease.safety_margin();
+    let margin = lease.safety_margin();
+    assert_eq!(margin, Duration::from_millis(400), "the configured margin");
+    let safety_point = lease.deadline() - margin;
     assert!(!lease.is_lost());
     let reason = lease.lost().await;
     let fired = Instant::now();
     assert_eq!(reason, LostReason::Expired);
+    // Never early (a timer); late by at most the scheduler's delay, which must stay
+    // below the configured margin for the signal to come while the lock is held.
     assert!(
-        fired >= safety_point && fired < lease.deadline(),
-        "fired outside [safety point, deadline)"
+        fired >= safety_point,
+        "fired {:?} before the safety point",
+        safety_point - fired
+    );
+    assert!(
+        fired < lease.deadline(),
+        "fired {:?} after the safety point, past the {margin:?} safety margin",
+        fired - safety_point
     );
     assert!(lease.is_lost());
     assert_eq!(lease.lost_reason(), Some(LostReason::Expired));
@@ -92,28 +112,46 @@ async fn without_extension_the_lost_signal_fires_at_the_safety_point() {
 async fn an_extension_moves_the_lost_signal() {
     let cluster = Cluster::start(3).await.unwrap();
     let client = client(&cluster)
-        .ttl("400ms")
-        .node_timeout("50ms")
+        .ttl("1s")
+        .node_timeout("150ms")
         .build()
         .unwrap();
     let key = unique_key("lost_moves");
     let lease = client.acquire(&key).await.unwrap();
-    let first_safety_point = lease.deadline() - lease.safety_margin();
+    let margin = lease.safety_margin();
+    let first_safety_point = lease.deadline() - margin;
     let lost = lease.lost();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    lease.extend().await.unwrap();
+    let pause = Duration::from_millis(200);
+    tokio::time::sleep(pause).await;
+    lease
+        .extend()
+        .await
+        .expect("extended before the first safety point");
+    // The extension's round began after the pause, so its deadline is later by at least
+    // that much.
+    let second_safety_point = lease.deadline() - margin;
+    assert!(second_safety_point >= first_safety_point + pause);
     let reason = lost.await;
+    let fired = Instant::now();
     assert_eq!(reason, LostReason::Expired);
-    assert!(Instant::now() > first_safety_point + Duration::from_millis(100));
+    assert!(
+        fired >= second_safety_point,
+        "fired {:?} before the extended safety point: the signal kept the first one",
+        second_safety_point - fired
+    );
     lease.release().await.unwrap();
 }
 
 #[tokio::test]
 async fn a_paused_majority_aborts_with_lock_before_the_deadline_and_the_lock_frees_after() {
     let mut cluster = Cluster::start(3).await.unwrap();
+    // The work must stop within the safety margin after its last extension's safety
+    // point: a wide one, so that a loaded machine's scheduling delays fit in it.
+    let margin = Duration::from_millis(400);
     let client = client(&cluster)
-        .ttl("600ms")
-        .node_timeout("50ms")
+        .ttl("1s")
+        .safety_margin(margin)
+        .node_timeout("150ms")
         .build()
         .unwrap();
     let key = unique_key("abort");
@@ -129,7 +167,7 @@ async fn a_paused_majority_aborts_with_lock_before_the_deadline_and_the_lock_fre
             client
                 .with_lock(&key, &AcquireOptions::new(), |lease| async move {
                     let _flag = DropFlag(dropped);
-                    let _ = started_tx.send(());
+                    let _ = started_tx.send(lease.deadline());
                     // Works "forever" (bounded), noting the lease's deadline as it moves.
                     for _ in 0..1000 {
                         *last_deadline.lock().unwrap() = Some(lease.deadline());
@@ -140,9 +178,16 @@ async fn a_paused_majority_aborts_with_lock_before_the_deadline_and_the_lock_fre
                 .await
         })
     };
-    started_rx.await.unwrap();
-    // Let the watchdog extend a few times, then cut it off from a majority.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let first_deadline = started_rx.await.unwrap();
+    // Once the watchdog has extended the lease, cut it off from a majority.
+    wait_until(Duration::from_secs(5), "the watchdog extended", || {
+        let moved = last_deadline
+            .lock()
+            .unwrap()
+            .is_some_and(|d| d > first_deadline);
+        async move { moved }
+    })
+    .await;
     cluster.server_mut(0).pause().unwrap();
     cluster.server_mut(1).pause().unwrap();
     let result = work.await.unwrap();
@@ -157,7 +202,7 @@ async fn a_paused_majority_aborts_with_lock_before_the_deadline_and_the_lock_fre
     let deadline = last_deadline.lock().unwrap().unwrap();
     assert!(
         aborted_at < deadline,
-        "aborted {:?} after the deadline",
+        "aborted {:?} after the deadline: more than the {margin:?} safety margin late",
         aborted_at - deadline
     );
 
@@ -249,8 +294,8 @@ async fn a_panic_in_with_lock_releases_the_lock() {
 async fn max_hold_stops_the_watchdog_and_aborts_the_work() {
     let cluster = Cluster::start(3).await.unwrap();
     let client = client(&cluster)
-        .ttl("300ms")
-        .node_timeout("50ms")
+        .ttl("500ms")
+        .node_timeout("150ms")
         .build()
         .unwrap();
     let key = unique_key("max_hold");
@@ -293,7 +338,8 @@ async fn dropping_a_lease_stops_its_watchdog() {
         gone_everywhere(&cluster, &key)
     })
     .await;
-    // Nothing extends (or sets again) the key afterwards.
+    // Nothing extends (or sets again) the key afterwards: wait longer than the watchdog's
+    // interval (a third of the TTL) and the TTL.
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(gone_everywhere(&cluster, &key).await);
 }

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::model::{Machine, Results, Row, Scenario, Target, Versus};
+use super::model::{Machine, Metric, Results, Row, Scenario, Target, Versus};
 
 /// A figure with a sensible number of digits, or `-`.
 fn num(v: Option<f64>) -> String {
@@ -292,4 +292,289 @@ pub(crate) fn json(
         rows.join(",\n"),
         targets.join(",\n"),
     )
+}
+
+/// A figure for the markdown tables: like [`num`], with thin spaces between thousands.
+fn md(v: Option<f64>) -> String {
+    let plain = num(v);
+    match v {
+        Some(v) if v.is_finite() && v >= 1_000.0 => {
+            let digits = format!("{v:.0}");
+            let mut out = String::new();
+            for (i, c) in digits.chars().enumerate() {
+                if i > 0 && (digits.len() - i) % 3 == 0 {
+                    out.push(' ');
+                }
+                out.push(c);
+            }
+            out
+        }
+        _ => plain,
+    }
+}
+
+/// A ratio for the markdown tables: `1.23×`, or `-`.
+fn mx(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v.is_finite() => format!("{v:.2}×"),
+        _ => "-".to_owned(),
+    }
+}
+
+/// `p50 / p99` of a row, or `-`.
+fn p50_p99(row: Option<&Row>) -> String {
+    match row.and_then(|r| r.latency) {
+        Some(l) => format!("{} / {}", md(Some(l.p50)), md(Some(l.p99))),
+        None => "-".to_owned(),
+    }
+}
+
+/// The markdown tables of a run, exactly as the README shows them between its
+/// `bench-tables` markers (`scripts/bench-readme.sh` puts them there): the machine and
+/// the run, then one table per scenario, the goals, and the ratios that explain them.
+pub(crate) fn markdown(
+    machine: &Machine,
+    results: &Results,
+    targets: &[Target],
+    context: &[(String, f64)],
+) -> String {
+    let mut out = String::new();
+    let mut ns: Vec<usize> = results.rows.iter().map(|r| r.n).collect();
+    ns.sort_unstable();
+    ns.dedup();
+    let find = |scenario, metric, n| results.find(scenario, metric, n);
+    let per_n = |scenario, metric| ns.iter().any(|&n| find(scenario, metric, n).is_some());
+    let _ = writeln!(
+        out,
+        "Measured on {} (kernel {}), `cargo bench --bench nodes` in {:.0} s. Load average \
+         (1/5/15 min) {} before and {} after. Absolute times move with the load from run to \
+         run; ratios within a run move much less.",
+        machine.summary(),
+        machine.kernel,
+        machine.duration_s,
+        machine.load_before,
+        machine.load_after,
+    );
+
+    if per_n(Scenario::Uncontended, Metric::Acquire) {
+        let _ = writeln!(
+            out,
+            "\n### Latency (one client, a fresh resource each time)\n\n\
+             | N (quorum) | SET NX PX round trip p50 / p99 µs | raw fan-out SET p50 µs (limit) | acquire p50 / p90 / p99 µs | acquire p50 ÷ round trip | acquire p50 ÷ limit | release p50 µs |\n\
+             |---|---|---|---|---|---|---|"
+        );
+        for &n in &ns {
+            let Some(acq) = find(Scenario::Uncontended, Metric::Acquire, n) else {
+                continue;
+            };
+            let fan = find(Scenario::Uncontended, Metric::FanOut, n);
+            let l = acq.latency;
+            let _ = writeln!(
+                out,
+                "| {n} ({}) | {} | {} ({}) | {} / {} / {} | **{}** | {} | {} |",
+                n / 2 + 1,
+                p50_p99(find(Scenario::Baseline, Metric::SetRoundTrip, n)),
+                md(fan.and_then(|r| r.latency).map(|l| l.p50)),
+                mx(fan.and_then(|r| r.versus.as_ref()?.latency).map(|r| r[0])),
+                md(l.map(|l| l.p50)),
+                md(l.map(|l| l.p90)),
+                md(l.map(|l| l.p99)),
+                mx(acq.versus.as_ref().and_then(|v| v.latency).map(|r| r[0])),
+                mx(acq.reference.as_ref().and_then(|v| v.latency).map(|r| r[0])),
+                md(find(Scenario::Uncontended, Metric::Release, n)
+                    .and_then(|r| r.latency)
+                    .map(|l| l.p50)),
+            );
+        }
+    }
+
+    if per_n(Scenario::Uncontended, Metric::Pairs) || per_n(Scenario::Throughput, Metric::PairsMany)
+    {
+        let many = results
+            .rows
+            .iter()
+            .find(|r| r.scenario == Scenario::Throughput)
+            .map_or_else(|| "many".to_owned(), |r| r.condition.clone());
+        let _ = writeln!(
+            out,
+            "\n### Pairs per second\n\n\
+             | N | raw SET+DEL pairs/s, 1 client | raw fan-out pairs/s (limit) | acquire+release pairs/s, 1 client | ÷ raw SET+DEL | {many}: raw SET+DEL pairs/s | {many}: acquire+release pairs/s | ÷ raw |\n\
+             |---|---|---|---|---|---|---|---|"
+        );
+        for &n in &ns {
+            let rate = |scenario, metric| find(scenario, metric, n).and_then(|r| r.rate);
+            let versus =
+                |scenario, metric| find(scenario, metric, n).and_then(|r| r.versus.as_ref()?.rate);
+            if rate(Scenario::Uncontended, Metric::Pairs).is_none()
+                && rate(Scenario::Throughput, Metric::PairsMany).is_none()
+            {
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "| {n} | {} | {} ({}) | {} | **{}** | {} | {} | {} |",
+                md(rate(Scenario::Baseline, Metric::RawPairs)),
+                md(rate(Scenario::Uncontended, Metric::FanOutPairs)),
+                mx(versus(Scenario::Uncontended, Metric::FanOutPairs)),
+                md(rate(Scenario::Uncontended, Metric::Pairs)),
+                mx(versus(Scenario::Uncontended, Metric::Pairs)),
+                md(rate(Scenario::Baseline, Metric::RawPairsMany)),
+                md(rate(Scenario::Throughput, Metric::PairsMany)),
+                mx(versus(Scenario::Throughput, Metric::PairsMany)),
+            );
+        }
+    }
+
+    if per_n(Scenario::Guarded, Metric::AcquireFenced) {
+        let _ = writeln!(
+            out,
+            "\n### Quarantine and fencing: acquire p50 / p99 µs\n\n\
+             | N | plain `SET NX PX` (quarantine off) | restart quarantine (checked script) | p50 ÷ plain | with a fencing token (two rounds) | p50 ÷ plain | p50 ÷ quarantine |\n\
+             |---|---|---|---|---|---|---|"
+        );
+        for &n in &ns {
+            let Some(fenced) = find(Scenario::Guarded, Metric::AcquireFenced, n) else {
+                continue;
+            };
+            let checked = find(Scenario::Guarded, Metric::AcquireChecked, n);
+            let p50 = |v: Option<&Versus>| v.and_then(|v| v.latency).map(|r| r[0]);
+            let _ = writeln!(
+                out,
+                "| {n} | {} | {} | {} | {} | {} | **{}** |",
+                p50_p99(find(Scenario::Guarded, Metric::Acquire, n)),
+                p50_p99(checked),
+                mx(p50(checked.and_then(|r| r.versus.as_ref()))),
+                p50_p99(Some(fenced)),
+                mx(p50(fenced.versus.as_ref())),
+                mx(p50(fenced.reference.as_ref())),
+            );
+        }
+    }
+
+    let contended: Vec<usize> = results
+        .rows
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.scenario == Scenario::Contended && r.metric == Metric::Sections)
+        .map(|(i, _)| i)
+        .collect();
+    if let Some(first) = contended.first() {
+        let clients = results.rows[*first]
+            .condition
+            .split(',')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        let _ = writeln!(
+            out,
+            "\n### Contended: {clients} on one resource\n\n\
+             | N | waiting | critical sections/s | hand-off to another client p50 / p99 µs | hand-off p50 ÷ round trip | section held p50 µs |\n\
+             |---|---|---|---|---|---|"
+        );
+        for i in contended {
+            let sections = &results.rows[i];
+            // Each variant's rows are recorded together: sections, hand-off, hold.
+            let next = |metric| {
+                results
+                    .rows
+                    .get(i + 1..i + 3)
+                    .and_then(|rows| rows.iter().find(|r| r.metric == metric))
+            };
+            let hand_off = next(Metric::HandOff);
+            let waiting = sections
+                .condition
+                .split_once(", ")
+                .map_or(sections.condition.as_str(), |(_, w)| w);
+            let _ = writeln!(
+                out,
+                "| {} | {waiting} | {} | {} | {} | {} |",
+                sections.n,
+                md(sections.rate),
+                p50_p99(hand_off),
+                mx(hand_off
+                    .and_then(|r| r.versus.as_ref()?.latency)
+                    .map(|r| r[0])),
+                md(next(Metric::Hold).and_then(|r| r.latency).map(|l| l.p50)),
+            );
+        }
+    }
+
+    let degraded: Vec<&Row> = results
+        .rows
+        .iter()
+        .filter(|r| r.scenario == Scenario::Degraded && r.metric == Metric::Acquire)
+        .collect();
+    if let Some(first) = degraded.first() {
+        let n = first.n;
+        let _ = writeln!(
+            out,
+            "\n### One master of {n} down\n\n\
+             | one of {n} masters | acquire p50 / p99 µs | p50 ÷ round trip | p99 ÷ healthy p99 |\n\
+             |---|---|---|---|"
+        );
+        for row in degraded {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} |",
+                row.condition,
+                p50_p99(Some(row)),
+                mx(row.versus.as_ref().and_then(|v| v.latency).map(|r| r[0])),
+                match row.reference.as_ref().and_then(|v| v.latency) {
+                    Some(r) => mx(Some(r[2])),
+                    None => "(reference)".to_owned(),
+                },
+            );
+        }
+    }
+
+    if !targets.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n### The goals\n\n| goal | this run | bound | |\n|---|---|---|---|"
+        );
+        for t in targets {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} {} | {} |",
+                t.goal,
+                mx(Some(t.ratio)),
+                if t.at_least { "≥" } else { "≤" },
+                mx(Some(t.limit)),
+                if t.met() { "met" } else { "**missed**" },
+            );
+        }
+    }
+    if !context.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n### What the machine allows, and what the library adds\n\n| ratio | this run |\n|---|---|"
+        );
+        for (what, ratio) in context {
+            let _ = writeln!(out, "| {what} | {} |", mx(Some(*ratio)));
+        }
+    }
+    out
+}
+
+/// The scenarios of `results` whose table [`markdown`] left out of `tables`: a run must
+/// not refresh the README without them.
+pub(crate) fn missing_tables(results: &Results, tables: &str) -> Vec<&'static str> {
+    // Baselines appear in the tables of the scenarios they belong to.
+    let heading = |scenario| match scenario {
+        Scenario::Baseline => None,
+        Scenario::Uncontended => Some("\n### Latency "),
+        Scenario::Throughput => Some("\n### Pairs per second"),
+        Scenario::Guarded => Some("\n### Quarantine and fencing"),
+        Scenario::Contended => Some("\n### Contended"),
+        Scenario::Degraded => Some("\n### One master of "),
+    };
+    let mut missing: Vec<&'static str> = results
+        .rows
+        .iter()
+        .map(|r| r.scenario)
+        .filter(|s| heading(*s).is_some_and(|h| !tables.contains(h)))
+        .map(Scenario::name)
+        .collect();
+    missing.dedup();
+    missing
 }

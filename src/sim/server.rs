@@ -5,7 +5,7 @@
 //! measured on the server's own wall clock, as Redis does: virtual time plus a per-server
 //! offset that a clock-jump fault can move.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -177,11 +177,17 @@ struct State {
     waiting: Vec<oneshot::Sender<()>>,
 }
 
-/// A log of every op the masters executed, for replays (`REDQUORUM_SIM_TRACE`).
+/// A log of every op the masters executed, for replays (`REDQUORUM_SIM_TRACE`) and for
+/// comparing two runs of one seed.
+///
+/// Lock values are random (the library draws them from the thread's RNG), so the log names
+/// each by the order in which it first appeared (`v0`, `v1`, …): two runs of one schedule
+/// then log the same lines.
 #[derive(Debug)]
 pub(super) struct Trace {
     clock: Clock,
     lines: Mutex<Vec<(Duration, String)>>,
+    names: Mutex<HashMap<Arc<str>, usize>>,
 }
 
 impl Trace {
@@ -189,7 +195,16 @@ impl Trace {
         Self {
             clock,
             lines: Mutex::new(Vec::new()),
+            names: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The name of a lock value in this log.
+    pub(super) fn name(&self, value: &str) -> String {
+        let mut names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
+        let next = names.len();
+        let n = *names.entry(value.into()).or_insert(next);
+        format!("v{n}")
     }
 
     fn push(&self, line: String) {
@@ -382,7 +397,7 @@ impl SimServer {
                             trace.push(format!(
                                 "m{}: {} -> {}",
                                 self.index,
-                                describe(request),
+                                describe(request, trace),
                                 outcome(&answer)
                             ));
                         }
@@ -432,16 +447,12 @@ impl SimServer {
     }
 }
 
-/// The first characters of a lock value: enough to tell attempts apart in a trace.
-pub(super) fn short(value: &str) -> &str {
-    value.get(..6).unwrap_or(value)
-}
-
-fn describe(request: &Request) -> String {
+fn describe(request: &Request, trace: &Trace) -> String {
     let op = match request {
         Request::Connect { vitals } => return format!("connect (vitals: {vitals})"),
         Request::Op(op) => op,
     };
+    let short = |value: &str| trace.name(value);
     match &**op {
         Op::Acquire { key, value, .. } => format!("SET NX {key} {}", short(value)),
         Op::AcquireChecked {

@@ -1,8 +1,19 @@
 //! The simulation suites: profiles whose schedules must stay clean (HOLD), and profiles
-//! with a protection switched off whose violations the checkers must find (DETECT).
+//! with a protection switched off, or a planted bug, whose violations the checkers must
+//! find (DETECT).
 //!
-//! `REDQUORUM_SIM_SEED=<n>` runs only schedule `n` of each test; `REDQUORUM_SIM_SCHEDULES`
-//! changes how many schedules a HOLD test runs, and the search budget of a DETECT test.
+//! # Seeds
+//! A HOLD test runs a fixed set of seeds, `0..fixed`, in every run, and as many more
+//! starting at a *base seed* that changes from run to run (drawn from the time unless
+//! `REDQUORUM_SIM_BASE_SEED` sets it), so that every run also tries schedules no earlier
+//! run tried. Each test prints its base seed first. The fixed seeds are deterministic:
+//! the checks that the dangerous situations were reached (not just survived by the luck of
+//! the draw) count over them alone. A DETECT test searches the fixed seeds `0..budget`,
+//! so whether it finds its violation, and where, never changes between runs.
+//!
+//! `REDQUORUM_SIM_SEED=<n>` runs only schedule `n` (fixed or not) of a test, which is what
+//! a failure prints; `REDQUORUM_SIM_SCHEDULES=<n>` changes how many schedules a HOLD test
+//! runs (the fixed ones first), and lengthens the search budget of a DETECT test.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +21,7 @@ use std::time::Duration;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use super::check::{self, LeaseRecord, Violation};
+use super::check::{self, Exception, LeaseRecord, Violation};
 use super::net::{Gate, NetParams, SendLog};
 use super::server::{Clock, SimServer};
 use super::world::{self, ClientSpec, Faults, Outcome, Profile, Stats};
@@ -18,6 +29,7 @@ use crate::error::{ErrorKind, MasterOutcome};
 use crate::mutants::Mutant;
 
 const SEED_ENV: &str = "REDQUORUM_SIM_SEED";
+const BASE_ENV: &str = "REDQUORUM_SIM_BASE_SEED";
 const COUNT_ENV: &str = "REDQUORUM_SIM_SCHEDULES";
 
 const MS: Duration = Duration::from_millis(1);
@@ -90,75 +102,150 @@ const EMPTY_RESTARTS_NO_QUARANTINE: Profile = Profile {
     },
 };
 
-/// The number of schedules: `REDQUORUM_SIM_SCHEDULES`, or `default`.
-fn count(default: u64) -> u64 {
-    match std::env::var(COUNT_ENV) {
-        Ok(v) => v
-            .trim()
+fn parse(var: &str) -> Option<u64> {
+    let v = std::env::var(var).ok()?;
+    Some(
+        v.trim()
             .parse()
-            .unwrap_or_else(|_| panic!("{COUNT_ENV}={v:?} is not a number")),
-        Err(_) => default,
+            .unwrap_or_else(|_| panic!("{var}={v:?} is not a number")),
+    )
+}
+
+/// Only one schedule is replayed (`REDQUORUM_SIM_SEED`).
+fn replaying() -> Option<u64> {
+    parse(SEED_ENV)
+}
+
+/// This run's base seed: `REDQUORUM_SIM_BASE_SEED`, or one drawn from the time and the
+/// process, printed either way.
+fn base_seed(test: &str) -> u64 {
+    let base = parse(BASE_ENV).unwrap_or_else(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        // Far above the fixed seeds, with room to count up.
+        (splitmix(nanos ^ u64::from(std::process::id())) >> 2) | (1 << 40)
+    });
+    eprintln!("{test}: base seed {base} (run these schedules again with {BASE_ENV}={base})");
+    base
+}
+
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// How many schedules a HOLD test runs by default: `fixed` seeds `0..fixed` in every run,
+/// and `rotating` more from the run's base seed.
+#[derive(Debug, Clone, Copy)]
+struct Share {
+    fixed: u64,
+    rotating: u64,
+}
+
+/// The seeds of a HOLD test, fixed ones first; and how many of them are fixed.
+fn hold_seeds(test: &str, share: Share) -> (Vec<u64>, u64) {
+    if let Some(seed) = replaying() {
+        return (vec![seed], 0);
+    }
+    let total = parse(COUNT_ENV).unwrap_or(share.fixed + share.rotating);
+    let fixed = share.fixed.min(total);
+    let base = base_seed(test);
+    let seeds = (0..fixed)
+        .chain((0..total - fixed).map(|i| base.wrapping_add(i)))
+        .collect();
+    (seeds, fixed)
+}
+
+/// The seeds a DETECT test searches: `0..budget`, where `REDQUORUM_SIM_SCHEDULES` can
+/// lengthen the budget, not shorten it.
+fn detect_seeds(budget: u64) -> Vec<u64> {
+    match replaying() {
+        Some(seed) => vec![seed],
+        None => (0..parse(COUNT_ENV).unwrap_or(budget).max(budget)).collect(),
     }
 }
 
-/// Whether a run covers at least the default schedules (not a replay of one seed, nor a
-/// shortened run): only then must the dangerous situations have been reached.
-fn full_run(default: u64) -> bool {
-    !replaying() && count(default) >= default
-}
-
-/// Whether only one schedule is replayed (`REDQUORUM_SIM_SEED`).
-fn replaying() -> bool {
-    std::env::var_os(SEED_ENV).is_some()
-}
-
-/// A search budget: `REDQUORUM_SIM_SCHEDULES` can lengthen it, not shorten it.
-fn budget(default: u64) -> u64 {
-    count(default).max(default)
-}
-
-/// The seeds to run: only `REDQUORUM_SIM_SEED` when set, else `0..count(default)`.
-fn seeds(default: u64) -> Vec<u64> {
-    match std::env::var(SEED_ENV) {
-        Ok(v) => vec![
-            v.trim()
-                .parse()
-                .unwrap_or_else(|_| panic!("{SEED_ENV}={v:?} is not a number")),
-        ],
-        Err(_) => (0..count(default)).collect(),
-    }
-}
-
+/// The one-line command that runs `seed` of `test` alone.
 fn replay(test: &str, seed: u64) -> String {
-    format!("replay: {SEED_ENV}={seed} cargo nextest run --all-features sim::tests::{test}")
+    format!(
+        "replay: {SEED_ENV}={seed} cargo nextest run --all-features --locked -E 'test(=sim::tests::{test})'"
+    )
+}
+
+/// How many violations each exception excused.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Excused {
+    data_loss: u64,
+    clock_jump: u64,
+}
+
+impl Excused {
+    fn add(&mut self, exception: Exception) {
+        match exception {
+            Exception::DataLoss => self.data_loss += 1,
+            Exception::ClockJump => self.clock_jump += 1,
+        }
+    }
+
+    fn total(&self) -> u64 {
+        self.data_loss + self.clock_jump
+    }
+}
+
+impl std::fmt::Display for Excused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "excused: {} fencing violations after a quorum lost its data, {} overlaps after a clock jump",
+            self.data_loss, self.clock_jump
+        )
+    }
 }
 
 /// The result of a HOLD run.
 struct Held {
-    stats: Stats,
-    excused: usize,
-    /// At least the default schedules ran (see `full_run`).
+    /// Counters over the fixed seeds, and what was excused there.
+    fixed: Stats,
+    fixed_excused: Excused,
+    /// Every fixed seed ran (not a replay, nor a shortened run): only then must the
+    /// dangerous situations have been reached.
     full: bool,
 }
 
-/// Runs the schedules of `profile`; every violation that `excused` does not explain fails
-/// the test with its seed. Returns the counters over all schedules and the number of
-/// excused violations.
-fn hold(
-    test: &str,
-    profile: &Profile,
-    default: u64,
-    excused: impl Fn(&Outcome, &Violation) -> bool,
-) -> Held {
+/// The first of `allowed` that excuses `v`.
+fn excuse(outcome: &Outcome, allowed: &[Exception], v: &Violation) -> Option<Exception> {
+    allowed
+        .iter()
+        .copied()
+        .find(|e| e.excuses(&outcome.leases, &outcome.breaches, v))
+}
+
+/// Runs the schedules of `profile`; every violation that none of `allowed` excuses fails
+/// the test with its seed and replay command. Prints the counters and how many violations
+/// each exception excused.
+fn hold(test: &str, profile: &Profile, share: Share, allowed: &[Exception]) -> Held {
     let started = std::time::Instant::now();
+    let (seeds, fixed) = hold_seeds(test, share);
     let mut total = Stats::default();
-    let mut excused_count = 0;
-    for seed in seeds(default) {
+    let mut excused = Excused::default();
+    let mut held = Held {
+        fixed: Stats::default(),
+        fixed_excused: Excused::default(),
+        full: fixed == share.fixed,
+    };
+    for (i, seed) in seeds.iter().copied().enumerate() {
         let outcome = world::run(profile, seed);
-        let (ok, bad): (Vec<&Violation>, Vec<&Violation>) = outcome
-            .violations
-            .iter()
-            .partition(|v| excused(&outcome, v));
+        let mut bad = Vec::new();
+        let mut here = Excused::default();
+        for v in &outcome.violations {
+            match excuse(&outcome, allowed, v) {
+                Some(e) => here.add(e),
+                None => bad.push(v),
+            }
+        }
         assert!(
             bad.is_empty(),
             "{}{}",
@@ -172,75 +259,52 @@ fn hold(
             outcome.schedule,
             replay(test, seed)
         );
-        if let Some(first) = ok.first() {
-            eprintln!(
-                "{test}: seed {seed} has {} excused violations, the first: {first}",
-                ok.len()
-            );
+        if here.total() > 0 {
+            eprintln!("{test}: seed {seed}: {here}");
         }
-        excused_count += ok.len();
+        excused.data_loss += here.data_loss;
+        excused.clock_jump += here.clock_jump;
         total += outcome.stats;
+        if (i as u64) < fixed {
+            held.fixed += outcome.stats;
+            held.fixed_excused.data_loss += here.data_loss;
+            held.fixed_excused.clock_jump += here.clock_jump;
+        }
     }
     eprintln!(
-        "{test} [{}]: {total}; {excused_count} excused violations; {:.1}s",
+        "{test} [{}]: {total} ({fixed} fixed seeds); {excused}; {:.1}s",
         profile.name,
         started.elapsed().as_secs_f64()
     );
-    Held {
-        stats: total,
-        excused: excused_count,
-        full: full_run(default),
-    }
+    held
 }
 
-/// Nothing is excused.
-fn strict(_: &Outcome, _: &Violation) -> bool {
-    false
-}
-
-/// A fencing violation beyond fencing's assumption (counters never decrease): the later
-/// lease was acquired, or the lost update was written, after a quorum of masters had each
-/// lost its data, so no master may remember the newest token. Losses on a minority are
-/// not excused (see `a_master_that_can_lose_its_counters_never_carries_a_token`). Mutual
-/// exclusion is never excused.
-fn after_data_loss(outcome: &Outcome, v: &Violation) -> bool {
-    let at = match *v {
-        Violation::Overlap { .. } => return false,
-        Violation::DuplicateToken { second, .. } => outcome.acquired(second),
-        Violation::TokenOrder { later, .. } | Violation::Succession { later, .. } => {
-            outcome.acquired(later)
-        }
-        Violation::LostUpdate { at, .. } => Some(at),
-    };
-    matches!((outcome.data_lost_at, at), (Some(lost), Some(at)) if lost < at)
-}
-
-/// Searches the schedules of `profile` for a violation that `wanted` accepts; fails if
-/// none turns up within the budget. Returns the seed and how many schedules it took.
+/// Searches the schedules of `profile` for what `found` reports (a description of it);
+/// fails if nothing turns up within the budget. Returns the seed and how many schedules it
+/// took.
 fn detect(
     test: &str,
     profile: &Profile,
     budget: u64,
-    wanted: impl Fn(&Violation) -> bool,
+    found: impl Fn(&Outcome) -> Option<String>,
 ) -> (u64, usize) {
     let started = std::time::Instant::now();
-    let seeds = seeds(budget);
+    let seeds = detect_seeds(budget);
     for (tried, seed) in seeds.iter().copied().enumerate() {
         let outcome = world::run(profile, seed);
-        if let Some(found) = outcome.violations.iter().find(|v| wanted(v)) {
+        if let Some(found) = found(&outcome) {
             eprintln!(
-                "{test} [{}]: found after {} schedules ({:.1}s)\n{}{}",
+                "{test} [{}]: found after {} schedules ({:.1}s)\n{found}{}",
                 profile.name,
                 tried + 1,
                 started.elapsed().as_secs_f64(),
-                outcome.report(profile, &[found]),
                 replay(test, seed)
             );
             return (seed, tried + 1);
         }
     }
     let tried = match seeds.as_slice() {
-        [only] if replaying() => format!("schedule {only} (replayed alone)"),
+        [only] if replaying().is_some() => format!("schedule {only} (replayed alone)"),
         _ => format!("{} schedules", seeds.len()),
     };
     panic!(
@@ -249,16 +313,31 @@ fn detect(
     );
 }
 
+/// For [`detect`]: the first violation that `wanted` accepts, with its report.
+fn violation(
+    profile: &Profile,
+    wanted: impl Fn(&Outcome, &Violation) -> bool,
+) -> impl Fn(&Outcome) -> Option<String> {
+    move |outcome| {
+        let v = outcome.violations.iter().find(|v| wanted(outcome, v))?;
+        Some(outcome.report(profile, &[v]))
+    }
+}
+
 #[test]
 fn protected_three_masters_hold() {
+    let share = Share {
+        fixed: 300,
+        rotating: 300,
+    };
     let held = hold(
         "protected_three_masters_hold",
         &PROTECTED,
-        600,
-        after_data_loss,
+        share,
+        &[Exception::DataLoss],
     );
     if held.full {
-        let stats = held.stats;
+        let stats = held.fixed;
         // The dangerous situations were reached, not just survived by luck of the draw.
         assert!(stats.acquired > 5 * stats.schedules, "{stats}");
         assert!(stats.held_keys_lost > 0, "{stats}");
@@ -278,29 +357,36 @@ fn protected_five_masters_hold() {
         masters: &[5],
         ..PROTECTED
     };
+    let share = Share {
+        fixed: 200,
+        rotating: 200,
+    };
     let held = hold(
         "protected_five_masters_hold",
         &profile,
-        400,
-        after_data_loss,
+        share,
+        &[Exception::DataLoss],
     );
     if held.full {
-        let stats = held.stats;
-        assert!(stats.held_keys_lost > 0, "{stats}");
+        assert!(held.fixed.held_keys_lost > 0, "{}", held.fixed);
     }
 }
 
 /// Within fencing's own assumption (counters never lost), nothing is excused.
 #[test]
 fn fencing_on_durable_masters_holds() {
+    let share = Share {
+        fixed: 200,
+        rotating: 200,
+    };
     let held = hold(
         "fencing_on_durable_masters_holds",
         &FENCING_DURABLE,
-        400,
-        strict,
+        share,
+        &[],
     );
     if held.full {
-        let stats = held.stats;
+        let stats = held.fixed;
         assert!(stats.crashes > 0 && stats.fenced_rejections > 0, "{stats}");
     }
 }
@@ -314,7 +400,14 @@ fn quarantine_without_fencing_holds() {
         fencing: false,
         ..PROTECTED
     };
-    hold("quarantine_without_fencing_holds", &profile, 300, strict);
+    let share = Share {
+        fixed: 150,
+        rotating: 150,
+    };
+    let held = hold("quarantine_without_fencing_holds", &profile, share, &[]);
+    if held.full {
+        assert!(held.fixed.held_keys_lost > 0, "{}", held.fixed);
+    }
 }
 
 /// Plain Redlock (`SET NX PX`, no quarantine) is safe when every master keeps its data.
@@ -328,12 +421,19 @@ fn durable_masters_without_quarantine_hold() {
         faults: DURABLE,
         ..PROTECTED
     };
-    hold(
+    let share = Share {
+        fixed: 150,
+        rotating: 150,
+    };
+    let held = hold(
         "durable_masters_without_quarantine_hold",
         &profile,
-        300,
-        strict,
+        share,
+        &[],
     );
+    if held.full {
+        assert!(held.fixed.crashes > 0, "{}", held.fixed);
+    }
 }
 
 /// The storm of quick empty restarts that breaks plain Redlock, with quarantine on.
@@ -344,46 +444,128 @@ fn empty_restarts_with_quarantine_hold() {
         quarantine: true,
         ..EMPTY_RESTARTS_NO_QUARANTINE
     };
-    let held = hold("empty_restarts_with_quarantine_hold", &profile, 400, strict);
+    let share = Share {
+        fixed: 200,
+        rotating: 200,
+    };
+    let held = hold("empty_restarts_with_quarantine_hold", &profile, share, &[]);
     if held.full {
-        let stats = held.stats;
-        assert!(stats.held_keys_lost > 0, "{stats}");
+        assert!(held.fixed.held_keys_lost > 0, "{}", held.fixed);
     }
 }
 
 /// Without quarantine, a master that restarted empty hands a held lock to a second client.
 #[test]
 fn empty_restarts_without_quarantine_double_grant() {
+    let profile = &EMPTY_RESTARTS_NO_QUARANTINE;
     detect(
         "empty_restarts_without_quarantine_double_grant",
-        &EMPTY_RESTARTS_NO_QUARANTINE,
-        budget(500),
-        Violation::is_overlap,
+        profile,
+        500,
+        violation(profile, |_, v| v.is_overlap()),
     );
 }
 
 /// A master whose clock jumps forward expires its keys early: two clients can then hold
 /// valid leases at once (the lock's clock assumption is broken), but fencing tokens,
 /// which use no clock, stay unique and ordered, and the fenced storage loses nothing.
+/// Only overlaps that a jump could have caused are excused.
 #[test]
 fn clock_jumps_break_exclusion_but_not_fencing() {
+    let share = Share {
+        fixed: 300,
+        rotating: 100,
+    };
     let held = hold(
         "clock_jumps_break_exclusion_but_not_fencing",
         &CLOCK_JUMPS,
-        300,
-        |_, v| v.is_overlap(),
+        share,
+        &[Exception::ClockJump],
     );
     if held.full {
-        let stats = held.stats;
-        assert!(stats.clock_jumps > 0, "{stats}");
+        assert!(held.fixed.clock_jumps > 0, "{}", held.fixed);
         assert!(
-            held.excused > 0,
+            held.fixed_excused.clock_jump > 0,
             "no clock jump broke exclusion: the scenario is too weak"
         );
     }
 }
 
-/// The planted bugs of the chaos suite, run through the simulation.
+/// Everything one run of a schedule recorded, line by line: every op each master executed
+/// and every event of the clients and the nemesis, with its time; then the leases, the
+/// violations and the counters. Lock values appear as the trace names them (in order of
+/// first appearance), so two runs of one schedule must give the same lines.
+fn history(outcome: &Outcome) -> Vec<String> {
+    let mut lines: Vec<String> = outcome
+        .events
+        .iter()
+        .map(|(at, event)| format!("{at:?} {event}"))
+        .collect();
+    lines.extend(outcome.leases.iter().map(|l| format!("{l:?}")));
+    lines.extend(outcome.violations.iter().map(Violation::to_string));
+    lines.push(outcome.stats.to_string());
+    lines
+}
+
+/// Where two histories first differ, if they do.
+fn first_difference(a: &[String], b: &[String]) -> Option<String> {
+    let at = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i))?;
+    Some(format!(
+        "line {at} of {} / {}:\n  {:?}\n  {:?}",
+        a.len(),
+        b.len(),
+        a.get(at),
+        b.get(at)
+    ))
+}
+
+/// A replay repeats a schedule exactly: two runs of one seed record the same history,
+/// event for event, down to each master's ops and their virtual times (see "Determinism
+/// and replay" in `mod.rs`). The comparison itself is shown to see a difference.
+#[test]
+fn same_seed_same_history() {
+    let profile = Profile {
+        name: "replay",
+        masters: &[3, 5],
+        faults: Faults {
+            clock_jumps: 2,
+            ..HOSTILE
+        },
+        ..PROTECTED
+    };
+    let seeds = match replaying() {
+        Some(seed) => vec![seed],
+        None => vec![0, 1, 2, base_seed("same_seed_same_history")],
+    };
+    let mut previous: Option<Vec<String>> = None;
+    for seed in seeds {
+        let first = history(&world::run_traced(&profile, seed, true));
+        let again = history(&world::run_traced(&profile, seed, true));
+        // The masters' ops are in it, not just the leases.
+        assert!(
+            first.iter().filter(|l| l.contains(": acquire r")).count() > 10,
+            "the trace is missing: {first:#?}"
+        );
+        if let Some(diff) = first_difference(&first, &again) {
+            panic!(
+                "seed {seed} ran differently the second time, at {diff}\n{}",
+                replay("same_seed_same_history", seed)
+            );
+        }
+        // The comparison can fail: another seed, or one changed line, differs.
+        if let Some(other) = previous.replace(first.clone()) {
+            assert!(first_difference(&first, &other).is_some(), "seed {seed}");
+        }
+        let mut changed = first.clone();
+        let last = changed.len() / 2;
+        changed[last].push('!');
+        assert!(first_difference(&first, &changed).is_some());
+    }
+}
+
+/// The planted bugs (feature `mutants`), run through the simulation: each must be caught
+/// within a bounded number of schedules, or by a script. One cannot be expressed here; see
+/// `every_mutant_is_hunted_or_explained`.
 #[cfg(feature = "mutants")]
 mod mutants {
     use super::*;
@@ -400,6 +582,56 @@ mod mutants {
         }
     }
 
+    /// Plain Redlock on durable masters: exclusion must hold without any exception, so any
+    /// overlap is the mutant's.
+    const PLAIN_DURABLE: Profile = Profile {
+        name: "plain Redlock on durable masters",
+        masters: &[3, 5],
+        quarantine: false,
+        fencing: false,
+        mutant: None,
+        faults: DURABLE,
+    };
+
+    /// Which test catches each mutant, or why the simulation cannot express it. The match
+    /// is exhaustive: a new mutant does not compile until it is placed here.
+    fn hunt(mutant: Mutant) -> Result<&'static str, &'static str> {
+        match mutant {
+            Mutant::HalfQuorum => Ok("half_quorum_is_caught"),
+            Mutant::IgnoreElapsed => Ok("ignore_elapsed_is_caught"),
+            Mutant::PlainDelRelease => Ok("plain_del_release_is_caught"),
+            Mutant::NoNodeTimeout => Ok("no_node_timeout_is_caught"),
+            Mutant::OneRoundToken => Ok("one_round_token_is_caught"),
+            Mutant::WritebackNoGuard => {
+                Ok("writeback_without_guard_is_caught_by_crossing_expiries")
+            }
+            // A reused value is harmful only when a failed attempt's release is executed
+            // after the next attempt's `SET` on the same connection. Connections here
+            // deliver in order, and the only reordering a real connection makes (the
+            // `NOSCRIPT` fallback re-sending a script) is not modelled; the chaos suite's
+            // S19r catches it on real masters.
+            Mutant::ReuseValue => Err("needs a reordered release on one connection (NOSCRIPT)"),
+            // Defects of a lease's extend and release paths under cancellation, hunted by
+            // the cancellation tests against real masters (tests/surface.rs, cancel.rs).
+            Mutant::ShrinkKeepsDeadline | Mutant::ReleaseMarksDoneFirst => {
+                Err("a cancellation defect: hunted by tests/surface.rs on real masters")
+            }
+        }
+    }
+
+    #[test]
+    fn every_mutant_is_hunted_or_explained() {
+        let hunted: Vec<&str> = Mutant::ALL.iter().filter_map(|m| hunt(*m).ok()).collect();
+        let source = include_str!("tests.rs");
+        for test in &hunted {
+            assert!(
+                source.contains(&format!("fn {test}()")),
+                "no test named {test} in this module"
+            );
+        }
+        assert_eq!(hunted.len(), Mutant::ALL.len() - 1, "{hunted:?}");
+    }
+
     /// Tokens as the largest `INCR` over the granting quorum, in one round: a high counter
     /// can sit outside the next quorum.
     #[test]
@@ -412,8 +644,8 @@ mod mutants {
         detect(
             "mutants::one_round_token_is_caught",
             &profile,
-            budget(200),
-            is_fencing,
+            200,
+            violation(&profile, |_, v| is_fencing(v)),
         );
     }
 
@@ -424,8 +656,68 @@ mod mutants {
         detect(
             "mutants::half_quorum_is_caught",
             &profile,
-            budget(200),
-            Violation::is_overlap,
+            200,
+            violation(&profile, |_, v| v.is_overlap()),
+        );
+    }
+
+    /// Validity measured from the quorum's replies instead of from before the first
+    /// request: a slow round's deadline lies past its keys' expiry, and a waiter that gets
+    /// the expired keys overlaps the holder's (too late) validity.
+    #[test]
+    fn ignore_elapsed_is_caught() {
+        // Slow messages make slow rounds; holders that pause use their whole validity.
+        let profile = Profile {
+            faults: Faults {
+                slow_p: 0.3,
+                client_pause: 0.5,
+                ..DURABLE
+            },
+            ..with(
+                Mutant::IgnoreElapsed,
+                "validity from the replies",
+                PLAIN_DURABLE,
+            )
+        };
+        detect(
+            "mutants::ignore_elapsed_is_caught",
+            &profile,
+            300,
+            violation(&profile, |_, v| v.is_overlap()),
+        );
+    }
+
+    /// Release by plain `DEL`: a failed attempt's cleanup, or a release after expiry,
+    /// deletes another holder's key.
+    #[test]
+    fn plain_del_release_is_caught() {
+        let profile = with(Mutant::PlainDelRelease, "release by DEL", PLAIN_DURABLE);
+        detect(
+            "mutants::plain_del_release_is_caught",
+            &profile,
+            200,
+            violation(&profile, |_, v| v.is_overlap()),
+        );
+    }
+
+    /// No per-master timeout: a lost message holds an acquire call (and its client) for
+    /// the hour the mutant waits, past the schedule's horizon.
+    #[test]
+    fn no_node_timeout_is_caught() {
+        let profile = with(Mutant::NoNodeTimeout, "no node timeout", PLAIN_DURABLE);
+        detect(
+            "mutants::no_node_timeout_is_caught",
+            &profile,
+            200,
+            |outcome| {
+                (outcome.stats.unfinished > 0).then(|| {
+                    format!(
+                        "clients still running at the horizon ({:?})\n{}\n",
+                        world::HORIZON,
+                        outcome.schedule
+                    )
+                })
+            },
         );
     }
 
@@ -443,6 +735,75 @@ mod mutants {
                 .any(|v| matches!(v, Violation::DuplicateToken { token: 1, .. })),
             "{found:?}"
         );
+    }
+
+    /// The clock-jump exception covers only overlaps a jump could have caused: with a
+    /// quorum of `N / 2` among clock jumps, the overlaps the mutant causes elsewhere in the
+    /// schedule still fail (excusing every overlap of a schedule with a jump would hide
+    /// them).
+    #[test]
+    fn overlaps_no_clock_jump_touched_are_not_excused() {
+        let profile = with(
+            Mutant::HalfQuorum,
+            "half quorum among clock jumps",
+            CLOCK_JUMPS,
+        );
+        detect(
+            "mutants::overlaps_no_clock_jump_touched_are_not_excused",
+            &profile,
+            200,
+            violation(&profile, |o, v| {
+                v.is_overlap()
+                    && !o.breaches.clock_jumps.is_empty()
+                    && !Exception::ClockJump.excuses(&o.leases, &o.breaches, v)
+            }),
+        );
+    }
+
+    /// The data-loss exception counts only losses after the earlier token was issued: with
+    /// one-round tokens on hostile masters, a fencing violation whose quorum of losses all
+    /// came before it still fails (counting losses at any time would excuse it).
+    #[test]
+    fn fencing_violations_after_earlier_data_loss_are_not_excused() {
+        let profile = with(
+            Mutant::OneRoundToken,
+            "one-round tokens, data lost",
+            PROTECTED,
+        );
+        detect(
+            "mutants::fencing_violations_after_earlier_data_loss_are_not_excused",
+            &profile,
+            300,
+            violation(&profile, |o, v| {
+                is_fencing(v)
+                    && quorum_lost_before(o, v)
+                    && !Exception::DataLoss.excuses(&o.leases, &o.breaches, v)
+            }),
+        );
+    }
+
+    /// The former, wider exception: a quorum of masters had lost data, at any time, before
+    /// the later lease of `v` was acquired.
+    fn quorum_lost_before(outcome: &Outcome, v: &Violation) -> bool {
+        let Some(later) = v
+            .leases()
+            .iter()
+            .filter_map(|id| outcome.leases.get(*id))
+            .map(|l| l.acquired)
+            .max()
+        else {
+            return false;
+        };
+        let mut lost: Vec<usize> = outcome
+            .breaches
+            .data_losses
+            .iter()
+            .filter(|&&(at, _)| at <= later)
+            .map(|&(_, m)| m)
+            .collect();
+        lost.sort_unstable();
+        lost.dedup();
+        lost.len() >= outcome.breaches.quorum
     }
 }
 

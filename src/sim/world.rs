@@ -11,9 +11,9 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 
-use super::check::{self, FencedWrite, LeaseRecord, Violation};
+use super::check::{self, Breaches, FencedWrite, LeaseRecord, Violation};
 use super::net::{ConnParams, Gate, NetParams, SendLog, SimMaster};
-use super::server::{Clock, SimServer, Trace, short};
+use super::server::{Clock, SimServer, Trace};
 use crate::config::Builder;
 use crate::lease::Lease;
 use crate::lock::Redlock;
@@ -29,6 +29,9 @@ pub(super) const TRACE_ENV: &str = "REDQUORUM_SIM_TRACE";
 
 /// Every client's connect timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// The per-master timeout of the `NoNodeTimeout` mutant (as in `Redlock::from_config`).
+const NO_NODE_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// Faults are placed within this many TTLs from the origin, where the clients work.
 const FAULT_SPAN_TTLS: f64 = 8.0;
@@ -349,13 +352,8 @@ struct Book {
     registers: Vec<Register>,
     events: Vec<(Duration, String)>,
     stats: Stats,
-    /// The masters that lost their data (restarted empty, or flushed) so far.
-    lost: std::collections::BTreeSet<usize>,
-    /// How many masters make a quorum.
-    quorum: usize,
-    /// When a quorum of masters had each lost its data: fencing counters are then beyond
-    /// their assumption (counters never decrease, DESIGN.md section 5).
-    data_lost_at: Option<Duration>,
+    /// Data losses and clock jumps, for the checkers' exceptions.
+    breaches: Breaches,
 }
 
 /// What clients and the nemesis share during one schedule.
@@ -367,8 +365,8 @@ struct World {
     client_pause: f64,
     servers: Vec<Arc<SimServer>>,
     sends: Arc<SendLog>,
-    /// Masters log their ops; lease events then name their (random) values.
-    tracing: bool,
+    /// Masters log their ops here; lease events then name their values as the log does.
+    trace: Option<Arc<Trace>>,
     book: Mutex<Book>,
 }
 
@@ -409,10 +407,9 @@ impl World {
         book.by_value.insert(lease.value().into(), id);
         book.stats.acquired += 1;
         let token = token.map_or(String::new(), |t| format!(" with token {t}"));
-        let value = if self.tracing {
-            format!(" value {}", short(lease.value()))
-        } else {
-            String::new()
+        let value = match &self.trace {
+            Some(trace) => format!(" value {}", trace.name(lease.value())),
+            None => String::new(),
         };
         book.events.push((
             at,
@@ -489,11 +486,7 @@ impl World {
 
     fn data_lost(&self, master: usize) {
         let at = self.now();
-        let mut book = self.book();
-        book.lost.insert(master);
-        if book.lost.len() >= book.quorum {
-            book.data_lost_at.get_or_insert(at);
-        }
+        self.book().breaches.data_losses.push((at, master));
     }
 
     /// Counts the lock keys in `held` that belong to leases valid now.
@@ -516,16 +509,11 @@ pub(super) struct Outcome {
     pub(super) events: Vec<(Duration, String)>,
     pub(super) stats: Stats,
     pub(super) violations: Vec<Violation>,
-    /// When a quorum of masters had each lost its data, if that happened.
-    pub(super) data_lost_at: Option<Duration>,
+    /// The data losses and clock jumps of the schedule.
+    pub(super) breaches: Breaches,
 }
 
 impl Outcome {
-    /// When lease `id` was acquired.
-    pub(super) fn acquired(&self, id: usize) -> Option<Duration> {
-        self.leases.get(id).map(|l| l.acquired)
-    }
-
     /// The schedule, the violations, the leases involved and the events around them.
     pub(super) fn report(&self, profile: &Profile, shown: &[&Violation]) -> String {
         let mut out = String::new();
@@ -596,8 +584,14 @@ impl Outcome {
     }
 }
 
-/// Runs the schedule of `seed` in `profile` on a fresh paused-clock runtime and checks it.
+/// Runs the schedule of `seed` in `profile` on a fresh paused-clock runtime and checks it;
+/// the masters log their ops into the events when `REDQUORUM_SIM_TRACE` is set.
 pub(super) fn run(profile: &Profile, seed: u64) -> Outcome {
+    run_traced(profile, seed, std::env::var_os(TRACE_ENV).is_some())
+}
+
+/// [`run`], with the masters' ops in the events when `trace` is set.
+pub(super) fn run_traced(profile: &Profile, seed: u64, trace: bool) -> Outcome {
     let schedule = Schedule::draw(profile, seed);
     // A runtime per schedule: nothing leaks from one schedule into the next, and dropping
     // it ends every task still running (stragglers, background releases).
@@ -606,7 +600,7 @@ pub(super) fn run(profile: &Profile, seed: u64) -> Outcome {
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
-    let book = runtime.block_on(drive(profile, &schedule));
+    let book = runtime.block_on(drive(profile, &schedule, trace));
     drop(runtime);
     let violations = check::check(&book.leases, &book.writes);
     let mut stats = book.stats;
@@ -617,14 +611,14 @@ pub(super) fn run(profile: &Profile, seed: u64) -> Outcome {
         events: book.events,
         stats,
         violations,
-        data_lost_at: book.data_lost_at,
+        breaches: book.breaches,
     }
 }
 
 /// A simulated master per schedule master, and the clients over them.
-async fn drive(profile: &Profile, schedule: &Schedule) -> Book {
+async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> Book {
     let clock = Clock::start();
-    let trace = std::env::var_os(TRACE_ENV).map(|_| Arc::new(Trace::new(clock)));
+    let trace = trace.then(|| Arc::new(Trace::new(clock)));
     let servers: Vec<Arc<SimServer>> = (0..schedule.masters)
         .map(|m| {
             let server = SimServer::new(m, schedule.durable[m], clock);
@@ -641,10 +635,13 @@ async fn drive(profile: &Profile, schedule: &Schedule) -> Book {
         client_pause: profile.faults.client_pause,
         servers,
         sends: Arc::new(SendLog::default()),
-        tracing: trace.is_some(),
+        trace: trace.clone(),
         book: Mutex::new(Book {
             registers: vec![Register::default(); schedule.resources],
-            quorum: schedule.masters / 2 + 1,
+            breaches: Breaches {
+                quorum: schedule.masters / 2 + 1,
+                ..Breaches::default()
+            },
             ..Book::default()
         }),
     });
@@ -747,9 +744,15 @@ pub(super) fn build_client(
     let config = builder
         .into_config()
         .expect("the simulation's settings are valid");
+    // Each connection enforces the per-master timeout, as `RedisMaster` does with the one
+    // `Redlock::from_config` gives it: an hour for the mutant without one.
+    let node_timeout = match spec.mutant {
+        Some(Mutant::NoNodeTimeout) => NO_NODE_TIMEOUT,
+        _ => spec.node_timeout,
+    };
     let params = ConnParams {
         net: spec.net,
-        node_timeout: spec.node_timeout,
+        node_timeout,
         connect_timeout: CONNECT_TIMEOUT,
         read_vitals: spec.quarantine,
     };
@@ -899,7 +902,11 @@ async fn nemesis(world: Arc<World>, faults: Vec<(Duration, Fault)>) {
             }
             Fault::ClockJump(_, by) => {
                 server.jump_clock(i64::try_from(by.as_micros()).unwrap_or(i64::MAX));
-                world.book().stats.clock_jumps += 1;
+                let at = world.now();
+                let mut book = world.book();
+                book.stats.clock_jumps += 1;
+                book.breaches.clock_jumps.push(at);
+                drop(book);
                 world.event(format!("m{m} clock jumped forward by {}", ms(by)));
             }
         }

@@ -25,11 +25,10 @@ pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
 /// Default time allowed for opening a connection to a master: 1 s.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// Default number of acquire attempts made by [`Redlock::acquire`]: 10.
-pub const DEFAULT_RETRY_ATTEMPTS: u32 = 10;
 /// Default pause between acquire attempts, before jitter: 100 ms.
 pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(100);
-/// Default upper bound of the uniform random jitter added to each pause: 100 ms.
+/// Default upper bound of the uniform random jitter added to each pause with the default
+/// retry delay: 100 ms. The jitter follows the retry delay unless set.
 pub const DEFAULT_RETRY_JITTER: Duration = Duration::from_millis(100);
 /// Default safety margin as a fraction of the TTL: a lease counts as lost 5 % of its TTL
 /// before its deadline, so that work aborted then stops while the lock is still held.
@@ -478,11 +477,10 @@ pub(crate) type DurationSetting = Result<Duration, (String, String)>;
 /// - `drift_factor`: [`DEFAULT_DRIFT_FACTOR`] (0.01)
 /// - `node_timeout`: [`DEFAULT_NODE_TIMEOUT`] (50 ms)
 /// - `connect_timeout`: [`DEFAULT_CONNECT_TIMEOUT`] (1 s)
-/// - `retry_attempts`: [`DEFAULT_RETRY_ATTEMPTS`] (10), or unbounded when a wait budget is
-///   set (the budget then bounds the time)
-/// - `retry_delay`: [`DEFAULT_RETRY_DELAY`] (100 ms), `retry_jitter`: [`DEFAULT_RETRY_JITTER`]
-///   (100 ms), `backoff`: [`Backoff::Fixed`]
-/// - `wait_timeout`: none (acquire is bounded by the attempts only)
+/// - `wait_timeout`: twice `ttl_max` (20 s with the defaults): acquire waits that long
+/// - `retry_attempts`: no bound on the count (the wait budget bounds the time)
+/// - `retry_delay`: [`DEFAULT_RETRY_DELAY`] (100 ms), `retry_jitter`: the retry delay
+///   ([`DEFAULT_RETRY_JITTER`] with the default delay), `backoff`: [`Backoff::Fixed`]
 /// - `min_validity`: zero
 /// - `key_prefix`: empty, so keys are the resource names themselves and interoperate with
 ///   other Redlock clients
@@ -525,7 +523,7 @@ pub struct Builder {
     connect_timeout: DurationSetting,
     retry_attempts: Option<u32>,
     retry_delay: DurationSetting,
-    retry_jitter: DurationSetting,
+    retry_jitter: Option<DurationSetting>,
     backoff: Backoff,
     wait_timeout: Option<DurationSetting>,
     min_validity: DurationSetting,
@@ -607,7 +605,7 @@ impl Default for Builder {
             connect_timeout: Ok(DEFAULT_CONNECT_TIMEOUT),
             retry_attempts: None,
             retry_delay: Ok(DEFAULT_RETRY_DELAY),
-            retry_jitter: Ok(DEFAULT_RETRY_JITTER),
+            retry_jitter: None,
             backoff: Backoff::Fixed,
             wait_timeout: None,
             min_validity: Ok(Duration::ZERO),
@@ -689,9 +687,11 @@ impl Builder {
         self
     }
 
-    /// How many acquire rounds [`Redlock::acquire`] makes at most. Defaults to 10, or to
-    /// no bound on the count when a wait budget ([`wait_timeout`](Builder::wait_timeout))
-    /// is set.
+    /// How many acquire attempts [`Redlock::acquire`] makes at most, not counting those
+    /// woken by an event: the holder's release notice or expiry, or masters leaving restart
+    /// quarantine (those come from the masters, not from impatience, and the wait budget
+    /// bounds them). `1` makes a single attempt. Defaults to no bound on the count: the
+    /// wait budget ([`wait_timeout`](Builder::wait_timeout)) bounds the time.
     pub fn retry_attempts(mut self, attempts: u32) -> Self {
         self.retry_attempts = Some(attempts);
         self
@@ -704,9 +704,10 @@ impl Builder {
     }
 
     /// The upper bound of the uniform random jitter added to every pause, so that
-    /// contenders that failed together do not retry together. Defaults to 100 ms.
+    /// contenders that failed together do not retry together. Defaults to the retry delay
+    /// (so `retry_delay("10ms")` pauses 10–20 ms).
     pub fn retry_jitter(mut self, jitter: impl IntoDuration) -> Self {
-        self.retry_jitter = jitter.into_duration();
+        self.retry_jitter = Some(jitter.into_duration());
         self
     }
 
@@ -716,9 +717,10 @@ impl Builder {
         self
     }
 
-    /// The most time [`Redlock::acquire`] spends trying, over all attempts. Defaults to
-    /// none: acquire is bounded by the number of attempts alone. At most
-    /// [`MAX_WAIT_TIMEOUT`] (24 h).
+    /// The most time [`Redlock::acquire`] spends trying, over all attempts, every wait
+    /// and every round included. Defaults to twice `ttl_max` (20 s with the defaults):
+    /// long enough for any holder's lock to expire and for new masters to leave restart
+    /// quarantine. At most [`MAX_WAIT_TIMEOUT`] (24 h).
     pub fn wait_timeout(mut self, wait: impl IntoDuration) -> Self {
         self.wait_timeout = Some(wait.into_duration());
         self
@@ -867,7 +869,11 @@ impl Builder {
         let node_timeout = duration("node_timeout", node_timeout)?;
         let connect_timeout = duration("connect_timeout", connect_timeout)?;
         let retry_delay = duration("retry_delay", retry_delay)?;
-        let retry_jitter = duration("retry_jitter", retry_jitter)?;
+        // Jitter follows the delay unless set.
+        let retry_jitter = match retry_jitter {
+            Some(jitter) => duration("retry_jitter", jitter)?,
+            None => retry_delay,
+        };
         let min_validity = duration("min_validity", min_validity)?;
         let wait_timeout = wait_timeout
             .map(|w| duration("wait_timeout", w))
@@ -1152,6 +1158,18 @@ mod tests {
         let delays: Vec<u128> = (1..=6).map(|a| policy.base_delay(a).as_millis()).collect();
         assert_eq!(delays, [10, 20, 40, 70, 70, 70]);
         assert_eq!(policy.base_delay(u32::MAX), Duration::from_millis(70));
+    }
+
+    #[test]
+    fn jitter_follows_the_retry_delay_unless_set() {
+        let config = |b: Builder| b.master("redis://127.0.0.1:7001").into_config().unwrap();
+        let follows = config(Builder::new().retry_delay("10ms"));
+        assert_eq!(follows.retry.jitter, Duration::from_millis(10));
+        let set = config(Builder::new().retry_delay("10ms").retry_jitter("0ms"));
+        assert_eq!(set.retry.jitter, Duration::ZERO);
+        let default = config(Builder::new());
+        assert_eq!(default.retry.jitter, DEFAULT_RETRY_JITTER);
+        assert_eq!(default.retry.delay, DEFAULT_RETRY_DELAY);
     }
 
     #[test]

@@ -35,12 +35,21 @@
 //!         // ... charge the card, within lease.remaining() ...
 //!         lease.release().await?;
 //!     }
-//!     Err(e) if e.kind() == ErrorKind::Contended => println!("someone else is on it"),
+//!     // Held by another client for the whole wait budget (twice ttl_max by default).
+//!     Err(e) if e.kind() == ErrorKind::WaitTimeout => println!("someone else is on it"),
 //!     Err(e) => return Err(e.into()),
 //! }
+//! // Before the process exits: finish the releases still running in the background.
+//! client.shutdown().await;
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! `acquire` waits while the lock is held, woken by the holder's release, for at most its
+//! wait budget (twice `ttl_max` by default). Brand-new masters abstain once, for
+//! `ttl_max` (restart quarantine: a fresh server cannot be told from one that lost its
+//! locks), so the first `acquire` on a new cluster sleeps until they vote; `try_acquire`
+//! reports [`ErrorKind::NotEnoughVoters`] with [`Error::retry_after`].
 //!
 //! # Runtime
 //! Locks are taken inside a tokio runtime with time and I/O enabled (tokio features `rt`
@@ -80,8 +89,9 @@ mod wait;
 
 pub use config::{
     Backoff, Builder, ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR,
-    DEFAULT_EXTEND_INTERVAL_FRACTION, DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER, DEFAULT_SAFETY_MARGIN_FRACTION, DEFAULT_TTL,
-    IntoDuration, MAX_CONNECT_TIMEOUT, MAX_MAX_HOLD, MAX_NODE_TIMEOUT, MAX_RESOURCE_LEN, MAX_TTL,
+    DEFAULT_EXTEND_INTERVAL_FRACTION, DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_DELAY,
+    DEFAULT_RETRY_JITTER, DEFAULT_SAFETY_MARGIN_FRACTION, DEFAULT_TTL, IntoDuration,
+    MAX_CONNECT_TIMEOUT, MAX_MAX_HOLD, MAX_NODE_TIMEOUT, MAX_RESOURCE_LEN, MAX_TTL,
     MAX_WAIT_TIMEOUT,
 };
 pub use error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};

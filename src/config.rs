@@ -14,7 +14,6 @@ use tokio::time::Instant;
 
 use crate::deadline;
 use crate::error::human;
-use crate::lock::Redlock;
 use crate::mutants::Mutant;
 
 /// Default lock time-to-live: 10 s.
@@ -822,20 +821,6 @@ impl Builder {
     pub fn mutant(mut self, mutant: Mutant) -> Self {
         self.mutant = Some(mutant);
         self
-    }
-
-    /// Validates every setting and builds the client. No connection is opened here:
-    /// masters are connected on first use.
-    ///
-    /// # Errors
-    /// A [`ConfigError`] naming the first setting that cannot work and what to change:
-    /// no masters, an unparsable or duplicate master URL, a duration that does not parse,
-    /// a zero TTL or node timeout, a TTL not larger than the drift allowance plus the node
-    /// timeout plus the safety margin, a TTL above `ttl_max`, a duration above its
-    /// documented maximum (see "Limits" above), a drift factor out of range, zero attempts,
-    /// or pauses that overflow.
-    pub fn build(self) -> Result<Redlock, ConfigError> {
-        self.into_config().and_then(Redlock::from_config)
     }
 
     pub(crate) fn into_config(self) -> Result<Config, ConfigError> {

@@ -69,6 +69,7 @@
 #[doc(hidden)]
 pub mod bench_internals;
 mod config;
+mod core;
 mod deadline;
 mod error;
 mod fencing;

@@ -8,6 +8,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
+use crate::core::{Inner, random_value, release_in_background};
+
 use crate::config::{
     Builder, Config, ConfigError, DurationSetting, IntoDuration, MAX_MAX_HOLD, MAX_RESOURCE_LEN,
     MAX_WAIT_TIMEOUT, at_most, duration,
@@ -18,7 +20,7 @@ use crate::guard::Guarded;
 use crate::lease::{Lease, LeaseHandle, LeaseParams, Watchdog};
 use crate::master::{FenceRead, Master, Op, RedisMaster};
 use crate::mutants::Mutant;
-use crate::quorum::{self, Bounds, Decision};
+use crate::quorum::{self, Decision};
 use crate::wait::{Notifier, Subscription};
 use crate::{deadline, scripts};
 
@@ -46,39 +48,6 @@ use crate::{deadline, scripts};
 #[derive(Clone)]
 pub struct Redlock {
     pub(crate) inner: Arc<Inner>,
-}
-
-/// What every clone of a client and every lease share.
-pub(crate) struct Inner {
-    pub(crate) config: Config,
-    pub(crate) masters: Vec<Arc<dyn Master>>,
-    pub(crate) quorum: usize,
-    pub(crate) notifier: Arc<Notifier>,
-    /// Releases and late replies still running in the background; [`Redlock::shutdown`]
-    /// waits for them.
-    pub(crate) background: TaskTracker,
-}
-
-impl Inner {
-    /// Runs `task` in the background on the current runtime, tracked for
-    /// [`Redlock::shutdown`]; `false` (and nothing runs) without a runtime.
-    pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) -> bool {
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(self.background.track_future(task));
-                true
-            }
-            Err(_) => false,
-        }
-    }
-
-    /// The bounds of a round of this client that must be decided by `until`.
-    pub(crate) fn bounds(&self, until: Option<Instant>) -> Bounds<'_> {
-        Bounds {
-            until,
-            tracker: Some(&self.background),
-        }
-    }
 }
 
 impl fmt::Debug for Redlock {
@@ -200,6 +169,22 @@ struct Failed {
     holder_free_at: Option<Instant>,
     /// The wait budget ended the round before the masters decided it.
     cut: bool,
+}
+
+impl Builder {
+    /// Validates every setting and builds the client. No connection is opened here:
+    /// masters are connected on first use.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the first setting that cannot work and what to change:
+    /// no masters, an unparsable or duplicate master URL, a duration that does not parse,
+    /// a zero TTL or node timeout, a TTL not larger than the drift allowance plus the node
+    /// timeout plus the safety margin, a TTL above `ttl_max`, a duration above its
+    /// documented maximum (see "Limits" above), a drift factor out of range, zero attempts,
+    /// or pauses that overflow.
+    pub fn build(self) -> Result<Redlock, ConfigError> {
+        self.into_config().and_then(Redlock::from_config)
+    }
 }
 
 impl Redlock {
@@ -1023,11 +1008,6 @@ fn kind_word(kind: ErrorKind) -> &'static str {
     }
 }
 
-/// A fresh 128-bit value from the thread-local CSPRNG, as 32 hex digits.
-pub(crate) fn random_value() -> String {
-    format!("{:032x}", rand::random::<u128>())
-}
-
 /// Releases an attempt's value in the background unless the attempt became a lease:
 /// on failure, and when the acquire future is dropped mid-round.
 struct AttemptGuard {
@@ -1064,29 +1044,6 @@ impl Drop for AttemptGuard {
         };
         release_in_background(&self.inner, targets, &self.key, &self.value);
     }
-}
-
-/// Sends the release script to `targets` from a background task tracked for
-/// [`Redlock::shutdown`], if a runtime exists; otherwise the keys expire with their TTL.
-pub(crate) fn release_in_background(
-    inner: &Arc<Inner>,
-    targets: Vec<Arc<dyn Master>>,
-    key: &Arc<str>,
-    value: &Arc<str>,
-) {
-    if targets.is_empty() {
-        return;
-    }
-    let op = Arc::new(Op::release(&inner.config, key, value));
-    let need = targets.len();
-    let resource = key
-        .strip_prefix(inner.config.key_prefix.as_str())
-        .unwrap_or(key)
-        .to_owned();
-    inner.spawn(async move {
-        // Wait for every target (each bounded by the node timeout) so failures are traced.
-        let _ = quorum::run(&targets, op, need, &resource, Bounds::default()).await;
-    });
 }
 
 #[cfg(test)]

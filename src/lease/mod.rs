@@ -16,10 +16,10 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::core::Inner;
 use crate::deadline;
 use crate::error::{Error, ErrorKind, MasterOutcome, MasterReport, human};
 use crate::fencing::FencingToken;
-use crate::lock::Inner;
 use crate::master::Op;
 use crate::mutants::Mutant;
 use crate::quorum::{self, Decision};

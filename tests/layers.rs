@@ -2,6 +2,7 @@
 //! only the modules below it. This test reads the sources and fails when a module names
 //! one above it, when two modules name each other in a circle, or when the product names
 //! the test-only modules.
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -19,6 +19,7 @@ use crate::fencing::FencingToken;
 use crate::guard::Guarded;
 use crate::lease::{Lease, LeaseHandle, LeaseParams, Watchdog};
 use crate::master::{FenceRead, Master, Op, RedisMaster};
+#[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
 use crate::quorum::{self, Decision};
 use crate::wait::{Notifier, Subscription};
@@ -195,9 +196,11 @@ impl Redlock {
 
     pub(crate) fn from_config(config: Config) -> Result<Self, ConfigError> {
         let mut masters: Vec<Arc<dyn Master>> = Vec::with_capacity(config.masters.len());
-        let node_timeout = match config.mutant {
-            Some(Mutant::NoNodeTimeout) => Duration::from_secs(3600),
-            _ => config.node_timeout,
+        let node_timeout = config.node_timeout;
+        #[cfg(feature = "mutants")]
+        let node_timeout = match config.planted.is(Mutant::NoNodeTimeout) {
+            true => Duration::from_secs(3600),
+            false => node_timeout,
         };
         for spec in &config.masters {
             let master = RedisMaster::new(
@@ -244,9 +247,11 @@ impl Redlock {
         } else {
             masters
         };
-        let quorum = match config.mutant {
-            Some(Mutant::HalfQuorum) => (masters.len() / 2).max(1),
-            _ => quorum::quorum(masters.len()),
+        let quorum = quorum::quorum(masters.len());
+        #[cfg(feature = "mutants")]
+        let quorum = match config.planted.is(Mutant::HalfQuorum) {
+            true => (masters.len() / 2).max(1),
+            false => quorum,
         };
         Self {
             inner: Arc::new(Inner {
@@ -379,8 +384,14 @@ impl Redlock {
         let config = &self.inner.config;
         let key: Arc<str> = format!("{}{resource}", config.key_prefix).into();
         let resource: Arc<str> = resource.into();
-        let reused: Option<Arc<str>> =
-            (config.mutant == Some(Mutant::ReuseValue)).then(|| random_value().into());
+        let reused: Option<Arc<str>> = None;
+        #[cfg(feature = "mutants")]
+        let reused = reused.or_else(|| {
+            config
+                .planted
+                .is(Mutant::ReuseValue)
+                .then(|| random_value().into())
+        });
         let mut waiting: Option<Subscription> = None;
         // Failed attempts in a row that a release notice had woken: every waiter of the
         // lock wakes on the same notice, and on several masters they split the votes.
@@ -661,10 +672,14 @@ impl Redlock {
             outcomes: None,
             armed: true,
         };
-        let fence = match (plan.fencing, config.mutant) {
-            (false, _) => FenceRead::Skip,
-            (true, Some(Mutant::OneRoundToken)) => FenceRead::IncrementWhenGranted,
-            (true, _) => FenceRead::Read,
+        let fence = match plan.fencing {
+            false => FenceRead::Skip,
+            true => FenceRead::Read,
+        };
+        #[cfg(feature = "mutants")]
+        let fence = match (fence, config.planted.is(Mutant::OneRoundToken)) {
+            (FenceRead::Read, true) => FenceRead::IncrementWhenGranted,
+            (fence, _) => fence,
         };
         let op = if config.quarantine || plan.fencing {
             Op::AcquireChecked {
@@ -688,9 +703,11 @@ impl Redlock {
 
         if round.decision == Decision::Reached {
             let now = Instant::now();
-            let t0 = match config.mutant {
-                Some(Mutant::IgnoreElapsed) => now,
-                _ => round.t0,
+            let t0 = round.t0;
+            #[cfg(feature = "mutants")]
+            let t0 = match config.planted.is(Mutant::IgnoreElapsed) {
+                true => now,
+                false => t0,
             };
             let least = config.least_validity(ttl);
             let valid = config
@@ -714,6 +731,7 @@ impl Redlock {
             };
             let token = match fence {
                 FenceRead::Skip => None,
+                #[cfg(feature = "mutants")]
                 FenceRead::IncrementWhenGranted => Some(round.fence_counters().max().unwrap_or(0)),
                 FenceRead::Read => {
                     let first = round.fence_counters().max().unwrap_or(0).saturating_add(1);
@@ -805,7 +823,6 @@ impl Redlock {
         const MAX_ROUNDS: usize = 16;
         let inner = &self.inner;
         let n = inner.masters.len();
-        let strict = inner.config.mutant != Some(Mutant::WritebackNoGuard);
         let mut last = Vec::new();
         for _ in 0..MAX_ROUNDS {
             if deadline::validity_left(deadline, Instant::now(), least).is_none() {
@@ -815,7 +832,8 @@ impl Redlock {
                 key: Arc::clone(key),
                 value: Arc::clone(value),
                 token,
-                strict,
+                #[cfg(feature = "mutants")]
+                strict: !inner.config.planted.is(Mutant::WritebackNoGuard),
             });
             let bounds = inner.bounds(Some(deadline.min(give_up_at)));
             let round = quorum::run(&inner.masters, op, inner.quorum, resource, bounds).await;

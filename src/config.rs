@@ -267,8 +267,7 @@ impl RetryPolicy {
         match self.backoff {
             Backoff::Fixed => self.delay,
             Backoff::Exponential { max } => {
-                let shift = attempt.saturating_sub(1).min(31);
-                self.delay.saturating_mul(1u32 << shift).min(max)
+                crate::backoff::doubled(self.delay, max, attempt.saturating_sub(1))
             }
         }
     }

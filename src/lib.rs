@@ -65,6 +65,7 @@
 //!   which the chaos suite proves that its checkers catch bugs. Never use it otherwise.
 #![doc(test(attr(deny(warnings), allow(dead_code))))]
 
+mod backoff;
 #[cfg(feature = "bench-internals")]
 #[doc(hidden)]
 pub mod bench_internals;

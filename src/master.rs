@@ -26,6 +26,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client};
 use tokio::sync::oneshot;
 
+use crate::backoff::Doubling;
 use crate::config::{Config, MasterSpec};
 use crate::quarantine::{Epoch, Vitals, eviction_risk};
 
@@ -577,11 +578,9 @@ impl Shared {
 /// Reconnects a down master with capped exponential backoff. Ends when connected or when
 /// the client holding the master is dropped; holds `_running` until then.
 async fn reconnect(weak: Weak<Shared>, _running: oneshot::Receiver<()>) {
-    const FIRST: Duration = Duration::from_millis(10);
-    const MAX: Duration = Duration::from_secs(1);
-    let mut backoff = FIRST;
+    let mut backoff = Doubling::RECONNECT;
     loop {
-        tokio::time::sleep(backoff).await;
+        tokio::time::sleep(backoff.pause()).await;
         let Some(shared) = weak.upgrade() else { return };
         match shared.open().await {
             Ok(conn) => {
@@ -595,7 +594,6 @@ async fn reconnect(weak: Weak<Shared>, _running: oneshot::Receiver<()>) {
                 }
             }
         }
-        backoff = backoff.saturating_mul(2).min(MAX);
     }
 }
 

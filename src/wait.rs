@@ -29,6 +29,7 @@ use redis::Client;
 use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::backoff::Doubling;
 use crate::config::MasterSpec;
 
 /// The waiters of one channel.
@@ -306,9 +307,7 @@ struct Driver {
 
 impl Driver {
     async fn run(mut self) {
-        const FIRST_BACKOFF: Duration = Duration::from_millis(10);
-        const MAX_BACKOFF: Duration = Duration::from_secs(1);
-        let mut backoff = FIRST_BACKOFF;
+        let mut backoff = Doubling::RECONNECT;
         // Subscriptions to confirm once connected.
         let mut acks: Vec<oneshot::Sender<()>> = Vec::new();
         loop {
@@ -324,14 +323,13 @@ impl Driver {
                 // Unconfirmed waiters go on with their timers.
                 acks.clear();
                 while self.commands.try_recv().is_ok() {}
-                tokio::time::sleep(backoff).await;
-                backoff = backoff.saturating_mul(2).min(MAX_BACKOFF);
+                tokio::time::sleep(backoff.pause()).await;
                 if self.commands.is_closed() {
                     return;
                 }
                 continue;
             };
-            backoff = FIRST_BACKOFF;
+            backoff.reset();
             for channel in self.registry.all() {
                 self.send(&mut sink, true, &channel).await;
             }

@@ -19,6 +19,7 @@ const LAYERS: &[&[&str]] = &[
     &["config"],
     &[
         "error",
+        "backoff",
         "deadline",
         "tally",
         "scripts",

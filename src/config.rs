@@ -339,13 +339,13 @@ impl Config {
         self.min_validity.max(self.safety_margin(ttl))
     }
 
-    /// How long a master that may have lost its keys abstains (DESIGN.md section 6).
+    /// How long a master that may have lost its keys abstains (docs/design.md §7).
     pub(crate) fn quarantine_window(&self) -> Duration {
         crate::quarantine::window(self.ttl_max, self.drift_factor, crate::quarantine::MARGIN)
     }
 
     /// The deadline of a lease of `ttl` whose round started at `t0`, as this client's clock
-    /// sees it (DESIGN.md section 2).
+    /// sees it (docs/design.md §3).
     pub(crate) fn lease_deadline(&self, t0: Instant, ttl: Duration) -> Option<Instant> {
         let drift = deadline::drift(ttl, self.drift_factor);
         let dl = deadline::deadline(t0, ttl, drift)?;

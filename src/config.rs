@@ -253,7 +253,7 @@ pub(crate) struct MasterSpec {
 /// The retry policy of [`Redlock::acquire`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RetryPolicy {
-    /// As set; `None` means 10, or unbounded when a wait budget bounds the time.
+    /// As set; `None` puts no bound on the count: the wait budget bounds the time.
     pub(crate) attempts: Option<NonZeroU32>,
     pub(crate) delay: Duration,
     pub(crate) jitter: Duration,

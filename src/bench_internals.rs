@@ -57,5 +57,5 @@ pub fn deadline(
 /// A fresh lock value: 128 random bits from the thread-local CSPRNG as 32 hex digits, the
 /// same function every acquire attempt calls.
 pub fn random_value() -> String {
-    crate::lock::random_value()
+    crate::core::random_value()
 }

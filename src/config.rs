@@ -14,8 +14,8 @@ use tokio::time::Instant;
 
 use crate::deadline;
 use crate::error::human;
-use crate::lock::Redlock;
-use crate::mutants::Mutant;
+#[cfg(feature = "mutants")]
+use crate::mutants::{Mutant, Planted};
 
 /// Default lock time-to-live: 10 s.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
@@ -182,7 +182,8 @@ pub enum ConfigError {
         "drift_factor {0} is out of range: use a value from 0 up to (not including) 1, typically 0.01"
     )]
     DriftFactor(f64),
-    /// The test-only client clock rate is out of range.
+    /// The test-only client clock rate is out of range (feature `mutants`).
+    #[cfg(feature = "mutants")]
     #[error("client_clock_rate {0} is out of range: use a value above 0.1 and at most 10")]
     ClockRate(f64),
     /// The node timeout is zero.
@@ -304,11 +305,9 @@ pub(crate) struct Config {
     /// Every TTL and extension is at most this long; restart quarantine waits this long.
     pub(crate) ttl_max: Duration,
     pub(crate) fencing: bool,
-    /// How fast the client's clock runs against real time (a test seam, feature
-    /// `mutants`; always 1 otherwise).
-    pub(crate) clock_rate: f64,
-    /// A planted bug (feature `mutants`); always `None` otherwise.
-    pub(crate) mutant: Option<Mutant>,
+    /// The test seams: a planted bug and the client clock's rate (feature `mutants`).
+    #[cfg(feature = "mutants")]
+    pub(crate) planted: Planted,
 }
 
 impl Config {
@@ -349,12 +348,13 @@ impl Config {
     pub(crate) fn lease_deadline(&self, t0: Instant, ttl: Duration) -> Option<Instant> {
         let drift = deadline::drift(ttl, self.drift_factor);
         let dl = deadline::deadline(t0, ttl, drift)?;
-        if self.clock_rate == 1.0 {
-            return Some(dl);
+        #[cfg(feature = "mutants")]
+        if self.planted.clock_rate != 1.0 {
+            // A clock running at `rate` reaches the end of the validity after
+            // validity / rate of real time.
+            return t0.checked_add((dl - t0).div_f64(self.planted.clock_rate));
         }
-        // A clock running at `rate` reaches the end of the validity after validity / rate
-        // of real time.
-        t0.checked_add((dl - t0).div_f64(self.clock_rate))
+        Some(dl)
     }
 
     /// Checks a per-call TTL against `ttl_max`.
@@ -536,8 +536,8 @@ pub struct Builder {
     quarantine: bool,
     ttl_max: Option<DurationSetting>,
     fencing: bool,
-    clock_rate: f64,
-    mutant: Option<Mutant>,
+    #[cfg(feature = "mutants")]
+    planted: Planted,
 }
 
 impl fmt::Debug for Builder {
@@ -564,8 +564,8 @@ impl fmt::Debug for Builder {
             quarantine,
             ttl_max,
             fencing,
-            clock_rate,
-            mutant,
+            #[cfg(feature = "mutants")]
+                planted: _,
         } = self;
         let masters: Vec<String> = masters.iter().map(|url| redact(url)).collect();
         f.debug_struct("Builder")
@@ -589,9 +589,7 @@ impl fmt::Debug for Builder {
             .field("quarantine", quarantine)
             .field("ttl_max", ttl_max)
             .field("fencing", fencing)
-            .field("clock_rate", clock_rate)
-            .field("mutant", mutant)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -618,8 +616,8 @@ impl Default for Builder {
             quarantine: true,
             ttl_max: None,
             fencing: false,
-            clock_rate: 1.0,
-            mutant: None,
+            #[cfg(feature = "mutants")]
+            planted: Planted::default(),
         }
     }
 }
@@ -812,7 +810,7 @@ impl Builder {
     /// `mutants` feature; never use it outside such tests.
     #[cfg(feature = "mutants")]
     pub fn client_clock_rate(mut self, rate: f64) -> Self {
-        self.clock_rate = rate;
+        self.planted.clock_rate = rate;
         self
     }
 
@@ -820,22 +818,8 @@ impl Builder {
     /// Defaults to none. Only with the `mutants` feature; never use it outside such tests.
     #[cfg(feature = "mutants")]
     pub fn mutant(mut self, mutant: Mutant) -> Self {
-        self.mutant = Some(mutant);
+        self.planted.mutant = Some(mutant);
         self
-    }
-
-    /// Validates every setting and builds the client. No connection is opened here:
-    /// masters are connected on first use.
-    ///
-    /// # Errors
-    /// A [`ConfigError`] naming the first setting that cannot work and what to change:
-    /// no masters, an unparsable or duplicate master URL, a duration that does not parse,
-    /// a zero TTL or node timeout, a TTL not larger than the drift allowance plus the node
-    /// timeout plus the safety margin, a TTL above `ttl_max`, a duration above its
-    /// documented maximum (see "Limits" above), a drift factor out of range, zero attempts,
-    /// or pauses that overflow.
-    pub fn build(self) -> Result<Redlock, ConfigError> {
-        self.into_config().and_then(Redlock::from_config)
     }
 
     pub(crate) fn into_config(self) -> Result<Config, ConfigError> {
@@ -860,8 +844,8 @@ impl Builder {
             quarantine,
             ttl_max,
             fencing,
-            clock_rate,
-            mutant,
+            #[cfg(feature = "mutants")]
+            planted,
         } = self;
 
         let masters = parse_masters(&masters)?;
@@ -900,8 +884,12 @@ impl Builder {
         if fencing && !quarantine {
             return Err(ConfigError::FencingNeedsQuarantine);
         }
-        if !(clock_rate.is_finite() && clock_rate > 0.1 && clock_rate <= 10.0) {
-            return Err(ConfigError::ClockRate(clock_rate));
+        #[cfg(feature = "mutants")]
+        if !(planted.clock_rate.is_finite()
+            && planted.clock_rate > 0.1
+            && planted.clock_rate <= 10.0)
+        {
+            return Err(ConfigError::ClockRate(planted.clock_rate));
         }
         for (setting, value) in [("extend_interval", extend_interval), ("max_hold", max_hold)] {
             if value.is_some_and(|d| d.is_zero()) {
@@ -979,8 +967,8 @@ impl Builder {
             quarantine,
             ttl_max,
             fencing,
-            clock_rate,
-            mutant,
+            #[cfg(feature = "mutants")]
+            planted,
         })
     }
 }

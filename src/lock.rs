@@ -9,6 +9,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
+use crate::core::{Inner, random_value, release_in_background};
+
 use crate::config::{
     Builder, Config, ConfigError, DurationSetting, IntoDuration, MAX_MAX_HOLD, MAX_RESOURCE_LEN,
     MAX_WAIT_TIMEOUT, at_most, duration,
@@ -18,8 +20,9 @@ use crate::fencing::FencingToken;
 use crate::guard::Guarded;
 use crate::lease::{Lease, LeaseHandle, LeaseParams, Watchdog};
 use crate::master::{FenceRead, Master, Op, RedisMaster};
+#[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
-use crate::quorum::{self, Bounds, Decision};
+use crate::quorum::{self, Decision};
 use crate::wait::{Notifier, Subscription};
 use crate::{deadline, scripts};
 
@@ -47,39 +50,6 @@ use crate::{deadline, scripts};
 #[derive(Clone)]
 pub struct Redlock {
     pub(crate) inner: Arc<Inner>,
-}
-
-/// What every clone of a client and every lease share.
-pub(crate) struct Inner {
-    pub(crate) config: Config,
-    pub(crate) masters: Vec<Arc<dyn Master>>,
-    pub(crate) quorum: usize,
-    pub(crate) notifier: Arc<Notifier>,
-    /// Releases and late replies still running in the background; [`Redlock::shutdown`]
-    /// waits for them.
-    pub(crate) background: TaskTracker,
-}
-
-impl Inner {
-    /// Runs `task` in the background on the current runtime, tracked for
-    /// [`Redlock::shutdown`]; `false` (and nothing runs) without a runtime.
-    pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) -> bool {
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(self.background.track_future(task));
-                true
-            }
-            Err(_) => false,
-        }
-    }
-
-    /// The bounds of a round of this client that must be decided by `until`.
-    pub(crate) fn bounds(&self, until: Option<Instant>) -> Bounds<'_> {
-        Bounds {
-            until,
-            tracker: Some(&self.background),
-        }
-    }
 }
 
 impl fmt::Debug for Redlock {
@@ -203,6 +173,22 @@ struct Failed {
     cut: bool,
 }
 
+impl Builder {
+    /// Validates every setting and builds the client. No connection is opened here:
+    /// masters are connected on first use.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the first setting that cannot work and what to change:
+    /// no masters, an unparsable or duplicate master URL, a duration that does not parse,
+    /// a zero TTL or node timeout, a TTL not larger than the drift allowance plus the node
+    /// timeout plus the safety margin, a TTL above `ttl_max`, a duration above its
+    /// documented maximum (see "Limits" above), a drift factor out of range, zero attempts,
+    /// or pauses that overflow.
+    pub fn build(self) -> Result<Redlock, ConfigError> {
+        self.into_config().and_then(Redlock::from_config)
+    }
+}
+
 impl Redlock {
     /// A builder with every default; see [`Builder`].
     pub fn builder() -> Builder {
@@ -211,9 +197,11 @@ impl Redlock {
 
     pub(crate) fn from_config(config: Config) -> Result<Self, ConfigError> {
         let mut masters: Vec<Arc<dyn Master>> = Vec::with_capacity(config.masters.len());
-        let node_timeout = match config.mutant {
-            Some(Mutant::NoNodeTimeout) => Duration::from_secs(3600),
-            _ => config.node_timeout,
+        let node_timeout = config.node_timeout;
+        #[cfg(feature = "mutants")]
+        let node_timeout = match config.planted.is(Mutant::NoNodeTimeout) {
+            true => Duration::from_secs(3600),
+            false => node_timeout,
         };
         for spec in &config.masters {
             let master = RedisMaster::new(
@@ -260,9 +248,11 @@ impl Redlock {
         } else {
             masters
         };
-        let quorum = match config.mutant {
-            Some(Mutant::HalfQuorum) => (masters.len() / 2).max(1),
-            _ => quorum::quorum(masters.len()),
+        let quorum = quorum::quorum(masters.len());
+        #[cfg(feature = "mutants")]
+        let quorum = match config.planted.is(Mutant::HalfQuorum) {
+            true => (masters.len() / 2).max(1),
+            false => quorum,
         };
         Self {
             inner: Arc::new(Inner {
@@ -395,8 +385,14 @@ impl Redlock {
         let config = &self.inner.config;
         let key: Arc<str> = format!("{}{resource}", config.key_prefix).into();
         let resource: Arc<str> = resource.into();
-        let reused: Option<Arc<str>> =
-            (config.mutant == Some(Mutant::ReuseValue)).then(|| random_value().into());
+        let reused: Option<Arc<str>> = None;
+        #[cfg(feature = "mutants")]
+        let reused = reused.or_else(|| {
+            config
+                .planted
+                .is(Mutant::ReuseValue)
+                .then(|| random_value().into())
+        });
         let mut waiting: Option<Subscription> = None;
         // Failed attempts in a row that a release notice had woken: every waiter of the
         // lock wakes on the same notice, and on several masters they split the votes.
@@ -677,10 +673,14 @@ impl Redlock {
             outcomes: None,
             armed: true,
         };
-        let fence = match (plan.fencing, config.mutant) {
-            (false, _) => FenceRead::Skip,
-            (true, Some(Mutant::OneRoundToken)) => FenceRead::IncrementWhenGranted,
-            (true, _) => FenceRead::Read,
+        let fence = match plan.fencing {
+            false => FenceRead::Skip,
+            true => FenceRead::Read,
+        };
+        #[cfg(feature = "mutants")]
+        let fence = match (fence, config.planted.is(Mutant::OneRoundToken)) {
+            (FenceRead::Read, true) => FenceRead::IncrementWhenGranted,
+            (fence, _) => fence,
         };
         let op = if config.quarantine || plan.fencing {
             Op::AcquireChecked {
@@ -704,9 +704,11 @@ impl Redlock {
 
         if round.decision == Decision::Reached {
             let now = Instant::now();
-            let t0 = match config.mutant {
-                Some(Mutant::IgnoreElapsed) => now,
-                _ => round.t0,
+            let t0 = round.t0;
+            #[cfg(feature = "mutants")]
+            let t0 = match config.planted.is(Mutant::IgnoreElapsed) {
+                true => now,
+                false => t0,
             };
             let least = config.least_validity(ttl);
             let valid = config
@@ -730,6 +732,7 @@ impl Redlock {
             };
             let token = match fence {
                 FenceRead::Skip => None,
+                #[cfg(feature = "mutants")]
                 FenceRead::IncrementWhenGranted => Some(round.fence_counters().max().unwrap_or(0)),
                 FenceRead::Read => {
                     let first = round.fence_counters().max().unwrap_or(0).saturating_add(1);
@@ -821,7 +824,6 @@ impl Redlock {
         const MAX_ROUNDS: usize = 16;
         let inner = &self.inner;
         let n = inner.masters.len();
-        let strict = inner.config.mutant != Some(Mutant::WritebackNoGuard);
         let mut last = Vec::new();
         for _ in 0..MAX_ROUNDS {
             if deadline::validity_left(deadline, Instant::now(), least).is_none() {
@@ -831,7 +833,8 @@ impl Redlock {
                 key: Arc::clone(key),
                 value: Arc::clone(value),
                 token,
-                strict,
+                #[cfg(feature = "mutants")]
+                strict: !inner.config.planted.is(Mutant::WritebackNoGuard),
             });
             let bounds = inner.bounds(Some(deadline.min(give_up_at)));
             let round = quorum::run(&inner.masters, op, inner.quorum, resource, bounds).await;
@@ -1024,11 +1027,6 @@ fn kind_word(kind: ErrorKind) -> &'static str {
     }
 }
 
-/// A fresh 128-bit value from the thread-local CSPRNG, as 32 hex digits.
-pub(crate) fn random_value() -> String {
-    format!("{:032x}", rand::random::<u128>())
-}
-
 /// Releases an attempt's value in the background unless the attempt became a lease:
 /// on failure, and when the acquire future is dropped mid-round.
 struct AttemptGuard {
@@ -1065,29 +1063,6 @@ impl Drop for AttemptGuard {
         };
         release_in_background(&self.inner, targets, &self.key, &self.value);
     }
-}
-
-/// Sends the release script to `targets` from a background task tracked for
-/// [`Redlock::shutdown`], if a runtime exists; otherwise the keys expire with their TTL.
-pub(crate) fn release_in_background(
-    inner: &Arc<Inner>,
-    targets: Vec<Arc<dyn Master>>,
-    key: &Arc<str>,
-    value: &Arc<str>,
-) {
-    if targets.is_empty() {
-        return;
-    }
-    let op = Arc::new(Op::release(&inner.config, key, value));
-    let need = targets.len();
-    let resource = key
-        .strip_prefix(inner.config.key_prefix.as_str())
-        .unwrap_or(key)
-        .to_owned();
-    inner.spawn(async move {
-        // Wait for every target (each bounded by the node timeout) so failures are traced.
-        let _ = quorum::run(&targets, op, need, &resource, Bounds::default()).await;
-    });
 }
 
 #[cfg(test)]

@@ -12,9 +12,24 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redquorum::{AcquireOptions, ErrorKind, Mutant, Redlock};
+#[cfg(feature = "mutants")]
+use redquorum::Mutant;
+use redquorum::{AcquireOptions, Builder, ErrorKind, Redlock};
 use support::*;
 use tokio::time::Instant;
+
+/// Without the `mutants` feature no bug can be planted.
+#[cfg(not(feature = "mutants"))]
+type Mutant = std::convert::Infallible;
+
+/// `builder` with `mutant` planted, if any.
+fn planted(builder: Builder, mutant: Option<Mutant>) -> Builder {
+    match mutant {
+        #[cfg(feature = "mutants")]
+        Some(m) => builder.mutant(m),
+        _ => builder,
+    }
+}
 
 /// Suspends every client of `server` for `duration` (`CLIENT PAUSE`): requests queue up
 /// and run afterwards, and no key expires meanwhile. Returns at once.
@@ -28,11 +43,9 @@ async fn stall(server: &Server, duration: Duration) {
 /// the violation if the first lease still promised time then.
 async fn shortened_extension(mutant: Option<Mutant>, cancel: bool) -> Result<(), String> {
     let cluster = Cluster::start(3).await.unwrap();
-    let mut builder = client(&cluster).node_timeout("100ms");
-    if let Some(m) = mutant {
-        builder = builder.mutant(m);
-    }
-    let holder = builder.build().unwrap();
+    let holder = planted(client(&cluster).node_timeout("100ms"), mutant)
+        .build()
+        .unwrap();
     let other = client(&cluster).build().unwrap();
     let key = unique_key("shorten");
     let lease = holder.acquire(&key).await.unwrap();
@@ -100,6 +113,7 @@ async fn a_failed_shortening_extension_never_leaves_the_lease_promising_more() {
     shortened_extension(None, false).await.unwrap();
 }
 
+#[cfg(feature = "mutants")]
 #[tokio::test]
 async fn the_shrink_keeps_deadline_mutant_is_caught() {
     let caught = shortened_extension(Some(Mutant::ShrinkKeepsDeadline), true).await;
@@ -113,11 +127,8 @@ async fn cancelled_release(mutant: Option<Mutant>) -> Result<(), String> {
     let cluster = Cluster::start(3).await.unwrap();
     // A node timeout far above the stall, so that the extension in flight succeeds even on
     // a loaded machine (a failed one would stop the watchdog by itself).
-    let mut builder = client(&cluster).node_timeout("400ms").ttl("1200ms");
-    if let Some(m) = mutant {
-        builder = builder.mutant(m);
-    }
-    let holder = builder.build().unwrap();
+    let builder = client(&cluster).node_timeout("400ms").ttl("1200ms");
+    let holder = planted(builder, mutant).build().unwrap();
     let other = client(&cluster).ttl("1200ms").build().unwrap();
     let key = unique_key("cancelled_release");
     let lease = holder
@@ -165,6 +176,7 @@ async fn a_release_cancelled_behind_an_extension_still_releases() {
     cancelled_release(None).await.unwrap();
 }
 
+#[cfg(feature = "mutants")]
 #[tokio::test]
 async fn the_release_marks_done_first_mutant_is_caught() {
     let caught = cancelled_release(Some(Mutant::ReleaseMarksDoneFirst)).await;

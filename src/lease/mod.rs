@@ -17,11 +17,12 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::core::Inner;
 use crate::deadline;
 use crate::error::{Error, ErrorKind, MasterOutcome, MasterReport, human};
 use crate::fencing::FencingToken;
-use crate::lock::Inner;
 use crate::master::Op;
+#[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
 use crate::quorum::{self, Decision};
 
@@ -142,7 +143,11 @@ impl LeaseShared {
         // leaves: if the round fails or this future is dropped, those masters still expire
         // early, and the lease must not promise more than they hold.
         let t0 = Instant::now();
-        if inner.config.mutant != Some(Mutant::ShrinkKeepsDeadline) {
+        #[cfg(feature = "mutants")]
+        let shrink = !inner.config.planted.is(Mutant::ShrinkKeepsDeadline);
+        #[cfg(not(feature = "mutants"))]
+        let shrink = true;
+        if shrink {
             let bound = inner.config.lease_deadline(t0, ttl).unwrap_or(t0);
             self.state.send_if_modified(|s| {
                 let shrink = bound < s.deadline;
@@ -639,21 +644,28 @@ impl Lease {
             .checked_duration_since(shared.state().deadline)
             .filter(|d| !d.is_zero());
         let inner = &shared.inner;
-        let released = if inner.config.mutant == Some(Mutant::ReleaseMarksDoneFirst) {
-            // The planted bug: nothing is marked until the mutex is ours, and the round runs
-            // in the caller's future, so dropping it may send nothing at all.
-            shared.release().await
-        } else {
-            match shared.release_in_background() {
+        // The planted bug (feature `mutants`): nothing is marked until the mutex is ours,
+        // and the round runs in the caller's future, so dropping it may send nothing.
+        #[cfg(feature = "mutants")]
+        let inline = match inner.config.planted.is(Mutant::ReleaseMarksDoneFirst) {
+            true => Some(shared.release().await),
+            false => None,
+        };
+        #[cfg(not(feature = "mutants"))]
+        let inline = None;
+        let released = match inline {
+            Some(released) => released,
+            None => match shared.release_in_background() {
                 Some(round) => round.await.ok().flatten(),
                 None => {
                     return Err(
-                        Error::new(ErrorKind::NoQuorum, &*shared.resource).with_detail(
-                            "no tokio runtime to release in: the lock expires with its TTL",
+                        Error::new(ErrorKind::NoRuntime, &*shared.resource).with_detail(
+                            "release must be called inside a tokio runtime; the lock expires \
+                             with its TTL",
                         ),
                     );
                 }
-            }
+            },
         };
         let Some(round) = released else {
             return Ok(ReleaseReport {

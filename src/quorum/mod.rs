@@ -105,7 +105,7 @@ fn vote(op: &Op, reply: &Result<Reply, MasterError>) -> Vote {
     match (op, reply) {
         (_, Err(_)) => Vote::Failed,
         // Release succeeds wherever the key is no longer ours, whoever's it is now.
-        (Op::Release { .. } | Op::ReleaseUnchecked { .. }, Ok(_)) => Vote::Granted,
+        (op, Ok(_)) if op.is_release() => Vote::Granted,
         (
             _,
             Ok(

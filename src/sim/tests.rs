@@ -629,7 +629,8 @@ mod mutants {
                 "no test named {test} in this module"
             );
         }
-        assert_eq!(hunted.len(), Mutant::ALL.len() - 1, "{hunted:?}");
+        // ReuseValue and the two cancellation defects are hunted elsewhere (see `hunt`).
+        assert_eq!(hunted.len(), Mutant::ALL.len() - 3, "{hunted:?}");
     }
 
     /// Tokens as the largest `INCR` over the granting quorum, in one round: a high counter

@@ -72,7 +72,8 @@ const HUNTS: &[Hunt] = &[
         required: true,
         why: "",
     },
-    // A stopped majority holds acquire calls far past their wait budget.
+    // A stopped majority holds the mutant's acquire calls until the resume or their wait
+    // budget, far past what their few attempts, each cut at a node timeout, may take.
     Hunt {
         mutant: Mutant::NoNodeTimeout,
         with: "",

@@ -748,12 +748,18 @@ impl Redlock {
                         .await
                     {
                         Ok(token) => Some(token),
-                        Err(error) => {
+                        Err((error, cut)) => {
                             guard.outcomes = Some(round.outcomes);
+                            // Cut by the wait budget: what the acquire round said is the
+                            // more useful report.
+                            let error = match cut {
+                                true => error.with_masters(reports),
+                                false => error,
+                            };
                             return Err(Failed {
                                 error,
                                 holder_free_at: None,
-                                cut: false,
+                                cut,
                             });
                         }
                     }
@@ -817,10 +823,11 @@ impl Redlock {
         mut token: u64,
         (deadline, least): (Instant, Duration),
         give_up_at: Instant,
-    ) -> Result<u64, Error> {
+    ) -> Result<u64, (Error, bool)> {
         // Each conflict raises the token past a counter that exists, and each failure
-        // without one is retried; the bound only guards against a master answering
-        // nonsense. The lease's validity bounds the time.
+        // without one is retried after a pause; the bound only guards against a master
+        // answering nonsense. The lease's validity bounds the time. The error comes with
+        // whether the wait budget cut a round.
         const MAX_ROUNDS: usize = 16;
         let inner = &self.inner;
         let n = inner.masters.len();
@@ -837,7 +844,13 @@ impl Redlock {
                 strict: !inner.config.planted.is(Mutant::WritebackNoGuard),
             });
             let bounds = inner.bounds(Some(deadline.min(give_up_at)));
+            let started = Instant::now();
             let round = quorum::run(&inner.masters, op, inner.quorum, resource, bounds).await;
+            if round.cut && Instant::now() >= give_up_at {
+                let error = Error::new(ErrorKind::FencingFailed, &**resource)
+                    .with_detail("the wait budget ran out during the fencing write-back");
+                return Err((error, true));
+            }
             // Keep what each master last said: a master cut off by the deadline in this
             // round may have said why it does not count in an earlier one.
             let reports = round.reports(&inner.masters);
@@ -866,33 +879,48 @@ impl Redlock {
             let count =
                 |f: fn(&MasterOutcome) -> bool| round.outcomes.iter().filter(|o| f(o)).count();
             if count(|o| matches!(o, MasterOutcome::HeldByOther)) > n - inner.quorum {
-                return Err(Error::new(ErrorKind::FencingFailed, &**resource)
-                    .with_detail("no quorum of masters still held this acquisition")
-                    .with_masters(last));
+                return Err((
+                    Error::new(ErrorKind::FencingFailed, &**resource)
+                        .with_detail("no quorum of masters still held this acquisition")
+                        .with_masters(last),
+                    false,
+                ));
             }
             let unfit = count(
                 |o| matches!(o, MasterOutcome::Failed(e) if e.kind() == MasterErrorKind::Misconfigured),
             );
             if unfit > n - inner.quorum {
-                return Err(Error::new(ErrorKind::Misconfigured, &**resource)
-                    .with_detail(
-                        "fencing tokens need durable masters (appendonly yes, appendfsync \
-                         always) that never lost data, and too few are: make the masters \
-                         durable, or acquire without fencing",
-                    )
-                    .with_masters(last));
+                return Err((
+                    Error::new(ErrorKind::Misconfigured, &**resource)
+                        .with_detail(
+                            "fencing tokens need durable masters (appendonly yes, appendfsync \
+                             always) that never lost data, and too few are: make the masters \
+                             durable, or acquire without fencing",
+                        )
+                        .with_masters(last),
+                    false,
+                ));
             }
-            // Timeouts or abstentions, with no conflict: try the same token again while
-            // the lease is valid.
+            // Timeouts or abstentions, with no conflict: try the same token again after a
+            // pause of one round (at least a millisecond), while the lease is valid.
+            let pause = started.elapsed().max(Duration::from_millis(1));
+            let latest = deadline
+                .checked_sub(least)
+                .unwrap_or(deadline)
+                .min(give_up_at);
+            tokio::time::sleep_until((Instant::now() + pause).min(latest)).await;
         }
         let detail = if deadline::validity_left(deadline, Instant::now(), least).is_some() {
             format!("no quorum of masters confirmed a token in {MAX_ROUNDS} write-back rounds")
         } else {
             "the lease's validity ran out before a quorum confirmed a token".to_owned()
         };
-        Err(Error::new(ErrorKind::FencingFailed, &**resource)
-            .with_detail(detail)
-            .with_masters(last))
+        Err((
+            Error::new(ErrorKind::FencingFailed, &**resource)
+                .with_detail(detail)
+                .with_masters(last),
+            false,
+        ))
     }
 }
 
@@ -1023,6 +1051,7 @@ fn kind_word(kind: ErrorKind) -> &'static str {
         ErrorKind::NoQuorum => "no quorum reachable",
         ErrorKind::ValidityExhausted => "validity used up",
         ErrorKind::NotEnoughVoters => "too few masters vote yet",
+        ErrorKind::FencingFailed => "no fencing token confirmed",
         _ => "failed",
     }
 }

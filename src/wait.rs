@@ -216,22 +216,35 @@ impl Notifier {
                         .map(|()| done)
                 })
                 .collect();
-            let confirmed = async {
-                let mut confirmed = 0;
-                while let Some(ack) = acks.next().await {
-                    confirmed += usize::from(ack.is_ok());
-                    if confirmed >= self.quorum {
-                        break;
+            // The confirmations are collected by a task of their own, which marks the channel
+            // ready however they end: a first waiter that gives up (or is dropped) meanwhile
+            // must not leave later waiters of the channel waiting out the whole timeout.
+            let (registry, quorum, limit) = (
+                Arc::clone(&self.registry),
+                self.quorum,
+                self.confirm_timeout,
+            );
+            let channel = Arc::clone(&channel);
+            let confirm = async move {
+                let confirmed = async {
+                    let mut confirmed = 0;
+                    while let Some(ack) = acks.next().await {
+                        confirmed += usize::from(ack.is_ok());
+                        if confirmed >= quorum {
+                            break;
+                        }
                     }
+                };
+                let _ = tokio::time::timeout(limit, confirmed).await;
+                if let Some(entry) = registry.lock().get(&channel) {
+                    entry.ready.send_replace(true);
                 }
             };
-            let _ = tokio::time::timeout(self.confirm_timeout, confirmed).await;
-            if let Some(entry) = self.registry.lock().get(&channel) {
-                entry.ready.send_replace(true);
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(confirm);
             }
-        } else {
-            let _ = tokio::time::timeout(self.confirm_timeout, ready.wait_for(|r| *r)).await;
         }
+        let _ = tokio::time::timeout(self.confirm_timeout, ready.wait_for(|r| *r)).await;
         subscription
     }
 

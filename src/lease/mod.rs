@@ -103,7 +103,7 @@ impl LeaseShared {
     }
 
     /// One extension round; see [`LeaseHandle::extend_with`].
-    pub(crate) async fn extend(&self, ttl: Duration) -> Result<ExtendReport, Error> {
+    pub(crate) async fn extend(self: &Arc<Self>, ttl: Duration) -> Result<ExtendReport, Error> {
         let inner = &self.inner;
         let resource = &*self.resource;
         if tokio::runtime::Handle::try_current().is_err() {
@@ -119,7 +119,30 @@ impl LeaseShared {
             .map_err(|e| {
                 Error::new(ErrorKind::InvalidOptions, resource).with_detail(e.to_string())
             })?;
+        // The round runs in a task of its own, which holds the lease's extend/release lock
+        // until the round is decided: a caller that stops polling (or drops) this future
+        // can never keep a release waiting behind it.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let shared = Arc::clone(self);
+        let spawned = inner.spawn(async move {
+            let _ = tx.send(shared.extend_round(ttl).await);
+        });
+        if !spawned {
+            return Err(Error::new(ErrorKind::NoRuntime, resource)
+                .with_detail("extend must be called inside a tokio runtime"));
+        }
+        match rx.await {
+            Ok(outcome) => outcome,
+            // The runtime shut down under the round.
+            Err(_) => Err(Error::new(ErrorKind::LeaseLost, resource)
+                .with_detail("the runtime stopped before the extension was decided")),
+        }
+    }
 
+    /// The extension round itself, under the extend/release lock.
+    async fn extend_round(&self, ttl: Duration) -> Result<ExtendReport, Error> {
+        let inner = &self.inner;
+        let resource = &*self.resource;
         let released = self.ops.lock().await;
         if *released {
             return Err(self.lost_error(LostReason::Released));
@@ -403,10 +426,10 @@ impl LeaseHandle {
     /// whatever the round's outcome, because the masters that apply it expire early.
     ///
     /// # Cancel safety
-    /// Dropping the future never leaves the lease promising more than the masters hold:
-    /// a shortening took effect before the first request was sent, and a lengthening only
-    /// takes effect once a quorum confirmed it. Masters that already applied a longer TTL
-    /// keep it, which only delays other clients.
+    /// The round runs in a background task: dropping the future only stops waiting for
+    /// its report, and the extension still takes effect as decided. It never leaves the
+    /// lease promising more than the masters hold: a shortening takes effect before the
+    /// first request is sent, and a lengthening only once a quorum confirmed it.
     pub async fn extend_with(&self, ttl: Duration) -> Result<ExtendReport, Error> {
         self.shared.extend(ttl).await
     }

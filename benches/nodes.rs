@@ -26,9 +26,9 @@
 //! latency with one master paused (`SIGSTOP`) and with one killed, in cycles with the
 //! healthy cluster. Baseline, limit and library run in interleaved blocks, so all of them see
 //! the same machine load. Every figure is printed absolute and as a ratio to its baseline;
-//! the table, a CSV, a JSON file, an SVG plot and the README's markdown tables
-//! (`tables.md`, which `scripts/bench-readme.sh` splices into the README) land in
-//! `target/redquorum-bench/`.
+//! the table, a CSV, a JSON file, an SVG plot and the markdown tables (`tables.md`, which
+//! `scripts/bench-readme.sh` splices into `docs/benchmarks.md`, and its latency table into
+//! the README) land in `target/redquorum-bench/`.
 //!
 //! Every loop is bounded both by a count and by a time budget. No timing is asserted.
 

@@ -254,7 +254,7 @@ pub(crate) struct MasterSpec {
 /// The retry policy of [`Redlock::acquire`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RetryPolicy {
-    /// As set; `None` means 10, or unbounded when a wait budget bounds the time.
+    /// As set; `None` puts no bound on the count: the wait budget bounds the time.
     pub(crate) attempts: Option<NonZeroU32>,
     pub(crate) delay: Duration,
     pub(crate) jitter: Duration,
@@ -337,13 +337,13 @@ impl Config {
         self.min_validity.max(self.safety_margin(ttl))
     }
 
-    /// How long a master that may have lost its keys abstains (DESIGN.md section 6).
+    /// How long a master that may have lost its keys abstains (docs/design.md §7).
     pub(crate) fn quarantine_window(&self) -> Duration {
         crate::quarantine::window(self.ttl_max, self.drift_factor, crate::quarantine::MARGIN)
     }
 
     /// The deadline of a lease of `ttl` whose round started at `t0`, as this client's clock
-    /// sees it (DESIGN.md section 2).
+    /// sees it (docs/design.md §3).
     pub(crate) fn lease_deadline(&self, t0: Instant, ttl: Duration) -> Option<Instant> {
         let drift = deadline::drift(ttl, self.drift_factor);
         let dl = deadline::deadline(t0, ttl, drift)?;
@@ -465,7 +465,8 @@ pub(crate) fn at_most(
 /// A duration as given to a setter: parsed, or the input and the parser's complaint.
 pub(crate) type DurationSetting = Result<Duration, (String, String)>;
 
-/// Builds a [`Redlock`] client; get one from [`Redlock::builder`].
+/// Builds a [`Redlock`](crate::Redlock) client; get one from
+/// [`Redlock::builder`](crate::Redlock::builder).
 ///
 /// Setters consume and return the builder. Nothing is checked or connected until
 /// [`build`](Builder::build), which validates every setting at once.
@@ -622,7 +623,7 @@ impl Default for Builder {
 }
 
 impl Builder {
-    /// A builder with every default; same as [`Redlock::builder`].
+    /// A builder with every default; same as [`Redlock::builder`](crate::Redlock::builder).
     pub fn new() -> Self {
         Self::default()
     }
@@ -684,11 +685,11 @@ impl Builder {
         self
     }
 
-    /// How many acquire attempts [`Redlock::acquire`] makes at most, not counting those
-    /// woken by an event: the holder's release notice or expiry, or masters leaving restart
-    /// quarantine (those come from the masters, not from impatience, and the wait budget
-    /// bounds them). `1` makes a single attempt. Defaults to no bound on the count: the
-    /// wait budget ([`wait_timeout`](Builder::wait_timeout)) bounds the time.
+    /// How many acquire attempts [`Redlock::acquire`](crate::Redlock::acquire) makes at most,
+    /// not counting those woken by an event: the holder's release notice or expiry, or masters
+    /// leaving restart quarantine (those come from the masters, not from impatience, and the
+    /// wait budget bounds them). `1` makes a single attempt. Defaults to no bound on the count:
+    /// the wait budget ([`wait_timeout`](Builder::wait_timeout)) bounds the time.
     pub fn retry_attempts(mut self, attempts: u32) -> Self {
         self.retry_attempts = Some(attempts);
         self
@@ -714,10 +715,10 @@ impl Builder {
         self
     }
 
-    /// The most time [`Redlock::acquire`] spends trying, over all attempts, every wait
-    /// and every round included. Defaults to twice `ttl_max` (20 s with the defaults):
-    /// long enough for any holder's lock to expire and for new masters to leave restart
-    /// quarantine. At most [`MAX_WAIT_TIMEOUT`] (24 h).
+    /// The most time [`Redlock::acquire`](crate::Redlock::acquire) spends trying, over all
+    /// attempts, every wait and every round included. Defaults to twice `ttl_max` (20 s with
+    /// the defaults): long enough for any holder's lock to expire and for new masters to leave
+    /// restart quarantine. At most [`MAX_WAIT_TIMEOUT`] (24 h).
     pub fn wait_timeout(mut self, wait: impl IntoDuration) -> Self {
         self.wait_timeout = Some(wait.into_duration());
         self
@@ -746,7 +747,8 @@ impl Builder {
     }
 
     /// Whether every lease gets a watchdog that extends it while it is held (see
-    /// [`Lease`](crate::Lease)). Defaults to off; [`Redlock::with_lock`] always uses one.
+    /// [`Lease`](crate::Lease)). Defaults to off;
+    /// [`Redlock::with_lock`](crate::Redlock::with_lock) always uses one.
     pub fn watchdog(mut self, on: bool) -> Self {
         self.watchdog = on;
         self

@@ -4,7 +4,7 @@
 //!
 //! It owns no locking logic: rounds are run by `quorum`, leases by `lease`, the acquire
 //! loop by `lock`. It may use the layers below it (settings, masters, the round, notices)
-//! and must not use `lease` or any facade (docs/design.md, the layer order).
+//! and must not use `lease` or any facade (docs/design.md §10, the layer order).
 
 use std::future::Future;
 use std::sync::Arc;

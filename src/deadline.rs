@@ -1,4 +1,4 @@
-//! Validity and drift arithmetic (DESIGN.md section 2). Pure: no I/O, no clock reads.
+//! Validity and drift arithmetic (docs/design.md §3). Pure: no I/O, no clock reads.
 //!
 //! A lease is valid until `t0 + ttl - drift`, where `t0` was read before the first request
 //! of the round was sent and `drift = ttl * drift_factor + 2 ms`. Every master received its

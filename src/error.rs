@@ -1,4 +1,4 @@
-//! Errors and per-master outcomes.
+//! Errors and per-master outcomes (docs/design.md §9).
 //!
 //! Every multi-master operation reports what each master did ([`MasterReport`]), so a
 //! failed acquire says *why*: held by another client, masters unreachable, or validity used

@@ -1,4 +1,5 @@
-//! Restart quarantine and fence-counter trust, applied to any master (real or simulated).
+//! Restart quarantine and fence-counter trust, applied to any master (real or simulated);
+//! docs/design.md §7 and §8.
 //!
 //! [`Guarded`] wraps a [`Master`]: it learns each (re)connection's vitals and every epoch a
 //! reply reads, keeps the master's [`Quarantine`], and turns the answers of a master that

@@ -1,4 +1,5 @@
-//! The client handle: acquire a lock on a quorum of masters.
+//! The client handle: acquire a lock on a quorum of masters (docs/design.md §3), wait
+//! for it (§6), and take a fencing token (§8).
 
 use std::fmt;
 use std::future::Future;

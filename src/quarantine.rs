@@ -1,4 +1,4 @@
-//! Restart quarantine (DESIGN.md section 6). Pure: no I/O; times are passed in.
+//! Restart quarantine (docs/design.md §7). Pure: no I/O; times are passed in.
 //!
 //! A master that lost its keys — restarted without persistence, restored from a stale
 //! snapshot, flushed — could hand a held lock to a second client. So a master counts toward

@@ -1,4 +1,4 @@
-//! The crate's layers point one way (docs/design.md, the layer order): a module may use
+//! The crate's layers point one way (docs/design.md §10): a module may use
 //! only the modules below it. This test reads the sources and fails when a module names
 //! one above it, when two modules name each other in a circle, or when the product names
 //! the test-only modules.

@@ -329,7 +329,7 @@ fn p50_p99(row: Option<&Row>) -> String {
     }
 }
 
-/// The markdown tables of a run, exactly as the README shows them between its
+/// The markdown tables of a run, exactly as `docs/benchmarks.md` shows them between its
 /// `bench-tables` markers (`scripts/bench-readme.sh` puts them there): the machine and
 /// the run, then one table per scenario, the goals, and the ratios that explain them.
 pub(crate) fn markdown(
@@ -557,7 +557,7 @@ pub(crate) fn markdown(
 }
 
 /// The scenarios of `results` whose table [`markdown`] left out of `tables`: a run must
-/// not refresh the README without them.
+/// not refresh the docs without them.
 pub(crate) fn missing_tables(results: &Results, tables: &str) -> Vec<&'static str> {
     // Baselines appear in the tables of the scenarios they belong to.
     let heading = |scenario| match scenario {

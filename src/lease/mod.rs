@@ -1,5 +1,6 @@
 //! The lease: proof of holding a lock until its deadline, the signal that it is lost, and
-//! the watchdog that extends it. The rules are documented on [`Lease`] for users.
+//! the watchdog that extends it (docs/design.md §4, §5). The rules are documented on
+//! [`Lease`] for users.
 
 mod watchdog;
 

@@ -1,4 +1,4 @@
-//! The quorum round (DESIGN.md section 2): one operation sent to every master at once,
+//! The quorum round (docs/design.md §2): one operation sent to every master at once,
 //! replies tallied as they arrive, and a decision as soon as the outcome is certain.
 //!
 //! ```text

@@ -76,7 +76,7 @@ impl Expect {
 /// The scenario's name and shape.
 #[derive(Debug, Clone)]
 pub struct Setup {
-    /// Its code in CHAOS.md, such as `"S5"`.
+    /// Its row in docs/testing.md §4, such as `"S5"`.
     pub code: &'static str,
     /// A short description for the report.
     pub name: String,
@@ -861,7 +861,7 @@ pub fn client_over(urls: Vec<String>) -> Builder {
         .wait_timeout(Duration::from_secs(2))
 }
 
-/// Which protections of CHAOS.md a scenario's clients use beyond baseline Redlock.
+/// Which protections of docs/testing.md §3 a scenario's clients use beyond baseline Redlock.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Guards {
     /// RSV: restart quarantine, with `ttl_max` the scenario's longest TTL.

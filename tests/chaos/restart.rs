@@ -1,7 +1,7 @@
 //! Deterministic bare-majority scripts (S5–S9, S15), repeated durable restarts (S20) and a
 //! rolling restart under fencing (S21).
 //!
-//! The script of CHAOS.md section 5: the masters outside a bare majority are clogged (their
+//! The script of docs/testing.md §3: the masters outside a bare majority are clogged (their
 //! proxies blackhole), so the holder is granted by exactly masters `0..Q`; then a fault hits
 //! master 0 while the holder is inside its critical section; the clog is healed and a
 //! contender tries to take masters `{0} ∪ Q..N`, which is a quorum. Whether the contender

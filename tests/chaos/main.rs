@@ -8,7 +8,7 @@
 //! `REDQUORUM_CHAOS_SEED` replays a run's schedules. Each scenario prints one report line
 //! and appends it to `target/redquorum-chaos/report.txt`.
 
-// clippy's test allowances cover `#[test]` fns only, not the helpers (STYLE 4.3 rule 14);
+// clippy's test allowances cover `#[test]` fns only, not the helpers;
 // the modules of this one test binary share their helpers as `pub` items.
 #![allow(
     clippy::unwrap_used,

@@ -3,6 +3,9 @@
 //! Every setting has a `DEFAULT_*` constant and is checked once, in [`Builder::build`], so a
 //! bad value (often read from a file or the environment) is reported with a message that
 //! names it and says what to change, before any lock is attempted.
+//!
+//! Owns every setting, its default and its validation. Layer: below the master connection,
+//! the round and every facade (docs/design.md §10); it must not use them.
 
 use std::fmt;
 use std::num::NonZeroU32;

@@ -4,6 +4,8 @@
 //! of the round was sent and `drift = ttl * drift_factor + 2 ms`. Every master received its
 //! `SET` after `t0`, so each master's copy of the key outlives the deadline (up to
 //! clock-rate drift, which the allowance covers).
+//!
+//! Layer: a leaf (docs/design.md §10); it must not use any other module.
 
 use std::time::Duration;
 

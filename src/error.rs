@@ -3,6 +3,8 @@
 //! Every multi-master operation reports what each master did ([`MasterReport`]), so a
 //! failed acquire says *why*: held by another client, masters unreachable, or validity used
 //! up — never one opaque "no quorum".
+//!
+//! Layer: a leaf (docs/design.md §10); it must not use any other module.
 
 use std::error::Error as StdError;
 use std::fmt;

@@ -44,6 +44,9 @@
 //! tell it from a master that never held a counter. Such a master must not rejoin until
 //! its counters are restored (or every counter it may have held is raised past the
 //! others').
+//!
+//! Owns the token type and the storage-side check; the write-back rounds are the facade's
+//! (`lock.rs`). Layer: a leaf (docs/design.md §10).
 
 use std::fmt;
 

@@ -14,6 +14,9 @@
 //! master that fails this test still votes for the lock itself; for fencing it answers
 //! [`MasterErrorKind::Misconfigured`], a permanent failure, so a client whose masters are
 //! not durable learns it at its first fenced acquire instead of after a restart.
+//!
+//! Layer: beside the round (docs/design.md §10); it must not use the round, the core,
+//! leases or the facade.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;

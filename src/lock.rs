@@ -1,5 +1,8 @@
 //! The client handle: acquire a lock on a quorum of masters (docs/design.md §3), wait
 //! for it (§6), and take a fencing token (§8).
+//!
+//! Owns the public facade: the only module that composes rounds, leases and waiting into
+//! public operations. Layer: the top (docs/design.md §10); nothing in the crate uses it.
 
 use std::fmt;
 use std::future::Future;

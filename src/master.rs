@@ -15,6 +15,9 @@
 //! capped exponential backoff. A master that merely does not answer (paused, overloaded)
 //! keeps its connection; each call to it fails after the node timeout, which the quorum
 //! round never waits for once a quorum has answered.
+//!
+//! Layer: below the round and above the settings (docs/design.md §10); it must not use the
+//! round, quarantine's application (`guard.rs`), the core, leases or the facade.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -4,6 +4,8 @@
 //! The chaos suite runs its scenarios against each of these and requires its checkers to
 //! catch every one: a checker that has never caught a bug proves nothing. Never enable a
 //! mutant outside such a test.
+//!
+//! Layer: a leaf (docs/design.md §10).
 
 /// One planted bug, selected per client with `Builder::mutant`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -23,6 +23,8 @@
 //! under it, or a restart (a new `run_id`) of a master that is not durable costs a whole
 //! window from the moment the client saw it. Only what happened before a client first
 //! looked (an old epoch on a young process) is timed by the master's clock.
+//!
+//! Layer: a leaf (docs/design.md §10); it must not use any other module.
 
 use std::sync::Arc;
 use std::time::Duration;

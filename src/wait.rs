@@ -18,6 +18,9 @@
 //! 2. subscribe, and wait until the masters confirmed the subscription;
 //! 3. attempt again at once: a release between 1 and 2 is seen by this attempt;
 //! 4. from now on any release publishes a notice that reaches the subscription.
+//!
+//! Layer: beside the round (docs/design.md §10); it must not use the round, the core,
+//! leases or the facade.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -1,6 +1,9 @@
 //! The lease: proof of holding a lock until its deadline, the signal that it is lost, and
 //! the watchdog that extends it (docs/design.md §4, §5). The rules are documented on
 //! [`Lease`] for users.
+//!
+//! Layer: above the core and the round, below the facade (docs/design.md §10); it must not
+//! use `lock.rs`.
 
 mod watchdog;
 

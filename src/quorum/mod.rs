@@ -13,6 +13,9 @@
 //! answered: a hung master adds no latency. Their requests keep running in a background
 //! task until they answer or time out, so that a later cleanup request on the same
 //! connection is queued behind them and reaches every master that may hold the key.
+//!
+//! Layer: above the master connection (docs/design.md §10); it must not use the core,
+//! leases or the facade.
 
 mod tally;
 

@@ -1,5 +1,7 @@
 //! The Lua scripts, loaded once and run with `EVALSHA` (falling back to loading the script
 //! when a master answers `NOSCRIPT`, as a restarted master does).
+//!
+//! Layer: a leaf (docs/design.md §10); the Lua sources carry no test-only mode.
 
 use std::sync::LazyLock;
 

@@ -249,7 +249,7 @@ pub enum ErrorKind {
     /// the masters' ACLs.
     Auth,
     /// The resource name is empty or longer than
-    /// [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes. Not retryable: name the
+    /// [`MAX_RESOURCE_LEN`](crate::limits::MAX_RESOURCE_LEN) bytes. Not retryable: name the
     /// resource (a long name can be hashed).
     InvalidResource,
     /// Called outside a tokio runtime. Not retryable: call it from inside one, with time

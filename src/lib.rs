@@ -111,13 +111,7 @@ mod sim;
 pub mod testkit;
 mod wait;
 
-pub use config::{
-    Backoff, Builder, ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR,
-    DEFAULT_EXTEND_INTERVAL_FRACTION, DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_DELAY,
-    DEFAULT_RETRY_JITTER, DEFAULT_SAFETY_MARGIN_FRACTION, DEFAULT_TTL, IntoDuration,
-    MAX_CONNECT_TIMEOUT, MAX_MAX_HOLD, MAX_NODE_TIMEOUT, MAX_RESOURCE_LEN, MAX_TTL,
-    MAX_WAIT_TIMEOUT,
-};
+pub use config::{Backoff, Builder, ConfigError, IntoDuration, defaults, limits};
 pub use error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
 pub use fencing::{FencingToken, fenced_set};
 pub use lease::{ExtendReport, Lease, LeaseHandle, Lost, LostReason, ReleaseReport};

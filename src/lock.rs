@@ -105,7 +105,7 @@ impl AcquireOptions {
     /// the drift allowance plus the node timeout plus the safety margin, and must not
     /// exceed the client's `ttl_max`, which **defaults to the client's TTL**: to take
     /// longer locks per call, raise [`Builder::ttl_max`] when building the client.
-    /// At most [`MAX_TTL`](crate::MAX_TTL) in any case.
+    /// At most [`MAX_TTL`](crate::limits::MAX_TTL) in any case.
     pub fn ttl(mut self, ttl: impl IntoDuration) -> Self {
         self.ttl = Some(ttl.into_duration());
         self
@@ -119,7 +119,7 @@ impl AcquireOptions {
 
     /// The most time to spend trying, over all attempts; while it lasts, a waiter is woken
     /// by the holder's release. Defaults to the client's `wait_timeout`. At most
-    /// [`MAX_WAIT_TIMEOUT`](crate::MAX_WAIT_TIMEOUT).
+    /// [`MAX_WAIT_TIMEOUT`](crate::limits::MAX_WAIT_TIMEOUT).
     pub fn wait_timeout(mut self, wait: impl IntoDuration) -> Self {
         self.wait_timeout = Some(wait.into_duration());
         self
@@ -133,7 +133,7 @@ impl AcquireOptions {
     }
 
     /// The most time the watchdog keeps this lease alive. Defaults to the client's
-    /// `max_hold`. At most [`MAX_MAX_HOLD`](crate::MAX_MAX_HOLD).
+    /// `max_hold`. At most [`MAX_MAX_HOLD`](crate::limits::MAX_MAX_HOLD).
     pub fn max_hold(mut self, max_hold: impl IntoDuration) -> Self {
         self.max_hold = Some(max_hold.into_duration());
         self
@@ -307,8 +307,9 @@ impl Redlock {
         self.inner.quorum
     }
 
-    /// The masters' addresses, passwords redacted, in the configured order.
-    pub fn masters(&self) -> Vec<String> {
+    /// The masters' addresses, passwords redacted, in the configured order. (What each
+    /// master *did* is in the reports of a lease, an error or a release: `masters()`.)
+    pub fn master_addresses(&self) -> Vec<String> {
         self.inner
             .masters
             .iter()
@@ -343,7 +344,7 @@ impl Redlock {
     /// lasts that no quorum is possible: [`ErrorKind::Auth`] (a password or ACL refused)
     /// or [`ErrorKind::Misconfigured`] (masters that can evict lock keys never vote).
     /// Before any master is asked: [`ErrorKind::InvalidResource`] for an empty name or one
-    /// longer than [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes, and
+    /// longer than [`MAX_RESOURCE_LEN`](crate::limits::MAX_RESOURCE_LEN) bytes, and
     /// [`ErrorKind::NoRuntime`] when polled outside a tokio runtime.
     ///
     /// # Cancel safety

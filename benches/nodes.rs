@@ -20,6 +20,8 @@
 //! - **uncontended**: acquire and release latency and pairs per second from one client on a
 //!   fresh resource each time;
 //! - **throughput**: many tasks sharing one client, each on its own fresh resources;
+//! - **guarded**: the acquire of restart quarantine and of fencing tokens against the plain
+//!   acquire, on durable masters of their own (fencing needs them);
 //! - **contended**: several clients taking turns on one resource (see [`Waiting`]);
 //!
 //! and once, with N = 5 (or the largest selected N of at least 3), **degraded**: acquire
@@ -55,7 +57,7 @@ use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
-use redquorum::testkit::Cluster;
+use redquorum::testkit::{Cluster, Persistence, ServerOptions};
 use redquorum::{Builder, MasterOutcome, Redlock};
 
 use model::{Machine, Metric, Results, Row, Scenario, Target};
@@ -376,10 +378,10 @@ async fn run(args: Args) -> Outcome<()> {
         }
         if args.runs("guarded") {
             progress.step(&format!(
-                "N={n}: quarantine and fencing against the plain acquire, {} samples each",
+                "N={n}: quarantine and fencing against the plain acquire, durable masters, {} samples each",
                 budget.samples / 2
             ));
-            guarded(&budget, n, &urls, &mut results, &progress).await?;
+            guarded(&budget, n, &mut results, &progress).await?;
         }
         if args.runs("contended") {
             progress.step(&format!(
@@ -844,14 +846,17 @@ async fn uncontended(
 }
 
 /// The acquire of restart quarantine (the checked script) and of fencing (two rounds),
-/// against the plain acquire, in interleaved blocks on the same masters.
+/// against the plain acquire, in interleaved blocks on the same masters: masters of their
+/// own, durable (`appendonly yes`, `appendfsync always`), as fencing tokens require.
 async fn guarded(
     budget: &Budget,
     n: usize,
-    urls: &[String],
     results: &mut Results,
     progress: &Progress,
 ) -> Outcome<()> {
+    let durable = ServerOptions::new().persistence(Persistence::AofAlways);
+    let cluster = Cluster::start_with(n, &durable).await?;
+    let urls = &cluster.urls();
     let ttl = Duration::from_secs(1);
     let plain_client = plain(urls).ttl(ttl).build()?;
     let checked = Redlock::builder().masters(urls).ttl(ttl).build()?;

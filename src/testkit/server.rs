@@ -14,6 +14,7 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use redis::AsyncConnectionConfig;
 use tempfile::TempDir;
 use tokio::time::{Instant, sleep, timeout};
@@ -330,7 +331,7 @@ impl Server {
         match &self.options.password {
             Some(password) => format!(
                 "redis://default:{}@127.0.0.1:{}",
-                percent_encode(password, false),
+                percent_encode(password, COMPONENT),
                 self.port
             ),
             None => format!("redis://127.0.0.1:{}", self.port),
@@ -342,12 +343,12 @@ impl Server {
     /// password is set. Both forms are accepted by `redis::Client::open`.
     pub fn unix_url(&self) -> Option<String> {
         let path = self.socket_path()?;
-        let path = percent_encode(&path.to_string_lossy(), true);
+        let path = percent_encode(&path.to_string_lossy(), PATH);
         Some(match &self.options.password {
             Some(password) => {
                 format!(
                     "redis+unix://{path}?pass={}",
-                    percent_encode(password, false)
+                    percent_encode(password, COMPONENT)
                 )
             }
             None => format!("redis+unix://{path}"),
@@ -890,17 +891,22 @@ fn tail(text: String) -> String {
     format!("[...]{}", &text[start..])
 }
 
-/// Percent-encodes everything but RFC 3986 unreserved characters (and `/` in paths).
-fn percent_encode(text: &str, is_path: bool) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) || (is_path && byte == b'/') {
-            out.push(char::from(byte));
-        } else {
-            let _ = write!(out, "%{byte:02X}");
-        }
-    }
-    out
+/// What a URL component must percent-encode: everything but RFC 3986 unreserved characters.
+/// The one set safe in each component a testkit URL has: userinfo (where `:` and `@`
+/// delimit the password), and the query, which the client decodes as a form (`+` is a
+/// space there).
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+/// What a unix socket path must percent-encode: as [`COMPONENT`], but `/` separates its
+/// segments.
+const PATH: &AsciiSet = &COMPONENT.remove(b'/');
+
+/// `text` percent-encoded with `set`, UTF-8 byte by byte.
+fn percent_encode(text: &str, set: &'static AsciiSet) -> String {
+    utf8_percent_encode(text, set).to_string()
 }
 
 #[cfg(test)]
@@ -909,8 +915,11 @@ mod tests {
 
     #[test]
     fn percent_encodes_passwords_and_paths() {
-        assert_eq!(percent_encode("a b@c:d/é", false), "a%20b%40c%3Ad%2F%C3%A9");
-        assert_eq!(percent_encode("/tmp/x y", true), "/tmp/x%20y");
+        assert_eq!(
+            percent_encode("a b@c:d/é+~", COMPONENT),
+            "a%20b%40c%3Ad%2F%C3%A9%2B~"
+        );
+        assert_eq!(percent_encode("/tmp/x y?#", PATH), "/tmp/x%20y%3F%23");
     }
 
     #[test]

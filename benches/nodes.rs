@@ -426,7 +426,7 @@ async fn run(args: Args) -> Outcome<()> {
         ("nodes.csv", report::csv(&results)),
         (
             "nodes.json",
-            report::json(&machine, &settings, &results, &targets),
+            report::json(&machine, &settings, &results, &targets)?,
         ),
     ];
     for (name, text) in files {

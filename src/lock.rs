@@ -1152,4 +1152,132 @@ mod tests {
         let outcomes = [held.clone(), held.clone(), held, at(1), at(2)];
         assert_eq!(failure_kind(&outcomes, 3), (ErrorKind::Contended, None));
     }
+
+    /// A durable, long-running master that grants every acquire, releases, and answers
+    /// each fencing write-back from a script (the last answer repeats).
+    #[derive(Debug)]
+    struct Scripted {
+        name: Arc<str>,
+        fence: std::sync::Mutex<Vec<Result<crate::master::FenceOutcome, ()>>>,
+    }
+
+    impl Master for Scripted {
+        fn name(&self) -> &Arc<str> {
+            &self.name
+        }
+
+        fn call(
+            &self,
+            op: Arc<Op>,
+        ) -> futures::future::BoxFuture<
+            'static,
+            Result<crate::master::Reply, crate::error::MasterError>,
+        > {
+            use crate::master::{EpochReport, FenceOutcome, Reply};
+            let epoch = EpochReport {
+                record: Some("e:1".to_owned()),
+                now_us: 10_000_000_000,
+            };
+            let reply = match &*op {
+                Op::AcquireChecked { .. } => Ok(Reply::Checked {
+                    granted: true,
+                    epoch,
+                    fence: Some(0),
+                    holder_ttl: None,
+                }),
+                Op::Fence { .. } => {
+                    let mut script = self.fence.lock().unwrap_or_else(|e| e.into_inner());
+                    let next = if script.len() > 1 {
+                        script.remove(0)
+                    } else {
+                        script[0]
+                    };
+                    match next {
+                        Ok(outcome) => Ok(Reply::Fenced {
+                            outcome,
+                            before: (outcome == FenceOutcome::Conflict).then_some(0),
+                            epoch,
+                        }),
+                        Err(()) => Err(crate::error::MasterError::new(
+                            MasterErrorKind::Timeout,
+                            "no answer within the node timeout",
+                        )),
+                    }
+                }
+                _ => Ok(Reply::Granted),
+            };
+            Box::pin(async move { reply })
+        }
+
+        fn vitals(&self) -> Option<(u64, Arc<crate::quarantine::Vitals>)> {
+            Some((
+                1,
+                Arc::new(crate::quarantine::Vitals {
+                    run_id: "r".to_owned(),
+                    uptime: Duration::from_secs(10_000),
+                    durable: true,
+                    epoch: crate::quarantine::Epoch {
+                        id: "e".into(),
+                        created_us: 1,
+                        now_us: 10_000_000_000,
+                    },
+                    misconfigured: None,
+                }),
+            ))
+        }
+    }
+
+    fn fenced_client(scripts: [Vec<Result<crate::master::FenceOutcome, ()>>; 3]) -> Redlock {
+        let config = Builder::new()
+            .masters([
+                "redis://127.0.0.1:1",
+                "redis://127.0.0.1:2",
+                "redis://127.0.0.1:3",
+            ])
+            .fencing(true)
+            .notifications(false)
+            .into_config()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let masters = scripts
+            .into_iter()
+            .enumerate()
+            .map(|(i, fence)| {
+                Arc::new(Scripted {
+                    name: format!("m{i}").into(),
+                    fence: std::sync::Mutex::new(fence),
+                }) as Arc<dyn Master>
+            })
+            .collect();
+        Redlock::with_masters(config, masters, Notifier::disabled())
+    }
+
+    /// A write-back that failed on a timeout, with no conflict and validity left, is tried
+    /// again within the validity instead of failing the acquisition.
+    #[tokio::test(start_paused = true)]
+    async fn a_write_back_that_timed_out_without_conflict_is_retried() {
+        use crate::master::FenceOutcome::{NotOurs, Written};
+        let client = fenced_client([
+            vec![Ok(Written)],
+            vec![Err(()), Ok(Written)],
+            vec![Ok(NotOurs)],
+        ]);
+        let lease = client
+            .try_acquire("r")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(lease.fencing_token().map(|t| t.get()), Some(1));
+    }
+
+    /// Held by others on too many masters, the write-back fails at once: the lock is lost.
+    #[tokio::test(start_paused = true)]
+    async fn a_write_back_no_quorum_still_holds_fails_at_once() {
+        use crate::master::FenceOutcome::{NotOurs, Written};
+        let client = fenced_client([vec![Ok(Written)], vec![Ok(NotOurs)], vec![Ok(NotOurs)]]);
+        let err = match client.try_acquire("r").await {
+            Ok(_) => panic!("granted without a token quorum"),
+            Err(e) => e,
+        };
+        assert_eq!(err.kind(), ErrorKind::FencingFailed, "{err}");
+        assert!(err.to_string().contains("still held"), "{err}");
+    }
 }

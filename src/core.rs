@@ -66,6 +66,14 @@ pub(crate) fn release_in_background(
     if targets.is_empty() {
         return;
     }
+    #[cfg(feature = "mutants")]
+    if inner
+        .config
+        .planted
+        .is(crate::mutants::Mutant::NoBackgroundRelease)
+    {
+        return;
+    }
     let op = Arc::new(Op::release(&inner.config, key, value));
     let need = targets.len();
     let resource = key

@@ -273,9 +273,11 @@ impl Redlock {
     /// returned without, attempts that failed or were cancelled. Call it before the
     /// process exits, so that no lock it held stays on the masters until its TTL.
     ///
-    /// Each background release is bounded by the connect timeout plus the node timeout,
-    /// and so is this call. Returns how many were still running when that bound ran out
-    /// (zero when all finished). The client stays usable afterwards.
+    /// A background release may first wait for an extension of its lease that is in
+    /// flight (one round), then runs its own round; each round is bounded by the connect
+    /// timeout plus the node timeout, so this call waits at most twice that. Returns how
+    /// many were still running when that bound ran out (zero when all finished). The
+    /// client stays usable afterwards.
     ///
     /// ```no_run
     /// # async fn run(client: redquorum::Redlock) {
@@ -294,7 +296,11 @@ impl Redlock {
             return background.len();
         }
         let config = &self.inner.config;
-        let bound = config.connect_timeout.saturating_add(config.node_timeout);
+        // An extension in flight (one round), then the release round itself.
+        let bound = config
+            .connect_timeout
+            .saturating_add(config.node_timeout)
+            .saturating_mul(2);
         background.close();
         let _ = tokio::time::timeout(bound, background.wait()).await;
         let unfinished = background.len();

@@ -37,11 +37,14 @@ pub enum Mutant {
     /// caller's future: cancelled while an extension holds the lease, it sends nothing and
     /// the watchdog goes on extending.
     ReleaseMarksDoneFirst,
+    /// Releases meant to run in the background send nothing: dropped leases, failed or
+    /// cancelled attempts, and `release()` itself leave their keys to expire.
+    NoBackgroundRelease,
 }
 
 impl Mutant {
     /// Every mutant, for suites that must run them all.
-    pub const ALL: [Mutant; 9] = [
+    pub const ALL: [Mutant; 10] = [
         Mutant::HalfQuorum,
         Mutant::IgnoreElapsed,
         Mutant::PlainDelRelease,
@@ -51,6 +54,7 @@ impl Mutant {
         Mutant::WritebackNoGuard,
         Mutant::ShrinkKeepsDeadline,
         Mutant::ReleaseMarksDoneFirst,
+        Mutant::NoBackgroundRelease,
     ];
 }
 

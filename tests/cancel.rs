@@ -29,7 +29,9 @@ const DELAY: Duration = Duration::from_millis(8);
 const PACE: Duration = Duration::from_millis(3);
 /// The most polls tried for one call: far more than any call here needs to complete.
 const MAX_POLLS: usize = 400;
-const TTL: Duration = Duration::from_secs(2);
+/// Far longer than every wait of the checks below, so that only a release, never expiry,
+/// can make a key go in time.
+const TTL: Duration = Duration::from_secs(30);
 const EXTEND_INTERVAL: Duration = Duration::from_millis(150);
 
 /// Three masters, each behind a proxy that delays both directions.
@@ -54,6 +56,8 @@ impl Rig {
             .masters(proxies.iter().map(Proxy::url))
             .ttl(TTL)
             .ttl_max(TTL * 2)
+            // Fixed, so that a much shorter extension still leaves a valid lease.
+            .safety_margin("50ms")
             .node_timeout("200ms")
             .extend_interval(EXTEND_INTERVAL)
             .retry_delay("5ms")

@@ -177,9 +177,9 @@ async fn the_storage_refuses_a_paused_holders_late_write() {
     fresh.release().await.unwrap();
 }
 
-/// A master that lost its counters (restarted empty) votes again after its quarantine, but
-/// a write-back over its missing counter is not trusted while it is the only trace of the
-/// newest token: no token that could be smaller than an earlier one is issued.
+/// A durable master that lost its counters (restarted empty) votes again for the lock after
+/// its quarantine, but a client that saw the loss never counts its write-backs: no token
+/// that could be smaller than an earlier one is issued.
 #[tokio::test]
 async fn a_lost_counter_is_never_trusted_to_order_tokens() {
     // Durable masters, so that master 1 keeps its counter over a restart and only
@@ -211,8 +211,9 @@ async fn a_lost_counter_is_never_trusted_to_order_tokens() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    // ...and then the lock is granted by {0, 2}, but no token: both counters are missing,
-    // and master 0's may have held the newest token.
+    // ...and then the lock is granted by {0, 2}, but no token: this client saw master 0
+    // lose its data (a new data epoch), so its write-backs no longer count, and master 2
+    // alone is no quorum.
     assert_eq!(err.kind(), ErrorKind::FencingFailed, "{err}");
     assert!(err.to_string().contains("fencing token"), "{err}");
     // With master 1 back, the newest counter is visible again and tokens go on increasing.

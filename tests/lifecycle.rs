@@ -293,8 +293,9 @@ async fn a_panic_in_with_lock_releases_the_lock() {
 #[tokio::test]
 async fn max_hold_stops_the_watchdog_and_aborts_the_work() {
     let cluster = Cluster::start(3).await.unwrap();
+    // A TTL far longer than max_hold and the wait below: only a release frees the keys.
     let client = client(&cluster)
-        .ttl("500ms")
+        .ttl("5s")
         .node_timeout("150ms")
         .build()
         .unwrap();
@@ -323,10 +324,14 @@ async fn max_hold_stops_the_watchdog_and_aborts_the_work() {
 #[tokio::test]
 async fn dropping_a_lease_stops_its_watchdog() {
     let cluster = Cluster::start(1).await.unwrap();
+    // A TTL far longer than the waits below (only a release frees the key in time), and
+    // a short watchdog interval.
+    let interval = Duration::from_millis(100);
     let client = client(&cluster)
-        .ttl("300ms")
+        .ttl("5s")
         .node_timeout("50ms")
         .watchdog(true)
+        .extend_interval(interval)
         .build()
         .unwrap();
     let key = unique_key("watchdog_drop");
@@ -338,8 +343,7 @@ async fn dropping_a_lease_stops_its_watchdog() {
         gone_everywhere(&cluster, &key)
     })
     .await;
-    // Nothing extends (or sets again) the key afterwards: wait longer than the watchdog's
-    // interval (a third of the TTL) and the TTL.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Nothing extends (or sets again) the key afterwards: wait several watchdog intervals.
+    tokio::time::sleep(interval * 4).await;
     assert!(gone_everywhere(&cluster, &key).await);
 }

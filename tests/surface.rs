@@ -177,10 +177,11 @@ async fn the_shrink_keeps_deadline_mutant_is_caught() {
 async fn cancelled_release(mutant: Option<Mutant>) -> Result<(), String> {
     let cluster = Cluster::start(3).await.unwrap();
     // A node timeout far above the stall, so that the extension in flight succeeds even on
-    // a loaded machine (a failed one would stop the watchdog by itself).
-    let builder = client(&cluster).node_timeout("400ms").ttl("1200ms");
+    // a loaded machine (a failed one would stop the watchdog by itself), and a TTL far
+    // above the wait below, so that only a release can free the lock in time.
+    let builder = client(&cluster).node_timeout("400ms").ttl("10s");
     let holder = planted(builder, mutant).build().unwrap();
-    let other = client(&cluster).ttl("1200ms").build().unwrap();
+    let other = client(&cluster).ttl("10s").build().unwrap();
     let key = unique_key("cancelled_release");
     let lease = holder
         .acquire_with(&key, &AcquireOptions::new().watchdog(true))
@@ -203,8 +204,8 @@ async fn cancelled_release(mutant: Option<Mutant>) -> Result<(), String> {
     } // dropped after its first poll
     let _ = extension.await;
 
-    // Within two TTLs the lock must be free.
-    let freed = tokio::time::timeout(Duration::from_millis(2400), async {
+    // Within two seconds (a fifth of the TTL) the lock must be free.
+    let freed = tokio::time::timeout(Duration::from_secs(2), async {
         loop {
             if let Ok(lease) = other.try_acquire(&key).await {
                 return lease;
@@ -235,6 +236,64 @@ async fn a_release_cancelled_behind_an_extension_still_releases() {
 #[tokio::test]
 async fn the_release_marks_done_first_mutant_is_caught() {
     let caught = cancelled_release(Some(Mutant::ReleaseMarksDoneFirst)).await;
+    assert!(caught.is_err(), "the planted bug went unnoticed");
+}
+
+/// What runs in the background releases: a dropped lease, `release()`, and an acquire
+/// cancelled mid-round each leave no key behind, long before the keys' TTL could have
+/// removed them. Returns the first key left behind.
+async fn background_releases(mutant: Option<Mutant>) -> Result<(), String> {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = planted(client(&cluster).ttl("30s"), mutant)
+        .build()
+        .unwrap();
+    let bound = Duration::from_secs(2); // the TTL is fifteen times longer
+    let gone = |key: String| {
+        let cluster = &cluster;
+        async move {
+            let deadline = Instant::now() + bound;
+            while Instant::now() < deadline {
+                if gone_everywhere(cluster, &key).await {
+                    return Ok(());
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(format!("{key} was left on the masters"))
+        }
+    };
+
+    let dropped = unique_key("bg_dropped");
+    drop(client.acquire(&dropped).await.unwrap());
+    gone(dropped).await?;
+
+    let released = unique_key("bg_released");
+    client
+        .acquire(&released)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    gone(released).await?;
+
+    // Two masters stall; the acquire is dropped after its requests left.
+    let cancelled = unique_key("bg_cancelled");
+    stall(cluster.server(0), Duration::from_millis(200)).await;
+    stall(cluster.server(1), Duration::from_millis(200)).await;
+    let out = tokio::time::timeout(Duration::from_millis(30), client.acquire(&cancelled)).await;
+    assert!(out.is_err(), "the acquire finished despite the stall");
+    gone(cancelled).await
+}
+
+#[tokio::test]
+async fn background_releases_leave_nothing_behind() {
+    background_releases(None).await.unwrap();
+}
+
+#[cfg(feature = "mutants")]
+#[tokio::test]
+async fn the_no_background_release_mutant_is_caught() {
+    let caught = background_releases(Some(Mutant::NoBackgroundRelease)).await;
     assert!(caught.is_err(), "the planted bug went unnoticed");
 }
 

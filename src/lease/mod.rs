@@ -264,6 +264,11 @@ impl LeaseShared {
         self.mark_lost(LostReason::Released);
         let (tx, rx) = tokio::sync::oneshot::channel();
         let shared = Arc::clone(self);
+        #[cfg(feature = "mutants")]
+        if self.inner.config.planted.is(Mutant::NoBackgroundRelease) {
+            let _ = tx.send(None);
+            return Some(rx);
+        }
         let spawned = self.inner.spawn(async move {
             let round = shared.release().await;
             let _ = tx.send(round);

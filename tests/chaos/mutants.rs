@@ -163,6 +163,7 @@ const HUNTS: &[Hunt] = &[
 const HUNTED_ELSEWHERE: &[(Mutant, &str)] = &[
     (Mutant::ShrinkKeepsDeadline, "tests/surface.rs"),
     (Mutant::ReleaseMarksDoneFirst, "tests/surface.rs"),
+    (Mutant::NoBackgroundRelease, "tests/surface.rs"),
 ];
 
 /// How many times each hunt runs: `REDQUORUM_CHAOS_MUTANT_RUNS`, else 3 (5 in a soak).

@@ -21,6 +21,7 @@ use rand::RngExt;
 use rand::rngs::StdRng;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 
 use super::server::{Answer, Request, SimServer, Status};
 use crate::error::{MasterError, MasterErrorKind};
@@ -60,11 +61,14 @@ impl NetParams {
     }
 }
 
-/// When each acquire attempt sent its first request, by its unique lock value: the start
-/// of the attempt's round, for the fencing checker's real-time order.
+/// What the clients sharing it sent: when each acquire attempt sent its first request, by
+/// its unique lock value (the start of the attempt's round, for the fencing checker's
+/// real-time order), and which messages are still on their way.
 #[derive(Debug, Default)]
 pub(super) struct SendLog {
     first: Mutex<HashMap<Arc<str>, Instant>>,
+    /// Each request from its sending to its reply's arrival (or its loss).
+    in_flight: TaskTracker,
 }
 
 impl SendLog {
@@ -76,6 +80,20 @@ impl SendLog {
                 .entry(Arc::clone(value))
                 .or_insert_with(Instant::now);
         }
+    }
+
+    /// Whether no message is on its way.
+    pub(super) fn idle(&self) -> bool {
+        self.in_flight.is_empty()
+    }
+
+    /// Returns once every message sent so far, and every one sent meanwhile, has arrived
+    /// or was lost: each request was executed (or dropped) and its reply delivered. A
+    /// request held by a stopped master or a closed gate holds this too.
+    pub(super) async fn quiet(&self) {
+        self.in_flight.close();
+        self.in_flight.wait().await;
+        self.in_flight.reopen();
     }
 
     /// When the first request carrying `value` was sent.
@@ -322,7 +340,8 @@ impl Inner {
         let (tx, rx) = oneshot::channel();
         let inner = Arc::clone(self);
         // The master serves the request whether or not the caller still waits.
-        tokio::spawn(async move {
+        let sends = Arc::clone(&self.sends);
+        tokio::spawn(sends.in_flight.track_future(async move {
             tokio::time::sleep_until(arrival).await;
             inner.gate.pass().await;
             let answer = inner.server.serve(incarnation, &request).await;
@@ -337,7 +356,7 @@ impl Inner {
             };
             tokio::time::sleep_until(at).await;
             let _ = tx.send(answer);
-        });
+        }));
         match rx.await {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(_reset)) => {

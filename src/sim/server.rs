@@ -361,6 +361,24 @@ impl SimServer {
         state.data.live(key, now_us)
     }
 
+    /// The value of the lock key `key` and the instant it expires, if live (for scripted
+    /// scenarios). The instant is on the shared virtual clock: the server's wall-clock
+    /// expiry, less its clock offset.
+    pub(super) fn entry(&self, key: &str) -> Option<(Arc<str>, Instant)> {
+        let mut state = self.lock();
+        let offset = state.clock_offset_us;
+        let now_us = self.clock.wall_us(Instant::now(), offset);
+        let value = state.data.live(key, now_us)?;
+        let expires_us = state.data.locks.get(key)?.expires_us;
+        let since_origin = expires_us
+            .saturating_add_signed(offset.saturating_neg())
+            .saturating_sub(WALL_ORIGIN_US);
+        Some((
+            value,
+            self.clock.origin() + Duration::from_micros(since_origin),
+        ))
+    }
+
     /// The fence counter of the lock key `key` (for scripted scenarios).
     pub(super) fn fence_counter(&self, key: &str) -> Option<u64> {
         self.lock()
@@ -892,6 +910,22 @@ mod tests {
             answer,
             Ok((_, Answer::Reply(Reply::Checked { granted: true, .. })))
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn entry_reports_the_value_and_its_expiry_on_the_virtual_clock() {
+        let clock = Clock::start();
+        let server = SimServer::new(0, false, clock);
+        tokio::time::sleep(7 * MS).await;
+        let op = Request::Op(Arc::new(acquire("a", FenceRead::Skip)));
+        server.serve(None, &op).await.unwrap();
+        let (value, expires) = server.entry("k").unwrap();
+        assert_eq!(&*value, "a");
+        assert_eq!(expires, clock.origin() + 107 * MS);
+        server.jump_clock(30_000);
+        assert_eq!(server.entry("k").unwrap().1, clock.origin() + 77 * MS);
+        tokio::time::sleep(70 * MS).await;
+        assert!(server.entry("k").is_none());
     }
 
     #[tokio::test(start_paused = true)]

@@ -714,8 +714,19 @@ pub(super) struct ClientSpec {
 pub(super) fn build_client(
     spec: &ClientSpec,
     servers: &[Arc<SimServer>],
+    link: impl FnMut(usize) -> StdRng,
+    sends: &Arc<SendLog>,
+) -> (Redlock, Vec<Arc<Gate>>) {
+    build_client_with(spec, servers, link, sends, |b| b)
+}
+
+/// [`build_client`], with further settings that `adjust` makes on the builder.
+pub(super) fn build_client_with(
+    spec: &ClientSpec,
+    servers: &[Arc<SimServer>],
     mut link: impl FnMut(usize) -> StdRng,
     sends: &Arc<SendLog>,
+    adjust: impl FnOnce(Builder) -> Builder,
 ) -> (Redlock, Vec<Arc<Gate>>) {
     // Loopback addresses that are never contacted: the builder only validates them.
     let urls = (0..servers.len()).map(|m| format!("redis://127.0.0.1:{}", 7001 + m));
@@ -741,7 +752,7 @@ pub(super) fn build_client(
         spec.mutant.is_none(),
         "planting a mutant needs the `mutants` feature"
     );
-    let config = builder
+    let config = adjust(builder)
         .into_config()
         .expect("the simulation's settings are valid");
     // Each connection enforces the per-master timeout, as `RedisMaster` does with the one

@@ -56,11 +56,17 @@
 //! a holder's validity ends at its deadline, and masters keep keys until expiry unless
 //! they crash without data or are flushed — which restart quarantine must cover.
 //!
+//! The cancellation matrix (`cancel.rs`) drops every public async call after each of its
+//! polls, on masters whose messages each take a seeded delay, and checks that no lease
+//! promises more than a quorum of masters holds, that a call that returned no lease
+//! leaves no key once the client's background work is done, and that released keys stay
+//! gone. It catches the two cancellation mutants.
+//!
 //! # What is not modelled
 //! - Release notices (pub/sub): clients use [`Notifier::disabled`](crate::wait::Notifier)
 //!   and `notifications(false)`, so waiters retry on their timers.
-//! - The watchdog and `with_lock`: clients extend explicitly. Both call the same
-//!   extension code, but their timing is not exercised here.
+//! - The watchdog and `with_lock` in the random schedules: clients extend explicitly.
+//!   Both call the same extension code; the cancellation matrix runs them in its cases.
 //! - Retry jitter: set to zero, because the library draws it from the thread's RNG.
 //! - Client clock drift (all clients share one clock, so `drift_factor` is never needed),
 //!   eviction policies, `NOSCRIPT`, restores from stale snapshots, and `RedisMaster`'s
@@ -95,5 +101,7 @@ mod net;
 mod server;
 mod world;
 
+#[cfg(test)]
+mod cancel;
 #[cfg(test)]
 mod tests;

@@ -23,7 +23,8 @@
 //!   order later.
 //! - **Faults** (`world.rs`): crashes with restarts that keep the data (durable masters)
 //!   or lose it (the others), `SIGSTOP`/`SIGCONT`, `FLUSHALL`, forward clock jumps on a
-//!   master; holders that pause inside the critical section past their deadline.
+//!   master; holders that pause inside the critical section past their deadline; rolling
+//!   restarts, every master in turn, while the clients keep working.
 //! - **Storage**: a fenced register per resource, which refuses tokens older than the
 //!   newest it has seen (`fenced_set`'s rule), read and written by every critical section.
 //!

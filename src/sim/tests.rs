@@ -24,7 +24,7 @@ use rand::rngs::StdRng;
 use super::check::{self, Exception, LeaseRecord, Violation};
 use super::net::{Gate, NetParams, SendLog};
 use super::server::{Clock, SimServer};
-use super::world::{self, ClientSpec, Faults, Outcome, Profile, Stats};
+use super::world::{self, ClientSpec, Durable, Faults, Outcome, Profile, Rolling, Stats};
 use crate::error::{ErrorKind, MasterOutcome};
 use crate::mutants::Mutant;
 
@@ -46,6 +46,7 @@ const HOSTILE: Faults = Faults {
     drop_p: 0.08,
     slow_p: 0.08,
     client_pause: 0.15,
+    rolling: None,
 };
 
 /// The same, on masters that never lose data (`appendfsync always`, no `FLUSHALL`): the
@@ -83,6 +84,36 @@ const CLOCK_JUMPS: Profile = Profile {
         clock_jumps: 3,
         ..DURABLE
     },
+    ..PROTECTED
+};
+
+/// Rolling restarts: every master in turn crashes and restarts, twice over, with two to
+/// three TTLs between a restart and the next crash. Holders pause past their deadline as
+/// elsewhere; the network loses or delays past the node timeout at most 1% of the
+/// messages (a slow message holds up its connection behind it, and lossier networks fail
+/// whole stretches of acquires for reasons that are not the restarts). Every master keeps
+/// its data.
+const ROLLING: Faults = Faults {
+    crashes: 0,
+    pauses: 0,
+    flushes: 0,
+    clock_jumps: 0,
+    drop_p: 0.01,
+    slow_p: 0.01,
+    rolling: Some(Rolling {
+        rounds: 2,
+        down: (0.05, 1.0),
+        gap: (2.0, 3.0),
+        durable: Durable::All,
+    }),
+    ..HOSTILE
+};
+
+/// Rolling restarts of durable masters, with every protection on.
+const ROLLING_RESTARTS: Profile = Profile {
+    name: "rolling restarts of durable masters",
+    masters: &[3],
+    faults: ROLLING,
     ..PROTECTED
 };
 
@@ -227,6 +258,18 @@ fn excuse(outcome: &Outcome, allowed: &[Exception], v: &Violation) -> Option<Exc
 /// the test with its seed and replay command. Prints the counters and how many violations
 /// each exception excused.
 fn hold(test: &str, profile: &Profile, share: Share, allowed: &[Exception]) -> Held {
+    hold_each(test, profile, share, allowed, |_| Ok(()))
+}
+
+/// [`hold`], with a further check of each schedule's outcome: `each` returns what it found
+/// wrong, which fails the test with the seed.
+fn hold_each(
+    test: &str,
+    profile: &Profile,
+    share: Share,
+    allowed: &[Exception],
+    each: impl Fn(&Outcome) -> Result<(), String>,
+) -> Held {
     let started = std::time::Instant::now();
     let (seeds, fixed) = hold_seeds(test, share);
     let mut total = Stats::default();
@@ -259,6 +302,20 @@ fn hold(test: &str, profile: &Profile, share: Share, allowed: &[Exception]) -> H
             outcome.schedule,
             replay(test, seed)
         );
+        if let Err(found) = each(&outcome) {
+            // Asked for on purpose: every event of the schedule, the masters' ops among them.
+            if std::env::var_os(world::TRACE_ENV).is_some() {
+                for (at, event) in &outcome.events {
+                    eprintln!("{:>12.3?} {event}", at);
+                }
+            }
+            panic!(
+                "profile {}: {}\n{found}\n{}",
+                profile.name,
+                outcome.schedule,
+                replay(test, seed)
+            );
+        }
         if here.total() > 0 {
             eprintln!("{test}: seed {seed}: {here}");
         }
@@ -489,6 +546,161 @@ fn clock_jumps_break_exclusion_but_not_fencing() {
             "no clock jump broke exclusion: the scenario is too weak"
         );
     }
+}
+
+/// The bounds of the intervals a rolling restart cuts the run into: from the start to the
+/// first crash, between two restarts, and from the last restart to the end of the clients'
+/// work.
+fn rolling_intervals(profile: &Profile, outcome: &Outcome) -> Vec<(Duration, Duration)> {
+    let schedule = &outcome.schedule;
+    let Some((first, _)) = schedule.faults.first() else {
+        return Vec::new();
+    };
+    let mut bounds = schedule.restarts();
+    bounds.push(schedule.busy_until(profile));
+    let mut intervals = vec![(Duration::ZERO, *first)];
+    intervals.extend(bounds.windows(2).map(|w| (w[0], w[1])));
+    intervals
+}
+
+/// Every master crashed and restarted as the profile says.
+fn restarted_in_turn(profile: &Profile, outcome: &Outcome) -> Result<(), String> {
+    let rounds = profile.faults.rolling.map_or(0, |r| r.rounds);
+    let want = u64::from(rounds) * outcome.schedule.masters as u64;
+    let stats = outcome.stats;
+    if stats.crashes != want || outcome.schedule.restarts().len() as u64 != want {
+        return Err(format!("{want} restarts planned, {stats}"));
+    }
+    Ok(())
+}
+
+/// No fenced acquire was refused as misconfigured, and tokens were issued in every
+/// interval of a rolling restart.
+fn tokens_throughout(profile: &Profile, outcome: &Outcome) -> Result<(), String> {
+    if let Some(f) = outcome
+        .failures
+        .iter()
+        .find(|f| f.kind == ErrorKind::Misconfigured)
+    {
+        return Err(format!(
+            "a fenced acquire was refused as misconfigured: {f:?}"
+        ));
+    }
+    for (from, to) in rolling_intervals(profile, outcome) {
+        let issued = |l: &&LeaseRecord| l.token.is_some() && from <= l.acquired && l.acquired < to;
+        if !outcome.leases.iter().any(|l| issued(&l)) {
+            return Err(format!("no token was issued between {from:?} and {to:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// Durable masters restarting in turn: fencing tokens are never violated (nothing
+/// excused), no acquire is refused as misconfigured, and fenced acquires keep succeeding:
+/// tokens are issued before the first crash, between every two restarts, and after the
+/// last one.
+fn rolling_restarts_keep_issuing_tokens(test: &str, masters: &'static [usize], share: Share) {
+    let profile = Profile {
+        masters,
+        ..ROLLING_RESTARTS
+    };
+    let each = |outcome: &Outcome| {
+        restarted_in_turn(&profile, outcome)?;
+        tokens_throughout(&profile, outcome)
+    };
+    let held = hold_each(test, &profile, share, &[], each);
+    if held.full {
+        let stats = held.fixed;
+        assert!(stats.fenced_writes > 0 && stats.extended > 0, "{stats}");
+    }
+}
+
+#[test]
+fn rolling_restarts_of_three_durable_masters_keep_issuing_tokens() {
+    rolling_restarts_keep_issuing_tokens(
+        "rolling_restarts_of_three_durable_masters_keep_issuing_tokens",
+        &[3],
+        Share {
+            fixed: 40,
+            rotating: 40,
+        },
+    );
+}
+
+#[test]
+fn rolling_restarts_of_five_durable_masters_keep_issuing_tokens() {
+    rolling_restarts_keep_issuing_tokens(
+        "rolling_restarts_of_five_durable_masters_keep_issuing_tokens",
+        &[5],
+        Share {
+            fixed: 25,
+            rotating: 25,
+        },
+    );
+}
+
+/// Rolling restarts where fewer than a quorum of masters keep their data: fenced acquires
+/// never issue a token (no lease at all: an acquire with fencing on that gets no token
+/// fails), they fail as `Misconfigured` (not retryable) before the first crash, between
+/// every two restarts and after the last one, and never is that failure called retryable.
+///
+/// The refusal needs every master that is not durable to answer: while a restarted one
+/// serves its quarantine, or a slow link keeps one silent, the write-back fails as
+/// `FencingFailed` (retryable) instead. So the network here is calm, and each interval is
+/// longer than a quarantine.
+#[test]
+fn rolling_restarts_below_a_durable_quorum_never_issue_a_token() {
+    let test = "rolling_restarts_below_a_durable_quorum_never_issue_a_token";
+    let profile = Profile {
+        name: "rolling restarts, fewer than a quorum durable",
+        masters: &[3, 5],
+        faults: Faults {
+            rolling: ROLLING.rolling.map(|r| Rolling {
+                durable: Durable::BelowQuorum,
+                ..r
+            }),
+            drop_p: 0.0,
+            slow_p: 0.0,
+            ..ROLLING
+        },
+        ..ROLLING_RESTARTS
+    };
+    let each = |outcome: &Outcome| {
+        restarted_in_turn(&profile, outcome)?;
+        let durable = outcome.schedule.durable.iter().filter(|d| **d).count();
+        if durable != outcome.schedule.masters / 2 {
+            return Err(format!("{durable} durable masters"));
+        }
+        if let Some(lease) = outcome.leases.first() {
+            return Err(format!("a lease was acquired: {lease:?}"));
+        }
+        let refused: Vec<_> = outcome
+            .failures
+            .iter()
+            .filter(|f| f.kind == ErrorKind::Misconfigured)
+            .collect();
+        if let Some(f) = refused.iter().find(|f| f.retryable) {
+            return Err(format!("a misconfiguration called retryable: {f:?}"));
+        }
+        for (from, to) in rolling_intervals(&profile, outcome) {
+            if !refused.iter().any(|f| from <= f.at && f.at < to) {
+                return Err(format!(
+                    "no acquire was refused as misconfigured between {from:?} and {to:?}"
+                ));
+            }
+        }
+        // The check of the durable profiles fails here.
+        match tokens_throughout(&profile, outcome) {
+            Ok(()) => Err("the check that tokens keep coming passed".to_owned()),
+            Err(_) => Ok(()),
+        }
+    };
+    // Failures are quick, so the clients make many more attempts than elsewhere.
+    let share = Share {
+        fixed: 12,
+        rotating: 12,
+    };
+    hold_each(test, &profile, share, &[], each);
 }
 
 /// Everything one run of a schedule recorded, line by line: every op each master executed

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 
@@ -15,6 +16,7 @@ use super::check::{self, Breaches, FencedWrite, LeaseRecord, Violation};
 use super::net::{ConnParams, Gate, NetParams, SendLog, SimMaster};
 use super::server::{Clock, SimServer, Trace};
 use crate::config::Builder;
+use crate::error::ErrorKind;
 use crate::lease::Lease;
 use crate::lock::Redlock;
 use crate::master::Master;
@@ -71,6 +73,30 @@ pub(super) struct Faults {
     pub(super) slow_p: f64,
     /// The chance that a holder pauses past its deadline inside a critical section.
     pub(super) client_pause: f64,
+    /// Rolling restarts instead of the episodes above: every master in turn crashes and
+    /// restarts, and the clients keep working until a while after the last restart.
+    pub(super) rolling: Option<Rolling>,
+}
+
+/// Rolling restarts: masters `0, 1, …, N-1` crash and restart one after the other, `rounds`
+/// times over, never two down at once.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Rolling {
+    pub(super) rounds: u32,
+    /// A master's downtime, and the time from its restart to the next master's crash, as
+    /// fractions of the TTL.
+    pub(super) down: (f64, f64),
+    pub(super) gap: (f64, f64),
+    /// How many masters keep their data over a restart (chosen at random).
+    pub(super) durable: Durable,
+}
+
+/// Which masters of a rolling restart keep their data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Durable {
+    All,
+    /// One fewer than a quorum.
+    BelowQuorum,
 }
 
 /// One client's habits.
@@ -160,7 +186,7 @@ impl Schedule {
             slow_max,
             drop_p: rng.random_range(0.0..=f.drop_p),
         };
-        let durable = (0..masters).map(|_| rng.random_bool(f.durable)).collect();
+        let mut durable: Vec<bool> = (0..masters).map(|_| rng.random_bool(f.durable)).collect();
         let plans = (0..clients)
             .map(|_| ClientPlan {
                 cycles: rng.random_range(3..=6),
@@ -168,7 +194,24 @@ impl Schedule {
                 retry_delay: ttl.mul_f64(rng.random_range(0.05..=0.3)),
             })
             .collect();
-        let faults = draw_faults(&mut rng, &f, masters, ttl);
+        let faults = match f.rolling {
+            None => draw_faults(&mut rng, &f, masters, ttl),
+            Some(rolling) => {
+                durable = match rolling.durable {
+                    Durable::All => vec![true; masters],
+                    Durable::BelowQuorum => {
+                        let mut order: Vec<usize> = (0..masters).collect();
+                        order.shuffle(&mut rng);
+                        let mut durable = vec![false; masters];
+                        for m in order.into_iter().take(masters / 2) {
+                            durable[m] = true;
+                        }
+                        durable
+                    }
+                };
+                rolling_faults(&mut rng, &rolling, masters, ttl)
+            }
+        };
         Self {
             seed,
             masters,
@@ -225,6 +268,47 @@ fn draw_faults(
     }
     actions.sort_by_key(|&(at, _)| at);
     actions
+}
+
+/// Every master in turn crashes and restarts, `rounds` times over, from two TTLs in.
+fn rolling_faults(
+    rng: &mut StdRng,
+    rolling: &Rolling,
+    masters: usize,
+    ttl: Duration,
+) -> Vec<(Duration, Fault)> {
+    let mut at = ttl * 2;
+    let mut actions = Vec::new();
+    for _ in 0..rolling.rounds {
+        for m in 0..masters {
+            actions.push((at, Fault::Crash(m)));
+            at += ttl.mul_f64(rng.random_range(rolling.down.0..=rolling.down.1));
+            actions.push((at, Fault::Restart(m)));
+            at += ttl.mul_f64(rng.random_range(rolling.gap.0..=rolling.gap.1));
+        }
+    }
+    actions
+}
+
+impl Schedule {
+    /// Until when the clients of a rolling restart keep working: as long after the last
+    /// restart as the shortest time between a restart and the next crash. Zero for the
+    /// other schedules, whose clients run their cycles.
+    pub(super) fn busy_until(&self, profile: &Profile) -> Duration {
+        match (profile.faults.rolling, self.faults.last()) {
+            (Some(rolling), Some((at, _))) => *at + self.ttl.mul_f64(rolling.gap.0),
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// When each master restarted, in order.
+    pub(super) fn restarts(&self) -> Vec<Duration> {
+        self.faults
+            .iter()
+            .filter(|(_, f)| matches!(f, Fault::Restart(_)))
+            .map(|(at, _)| *at)
+            .collect()
+    }
 }
 
 impl fmt::Display for Schedule {
@@ -336,6 +420,15 @@ impl fmt::Display for Stats {
     }
 }
 
+/// An acquire call that returned an error.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Failure {
+    /// When the call returned.
+    pub(super) at: Duration,
+    pub(super) kind: ErrorKind,
+    pub(super) retryable: bool,
+}
+
 /// The fenced register of one resource (the storage fencing protects).
 #[derive(Debug, Default, Clone, Copy)]
 struct Register {
@@ -348,6 +441,7 @@ struct Register {
 struct Book {
     leases: Vec<LeaseRecord>,
     by_value: HashMap<Arc<str>, usize>,
+    failures: Vec<Failure>,
     writes: Vec<FencedWrite>,
     registers: Vec<Register>,
     events: Vec<(Duration, String)>,
@@ -363,6 +457,8 @@ struct World {
     ttl: Duration,
     resources: usize,
     client_pause: f64,
+    /// The clients go on past their cycles until then (rolling restarts).
+    busy_until: Duration,
     servers: Vec<Arc<SimServer>>,
     sends: Arc<SendLog>,
     /// Masters log their ops here; lease events then name their values as the log does.
@@ -506,6 +602,8 @@ impl World {
 pub(super) struct Outcome {
     pub(super) schedule: Schedule,
     pub(super) leases: Vec<LeaseRecord>,
+    /// Every acquire call that failed.
+    pub(super) failures: Vec<Failure>,
     pub(super) events: Vec<(Duration, String)>,
     pub(super) stats: Stats,
     pub(super) violations: Vec<Violation>,
@@ -608,6 +706,7 @@ pub(super) fn run_traced(profile: &Profile, seed: u64, trace: bool) -> Outcome {
     Outcome {
         schedule,
         leases: book.leases,
+        failures: book.failures,
         events: book.events,
         stats,
         violations,
@@ -633,6 +732,7 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> Book {
         ttl: schedule.ttl,
         resources: schedule.resources,
         client_pause: profile.faults.client_pause,
+        busy_until: schedule.busy_until(profile),
         servers,
         sends: Arc::new(SendLog::default()),
         trace: trace.clone(),
@@ -795,7 +895,9 @@ async fn client_task(
     mut rng: StdRng,
 ) {
     let ttl = world.ttl;
-    for _ in 0..plan.cycles {
+    let mut cycle = 0;
+    while cycle < plan.cycles || world.now() < world.busy_until {
+        cycle += 1;
         tokio::time::sleep(ttl.mul_f64(rng.random_range(0.0..=0.5))).await;
         let resource = rng.random_range(0..world.resources);
         let name = format!("r{resource}");
@@ -807,7 +909,15 @@ async fn client_task(
         let lease = match acquired {
             Ok(lease) => lease,
             Err(e) => {
-                world.book().stats.failed += 1;
+                let failure = Failure {
+                    at: world.now(),
+                    kind: e.kind(),
+                    retryable: e.is_retryable(),
+                };
+                let mut book = world.book();
+                book.stats.failed += 1;
+                book.failures.push(failure);
+                drop(book);
                 world.event(format!("c{c} could not acquire {name}: {:?}", e.kind()));
                 continue;
             }

@@ -306,15 +306,9 @@ pub(super) fn check(leases: &[LeaseRecord], writes: &[FencedWrite]) -> Vec<Viola
     out
 }
 
-/// The faults of a schedule that break an assumption of the lock or of fencing, for the
-/// two exceptions below.
+/// The faults of a schedule that break an assumption of the lock, for the exception below.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct Breaches {
-    /// Every loss of a master's data (a restart without it, a `FLUSHALL`), as
-    /// `(when, master)`.
-    pub(super) data_losses: Vec<(Duration, usize)>,
-    /// How many masters make a quorum.
-    pub(super) quorum: usize,
     /// When a master's wall clock jumped forward.
     pub(super) clock_jumps: Vec<Duration>,
 }
@@ -322,11 +316,6 @@ pub(super) struct Breaches {
 /// Why a violation is outside what the lock promises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Exception {
-    /// A fencing violation between two leases such that, after the earlier one's attempt
-    /// began and before the later one was acquired, a quorum of masters each lost its
-    /// data: no master need remember the earlier token (fencing's assumption is that
-    /// counters never decrease).
-    DataLoss,
     /// An overlap such that a master's clock jumped forward after the earlier lease's
     /// attempt began and before the overlap began: a lock key may have expired early
     /// (the lock's assumption is that server clocks run at one rate).
@@ -369,55 +358,8 @@ impl Exception {
                     .iter()
                     .any(|&at| start <= at && at <= from)
             }
-            (Exception::ClockJump, _) | (Exception::DataLoss, Violation::Overlap { .. }) => false,
-            (
-                Exception::DataLoss,
-                Violation::DuplicateToken { first, second, .. }
-                | Violation::TokenOrder {
-                    earlier: first,
-                    later: second,
-                    ..
-                }
-                | Violation::Succession {
-                    earlier: first,
-                    later: second,
-                    ..
-                },
-            ) => window(first, second).is_some_and(|w| breaches.quorum_lost_within(w)),
-            (
-                Exception::DataLoss,
-                Violation::LostUpdate {
-                    resource,
-                    lease: writer,
-                    token,
-                    ..
-                },
-            ) => {
-                // An update is lost only to a lease with the same token (the register
-                // refuses older ones): excused when that duplicate is.
-                leases
-                    .iter()
-                    .filter(|l| l.id != writer && l.resource == resource && l.token == Some(token))
-                    .any(|other| {
-                        window(writer, other.id).is_some_and(|w| breaches.quorum_lost_within(w))
-                    })
-            }
+            (Exception::ClockJump, _) => false,
         }
-    }
-}
-
-impl Breaches {
-    /// Whether a quorum of distinct masters each lost its data within `[from, to]`.
-    fn quorum_lost_within(&self, (from, to): (Duration, Duration)) -> bool {
-        let mut masters: Vec<usize> = self
-            .data_losses
-            .iter()
-            .filter(|&&(at, _)| from <= at && at <= to)
-            .map(|&(_, m)| m)
-            .collect();
-        masters.sort_unstable();
-        masters.dedup();
-        masters.len() >= self.quorum
     }
 }
 
@@ -602,59 +544,16 @@ mod tests {
         );
     }
 
-    /// Lease 0 (attempt 100, acquired 110, token 5) and lease 1 (attempt 400, acquired
-    /// 420, token 5): a duplicate token, violations found by `check`.
-    fn duplicate() -> (Vec<LeaseRecord>, Vec<Violation>) {
-        let h = vec![
+    #[test]
+    fn a_clock_jump_excuses_no_fencing_violation() {
+        let h = [
             released(lease(0, 100, 110, 300, Some(5)), 200),
             lease(1, 400, 420, 700, Some(5)),
         ];
-        let w = FencedWrite {
-            lease: 1,
-            resource: 0,
-            token: 5,
-            at: t(500),
-            read: 3,
-            before: 4,
-        };
-        let v = check(&h, &[w]);
-        assert_eq!(v.len(), 2, "{v:?}");
-        (h, v)
-    }
-
-    fn losses(at: &[(u64, usize)]) -> Breaches {
-        Breaches {
-            data_losses: at.iter().map(|&(ms, m)| (t(ms), m)).collect(),
-            quorum: 2,
-            clock_jumps: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn data_loss_excuses_only_a_quorum_lost_after_the_earlier_attempt() {
-        let (h, found) = duplicate();
-        let excused = |b: &Breaches| {
-            found
-                .iter()
-                .map(|v| Exception::DataLoss.excuses(&h, b, v))
-                .collect::<Vec<_>>()
-        };
-        // A quorum lost its data between the two leases: the duplicate and the lost
-        // update it caused are beyond fencing's assumption.
-        assert_eq!(excused(&losses(&[(150, 0), (350, 1)])), [true, true]);
-        // The same quorum lost its data before the earlier token was issued: its
-        // counters were written afterwards, so nothing excuses the violations.
-        assert_eq!(excused(&losses(&[(20, 0), (90, 1)])), [false, false]);
-        // One loss before, one within the window: not a quorum within it.
-        assert_eq!(excused(&losses(&[(90, 0), (350, 1)])), [false, false]);
-        // A quorum, but after the later lease was acquired.
-        assert_eq!(excused(&losses(&[(150, 0), (450, 1)])), [false, false]);
-        // Two losses of one master are one master.
-        assert_eq!(excused(&losses(&[(150, 0), (350, 0)])), [false, false]);
-        // A clock jump excuses no fencing violation.
+        let found = check(&h, &[]);
+        assert!(!found.is_empty() && found.iter().all(|v| !v.is_overlap()));
         let jumped = Breaches {
             clock_jumps: vec![t(150)],
-            ..losses(&[])
         };
         assert!(
             found
@@ -672,7 +571,6 @@ mod tests {
         assert_eq!(found.len(), 1);
         let jumps = |at: &[u64]| Breaches {
             clock_jumps: at.iter().map(|&ms| t(ms)).collect(),
-            ..Breaches::default()
         };
         let excused = |b: &Breaches| Exception::ClockJump.excuses(&h, b, &found[0]);
         assert!(excused(&jumps(&[200])));
@@ -683,11 +581,5 @@ mod tests {
         assert!(!excused(&jumps(&[99])));
         assert!(!excused(&jumps(&[251, 900])));
         assert!(!excused(&jumps(&[])));
-        // Data loss never excuses an overlap (quarantine must cover it).
-        let lost = Breaches {
-            quorum: 1,
-            ..losses(&[(200, 0), (200, 1), (200, 2)])
-        };
-        assert!(!Exception::DataLoss.excuses(&h, &lost, &found[0]));
     }
 }

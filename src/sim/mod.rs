@@ -36,20 +36,18 @@
 //!
 //! The suites (`tests.rs`) run families of schedules (*profiles*) that must stay clean,
 //! and profiles with a protection switched off, or a planted bug (feature `mutants`), in
-//! which the checkers must find a violation. Two exceptions (`check::Exception`) are
-//! allowed only by the profiles that break the assumption behind them, each as narrow as
-//! the fault that explains it, and every run prints how many violations each excused:
-//! - *data loss*: a fencing violation between two leases is excused when a quorum of
-//!   masters each lost its data after the earlier lease's attempt began and before the
-//!   later one was acquired (fencing assumes counters are never lost);
+//! which the checkers must find a violation. One exception (`check::Exception`) is
+//! allowed, only by the profile that breaks the assumption behind it, as narrow as the
+//! fault that explains it, and every run prints how many violations it excused:
 //! - *clock jump*: an overlap is excused when a master's clock jumped forward after the
 //!   earlier lease's attempt began and before the overlap began (the lock assumes clocks
 //!   run at one rate).
 //!
-//! Losses or jumps elsewhere in the schedule excuse nothing; the `mutants` tests
-//! `overlaps_no_clock_jump_touched_are_not_excused` and
-//! `fencing_violations_after_earlier_data_loss_are_not_excused` find violations that
-//! only the narrowing exposes. A data loss on a minority of masters excuses nothing:
+//! Jumps elsewhere in the schedule excuse nothing; the `mutants` test
+//! `overlaps_no_clock_jump_touched_are_not_excused` finds violations that only the
+//! narrowing exposes. Data loss excuses nothing: fencing counts only durable masters that
+//! the client never saw lose data, so the protected profiles, with crashes that lose data
+//! and flushes, must have no violation at all; see also
 //! `a_master_that_can_lose_its_counters_never_carries_a_token`.
 //!
 //! The lock's assumptions hold in every schedule except where a profile breaks one on

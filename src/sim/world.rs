@@ -446,7 +446,7 @@ struct Book {
     registers: Vec<Register>,
     events: Vec<(Duration, String)>,
     stats: Stats,
-    /// Data losses and clock jumps, for the checkers' exceptions.
+    /// Clock jumps, for the checkers' exception.
     breaches: Breaches,
 }
 
@@ -580,11 +580,6 @@ impl World {
         book.stats.fenced_writes += 1;
     }
 
-    fn data_lost(&self, master: usize) {
-        let at = self.now();
-        self.book().breaches.data_losses.push((at, master));
-    }
-
     /// Counts the lock keys in `held` that belong to leases valid now.
     fn count_valid(&self, held: &[(Arc<str>, Arc<str>)]) -> u64 {
         let at = self.now();
@@ -607,7 +602,7 @@ pub(super) struct Outcome {
     pub(super) events: Vec<(Duration, String)>,
     pub(super) stats: Stats,
     pub(super) violations: Vec<Violation>,
-    /// The data losses and clock jumps of the schedule.
+    /// The clock jumps of the schedule.
     pub(super) breaches: Breaches,
 }
 
@@ -738,10 +733,6 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> Book {
         trace: trace.clone(),
         book: Mutex::new(Book {
             registers: vec![Register::default(); schedule.resources],
-            breaches: Breaches {
-                quorum: schedule.masters / 2 + 1,
-                ..Breaches::default()
-            },
             ..Book::default()
         }),
     });
@@ -980,7 +971,6 @@ async fn nemesis(world: Arc<World>, faults: Vec<(Duration, Fault)>) {
                 let lost = if server.durable() {
                     0
                 } else {
-                    world.data_lost(m);
                     world.count_valid(&held)
                 };
                 world.book().stats.crashes += 1;
@@ -1012,7 +1002,6 @@ async fn nemesis(world: Arc<World>, faults: Vec<(Duration, Fault)>) {
                 let Some(held) = server.flush() else {
                     continue;
                 };
-                world.data_lost(m);
                 let lost = world.count_valid(&held);
                 world.book().stats.flushes += 1;
                 world.book().stats.held_keys_lost += lost;

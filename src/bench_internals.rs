@@ -3,6 +3,8 @@
 //! Enabled by the `bench-internals` feature, which is internal and unstable: these thin
 //! wrappers exist so that the CPU cost of the library's own work (without any network) can
 //! be measured, and may change or disappear in any release. Do not use them in applications.
+//!
+//! Layer: beside `lib.rs` (docs/design.md §10); nothing in the product uses it.
 
 use std::time::Duration;
 
@@ -57,5 +59,5 @@ pub fn deadline(
 /// A fresh lock value: 128 random bits from the thread-local CSPRNG as 32 hex digits, the
 /// same function every acquire attempt calls.
 pub fn random_value() -> String {
-    crate::lock::random_value()
+    crate::core::random_value()
 }

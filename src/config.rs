@@ -1,8 +1,11 @@
 //! The client builder and its validation.
 //!
-//! Every setting has a `DEFAULT_*` constant and is checked once, in [`Builder::build`], so a
+//! Every setting has its default in [`defaults`] and is checked once, in [`Builder::build`], so a
 //! bad value (often read from a file or the environment) is reported with a message that
 //! names it and says what to change, before any lock is attempted.
+//!
+//! Owns every setting, its default and its validation. Layer: below the master connection,
+//! the round and every facade (docs/design.md §10); it must not use them.
 
 use std::fmt;
 use std::num::NonZeroU32;
@@ -14,46 +17,63 @@ use tokio::time::Instant;
 
 use crate::deadline;
 use crate::error::human;
-use crate::lock::Redlock;
-use crate::mutants::Mutant;
+#[cfg(feature = "mutants")]
+use crate::mutants::{Mutant, Planted};
 
-/// Default lock time-to-live: 10 s.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
-/// Default clock-drift factor: 1 % of the TTL (plus 2 ms), as in the Redlock reference.
-pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
-/// Default time a single master may take to answer one request: 50 ms.
-pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
-/// Default time allowed for opening a connection to a master: 1 s.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// Default pause between acquire attempts, before jitter: 100 ms.
-pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(100);
-/// Default upper bound of the uniform random jitter added to each pause with the default
-/// retry delay: 100 ms. The jitter follows the retry delay unless set.
-pub const DEFAULT_RETRY_JITTER: Duration = Duration::from_millis(100);
-/// Default safety margin as a fraction of the TTL: a lease counts as lost 5 % of its TTL
-/// before its deadline, so that work aborted then stops while the lock is still held.
-pub const DEFAULT_SAFETY_MARGIN_FRACTION: f64 = 0.05;
-/// Default watchdog interval as a fraction of the TTL: a third, as in Redisson.
-pub const DEFAULT_EXTEND_INTERVAL_FRACTION: f64 = 1.0 / 3.0;
+/// The default of every setting that has one; see [`Builder`] for what each means.
+pub mod defaults {
+    use std::time::Duration;
 
-/// The longest `ttl` and `ttl_max` a client accepts, and the longest TTL of one
-/// acquisition ([`AcquireOptions::ttl`](crate::AcquireOptions::ttl)) or extension: 24 h.
-/// Longer locks outlive the process that took them by too much when it dies, and restart
-/// quarantine keeps a restarted master out for `ttl_max`.
-pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
-/// The longest `node_timeout` a client accepts: 1 min. A master that takes longer to
-/// answer one request is better counted as failed.
-pub const MAX_NODE_TIMEOUT: Duration = Duration::from_secs(60);
-/// The longest `connect_timeout` a client accepts: 1 min.
-pub const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
-/// The longest `wait_timeout` a client or one acquisition accepts: 24 h.
-pub const MAX_WAIT_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
-/// The longest `max_hold` a client or one acquisition accepts: 7 days.
-pub const MAX_MAX_HOLD: Duration = Duration::from_secs(7 * 24 * 3600);
+    /// Lock time-to-live: 10 s.
+    pub const TTL: Duration = Duration::from_secs(10);
+    /// Clock-drift factor: 1 % of the TTL (plus 2 ms), as in the Redlock reference.
+    pub const DRIFT_FACTOR: f64 = 0.01;
+    /// Time a single master may take to answer one request: 50 ms.
+    pub const NODE_TIMEOUT: Duration = Duration::from_millis(50);
+    /// Time allowed for opening a connection to a master: 1 s.
+    pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+    /// Pause between acquire attempts, before jitter: 100 ms.
+    pub const RETRY_DELAY: Duration = Duration::from_millis(100);
+    /// Upper bound of the uniform random jitter added to each pause with the default
+    /// retry delay: 100 ms. The jitter follows the retry delay unless set.
+    pub const RETRY_JITTER: Duration = Duration::from_millis(100);
+    /// Safety margin as a fraction of the TTL: a lease counts as lost 5 % of its TTL
+    /// before its deadline, so that work aborted then stops while the lock is still held.
+    pub const SAFETY_MARGIN_FRACTION: f64 = 0.05;
+    /// Watchdog interval as a fraction of the TTL: a third, as in Redisson.
+    pub const EXTEND_INTERVAL_FRACTION: f64 = 1.0 / 3.0;
+}
 
-/// The longest resource name accepted, in bytes: 1024. Longer names are refused with
-/// [`ErrorKind::InvalidResource`](crate::ErrorKind::InvalidResource); hash them first.
-pub const MAX_RESOURCE_LEN: usize = 1024;
+/// The largest value each duration setting accepts, and the longest resource name. A
+/// larger one is refused with [`ConfigError::TooLarge`] (or, per call,
+/// [`ErrorKind::InvalidOptions`](crate::ErrorKind::InvalidOptions)).
+pub mod limits {
+    use std::time::Duration;
+
+    /// The longest `ttl` and `ttl_max` a client accepts, and the longest TTL of one
+    /// acquisition ([`AcquireOptions::ttl`](crate::AcquireOptions::ttl)) or extension: 24 h.
+    /// Longer locks outlive the process that took them by too much when it dies, and restart
+    /// quarantine keeps a restarted master out for `ttl_max`.
+    pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+    /// The longest `node_timeout` a client accepts: 1 min. A master that takes longer to
+    /// answer one request is better counted as failed.
+    pub const MAX_NODE_TIMEOUT: Duration = Duration::from_secs(60);
+    /// The longest `connect_timeout` a client accepts: 1 min.
+    pub const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+    /// The longest `wait_timeout` a client or one acquisition accepts: 24 h.
+    pub const MAX_WAIT_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+    /// The longest `max_hold` a client or one acquisition accepts: 7 days.
+    pub const MAX_MAX_HOLD: Duration = Duration::from_secs(7 * 24 * 3600);
+
+    /// The longest resource name accepted, in bytes: 1024. Longer names are refused with
+    /// [`ErrorKind::InvalidResource`](crate::ErrorKind::InvalidResource); hash them first.
+    pub const MAX_RESOURCE_LEN: usize = 1024;
+}
+
+pub(crate) use limits::{
+    MAX_CONNECT_TIMEOUT, MAX_MAX_HOLD, MAX_NODE_TIMEOUT, MAX_RESOURCE_LEN, MAX_TTL,
+    MAX_WAIT_TIMEOUT,
+};
 
 /// A duration given either as a [`Duration`] or as a human-readable string such as
 /// `"10s"`, `"250ms"` or `"1m 30s"` (parsed with [`humantime`]).
@@ -154,75 +174,76 @@ pub enum ConfigError {
         /// The parser's complaint.
         reason: String,
     },
-    /// The TTL is zero.
-    #[error("ttl is zero: a lock must live for some time (e.g. \"10s\")")]
-    TtlZero,
     /// The TTL leaves no validity once drift and one node timeout are taken off.
     #[error(
-        "ttl {ttl} is too short: it must exceed the drift allowance ({drift}) plus the node timeout ({node_timeout}) plus the larger of min_validity and the safety margin ({least_validity}); raise ttl or lower {knob}"
+        "ttl {} is too short: it must exceed the drift allowance ({}) plus the node timeout ({}) plus the larger of min_validity and the safety margin ({}); raise ttl or lower {knob}",
+        human(*.ttl),
+        human(*.drift),
+        human(*.node_timeout),
+        human(*.least_validity)
     )]
     TtlTooShort {
         /// The setting that takes the largest share besides the TTL: `node_timeout`,
         /// `safety_margin`, `min_validity` or `drift_factor`.
         knob: &'static str,
         /// The TTL given.
-        ttl: String,
+        ttl: Duration,
         /// The drift allowance (`ttl * drift_factor + 2 ms`).
-        drift: String,
+        drift: Duration,
         /// The node timeout.
-        node_timeout: String,
+        node_timeout: Duration,
         /// The least validity a new lease must have: `min_validity` or the safety margin.
-        least_validity: String,
+        least_validity: Duration,
     },
-    /// A duration setting that must not be zero is zero.
-    #[error("{0} is zero: give it a positive duration")]
-    Zero(&'static str),
+    /// A setting that must be positive is zero.
+    #[error("{setting} is zero: {}", zero_advice(.setting))]
+    Zero {
+        /// Which setting.
+        setting: &'static str,
+    },
     /// The drift factor is negative, not finite, or not below 1.
     #[error(
         "drift_factor {0} is out of range: use a value from 0 up to (not including) 1, typically 0.01"
     )]
     DriftFactor(f64),
-    /// The test-only client clock rate is out of range.
+    /// The test-only client clock rate is out of range (feature `mutants`).
+    #[cfg(feature = "mutants")]
     #[error("client_clock_rate {0} is out of range: use a value above 0.1 and at most 10")]
     ClockRate(f64),
-    /// The node timeout is zero.
-    #[error("node_timeout is zero: every master needs some time to answer (e.g. \"50ms\")")]
-    NodeTimeoutZero,
-    /// The connect timeout is zero.
-    #[error("connect_timeout is zero: connecting to a master needs some time (e.g. \"1s\")")]
-    ConnectTimeoutZero,
-    /// No acquire attempts allowed.
-    #[error("retry_attempts is zero: acquire needs at least one attempt")]
-    RetryAttemptsZero,
     /// A retry pause, jitter or wait budget too large to be added to the clock.
-    #[error("{setting} {value} is too large: it overflows the clock; use a realistic duration")]
+    #[error("{setting} {} is too large: it overflows the clock; use a realistic duration", human(*.value))]
     DurationOverflow {
         /// Which setting (or sum of settings).
         setting: &'static str,
         /// The value.
-        value: String,
+        value: Duration,
     },
     /// A TTL above `ttl_max`, the bound restart quarantine relies on. `ttl_max` defaults
     /// to the client's TTL, so a longer per-call TTL needs [`Builder::ttl_max`].
     #[error(
-        "ttl {ttl} exceeds ttl_max {ttl_max}: restart quarantine keeps a restarted master out for ttl_max, so no lock may live longer; ttl_max defaults to the client's ttl: raise it with Builder::ttl_max to the longest TTL any call uses, or lower ttl"
+        "ttl {} exceeds ttl_max {}: restart quarantine keeps a restarted master out for ttl_max, so no lock may live longer; ttl_max defaults to the client's ttl: raise it with Builder::ttl_max to the longest TTL any call uses, or lower ttl",
+        human(*.ttl),
+        human(*.ttl_max)
     )]
     TtlAboveTtlMax {
         /// The TTL.
-        ttl: String,
+        ttl: Duration,
         /// The bound.
-        ttl_max: String,
+        ttl_max: Duration,
     },
     /// A duration above its documented maximum (see [`MAX_TTL`] and the other `MAX_*`
     /// constants).
-    #[error("{setting} {value} is above its maximum of {max} ({limit}): {advice}")]
+    #[error("{setting} {} is above its maximum of {} ({limit}): {advice}",
+        human(*.value),
+        human(*.max)
+    )]
     TooLarge {
         /// Which setting.
         setting: &'static str,
         /// The value given.
-        value: String,
+        value: Duration,
         /// The maximum.
-        max: String,
+        max: Duration,
         /// The constant that holds the maximum, such as `MAX_TTL`.
         limit: &'static str,
         /// What to do instead.
@@ -234,12 +255,15 @@ pub enum ConfigError {
     )]
     FencingNeedsQuarantine,
     /// The exponential backoff's maximum is below the base delay.
-    #[error("backoff max {max} is below retry_delay {delay}: raise the maximum or lower the delay")]
+    #[error("backoff max {} is below retry_delay {}: raise the maximum or lower the delay",
+        human(*.max),
+        human(*.delay)
+    )]
     BackoffMax {
         /// The maximum given.
-        max: String,
+        max: Duration,
         /// The base delay.
-        delay: String,
+        delay: Duration,
     },
 }
 
@@ -253,7 +277,7 @@ pub(crate) struct MasterSpec {
 /// The retry policy of [`Redlock::acquire`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RetryPolicy {
-    /// As set; `None` means 10, or unbounded when a wait budget bounds the time.
+    /// As set; `None` puts no bound on the count: the wait budget bounds the time.
     pub(crate) attempts: Option<NonZeroU32>,
     pub(crate) delay: Duration,
     pub(crate) jitter: Duration,
@@ -266,8 +290,7 @@ impl RetryPolicy {
         match self.backoff {
             Backoff::Fixed => self.delay,
             Backoff::Exponential { max } => {
-                let shift = attempt.saturating_sub(1).min(31);
-                self.delay.saturating_mul(1u32 << shift).min(max)
+                crate::backoff::doubled(self.delay, max, attempt.saturating_sub(1))
             }
         }
     }
@@ -304,11 +327,9 @@ pub(crate) struct Config {
     /// Every TTL and extension is at most this long; restart quarantine waits this long.
     pub(crate) ttl_max: Duration,
     pub(crate) fencing: bool,
-    /// How fast the client's clock runs against real time (a test seam, feature
-    /// `mutants`; always 1 otherwise).
-    pub(crate) clock_rate: f64,
-    /// A planted bug (feature `mutants`); always `None` otherwise.
-    pub(crate) mutant: Option<Mutant>,
+    /// The test seams: a planted bug and the client clock's rate (feature `mutants`).
+    #[cfg(feature = "mutants")]
+    pub(crate) planted: Planted,
 }
 
 impl Config {
@@ -331,7 +352,7 @@ impl Config {
     /// How long before its deadline a lease of `ttl` counts as lost.
     pub(crate) fn safety_margin(&self, ttl: Duration) -> Duration {
         self.safety_margin
-            .unwrap_or_else(|| ttl.mul_f64(DEFAULT_SAFETY_MARGIN_FRACTION))
+            .unwrap_or_else(|| ttl.mul_f64(defaults::SAFETY_MARGIN_FRACTION))
     }
 
     /// The validity a new lease of `ttl` must have left: more than this, or it is useless.
@@ -339,30 +360,31 @@ impl Config {
         self.min_validity.max(self.safety_margin(ttl))
     }
 
-    /// How long a master that may have lost its keys abstains (DESIGN.md section 6).
+    /// How long a master that may have lost its keys abstains (docs/design.md §7).
     pub(crate) fn quarantine_window(&self) -> Duration {
         crate::quarantine::window(self.ttl_max, self.drift_factor, crate::quarantine::MARGIN)
     }
 
     /// The deadline of a lease of `ttl` whose round started at `t0`, as this client's clock
-    /// sees it (DESIGN.md section 2).
+    /// sees it (docs/design.md §3).
     pub(crate) fn lease_deadline(&self, t0: Instant, ttl: Duration) -> Option<Instant> {
         let drift = deadline::drift(ttl, self.drift_factor);
         let dl = deadline::deadline(t0, ttl, drift)?;
-        if self.clock_rate == 1.0 {
-            return Some(dl);
+        #[cfg(feature = "mutants")]
+        if self.planted.clock_rate != 1.0 {
+            // A clock running at `rate` reaches the end of the validity after
+            // validity / rate of real time.
+            return t0.checked_add((dl - t0).div_f64(self.planted.clock_rate));
         }
-        // A clock running at `rate` reaches the end of the validity after validity / rate
-        // of real time.
-        t0.checked_add((dl - t0).div_f64(self.clock_rate))
+        Some(dl)
     }
 
     /// Checks a per-call TTL against `ttl_max`.
     pub(crate) fn check_ttl_max(&self, ttl: Duration) -> Result<(), ConfigError> {
         if ttl > self.ttl_max {
             return Err(ConfigError::TtlAboveTtlMax {
-                ttl: human(ttl),
-                ttl_max: human(self.ttl_max),
+                ttl,
+                ttl_max: self.ttl_max,
             });
         }
         Ok(())
@@ -371,7 +393,7 @@ impl Config {
     /// The watchdog's pause between extensions of a lease of `ttl`.
     pub(crate) fn extend_interval(&self, ttl: Duration) -> Duration {
         self.extend_interval
-            .unwrap_or_else(|| ttl.mul_f64(DEFAULT_EXTEND_INTERVAL_FRACTION))
+            .unwrap_or_else(|| ttl.mul_f64(defaults::EXTEND_INTERVAL_FRACTION))
     }
 }
 
@@ -382,7 +404,7 @@ fn least_validity(
     safety_margin: Option<Duration>,
     ttl: Duration,
 ) -> (Duration, &'static str) {
-    let margin = safety_margin.unwrap_or_else(|| ttl.mul_f64(DEFAULT_SAFETY_MARGIN_FRACTION));
+    let margin = safety_margin.unwrap_or_else(|| ttl.mul_f64(defaults::SAFETY_MARGIN_FRACTION));
     if min_validity > margin {
         (min_validity, "min_validity")
     } else {
@@ -397,7 +419,7 @@ fn check_ttl(
     (least_validity, least_from): (Duration, &'static str),
 ) -> Result<(), ConfigError> {
     if ttl.is_zero() {
-        return Err(ConfigError::TtlZero);
+        return Err(ConfigError::Zero { setting: "ttl" });
     }
     at_most("ttl", ttl, MAX_TTL)?;
     let drift = deadline::drift(ttl, drift_factor);
@@ -416,13 +438,24 @@ fn check_ttl(
         .map_or("node_timeout", |(_, knob)| knob);
         return Err(ConfigError::TtlTooShort {
             knob,
-            ttl: human(ttl),
-            drift: human(drift),
-            node_timeout: human(node_timeout),
-            least_validity: human(least_validity),
+            ttl,
+            drift,
+            node_timeout,
+            least_validity,
         });
     }
     Ok(())
+}
+
+/// What to do about a zero `setting`.
+fn zero_advice(setting: &str) -> &'static str {
+    match setting {
+        "ttl" => "a lock must live for some time (e.g. \"10s\")",
+        "node_timeout" => "every master needs some time to answer (e.g. \"50ms\")",
+        "connect_timeout" => "connecting to a master needs some time (e.g. \"1s\")",
+        "retry_attempts" => "acquire needs at least one attempt",
+        _ => "give it a positive duration",
+    }
 }
 
 /// Rejects `value` above `max` (one of the `MAX_*` constants) for `setting`.
@@ -456,8 +489,8 @@ pub(crate) fn at_most(
     };
     Err(ConfigError::TooLarge {
         setting,
-        value: human(value),
-        max: human(max),
+        value,
+        max,
         limit,
         advice,
     })
@@ -466,21 +499,22 @@ pub(crate) fn at_most(
 /// A duration as given to a setter: parsed, or the input and the parser's complaint.
 pub(crate) type DurationSetting = Result<Duration, (String, String)>;
 
-/// Builds a [`Redlock`] client; get one from [`Redlock::builder`].
+/// Builds a [`Redlock`](crate::Redlock) client; get one from
+/// [`Redlock::builder`](crate::Redlock::builder).
 ///
 /// Setters consume and return the builder. Nothing is checked or connected until
 /// [`build`](Builder::build), which validates every setting at once.
 ///
 /// # Default
 /// - masters: none (at least one is required)
-/// - `ttl`: [`DEFAULT_TTL`] (10 s)
-/// - `drift_factor`: [`DEFAULT_DRIFT_FACTOR`] (0.01)
-/// - `node_timeout`: [`DEFAULT_NODE_TIMEOUT`] (50 ms)
-/// - `connect_timeout`: [`DEFAULT_CONNECT_TIMEOUT`] (1 s)
+/// - `ttl`: [`defaults::TTL`] (10 s)
+/// - `drift_factor`: [`defaults::DRIFT_FACTOR`] (0.01)
+/// - `node_timeout`: [`defaults::NODE_TIMEOUT`] (50 ms)
+/// - `connect_timeout`: [`defaults::CONNECT_TIMEOUT`] (1 s)
 /// - `wait_timeout`: twice `ttl_max` (20 s with the defaults): acquire waits that long
 /// - `retry_attempts`: no bound on the count (the wait budget bounds the time)
-/// - `retry_delay`: [`DEFAULT_RETRY_DELAY`] (100 ms), `retry_jitter`: the retry delay
-///   ([`DEFAULT_RETRY_JITTER`] with the default delay), `backoff`: [`Backoff::Fixed`]
+/// - `retry_delay`: [`defaults::RETRY_DELAY`] (100 ms), `retry_jitter`: the retry delay
+///   ([`defaults::RETRY_JITTER`] with the default delay), `backoff`: [`Backoff::Fixed`]
 /// - `min_validity`: zero
 /// - `key_prefix`: empty, so keys are the resource names themselves and interoperate with
 ///   other Redlock clients
@@ -536,8 +570,8 @@ pub struct Builder {
     quarantine: bool,
     ttl_max: Option<DurationSetting>,
     fencing: bool,
-    clock_rate: f64,
-    mutant: Option<Mutant>,
+    #[cfg(feature = "mutants")]
+    planted: Planted,
 }
 
 impl fmt::Debug for Builder {
@@ -564,8 +598,8 @@ impl fmt::Debug for Builder {
             quarantine,
             ttl_max,
             fencing,
-            clock_rate,
-            mutant,
+            #[cfg(feature = "mutants")]
+                planted: _,
         } = self;
         let masters: Vec<String> = masters.iter().map(|url| redact(url)).collect();
         f.debug_struct("Builder")
@@ -589,9 +623,7 @@ impl fmt::Debug for Builder {
             .field("quarantine", quarantine)
             .field("ttl_max", ttl_max)
             .field("fencing", fencing)
-            .field("clock_rate", clock_rate)
-            .field("mutant", mutant)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -599,12 +631,12 @@ impl Default for Builder {
     fn default() -> Self {
         Self {
             masters: Vec::new(),
-            ttl: Ok(DEFAULT_TTL),
-            drift_factor: DEFAULT_DRIFT_FACTOR,
-            node_timeout: Ok(DEFAULT_NODE_TIMEOUT),
-            connect_timeout: Ok(DEFAULT_CONNECT_TIMEOUT),
+            ttl: Ok(defaults::TTL),
+            drift_factor: defaults::DRIFT_FACTOR,
+            node_timeout: Ok(defaults::NODE_TIMEOUT),
+            connect_timeout: Ok(defaults::CONNECT_TIMEOUT),
             retry_attempts: None,
-            retry_delay: Ok(DEFAULT_RETRY_DELAY),
+            retry_delay: Ok(defaults::RETRY_DELAY),
             retry_jitter: None,
             backoff: Backoff::Fixed,
             wait_timeout: None,
@@ -618,14 +650,14 @@ impl Default for Builder {
             quarantine: true,
             ttl_max: None,
             fencing: false,
-            clock_rate: 1.0,
-            mutant: None,
+            #[cfg(feature = "mutants")]
+            planted: Planted::default(),
         }
     }
 }
 
 impl Builder {
-    /// A builder with every default; same as [`Redlock::builder`].
+    /// A builder with every default; same as [`Redlock::builder`](crate::Redlock::builder).
     pub fn new() -> Self {
         Self::default()
     }
@@ -687,11 +719,11 @@ impl Builder {
         self
     }
 
-    /// How many acquire attempts [`Redlock::acquire`] makes at most, not counting those
-    /// woken by an event: the holder's release notice or expiry, or masters leaving restart
-    /// quarantine (those come from the masters, not from impatience, and the wait budget
-    /// bounds them). `1` makes a single attempt. Defaults to no bound on the count: the
-    /// wait budget ([`wait_timeout`](Builder::wait_timeout)) bounds the time.
+    /// How many acquire attempts [`Redlock::acquire`](crate::Redlock::acquire) makes at most,
+    /// not counting those woken by an event: the holder's release notice or expiry, or masters
+    /// leaving restart quarantine (those come from the masters, not from impatience, and the
+    /// wait budget bounds them). `1` makes a single attempt. Defaults to no bound on the count:
+    /// the wait budget ([`wait_timeout`](Builder::wait_timeout)) bounds the time.
     pub fn retry_attempts(mut self, attempts: u32) -> Self {
         self.retry_attempts = Some(attempts);
         self
@@ -717,10 +749,10 @@ impl Builder {
         self
     }
 
-    /// The most time [`Redlock::acquire`] spends trying, over all attempts, every wait
-    /// and every round included. Defaults to twice `ttl_max` (20 s with the defaults):
-    /// long enough for any holder's lock to expire and for new masters to leave restart
-    /// quarantine. At most [`MAX_WAIT_TIMEOUT`] (24 h).
+    /// The most time [`Redlock::acquire`](crate::Redlock::acquire) spends trying, over all
+    /// attempts, every wait and every round included. Defaults to twice `ttl_max` (20 s with
+    /// the defaults): long enough for any holder's lock to expire and for new masters to leave
+    /// restart quarantine. At most [`MAX_WAIT_TIMEOUT`] (24 h).
     pub fn wait_timeout(mut self, wait: impl IntoDuration) -> Self {
         self.wait_timeout = Some(wait.into_duration());
         self
@@ -749,7 +781,8 @@ impl Builder {
     }
 
     /// Whether every lease gets a watchdog that extends it while it is held (see
-    /// [`Lease`](crate::Lease)). Defaults to off; [`Redlock::with_lock`] always uses one.
+    /// [`Lease`](crate::Lease)). Defaults to off;
+    /// [`Redlock::with_lock`](crate::Redlock::with_lock) always uses one.
     pub fn watchdog(mut self, on: bool) -> Self {
         self.watchdog = on;
         self
@@ -812,7 +845,7 @@ impl Builder {
     /// `mutants` feature; never use it outside such tests.
     #[cfg(feature = "mutants")]
     pub fn client_clock_rate(mut self, rate: f64) -> Self {
-        self.clock_rate = rate;
+        self.planted.clock_rate = rate;
         self
     }
 
@@ -820,22 +853,8 @@ impl Builder {
     /// Defaults to none. Only with the `mutants` feature; never use it outside such tests.
     #[cfg(feature = "mutants")]
     pub fn mutant(mut self, mutant: Mutant) -> Self {
-        self.mutant = Some(mutant);
+        self.planted.mutant = Some(mutant);
         self
-    }
-
-    /// Validates every setting and builds the client. No connection is opened here:
-    /// masters are connected on first use.
-    ///
-    /// # Errors
-    /// A [`ConfigError`] naming the first setting that cannot work and what to change:
-    /// no masters, an unparsable or duplicate master URL, a duration that does not parse,
-    /// a zero TTL or node timeout, a TTL not larger than the drift allowance plus the node
-    /// timeout plus the safety margin, a TTL above `ttl_max`, a duration above its
-    /// documented maximum (see "Limits" above), a drift factor out of range, zero attempts,
-    /// or pauses that overflow.
-    pub fn build(self) -> Result<Redlock, ConfigError> {
-        self.into_config().and_then(Redlock::from_config)
     }
 
     pub(crate) fn into_config(self) -> Result<Config, ConfigError> {
@@ -860,8 +879,8 @@ impl Builder {
             quarantine,
             ttl_max,
             fencing,
-            clock_rate,
-            mutant,
+            #[cfg(feature = "mutants")]
+            planted,
         } = self;
 
         let masters = parse_masters(&masters)?;
@@ -892,20 +911,21 @@ impl Builder {
         at_most("ttl", ttl, MAX_TTL)?;
         at_most("ttl_max", ttl_max, MAX_TTL)?;
         if ttl > ttl_max {
-            return Err(ConfigError::TtlAboveTtlMax {
-                ttl: human(ttl),
-                ttl_max: human(ttl_max),
-            });
+            return Err(ConfigError::TtlAboveTtlMax { ttl, ttl_max });
         }
         if fencing && !quarantine {
             return Err(ConfigError::FencingNeedsQuarantine);
         }
-        if !(clock_rate.is_finite() && clock_rate > 0.1 && clock_rate <= 10.0) {
-            return Err(ConfigError::ClockRate(clock_rate));
+        #[cfg(feature = "mutants")]
+        if !(planted.clock_rate.is_finite()
+            && planted.clock_rate > 0.1
+            && planted.clock_rate <= 10.0)
+        {
+            return Err(ConfigError::ClockRate(planted.clock_rate));
         }
         for (setting, value) in [("extend_interval", extend_interval), ("max_hold", max_hold)] {
             if value.is_some_and(|d| d.is_zero()) {
-                return Err(ConfigError::Zero(setting));
+                return Err(ConfigError::Zero { setting });
             }
         }
 
@@ -913,10 +933,14 @@ impl Builder {
             return Err(ConfigError::DriftFactor(drift_factor));
         }
         if node_timeout.is_zero() {
-            return Err(ConfigError::NodeTimeoutZero);
+            return Err(ConfigError::Zero {
+                setting: "node_timeout",
+            });
         }
         if connect_timeout.is_zero() {
-            return Err(ConfigError::ConnectTimeoutZero);
+            return Err(ConfigError::Zero {
+                setting: "connect_timeout",
+            });
         }
         at_most("node_timeout", node_timeout, MAX_NODE_TIMEOUT)?;
         at_most("connect_timeout", connect_timeout, MAX_CONNECT_TIMEOUT)?;
@@ -936,7 +960,11 @@ impl Builder {
             least_validity(min_validity, safety_margin, ttl),
         )?;
         let attempts = retry_attempts
-            .map(|a| NonZeroU32::new(a).ok_or(ConfigError::RetryAttemptsZero))
+            .map(|a| {
+                NonZeroU32::new(a).ok_or(ConfigError::Zero {
+                    setting: "retry_attempts",
+                })
+            })
             .transpose()?;
 
         let largest_pause = match backoff {
@@ -944,8 +972,8 @@ impl Builder {
             Backoff::Exponential { max } => {
                 if max < retry_delay {
                     return Err(ConfigError::BackoffMax {
-                        max: human(max),
-                        delay: human(retry_delay),
+                        max,
+                        delay: retry_delay,
                     });
                 }
                 max
@@ -979,8 +1007,8 @@ impl Builder {
             quarantine,
             ttl_max,
             fencing,
-            clock_rate,
-            mutant,
+            #[cfg(feature = "mutants")]
+            planted,
         })
     }
 }
@@ -1002,13 +1030,10 @@ fn fits_clock(setting: &'static str, value: Option<Duration>) -> Result<(), Conf
     const LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);
     match value {
         Some(d) if d <= LIMIT && Instant::now().checked_add(d).is_some() => Ok(()),
-        Some(d) => Err(ConfigError::DurationOverflow {
-            setting,
-            value: human(d),
-        }),
+        Some(d) => Err(ConfigError::DurationOverflow { setting, value: d }),
         None => Err(ConfigError::DurationOverflow {
             setting,
-            value: "more than the clock can hold".to_owned(),
+            value: Duration::MAX,
         }),
     }
 }
@@ -1168,8 +1193,8 @@ mod tests {
         let set = config(Builder::new().retry_delay("10ms").retry_jitter("0ms"));
         assert_eq!(set.retry.jitter, Duration::ZERO);
         let default = config(Builder::new());
-        assert_eq!(default.retry.jitter, DEFAULT_RETRY_JITTER);
-        assert_eq!(default.retry.delay, DEFAULT_RETRY_DELAY);
+        assert_eq!(default.retry.jitter, defaults::RETRY_JITTER);
+        assert_eq!(default.retry.delay, defaults::RETRY_DELAY);
     }
 
     #[test]

@@ -1,9 +1,11 @@
-//! Validity and drift arithmetic (DESIGN.md section 2). Pure: no I/O, no clock reads.
+//! Validity and drift arithmetic (docs/design.md §3). Pure: no I/O, no clock reads.
 //!
 //! A lease is valid until `t0 + ttl - drift`, where `t0` was read before the first request
 //! of the round was sent and `drift = ttl * drift_factor + 2 ms`. Every master received its
 //! `SET` after `t0`, so each master's copy of the key outlives the deadline (up to
 //! clock-rate drift, which the allowance covers).
+//!
+//! Layer: a leaf (docs/design.md §10); it must not use any other module.
 
 use std::time::Duration;
 

@@ -1,8 +1,10 @@
-//! Errors and per-master outcomes.
+//! Errors and per-master outcomes (docs/design.md §9).
 //!
 //! Every multi-master operation reports what each master did ([`MasterReport`]), so a
 //! failed acquire says *why*: held by another client, masters unreachable, or validity used
 //! up — never one opaque "no quorum".
+//!
+//! Layer: a leaf (docs/design.md §10); it must not use any other module.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -247,7 +249,7 @@ pub enum ErrorKind {
     /// the masters' ACLs.
     Auth,
     /// The resource name is empty or longer than
-    /// [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes. Not retryable: name the
+    /// [`MAX_RESOURCE_LEN`](crate::limits::MAX_RESOURCE_LEN) bytes. Not retryable: name the
     /// resource (a long name can be hashed).
     InvalidResource,
     /// Called outside a tokio runtime. Not retryable: call it from inside one, with time

@@ -1,4 +1,4 @@
-//! Fencing tokens (DESIGN.md section 5).
+//! Fencing tokens (docs/design.md §8).
 //!
 //! A lease can only promise exclusion while its holder stops at the deadline; a process
 //! pause or a slow network can carry a write past it. A fencing token lets the *storage*
@@ -38,6 +38,15 @@
 //! are fit, so that a rolling restart cannot leave a cluster that issued tokens unable to
 //! issue more). Also assumed: `maxmemory-policy noeviction` and a fixed set of masters.
 //! Fencing needs restart quarantine. Tokens stay below 2^53.
+//!
+//! A client sees a master lose data only if it knew the master before: a client that
+//! first connects after a durable master was flushed or restored from an old copy cannot
+//! tell it from a master that never held a counter. Such a master must not rejoin until
+//! its counters are restored (or every counter it may have held is raised past the
+//! others').
+//!
+//! Owns the token type and the storage-side check; the write-back rounds are the facade's
+//! (`lock.rs`). Layer: a leaf (docs/design.md §10).
 
 use std::fmt;
 

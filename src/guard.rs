@@ -1,4 +1,5 @@
-//! Restart quarantine and fence-counter trust, applied to any master (real or simulated).
+//! Restart quarantine and fence-counter trust, applied to any master (real or simulated);
+//! docs/design.md §7 and §8.
 //!
 //! [`Guarded`] wraps a [`Master`]: it learns each (re)connection's vitals and every epoch a
 //! reply reads, keeps the master's [`Quarantine`], and turns the answers of a master that
@@ -13,6 +14,9 @@
 //! master that fails this test still votes for the lock itself; for fencing it answers
 //! [`MasterErrorKind::Misconfigured`], a permanent failure, so a client whose masters are
 //! not durable learns it at its first fenced acquire instead of after a restart.
+//!
+//! Layer: beside the round (docs/design.md §10); it must not use the round, the core,
+//! leases or the facade.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! redquorum: correctness-critical sections across independent Redis masters.
+//! redquorum: a distributed lock over N independent Redis masters (the Redlock algorithm).
 //!
 //! A [`Redlock`] client sends `SET key value NX PX ttl` to N independent masters at once,
 //! counts the replies as they arrive, and grants a [`Lease`] as soon as a majority
@@ -7,18 +7,50 @@
 //! released on every master it may have touched, and retried after a randomised pause.
 //! A master that is down or hung adds no latency once a majority has answered.
 //!
+//! # Requirements
+//! - **A tokio runtime** with time and I/O enabled (tokio features `rt` or
+//!   `rt-multi-thread`, `time`, `net`, `macros`). Outside one, calls return
+//!   [`ErrorKind::NoRuntime`] instead of panicking. A client can be built anywhere and
+//!   used from any runtime: its background tasks start in the runtime of first use, and
+//!   start again in the next one if that runtime shuts down.
+//! - **Patience on a fresh cluster.** Brand-new masters abstain once, for `ttl_max`
+//!   (restart quarantine: a fresh server cannot be told from one that lost its locks), so
+//!   the first [`acquire`](Redlock::acquire) on a new cluster sleeps until they vote,
+//!   within its wait budget (twice `ttl_max` by default);
+//!   [`try_acquire`](Redlock::try_acquire) reports [`ErrorKind::NotEnoughVoters`] with
+//!   [`Error::retry_after`].
+//!
+//! # Where to start
+//! - [`Redlock::with_lock`] runs a critical section while holding the lock: it keeps the
+//!   lease extended, **drops the work the moment the lease is lost** (returning
+//!   [`ErrorKind::LeaseLost`]), and releases the lock however the work ends. Use it for
+//!   work of unknown length.
+//! - [`Redlock::acquire`] returns a [`Lease`] to release yourself; its documentation says
+//!   exactly when a lease is valid and when it is lost. [`Builder`] lists every setting.
+//! - **Fencing**, where a late write would do damage: acquire with
+//!   [`Builder::fencing`] or [`AcquireOptions::fencing`], and have the storage check each
+//!   lease's [`FencingToken`] ([`fenced_set`] for Redis-backed data; a
+//!   `WHERE fence <= $token` condition in SQL). Tokens count only durable masters
+//!   (`appendonly yes`, `appendfsync always`).
+//!
 //! # Guarantees, and what they rest on
 //! Two clients never hold valid leases on the same resource at once, provided that
-//! - masters keep lock keys until they expire (persistence with `appendfsync always`, or a
-//!   master that restarted empty is kept out of voting for one TTL);
+//! - masters keep lock keys until they expire (persistence with `appendfsync always`, or
+//!   restart quarantine, on by default, which keeps a master that may have lost them from
+//!   voting for `ttl_max`);
 //! - clocks on clients and masters advance at about the same rate (the drift allowance,
 //!   `ttl * drift_factor + 2 ms`, covers the difference);
-//! - the holder stops touching the resource when [`LeaseHandle::remaining`] reaches zero.
+//! - the holder stops touching the resource by its deadline, when
+//!   [`LeaseHandle::remaining`] reaches zero ([`LeaseHandle::is_lost`] turns true a
+//!   safety margin earlier, and [`Redlock::with_lock`] stops the work then).
 //!
 //! The last point cannot be guaranteed by any lease-based lock: a process pause (GC, swap,
 //! a stopped VM) or a delayed network packet can carry a write past the deadline. Where
-//! that matters, have the storage reject stale writes (fencing). Liveness needs only a
-//! reachable majority; a crashed holder's lock frees itself within one TTL.
+//! that matters, have the storage reject stale writes with fencing tokens. Liveness needs
+//! only a reachable majority; a crashed holder's lock frees itself within one TTL. The
+//! design, each invariant and why it holds: [docs/design.md] in the repository.
+//!
+//! [docs/design.md]: https://github.com/redquorum/redquorum/blob/main/docs/design.md
 //!
 //! # Quick start
 //! ```no_run
@@ -35,19 +67,15 @@
 //!         // ... charge the card, within lease.remaining() ...
 //!         lease.release().await?;
 //!     }
-//!     Err(e) if e.kind() == ErrorKind::Contended => println!("someone else is on it"),
+//!     // Held by another client for the whole wait budget (twice ttl_max by default).
+//!     Err(e) if e.kind() == ErrorKind::WaitTimeout => println!("someone else is on it"),
 //!     Err(e) => return Err(e.into()),
 //! }
+//! // Before the process exits: finish the releases still running in the background.
+//! client.shutdown().await;
 //! # Ok(())
 //! # }
 //! ```
-//!
-//! # Runtime
-//! Locks are taken inside a tokio runtime with time and I/O enabled (tokio features `rt`
-//! or `rt-multi-thread`, `time`, `net`, `macros`). Outside one, calls return
-//! [`ErrorKind::NoRuntime`] instead of panicking. A client can be built anywhere and used
-//! from any runtime: its background tasks start in the runtime of first use, and start
-//! again in the next one if that runtime shuts down.
 //!
 //! # Features
 //! - `testkit`: starts and controls real `redis-server` processes (kill, pause, restart)
@@ -56,10 +84,12 @@
 //!   which the chaos suite proves that its checkers catch bugs. Never use it otherwise.
 #![doc(test(attr(deny(warnings), allow(dead_code))))]
 
+mod backoff;
 #[cfg(feature = "bench-internals")]
 #[doc(hidden)]
 pub mod bench_internals;
 mod config;
+mod core;
 mod deadline;
 mod error;
 mod fencing;
@@ -67,6 +97,9 @@ mod guard;
 mod lease;
 mod lock;
 mod master;
+// The planted bugs exist only with the `mutants` feature; the crate's own tests (the
+// simulation) name them in their profiles, and plant them only with the feature too.
+#[cfg(any(test, feature = "mutants"))]
 #[cfg_attr(not(feature = "mutants"), allow(dead_code, unreachable_pub))]
 mod mutants;
 mod quarantine;
@@ -78,12 +111,7 @@ mod sim;
 pub mod testkit;
 mod wait;
 
-pub use config::{
-    Backoff, Builder, ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR,
-    DEFAULT_EXTEND_INTERVAL_FRACTION, DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER, DEFAULT_SAFETY_MARGIN_FRACTION, DEFAULT_TTL,
-    IntoDuration, MAX_CONNECT_TIMEOUT, MAX_MAX_HOLD, MAX_NODE_TIMEOUT, MAX_RESOURCE_LEN, MAX_TTL,
-    MAX_WAIT_TIMEOUT,
-};
+pub use config::{Backoff, Builder, ConfigError, IntoDuration, defaults, limits};
 pub use error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
 pub use fencing::{FencingToken, fenced_set};
 pub use lease::{ExtendReport, Lease, LeaseHandle, Lost, LostReason, ReleaseReport};

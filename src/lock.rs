@@ -1,4 +1,8 @@
-//! The client handle: acquire a lock on a quorum of masters.
+//! The client handle: acquire a lock on a quorum of masters (docs/design.md §3), wait
+//! for it (§6), and take a fencing token (§8).
+//!
+//! Owns the public facade: the only module that composes rounds, leases and waiting into
+//! public operations. Layer: the top (docs/design.md §10); nothing in the crate uses it.
 
 use std::fmt;
 use std::future::Future;
@@ -7,6 +11,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
+
+use crate::core::{Inner, random_value, release_in_background};
 
 use crate::config::{
     Builder, Config, ConfigError, DurationSetting, IntoDuration, MAX_MAX_HOLD, MAX_RESOURCE_LEN,
@@ -17,8 +23,9 @@ use crate::fencing::FencingToken;
 use crate::guard::Guarded;
 use crate::lease::{Lease, LeaseHandle, LeaseParams, Watchdog};
 use crate::master::{FenceRead, Master, Op, RedisMaster};
+#[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
-use crate::quorum::{self, Bounds, Decision};
+use crate::quorum::{self, Decision};
 use crate::wait::{Notifier, Subscription};
 use crate::{deadline, scripts};
 
@@ -46,39 +53,6 @@ use crate::{deadline, scripts};
 #[derive(Clone)]
 pub struct Redlock {
     pub(crate) inner: Arc<Inner>,
-}
-
-/// What every clone of a client and every lease share.
-pub(crate) struct Inner {
-    pub(crate) config: Config,
-    pub(crate) masters: Vec<Arc<dyn Master>>,
-    pub(crate) quorum: usize,
-    pub(crate) notifier: Arc<Notifier>,
-    /// Releases and late replies still running in the background; [`Redlock::shutdown`]
-    /// waits for them.
-    pub(crate) background: TaskTracker,
-}
-
-impl Inner {
-    /// Runs `task` in the background on the current runtime, tracked for
-    /// [`Redlock::shutdown`]; `false` (and nothing runs) without a runtime.
-    pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) -> bool {
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(self.background.track_future(task));
-                true
-            }
-            Err(_) => false,
-        }
-    }
-
-    /// The bounds of a round of this client that must be decided by `until`.
-    pub(crate) fn bounds(&self, until: Option<Instant>) -> Bounds<'_> {
-        Bounds {
-            until,
-            tracker: Some(&self.background),
-        }
-    }
 }
 
 impl fmt::Debug for Redlock {
@@ -131,7 +105,7 @@ impl AcquireOptions {
     /// the drift allowance plus the node timeout plus the safety margin, and must not
     /// exceed the client's `ttl_max`, which **defaults to the client's TTL**: to take
     /// longer locks per call, raise [`Builder::ttl_max`] when building the client.
-    /// At most [`MAX_TTL`](crate::MAX_TTL) in any case.
+    /// At most [`MAX_TTL`](crate::limits::MAX_TTL) in any case.
     pub fn ttl(mut self, ttl: impl IntoDuration) -> Self {
         self.ttl = Some(ttl.into_duration());
         self
@@ -145,7 +119,7 @@ impl AcquireOptions {
 
     /// The most time to spend trying, over all attempts; while it lasts, a waiter is woken
     /// by the holder's release. Defaults to the client's `wait_timeout`. At most
-    /// [`MAX_WAIT_TIMEOUT`](crate::MAX_WAIT_TIMEOUT).
+    /// [`MAX_WAIT_TIMEOUT`](crate::limits::MAX_WAIT_TIMEOUT).
     pub fn wait_timeout(mut self, wait: impl IntoDuration) -> Self {
         self.wait_timeout = Some(wait.into_duration());
         self
@@ -159,7 +133,7 @@ impl AcquireOptions {
     }
 
     /// The most time the watchdog keeps this lease alive. Defaults to the client's
-    /// `max_hold`. At most [`MAX_MAX_HOLD`](crate::MAX_MAX_HOLD).
+    /// `max_hold`. At most [`MAX_MAX_HOLD`](crate::limits::MAX_MAX_HOLD).
     pub fn max_hold(mut self, max_hold: impl IntoDuration) -> Self {
         self.max_hold = Some(max_hold.into_duration());
         self
@@ -202,6 +176,22 @@ struct Failed {
     cut: bool,
 }
 
+impl Builder {
+    /// Validates every setting and builds the client. No connection is opened here:
+    /// masters are connected on first use.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the first setting that cannot work and what to change:
+    /// no masters, an unparsable or duplicate master URL, a duration that does not parse,
+    /// a zero TTL or node timeout, a TTL not larger than the drift allowance plus the node
+    /// timeout plus the safety margin, a TTL above `ttl_max`, a duration above its
+    /// documented maximum (see "Limits" above), a drift factor out of range, zero attempts,
+    /// or pauses that overflow.
+    pub fn build(self) -> Result<Redlock, ConfigError> {
+        self.into_config().and_then(Redlock::from_config)
+    }
+}
+
 impl Redlock {
     /// A builder with every default; see [`Builder`].
     pub fn builder() -> Builder {
@@ -210,9 +200,11 @@ impl Redlock {
 
     pub(crate) fn from_config(config: Config) -> Result<Self, ConfigError> {
         let mut masters: Vec<Arc<dyn Master>> = Vec::with_capacity(config.masters.len());
-        let node_timeout = match config.mutant {
-            Some(Mutant::NoNodeTimeout) => Duration::from_secs(3600),
-            _ => config.node_timeout,
+        let node_timeout = config.node_timeout;
+        #[cfg(feature = "mutants")]
+        let node_timeout = match config.planted.is(Mutant::NoNodeTimeout) {
+            true => Duration::from_secs(3600),
+            false => node_timeout,
         };
         for spec in &config.masters {
             let master = RedisMaster::new(
@@ -259,9 +251,11 @@ impl Redlock {
         } else {
             masters
         };
-        let quorum = match config.mutant {
-            Some(Mutant::HalfQuorum) => (masters.len() / 2).max(1),
-            _ => quorum::quorum(masters.len()),
+        let quorum = quorum::quorum(masters.len());
+        #[cfg(feature = "mutants")]
+        let quorum = match config.planted.is(Mutant::HalfQuorum) {
+            true => (masters.len() / 2).max(1),
+            false => quorum,
         };
         Self {
             inner: Arc::new(Inner {
@@ -313,8 +307,9 @@ impl Redlock {
         self.inner.quorum
     }
 
-    /// The masters' addresses, passwords redacted, in the configured order.
-    pub fn masters(&self) -> Vec<String> {
+    /// The masters' addresses, passwords redacted, in the configured order. (What each
+    /// master *did* is in the reports of a lease, an error or a release: `masters()`.)
+    pub fn master_addresses(&self) -> Vec<String> {
         self.inner
             .masters
             .iter()
@@ -349,7 +344,7 @@ impl Redlock {
     /// lasts that no quorum is possible: [`ErrorKind::Auth`] (a password or ACL refused)
     /// or [`ErrorKind::Misconfigured`] (masters that can evict lock keys never vote).
     /// Before any master is asked: [`ErrorKind::InvalidResource`] for an empty name or one
-    /// longer than [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes, and
+    /// longer than [`MAX_RESOURCE_LEN`](crate::limits::MAX_RESOURCE_LEN) bytes, and
     /// [`ErrorKind::NoRuntime`] when polled outside a tokio runtime.
     ///
     /// # Cancel safety
@@ -394,8 +389,14 @@ impl Redlock {
         let config = &self.inner.config;
         let key: Arc<str> = format!("{}{resource}", config.key_prefix).into();
         let resource: Arc<str> = resource.into();
-        let reused: Option<Arc<str>> =
-            (config.mutant == Some(Mutant::ReuseValue)).then(|| random_value().into());
+        let reused: Option<Arc<str>> = None;
+        #[cfg(feature = "mutants")]
+        let reused = reused.or_else(|| {
+            config
+                .planted
+                .is(Mutant::ReuseValue)
+                .then(|| random_value().into())
+        });
         let mut waiting: Option<Subscription> = None;
         // Failed attempts in a row that a release notice had woken: every waiter of the
         // lock wakes on the same notice, and on several masters they split the votes.
@@ -676,10 +677,14 @@ impl Redlock {
             outcomes: None,
             armed: true,
         };
-        let fence = match (plan.fencing, config.mutant) {
-            (false, _) => FenceRead::Skip,
-            (true, Some(Mutant::OneRoundToken)) => FenceRead::IncrementWhenGranted,
-            (true, _) => FenceRead::Read,
+        let fence = match plan.fencing {
+            false => FenceRead::Skip,
+            true => FenceRead::Read,
+        };
+        #[cfg(feature = "mutants")]
+        let fence = match (fence, config.planted.is(Mutant::OneRoundToken)) {
+            (FenceRead::Read, true) => FenceRead::IncrementWhenGranted,
+            (fence, _) => fence,
         };
         let op = if config.quarantine || plan.fencing {
             Op::AcquireChecked {
@@ -703,9 +708,11 @@ impl Redlock {
 
         if round.decision == Decision::Reached {
             let now = Instant::now();
-            let t0 = match config.mutant {
-                Some(Mutant::IgnoreElapsed) => now,
-                _ => round.t0,
+            let t0 = round.t0;
+            #[cfg(feature = "mutants")]
+            let t0 = match config.planted.is(Mutant::IgnoreElapsed) {
+                true => now,
+                false => t0,
             };
             let least = config.least_validity(ttl);
             let valid = config
@@ -729,6 +736,7 @@ impl Redlock {
             };
             let token = match fence {
                 FenceRead::Skip => None,
+                #[cfg(feature = "mutants")]
                 FenceRead::IncrementWhenGranted => Some(round.fence_counters().max().unwrap_or(0)),
                 FenceRead::Read => {
                     let first = round.fence_counters().max().unwrap_or(0).saturating_add(1);
@@ -744,12 +752,18 @@ impl Redlock {
                         .await
                     {
                         Ok(token) => Some(token),
-                        Err(error) => {
+                        Err((error, cut)) => {
                             guard.outcomes = Some(round.outcomes);
+                            // Cut by the wait budget: what the acquire round said is the
+                            // more useful report.
+                            let error = match cut {
+                                true => error.with_masters(reports),
+                                false => error,
+                            };
                             return Err(Failed {
                                 error,
                                 holder_free_at: None,
-                                cut: false,
+                                cut,
                             });
                         }
                     }
@@ -813,14 +827,14 @@ impl Redlock {
         mut token: u64,
         (deadline, least): (Instant, Duration),
         give_up_at: Instant,
-    ) -> Result<u64, Error> {
+    ) -> Result<u64, (Error, bool)> {
         // Each conflict raises the token past a counter that exists, and each failure
-        // without one is retried; the bound only guards against a master answering
-        // nonsense. The lease's validity bounds the time.
+        // without one is retried after a pause; the bound only guards against a master
+        // answering nonsense. The lease's validity bounds the time. The error comes with
+        // whether the wait budget cut a round.
         const MAX_ROUNDS: usize = 16;
         let inner = &self.inner;
         let n = inner.masters.len();
-        let strict = inner.config.mutant != Some(Mutant::WritebackNoGuard);
         let mut last = Vec::new();
         for _ in 0..MAX_ROUNDS {
             if deadline::validity_left(deadline, Instant::now(), least).is_none() {
@@ -830,10 +844,17 @@ impl Redlock {
                 key: Arc::clone(key),
                 value: Arc::clone(value),
                 token,
-                strict,
+                #[cfg(feature = "mutants")]
+                strict: !inner.config.planted.is(Mutant::WritebackNoGuard),
             });
             let bounds = inner.bounds(Some(deadline.min(give_up_at)));
+            let started = Instant::now();
             let round = quorum::run(&inner.masters, op, inner.quorum, resource, bounds).await;
+            if round.cut && Instant::now() >= give_up_at {
+                let error = Error::new(ErrorKind::FencingFailed, &**resource)
+                    .with_detail("the wait budget ran out during the fencing write-back");
+                return Err((error, true));
+            }
             // Keep what each master last said: a master cut off by the deadline in this
             // round may have said why it does not count in an earlier one.
             let reports = round.reports(&inner.masters);
@@ -862,33 +883,48 @@ impl Redlock {
             let count =
                 |f: fn(&MasterOutcome) -> bool| round.outcomes.iter().filter(|o| f(o)).count();
             if count(|o| matches!(o, MasterOutcome::HeldByOther)) > n - inner.quorum {
-                return Err(Error::new(ErrorKind::FencingFailed, &**resource)
-                    .with_detail("no quorum of masters still held this acquisition")
-                    .with_masters(last));
+                return Err((
+                    Error::new(ErrorKind::FencingFailed, &**resource)
+                        .with_detail("no quorum of masters still held this acquisition")
+                        .with_masters(last),
+                    false,
+                ));
             }
             let unfit = count(
                 |o| matches!(o, MasterOutcome::Failed(e) if e.kind() == MasterErrorKind::Misconfigured),
             );
             if unfit > n - inner.quorum {
-                return Err(Error::new(ErrorKind::Misconfigured, &**resource)
-                    .with_detail(
-                        "fencing tokens need durable masters (appendonly yes, appendfsync \
-                         always) that never lost data, and too few are: make the masters \
-                         durable, or acquire without fencing",
-                    )
-                    .with_masters(last));
+                return Err((
+                    Error::new(ErrorKind::Misconfigured, &**resource)
+                        .with_detail(
+                            "fencing tokens need durable masters (appendonly yes, appendfsync \
+                             always) that never lost data, and too few are: make the masters \
+                             durable, or acquire without fencing",
+                        )
+                        .with_masters(last),
+                    false,
+                ));
             }
-            // Timeouts or abstentions, with no conflict: try the same token again while
-            // the lease is valid.
+            // Timeouts or abstentions, with no conflict: try the same token again after a
+            // pause of one round (at least a millisecond), while the lease is valid.
+            let pause = started.elapsed().max(Duration::from_millis(1));
+            let latest = deadline
+                .checked_sub(least)
+                .unwrap_or(deadline)
+                .min(give_up_at);
+            tokio::time::sleep_until((Instant::now() + pause).min(latest)).await;
         }
         let detail = if deadline::validity_left(deadline, Instant::now(), least).is_some() {
             format!("no quorum of masters confirmed a token in {MAX_ROUNDS} write-back rounds")
         } else {
             "the lease's validity ran out before a quorum confirmed a token".to_owned()
         };
-        Err(Error::new(ErrorKind::FencingFailed, &**resource)
-            .with_detail(detail)
-            .with_masters(last))
+        Err((
+            Error::new(ErrorKind::FencingFailed, &**resource)
+                .with_detail(detail)
+                .with_masters(last),
+            false,
+        ))
     }
 }
 
@@ -1019,13 +1055,9 @@ fn kind_word(kind: ErrorKind) -> &'static str {
         ErrorKind::NoQuorum => "no quorum reachable",
         ErrorKind::ValidityExhausted => "validity used up",
         ErrorKind::NotEnoughVoters => "too few masters vote yet",
+        ErrorKind::FencingFailed => "no fencing token confirmed",
         _ => "failed",
     }
-}
-
-/// A fresh 128-bit value from the thread-local CSPRNG, as 32 hex digits.
-pub(crate) fn random_value() -> String {
-    format!("{:032x}", rand::random::<u128>())
 }
 
 /// Releases an attempt's value in the background unless the attempt became a lease:
@@ -1064,29 +1096,6 @@ impl Drop for AttemptGuard {
         };
         release_in_background(&self.inner, targets, &self.key, &self.value);
     }
-}
-
-/// Sends the release script to `targets` from a background task tracked for
-/// [`Redlock::shutdown`], if a runtime exists; otherwise the keys expire with their TTL.
-pub(crate) fn release_in_background(
-    inner: &Arc<Inner>,
-    targets: Vec<Arc<dyn Master>>,
-    key: &Arc<str>,
-    value: &Arc<str>,
-) {
-    if targets.is_empty() {
-        return;
-    }
-    let op = Arc::new(Op::release(&inner.config, key, value));
-    let need = targets.len();
-    let resource = key
-        .strip_prefix(inner.config.key_prefix.as_str())
-        .unwrap_or(key)
-        .to_owned();
-    inner.spawn(async move {
-        // Wait for every target (each bounded by the node timeout) so failures are traced.
-        let _ = quorum::run(&targets, op, need, &resource, Bounds::default()).await;
-    });
 }
 
 #[cfg(test)]

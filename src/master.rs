@@ -15,6 +15,9 @@
 //! capped exponential backoff. A master that merely does not answer (paused, overloaded)
 //! keeps its connection; each call to it fails after the node timeout, which the quorum
 //! round never waits for once a quorum has answered.
+//!
+//! Layer: below the round and above the settings (docs/design.md §10); it must not use the
+//! round, quarantine's application (`guard.rs`), the core, leases or the facade.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,10 +29,12 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client};
 use tokio::sync::oneshot;
 
+use crate::backoff::Doubling;
 use crate::config::{Config, MasterSpec};
 use crate::quarantine::{Epoch, Vitals, eviction_risk};
 
 use crate::error::{MasterError, MasterErrorKind, human};
+#[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
 use crate::scripts;
 
@@ -61,11 +66,14 @@ pub(crate) enum Op {
         epoch: bool,
     },
     /// Fencing write-back: raise the counter to `token` where the lock is ours and the
-    /// counter is below it (`strict`), see `fence.lua`.
+    /// counter is below it, see `fence.lua`.
     Fence {
         key: Arc<str>,
         value: Arc<str>,
         token: u64,
+        /// `false` plants [`Mutant::WritebackNoGuard`]: a counter equal to the token is
+        /// overwritten too.
+        #[cfg(feature = "mutants")]
         strict: bool,
     },
     /// Compare-and-delete plus release notice, see `release.lua`.
@@ -75,17 +83,21 @@ pub(crate) enum Op {
         channel: Arc<str>,
     },
     /// A plain `DEL key`: only [`Mutant::PlainDelRelease`] sends it.
+    #[cfg(feature = "mutants")]
     ReleaseUnchecked { key: Arc<str> },
 }
 
 impl Op {
     /// The release of `value` under `key`, as configured.
     pub(crate) fn release(config: &Config, key: &Arc<str>, value: &Arc<str>) -> Op {
-        if config.mutant == Some(Mutant::PlainDelRelease) {
+        #[cfg(feature = "mutants")]
+        if config.planted.is(Mutant::PlainDelRelease) {
             return Op::ReleaseUnchecked {
                 key: Arc::clone(key),
             };
         }
+        #[cfg(not(feature = "mutants"))]
+        let _ = config;
         Op::Release {
             key: Arc::clone(key),
             value: Arc::clone(value),
@@ -96,7 +108,12 @@ impl Op {
     /// Whether every answer to this op counts, quarantine or not (a release must reach
     /// every master that may hold the key).
     pub(crate) fn is_release(&self) -> bool {
-        matches!(self, Op::Release { .. } | Op::ReleaseUnchecked { .. })
+        match self {
+            Op::Release { .. } => true,
+            #[cfg(feature = "mutants")]
+            Op::ReleaseUnchecked { .. } => true,
+            _ => false,
+        }
     }
 
     /// The operation's name in traces.
@@ -105,7 +122,9 @@ impl Op {
             Op::Acquire { .. } | Op::AcquireChecked { .. } => "acquire",
             Op::Fence { .. } => "fence",
             Op::Extend { .. } => "extend",
-            Op::Release { .. } | Op::ReleaseUnchecked { .. } => "release",
+            Op::Release { .. } => "release",
+            #[cfg(feature = "mutants")]
+            Op::ReleaseUnchecked { .. } => "release",
         }
     }
 }
@@ -117,7 +136,8 @@ pub(crate) enum FenceRead {
     Skip,
     /// Its value.
     Read,
-    /// Increment it when granted (the one-round token mutant).
+    /// Increment it when granted ([`Mutant::OneRoundToken`]).
+    #[cfg(feature = "mutants")]
     IncrementWhenGranted,
 }
 
@@ -561,11 +581,9 @@ impl Shared {
 /// Reconnects a down master with capped exponential backoff. Ends when connected or when
 /// the client holding the master is dropped; holds `_running` until then.
 async fn reconnect(weak: Weak<Shared>, _running: oneshot::Receiver<()>) {
-    const FIRST: Duration = Duration::from_millis(10);
-    const MAX: Duration = Duration::from_secs(1);
-    let mut backoff = FIRST;
+    let mut backoff = Doubling::RECONNECT;
     loop {
-        tokio::time::sleep(backoff).await;
+        tokio::time::sleep(backoff.pause()).await;
         let Some(shared) = weak.upgrade() else { return };
         match shared.open().await {
             Ok(conn) => {
@@ -579,7 +597,6 @@ async fn reconnect(weak: Weak<Shared>, _running: oneshot::Receiver<()>) {
                 }
             }
         }
-        backoff = backoff.saturating_mul(2).min(MAX);
     }
 }
 
@@ -638,13 +655,14 @@ async fn run(op: &Op, conn: &mut MultiplexedConnection) -> Result<Reply, MasterE
             ttl,
             fence,
         } => {
-            let mode = match fence {
-                FenceRead::Skip => "0",
-                FenceRead::Read => "1",
-                FenceRead::IncrementWhenGranted => "2",
+            let (script, mode) = match fence {
+                FenceRead::Skip => (&*scripts::ACQUIRE, "0"),
+                FenceRead::Read => (&*scripts::ACQUIRE, "1"),
+                #[cfg(feature = "mutants")]
+                FenceRead::IncrementWhenGranted => (&*scripts::ACQUIRE_ONE_ROUND_TOKEN, "1"),
             };
             let (granted, record, now, counter, pttl): (i64, String, String, Option<String>, i64) =
-                scripts::ACQUIRE
+                script
                     .key(&**key)
                     .key(scripts::EPOCH_KEY)
                     .key(scripts::fence_key(key))
@@ -707,18 +725,20 @@ async fn run(op: &Op, conn: &mut MultiplexedConnection) -> Result<Reply, MasterE
             })
         }
         Op::Fence {
-            key,
-            value,
-            token,
-            strict,
+            key, value, token, ..
         } => {
-            let (code, before, record): (i64, Option<String>, Option<String>) = scripts::FENCE
+            let script = &*scripts::FENCE;
+            #[cfg(feature = "mutants")]
+            let script = match op {
+                Op::Fence { strict: false, .. } => &*scripts::FENCE_MAX_WRITE,
+                _ => script,
+            };
+            let (code, before, record): (i64, Option<String>, Option<String>) = script
                 .key(&**key)
                 .key(scripts::fence_key(key))
                 .key(scripts::EPOCH_KEY)
                 .arg(&**value)
                 .arg(*token)
-                .arg(if *strict { "1" } else { "0" })
                 .invoke_async(conn)
                 .await
                 .map_err(MasterError::from_redis)?;
@@ -753,11 +773,13 @@ async fn run(op: &Op, conn: &mut MultiplexedConnection) -> Result<Reply, MasterE
                 other => Err(unexpected("release", other)),
             }
         }
+        #[cfg(feature = "mutants")]
         Op::ReleaseUnchecked { key } => delete(key, conn).await,
     }
 }
 
 /// A plain `DEL` (the `PlainDelRelease` mutant).
+#[cfg(feature = "mutants")]
 async fn delete(key: &str, conn: &mut MultiplexedConnection) -> Result<Reply, MasterError> {
     let deleted: i64 = redis::cmd("DEL")
         .arg(key)
@@ -774,7 +796,7 @@ async fn delete(key: &str, conn: &mut MultiplexedConnection) -> Result<Reply, Ma
 /// Loads every script a lock master runs (one pipeline).
 async fn load_scripts(conn: &mut MultiplexedConnection) -> redis::RedisResult<()> {
     let mut load = redis::pipe();
-    for script in scripts::MASTER_SCRIPTS {
+    for script in scripts::master_scripts() {
         load.cmd("SCRIPT").arg("LOAD").arg(script).ignore();
     }
     load.query_async(conn).await

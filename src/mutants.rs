@@ -1,8 +1,11 @@
-//! Deliberately broken variants of the algorithm (feature `mutants`).
+//! Deliberately broken variants of the algorithm (feature `mutants`; without it this
+//! module, and every branch that plants a bug, is not compiled).
 //!
 //! The chaos suite runs its scenarios against each of these and requires its checkers to
 //! catch every one: a checker that has never caught a bug proves nothing. Never enable a
 //! mutant outside such a test.
+//!
+//! Layer: a leaf (docs/design.md §10).
 
 /// One planted bug, selected per client with `Builder::mutant`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -49,4 +52,28 @@ impl Mutant {
         Mutant::ShrinkKeepsDeadline,
         Mutant::ReleaseMarksDoneFirst,
     ];
+}
+
+/// The test seams of one client: a planted bug, and how fast its clock runs against real
+/// time (1: as fast).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Planted {
+    pub(crate) mutant: Option<Mutant>,
+    pub(crate) clock_rate: f64,
+}
+
+impl Default for Planted {
+    fn default() -> Self {
+        Self {
+            mutant: None,
+            clock_rate: 1.0,
+        }
+    }
+}
+
+impl Planted {
+    /// Whether `mutant` is planted.
+    pub(crate) fn is(&self, mutant: Mutant) -> bool {
+        self.mutant == Some(mutant)
+    }
 }

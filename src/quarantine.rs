@@ -1,4 +1,4 @@
-//! Restart quarantine (DESIGN.md section 6). Pure: no I/O; times are passed in.
+//! Restart quarantine (docs/design.md §7). Pure: no I/O; times are passed in.
 //!
 //! A master that lost its keys — restarted without persistence, restored from a stale
 //! snapshot, flushed — could hand a held lock to a second client. So a master counts toward
@@ -23,6 +23,8 @@
 //! under it, or a restart (a new `run_id`) of a master that is not durable costs a whole
 //! window from the moment the client saw it. Only what happened before a client first
 //! looked (an old epoch on a young process) is timed by the master's clock.
+//!
+//! Layer: a leaf (docs/design.md §10); it must not use any other module.
 
 use std::sync::Arc;
 use std::time::Duration;

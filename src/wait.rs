@@ -1,4 +1,4 @@
-//! Release notices for waiters (DESIGN.md section 4).
+//! Release notices for waiters (docs/design.md §6).
 //!
 //! The release script publishes on the lock's channel. A waiting `acquire` subscribes to
 //! that channel on every master and retries as soon as a notice arrives from any of them,
@@ -18,6 +18,9 @@
 //! 2. subscribe, and wait until the masters confirmed the subscription;
 //! 3. attempt again at once: a release between 1 and 2 is seen by this attempt;
 //! 4. from now on any release publishes a notice that reaches the subscription.
+//!
+//! Layer: beside the round (docs/design.md §10); it must not use the round, the core,
+//! leases or the facade.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -29,6 +32,7 @@ use redis::Client;
 use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::backoff::Doubling;
 use crate::config::MasterSpec;
 
 /// The waiters of one channel.
@@ -216,22 +220,35 @@ impl Notifier {
                         .map(|()| done)
                 })
                 .collect();
-            let confirmed = async {
-                let mut confirmed = 0;
-                while let Some(ack) = acks.next().await {
-                    confirmed += usize::from(ack.is_ok());
-                    if confirmed >= self.quorum {
-                        break;
+            // The confirmations are collected by a task of their own, which marks the channel
+            // ready however they end: a first waiter that gives up (or is dropped) meanwhile
+            // must not leave later waiters of the channel waiting out the whole timeout.
+            let (registry, quorum, limit) = (
+                Arc::clone(&self.registry),
+                self.quorum,
+                self.confirm_timeout,
+            );
+            let channel = Arc::clone(&channel);
+            let confirm = async move {
+                let confirmed = async {
+                    let mut confirmed = 0;
+                    while let Some(ack) = acks.next().await {
+                        confirmed += usize::from(ack.is_ok());
+                        if confirmed >= quorum {
+                            break;
+                        }
                     }
+                };
+                let _ = tokio::time::timeout(limit, confirmed).await;
+                if let Some(entry) = registry.lock().get(&channel) {
+                    entry.ready.send_replace(true);
                 }
             };
-            let _ = tokio::time::timeout(self.confirm_timeout, confirmed).await;
-            if let Some(entry) = self.registry.lock().get(&channel) {
-                entry.ready.send_replace(true);
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(confirm);
             }
-        } else {
-            let _ = tokio::time::timeout(self.confirm_timeout, ready.wait_for(|r| *r)).await;
         }
+        let _ = tokio::time::timeout(self.confirm_timeout, ready.wait_for(|r| *r)).await;
         subscription
     }
 
@@ -293,9 +310,7 @@ struct Driver {
 
 impl Driver {
     async fn run(mut self) {
-        const FIRST_BACKOFF: Duration = Duration::from_millis(10);
-        const MAX_BACKOFF: Duration = Duration::from_secs(1);
-        let mut backoff = FIRST_BACKOFF;
+        let mut backoff = Doubling::RECONNECT;
         // Subscriptions to confirm once connected.
         let mut acks: Vec<oneshot::Sender<()>> = Vec::new();
         loop {
@@ -311,14 +326,13 @@ impl Driver {
                 // Unconfirmed waiters go on with their timers.
                 acks.clear();
                 while self.commands.try_recv().is_ok() {}
-                tokio::time::sleep(backoff).await;
-                backoff = backoff.saturating_mul(2).min(MAX_BACKOFF);
+                tokio::time::sleep(backoff.pause()).await;
                 if self.commands.is_closed() {
                     return;
                 }
                 continue;
             };
-            backoff = FIRST_BACKOFF;
+            backoff.reset();
             for channel in self.registry.all() {
                 self.send(&mut sink, true, &channel).await;
             }

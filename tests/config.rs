@@ -25,7 +25,7 @@ fn a_good_configuration_builds() {
     let client = three().ttl("30s").node_timeout("20ms").build().unwrap();
     assert_eq!(client.quorum(), 2);
     assert_eq!(client.ttl(), Duration::from_secs(30));
-    assert_eq!(client.masters(), [A, B, C]);
+    assert_eq!(client.master_addresses(), [A, B, C]);
 }
 
 #[test]
@@ -109,13 +109,13 @@ fn passwords_never_appear_in_errors_or_debug() {
 
     let client = Redlock::builder().master(&with_pw).build().unwrap();
     assert!(!format!("{client:?}").contains(secret));
-    assert!(!client.masters()[0].contains(secret));
+    assert!(!client.master_addresses()[0].contains(secret));
 }
 
 #[test]
 fn ttl_zero() {
     let (err, msg) = rejected(three().ttl(Duration::ZERO));
-    assert_eq!(err, ConfigError::TtlZero);
+    assert_eq!(err, ConfigError::Zero { setting: "ttl" });
     assert!(msg.contains("ttl is zero"), "{msg}");
 }
 
@@ -145,11 +145,15 @@ fn ttl_not_above_drift_plus_node_timeout_plus_margin() {
 fn watchdog_settings_that_cannot_work() {
     assert_eq!(
         rejected(three().extend_interval("0s")).0,
-        ConfigError::Zero("extend_interval")
+        ConfigError::Zero {
+            setting: "extend_interval"
+        }
     );
     assert_eq!(
         rejected(three().max_hold(Duration::ZERO)).0,
-        ConfigError::Zero("max_hold")
+        ConfigError::Zero {
+            setting: "max_hold"
+        }
     );
     let (err, _) = rejected(three().max_hold(Duration::MAX));
     assert!(
@@ -176,11 +180,15 @@ fn watchdog_settings_that_cannot_work() {
 fn node_and_connect_timeout_zero() {
     assert_eq!(
         rejected(three().node_timeout("0s")).0,
-        ConfigError::NodeTimeoutZero
+        ConfigError::Zero {
+            setting: "node_timeout"
+        }
     );
     assert_eq!(
         rejected(three().connect_timeout(Duration::ZERO)).0,
-        ConfigError::ConnectTimeoutZero
+        ConfigError::Zero {
+            setting: "connect_timeout"
+        }
     );
 }
 
@@ -220,7 +228,9 @@ fn human_durations_parse_and_bad_ones_are_named() {
 fn retry_settings_that_cannot_work() {
     assert_eq!(
         rejected(three().retry_attempts(0)).0,
-        ConfigError::RetryAttemptsZero
+        ConfigError::Zero {
+            setting: "retry_attempts"
+        }
     );
     let (err, msg) = rejected(three().retry_delay(Duration::MAX));
     assert!(
@@ -257,7 +267,7 @@ fn retry_settings_that_cannot_work() {
 
 #[test]
 fn durations_up_to_their_maximum_build() {
-    use redquorum::{
+    use redquorum::limits::{
         MAX_CONNECT_TIMEOUT, MAX_MAX_HOLD, MAX_NODE_TIMEOUT, MAX_TTL, MAX_WAIT_TIMEOUT,
     };
     let client = three()

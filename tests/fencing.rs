@@ -137,8 +137,8 @@ async fn contending_clients_get_unique_tokens_in_critical_section_order() {
     );
 }
 
-/// A holder paused past its lease (CHAOS.md S12): its late write is refused by the storage,
-/// which has seen the next holder's larger token.
+/// A holder paused past its lease (docs/testing.md §4, S12): its late write is refused by
+/// the storage, which has seen the next holder's larger token.
 #[tokio::test]
 async fn the_storage_refuses_a_paused_holders_late_write() {
     let cluster = cluster(3).await;

@@ -550,8 +550,8 @@ fn every_misuse_gets_a_clear_error() {
 async fn a_name_of_the_maximum_length_locks() {
     let cluster = Cluster::start(1).await.unwrap();
     let client = client_of(cluster.urls(), false).build().unwrap();
-    let name = "é".repeat(redquorum::MAX_RESOURCE_LEN / 2);
-    assert_eq!(name.len(), redquorum::MAX_RESOURCE_LEN);
+    let name = "é".repeat(redquorum::limits::MAX_RESOURCE_LEN / 2);
+    assert_eq!(name.len(), redquorum::limits::MAX_RESOURCE_LEN);
     let lease = client.acquire(&name).await.unwrap();
     assert_eq!(lease.resource(), name);
     lease.release().await.unwrap();
@@ -676,7 +676,10 @@ async fn no_public_type_shows_a_password() {
     show!("Builder", debug & builder);
     let client = client_of(urls.clone(), false).build().unwrap();
     show!("Redlock", debug & client);
-    shown.push(("Redlock::masters", client.masters().join(" ")));
+    shown.push((
+        "Redlock::master_addresses",
+        client.master_addresses().join(" "),
+    ));
 
     let duplicate = Redlock::builder()
         .masters([&urls[0], &urls[0]])

@@ -87,9 +87,9 @@ async fn fresh_masters_abstain_for_one_window() {
     lease.release().await.unwrap();
 }
 
-/// CHAOS.md S5: the holder has a bare majority {0, 1}; master 0 restarts empty; a
-/// contender then reaches {0, 2}. Without quarantine that is a second grant while the first
-/// lease is valid; with it, master 0 abstains.
+/// docs/testing.md §4, S5: the holder has a bare majority {0, 1}; master 0 restarts empty;
+/// a contender then reaches {0, 2}. Without quarantine that is a second grant while the
+/// first lease is valid; with it, master 0 abstains.
 async fn immediate_restart(quarantine: bool) -> (bool, Duration) {
     let mut cluster = Cluster::start(3).await.unwrap();
     let holder = guarded(&cluster).quarantine(quarantine).build().unwrap();
@@ -256,8 +256,8 @@ async fn a_master_that_can_evict_lock_keys_never_votes() {
     assert!(err.to_string().contains("noeviction"), "{err}");
 }
 
-/// CHAOS.md S17: the holder extends while a member of its quorum restarted empty; the
-/// extension counts only voting masters, and fails once too few vote.
+/// docs/testing.md §4, S17: the holder extends while a member of its quorum restarted
+/// empty; the extension counts only voting masters, and fails once too few vote.
 #[tokio::test]
 async fn extension_counts_only_voting_masters() {
     let mut cluster = Cluster::start(3).await.unwrap();

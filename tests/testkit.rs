@@ -1,6 +1,6 @@
 //! The testkit against real `redis-server` processes: startup, faults, restarts, cleanup.
 
-// clippy's test allowances cover `#[test]` fns only, not the helpers below (STYLE 4.3 rule 14).
+// clippy's test allowances cover `#[test]` fns only, not the helpers below.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashSet;

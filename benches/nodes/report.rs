@@ -2,6 +2,8 @@
 
 use std::fmt::Write as _;
 
+use serde::Serialize;
+
 use super::model::{Machine, Metric, Results, Row, Scenario, Target, Versus};
 
 /// A figure with a sensible number of digits, or `-`.
@@ -184,73 +186,94 @@ pub(crate) fn csv(results: &Results) -> String {
     out
 }
 
-/// A JSON string literal.
-fn js(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
+/// A JSON figure: three decimals, `null` when not finite.
+fn figure(v: f64) -> Option<f64> {
+    v.is_finite().then(|| (v * 1_000.0).round() / 1_000.0)
+}
+
+/// The whole run in `nodes.json`: machine, settings, rows and targets.
+#[derive(Serialize)]
+struct RunJson<'a> {
+    machine: MachineJson<'a>,
+    settings: &'a str,
+    rows: Vec<RowJson<'a>>,
+    targets: Vec<TargetJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct MachineJson<'a> {
+    cores: usize,
+    cpu: &'a str,
+    kernel: &'a str,
+    redis_server: &'a str,
+    runtime: &'a str,
+    mode: &'a str,
+    load_before: &'a str,
+    load_after: &'a str,
+    started_unix: u64,
+    duration_s: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct RowJson<'a> {
+    n: usize,
+    scenario: &'static str,
+    /// The row's label.
+    metric: &'a str,
+    condition: &'a str,
+    samples: usize,
+    errors: usize,
+    latency_us: Option<LatencyJson>,
+    per_s: Option<f64>,
+    versus_baseline: Option<VersusJson<'a>>,
+    versus_reference: Option<VersusJson<'a>>,
+}
+
+/// Percentiles in microseconds, or, in [`VersusJson`], their ratios.
+#[derive(Serialize)]
+struct LatencyJson {
+    p50: Option<f64>,
+    p90: Option<f64>,
+    p99: Option<f64>,
+    max: Option<f64>,
+}
+
+impl LatencyJson {
+    fn new([p50, p90, p99, max]: [f64; 4]) -> LatencyJson {
+        LatencyJson {
+            p50: figure(p50),
+            p90: figure(p90),
+            p99: figure(p99),
+            max: figure(max),
         }
     }
-    out.push('"');
-    out
 }
 
-/// A JSON number, or `null`.
-fn jn(v: Option<f64>) -> String {
-    match v {
-        Some(v) if v.is_finite() => format!("{v:.3}"),
-        _ => "null".to_owned(),
+#[derive(Serialize)]
+struct VersusJson<'a> {
+    label: &'a str,
+    #[serde(flatten)]
+    latency: LatencyJson,
+    rate: Option<f64>,
+}
+
+impl<'a> VersusJson<'a> {
+    fn new(v: &'a Versus) -> VersusJson<'a> {
+        VersusJson {
+            label: &v.label,
+            latency: LatencyJson::new(v.latency.unwrap_or([f64::NAN; 4])),
+            rate: v.rate.and_then(figure),
+        }
     }
 }
 
-fn versus_json(v: Option<&Versus>) -> String {
-    match v {
-        None => "null".to_owned(),
-        Some(v) => format!(
-            "{{\"label\":{},\"p50\":{},\"p90\":{},\"p99\":{},\"max\":{},\"rate\":{}}}",
-            js(&v.label),
-            jn(v.latency.map(|r| r[0])),
-            jn(v.latency.map(|r| r[1])),
-            jn(v.latency.map(|r| r[2])),
-            jn(v.latency.map(|r| r[3])),
-            jn(v.rate)
-        ),
-    }
-}
-
-fn row_json(row: &Row) -> String {
-    let latency = match row.latency {
-        None => "null".to_owned(),
-        Some(l) => format!(
-            "{{\"p50\":{},\"p90\":{},\"p99\":{},\"max\":{}}}",
-            jn(Some(l.p50)),
-            jn(Some(l.p90)),
-            jn(Some(l.p99)),
-            jn(Some(l.max))
-        ),
-    };
-    format!(
-        "{{\"n\":{},\"scenario\":{},\"metric\":{},\"condition\":{},\"samples\":{},\"errors\":{},\
-         \"latency_us\":{},\"per_s\":{},\"versus_baseline\":{},\"versus_reference\":{}}}",
-        row.n,
-        js(row.scenario.name()),
-        js(&row.label),
-        js(&row.condition),
-        row.samples,
-        row.errors,
-        latency,
-        jn(row.rate),
-        versus_json(row.versus.as_ref()),
-        versus_json(row.reference.as_ref()),
-    )
+#[derive(Serialize)]
+struct TargetJson<'a> {
+    goal: &'a str,
+    ratio: Option<f64>,
+    limit: Option<f64>,
+    at_least: bool,
+    met: bool,
 }
 
 /// The whole run: machine, rows and targets.
@@ -259,39 +282,53 @@ pub(crate) fn json(
     settings: &str,
     results: &Results,
     targets: &[Target],
-) -> String {
-    let rows: Vec<String> = results.rows.iter().map(row_json).collect();
-    let targets: Vec<String> = targets
-        .iter()
-        .map(|t| {
-            format!(
-                "{{\"goal\":{},\"ratio\":{},\"limit\":{},\"at_least\":{},\"met\":{}}}",
-                js(&t.goal),
-                jn(Some(t.ratio)),
-                jn(Some(t.limit)),
-                t.at_least,
-                t.met()
-            )
-        })
-        .collect();
-    format!(
-        "{{\n\"machine\":{{\"cores\":{},\"cpu\":{},\"kernel\":{},\"redis_server\":{},\"runtime\":{},\
-         \"mode\":{},\"load_before\":{},\"load_after\":{},\"started_unix\":{},\"duration_s\":{}}},\n\
-         \"settings\":{},\n\"rows\":[\n{}\n],\n\"targets\":[\n{}\n]\n}}\n",
-        machine.cores,
-        js(&machine.cpu),
-        js(&machine.kernel),
-        js(&machine.redis),
-        js(&machine.runtime),
-        js(&machine.mode),
-        js(&machine.load_before),
-        js(&machine.load_after),
-        machine.started_unix,
-        jn(Some(machine.duration_s)),
-        js(settings),
-        rows.join(",\n"),
-        targets.join(",\n"),
-    )
+) -> serde_json::Result<String> {
+    let run = RunJson {
+        machine: MachineJson {
+            cores: machine.cores,
+            cpu: &machine.cpu,
+            kernel: &machine.kernel,
+            redis_server: &machine.redis,
+            runtime: &machine.runtime,
+            mode: &machine.mode,
+            load_before: &machine.load_before,
+            load_after: &machine.load_after,
+            started_unix: machine.started_unix,
+            duration_s: figure(machine.duration_s),
+        },
+        settings,
+        rows: results
+            .rows
+            .iter()
+            .map(|row| RowJson {
+                n: row.n,
+                scenario: row.scenario.name(),
+                metric: &row.label,
+                condition: &row.condition,
+                samples: row.samples,
+                errors: row.errors,
+                latency_us: row
+                    .latency
+                    .map(|l| LatencyJson::new([l.p50, l.p90, l.p99, l.max])),
+                per_s: row.rate.and_then(figure),
+                versus_baseline: row.versus.as_ref().map(VersusJson::new),
+                versus_reference: row.reference.as_ref().map(VersusJson::new),
+            })
+            .collect(),
+        targets: targets
+            .iter()
+            .map(|t| TargetJson {
+                goal: &t.goal,
+                ratio: figure(t.ratio),
+                limit: figure(t.limit),
+                at_least: t.at_least,
+                met: t.met(),
+            })
+            .collect(),
+    };
+    let mut text = serde_json::to_string_pretty(&run)?;
+    text.push('\n');
+    Ok(text)
 }
 
 /// A figure for the markdown tables: like [`num`], with thin spaces between thousands.
@@ -329,7 +366,7 @@ fn p50_p99(row: Option<&Row>) -> String {
     }
 }
 
-/// The markdown tables of a run, exactly as the README shows them between its
+/// The markdown tables of a run, exactly as `docs/benchmarks.md` shows them between its
 /// `bench-tables` markers (`scripts/bench-readme.sh` puts them there): the machine and
 /// the run, then one table per scenario, the goals, and the ratios that explain them.
 pub(crate) fn markdown(
@@ -557,7 +594,7 @@ pub(crate) fn markdown(
 }
 
 /// The scenarios of `results` whose table [`markdown`] left out of `tables`: a run must
-/// not refresh the README without them.
+/// not refresh the docs without them.
 pub(crate) fn missing_tables(results: &Results, tables: &str) -> Vec<&'static str> {
     // Baselines appear in the tables of the scenarios they belong to.
     let heading = |scenario| match scenario {

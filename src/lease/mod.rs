@@ -1,5 +1,9 @@
 //! The lease: proof of holding a lock until its deadline, the signal that it is lost, and
-//! the watchdog that extends it. The rules are documented on [`Lease`] for users.
+//! the watchdog that extends it (docs/design.md §4, §5). The rules are documented on
+//! [`Lease`] for users.
+//!
+//! Layer: above the core and the round, below the facade (docs/design.md §10); it must not
+//! use `lock.rs`.
 
 mod watchdog;
 
@@ -16,11 +20,12 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::core::Inner;
 use crate::deadline;
 use crate::error::{Error, ErrorKind, MasterOutcome, MasterReport, human};
 use crate::fencing::FencingToken;
-use crate::lock::Inner;
 use crate::master::Op;
+#[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
 use crate::quorum::{self, Decision};
 
@@ -101,7 +106,7 @@ impl LeaseShared {
     }
 
     /// One extension round; see [`LeaseHandle::extend_with`].
-    pub(crate) async fn extend(&self, ttl: Duration) -> Result<ExtendReport, Error> {
+    pub(crate) async fn extend(self: &Arc<Self>, ttl: Duration) -> Result<ExtendReport, Error> {
         let inner = &self.inner;
         let resource = &*self.resource;
         if tokio::runtime::Handle::try_current().is_err() {
@@ -117,7 +122,30 @@ impl LeaseShared {
             .map_err(|e| {
                 Error::new(ErrorKind::InvalidOptions, resource).with_detail(e.to_string())
             })?;
+        // The round runs in a task of its own, which holds the lease's extend/release lock
+        // until the round is decided: a caller that stops polling (or drops) this future
+        // can never keep a release waiting behind it.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let shared = Arc::clone(self);
+        let spawned = inner.spawn(async move {
+            let _ = tx.send(shared.extend_round(ttl).await);
+        });
+        if !spawned {
+            return Err(Error::new(ErrorKind::NoRuntime, resource)
+                .with_detail("extend must be called inside a tokio runtime"));
+        }
+        match rx.await {
+            Ok(outcome) => outcome,
+            // The runtime shut down under the round.
+            Err(_) => Err(Error::new(ErrorKind::LeaseLost, resource)
+                .with_detail("the runtime stopped before the extension was decided")),
+        }
+    }
 
+    /// The extension round itself, under the extend/release lock.
+    async fn extend_round(&self, ttl: Duration) -> Result<ExtendReport, Error> {
+        let inner = &self.inner;
+        let resource = &*self.resource;
         let released = self.ops.lock().await;
         if *released {
             return Err(self.lost_error(LostReason::Released));
@@ -141,7 +169,11 @@ impl LeaseShared {
         // leaves: if the round fails or this future is dropped, those masters still expire
         // early, and the lease must not promise more than they hold.
         let t0 = Instant::now();
-        if inner.config.mutant != Some(Mutant::ShrinkKeepsDeadline) {
+        #[cfg(feature = "mutants")]
+        let shrink = !inner.config.planted.is(Mutant::ShrinkKeepsDeadline);
+        #[cfg(not(feature = "mutants"))]
+        let shrink = true;
+        if shrink {
             let bound = inner.config.lease_deadline(t0, ttl).unwrap_or(t0);
             self.state.send_if_modified(|s| {
                 let shrink = bound < s.deadline;
@@ -397,10 +429,10 @@ impl LeaseHandle {
     /// whatever the round's outcome, because the masters that apply it expire early.
     ///
     /// # Cancel safety
-    /// Dropping the future never leaves the lease promising more than the masters hold:
-    /// a shortening took effect before the first request was sent, and a lengthening only
-    /// takes effect once a quorum confirmed it. Masters that already applied a longer TTL
-    /// keep it, which only delays other clients.
+    /// The round runs in a background task: dropping the future only stops waiting for
+    /// its report, and the extension still takes effect as decided. It never leaves the
+    /// lease promising more than the masters hold: a shortening takes effect before the
+    /// first request is sent, and a lengthening only once a quorum confirmed it.
     pub async fn extend_with(&self, ttl: Duration) -> Result<ExtendReport, Error> {
         self.shared.extend(ttl).await
     }
@@ -638,21 +670,28 @@ impl Lease {
             .checked_duration_since(shared.state().deadline)
             .filter(|d| !d.is_zero());
         let inner = &shared.inner;
-        let released = if inner.config.mutant == Some(Mutant::ReleaseMarksDoneFirst) {
-            // The planted bug: nothing is marked until the mutex is ours, and the round runs
-            // in the caller's future, so dropping it may send nothing at all.
-            shared.release().await
-        } else {
-            match shared.release_in_background() {
+        // The planted bug (feature `mutants`): nothing is marked until the mutex is ours,
+        // and the round runs in the caller's future, so dropping it may send nothing.
+        #[cfg(feature = "mutants")]
+        let inline = match inner.config.planted.is(Mutant::ReleaseMarksDoneFirst) {
+            true => Some(shared.release().await),
+            false => None,
+        };
+        #[cfg(not(feature = "mutants"))]
+        let inline = None;
+        let released = match inline {
+            Some(released) => released,
+            None => match shared.release_in_background() {
                 Some(round) => round.await.ok().flatten(),
                 None => {
                     return Err(
-                        Error::new(ErrorKind::NoQuorum, &*shared.resource).with_detail(
-                            "no tokio runtime to release in: the lock expires with its TTL",
+                        Error::new(ErrorKind::NoRuntime, &*shared.resource).with_detail(
+                            "release must be called inside a tokio runtime; the lock expires \
+                             with its TTL",
                         ),
                     );
                 }
-            }
+            },
         };
         let Some(round) = released else {
             return Ok(ReleaseReport {

@@ -1,4 +1,6 @@
 //! Auto-extension of a lease while its holder works (Redisson's watchdog).
+//!
+//! Part of the lease layer: it holds a lease only weakly and must not use the facade.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;

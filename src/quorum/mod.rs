@@ -1,4 +1,4 @@
-//! The quorum round (DESIGN.md section 2): one operation sent to every master at once,
+//! The quorum round (docs/design.md §2): one operation sent to every master at once,
 //! replies tallied as they arrive, and a decision as soon as the outcome is certain.
 //!
 //! ```text
@@ -13,6 +13,9 @@
 //! answered: a hung master adds no latency. Their requests keep running in a background
 //! task until they answer or time out, so that a later cleanup request on the same
 //! connection is queued behind them and reaches every master that may hold the key.
+//!
+//! Layer: above the master connection (docs/design.md §10); it must not use the core,
+//! leases or the facade.
 
 mod tally;
 
@@ -105,7 +108,7 @@ fn vote(op: &Op, reply: &Result<Reply, MasterError>) -> Vote {
     match (op, reply) {
         (_, Err(_)) => Vote::Failed,
         // Release succeeds wherever the key is no longer ours, whoever's it is now.
-        (Op::Release { .. } | Op::ReleaseUnchecked { .. }, Ok(_)) => Vote::Granted,
+        (op, Ok(_)) if op.is_release() => Vote::Granted,
         (
             _,
             Ok(

@@ -1,4 +1,7 @@
-//! Vote counting and the early decision of a quorum round. Pure: no I/O, no time.
+//! Vote counting and the early decision of a quorum round (docs/design.md §2, I1 and
+//! I2). Pure: no I/O, no time.
+//!
+//! Layer: a leaf (docs/design.md §10); it must not use the round that feeds it.
 
 /// The majority of `n` masters: `n / 2 + 1`.
 pub(crate) const fn quorum(n: usize) -> usize {

@@ -2,8 +2,7 @@
 -- counter (fencing tokens). The lock key is set exactly as by `SET key value NX PX ttl`.
 -- KEYS[1] lock key, KEYS[2] epoch record, KEYS[3] fence counter
 -- ARGV[1] value, ARGV[2] ttl ms, ARGV[3] id for a new epoch,
--- ARGV[4] fence: '0' ignore, '1' read, '2' increment when granted (a deliberately wrong
--- one-round token, used only to prove the test suite catches it)
+-- ARGV[4] fence: '0' ignore, '1' read
 -- Returns {granted 1|0, epoch record, server time us, fence counter or false,
 --          holder's pttl or -3}
 local t = redis.call('TIME')
@@ -15,9 +14,7 @@ if not epoch then
 end
 local ok = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 local fence = false
-if ARGV[4] == '2' and ok then
-  fence = tostring(redis.call('INCR', KEYS[3]))
-elseif ARGV[4] ~= '0' then
+if ARGV[4] == '1' then
   fence = redis.call('GET', KEYS[3])
 end
 local pttl = -3

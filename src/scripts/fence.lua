@@ -1,8 +1,7 @@
 -- Fencing write-back (phase 2): raise the fence counter to the token T, only where the
 -- lock still holds our value and only if the counter is below T (strictly increasing).
 -- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] epoch record
--- ARGV[1] value, ARGV[2] T, ARGV[3] '1' strict (c < T); '0' accepts c <= T (a
--- deliberately wrong max-write, used only to prove the test suite catches it)
+-- ARGV[1] value, ARGV[2] T
 -- Returns {1 written | 0 conflict | -1 not ours, counter before or false, epoch record}
 local epoch = redis.call('GET', KEYS[3]) or false
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
@@ -11,7 +10,7 @@ end
 local before = redis.call('GET', KEYS[2])
 local c = tonumber(before or '0')
 local t = tonumber(ARGV[2])
-if c < t or (ARGV[3] == '0' and c == t) then
+if c < t then
   redis.call('SET', KEYS[2], ARGV[2])
   return {1, before or false, epoch}
 end

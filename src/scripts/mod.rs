@@ -1,5 +1,7 @@
 //! The Lua scripts, loaded once and run with `EVALSHA` (falling back to loading the script
 //! when a master answers `NOSCRIPT`, as a restarted master does).
+//!
+//! Layer: a leaf (docs/design.md §10); the Lua sources carry no test-only mode.
 
 use std::sync::LazyLock;
 
@@ -31,13 +33,86 @@ const FENCED_SET_LUA: &str = include_str!("fenced_set.lua");
 /// The scripts a lock master runs, to load on every (re)connect: a master without them
 /// answers `NOSCRIPT`, and the fallback (load, then run again) takes two more round trips
 /// and lets commands sent later on the connection run first.
-pub(crate) const MASTER_SCRIPTS: [&str; 5] = [
-    RELEASE_LUA,
-    EXTEND_LUA,
-    ACQUIRE_LUA,
-    EPOCH_SOURCE,
-    FENCE_LUA,
-];
+pub(crate) fn master_scripts() -> Vec<&'static str> {
+    #[cfg_attr(not(feature = "mutants"), allow(unused_mut))]
+    let mut scripts = vec![
+        RELEASE_LUA,
+        EXTEND_LUA,
+        ACQUIRE_LUA,
+        EPOCH_SOURCE,
+        FENCE_LUA,
+    ];
+    #[cfg(feature = "mutants")]
+    scripts.extend(planted::SOURCES.iter().map(|s| s.as_str()));
+    scripts
+}
+
+/// The planted bugs' scripts (feature `mutants`): each is a product script with one
+/// condition changed, derived here so that the product scripts carry no mutant mode.
+#[cfg(feature = "mutants")]
+mod planted {
+    use std::sync::LazyLock;
+
+    /// `acquire.lua` whose fence read increments the counter where the lock was granted:
+    /// the one-round token of `Mutant::OneRoundToken`.
+    pub(super) static ACQUIRE_ONE_ROUND_TOKEN: LazyLock<String> = LazyLock::new(|| {
+        changed(
+            super::ACQUIRE_LUA,
+            "  fence = redis.call('GET', KEYS[3])",
+            "  if ok then fence = tostring(redis.call('INCR', KEYS[3])) end",
+        )
+    });
+
+    /// `fence.lua` accepting a counter equal to the token: the max-write of
+    /// `Mutant::WritebackNoGuard`.
+    pub(super) static FENCE_MAX_WRITE: LazyLock<String> =
+        LazyLock::new(|| changed(super::FENCE_LUA, "if c < t then", "if c <= t then"));
+
+    pub(super) static SOURCES: LazyLock<[String; 2]> =
+        LazyLock::new(|| [ACQUIRE_ONE_ROUND_TOKEN.clone(), FENCE_MAX_WRITE.clone()]);
+
+    /// `source` with `from` replaced by `to`; a script that no longer contains `from`
+    /// gives an empty variant, which a test refuses.
+    fn changed(source: &str, from: &str, to: &str) -> String {
+        if source.contains(from) {
+            source.replacen(from, to, 1)
+        } else {
+            String::new()
+        }
+    }
+}
+
+/// [`ACQUIRE`] counting a one-round token (`Mutant::OneRoundToken`).
+#[cfg(feature = "mutants")]
+pub(crate) static ACQUIRE_ONE_ROUND_TOKEN: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&planted::ACQUIRE_ONE_ROUND_TOKEN));
+
+/// [`FENCE`] with a max-write (`Mutant::WritebackNoGuard`).
+#[cfg(feature = "mutants")]
+pub(crate) static FENCE_MAX_WRITE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&planted::FENCE_MAX_WRITE));
+
+#[cfg(all(test, feature = "mutants"))]
+mod tests {
+    #[test]
+    fn each_planted_script_differs_from_its_product_script_in_one_place() {
+        for (planted, product) in [
+            (
+                &*super::planted::ACQUIRE_ONE_ROUND_TOKEN,
+                super::ACQUIRE_LUA,
+            ),
+            (&*super::planted::FENCE_MAX_WRITE, super::FENCE_LUA),
+        ] {
+            assert!(
+                !planted.is_empty(),
+                "the product script changed: update the variant"
+            );
+            assert_ne!(planted, product);
+            let differing = planted.lines().zip(product.lines()).filter(|(a, b)| a != b);
+            assert_eq!(differing.count(), 1);
+        }
+    }
+}
 
 /// The key of the data-epoch record on every master.
 pub(crate) const EPOCH_KEY: &str = "redquorum:epoch";

@@ -478,14 +478,22 @@ fn describe(request: &Request, trace: &Trace) -> String {
         } => format!("acquire {key} {} ({fence:?})", short(value)),
         Op::Extend { key, value, .. } => format!("extend {key} {}", short(value)),
         Op::Fence {
-            key,
-            value,
-            token,
-            strict,
-        } => format!("fence {key} {} T={token} strict={strict}", short(value)),
+            key, value, token, ..
+        } => format!("fence {key} {} T={token}{}", short(value), max_write(op)),
         Op::Release { key, value, .. } => format!("release {key} {}", short(value)),
+        #[cfg(feature = "mutants")]
         Op::ReleaseUnchecked { key } => format!("DEL {key}"),
     }
+}
+
+/// Whether a write-back is the max-write of `Mutant::WritebackNoGuard`, for traces.
+fn max_write(op: &Op) -> &'static str {
+    #[cfg(feature = "mutants")]
+    if let Op::Fence { strict: false, .. } = op {
+        return " (max-write)";
+    }
+    let _ = op;
+    ""
 }
 
 fn outcome(answer: &Answer) -> String {
@@ -549,14 +557,15 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             let fence_key = scripts::fence_key(key);
             let counter = match fence {
                 FenceRead::Skip => None,
+                #[cfg(feature = "mutants")]
                 FenceRead::IncrementWhenGranted if granted => {
                     let c = data.fences.entry(fence_key).or_insert(0);
                     *c += 1;
                     Some(*c)
                 }
-                FenceRead::IncrementWhenGranted | FenceRead::Read => {
-                    data.fences.get(&fence_key).copied()
-                }
+                #[cfg(feature = "mutants")]
+                FenceRead::IncrementWhenGranted => data.fences.get(&fence_key).copied(),
+                FenceRead::Read => data.fences.get(&fence_key).copied(),
             };
             let holder_ttl = if granted {
                 None
@@ -608,11 +617,13 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
         }
         // fence.lua (which does not read TIME: the reply's clock is 0, as in master.rs)
         Op::Fence {
-            key,
-            value,
-            token,
-            strict,
+            key, value, token, ..
         } => {
+            // The max-write mutant also accepts a counter equal to the token.
+            #[cfg(feature = "mutants")]
+            let equal_ok = matches!(op, Op::Fence { strict: false, .. });
+            #[cfg(not(feature = "mutants"))]
+            let equal_ok = false;
             let epoch = EpochReport {
                 record: data.epoch.clone(),
                 now_us: 0,
@@ -627,7 +638,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             let fence_key = scripts::fence_key(key);
             let before = data.fences.get(&fence_key).copied();
             let c = before.unwrap_or(0);
-            if c < *token || (!*strict && c == *token) {
+            if c < *token || (equal_ok && c == *token) {
                 data.fences.insert(fence_key, *token);
                 Reply::Fenced {
                     outcome: FenceOutcome::Written,
@@ -652,6 +663,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             None => Reply::Missing,
         },
         // `DEL key`
+        #[cfg(feature = "mutants")]
         Op::ReleaseUnchecked { key } => {
             if data.live(key, now_us).is_some() {
                 data.locks.remove(&**key);
@@ -684,10 +696,13 @@ mod tests {
     }
 
     fn fence(value: &str, token: u64, strict: bool) -> Op {
+        #[cfg(not(feature = "mutants"))]
+        assert!(strict, "a max-write needs the mutants feature");
         Op::Fence {
             key: "k".into(),
             value: value.into(),
             token,
+            #[cfg(feature = "mutants")]
             strict,
         }
     }
@@ -747,6 +762,7 @@ mod tests {
         assert_eq!((fence, holder_ttl), (Some(7), Some(90 * MS)));
     }
 
+    #[cfg(feature = "mutants")]
     #[test]
     fn one_round_token_increments_only_where_granted() {
         let mut d = Data::default();
@@ -832,10 +848,12 @@ mod tests {
             (FenceOutcome::Conflict, Some(5))
         );
         // The max-write mutant accepts an equal counter.
+        #[cfg(feature = "mutants")]
         assert_eq!(
             written(apply(&mut d, &fence("a", 5, false), T0, id)),
             (FenceOutcome::Written, Some(5))
         );
+        #[cfg(feature = "mutants")]
         assert_eq!(
             written(apply(&mut d, &fence("a", 4, false), T0, id)),
             (FenceOutcome::Conflict, Some(5))
@@ -854,10 +872,13 @@ mod tests {
         assert_eq!(apply(&mut d, &rel("b"), T0, id), Reply::HeldByOther);
         assert_eq!(apply(&mut d, &rel("a"), T0, id), Reply::Granted);
         assert_eq!(apply(&mut d, &rel("a"), T0, id), Reply::Missing);
-        apply(&mut d, &acquire("a", FenceRead::Skip), T0, id);
-        let del = Op::ReleaseUnchecked { key: "k".into() };
-        assert_eq!(apply(&mut d, &del, T0, id), Reply::Granted);
-        assert_eq!(apply(&mut d, &del, T0, id), Reply::Missing);
+        #[cfg(feature = "mutants")]
+        {
+            apply(&mut d, &acquire("a", FenceRead::Skip), T0, id);
+            let del = Op::ReleaseUnchecked { key: "k".into() };
+            assert_eq!(apply(&mut d, &del, T0, id), Reply::Granted);
+            assert_eq!(apply(&mut d, &del, T0, id), Reply::Missing);
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -391,7 +391,8 @@ fn protected_three_masters_hold() {
     if held.full {
         let stats = held.fixed;
         // The dangerous situations were reached, not just survived by luck of the draw.
-        assert!(stats.acquired > 5 * stats.schedules, "{stats}");
+        // (Fenced acquires fail at once in the schedules with too few durable masters.)
+        assert!(stats.acquired > 4 * stats.schedules, "{stats}");
         assert!(stats.held_keys_lost > 0, "{stats}");
         assert!(stats.empty_restarts > 0 && stats.flushes > 0, "{stats}");
         assert!(
@@ -831,6 +832,8 @@ mod mutants {
                 "no test named {test} in the simulation's suites"
             );
         }
+        // Only ReuseValue is hunted elsewhere (the chaos suite's S19r, see `hunt`); the
+        // cancellation matrix catches the two cancellation defects.
         assert_eq!(hunted.len(), Mutant::ALL.len() - 1, "{hunted:?}");
     }
 

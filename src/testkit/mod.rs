@@ -59,6 +59,9 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! Beside the layers (docs/design.md §10): it may use the product; the product never uses
+//! it.
 
 mod faults;
 mod proxy;

@@ -14,8 +14,9 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use redis::AsyncConnectionConfig;
 use tempfile::TempDir;
-use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep, timeout};
 
 use super::TestkitError;
@@ -46,8 +47,6 @@ const FRESH_PORT_ATTEMPTS: u32 = 5;
 const SAME_PORT_ATTEMPTS: u32 = 20;
 /// The pause between two startup attempts on the same port.
 const SAME_PORT_DELAY: Duration = Duration::from_millis(50);
-/// The most bytes of a reply the readiness probe accepts.
-const MAX_REPLY: usize = 1 << 20;
 /// The most bytes of each log file quoted in an error message.
 const MAX_QUOTED_LOG: usize = 16 * 1024;
 /// What `redis-server` logs when its port is taken.
@@ -332,7 +331,7 @@ impl Server {
         match &self.options.password {
             Some(password) => format!(
                 "redis://default:{}@127.0.0.1:{}",
-                percent_encode(password, false),
+                percent_encode(password, COMPONENT),
                 self.port
             ),
             None => format!("redis://127.0.0.1:{}", self.port),
@@ -344,12 +343,12 @@ impl Server {
     /// password is set. Both forms are accepted by `redis::Client::open`.
     pub fn unix_url(&self) -> Option<String> {
         let path = self.socket_path()?;
-        let path = percent_encode(&path.to_string_lossy(), true);
+        let path = percent_encode(&path.to_string_lossy(), PATH);
         Some(match &self.options.password {
             Some(password) => {
                 format!(
                     "redis+unix://{path}?pass={}",
-                    percent_encode(password, false)
+                    percent_encode(password, COMPONENT)
                 )
             }
             None => format!("redis+unix://{path}"),
@@ -535,11 +534,12 @@ impl Server {
     /// our process has already exited.
     async fn probe_while_alive(&self, pid: u32, budget: Duration) -> Result<bool, TestkitError> {
         let deadline = Instant::now() + budget;
-        let mut probe = std::pin::pin!(probe(self.port, self.options.password.as_deref(), pid));
+        let url = self.url();
+        let mut probe = std::pin::pin!(probe(&url, pid));
         for _ in 0..MAX_PROBE_POLLS {
             let step = PROBE_INTERVAL.min(deadline.saturating_duration_since(Instant::now()));
             if let Ok(answer) = timeout(step, &mut probe).await {
-                return Ok(answer.unwrap_or(false));
+                return Ok(answer);
             }
             self.check_alive()?;
             if Instant::now() >= deadline {
@@ -754,112 +754,28 @@ impl LaunchFailure {
     }
 }
 
-/// One RESP reply, as far as the readiness probe cares.
-#[derive(Debug, PartialEq, Eq)]
-enum Reply {
-    /// `+...`, `-...` or `:...`: the type byte and the line.
-    Line(u8, String),
-    /// `$...`: a bulk string, `None` for the null bulk string.
-    Bulk(Option<Vec<u8>>),
-}
-
-/// Connects to `127.0.0.1:port`, authenticates if needed, and checks that `PING` answers
-/// `PONG` and that `INFO server` reports `pid` (so the answer came from our process).
-async fn probe(port: u16, password: Option<&str>, pid: u32) -> io::Result<bool> {
-    let stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).await?;
-    let mut buf = Vec::new();
-    if let Some(password) = password {
-        let reply = roundtrip(&stream, &mut buf, &[b"AUTH", password.as_bytes()]).await?;
-        if reply != Reply::Line(b'+', "OK".into()) {
-            return Ok(false);
-        }
-    }
-    if roundtrip(&stream, &mut buf, &[b"PING"]).await? != Reply::Line(b'+', "PONG".into()) {
-        return Ok(false);
-    }
-    let Reply::Bulk(Some(info)) = roundtrip(&stream, &mut buf, &[b"INFO", b"server"]).await? else {
-        return Ok(false);
+/// Connects to the server's URL (which authenticates when a password is set) and checks
+/// that `PING` answers `PONG` and that `INFO server` reports `pid`, so the answer came from
+/// our process. Any error counts as "not ready yet"; the caller bounds the time.
+async fn probe(url: &str, pid: u32) -> bool {
+    let answered = async {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(PROBE_TIMEOUT))
+            .set_response_timeout(Some(PROBE_TIMEOUT));
+        let mut conn = redis::Client::open(url)?
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        let pong: String = redis::cmd("PING").query_async(&mut conn).await?;
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn)
+            .await?;
+        redis::RedisResult::Ok((pong, info))
     };
-    let needle = format!("process_id:{pid}\r\n");
-    Ok(String::from_utf8_lossy(&info).contains(&needle))
-}
-
-/// Sends one command and reads one reply.
-///
-/// Uses readiness plus `try_read`/`try_write` so the crate needs no Tokio `io-util`.
-/// Every iteration makes progress or waits on the socket; the caller bounds the time.
-async fn roundtrip(stream: &TcpStream, buf: &mut Vec<u8>, args: &[&[u8]]) -> io::Result<Reply> {
-    let request = encode(args);
-    let mut unsent = request.as_slice();
-    while !unsent.is_empty() {
-        stream.writable().await?;
-        match stream.try_write(unsent) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => unsent = &unsent[n..],
-            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
-            Err(error) => return Err(error),
-        }
-    }
-    loop {
-        if let Some((reply, used)) = parse(buf)? {
-            buf.drain(..used);
-            return Ok(reply);
-        }
-        if buf.len() > MAX_REPLY {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "reply too long"));
-        }
-        stream.readable().await?;
-        let mut chunk = [0u8; 4096];
-        match stream.try_read(&mut chunk) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
-            Err(error) => return Err(error),
-        }
-    }
-}
-
-/// Encodes a command as a RESP array of bulk strings.
-fn encode(args: &[&[u8]]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.extend_from_slice(arg);
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
-
-/// Parses one reply from the front of `buf`: `None` if incomplete, else the reply and the
-/// bytes it used.
-fn parse(buf: &[u8]) -> io::Result<Option<(Reply, usize)>> {
-    let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
-    let Some(end) = buf.windows(2).position(|w| w == b"\r\n") else {
-        return Ok(None);
+    let Ok((pong, info)) = answered.await else {
+        return false;
     };
-    let Some((&kind, line)) = buf[..end].split_first() else {
-        return Err(invalid("empty reply line"));
-    };
-    let line = String::from_utf8_lossy(line).into_owned();
-    match kind {
-        b'+' | b'-' | b':' => Ok(Some((Reply::Line(kind, line), end + 2))),
-        b'$' => {
-            let len: i64 = line.parse().map_err(|_| invalid("bad bulk length"))?;
-            let Ok(len) = usize::try_from(len) else {
-                return Ok(Some((Reply::Bulk(None), end + 2)));
-            };
-            let start = end + 2;
-            let total = start + len + 2;
-            if buf.len() < total {
-                return Ok(None);
-            }
-            Ok(Some((
-                Reply::Bulk(Some(buf[start..start + len].to_vec())),
-                total,
-            )))
-        }
-        _ => Err(invalid("unexpected reply type")),
-    }
+    pong == "PONG" && info.contains(&format!("process_id:{pid}\r\n"))
 }
 
 /// The binary to run: the explicit one, else `REDIS_SERVER`, else `redis-server` on `PATH`.
@@ -975,17 +891,22 @@ fn tail(text: String) -> String {
     format!("[...]{}", &text[start..])
 }
 
-/// Percent-encodes everything but RFC 3986 unreserved characters (and `/` in paths).
-fn percent_encode(text: &str, is_path: bool) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) || (is_path && byte == b'/') {
-            out.push(char::from(byte));
-        } else {
-            let _ = write!(out, "%{byte:02X}");
-        }
-    }
-    out
+/// What a URL component must percent-encode: everything but RFC 3986 unreserved characters.
+/// The one set safe in each component a testkit URL has: userinfo (where `:` and `@`
+/// delimit the password), and the query, which the client decodes as a form (`+` is a
+/// space there).
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+/// What a unix socket path must percent-encode: as [`COMPONENT`], but `/` separates its
+/// segments.
+const PATH: &AsciiSet = &COMPONENT.remove(b'/');
+
+/// `text` percent-encoded with `set`, UTF-8 byte by byte.
+fn percent_encode(text: &str, set: &'static AsciiSet) -> String {
+    utf8_percent_encode(text, set).to_string()
 }
 
 #[cfg(test)]
@@ -993,33 +914,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn encodes_commands_as_resp_arrays() {
-        assert_eq!(
-            encode(&[b"AUTH", b"p w"]),
-            b"*2\r\n$4\r\nAUTH\r\n$3\r\np w\r\n"
-        );
-    }
-
-    #[test]
-    fn parses_lines_bulks_and_partial_replies() {
-        assert_eq!(
-            parse(b"+PONG\r\n").unwrap(),
-            Some((Reply::Line(b'+', "PONG".into()), 7))
-        );
-        assert_eq!(parse(b"+PON").unwrap(), None);
-        assert_eq!(parse(b"$3\r\nab").unwrap(), None);
-        assert_eq!(
-            parse(b"$3\r\nabc\r\n+OK\r\n").unwrap(),
-            Some((Reply::Bulk(Some(b"abc".to_vec())), 9))
-        );
-        assert_eq!(parse(b"$-1\r\n").unwrap(), Some((Reply::Bulk(None), 5)));
-        assert!(parse(b"?\r\n").is_err());
-    }
-
-    #[test]
     fn percent_encodes_passwords_and_paths() {
-        assert_eq!(percent_encode("a b@c:d/é", false), "a%20b%40c%3Ad%2F%C3%A9");
-        assert_eq!(percent_encode("/tmp/x y", true), "/tmp/x%20y");
+        assert_eq!(
+            percent_encode("a b@c:d/é+~", COMPONENT),
+            "a%20b%40c%3Ad%2F%C3%A9%2B~"
+        );
+        assert_eq!(percent_encode("/tmp/x y?#", PATH), "/tmp/x%20y%3F%23");
     }
 
     #[test]

@@ -173,7 +173,7 @@ pub async fn s19r(mutant: Option<Mutant>, expect: Expect) -> Outcome {
 /// S19r with `guards`. With fencing, the masters are durable and every acquisition's
 /// write-back checks that the lock still holds its value: a value shared by all of Y's
 /// attempts passes that check for whichever attempt set the key, so it must still be
-/// caught there (CHAOS.md mutant i).
+/// caught there (docs/testing.md §5).
 pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -> Outcome {
     let setup = Setup::new(
         "S19r",

@@ -1,4 +1,4 @@
-//! The fenced register of CHAOS.md section 2.3, kept on the checker store: every read and
+//! The fenced register of docs/testing.md §2, kept on the checker store: every read and
 //! every write carries the caller's fencing token, and is refused when a larger token has
 //! been seen. Reads register their token too, or a stale holder could write between a
 //! newer holder's read and its write.

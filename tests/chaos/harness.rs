@@ -76,7 +76,7 @@ impl Expect {
 /// The scenario's name and shape.
 #[derive(Debug, Clone)]
 pub struct Setup {
-    /// Its code in CHAOS.md, such as `"S5"`.
+    /// Its row in docs/testing.md §4, such as `"S5"`.
     pub code: &'static str,
     /// A short description for the report.
     pub name: String,
@@ -417,6 +417,9 @@ pub struct Env {
 /// 40 ms (TTL/20).
 pub const TTL: Duration = Duration::from_millis(800);
 pub const NODE_TIMEOUT: Duration = Duration::from_millis(40);
+/// The pause before a retry, and the most random jitter added to it.
+pub const RETRY_DELAY: Duration = Duration::from_millis(10);
+pub const RETRY_JITTER: Duration = Duration::from_millis(20);
 
 impl Env {
     pub async fn start(setup: Setup) -> Env {
@@ -853,12 +856,12 @@ pub fn client_over(urls: Vec<String>) -> Builder {
         .node_timeout(NODE_TIMEOUT)
         .connect_timeout(Duration::from_millis(500))
         .retry_attempts(50)
-        .retry_delay(Duration::from_millis(10))
-        .retry_jitter(Duration::from_millis(20))
+        .retry_delay(RETRY_DELAY)
+        .retry_jitter(RETRY_JITTER)
         .wait_timeout(Duration::from_secs(2))
 }
 
-/// Which protections of CHAOS.md a scenario's clients use beyond baseline Redlock.
+/// Which protections of docs/testing.md §3 a scenario's clients use beyond baseline Redlock.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Guards {
     /// RSV: restart quarantine, with `ttl_max` the scenario's longest TTL.
@@ -1169,7 +1172,26 @@ pub async fn measure_round(client: &Redlock, prefix: &str) -> Duration {
 /// timeout), plus scheduling slack of ten measured rounds (at least 300 ms): an acquire
 /// that waited on a stalled master would take the whole stall.
 pub fn acquire_bound(wait: Duration, node_timeout: Duration, round: Duration) -> Duration {
-    wait + node_timeout + (round * 10).max(Duration::from_millis(300))
+    wait + node_timeout + slack(round)
+}
+
+/// The time `attempts` attempts may spend with the suite's timings ([`client_over`]), no
+/// release notices and a fixed retry delay: each lasts at most one node timeout and is
+/// followed by at most one retry delay with its whole jitter.
+pub const fn attempts_time(attempts: u32) -> Duration {
+    let each = NODE_TIMEOUT.as_millis() + RETRY_DELAY.as_millis() + RETRY_JITTER.as_millis();
+    Duration::from_millis(attempts as u64 * each as u64)
+}
+
+/// The longest an acquire call that its attempts end (not its wait budget) may take:
+/// [`attempts_time`] plus the same scheduling slack as [`acquire_bound`].
+pub fn attempts_bound(attempts: u32, round: Duration) -> Duration {
+    attempts_time(attempts) + slack(round)
+}
+
+/// Scheduling slack of ten measured rounds, at least 300 ms.
+fn slack(round: Duration) -> Duration {
+    (round * 10).max(Duration::from_millis(300))
 }
 
 #[cfg(test)]

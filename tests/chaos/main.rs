@@ -1,13 +1,14 @@
 //! The chaos suite: real masters are killed, paused, restarted, slowed, partitioned and
 //! have their clocks jumped while many clients contend; independent checkers over the
 //! recorded history prove mutual exclusion (or, for the known-unsafe scenarios of
-//! CHAOS.md, prove that they catch the violation), and planted bugs prove the checkers.
+//! docs/testing.md §4, prove that they catch the violation), and planted bugs prove the
+//! checkers.
 //!
 //! `REDQUORUM_CHAOS_SECONDS` sets each scenario's fault phase (a short run by default);
 //! `REDQUORUM_CHAOS_SEED` replays a run's schedules. Each scenario prints one report line
 //! and appends it to `target/redquorum-chaos/report.txt`.
 
-// clippy's test allowances cover `#[test]` fns only, not the helpers (STYLE 4.3 rule 14);
+// clippy's test allowances cover `#[test]` fns only, not the helpers;
 // the modules of this one test binary share their helpers as `pub` items.
 #![allow(
     clippy::unwrap_used,

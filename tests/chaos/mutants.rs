@@ -72,7 +72,8 @@ const HUNTS: &[Hunt] = &[
         required: true,
         why: "",
     },
-    // A stopped majority holds acquire calls far past their wait budget.
+    // A stopped majority holds the mutant's acquire calls until the resume or their wait
+    // budget, far past what their few attempts, each cut at a node timeout, may take.
     Hunt {
         mutant: Mutant::NoNodeTimeout,
         with: "",
@@ -102,13 +103,14 @@ const HUNTS: &[Hunt] = &[
         required: true,
         why: "",
     },
-    // CHAOS.md mutant i: the same, with fencing's ownership check. The check runs once,
-    // in the write-back, so it does not make the shared value harmless: a late release
-    // that lands after it deletes the key, and S19r orders the late releases after it
-    // (see `contention::s19r_with`). One race is left in that script: Z's two releases
-    // (masters 1 and 2) land in either order, and when Y's next attempt finds master 2
-    // free but master 1 still Z's, it waits a slow reply, and the first late releases
-    // can land between its successor's grant and write-back instead.
+    // docs/testing.md §5, the reused value with fencing: the same, with fencing's
+    // ownership check. The check runs once, in the write-back, so it does not make the
+    // shared value harmless: a late release that lands after it deletes the key, and
+    // S19r orders the late releases after it (see `contention::s19r_with`). One race is
+    // left in that script: Z's two releases (masters 1 and 2) land in either order, and
+    // when Y's next attempt finds master 2 free but master 1 still Z's, it waits a slow
+    // reply, and the first late releases can land between its successor's grant and
+    // write-back instead.
     Hunt {
         mutant: Mutant::ReuseValue,
         with: " with the ownership check",

@@ -103,26 +103,35 @@ async fn s3_stall_minority_n5() {
     s3(5, None, Expect::Hold).await.check();
 }
 
-/// How long S4 keeps the majority stopped: well above the acquire bound (at least the
-/// wait budget, a node timeout and 300 ms).
+/// How long S4 keeps the majority stopped.
 const S4_STOP: Duration = Duration::from_millis(2500);
-/// The workers' wait budget in S4.
-const S4_WAIT: Duration = Duration::from_millis(1000);
+/// The attempts each S4 acquire may make: its attempts, not its wait budget, end it.
+const S4_ATTEMPTS: u32 = 4;
+/// The workers' wait budget in S4: far above what their attempts can take, so an acquire
+/// that ends at the budget waited on stopped masters instead of timing them out.
+const S4_WAIT: Duration = Duration::from_millis(2500);
+const _: () = assert!(S4_WAIT.as_millis() >= 8 * attempts_time(S4_ATTEMPTS).as_millis());
 
-/// S4: a majority is stopped for 2.5 s. No acquisition may succeed meanwhile, none may
-/// take longer than its wait budget plus one node timeout, and the lock is available again
-/// within a TTL of the resume.
+/// S4: a majority is stopped for 2.5 s. Clients make at most [`S4_ATTEMPTS`] attempts
+/// (no release notices, so none is free) within a budget of 2.5 s. No acquisition may
+/// succeed meanwhile; each must fail after its attempts, every one cut at a node timeout
+/// (an acquire that waited on a stopped master would sit until the resume or its
+/// budget); and the lock is available again within a TTL of the resume.
 pub async fn s4(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
     let setup = Setup::new("S4", "SIGSTOP a majority for 2.5 s", expect, n);
     let mut env = Env::start(setup).await;
     let urls = env.urls();
     let round = measure_round(&build(client_over(urls.clone()), None), &env.prefix).await;
     env.note(format!(
-        "acquire bound from a measured round of {:.1} ms",
+        "acquire bound from {S4_ATTEMPTS} attempts and a measured round of {:.1} ms",
         round.as_secs_f64() * 1e3
     ));
     let workers = env.spawn_workers(8, 2, Work::default(), |_| {
-        build(client_over(urls.clone()).wait_timeout(S4_WAIT), mutant)
+        let client = client_over(urls.clone())
+            .retry_attempts(S4_ATTEMPTS)
+            .notifications(false)
+            .wait_timeout(S4_WAIT);
+        build(client, mutant)
     });
     sleep(
         env.rng
@@ -152,7 +161,7 @@ pub async fn s4(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
         workers,
         Checks {
             liveness: Some(TTL + Duration::from_millis(1000)),
-            acquire_bound: Some(acquire_bound(S4_WAIT, NODE_TIMEOUT, round)),
+            acquire_bound: Some(attempts_bound(S4_ATTEMPTS, round)),
             ..Checks::default()
         },
     )

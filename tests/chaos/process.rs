@@ -14,6 +14,26 @@ use tokio::time::timeout;
 use crate::event::Op;
 use crate::history::{History, parse_line};
 
+/// The client program: the `redquorum-chaos-client` example, which cargo builds with the
+/// tests, next to this test binary's folder (`target/<profile>/examples/`).
+fn client_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("the test binary sits in target/<profile>/deps");
+    let client = profile_dir.join("examples").join(format!(
+        "redquorum-chaos-client{}",
+        std::env::consts::EXE_SUFFIX
+    ));
+    assert!(
+        client.is_file(),
+        "{} is missing: build the examples with the tests (cargo nextest run --all-features)",
+        client.display()
+    );
+    client
+}
+
 /// One running client process; its events go into a [`History`].
 pub struct ClientProcess {
     child: Child,
@@ -26,7 +46,7 @@ pub struct ClientProcess {
 impl ClientProcess {
     /// Starts the client binary with `args`; its JSON lines are appended to `history`.
     pub fn spawn(name: &str, args: &[String], history: &History) -> ClientProcess {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_redquorum-chaos-client"))
+        let mut child = Command::new(client_binary())
             .arg("--client")
             .arg(name)
             .args(args)

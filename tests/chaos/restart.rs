@@ -1,6 +1,7 @@
-//! Deterministic bare-majority scripts (S5–S9, S15) and repeated durable restarts (S20).
+//! Deterministic bare-majority scripts (S5–S9, S15), repeated durable restarts (S20) and a
+//! rolling restart under fencing (S21).
 //!
-//! The script of CHAOS.md section 5: the masters outside a bare majority are clogged (their
+//! The script of docs/testing.md §3: the masters outside a bare majority are clogged (their
 //! proxies blackhole), so the holder is granted by exactly masters `0..Q`; then a fault hits
 //! master 0 while the holder is inside its critical section; the clog is healed and a
 //! contender tries to take masters `{0} ∪ Q..N`, which is a quorum. Whether the contender
@@ -12,11 +13,12 @@ use std::time::Duration;
 
 use redis::AsyncCommands as _;
 use redquorum::testkit::{ClockJump, Mode, Persistence};
-use redquorum::{MasterOutcome, Mutant};
+use redquorum::{ErrorKind, MasterErrorKind, MasterOutcome, Mutant};
 use tokio::time::{Instant, sleep};
 
 use crate::event::Op;
 use crate::harness::*;
+use crate::history::now_ns;
 
 /// The holder's TTL in the scripts: long enough for the fault and the contender to run
 /// inside the holder's validity.
@@ -661,6 +663,229 @@ async fn s20_repeated_durable_restarts_fenced_n3() {
     assert_eq!(
         out.tokens, out.acquired,
         "{}\nan acquisition with fencing on had no token",
+        out.line
+    );
+}
+
+/// S21's contending clients (on two resources).
+const S21_WORKERS: usize = 8;
+/// Fenced acquisitions per phase of S21: each resource must get this many tokens.
+const S21_PHASE_TOKENS: usize = 2;
+/// The longest an S21 phase may take to issue them: the client's reconnect backoff at its
+/// cap (1 s) for the master restarted last, a TTL for keys it restored from before its
+/// kill (their holders released while it was down), and slack.
+const S21_PHASE_LIMIT: Duration = Duration::from_millis(3000);
+
+/// Fenced acquisitions of `resource` that started after `from_ns` and returned a token.
+fn tokens_started_after(history: &[crate::event::Event], resource: &str, from_ns: u64) -> usize {
+    let started: std::collections::BTreeSet<(&str, u64)> = history
+        .iter()
+        .filter(|e| e.op == Op::AcqStart && e.t_ns > from_ns && e.resource == resource)
+        .map(|e| (e.client.as_str(), e.attempt))
+        .collect();
+    history
+        .iter()
+        .filter(|e| {
+            e.op == Op::AcqOk
+                && e.token.is_some()
+                && started.contains(&(e.client.as_str(), e.attempt))
+        })
+        .count()
+}
+
+/// Checker of S21's liveness: awaits, for at most [`S21_PHASE_LIMIT`], until every
+/// resource got [`S21_PHASE_TOKENS`] tokens from acquisitions that started after
+/// `from_ns`, and (when `workers` is set) that many distinct workers got a token.
+/// Records a violation naming `phase` if they never came, and returns whether they did.
+async fn fenced_phase_liveness(
+    env: &mut Env,
+    resources: &[String],
+    workers: Option<usize>,
+    phase: &str,
+    from_ns: u64,
+) -> bool {
+    let give_up = Instant::now() + S21_PHASE_LIMIT;
+    loop {
+        let history = env.history.snapshot();
+        let counts: Vec<usize> = resources
+            .iter()
+            .map(|r| tokens_started_after(&history, r, from_ns))
+            .collect();
+        let fenced: std::collections::BTreeSet<&str> = history
+            .iter()
+            .filter(|e| e.op == Op::AcqOk && e.token.is_some())
+            .map(|e| e.client.as_str())
+            .collect();
+        if counts.iter().all(|c| *c >= S21_PHASE_TOKENS)
+            && workers.is_none_or(|w| fenced.len() >= w)
+        {
+            return true;
+        }
+        if Instant::now() >= give_up {
+            env.violation(format!(
+                "fenced_phase_liveness: {phase}: tokens per resource {counts:?}, workers \
+                 with a token {}, within {} ms (need {S21_PHASE_TOKENS} each{})",
+                fenced.len(),
+                S21_PHASE_LIMIT.as_millis(),
+                workers.map_or(String::new(), |w| format!(", {w} workers"))
+            ));
+            return false;
+        }
+        sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// S21: a rolling restart of durable masters (`appendfsync always`) under fenced
+/// contention: each master in turn is killed (-9) and restarted with its data, twice
+/// round, and once more the first so the last one restarted is needed too. While a
+/// master is down, a fenced quorum needs every other master, including the one restarted
+/// just before: a client that stopped counting masters it saw restart would have none
+/// left by the second kill. So every phase (while each master is down, and after it is
+/// back) must issue tokens on every resource ([`fenced_phase_liveness`]), and the run
+/// must stay clean, tokens and fenced register included.
+pub async fn s21(n: usize, expect: Expect) -> Outcome {
+    let name = format!(
+        "rolling kill -9 + restart with data, twice round, appendfsync always{}",
+        Guards::RSV_F.label()
+    );
+    let setup = Setup::new("S21", name, expect, n).persistence(Persistence::AofAlways);
+    let mut env = Env::start(setup).await;
+    let urls = env.urls();
+    seed_epochs(&env.cluster).await;
+    let probe = build(Guards::RSV_F.apply(client_over(urls.clone()), TTL), None);
+    settle(&probe, &env.prefix).await;
+    let resources = [env.resource(0), env.resource(1)];
+    let workers = env.spawn_workers(S21_WORKERS, 2, Work::default(), |_| {
+        build(Guards::RSV_F.apply(client_over(urls.clone()), TTL), None)
+    });
+    // Every worker got a token before the first kill, so its client is connected to the
+    // masters: each restart is one it sees.
+    let mut phases = 0;
+    let mut slowest = Duration::ZERO;
+    let began = Instant::now();
+    let warm =
+        fenced_phase_liveness(&mut env, &resources, Some(S21_WORKERS), "all masters up", 0).await;
+    slowest = slowest.max(began.elapsed());
+    'rolling: for k in 0..=2 * n {
+        if !warm {
+            break;
+        }
+        let i = k % n;
+        for back in [false, true] {
+            if back {
+                env.cluster.server_mut(i).restart(true).await.unwrap();
+            } else {
+                env.cluster.server_mut(i).kill().unwrap();
+            }
+            let phase = format!(
+                "master {i} {} (restart {} of {})",
+                if back { "back" } else { "down" },
+                k + 1,
+                2 * n + 1
+            );
+            let began = Instant::now();
+            if !fenced_phase_liveness(&mut env, &resources, None, &phase, now_ns()).await {
+                break 'rolling;
+            }
+            slowest = slowest.max(began.elapsed());
+            phases += 1;
+        }
+    }
+    env.note(format!(
+        "{} phases issued tokens, the slowest in {} ms",
+        phases + usize::from(warm),
+        slowest.as_millis()
+    ));
+    env.mark_heal();
+    sleep(Duration::from_millis(1500)).await;
+    env.finish(
+        workers,
+        Checks {
+            liveness: Some(TTL + Duration::from_millis(1500)),
+            ..Checks::default()
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s21_rolling_durable_restarts_fenced_n3() {
+    let out = s21(3, Expect::Hold).await;
+    out.check();
+    assert_eq!(
+        out.tokens, out.acquired,
+        "{}\nan acquisition with fencing on had no token",
+        out.line
+    );
+    let unfit = out.failures.get("Misconfigured").copied().unwrap_or(0);
+    assert_eq!(
+        unfit, 0,
+        "{}\ndurable masters were refused for fencing",
+        out.line
+    );
+}
+
+/// S21's companion: the same fenced clients over masters without persistence, once they
+/// left restart quarantine. The first fenced acquire fails at once (one attempt, long
+/// before its budget) with `Misconfigured`, which is not retryable and names the setting
+/// to change; every master says why, and no lock key is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s21_fenced_acquire_on_non_durable_masters_fails_at_once_n3() {
+    let setup = Setup::new(
+        "S21n",
+        "a fenced acquire on masters without persistence",
+        Expect::Hold,
+        3,
+    );
+    let mut env = Env::start(setup).await;
+    let urls = env.urls();
+    seed_epochs(&env.cluster).await;
+    let unfenced = Guards::RSV.apply(client_over(urls.clone()), TTL);
+    settle(&build(unfenced, None), &env.prefix).await;
+    let client = build(Guards::RSV_F.apply(client_over(urls), TTL), None);
+    let resource = env.resource(0);
+    let started = Instant::now();
+    let err = client.acquire(&resource).await.unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(err.kind(), ErrorKind::Misconfigured, "{err}");
+    assert!(!err.is_retryable(), "{err}");
+    assert_eq!(err.attempts(), 1, "{err}");
+    assert!(
+        took < Duration::from_millis(500),
+        "took {took:?}, not at once (budget 2 s): {err}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("appendfsync always"), "{text}");
+    // The write-back's round ends once a quorum cannot accept: the last master may still
+    // be pending then, but every master that answered must say why it does not count.
+    let answered: Vec<&MasterOutcome> = err
+        .masters()
+        .iter()
+        .map(|r| r.outcome())
+        .filter(|o| !matches!(o, MasterOutcome::Pending))
+        .collect();
+    assert!(answered.len() >= 2, "{err}");
+    for outcome in answered {
+        assert!(
+            matches!(outcome, MasterOutcome::Failed(e) if e.kind() == MasterErrorKind::Misconfigured),
+            "{err}"
+        );
+    }
+    env.note(format!("failed in {} ms: {err}", took.as_millis()));
+    let out = env
+        .finish(
+            Workers::none(),
+            Checks {
+                keys_may_expire: false,
+                ..Checks::SCRIPTED
+            },
+        )
+        .await;
+    out.check();
+    assert_eq!(
+        out.keys_left, 0,
+        "{}
+the failed acquire left its keys",
         out.line
     );
 }

@@ -1,0 +1,245 @@
+//! The uncontended scenario: one client on a fresh resource each time, with the raw
+//! single-master baseline and the raw quorum fan-out (the limit) in interleaved blocks.
+
+use std::sync::LazyLock;
+use std::time::Instant;
+
+use futures::StreamExt as _;
+use futures::stream::FuturesUnordered;
+use redis::aio::MultiplexedConnection;
+use redquorum::Redlock;
+
+use super::args::Budget;
+use super::harness::{
+    BLOCK, Keys, Outcome, Progress, RAW_VALUE, SETTLE, Series, lock_block, raw_block, set_nx,
+};
+use super::model::{Metric, Results, Row, Scenario};
+
+/// The library's compare-and-delete release script, for the raw fan-out.
+static RELEASE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../src/scripts/release.lua")));
+
+/// The lock protocol's two rounds with raw commands and no lock logic at all, which is
+/// what a quorum round costs with this client stack on this machine: `SET NX PX` to every
+/// master at once, timed to the quorum-th grant, then the release script to every master,
+/// timed to the `n - quorum + 1`-th reply (the point at which the library's release
+/// returns). Replies after that are read by each connection's driver task and dropped.
+async fn fan_out_block(
+    conns: &[MultiplexedConnection],
+    keys: &mut Keys,
+    count: usize,
+    set: &mut Series,
+    release: &mut Series,
+) {
+    let n = conns.len();
+    let quorum = n / 2 + 1;
+    for _ in 0..count {
+        let key = keys.fresh();
+        let channel = format!("redquorum:released:{key}");
+        let t0 = Instant::now();
+        let mut pending: FuturesUnordered<_> = conns
+            .iter()
+            .map(|conn| {
+                let mut conn = conn.clone();
+                let cmd = set_nx(&key);
+                async move { cmd.query_async::<Option<String>>(&mut conn).await }
+            })
+            .collect();
+        let mut granted = 0;
+        let mut failed = None;
+        while granted < quorum {
+            match pending.next().await {
+                Some(Ok(Some(_))) => granted += 1,
+                Some(Ok(None)) => failed = Some("a fresh key was already set".to_owned()),
+                Some(Err(e)) => failed = Some(e.to_string()),
+                None => break,
+            }
+        }
+        let t_set = t0.elapsed();
+        drop(pending);
+        if granted < quorum {
+            set.error(failed.unwrap_or_else(|| "no quorum".to_owned()));
+            continue;
+        }
+
+        let t1 = Instant::now();
+        let mut pending: FuturesUnordered<_> = conns
+            .iter()
+            .map(|conn| {
+                let mut conn = conn.clone();
+                let (key, channel) = (key.clone(), channel.clone());
+                async move {
+                    RELEASE
+                        .key(key)
+                        .arg(RAW_VALUE)
+                        .arg(channel)
+                        .invoke_async::<i64>(&mut conn)
+                        .await
+                }
+            })
+            .collect();
+        let need = n - quorum + 1;
+        let mut done = 0;
+        let mut failed = None;
+        while done < need {
+            match pending.next().await {
+                Some(Ok(_)) => done += 1,
+                Some(Err(e)) => failed = Some(e.to_string()),
+                None => break,
+            }
+        }
+        let t_release = t1.elapsed();
+        drop(pending);
+        if done < need {
+            release.error(failed.unwrap_or_else(|| "no quorum".to_owned()));
+            continue;
+        }
+        set.push(t_set);
+        release.push(t_release);
+        set.busy += t_set + t_release;
+    }
+}
+
+/// Baseline, raw fan-out and the library, in interleaved blocks.
+pub(crate) async fn run(
+    budget: &Budget,
+    n: usize,
+    raw: &[MultiplexedConnection],
+    client: &Redlock,
+    results: &mut Results,
+    progress: &Progress,
+) -> Outcome<()> {
+    let mut keys = Keys::new(&format!("u{n}"));
+    let mut base_conns = raw.to_vec();
+    let (mut rtt, mut raw_pairs, mut fan, mut fan_release, mut acquire, mut release) = (
+        Series::with_capacity(budget.samples),
+        Series::with_capacity(budget.samples),
+        Series::with_capacity(budget.samples),
+        Series::with_capacity(budget.samples),
+        Series::with_capacity(budget.samples),
+        Series::with_capacity(budget.samples),
+    );
+
+    // Warm-up: connections, the release script's first load, allocator and caches.
+    {
+        let mut scratch: [Series; 6] = Default::default();
+        let [a, b, c, d, e, f] = &mut scratch;
+        raw_block(&mut base_conns, &mut keys, budget.warmup, a, b).await;
+        fan_out_block(raw, &mut keys, budget.warmup, c, d).await;
+        lock_block(client, &mut keys, budget.warmup, e, f).await;
+        for (s, what) in scratch.iter().zip([
+            "SET",
+            "DEL",
+            "fan-out SET",
+            "fan-out release",
+            "acquire",
+            "release",
+        ]) {
+            s.warn(&format!("warm-up {what}"));
+        }
+    }
+
+    let blocks = budget.samples.div_ceil(BLOCK);
+    let give_up = Instant::now() + budget.series_time;
+    for block in 0..blocks {
+        if Instant::now() >= give_up {
+            eprintln!(
+                "  note: N={n} stopped after {block} of {blocks} blocks (time budget {:?})",
+                budget.series_time
+            );
+            break;
+        }
+        // Rotate the order so that no kind always follows another's background work.
+        for step in 0..3 {
+            match (block + step) % 3 {
+                0 => raw_block(&mut base_conns, &mut keys, BLOCK, &mut rtt, &mut raw_pairs).await,
+                1 => fan_out_block(raw, &mut keys, BLOCK, &mut fan, &mut fan_release).await,
+                _ => lock_block(client, &mut keys, BLOCK, &mut acquire, &mut release).await,
+            }
+            tokio::time::sleep(SETTLE).await;
+        }
+        progress.fraction((block + 1) as f64 / blocks as f64);
+    }
+    rtt.warn("baseline SET");
+    raw_pairs.warn("baseline DEL");
+    fan.warn("fan-out SET");
+    fan_release.warn("fan-out release");
+    acquire.warn("acquire");
+    release.warn("release");
+
+    let q = n / 2 + 1;
+    let base = Row::new(
+        Scenario::Baseline,
+        Metric::SetRoundTrip,
+        n,
+        "SET NX PX round trip",
+    )
+    .condition("each master in turn")
+    .latency(&mut rtt.samples, rtt.errors);
+    let base_pairs = Row::new(Scenario::Baseline, Metric::RawPairs, n, "SET+DEL pairs")
+        .condition("1 client")
+        .rate(raw_pairs.samples.len(), raw_pairs.busy, raw_pairs.errors);
+    let need = n - q + 1;
+    let fan_pairs = fan.samples.len();
+    let fan_pair_row = Row::new(
+        Scenario::Uncontended,
+        Metric::FanOutPairs,
+        n,
+        "raw fan-out pairs",
+    )
+    .condition("1 client, limit")
+    .rate(fan_pairs, fan.busy, fan.errors + fan_release.errors)
+    .against(&base_pairs);
+    let fan_row = Row::new(
+        Scenario::Uncontended,
+        Metric::FanOut,
+        n,
+        "raw fan-out SET NX PX",
+    )
+    .condition(format!("{q} of {n}, limit"))
+    .latency(&mut fan.samples, fan.errors)
+    .against(&base);
+    let fan_release_row = Row::new(
+        Scenario::Uncontended,
+        Metric::FanOutRelease,
+        n,
+        "raw fan-out release script",
+    )
+    .condition(format!("{need} of {n}, limit"))
+    .latency(&mut fan_release.samples, fan_release.errors)
+    .against(&base);
+    let pairs = acquire.samples.len();
+    let acq = Row::new(Scenario::Uncontended, Metric::Acquire, n, "acquire")
+        .condition("1 client")
+        .latency(&mut acquire.samples, acquire.errors)
+        .against(&base)
+        .referring_to(&fan_row);
+    let rel = Row::new(Scenario::Uncontended, Metric::Release, n, "release")
+        .condition("1 client")
+        .latency(&mut release.samples, release.errors)
+        .against(&base)
+        .referring_to(&fan_release_row);
+    let pair_row = Row::new(
+        Scenario::Uncontended,
+        Metric::Pairs,
+        n,
+        "acquire+release pairs",
+    )
+    .condition("1 client")
+    .rate(pairs, acquire.busy, acquire.errors + release.errors)
+    .against(&base_pairs)
+    .referring_to(&fan_pair_row);
+    let base_pairs = base_pairs.clone().against(&base_pairs);
+    let base = base.clone().against(&base);
+    results.rows.extend([
+        base,
+        base_pairs,
+        fan_row,
+        fan_release_row,
+        fan_pair_row,
+        acq,
+        rel,
+        pair_row,
+    ]);
+    Ok(())
+}

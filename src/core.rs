@@ -1,0 +1,79 @@
+//! The private core that every facade shares: one client's settings, masters, quorum size
+//! and release notices ([`Inner`]), and the background work that outlives a call (releases
+//! of dropped leases and failed attempts, late replies), which `Redlock::shutdown` awaits.
+//!
+//! It owns no locking logic: rounds are run by `quorum`, leases by `lease`, the acquire
+//! loop by `lock`. It may use the layers below it (settings, masters, the round, notices)
+//! and must not use `lease` or any facade (docs/design.md §10, the layer order).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
+
+use crate::config::Config;
+use crate::master::{Master, Op};
+use crate::quorum::{self, Bounds};
+use crate::wait::Notifier;
+
+/// What every clone of a client and every lease share.
+pub(crate) struct Inner {
+    pub(crate) config: Config,
+    pub(crate) masters: Vec<Arc<dyn Master>>,
+    pub(crate) quorum: usize,
+    pub(crate) notifier: Arc<Notifier>,
+    /// Releases and late replies still running in the background; [`Redlock::shutdown`]
+    /// waits for them.
+    pub(crate) background: TaskTracker,
+}
+
+impl Inner {
+    /// Runs `task` in the background on the current runtime, tracked for
+    /// [`Redlock::shutdown`]; `false` (and nothing runs) without a runtime.
+    pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) -> bool {
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(self.background.track_future(task));
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The bounds of a round of this client that must be decided by `until`.
+    pub(crate) fn bounds(&self, until: Option<Instant>) -> Bounds<'_> {
+        Bounds {
+            until,
+            tracker: Some(&self.background),
+        }
+    }
+}
+
+/// A fresh 128-bit value from the thread-local CSPRNG, as 32 hex digits.
+pub(crate) fn random_value() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// Sends the release script to `targets` from a background task tracked for
+/// [`Redlock::shutdown`], if a runtime exists; otherwise the keys expire with their TTL.
+pub(crate) fn release_in_background(
+    inner: &Arc<Inner>,
+    targets: Vec<Arc<dyn Master>>,
+    key: &Arc<str>,
+    value: &Arc<str>,
+) {
+    if targets.is_empty() {
+        return;
+    }
+    let op = Arc::new(Op::release(&inner.config, key, value));
+    let need = targets.len();
+    let resource = key
+        .strip_prefix(inner.config.key_prefix.as_str())
+        .unwrap_or(key)
+        .to_owned();
+    inner.spawn(async move {
+        // Wait for every target (each bounded by the node timeout) so failures are traced.
+        let _ = quorum::run(&targets, op, need, &resource, Bounds::default()).await;
+    });
+}

@@ -173,6 +173,8 @@ struct State {
     data: Data,
     /// For fresh epoch ids.
     epochs_started: u64,
+    /// How many times the master lost its data (flushes, restarts without it).
+    data_losses: u64,
     /// Requests held by a stopped process, in arrival order.
     waiting: Vec<oneshot::Sender<()>>,
 }
@@ -253,6 +255,7 @@ impl SimServer {
                 clock_offset_us: 0,
                 data,
                 epochs_started: 0,
+                data_losses: 0,
                 waiting: Vec::new(),
             }),
             trace: None,
@@ -292,6 +295,11 @@ impl SimServer {
         (state.status, state.incarnation)
     }
 
+    /// How many times the master has lost its data so far (flushes, restarts without it).
+    pub(super) fn data_losses(&self) -> u64 {
+        self.lock().data_losses
+    }
+
     /// Kills the process (`SIGKILL`). Returns the live lock keys it held, as
     /// `(key, value)`, for the record. Does nothing when it is down already.
     pub(super) fn crash(&self) -> Vec<(Arc<str>, Arc<str>)> {
@@ -317,6 +325,7 @@ impl SimServer {
             state.started_us = self.clock.wall_us(Instant::now(), state.clock_offset_us);
             if !self.durable {
                 state.data = Data::default();
+                state.data_losses += 1;
             }
         }
         Some(self.durable)
@@ -344,6 +353,7 @@ impl SimServer {
         }
         let held = live_locks(&mut state, &self.clock);
         state.data = Data::default();
+        state.data_losses += 1;
         Some(held)
     }
 

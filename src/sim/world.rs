@@ -12,7 +12,7 @@ use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 
-use super::check::{self, Breaches, FencedWrite, LeaseRecord, Violation};
+use super::check::{self, Breaches, Contact, DataLoss, FencedWrite, LeaseRecord, Violation};
 use super::net::{ConnParams, Gate, NetParams, SendLog, SimMaster};
 use super::server::{Clock, SimServer, Trace};
 use crate::config::Builder;
@@ -446,7 +446,8 @@ struct Book {
     registers: Vec<Register>,
     events: Vec<(Duration, String)>,
     stats: Stats,
-    /// Clock jumps, for the checkers' exception.
+    /// Clock jumps and data losses, for the checkers' exceptions (the clients' first
+    /// contacts are added at the end).
     breaches: Breaches,
 }
 
@@ -580,6 +581,17 @@ impl World {
         book.stats.fenced_writes += 1;
     }
 
+    /// `server` lost its data now.
+    fn lost_data(&self, server: &SimServer) {
+        let at = self.now();
+        self.book().breaches.data_losses.push(DataLoss {
+            master: server.index(),
+            durable: server.durable(),
+            at,
+            nth: server.data_losses(),
+        });
+    }
+
     /// Counts the lock keys in `held` that belong to leases valid now.
     fn count_valid(&self, held: &[(Arc<str>, Arc<str>)]) -> u64 {
         let at = self.now();
@@ -602,7 +614,8 @@ pub(super) struct Outcome {
     pub(super) events: Vec<(Duration, String)>,
     pub(super) stats: Stats,
     pub(super) violations: Vec<Violation>,
-    /// The clock jumps of the schedule.
+    /// The clock jumps and data losses of the schedule, and when each client first
+    /// connected to each master.
     pub(super) breaches: Breaches,
 }
 
@@ -750,6 +763,8 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> Book {
         };
         let links = |m| rng(schedule.seed, Stream::Link(c, m));
         let (lock, _) = build_client(&spec, &world.servers, links, &world.sends);
+        // The send log numbers the clients in the order they are built: as here.
+        assert_eq!(world.sends.first_contacts().len(), c + 1);
         let task = client_task(
             Arc::clone(&world),
             lock,
@@ -774,7 +789,21 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> Book {
     };
     nemesis.abort();
     let end = world.now();
+    let contacts = world.sends.first_contacts();
     let mut book = std::mem::take(&mut *world.book());
+    book.breaches.first_contact = contacts
+        .iter()
+        .map(|c| {
+            c.iter()
+                .map(|served| {
+                    served.map(|s| Contact {
+                        at: clock.at(s.at),
+                        data_losses: s.data_losses,
+                    })
+                })
+                .collect()
+        })
+        .collect();
     if let Some(trace) = trace {
         // Stable: at one instant, the recorded events stay before the ops.
         book.events.extend(trace.take());
@@ -859,13 +888,14 @@ pub(super) fn build_client_with(
         read_vitals: spec.quarantine,
     };
     let gates: Vec<Arc<Gate>> = servers.iter().map(|_| Arc::default()).collect();
+    let client = sends.add_client(servers.len());
     let masters: Vec<Arc<dyn Master>> = servers
         .iter()
         .zip(&gates)
         .enumerate()
         .map(|(m, (server, gate))| {
             Arc::new(SimMaster::new(
-                Arc::clone(server),
+                (client, Arc::clone(server)),
                 params,
                 link(m),
                 Arc::clone(sends),
@@ -983,6 +1013,7 @@ async fn nemesis(world: Arc<World>, faults: Vec<(Duration, Fault)>) {
             Fault::Restart(_) => match server.restart() {
                 Some(true) => world.event(format!("m{m} restarted with its data")),
                 Some(false) => {
+                    world.lost_data(server);
                     world.book().stats.empty_restarts += 1;
                     world.event(format!("m{m} restarted empty"));
                 }
@@ -1003,6 +1034,7 @@ async fn nemesis(world: Arc<World>, faults: Vec<(Duration, Fault)>) {
                     continue;
                 };
                 let lost = world.count_valid(&held);
+                world.lost_data(server);
                 world.book().stats.flushes += 1;
                 world.book().stats.held_keys_lost += lost;
                 world.event(format!(

@@ -134,6 +134,12 @@ async fn wait_for_reconnect(
         if answered || Instant::now() > give_up {
             return result;
         }
+        // Release this attempt's keys, and let a failed attempt's background cleanup
+        // finish, before the next attempt: they would hold the lock against it.
+        if let Ok(lease) = result {
+            let _ = lease.release().await;
+        }
+        assert_eq!(client.shutdown().await, 0, "a background release hung");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

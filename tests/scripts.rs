@@ -287,38 +287,61 @@ async fn fenced_set_rejects_older_tokens() {
     assert_eq!(get(&server.url(), &key).await.as_deref(), Some("c"));
 }
 
+/// How many connections the server behind `conn` has accepted so far (`INFO stats`).
+async fn connections_received(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("INFO stats reports total_connections_received")
+}
+
+/// Whether each of `sources` is in the server's script cache.
+async fn cached(conn: &mut redis::aio::MultiplexedConnection, sources: &[&str]) -> Vec<bool> {
+    let mut cmd = redis::cmd("SCRIPT");
+    cmd.arg("EXISTS");
+    for source in sources {
+        cmd.arg(Script::new(source).get_hash());
+    }
+    cmd.query_async(conn).await.unwrap()
+}
+
+/// `SCRIPT FLUSH` under an open connection: the client's next `EVALSHA` of each script
+/// answers `NOSCRIPT`, and the client loads the script and runs it on the same connection
+/// (no reconnect, which would load every script first).
 #[tokio::test]
-async fn a_restarted_master_reloads_scripts_on_noscript() {
-    let mut server = Server::start(&ServerOptions::new()).await.unwrap();
-    let url = server.url();
+async fn a_flushed_script_cache_is_reloaded_on_noscript() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
     let client = redquorum::Redlock::builder()
         .quarantine(false)
-        .master(&url)
+        .master(server.url())
         .build()
         .unwrap();
     let key = unique_key("noscript");
-    client.acquire(&key).await.unwrap().release().await.unwrap();
-    server.restart(false).await.unwrap();
-    // The restarted server has no scripts cached: EVALSHA answers NOSCRIPT and the client
-    // loads the script. The first call may find the old connection broken.
-    wait_until(
-        std::time::Duration::from_secs(5),
-        "acquire and release after restart",
-        || {
-            let (client, key) = (client.clone(), key.clone());
-            async move {
-                match client.acquire(&key).await {
-                    Ok(lease) => lease
-                        .release()
-                        .await
-                        .map(|r| r.released() == 1)
-                        .unwrap_or(false),
-                    Err(_) => false,
-                }
-            }
-        },
-    )
-    .await;
+    client.acquire(&key).await.unwrap().release().await.unwrap(); // connect
+    let mut conn = raw(&server.url()).await;
+    let connections = connections_received(&mut conn).await;
+
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(cached(&mut conn, &[EXTEND, RELEASE]).await, [false, false]);
+    // A plain SET NX PX acquire, then the extend and release scripts.
+    let lease = client.acquire(&key).await.unwrap();
+    lease.extend().await.unwrap();
+    assert_eq!(cached(&mut conn, &[EXTEND, RELEASE]).await, [true, false]);
+    let report = lease.release().await.unwrap();
+    assert_eq!(report.released(), 1, "{:?}", report.masters());
+    assert_eq!(cached(&mut conn, &[EXTEND, RELEASE]).await, [true, true]);
+    assert_eq!(get(&server.url(), &key).await, None);
+    // `get` opened one connection of its own; the client opened none.
+    assert_eq!(connections_received(&mut conn).await, connections + 1);
 }
 
 /// A master without the scripts answers NOSCRIPT, and the fallback (load, run again) lets

@@ -21,6 +21,7 @@ use rand::RngExt;
 use rand::rngs::StdRng;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 
 use super::server::{Answer, Request, SimServer, Status};
 use crate::error::{MasterError, MasterErrorKind};
@@ -60,11 +61,19 @@ impl NetParams {
     }
 }
 
-/// When each acquire attempt sent its first request, by its unique lock value: the start
-/// of the attempt's round, for the fencing checker's real-time order.
+/// What the clients sharing it sent: when each acquire attempt sent its first request, by
+/// its unique lock value (the start of the attempt's round, for the fencing checker's
+/// real-time order), when each client first connected to each master, and which messages
+/// are still on their way.
 #[derive(Debug, Default)]
 pub(super) struct SendLog {
     first: Mutex<HashMap<Arc<str>, Instant>>,
+    /// `[client][master]`: the client's first connection whose answer reached it (the
+    /// client learned the master's data epoch then). Clients are numbered in the order
+    /// they were added.
+    contacts: Mutex<Vec<Vec<Option<Served>>>>,
+    /// Each request from its sending to its reply's arrival (or its loss).
+    in_flight: TaskTracker,
 }
 
 impl SendLog {
@@ -78,6 +87,44 @@ impl SendLog {
         }
     }
 
+    /// Adds a client of `masters` masters; returns its number.
+    pub(super) fn add_client(&self, masters: usize) -> usize {
+        let mut contacts = self.contacts.lock().unwrap_or_else(PoisonError::into_inner);
+        contacts.push(vec![None; masters]);
+        contacts.len() - 1
+    }
+
+    /// `client`'s connection to `master` was served as `served` says; only the first
+    /// counts.
+    fn connected(&self, client: usize, master: usize, served: Served) {
+        let mut contacts = self.contacts.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(first) = contacts.get_mut(client).and_then(|c| c.get_mut(master)) {
+            first.get_or_insert(served);
+        }
+    }
+
+    /// Each client's first connection to each master (see `contacts`).
+    pub(super) fn first_contacts(&self) -> Vec<Vec<Option<Served>>> {
+        self.contacts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Whether no message is on its way.
+    pub(super) fn idle(&self) -> bool {
+        self.in_flight.is_empty()
+    }
+
+    /// Returns once every message sent so far, and every one sent meanwhile, has arrived
+    /// or was lost: each request was executed (or dropped) and its reply delivered. A
+    /// request held by a stopped master or a closed gate holds this too.
+    pub(super) async fn quiet(&self) {
+        self.in_flight.close();
+        self.in_flight.wait().await;
+        self.in_flight.reopen();
+    }
+
     /// When the first request carrying `value` was sent.
     pub(super) fn first_send(&self, value: &str) -> Option<Instant> {
         self.first
@@ -86,6 +133,14 @@ impl SendLog {
             .get(value)
             .copied()
     }
+}
+
+/// When a master served a request, and how many times it had lost its data by then (so
+/// that a request served at the instant of a loss is still ordered against it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Served {
+    pub(super) at: Instant,
+    pub(super) data_losses: u64,
 }
 
 /// A switch at the master's end of one link, for scripted scenarios: while closed, the
@@ -151,6 +206,8 @@ pub(super) struct SimMaster {
 
 struct Inner {
     name: Arc<str>,
+    /// This connection's client, as numbered by `sends`.
+    client: usize,
     server: Arc<SimServer>,
     net: NetParams,
     node_timeout: Duration,
@@ -180,10 +237,11 @@ pub(super) struct ConnParams {
 }
 
 impl SimMaster {
-    /// A connection to `server`; `gate` (open unless a script closes it) sits at the
+    /// Client `client`'s connection to `server` (the client as numbered by
+    /// [`SendLog::add_client`]); `gate` (open unless a script closes it) sits at the
     /// master's end.
     pub(super) fn new(
-        server: Arc<SimServer>,
+        (client, server): (usize, Arc<SimServer>),
         params: ConnParams,
         rng: StdRng,
         sends: Arc<SendLog>,
@@ -193,6 +251,7 @@ impl SimMaster {
         Self {
             inner: Arc::new(Inner {
                 name: format!("sim://m{}", server.index()).into(),
+                client,
                 server,
                 net: params.net,
                 node_timeout: params.node_timeout,
@@ -280,10 +339,12 @@ impl Inner {
                 let request = Request::Connect {
                     vitals: self.read_vitals,
                 };
-                let (incarnation, answer) = self.round_trip(None, request).await?;
+                let (incarnation, answer, served) = self.round_trip(None, request).await?;
                 let Answer::Connected(vitals) = answer else {
                     return Err(protocol());
                 };
+                self.sends
+                    .connected(self.client, self.server.index(), served);
                 let mut link = self.link();
                 link.generation += 1;
                 link.open = Some(incarnation);
@@ -294,18 +355,19 @@ impl Inner {
             }
         };
         match self.round_trip(Some(incarnation), Request::Op(op)).await? {
-            (_, Answer::Reply(reply)) => Ok(reply),
-            (_, Answer::Connected(_)) => Err(protocol()),
+            (_, Answer::Reply(reply), _) => Ok(reply),
+            (_, Answer::Connected(_), _) => Err(protocol()),
         }
     }
 
     /// Sends `request` on the connection to `incarnation` (`None`: opens one) and waits for
-    /// the answer; never returns when a message is lost (the caller's timeout ends it).
+    /// the answer, and when the master served it; never returns when a message is lost
+    /// (the caller's timeout ends it).
     async fn round_trip(
         self: &Arc<Self>,
         incarnation: Option<u64>,
         request: Request,
-    ) -> Result<(u64, Answer), MasterError> {
+    ) -> Result<(u64, Answer, Served), MasterError> {
         let (out, back, arrival) = {
             let mut link = self.link();
             let out = self.net.leg(&mut link.rng);
@@ -322,10 +384,18 @@ impl Inner {
         let (tx, rx) = oneshot::channel();
         let inner = Arc::clone(self);
         // The master serves the request whether or not the caller still waits.
-        tokio::spawn(async move {
+        let sends = Arc::clone(&self.sends);
+        tokio::spawn(sends.in_flight.track_future(async move {
             tokio::time::sleep_until(arrival).await;
             inner.gate.pass().await;
             let answer = inner.server.serve(incarnation, &request).await;
+            // Nothing else runs between the request's execution and here (one thread, no
+            // await), so no loss can fall between them.
+            let served = Served {
+                at: Instant::now(),
+                data_losses: inner.server.data_losses(),
+            };
+            let answer = answer.map(|(incarnation, answer)| (incarnation, answer, served));
             if back.lost {
                 return;
             }
@@ -337,7 +407,7 @@ impl Inner {
             };
             tokio::time::sleep_until(at).await;
             let _ = tx.send(answer);
-        });
+        }));
         match rx.await {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(_reset)) => {

@@ -173,6 +173,8 @@ struct State {
     data: Data,
     /// For fresh epoch ids.
     epochs_started: u64,
+    /// How many times the master lost its data (flushes, restarts without it).
+    data_losses: u64,
     /// Requests held by a stopped process, in arrival order.
     waiting: Vec<oneshot::Sender<()>>,
 }
@@ -253,6 +255,7 @@ impl SimServer {
                 clock_offset_us: 0,
                 data,
                 epochs_started: 0,
+                data_losses: 0,
                 waiting: Vec::new(),
             }),
             trace: None,
@@ -292,6 +295,11 @@ impl SimServer {
         (state.status, state.incarnation)
     }
 
+    /// How many times the master has lost its data so far (flushes, restarts without it).
+    pub(super) fn data_losses(&self) -> u64 {
+        self.lock().data_losses
+    }
+
     /// Kills the process (`SIGKILL`). Returns the live lock keys it held, as
     /// `(key, value)`, for the record. Does nothing when it is down already.
     pub(super) fn crash(&self) -> Vec<(Arc<str>, Arc<str>)> {
@@ -317,6 +325,7 @@ impl SimServer {
             state.started_us = self.clock.wall_us(Instant::now(), state.clock_offset_us);
             if !self.durable {
                 state.data = Data::default();
+                state.data_losses += 1;
             }
         }
         Some(self.durable)
@@ -344,6 +353,7 @@ impl SimServer {
         }
         let held = live_locks(&mut state, &self.clock);
         state.data = Data::default();
+        state.data_losses += 1;
         Some(held)
     }
 
@@ -359,6 +369,24 @@ impl SimServer {
         let mut state = self.lock();
         let now_us = self.clock.wall_us(Instant::now(), state.clock_offset_us);
         state.data.live(key, now_us)
+    }
+
+    /// The value of the lock key `key` and the instant it expires, if live (for scripted
+    /// scenarios). The instant is on the shared virtual clock: the server's wall-clock
+    /// expiry, less its clock offset.
+    pub(super) fn entry(&self, key: &str) -> Option<(Arc<str>, Instant)> {
+        let mut state = self.lock();
+        let offset = state.clock_offset_us;
+        let now_us = self.clock.wall_us(Instant::now(), offset);
+        let value = state.data.live(key, now_us)?;
+        let expires_us = state.data.locks.get(key)?.expires_us;
+        let since_origin = expires_us
+            .saturating_add_signed(offset.saturating_neg())
+            .saturating_sub(WALL_ORIGIN_US);
+        Some((
+            value,
+            self.clock.origin() + Duration::from_micros(since_origin),
+        ))
     }
 
     /// The fence counter of the lock key `key` (for scripted scenarios).
@@ -913,6 +941,22 @@ mod tests {
             answer,
             Ok((_, Answer::Reply(Reply::Checked { granted: true, .. })))
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn entry_reports_the_value_and_its_expiry_on_the_virtual_clock() {
+        let clock = Clock::start();
+        let server = SimServer::new(0, false, clock);
+        tokio::time::sleep(7 * MS).await;
+        let op = Request::Op(Arc::new(acquire("a", FenceRead::Skip)));
+        server.serve(None, &op).await.unwrap();
+        let (value, expires) = server.entry("k").unwrap();
+        assert_eq!(&*value, "a");
+        assert_eq!(expires, clock.origin() + 107 * MS);
+        server.jump_clock(30_000);
+        assert_eq!(server.entry("k").unwrap().1, clock.origin() + 77 * MS);
+        tokio::time::sleep(70 * MS).await;
+        assert!(server.entry("k").is_none());
     }
 
     #[tokio::test(start_paused = true)]

@@ -24,7 +24,7 @@ use rand::rngs::StdRng;
 use super::check::{self, Exception, LeaseRecord, Violation};
 use super::net::{Gate, NetParams, SendLog};
 use super::server::{Clock, SimServer};
-use super::world::{self, ClientSpec, Faults, Outcome, Profile, Stats};
+use super::world::{self, ClientSpec, Durable, Faults, Outcome, Profile, Rolling, Stats};
 use crate::error::{ErrorKind, MasterOutcome};
 use crate::mutants::Mutant;
 
@@ -46,6 +46,7 @@ const HOSTILE: Faults = Faults {
     drop_p: 0.08,
     slow_p: 0.08,
     client_pause: 0.15,
+    rolling: None,
 };
 
 /// The same, on masters that never lose data (`appendfsync always`, no `FLUSHALL`): the
@@ -83,6 +84,36 @@ const CLOCK_JUMPS: Profile = Profile {
         clock_jumps: 3,
         ..DURABLE
     },
+    ..PROTECTED
+};
+
+/// Rolling restarts: every master in turn crashes and restarts, twice over, with two to
+/// three TTLs between a restart and the next crash. Holders pause past their deadline as
+/// elsewhere; the network loses or delays past the node timeout at most 1% of the
+/// messages (a slow message holds up its connection behind it, and lossier networks fail
+/// whole stretches of acquires for reasons that are not the restarts). Every master keeps
+/// its data.
+const ROLLING: Faults = Faults {
+    crashes: 0,
+    pauses: 0,
+    flushes: 0,
+    clock_jumps: 0,
+    drop_p: 0.01,
+    slow_p: 0.01,
+    rolling: Some(Rolling {
+        rounds: 2,
+        down: (0.05, 1.0),
+        gap: (2.0, 3.0),
+        durable: Durable::All,
+    }),
+    ..HOSTILE
+};
+
+/// Rolling restarts of durable masters, with every protection on.
+const ROLLING_RESTARTS: Profile = Profile {
+    name: "rolling restarts of durable masters",
+    masters: &[3],
+    faults: ROLLING,
     ..PROTECTED
 };
 
@@ -178,20 +209,27 @@ fn replay(test: &str, seed: u64) -> String {
 /// How many violations each exception excused.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Excused {
-    data_loss: u64,
     clock_jump: u64,
+    unseen_loss: u64,
 }
 
 impl Excused {
     fn add(&mut self, exception: Exception) {
         match exception {
-            Exception::DataLoss => self.data_loss += 1,
             Exception::ClockJump => self.clock_jump += 1,
+            Exception::UnseenLoss => self.unseen_loss += 1,
         }
     }
 
     fn total(&self) -> u64 {
-        self.data_loss + self.clock_jump
+        self.clock_jump + self.unseen_loss
+    }
+}
+
+impl std::ops::AddAssign for Excused {
+    fn add_assign(&mut self, o: Excused) {
+        self.clock_jump += o.clock_jump;
+        self.unseen_loss += o.unseen_loss;
     }
 }
 
@@ -199,8 +237,9 @@ impl std::fmt::Display for Excused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "excused: {} fencing violations after a quorum lost its data, {} overlaps after a clock jump",
-            self.data_loss, self.clock_jump
+            "excused: {} overlaps after a clock jump, {} fencing violations after a durable \
+             master's data loss that the later client had not seen",
+            self.clock_jump, self.unseen_loss
         )
     }
 }
@@ -227,6 +266,24 @@ fn excuse(outcome: &Outcome, allowed: &[Exception], v: &Violation) -> Option<Exc
 /// the test with its seed and replay command. Prints the counters and how many violations
 /// each exception excused.
 fn hold(test: &str, profile: &Profile, share: Share, allowed: &[Exception]) -> Held {
+    hold_each(test, profile, share, allowed, |_| Ok(()))
+}
+
+/// [`hold`], with a further check of each schedule's outcome: `each` returns what it found
+/// wrong, which fails the test with the seed.
+fn hold_each(
+    test: &str,
+    profile: &Profile,
+    share: Share,
+    allowed: &[Exception],
+    each: impl Fn(&Outcome) -> Result<(), String>,
+) -> Held {
+    // Only a flush loses a durable master's data here: a profile without flushes has
+    // nothing for the unseen-loss exception to excuse (checked on every schedule below).
+    assert!(
+        profile.faults.flushes > 0 || !allowed.contains(&Exception::UnseenLoss),
+        "{test}: the unseen-loss exception is for profiles that flush durable masters"
+    );
     let started = std::time::Instant::now();
     let (seeds, fixed) = hold_seeds(test, share);
     let mut total = Stats::default();
@@ -238,11 +295,26 @@ fn hold(test: &str, profile: &Profile, share: Share, allowed: &[Exception]) -> H
     };
     for (i, seed) in seeds.iter().copied().enumerate() {
         let outcome = world::run(profile, seed);
+        if profile.faults.flushes == 0 {
+            let losses = &outcome.breaches.data_losses;
+            assert!(
+                losses.iter().all(|l| !l.durable),
+                "a durable master lost its data in a profile without flushes: {losses:?}\n{}",
+                replay(test, seed)
+            );
+        }
         let mut bad = Vec::new();
         let mut here = Excused::default();
         for v in &outcome.violations {
             match excuse(&outcome, allowed, v) {
-                Some(e) => here.add(e),
+                Some(e) => {
+                    here.add(e);
+                    // A replay says why.
+                    if replaying().is_some() {
+                        let why = e.explain(&outcome.leases, &outcome.breaches, v);
+                        eprintln!("{test}: excused ({e:?}): {v}: {}", why.unwrap_or_default());
+                    }
+                }
                 None => bad.push(v),
             }
         }
@@ -259,16 +331,28 @@ fn hold(test: &str, profile: &Profile, share: Share, allowed: &[Exception]) -> H
             outcome.schedule,
             replay(test, seed)
         );
+        if let Err(found) = each(&outcome) {
+            // Asked for on purpose: every event of the schedule, the masters' ops among them.
+            if std::env::var_os(world::TRACE_ENV).is_some() {
+                for (at, event) in &outcome.events {
+                    eprintln!("{:>12.3?} {event}", at);
+                }
+            }
+            panic!(
+                "profile {}: {}\n{found}\n{}",
+                profile.name,
+                outcome.schedule,
+                replay(test, seed)
+            );
+        }
         if here.total() > 0 {
             eprintln!("{test}: seed {seed}: {here}");
         }
-        excused.data_loss += here.data_loss;
-        excused.clock_jump += here.clock_jump;
+        excused += here;
         total += outcome.stats;
         if (i as u64) < fixed {
             held.fixed += outcome.stats;
-            held.fixed_excused.data_loss += here.data_loss;
-            held.fixed_excused.clock_jump += here.clock_jump;
+            held.fixed_excused += here;
         }
     }
     eprintln!(
@@ -324,6 +408,13 @@ fn violation(
     }
 }
 
+/// Every protection on, among crashes that lose data and flushes. Fencing counts only
+/// durable masters that the client never saw lose data, so a counter it saw lost never
+/// carries a token. One case is outside fencing's guarantee (`src/fencing.rs`): a client
+/// that first connects to a durable master after it was flushed cannot tell it from a
+/// master that never held a counter, and may repeat a token issued before the flush
+/// (token 1 on {A, B}; A flushed, B down; a client new to A writes token 1 on {A, C}).
+/// Only that is excused (`Exception::UnseenLoss`); overlaps never are.
 #[test]
 fn protected_three_masters_hold() {
     let share = Share {
@@ -334,7 +425,7 @@ fn protected_three_masters_hold() {
         "protected_three_masters_hold",
         &PROTECTED,
         share,
-        &[Exception::DataLoss],
+        &[Exception::UnseenLoss],
     );
     if held.full {
         let stats = held.fixed;
@@ -366,7 +457,7 @@ fn protected_five_masters_hold() {
         "protected_five_masters_hold",
         &profile,
         share,
-        &[Exception::DataLoss],
+        &[Exception::UnseenLoss],
     );
     if held.full {
         assert!(held.fixed.held_keys_lost > 0, "{}", held.fixed);
@@ -492,6 +583,162 @@ fn clock_jumps_break_exclusion_but_not_fencing() {
     }
 }
 
+/// The bounds of the intervals a rolling restart cuts the run into: from the start to the
+/// first crash, between two restarts, and from the last restart to the end of the clients'
+/// work.
+fn rolling_intervals(profile: &Profile, outcome: &Outcome) -> Vec<(Duration, Duration)> {
+    let schedule = &outcome.schedule;
+    let Some((first, _)) = schedule.faults.first() else {
+        return Vec::new();
+    };
+    let mut bounds = schedule.restarts();
+    bounds.push(schedule.busy_until(profile));
+    let mut intervals = vec![(Duration::ZERO, *first)];
+    intervals.extend(bounds.windows(2).map(|w| (w[0], w[1])));
+    intervals
+}
+
+/// Every master crashed and restarted as the profile says.
+fn restarted_in_turn(profile: &Profile, outcome: &Outcome) -> Result<(), String> {
+    let rounds = profile.faults.rolling.map_or(0, |r| r.rounds);
+    let want = u64::from(rounds) * outcome.schedule.masters as u64;
+    let stats = outcome.stats;
+    if stats.crashes != want || outcome.schedule.restarts().len() as u64 != want {
+        return Err(format!("{want} restarts planned, {stats}"));
+    }
+    Ok(())
+}
+
+/// No fenced acquire was refused as misconfigured, and tokens were issued in every
+/// interval of a rolling restart.
+fn tokens_throughout(profile: &Profile, outcome: &Outcome) -> Result<(), String> {
+    if let Some(f) = outcome
+        .failures
+        .iter()
+        .find(|f| f.kind == ErrorKind::Misconfigured)
+    {
+        return Err(format!(
+            "a fenced acquire was refused as misconfigured: {f:?}"
+        ));
+    }
+    for (from, to) in rolling_intervals(profile, outcome) {
+        let issued = |l: &&LeaseRecord| l.token.is_some() && from <= l.acquired && l.acquired < to;
+        if !outcome.leases.iter().any(|l| issued(&l)) {
+            return Err(format!("no token was issued between {from:?} and {to:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// Durable masters restarting in turn: fencing tokens are never violated (nothing
+/// excused), no acquire is refused as misconfigured, and fenced acquires keep succeeding:
+/// tokens are issued before the first crash, between every two restarts, and after the
+/// last one.
+fn rolling_restarts_keep_issuing_tokens(test: &str, masters: &'static [usize], share: Share) {
+    let profile = Profile {
+        masters,
+        ..ROLLING_RESTARTS
+    };
+    let each = |outcome: &Outcome| {
+        restarted_in_turn(&profile, outcome)?;
+        tokens_throughout(&profile, outcome)
+    };
+    let held = hold_each(test, &profile, share, &[], each);
+    if held.full {
+        let stats = held.fixed;
+        assert!(stats.fenced_writes > 0 && stats.extended > 0, "{stats}");
+    }
+}
+
+#[test]
+fn rolling_restarts_of_three_durable_masters_keep_issuing_tokens() {
+    rolling_restarts_keep_issuing_tokens(
+        "rolling_restarts_of_three_durable_masters_keep_issuing_tokens",
+        &[3],
+        Share {
+            fixed: 40,
+            rotating: 40,
+        },
+    );
+}
+
+#[test]
+fn rolling_restarts_of_five_durable_masters_keep_issuing_tokens() {
+    rolling_restarts_keep_issuing_tokens(
+        "rolling_restarts_of_five_durable_masters_keep_issuing_tokens",
+        &[5],
+        Share {
+            fixed: 25,
+            rotating: 25,
+        },
+    );
+}
+
+/// Rolling restarts where fewer than a quorum of masters keep their data: fenced acquires
+/// never issue a token (no lease at all: an acquire with fencing on that gets no token
+/// fails), they fail as `Misconfigured` (not retryable) before the first crash, between
+/// every two restarts and after the last one, and never is that failure called retryable.
+///
+/// The refusal needs every master that is not durable to answer: while a restarted one
+/// serves its quarantine, or a slow link keeps one silent, the write-back fails as
+/// `FencingFailed` (retryable) instead. So the network here is calm, and each interval is
+/// longer than a quarantine.
+#[test]
+fn rolling_restarts_below_a_durable_quorum_never_issue_a_token() {
+    let test = "rolling_restarts_below_a_durable_quorum_never_issue_a_token";
+    let profile = Profile {
+        name: "rolling restarts, fewer than a quorum durable",
+        masters: &[3, 5],
+        faults: Faults {
+            // One round: every attempt fails fast, so the clients make many.
+            rolling: ROLLING.rolling.map(|r| Rolling {
+                rounds: 1,
+                durable: Durable::BelowQuorum,
+                ..r
+            }),
+            drop_p: 0.0,
+            slow_p: 0.0,
+            ..ROLLING
+        },
+        ..ROLLING_RESTARTS
+    };
+    let each = |outcome: &Outcome| {
+        restarted_in_turn(&profile, outcome)?;
+        let durable = outcome.schedule.durable.iter().filter(|d| **d).count();
+        if durable != outcome.schedule.masters / 2 {
+            return Err(format!("{durable} durable masters"));
+        }
+        if let Some(lease) = outcome.leases.first() {
+            return Err(format!("a lease was acquired: {lease:?}"));
+        }
+        let refused: Vec<_> = outcome
+            .failures
+            .iter()
+            .filter(|f| f.kind == ErrorKind::Misconfigured)
+            .collect();
+        if let Some(f) = refused.iter().find(|f| f.retryable) {
+            return Err(format!("a misconfiguration called retryable: {f:?}"));
+        }
+        for (from, to) in rolling_intervals(&profile, outcome) {
+            if !refused.iter().any(|f| from <= f.at && f.at < to) {
+                return Err(format!(
+                    "no acquire was refused as misconfigured between {from:?} and {to:?}"
+                ));
+            }
+        }
+        // The check of the durable profiles fails here.
+        match tokens_throughout(&profile, outcome) {
+            Ok(()) => Err("the check that tokens keep coming passed".to_owned()),
+            Err(_) => Ok(()),
+        }
+    };
+    let share = Share {
+        fixed: 20,
+        rotating: 20,
+    };
+    hold_each(test, &profile, share, &[], each);
+}
+
 /// Everything one run of a schedule recorded, line by line: every op each master executed
 /// and every event of the clients and the nemesis, with its time; then the leases, the
 /// violations and the counters. Lock values appear as the trace names them (in order of
@@ -565,8 +812,8 @@ fn same_seed_same_history() {
 }
 
 /// The planted bugs (feature `mutants`), run through the simulation: each must be caught
-/// within a bounded number of schedules, or by a script. One cannot be expressed here; see
-/// `every_mutant_is_hunted_or_explained`.
+/// within a bounded number of schedules, by a script, or by the cancellation matrix
+/// (`cancel.rs`). One cannot be expressed here; see `every_mutant_is_hunted_or_explained`.
 #[cfg(feature = "mutants")]
 mod mutants {
     use super::*;
@@ -612,28 +859,30 @@ mod mutants {
             // `NOSCRIPT` fallback re-sending a script) is not modelled; the chaos suite's
             // S19r catches it on real masters.
             Mutant::ReuseValue => Err("needs a reordered release on one connection (NOSCRIPT)"),
-            // Defects of a lease's extend and release paths under cancellation, hunted by
-            // the cancellation tests against real masters (tests/surface.rs, cancel.rs).
-            Mutant::ShrinkKeepsDeadline
-            | Mutant::ReleaseMarksDoneFirst
-            | Mutant::NoBackgroundRelease => {
-                Err("a cancellation defect: hunted by tests/surface.rs on real masters")
-            }
+            // Defects of a lease's extend and release paths under cancellation, caught by
+            // the cancellation matrix (`cancel.rs`).
+            Mutant::ShrinkKeepsDeadline => Ok("shrink_keeps_deadline_is_caught"),
+            Mutant::ReleaseMarksDoneFirst => Ok("release_marks_done_first_is_caught"),
+            // Background releases that send nothing: caught on real masters, whose TTLs the
+            // tests can make far longer than their waits (tests/surface.rs, cancel.rs).
+            Mutant::NoBackgroundRelease => Err("hunted by tests/surface.rs on real masters"),
         }
     }
 
     #[test]
     fn every_mutant_is_hunted_or_explained() {
         let hunted: Vec<&str> = Mutant::ALL.iter().filter_map(|m| hunt(*m).ok()).collect();
-        let source = include_str!("tests.rs");
+        let sources = [include_str!("tests.rs"), include_str!("cancel.rs")];
         for test in &hunted {
             assert!(
-                source.contains(&format!("fn {test}()")),
-                "no test named {test} in this module"
+                sources.iter().any(|s| s.contains(&format!("fn {test}()"))),
+                "no test named {test} in the simulation's suites"
             );
         }
-        // ReuseValue and the cancellation and release defects are hunted elsewhere.
-        assert_eq!(hunted.len(), Mutant::ALL.len() - 4, "{hunted:?}");
+        // ReuseValue (the chaos suite's S19r) and NoBackgroundRelease (tests/surface.rs)
+        // are hunted elsewhere, see `hunt`; the cancellation matrix catches the two
+        // cancellation defects.
+        assert_eq!(hunted.len(), Mutant::ALL.len() - 2, "{hunted:?}");
     }
 
     /// Tokens as the largest `INCR` over the granting quorum, in one round: a high counter
@@ -650,6 +899,29 @@ mod mutants {
             &profile,
             200,
             violation(&profile, |_, v| is_fencing(v)),
+        );
+    }
+
+    /// The unseen-loss exception covers only a loss the later client could not see: among
+    /// the flushes of the protected profile, the one-round mutant's repeated and
+    /// backward tokens still fail in schedules where a durable master was flushed
+    /// (excusing every fencing violation of such a schedule would hide them).
+    #[test]
+    fn one_round_tokens_are_not_excused_as_unseen_losses() {
+        let profile = with(
+            Mutant::OneRoundToken,
+            "one-round INCR tokens among flushes",
+            PROTECTED,
+        );
+        detect(
+            "mutants::one_round_tokens_are_not_excused_as_unseen_losses",
+            &profile,
+            200,
+            violation(&profile, |o, v| {
+                is_fencing(v)
+                    && o.breaches.data_losses.iter().any(|l| l.durable)
+                    && !Exception::UnseenLoss.excuses(&o.leases, &o.breaches, v)
+            }),
         );
     }
 
@@ -762,52 +1034,6 @@ mod mutants {
                     && !Exception::ClockJump.excuses(&o.leases, &o.breaches, v)
             }),
         );
-    }
-
-    /// The data-loss exception counts only losses after the earlier token was issued: with
-    /// one-round tokens on hostile masters, a fencing violation whose quorum of losses all
-    /// came before it still fails (counting losses at any time would excuse it).
-    #[test]
-    fn fencing_violations_after_earlier_data_loss_are_not_excused() {
-        let profile = with(
-            Mutant::OneRoundToken,
-            "one-round tokens, data lost",
-            PROTECTED,
-        );
-        detect(
-            "mutants::fencing_violations_after_earlier_data_loss_are_not_excused",
-            &profile,
-            300,
-            violation(&profile, |o, v| {
-                is_fencing(v)
-                    && quorum_lost_before(o, v)
-                    && !Exception::DataLoss.excuses(&o.leases, &o.breaches, v)
-            }),
-        );
-    }
-
-    /// The former, wider exception: a quorum of masters had lost data, at any time, before
-    /// the later lease of `v` was acquired.
-    fn quorum_lost_before(outcome: &Outcome, v: &Violation) -> bool {
-        let Some(later) = v
-            .leases()
-            .iter()
-            .filter_map(|id| outcome.leases.get(*id))
-            .map(|l| l.acquired)
-            .max()
-        else {
-            return false;
-        };
-        let mut lost: Vec<usize> = outcome
-            .breaches
-            .data_losses
-            .iter()
-            .filter(|&&(at, _)| at <= later)
-            .map(|&(_, m)| m)
-            .collect();
-        lost.sort_unstable();
-        lost.dedup();
-        lost.len() >= outcome.breaches.quorum
     }
 }
 

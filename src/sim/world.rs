@@ -8,13 +8,15 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 
-use super::check::{self, Breaches, FencedWrite, LeaseRecord, Violation};
+use super::check::{self, Breaches, Contact, DataLoss, FencedWrite, LeaseRecord, Violation};
 use super::net::{ConnParams, Gate, NetParams, SendLog, SimMaster};
 use super::server::{Clock, SimServer, Trace};
 use crate::config::Builder;
+use crate::error::ErrorKind;
 use crate::lease::Lease;
 use crate::lock::Redlock;
 use crate::master::Master;
@@ -71,6 +73,30 @@ pub(super) struct Faults {
     pub(super) slow_p: f64,
     /// The chance that a holder pauses past its deadline inside a critical section.
     pub(super) client_pause: f64,
+    /// Rolling restarts instead of the episodes above: every master in turn crashes and
+    /// restarts, and the clients keep working until a while after the last restart.
+    pub(super) rolling: Option<Rolling>,
+}
+
+/// Rolling restarts: masters `0, 1, …, N-1` crash and restart one after the other, `rounds`
+/// times over, never two down at once.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Rolling {
+    pub(super) rounds: u32,
+    /// A master's downtime, and the time from its restart to the next master's crash, as
+    /// fractions of the TTL.
+    pub(super) down: (f64, f64),
+    pub(super) gap: (f64, f64),
+    /// How many masters keep their data over a restart (chosen at random).
+    pub(super) durable: Durable,
+}
+
+/// Which masters of a rolling restart keep their data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Durable {
+    All,
+    /// One fewer than a quorum.
+    BelowQuorum,
 }
 
 /// One client's habits.
@@ -160,7 +186,7 @@ impl Schedule {
             slow_max,
             drop_p: rng.random_range(0.0..=f.drop_p),
         };
-        let durable = (0..masters).map(|_| rng.random_bool(f.durable)).collect();
+        let mut durable: Vec<bool> = (0..masters).map(|_| rng.random_bool(f.durable)).collect();
         let plans = (0..clients)
             .map(|_| ClientPlan {
                 cycles: rng.random_range(3..=6),
@@ -168,7 +194,24 @@ impl Schedule {
                 retry_delay: ttl.mul_f64(rng.random_range(0.05..=0.3)),
             })
             .collect();
-        let faults = draw_faults(&mut rng, &f, masters, ttl);
+        let faults = match f.rolling {
+            None => draw_faults(&mut rng, &f, masters, ttl),
+            Some(rolling) => {
+                durable = match rolling.durable {
+                    Durable::All => vec![true; masters],
+                    Durable::BelowQuorum => {
+                        let mut order: Vec<usize> = (0..masters).collect();
+                        order.shuffle(&mut rng);
+                        let mut durable = vec![false; masters];
+                        for m in order.into_iter().take(masters / 2) {
+                            durable[m] = true;
+                        }
+                        durable
+                    }
+                };
+                rolling_faults(&mut rng, &rolling, masters, ttl)
+            }
+        };
         Self {
             seed,
             masters,
@@ -225,6 +268,47 @@ fn draw_faults(
     }
     actions.sort_by_key(|&(at, _)| at);
     actions
+}
+
+/// Every master in turn crashes and restarts, `rounds` times over, from two TTLs in.
+fn rolling_faults(
+    rng: &mut StdRng,
+    rolling: &Rolling,
+    masters: usize,
+    ttl: Duration,
+) -> Vec<(Duration, Fault)> {
+    let mut at = ttl * 2;
+    let mut actions = Vec::new();
+    for _ in 0..rolling.rounds {
+        for m in 0..masters {
+            actions.push((at, Fault::Crash(m)));
+            at += ttl.mul_f64(rng.random_range(rolling.down.0..=rolling.down.1));
+            actions.push((at, Fault::Restart(m)));
+            at += ttl.mul_f64(rng.random_range(rolling.gap.0..=rolling.gap.1));
+        }
+    }
+    actions
+}
+
+impl Schedule {
+    /// Until when the clients of a rolling restart keep working: as long after the last
+    /// restart as the shortest time between a restart and the next crash. Zero for the
+    /// other schedules, whose clients run their cycles.
+    pub(super) fn busy_until(&self, profile: &Profile) -> Duration {
+        match (profile.faults.rolling, self.faults.last()) {
+            (Some(rolling), Some((at, _))) => *at + self.ttl.mul_f64(rolling.gap.0),
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// When each master restarted, in order.
+    pub(super) fn restarts(&self) -> Vec<Duration> {
+        self.faults
+            .iter()
+            .filter(|(_, f)| matches!(f, Fault::Restart(_)))
+            .map(|(at, _)| *at)
+            .collect()
+    }
 }
 
 impl fmt::Display for Schedule {
@@ -336,6 +420,15 @@ impl fmt::Display for Stats {
     }
 }
 
+/// An acquire call that returned an error.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Failure {
+    /// When the call returned.
+    pub(super) at: Duration,
+    pub(super) kind: ErrorKind,
+    pub(super) retryable: bool,
+}
+
 /// The fenced register of one resource (the storage fencing protects).
 #[derive(Debug, Default, Clone, Copy)]
 struct Register {
@@ -348,11 +441,13 @@ struct Register {
 struct Book {
     leases: Vec<LeaseRecord>,
     by_value: HashMap<Arc<str>, usize>,
+    failures: Vec<Failure>,
     writes: Vec<FencedWrite>,
     registers: Vec<Register>,
     events: Vec<(Duration, String)>,
     stats: Stats,
-    /// Data losses and clock jumps, for the checkers' exceptions.
+    /// Clock jumps and data losses, for the checkers' exceptions (the clients' first
+    /// contacts are added at the end).
     breaches: Breaches,
 }
 
@@ -363,6 +458,8 @@ struct World {
     ttl: Duration,
     resources: usize,
     client_pause: f64,
+    /// The clients go on past their cycles until then (rolling restarts).
+    busy_until: Duration,
     servers: Vec<Arc<SimServer>>,
     sends: Arc<SendLog>,
     /// Masters log their ops here; lease events then name their values as the log does.
@@ -484,9 +581,15 @@ impl World {
         book.stats.fenced_writes += 1;
     }
 
-    fn data_lost(&self, master: usize) {
+    /// `server` lost its data now.
+    fn lost_data(&self, server: &SimServer) {
         let at = self.now();
-        self.book().breaches.data_losses.push((at, master));
+        self.book().breaches.data_losses.push(DataLoss {
+            master: server.index(),
+            durable: server.durable(),
+            at,
+            nth: server.data_losses(),
+        });
     }
 
     /// Counts the lock keys in `held` that belong to leases valid now.
@@ -506,10 +609,13 @@ impl World {
 pub(super) struct Outcome {
     pub(super) schedule: Schedule,
     pub(super) leases: Vec<LeaseRecord>,
+    /// Every acquire call that failed.
+    pub(super) failures: Vec<Failure>,
     pub(super) events: Vec<(Duration, String)>,
     pub(super) stats: Stats,
     pub(super) violations: Vec<Violation>,
-    /// The data losses and clock jumps of the schedule.
+    /// The clock jumps and data losses of the schedule, and when each client first
+    /// connected to each master.
     pub(super) breaches: Breaches,
 }
 
@@ -608,6 +714,7 @@ pub(super) fn run_traced(profile: &Profile, seed: u64, trace: bool) -> Outcome {
     Outcome {
         schedule,
         leases: book.leases,
+        failures: book.failures,
         events: book.events,
         stats,
         violations,
@@ -633,15 +740,12 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> Book {
         ttl: schedule.ttl,
         resources: schedule.resources,
         client_pause: profile.faults.client_pause,
+        busy_until: schedule.busy_until(profile),
         servers,
         sends: Arc::new(SendLog::default()),
         trace: trace.clone(),
         book: Mutex::new(Book {
             registers: vec![Register::default(); schedule.resources],
-            breaches: Breaches {
-                quorum: schedule.masters / 2 + 1,
-                ..Breaches::default()
-            },
             ..Book::default()
         }),
     });
@@ -659,6 +763,8 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> Book {
         };
         let links = |m| rng(schedule.seed, Stream::Link(c, m));
         let (lock, _) = build_client(&spec, &world.servers, links, &world.sends);
+        // The send log numbers the clients in the order they are built: as here.
+        assert_eq!(world.sends.first_contacts().len(), c + 1);
         let task = client_task(
             Arc::clone(&world),
             lock,
@@ -683,7 +789,21 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> Book {
     };
     nemesis.abort();
     let end = world.now();
+    let contacts = world.sends.first_contacts();
     let mut book = std::mem::take(&mut *world.book());
+    book.breaches.first_contact = contacts
+        .iter()
+        .map(|c| {
+            c.iter()
+                .map(|served| {
+                    served.map(|s| Contact {
+                        at: clock.at(s.at),
+                        data_losses: s.data_losses,
+                    })
+                })
+                .collect()
+        })
+        .collect();
     if let Some(trace) = trace {
         // Stable: at one instant, the recorded events stay before the ops.
         book.events.extend(trace.take());
@@ -714,8 +834,19 @@ pub(super) struct ClientSpec {
 pub(super) fn build_client(
     spec: &ClientSpec,
     servers: &[Arc<SimServer>],
+    link: impl FnMut(usize) -> StdRng,
+    sends: &Arc<SendLog>,
+) -> (Redlock, Vec<Arc<Gate>>) {
+    build_client_with(spec, servers, link, sends, |b| b)
+}
+
+/// [`build_client`], with further settings that `adjust` makes on the builder.
+pub(super) fn build_client_with(
+    spec: &ClientSpec,
+    servers: &[Arc<SimServer>],
     mut link: impl FnMut(usize) -> StdRng,
     sends: &Arc<SendLog>,
+    adjust: impl FnOnce(Builder) -> Builder,
 ) -> (Redlock, Vec<Arc<Gate>>) {
     // Loopback addresses that are never contacted: the builder only validates them.
     let urls = (0..servers.len()).map(|m| format!("redis://127.0.0.1:{}", 7001 + m));
@@ -741,7 +872,7 @@ pub(super) fn build_client(
         spec.mutant.is_none(),
         "planting a mutant needs the `mutants` feature"
     );
-    let config = builder
+    let config = adjust(builder)
         .into_config()
         .expect("the simulation's settings are valid");
     // Each connection enforces the per-master timeout, as `RedisMaster` does with the one
@@ -757,13 +888,14 @@ pub(super) fn build_client(
         read_vitals: spec.quarantine,
     };
     let gates: Vec<Arc<Gate>> = servers.iter().map(|_| Arc::default()).collect();
+    let client = sends.add_client(servers.len());
     let masters: Vec<Arc<dyn Master>> = servers
         .iter()
         .zip(&gates)
         .enumerate()
         .map(|(m, (server, gate))| {
             Arc::new(SimMaster::new(
-                Arc::clone(server),
+                (client, Arc::clone(server)),
                 params,
                 link(m),
                 Arc::clone(sends),
@@ -784,7 +916,9 @@ async fn client_task(
     mut rng: StdRng,
 ) {
     let ttl = world.ttl;
-    for _ in 0..plan.cycles {
+    let mut cycle = 0;
+    while cycle < plan.cycles || world.now() < world.busy_until {
+        cycle += 1;
         tokio::time::sleep(ttl.mul_f64(rng.random_range(0.0..=0.5))).await;
         let resource = rng.random_range(0..world.resources);
         let name = format!("r{resource}");
@@ -796,7 +930,15 @@ async fn client_task(
         let lease = match acquired {
             Ok(lease) => lease,
             Err(e) => {
-                world.book().stats.failed += 1;
+                let failure = Failure {
+                    at: world.now(),
+                    kind: e.kind(),
+                    retryable: e.is_retryable(),
+                };
+                let mut book = world.book();
+                book.stats.failed += 1;
+                book.failures.push(failure);
+                drop(book);
                 world.event(format!("c{c} could not acquire {name}: {:?}", e.kind()));
                 continue;
             }
@@ -859,7 +1001,6 @@ async fn nemesis(world: Arc<World>, faults: Vec<(Duration, Fault)>) {
                 let lost = if server.durable() {
                     0
                 } else {
-                    world.data_lost(m);
                     world.count_valid(&held)
                 };
                 world.book().stats.crashes += 1;
@@ -872,6 +1013,7 @@ async fn nemesis(world: Arc<World>, faults: Vec<(Duration, Fault)>) {
             Fault::Restart(_) => match server.restart() {
                 Some(true) => world.event(format!("m{m} restarted with its data")),
                 Some(false) => {
+                    world.lost_data(server);
                     world.book().stats.empty_restarts += 1;
                     world.event(format!("m{m} restarted empty"));
                 }
@@ -891,8 +1033,8 @@ async fn nemesis(world: Arc<World>, faults: Vec<(Duration, Fault)>) {
                 let Some(held) = server.flush() else {
                     continue;
                 };
-                world.data_lost(m);
                 let lost = world.count_valid(&held);
+                world.lost_data(server);
                 world.book().stats.flushes += 1;
                 world.book().stats.held_keys_lost += lost;
                 world.event(format!(

@@ -58,6 +58,41 @@ impl Mutant {
     ];
 }
 
+/// Lists every variant of [`Mutant`] through an exhaustive match: a variant added to the
+/// enum fails to build the crate's tests until it is listed here, and then fails
+/// `all_holds_every_variant_once_in_order` until [`Mutant::ALL`] holds it too.
+#[cfg(test)]
+macro_rules! every_variant {
+    ($($variant:ident),+ $(,)?) => {
+        impl Mutant {
+            /// Every variant, in declaration order.
+            const DECLARED: &[Mutant] = &[$(Mutant::$variant),+];
+
+            /// The variant's position in declaration order (its discriminant). The match
+            /// is what makes the compiler check that `DECLARED` names every variant.
+            const fn index(self) -> usize {
+                match self {
+                    $(Mutant::$variant)|+ => self as usize,
+                }
+            }
+        }
+    };
+}
+
+#[cfg(test)]
+every_variant![
+    HalfQuorum,
+    IgnoreElapsed,
+    PlainDelRelease,
+    NoNodeTimeout,
+    ReuseValue,
+    OneRoundToken,
+    WritebackNoGuard,
+    ShrinkKeepsDeadline,
+    ReleaseMarksDoneFirst,
+    NoBackgroundRelease,
+];
+
 /// The test seams of one client: a planted bug, and how fast its clock runs against real
 /// time (1: as fast).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -79,5 +114,26 @@ impl Planted {
     /// Whether `mutant` is planted.
     pub(crate) fn is(&self, mutant: Mutant) -> bool {
         self.mutant == Some(mutant)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Mutant;
+
+    #[test]
+    fn all_holds_every_variant_once_in_order() {
+        for (i, m) in Mutant::DECLARED.iter().enumerate() {
+            assert_eq!(m.index(), i, "{m:?} is listed out of declaration order");
+        }
+        for (i, m) in Mutant::ALL.iter().enumerate() {
+            assert_eq!(m.index(), i, "Mutant::ALL[{i}] is {m:?}");
+        }
+        assert_eq!(
+            Mutant::ALL.len(),
+            Mutant::DECLARED.len(),
+            "Mutant::ALL lacks {:?}",
+            &Mutant::DECLARED[Mutant::ALL.len().min(Mutant::DECLARED.len())..]
+        );
     }
 }

@@ -2,10 +2,18 @@
 //! only the modules below it. This test reads the sources and fails when a module names
 //! one above it, when two modules name each other in a circle, or when the product names
 //! the test-only modules.
+//!
+//! The sources are parsed as Rust (`syn`), so comments and strings never hide or fake a
+//! path, and every `use` tree, path and macro body is read however it is laid out. Paths
+//! are resolved as the compiler does: `crate::`, `super::` and `self::` against the
+//! file's module (`src/x.rs` and `src/x/mod.rs` are `x`, `src/x/y.rs` is `x::y`), and a
+//! name the crate root re-exports (`crate::Redlock`) to the module that defines it.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+
+use syn::visit::{self, Visit};
 
 /// Top to bottom. A module may use modules of lower rows only, except that the leaves
 /// (the last row) may use each other, as long as no circle forms.
@@ -36,10 +44,10 @@ fn rank(module: &str) -> Option<usize> {
     LAYERS.iter().position(|row| row.contains(&module))
 }
 
-/// The module a source file belongs to: `src/x.rs` and `src/x/**` are `x`, except the
-/// pure tally, which is a leaf of its own inside the round's folder.
-fn module_of(path: &Path, src: &Path) -> String {
-    let rel = path.strip_prefix(src).unwrap_or(path);
+/// The layer module a source file belongs to, from its path under `src`: `lib.rs` is
+/// `lib`, `x.rs` and `x/**` are `x`, except the pure tally, which is a leaf of its own
+/// inside the round's folder. Inline modules (`mod tests { .. }`) keep their file's.
+fn module_of(rel: &Path) -> String {
     if rel == Path::new("quorum/tally.rs") {
         return "tally".to_owned();
     }
@@ -49,6 +57,23 @@ fn module_of(path: &Path, src: &Path) -> String {
         .map(|c| c.as_os_str().to_string_lossy().into_owned())
         .unwrap_or_default();
     first.trim_end_matches(".rs").to_owned()
+}
+
+/// The Rust module path of a source file under `src`, which `crate::`, `super::` and
+/// `self::` are resolved against: `lib.rs` is the crate root, `x.rs` and `x/mod.rs` are
+/// `x`, `x/y.rs` is `x::y`.
+fn module_path(rel: &Path) -> Vec<String> {
+    let mut path: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let file = path.pop().unwrap_or_default();
+    match file.as_str() {
+        "mod.rs" => {}
+        "lib.rs" if path.is_empty() => {}
+        _ => path.push(file.trim_end_matches(".rs").to_owned()),
+    }
+    path
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -67,64 +92,382 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Every `crate::<module>` a source names outside comments, and `super::` from the round's
-/// tally (which would reach the round).
-fn named_modules(source: &str) -> BTreeSet<String> {
-    let mut named = BTreeSet::new();
-    for line in source.lines() {
-        let code = match line.find("//") {
-            Some(at) => &line[..at],
-            None => line,
-        };
-        let mut rest = code;
-        while let Some(at) = rest.find("crate::") {
-            rest = &rest[at + "crate::".len()..];
-            let name: String = rest
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            if !name.is_empty() {
-                named.insert(name);
+fn parse(name: &str, source: &str) -> syn::File {
+    syn::parse_file(source).unwrap_or_else(|e| panic!("parsing {name}: {e}"))
+}
+
+/// The child modules declared among `items` (`mod x;` and `mod x { .. }`): a path may
+/// start with their names without `self::`.
+fn child_modules(items: &[syn::Item]) -> BTreeSet<String> {
+    items
+        .iter()
+        .filter_map(|item| match item {
+            syn::Item::Mod(m) => Some(m.ident.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every leaf of a `use` tree under `prefix`: the full path it imports, and the name it
+/// binds (`None` for a glob).
+fn use_leaves(tree: &syn::UseTree, prefix: &mut Vec<String>, out: &mut Vec<UseLeaf>) {
+    match tree {
+        syn::UseTree::Path(p) => {
+            prefix.push(p.ident.to_string());
+            use_leaves(&p.tree, prefix, out);
+            prefix.pop();
+        }
+        syn::UseTree::Name(n) if n.ident == "self" => out.push(UseLeaf {
+            path: prefix.clone(),
+            binds: prefix.last().cloned(),
+        }),
+        syn::UseTree::Name(n) => {
+            let mut path = prefix.clone();
+            path.push(n.ident.to_string());
+            out.push(UseLeaf {
+                binds: Some(n.ident.to_string()),
+                path,
+            });
+        }
+        syn::UseTree::Rename(r) => {
+            let mut path = prefix.clone();
+            if r.ident != "self" {
+                path.push(r.ident.to_string());
+            }
+            out.push(UseLeaf {
+                path,
+                binds: Some(r.rename.to_string()),
+            });
+        }
+        syn::UseTree::Glob(_) => out.push(UseLeaf {
+            path: prefix.clone(),
+            binds: None,
+        }),
+        syn::UseTree::Group(g) => {
+            for tree in &g.items {
+                use_leaves(tree, prefix, out);
             }
         }
-        // `use crate::{a, b::c}`: the names inside a braced group.
-        if let Some(at) = code.find("crate::{") {
-            let group = &code[at + "crate::{".len()..];
-            for part in group.split([',', '}']) {
-                let name: String = part
-                    .trim()
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                    .collect();
-                if !name.is_empty() && name != "self" {
-                    named.insert(name);
+    }
+}
+
+/// One leaf of a `use` tree.
+struct UseLeaf {
+    /// The path as written, from the tree's first segment.
+    path: Vec<String>,
+    /// The name it binds; `None` for a glob.
+    binds: Option<String>,
+}
+
+/// A path as written, made absolute (from the crate root) when it names something of
+/// ours: it starts with `crate`, `super` or `self`, or with a child module declared in
+/// `module` (`children`). `None` for other crates' paths, the prelude, locals and
+/// `self` the receiver.
+fn absolute(
+    written: &[String],
+    module: &[String],
+    children: &BTreeSet<String>,
+) -> Option<Vec<String>> {
+    let (first, rest) = written.split_first()?;
+    let mut path = match first.as_str() {
+        "crate" => Vec::new(),
+        "self" if rest.is_empty() => return None, // the receiver, not a module
+        "self" => module.to_vec(),
+        "super" => {
+            let mut up = module.to_vec();
+            up.pop()?;
+            up
+        }
+        name if children.contains(name) => {
+            let mut path = module.to_vec();
+            path.push(name.to_owned());
+            path
+        }
+        _ => return None,
+    };
+    let mut rest = rest;
+    while let Some(("super", more)) = rest.split_first().map(|(s, m)| (s.as_str(), m)) {
+        path.pop()?;
+        rest = more;
+    }
+    path.extend(rest.iter().cloned());
+    Some(path)
+}
+
+/// What the crate root (`src/lib.rs`) declares, to place paths that start at it.
+struct Root {
+    /// Its file modules (`mod x;`): the crate's top-level modules.
+    modules: BTreeSet<String>,
+    /// The names it re-exports (`pub use x::{A, B}`), each with the absolute path of what
+    /// it re-exports (`x::A`).
+    reexports: BTreeMap<String, Vec<String>>,
+    /// Globs it re-exports (`pub use x::*`): the names they bring cannot be placed.
+    globs: Vec<Vec<String>>,
+    /// The items it defines itself (inline modules among them): they belong to `lib`.
+    own: BTreeSet<String>,
+}
+
+impl Root {
+    fn read(source: &str) -> Root {
+        let file = parse("src/lib.rs", source);
+        let children = child_modules(&file.items);
+        let mut root = Root {
+            modules: BTreeSet::new(),
+            reexports: BTreeMap::new(),
+            globs: Vec::new(),
+            own: BTreeSet::new(),
+        };
+        for item in &file.items {
+            match item {
+                syn::Item::Mod(m) if m.content.is_none() => {
+                    root.modules.insert(m.ident.to_string());
+                }
+                syn::Item::Use(u) => {
+                    let mut leaves = Vec::new();
+                    use_leaves(&u.tree, &mut Vec::new(), &mut leaves);
+                    for leaf in leaves {
+                        let Some(path) = absolute(&leaf.path, &[], &children) else {
+                            continue; // another crate's item
+                        };
+                        match leaf.binds {
+                            Some(name) => {
+                                root.reexports.insert(name, path);
+                            }
+                            None => root.globs.push(path),
+                        }
+                    }
+                }
+                other => {
+                    if let Some(name) = item_name(other) {
+                        root.own.insert(name);
+                    }
                 }
             }
         }
+        root
     }
-    named
+
+    /// The layer module an absolute path lands in: `Err` with the crate-root name when
+    /// it cannot be placed.
+    fn place(&self, path: &[String]) -> Result<String, String> {
+        self.place_within(path, 0)
+    }
+
+    fn place_within(&self, path: &[String], depth: usize) -> Result<String, String> {
+        let Some(first) = path.first() else {
+            return Ok("lib".to_owned()); // the crate root itself (`use super::*` at the top)
+        };
+        if self.modules.contains(first) {
+            if first == "quorum" && path.get(1).is_some_and(|s| s == "tally") {
+                return Ok("tally".to_owned());
+            }
+            return Ok(first.clone());
+        }
+        if let Some(source) = self.reexports.get(first)
+            && depth < 8
+        {
+            return self.place_within(source, depth + 1);
+        }
+        if self.own.contains(first) {
+            return Ok("lib".to_owned());
+        }
+        Err(first.clone())
+    }
 }
 
-/// Which modules each module names, from the sources under `src`.
-fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+/// The name an item defines in its module, if it is one a path can name.
+fn item_name(item: &syn::Item) -> Option<String> {
+    let ident = match item {
+        syn::Item::Const(i) => &i.ident,
+        syn::Item::Enum(i) => &i.ident,
+        syn::Item::Fn(i) => &i.sig.ident,
+        syn::Item::Macro(i) => i.ident.as_ref()?,
+        syn::Item::Mod(i) => &i.ident,
+        syn::Item::Static(i) => &i.ident,
+        syn::Item::Struct(i) => &i.ident,
+        syn::Item::Trait(i) => &i.ident,
+        syn::Item::TraitAlias(i) => &i.ident,
+        syn::Item::Type(i) => &i.ident,
+        syn::Item::Union(i) => &i.ident,
+        _ => return None,
+    };
+    Some(ident.to_string())
+}
+
+/// What one source file names: the layer modules its paths land in, and the crate-root
+/// names that could not be placed.
+#[derive(Debug, Default)]
+struct Named {
+    modules: BTreeSet<String>,
+    unplaced: BTreeSet<String>,
+}
+
+/// Visits every `use` tree, path and macro body of one file.
+struct Reader<'r> {
+    root: &'r Root,
+    /// The Rust module being read: the file's, then inline modules' inside it.
+    module: Vec<String>,
+    /// The child modules declared in each enclosing module, innermost last.
+    children: Vec<BTreeSet<String>>,
+    named: Named,
+}
+
+impl Reader<'_> {
+    fn note(&mut self, written: &[String]) {
+        let children = self.children.last().cloned().unwrap_or_default();
+        let Some(path) = absolute(written, &self.module, &children) else {
+            return;
+        };
+        match self.root.place(&path) {
+            Ok(module) => self.named.modules.insert(module),
+            Err(name) => self.named.unplaced.insert(name),
+        };
+    }
+
+    /// The paths inside a macro's tokens (`format!`, `tracing::debug!`, `vec!` ..), which
+    /// the parser leaves unparsed: `a::b::c` runs of identifiers, `$crate` as `crate`.
+    fn scan(&mut self, cursor: syn::buffer::Cursor<'_>) {
+        let mut runs: Vec<Vec<String>> = Vec::new();
+        let mut run: Vec<String> = Vec::new();
+        let mut after_colons = false;
+        let mut cursor = cursor;
+        while !cursor.eof() {
+            if let Some((ident, next)) = cursor.ident() {
+                if after_colons {
+                    run.push(ident.to_string());
+                } else {
+                    runs.push(std::mem::take(&mut run));
+                    run.push(ident.to_string());
+                }
+                after_colons = false;
+                cursor = next;
+                continue;
+            }
+            if let Some((first, next)) = cursor.punct()
+                && first.as_char() == ':'
+                && let Some((second, after)) = next.punct()
+                && second.as_char() == ':'
+            {
+                after_colons = !run.is_empty();
+                cursor = after;
+                continue;
+            }
+            after_colons = false;
+            runs.push(std::mem::take(&mut run));
+            if let Some((inside, _, _, next)) = cursor.any_group() {
+                self.scan(inside);
+                cursor = next;
+            } else if let Some((_, next)) = cursor.token_tree() {
+                cursor = next;
+            } else {
+                break;
+            }
+        }
+        runs.push(run);
+        for run in runs.into_iter().filter(|r| r.len() > 1) {
+            self.note(&run);
+        }
+    }
+}
+
+impl<'ast> Visit<'ast> for Reader<'_> {
+    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+        let Some((_, items)) = &m.content else {
+            return; // a file module, read on its own
+        };
+        self.module.push(m.ident.to_string());
+        self.children.push(child_modules(items));
+        visit::visit_item_mod(self, m);
+        self.children.pop();
+        self.module.pop();
+    }
+
+    fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
+        let mut leaves = Vec::new();
+        use_leaves(&u.tree, &mut Vec::new(), &mut leaves);
+        for leaf in leaves {
+            self.note(&leaf.path);
+        }
+    }
+
+    fn visit_path(&mut self, path: &'ast syn::Path) {
+        let written: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+        self.note(&written);
+        visit::visit_path(self, path);
+    }
+
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        visit::visit_macro(self, mac);
+        let tokens = syn::buffer::TokenBuffer::new2(mac.tokens.clone());
+        self.scan(tokens.begin());
+    }
+
+    /// `pub(crate)`, `pub(super)`, `pub(in crate::x)`: who may see an item, not a use.
+    fn visit_vis_restricted(&mut self, _: &'ast syn::VisRestricted) {}
+}
+
+/// What the source of the file at `rel` (under `src`) names.
+fn named_in(rel: &Path, source: &str, root: &Root) -> Named {
+    let file = parse(&format!("src/{}", rel.display()), source);
+    let mut reader = Reader {
+        root,
+        module: module_path(rel),
+        children: vec![child_modules(&file.items)],
+        named: Named::default(),
+    };
+    reader.visit_file(&file);
+    reader.named
+}
+
+/// The graph's edges from one file: the layer modules it names besides its own (and, for
+/// the round, besides its tally).
+fn edges(rel: &Path, named: &Named) -> (String, BTreeSet<String>) {
+    let module = module_of(rel);
+    let mut to = named.modules.clone();
+    to.remove(&module);
+    if module == "quorum" {
+        to.remove("tally"); // the round owns its tally
+    }
+    (module, to)
+}
+
+/// Which modules each module names, from the sources under `src`, and the crate-root
+/// names that could not be placed (each as a problem).
+fn imports(src: &Path) -> (BTreeMap<String, BTreeSet<String>>, Vec<String>) {
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+    };
+    let root = Root::read(&read(&src.join("lib.rs")));
     let mut files = Vec::new();
     rust_files(src, &mut files);
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut unplaced = Vec::new();
     for file in files {
-        let module = module_of(&file, src);
-        let source = std::fs::read_to_string(&file)
-            .unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
-        let mut named = named_modules(&source);
-        if module == "tally" {
-            named.remove("tally");
-        }
-        if module == "quorum" {
-            named.remove("tally"); // the round owns its tally
-        }
-        named.remove(&module);
-        graph.entry(module).or_default().extend(named);
+        let rel = file.strip_prefix(src).unwrap_or(&file).to_owned();
+        let named = named_in(&rel, &read(&file), &root);
+        let (module, to) = edges(&rel, &named);
+        unplaced.extend(unplaced_problems(&rel, &named, &root));
+        graph.entry(module).or_default().extend(to);
     }
-    graph
+    (graph, unplaced)
+}
+
+fn unplaced_problems(rel: &Path, named: &Named, root: &Root) -> Vec<String> {
+    named
+        .unplaced
+        .iter()
+        .map(|name| {
+            let globs = if root.globs.is_empty() {
+                String::new()
+            } else {
+                format!(" (lib.rs re-exports globs: {:?})", root.globs)
+            };
+            format!(
+                "src/{} names `crate::{name}`, which neither lib.rs nor a module of ours defines{globs}",
+                rel.display()
+            )
+        })
+        .collect()
 }
 
 /// The problems with `graph`: upward imports, imports of test-only modules, unknown
@@ -196,9 +539,10 @@ fn problems(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
 #[test]
 fn modules_use_only_the_layers_below_them() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let graph = imports(&src);
+    let (graph, mut found) = imports(&src);
     assert!(graph.contains_key("lock") && graph.contains_key("core"));
-    let found = problems(&graph);
+    assert!(graph["lib"].contains("lock") && graph["quorum"].contains("master"));
+    found.extend(problems(&graph));
     assert!(
         found.is_empty(),
         "layer order broken:\n{}",
@@ -238,11 +582,137 @@ fn the_check_fires_on_an_upward_import_and_a_circle() {
     );
 }
 
-#[test]
-fn names_inside_braces_and_paths_are_found_and_comments_ignored() {
-    let named = named_modules(
-        "use crate::{lease::Lease, core};\nlet x = crate::wait::f(); // crate::lock\n",
+/// The problems the check finds when `source` is the only file at `rel` (under `src`),
+/// with the real crate root's modules and re-exports.
+fn problems_in(rel: &str, source: &str) -> Vec<String> {
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs");
+    let root = Root::read(&std::fs::read_to_string(&lib).unwrap());
+    let named = named_in(Path::new(rel), source, &root);
+    let (module, to) = edges(Path::new(rel), &named);
+    let mut found = unplaced_problems(Path::new(rel), &named, &root);
+    found.extend(problems(&[(module, to)].into()));
+    found
+}
+
+fn assert_fires(rel: &str, source: &str, want: &str) {
+    let found = problems_in(rel, source);
+    assert!(
+        found.iter().any(|f| f.contains(want)),
+        "src/{rel} with {source:?}: want a problem with {want:?}, found {found:?}"
     );
-    let want: BTreeSet<String> = ["lease", "core", "wait"].map(String::from).into();
-    assert_eq!(named, want);
+}
+
+#[test]
+fn every_way_of_naming_an_upper_module_is_caught() {
+    // In a top-level file `super::` is the crate root.
+    assert_fires(
+        "master.rs",
+        "use super::lock::Redlock;\n",
+        "`master` uses `lock`",
+    );
+    // From the tally, `super::` is the round.
+    assert_fires(
+        "quorum/tally.rs",
+        "use super::run;\n",
+        "`tally` uses `quorum`",
+    );
+    assert_fires(
+        "quorum/tally.rs",
+        "fn f() { super::super::core::g(); }\n",
+        "`tally` uses `core`",
+    );
+    // rustfmt's layout of a long group.
+    assert_fires(
+        "master.rs",
+        "use crate::{\n    error::Error,\n    lock::{\n        Redlock,\n    },\n};\n",
+        "`master` uses `lock`",
+    );
+    // A type the crate root re-exports, by its root name.
+    assert_fires("master.rs", "use crate::Redlock;\n", "`master` uses `lock`");
+    assert_fires(
+        "deadline.rs",
+        "fn f(_: &crate::LeaseHandle) {}\n",
+        "`deadline` uses `lease`",
+    );
+    // `//` inside a string is no comment.
+    assert_fires(
+        "master.rs",
+        "fn f() { let _ = \"redis://\"; crate::lock::x(); }\n",
+        "`master` uses `lock`",
+    );
+    // Paths inside macro bodies, and in types and `mod tests` blocks.
+    assert_fires(
+        "master.rs",
+        "fn f() { tracing::debug!(\"{:?}\", crate::core::g()); }\n",
+        "`master` uses `core`",
+    );
+    assert_fires(
+        "config.rs",
+        "#[cfg(test)]\nmod tests {\n    use super::super::lease::Lease;\n}\n",
+        "`config` uses `lease`",
+    );
+    assert_fires(
+        "error.rs",
+        "struct S(Vec<self::super::guard::G>);\n",
+        "`error` uses `guard`",
+    );
+    // The crate root itself, and the test-only modules.
+    assert_fires("master.rs", "use super::*;\n", "`master` uses `lib`");
+    assert_fires(
+        "quorum/mod.rs",
+        "use crate::sim::World;\n",
+        "test-only module `sim`",
+    );
+    // A crate-root name the check cannot place fails rather than passing unseen.
+    assert_fires(
+        "master.rs",
+        "use crate::Nowhere;\n",
+        "names `crate::Nowhere`",
+    );
+}
+
+#[test]
+fn comments_strings_visibility_and_own_submodules_are_no_uses() {
+    for (rel, source) in [
+        (
+            "master.rs",
+            "// crate::lock::x\nconst S: &str = \"crate::lock::x\";\n",
+        ),
+        (
+            "master.rs",
+            "/// [`Redlock`](crate::Redlock)\npub(crate) fn f() {}\n",
+        ),
+        (
+            "quorum/tally.rs",
+            "pub(super) fn count() {}\npub(in crate::quorum) fn g() {}\n",
+        ),
+        (
+            "quorum/tally.rs",
+            "#[cfg(test)]\nmod tests {\n    use super::*;\n}\n",
+        ),
+        (
+            "quorum/mod.rs",
+            "mod tally;\nuse self::tally::count;\nfn f() { tally::g(); }\n",
+        ),
+        (
+            "quorum/tests.rs",
+            "use super::*;\nuse crate::master::Master;\n",
+        ),
+        (
+            "lease/watchdog.rs",
+            "use super::{LeaseShared, LostReason};\n",
+        ),
+        (
+            "lock.rs",
+            "use crate::{Error, core::Inner, lease::Lease};\nimpl S {\n    fn f(&self) {\n        self.g();\n    }\n}\n",
+        ),
+        ("testkit/mod.rs", "use crate::Redlock;\n"),
+        (
+            "fencing.rs",
+            "use crate::scripts::FENCE;\nfn f() -> crate::FencingToken { g!(crate::Error) }\n",
+        ),
+    ] {
+        let found = problems_in(rel, source);
+        assert!(found.is_empty(), "src/{rel} with {source:?}: {found:?}");
+    }
 }

@@ -158,13 +158,53 @@ const HUNTS: &[Hunt] = &[
 ];
 
 /// Mutants of the public surface (a lease's extend and release paths), caught against real
-/// masters by the named integration tests (`tests/surface.rs`, `tests/cancel.rs`), not by a
-/// contention scenario.
-const HUNTED_ELSEWHERE: &[(Mutant, &str)] = &[
-    (Mutant::ShrinkKeepsDeadline, "tests/surface.rs"),
-    (Mutant::ReleaseMarksDoneFirst, "tests/surface.rs"),
-    (Mutant::NoBackgroundRelease, "tests/surface.rs"),
+/// masters by a named integration test, not by a contention scenario: the mutant, the test
+/// file, and the test function there, which must exist and plant that mutant.
+const HUNTED_ELSEWHERE: &[(Mutant, &str, &str)] = &[
+    (
+        Mutant::ShrinkKeepsDeadline,
+        "tests/surface.rs",
+        "the_shrink_keeps_deadline_mutant_is_caught",
+    ),
+    (
+        Mutant::ReleaseMarksDoneFirst,
+        "tests/surface.rs",
+        "the_release_marks_done_first_mutant_is_caught",
+    ),
+    (
+        Mutant::NoBackgroundRelease,
+        "tests/surface.rs",
+        "the_no_background_release_mutant_is_caught",
+    ),
 ];
+
+/// The test files `HUNTED_ELSEWHERE` may name, with their sources.
+const ELSEWHERE_SOURCES: &[(&str, &str)] = &[("tests/surface.rs", include_str!("../surface.rs"))];
+
+/// What is wrong with `hunted` (entries of `HUNTED_ELSEWHERE`), given the test files'
+/// `sources`: a file that is not there, a test function that is not in its file, or one
+/// that does not plant its mutant (`Mutant::<name>` in its body).
+fn elsewhere_problems(hunted: &[(Mutant, &str, &str)], sources: &[(&str, &str)]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (mutant, file, test) in hunted {
+        let Some((_, source)) = sources.iter().find(|(f, _)| f == file) else {
+            found.push(format!("{mutant:?}: {file} is not among the hunting files"));
+            continue;
+        };
+        let Some(at) = source.find(&format!("fn {test}(")) else {
+            found.push(format!("{mutant:?}: {file} has no `fn {test}(`"));
+            continue;
+        };
+        let body = &source[at..];
+        let body = &body[..body.find("\n}\n").unwrap_or(body.len())];
+        if !body.contains(&format!("Mutant::{mutant:?}")) {
+            found.push(format!(
+                "{mutant:?}: `{test}` in {file} does not plant Mutant::{mutant:?}"
+            ));
+        }
+    }
+    found
+}
 
 /// How many times each hunt runs: `REDQUORUM_CHAOS_MUTANT_RUNS`, else 3 (5 in a soak).
 /// Every run must catch the mutant.
@@ -181,12 +221,48 @@ fn every_mutant_is_hunted() {
     let unhunted: Vec<Mutant> = Mutant::ALL
         .into_iter()
         .filter(|m| !HUNTS.iter().any(|h| h.mutant == *m))
-        .filter(|m| !HUNTED_ELSEWHERE.iter().any(|(e, _)| e == m))
+        .filter(|m| !HUNTED_ELSEWHERE.iter().any(|(e, _, _)| e == m))
         .collect();
     for m in &unhunted {
         append_report(&format!("MUTANT {m:?}: NOT HUNTED"));
     }
     assert!(unhunted.is_empty(), "no scenario hunts {unhunted:?}");
+    let found = elsewhere_problems(HUNTED_ELSEWHERE, ELSEWHERE_SOURCES);
+    assert!(
+        found.is_empty(),
+        "hunted elsewhere, but:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn a_hunt_elsewhere_must_name_a_test_that_plants_its_mutant() {
+    let source = concat!(
+        "#[tokio::test]\n",
+        "async fn caught() {\n",
+        "    run(Some(Mutant::ReuseValue)).await;\n",
+        "}\n",
+        "\n",
+        "fn other() {\n",
+        "    Mutant::HalfQuorum;\n",
+        "}\n",
+    );
+    let sources = [("tests/surface.rs", source)];
+    let problems =
+        |entry: (Mutant, &'static str, &'static str)| elsewhere_problems(&[entry], &sources);
+    assert!(problems((Mutant::ReuseValue, "tests/surface.rs", "caught")).is_empty());
+    let found = problems((Mutant::ReuseValue, "tests/surface.rs", "renamed"));
+    assert!(
+        found.iter().any(|f| f.contains("no `fn renamed(`")),
+        "{found:?}"
+    );
+    let found = problems((Mutant::HalfQuorum, "tests/surface.rs", "caught"));
+    assert!(
+        found.iter().any(|f| f.contains("does not plant")),
+        "{found:?}"
+    );
+    let found = problems((Mutant::ReuseValue, "tests/cancel.rs", "caught"));
+    assert!(found.iter().any(|f| f.contains("not among")), "{found:?}");
 }
 
 /// Runs the hunt of `mutant` (`with` names the variant) [`runs`] times, prints and

@@ -210,17 +210,23 @@ pub(crate) async fn run(
     let mut replies = vec![None; n];
     let mut decision = tally.decision();
     let mut cut = false;
+    // One timer for the whole round, armed only when the round has a bound.
+    let mut bound = std::pin::pin!(futures::future::OptionFuture::from(
+        bounds.until.map(tokio::time::sleep_until)
+    ));
     while decision == Decision::Pending {
-        let next = match bounds.until {
-            Some(until) => match tokio::time::timeout_at(until, in_flight.next()).await {
-                Ok(next) => next,
-                Err(_) => {
+        let next = if bounds.until.is_some() {
+            tokio::select! {
+                biased;
+                next = in_flight.next() => next,
+                _ = bound.as_mut() => {
                     // Out of time: the masters still pending count as failed.
                     cut = true;
                     break;
                 }
-            },
-            None => in_flight.next().await,
+            }
+        } else {
+            in_flight.next().await
         };
         let Some((i, reply)) = next else {
             // Every master answered: the tally is decided by then (see tally.rs tests).

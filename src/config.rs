@@ -68,10 +68,14 @@ pub mod limits {
     /// The longest resource name accepted, in bytes: 1024. Longer names are refused with
     /// [`ErrorKind::InvalidResource`](crate::ErrorKind::InvalidResource); hash them first.
     pub const MAX_RESOURCE_LEN: usize = 1024;
+
+    /// The longest owner label accepted ([`Builder::label`](crate::Builder::label)), in
+    /// bytes: 256.
+    pub const MAX_LABEL_LEN: usize = 256;
 }
 
 pub(crate) use limits::{
-    MAX_CONNECT_TIMEOUT, MAX_MAX_HOLD, MAX_NODE_TIMEOUT, MAX_RESOURCE_LEN, MAX_TTL,
+    MAX_CONNECT_TIMEOUT, MAX_LABEL_LEN, MAX_MAX_HOLD, MAX_NODE_TIMEOUT, MAX_RESOURCE_LEN, MAX_TTL,
     MAX_WAIT_TIMEOUT,
 };
 
@@ -249,6 +253,24 @@ pub enum ConfigError {
         /// What to do instead.
         advice: &'static str,
     },
+    /// The key prefix starts with `redquorum:`, the names of the records this crate keeps
+    /// on the masters (data epoch, fence counters, owner and cluster records).
+    #[error(
+        "key_prefix {prefix:?} starts with \"redquorum:\", where the lock's own records live: choose another prefix, such as \"locks:\""
+    )]
+    ReservedKeyPrefix {
+        /// The prefix given.
+        prefix: String,
+    },
+    /// The owner label is longer than [`MAX_LABEL_LEN`].
+    #[error(
+        "label is {len} bytes long, above MAX_LABEL_LEN ({}): use a shorter label",
+        MAX_LABEL_LEN
+    )]
+    LabelTooLong {
+        /// Its length in bytes.
+        len: usize,
+    },
     /// Fencing asked for without restart quarantine.
     #[error(
         "fencing tokens need restart quarantine (a master that lost its counters must not vote until they are seeded again): turn quarantine back on"
@@ -327,6 +349,8 @@ pub(crate) struct Config {
     /// Every TTL and extension is at most this long; restart quarantine waits this long.
     pub(crate) ttl_max: Duration,
     pub(crate) fencing: bool,
+    /// What this client's owner records call it (`Redlock::inspect`).
+    pub(crate) label: String,
     /// The test seams: a planted bug and the client clock's rate (feature `mutants`).
     #[cfg(feature = "mutants")]
     pub(crate) planted: Planted,
@@ -570,6 +594,7 @@ pub struct Builder {
     quarantine: bool,
     ttl_max: Option<DurationSetting>,
     fencing: bool,
+    label: String,
     #[cfg(feature = "mutants")]
     planted: Planted,
 }
@@ -598,6 +623,7 @@ impl fmt::Debug for Builder {
             quarantine,
             ttl_max,
             fencing,
+            label,
             #[cfg(feature = "mutants")]
                 planted: _,
         } = self;
@@ -623,6 +649,7 @@ impl fmt::Debug for Builder {
             .field("quarantine", quarantine)
             .field("ttl_max", ttl_max)
             .field("fencing", fencing)
+            .field("label", label)
             .finish_non_exhaustive()
     }
 }
@@ -650,6 +677,7 @@ impl Default for Builder {
             quarantine: true,
             ttl_max: None,
             fencing: false,
+            label: String::new(),
             #[cfg(feature = "mutants")]
             planted: Planted::default(),
         }
@@ -772,6 +800,17 @@ impl Builder {
         self
     }
 
+    /// What this client's locks say about their holder, beside its host, process id and a
+    /// client id: shown by `Redlock::inspect` to whoever asks
+    /// who holds a lock (such as `"billing-worker"`). Defaults to empty; at most
+    /// [`MAX_LABEL_LEN`](limits::MAX_LABEL_LEN) bytes; per call with
+    /// [`AcquireOptions::label`](crate::AcquireOptions::label). Not a secret: anyone who
+    /// can read the masters sees it.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = label.into();
+        self
+    }
+
     /// Whether waiting acquires subscribe to release notices and retry as soon as the
     /// holder releases, instead of only after their pause. Defaults to on; without pub/sub
     /// on a master, waiters fall back to their timers.
@@ -879,9 +918,15 @@ impl Builder {
             quarantine,
             ttl_max,
             fencing,
+            label,
             #[cfg(feature = "mutants")]
             planted,
         } = self;
+
+        check_key_prefix(&key_prefix)?;
+        if label.len() > MAX_LABEL_LEN {
+            return Err(ConfigError::LabelTooLong { len: label.len() });
+        }
 
         let masters = parse_masters(&masters)?;
         let ttl = deadline::whole_millis(duration("ttl", ttl)?);
@@ -1007,10 +1052,21 @@ impl Builder {
             quarantine,
             ttl_max,
             fencing,
+            label,
             #[cfg(feature = "mutants")]
             planted,
         })
     }
+}
+
+/// Refuses a prefix under which lock keys could collide with the crate's own records.
+fn check_key_prefix(prefix: &str) -> Result<(), ConfigError> {
+    if prefix.starts_with(crate::scripts::RECORD_NAMESPACE) {
+        return Err(ConfigError::ReservedKeyPrefix {
+            prefix: prefix.to_owned(),
+        });
+    }
+    Ok(())
 }
 
 /// The parsed duration of `setting`, or the error naming it.

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
+use crate::cluster::Owner;
 use crate::config::Config;
 use crate::master::{Master, Op};
 use crate::quorum::{self, Bounds};
@@ -22,6 +23,8 @@ pub(crate) struct Inner {
     pub(crate) config: Config,
     pub(crate) masters: Vec<Arc<dyn Master>>,
     pub(crate) quorum: usize,
+    /// Who this client's owner records name.
+    pub(crate) owner: Arc<Owner>,
     pub(crate) notifier: Arc<Notifier>,
     /// Releases and late replies still running in the background; [`Redlock::shutdown`]
     /// waits for them.

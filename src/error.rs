@@ -123,15 +123,29 @@ pub enum MasterErrorKind {
     /// The master's configuration can lose lock keys (an evicting `maxmemory-policy`), so
     /// it never votes.
     Misconfigured,
+    /// The master's cluster record does not agree with this client's configuration (other
+    /// masters, quorum, `ttl_max`, drift factor or key prefix), or this client reaches it
+    /// twice, or it lost its record in an initialised cluster and this client cannot tell
+    /// which member it was: it never votes for this client.
+    ClusterMismatch,
+    /// The name holds another kind of lock than the one asked for.
+    WrongKind,
 }
 
 impl MasterErrorKind {
     /// Whether the failure lasts until someone changes a configuration: the client's (a
     /// wrong password in the URL) or the master's (ACLs, an evicting `maxmemory-policy`).
-    /// Retrying does not help; [`Auth`](Self::Auth) and
-    /// [`Misconfigured`](Self::Misconfigured) are permanent.
+    /// Retrying does not help; [`Auth`](Self::Auth),
+    /// [`Misconfigured`](Self::Misconfigured), [`ClusterMismatch`](Self::ClusterMismatch)
+    /// and [`WrongKind`](Self::WrongKind) are permanent.
     pub fn is_permanent(self) -> bool {
-        matches!(self, MasterErrorKind::Auth | MasterErrorKind::Misconfigured)
+        matches!(
+            self,
+            MasterErrorKind::Auth
+                | MasterErrorKind::Misconfigured
+                | MasterErrorKind::ClusterMismatch
+                | MasterErrorKind::WrongKind
+        )
     }
 }
 
@@ -264,6 +278,20 @@ pub enum ErrorKind {
     /// or, for fencing tokens, masters that are not durable. Not retryable: the masters'
     /// reports say which, and what to change.
     Misconfigured,
+    /// A master's cluster record does not agree with this client's configuration: the
+    /// masters, the quorum, `ttl_max`, the drift factor or the key prefix differ from those
+    /// the cluster was initialised with ([`Redlock::init_cluster`](crate::Redlock::init_cluster)),
+    /// or one server is listed twice. Every grant of the attempt was released. Not
+    /// retryable: the masters' reports name each master and the difference.
+    ClusterMismatch,
+    /// The name holds another kind of lock (a semaphore, a read-write lock) than the one
+    /// asked for. Not retryable: use another name, or the kind that holds it.
+    WrongKind,
+    /// [`Redlock::init_cluster`](crate::Redlock::init_cluster) found a key under the prefix
+    /// on a master of an uninitialised cluster: only brand-new masters are bootstrapped.
+    /// Nothing was written. Not retryable as it stands: let the locks expire or use a fresh
+    /// prefix; the detail names each master and a key it holds.
+    ClusterNotEmpty,
 }
 
 /// An error from acquiring, extending or releasing a lock, with every master's outcome.
@@ -407,6 +435,17 @@ impl fmt::Display for Error {
             )?,
             ErrorKind::Misconfigured => {
                 write!(f, "too many masters are unfit to hold lock {r}")?;
+            }
+            ErrorKind::ClusterMismatch => write!(
+                f,
+                "this client's configuration does not agree with its cluster's record for {r}"
+            )?,
+            ErrorKind::WrongKind => write!(f, "{r} holds another kind of lock")?,
+            ErrorKind::ClusterNotEmpty => {
+                write!(
+                    f,
+                    "masters hold keys, so the cluster ({r}) cannot be bootstrapped"
+                )?;
             }
         }
         if let Some(detail) = &self.detail {

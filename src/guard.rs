@@ -51,6 +51,8 @@ struct GuardState {
     durable: bool,
     /// This client saw the master lose its data (a new epoch or `run_id`).
     lost_data: bool,
+    /// Its cluster record says it was re-admitted after losing its data.
+    counters_lost: bool,
 }
 
 impl Guarded {
@@ -64,6 +66,7 @@ impl Guarded {
                     generation: 0,
                     durable: false,
                     lost_data: false,
+                    counters_lost: false,
                 }),
             }),
         }
@@ -84,6 +87,8 @@ impl GuardShared {
         if generation > state.generation {
             state.generation = generation;
             state.durable = vitals.durable;
+            // Sticky: a record that once said so may be read again by a later connection.
+            state.counters_lost |= vitals.counters_lost;
             if state.quarantine.connected(&vitals, now) {
                 tracing::warn!(
                     master = self.index,
@@ -115,7 +120,7 @@ impl GuardShared {
                         }
                     }
                     // No epoch record at all: the data is gone; the next acquire starts one.
-                    None if report.record.is_none() && !op.is_release() => {
+                    None if report.record.is_none() && !op.is_unguarded() => {
                         state.quarantine.observed(
                             &Epoch {
                                 id: "".into(),
@@ -129,22 +134,24 @@ impl GuardShared {
                     None => {}
                 }
             }
-            let fence_trust = match (state.durable, state.lost_data) {
+            let lost = state.lost_data || state.counters_lost;
+            let fence_trust = match (state.durable, lost) {
                 (false, _) => Err(
                     "not durable (appendonly yes with appendfsync always): a restart would \
                      lose its fence counters, so fencing tokens do not count it",
                 ),
                 (true, true) => Err(
-                    "it lost its data while this client watched (a new data epoch): its \
-                     fence counters may be behind tokens already issued, so this client \
-                     no longer counts it for fencing",
+                    "it lost its data (a new data epoch while this client watched, or its \
+                     cluster record says it was re-admitted after a loss): its fence \
+                     counters may be behind tokens already issued, so fencing tokens do \
+                     not count it",
                 ),
                 (true, false) => Ok(()),
             };
             (state.quarantine.standing(now), fence_trust)
         };
         let (standing, fence_trust) = standing;
-        if op.is_release() {
+        if op.is_unguarded() {
             return Ok(reply);
         }
         match standing {

@@ -84,10 +84,12 @@
 //!   which the chaos suite proves that its checkers catch bugs. Never use it otherwise.
 #![doc(test(attr(deny(warnings), allow(dead_code))))]
 
+mod admin;
 mod backoff;
 #[cfg(feature = "bench-internals")]
 #[doc(hidden)]
 pub mod bench_internals;
+mod cluster;
 mod config;
 mod core;
 mod deadline;
@@ -111,6 +113,7 @@ mod sim;
 pub mod testkit;
 mod wait;
 
+pub use admin::{ClusterInit, InitOutcome};
 pub use config::{Backoff, Builder, ConfigError, IntoDuration, defaults, limits};
 pub use error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
 pub use fencing::{FencingToken, fenced_set};

@@ -14,9 +14,10 @@ use tokio_util::task::TaskTracker;
 
 use crate::core::{Inner, random_value, release_in_background};
 
+use crate::cluster::{Owner, Terms, View};
 use crate::config::{
-    Builder, Config, ConfigError, DurationSetting, IntoDuration, MAX_MAX_HOLD, MAX_RESOURCE_LEN,
-    MAX_WAIT_TIMEOUT, at_most, duration,
+    Builder, Config, ConfigError, DurationSetting, IntoDuration, MAX_LABEL_LEN, MAX_MAX_HOLD,
+    MAX_RESOURCE_LEN, MAX_WAIT_TIMEOUT, at_most, duration,
 };
 use crate::error::{Error, ErrorKind, MasterErrorKind, MasterOutcome, MasterReport, human};
 use crate::fencing::FencingToken;
@@ -93,6 +94,7 @@ pub struct AcquireOptions {
     watchdog: Option<bool>,
     max_hold: Option<DurationSetting>,
     fencing: Option<bool>,
+    label: Option<String>,
 }
 
 impl AcquireOptions {
@@ -145,6 +147,14 @@ impl AcquireOptions {
         self.fencing = Some(on);
         self
     }
+
+    /// What this lock's owner record calls its holder (`Redlock::inspect`). Defaults to
+    /// the client's [`label`](Builder::label); at most
+    /// [`MAX_LABEL_LEN`](crate::limits::MAX_LABEL_LEN) bytes.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
 }
 
 /// Settings of one acquire call, resolved against the client's configuration.
@@ -156,6 +166,8 @@ struct Plan {
     give_up_at: Instant,
     watchdog: bool,
     max_hold: Option<Duration>,
+    /// Who the owner record names.
+    owner: Arc<Owner>,
 }
 
 /// What woke a waiting acquire.
@@ -206,9 +218,14 @@ impl Redlock {
             true => Duration::from_secs(3600),
             false => node_timeout,
         };
-        for spec in &config.masters {
+        let view = Arc::new(View::new(
+            Self::terms(&config),
+            config.masters.iter().map(|m| m.name.clone()).collect(),
+        ));
+        for (index, spec) in config.masters.iter().enumerate() {
             let master = RedisMaster::new(
                 spec,
+                (index, &view),
                 node_timeout,
                 config.connect_timeout,
                 config.quarantine,
@@ -232,6 +249,31 @@ impl Redlock {
         Ok(Self::with_masters(config, masters, notifier))
     }
 
+    /// The quorum of `n` masters for `config` (a planted bug may change it).
+    fn quorum_of(config: &Config, n: usize) -> usize {
+        #[cfg(not(feature = "mutants"))]
+        let _ = config;
+        let quorum = quorum::quorum(n);
+        #[cfg(feature = "mutants")]
+        let quorum = match config.planted.is(Mutant::HalfQuorum) {
+            true => (n / 2).max(1),
+            false => quorum,
+        };
+        quorum
+    }
+
+    /// The settings of `config` every client of its cluster must share (docs/design.md §11).
+    pub(crate) fn terms(config: &Config) -> Terms {
+        let n = config.masters.len();
+        Terms::new(
+            n,
+            Self::quorum_of(config, n),
+            u64::try_from(config.ttl_max.as_millis()).unwrap_or(u64::MAX),
+            config.drift_factor,
+            &config.key_prefix,
+        )
+    }
+
     /// A client over any masters (real or simulated); with quarantine on, each is put
     /// under restart quarantine here.
     pub(crate) fn with_masters(
@@ -251,17 +293,14 @@ impl Redlock {
         } else {
             masters
         };
-        let quorum = quorum::quorum(masters.len());
-        #[cfg(feature = "mutants")]
-        let quorum = match config.planted.is(Mutant::HalfQuorum) {
-            true => (masters.len() / 2).max(1),
-            false => quorum,
-        };
+        let quorum = Self::quorum_of(&config, masters.len());
+        let owner = Arc::new(Owner::this_process(&config.label));
         Self {
             inner: Arc::new(Inner {
                 config,
                 masters,
                 quorum,
+                owner,
                 notifier: Arc::new(notifier),
                 background: TaskTracker::new(),
             }),
@@ -422,10 +461,7 @@ impl Redlock {
             }
             let value = reused.clone().unwrap_or_else(|| random_value().into());
             let started = Instant::now();
-            let failed = match self
-                .attempt(&key, &resource, value, &plan, waiting.is_some())
-                .await
-            {
+            let failed = match self.attempt(&key, &resource, value, &plan).await {
                 Ok(lease) => {
                     if plan.watchdog {
                         lease.start_watchdog(Watchdog {
@@ -654,6 +690,15 @@ impl Redlock {
                 "max_hold is zero: give it a positive duration".into(),
             ));
         }
+        let owner = match &options.label {
+            Some(label) if label.len() > MAX_LABEL_LEN => {
+                return Err(invalid(
+                    ConfigError::LabelTooLong { len: label.len() }.to_string(),
+                ));
+            }
+            Some(label) => Arc::new(self.inner.owner.labelled(label)),
+            None => Arc::clone(&self.inner.owner),
+        };
         Ok(Plan {
             ttl,
             fencing,
@@ -661,6 +706,7 @@ impl Redlock {
             give_up_at,
             watchdog: options.watchdog.unwrap_or(config.watchdog),
             max_hold,
+            owner,
         })
     }
 
@@ -671,7 +717,6 @@ impl Redlock {
         resource: &Arc<str>,
         value: Arc<str>,
         plan: &Plan,
-        holder_ttl: bool,
     ) -> Result<Lease, Failed> {
         let inner = &self.inner;
         let config = &inner.config;
@@ -692,25 +737,30 @@ impl Redlock {
             (FenceRead::Read, true) => FenceRead::IncrementWhenGranted,
             (fence, _) => fence,
         };
-        let op = if config.quarantine || plan.fencing {
-            Op::AcquireChecked {
-                key: Arc::clone(key),
-                value: Arc::clone(&value),
-                ttl,
-                fence,
-            }
-        } else {
-            Op::Acquire {
-                key: Arc::clone(key),
-                value: Arc::clone(&value),
-                ttl,
-                holder_ttl,
-            }
+        let op = Op::AcquireChecked {
+            key: Arc::clone(key),
+            value: Arc::clone(&value),
+            ttl,
+            fence,
+            owner: Arc::clone(&plan.owner),
         };
         let bounds = inner.bounds(Some(plan.give_up_at));
         let round = quorum::run(&inner.masters, Arc::new(op), inner.quorum, resource, bounds).await;
         let reports = round.reports(&inner.masters);
         let drift = deadline::drift(ttl, config.drift_factor);
+
+        // A master whose cluster record disagrees with this client, or a name that holds
+        // another kind of lock: refuse whatever was granted (the guard releases it).
+        if let Some((kind, detail)) = refusal(&reports) {
+            guard.outcomes = Some(round.outcomes);
+            return Err(Failed {
+                error: Error::new(kind, &**resource)
+                    .with_detail(detail)
+                    .with_masters(reports),
+                holder_free_at: None,
+                cut: false,
+            });
+        }
 
         if round.decision == Decision::Reached {
             let now = Instant::now();
@@ -935,7 +985,7 @@ impl Redlock {
 }
 
 /// Refuses to run outside a tokio runtime, where the masters' I/O and timers cannot run.
-fn check_runtime(resource: &str) -> Result<(), Error> {
+pub(crate) fn check_runtime(resource: &str) -> Result<(), Error> {
     if tokio::runtime::Handle::try_current().is_ok() {
         return Ok(());
     }
@@ -949,6 +999,11 @@ fn check_runtime(resource: &str) -> Result<(), Error> {
 fn check_resource(resource: &str) -> Result<(), Error> {
     let detail = if resource.is_empty() {
         "it is empty: name the resource to lock, such as \"orders:42\"".to_owned()
+    } else if resource.starts_with(scripts::RECORD_NAMESPACE) {
+        format!(
+            "it starts with {:?}, where the lock's own records live: use another name",
+            scripts::RECORD_NAMESPACE
+        )
     } else if resource.len() > MAX_RESOURCE_LEN {
         format!(
             "it is longer than MAX_RESOURCE_LEN ({MAX_RESOURCE_LEN} bytes): use a shorter \
@@ -958,6 +1013,28 @@ fn check_resource(resource: &str) -> Result<(), Error> {
         return Ok(());
     };
     Err(Error::new(ErrorKind::InvalidResource, resource).with_detail(detail))
+}
+
+/// A refusal that no quorum can outvote (docs/design.md §11): a master whose cluster record
+/// disagrees with this client's configuration (or that it reaches twice), or a name that
+/// holds another kind of lock. Its kind and the masters' own words.
+fn refusal(reports: &[MasterReport]) -> Option<(ErrorKind, String)> {
+    for (master_kind, kind) in [
+        (MasterErrorKind::ClusterMismatch, ErrorKind::ClusterMismatch),
+        (MasterErrorKind::WrongKind, ErrorKind::WrongKind),
+    ] {
+        let found: Vec<String> = reports
+            .iter()
+            .filter_map(|r| match r.outcome() {
+                MasterOutcome::Failed(e) if e.kind() == master_kind => Some(r.to_string()),
+                _ => None,
+            })
+            .collect();
+        if !found.is_empty() {
+            return Some((kind, found.join("; ")));
+        }
+    }
+    None
 }
 
 /// Failures that last until a configuration changes (authentication, evicting masters), if
@@ -1228,6 +1305,8 @@ mod tests {
                         now_us: 10_000_000_000,
                     },
                     misconfigured: None,
+                    bootstrapped: false,
+                    counters_lost: false,
                 }),
             ))
         }

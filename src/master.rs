@@ -19,6 +19,7 @@
 //! Layer: below the round and above the settings (docs/design.md §10); it must not use the
 //! round, quarantine's application (`guard.rs`), the core, leases or the facade.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -30,6 +31,7 @@ use redis::{AsyncConnectionConfig, Client};
 use tokio::sync::oneshot;
 
 use crate::backoff::Doubling;
+use crate::cluster::{self, Admission, Owner, Record, View};
 use crate::config::{Config, MasterSpec};
 use crate::quarantine::{Epoch, Vitals, eviction_risk};
 
@@ -41,23 +43,17 @@ use crate::scripts;
 /// One request of the lock protocol, as sent to every master of a round.
 #[derive(Debug)]
 pub(crate) enum Op {
-    /// `SET key value NX PX ttl`; with `holder_ttl`, pipelined with `PTTL key` so that a
-    /// refusal says when the holder's key expires (for waiters).
-    Acquire {
-        key: Arc<str>,
-        value: Arc<str>,
-        ttl: Duration,
-        holder_ttl: bool,
-    },
-    /// `SET key value NX PX ttl` inside `acquire.lua`, which also reads the data epoch
-    /// (restart quarantine), the fence counter (fencing) and the holder's `PTTL`.
+    /// `SET key value NX PX ttl` inside `acquire.lua`, which also checks the cluster
+    /// record, writes the owner record, and reads the data epoch (restart quarantine), the
+    /// fence counter (fencing) and the holder's `PTTL`.
     AcquireChecked {
         key: Arc<str>,
         value: Arc<str>,
         ttl: Duration,
         fence: FenceRead,
+        owner: Arc<Owner>,
     },
-    /// Compare-and-`PEXPIRE` (re-setting a missing key), see `extend.lua`; with
+    /// Compare-and-`PEXPIRE` (never setting a missing key again), see `extend.lua`; with
     /// `epoch`, also reads the data epoch.
     Extend {
         key: Arc<str>,
@@ -85,6 +81,15 @@ pub(crate) enum Op {
     /// A plain `DEL key`: only [`Mutant::PlainDelRelease`] sends it.
     #[cfg(feature = "mutants")]
     ReleaseUnchecked { key: Arc<str> },
+    /// Reads what bootstrapping a cluster must know of a master: its `run_id`, its cluster
+    /// record, and one key under the prefix, if any (besides the records).
+    Survey,
+    /// Writes the cluster record unless one exists, see `stamp.lua`; with `run_id` (read
+    /// by a survey on this master), as the bootstrap of that process.
+    Stamp {
+        record: Box<Record>,
+        run_id: Option<String>,
+    },
 }
 
 impl Op {
@@ -105,8 +110,7 @@ impl Op {
         }
     }
 
-    /// Whether every answer to this op counts, quarantine or not (a release must reach
-    /// every master that may hold the key).
+    /// Whether this op releases a lock: it succeeds wherever the key is no longer ours.
     pub(crate) fn is_release(&self) -> bool {
         match self {
             Op::Release { .. } => true,
@@ -116,15 +120,24 @@ impl Op {
         }
     }
 
+    /// Whether every answer to this op counts, whatever the master's standing (quarantine,
+    /// cluster record): a release must reach every master that may hold the key, and the
+    /// cluster's administration reads and writes records, not locks.
+    pub(crate) fn is_unguarded(&self) -> bool {
+        self.is_release() || matches!(self, Op::Survey | Op::Stamp { .. })
+    }
+
     /// The operation's name in traces.
     pub(crate) fn name(&self) -> &'static str {
         match self {
-            Op::Acquire { .. } | Op::AcquireChecked { .. } => "acquire",
+            Op::AcquireChecked { .. } => "acquire",
             Op::Fence { .. } => "fence",
             Op::Extend { .. } => "extend",
             Op::Release { .. } => "release",
             #[cfg(feature = "mutants")]
             Op::ReleaseUnchecked { .. } => "release",
+            Op::Survey => "survey",
+            Op::Stamp { .. } => "stamp",
         }
     }
 }
@@ -155,10 +168,10 @@ pub(crate) enum Reply {
     Granted,
     /// The key holds another value.
     HeldByOther,
-    /// The key holds another value, which expires in the given time.
-    HeldFor(Duration),
     /// The key does not exist.
     Missing,
+    /// The key does not exist (the answer to `Extend` with `epoch`).
+    Gone { epoch: EpochReport },
     /// The answer to `AcquireChecked` or to `Extend` with `epoch`.
     Checked {
         /// Set (acquire) or extended (extend).
@@ -176,6 +189,16 @@ pub(crate) enum Reply {
         before: Option<u64>,
         epoch: EpochReport,
     },
+    /// The answer to `Survey`.
+    Survey {
+        run_id: String,
+        record: Option<Box<Record>>,
+        /// A key under the prefix that is not a record, if the master holds one.
+        holds: Option<String>,
+    },
+    /// The answer to `Stamp`: whether it wrote the record, and the fingerprint the master
+    /// now has.
+    Stamped { written: bool, fingerprint: String },
 }
 
 /// What a fencing write-back did on one master.
@@ -193,7 +216,9 @@ impl Reply {
     /// The epoch this reply read, if any.
     pub(crate) fn epoch(&self) -> Option<&EpochReport> {
         match self {
-            Reply::Checked { epoch, .. } | Reply::Fenced { epoch, .. } => Some(epoch),
+            Reply::Checked { epoch, .. } | Reply::Fenced { epoch, .. } | Reply::Gone { epoch } => {
+                Some(epoch)
+            }
             _ => None,
         }
     }
@@ -224,6 +249,10 @@ pub(crate) struct RedisMaster {
 
 struct Shared {
     name: Arc<str>,
+    /// This master's place in the client's list, and the client's view of its cluster.
+    index: usize,
+    view: Arc<View>,
+    record_key: Arc<str>,
     client: Client,
     node_timeout: Duration,
     connect_timeout: Duration,
@@ -235,6 +264,8 @@ struct Shared {
     first_connect: tokio::sync::Mutex<()>,
     /// The connection (generation) known to have the scripts loaded.
     scripts_loaded: AtomicU64,
+    /// The `run_id` the latest connection read, if it could.
+    run_id: Mutex<Option<String>>,
     generation: AtomicU64,
 }
 
@@ -323,14 +354,19 @@ impl RedisMaster {
     /// A master that connects on first use.
     pub(crate) fn new(
         spec: &MasterSpec,
+        place: (usize, &Arc<View>),
         node_timeout: Duration,
         connect_timeout: Duration,
         read_vitals: bool,
     ) -> Result<Self, redis::RedisError> {
         let client = Client::open(spec.info.clone())?;
+        let (index, view) = place;
         Ok(Self {
             shared: Arc::new(Shared {
                 name: spec.name.clone(),
+                index,
+                record_key: cluster::record_key(&view.terms().prefix).into(),
+                view: Arc::clone(view),
                 client,
                 node_timeout,
                 connect_timeout,
@@ -339,6 +375,7 @@ impl RedisMaster {
                 vitals: Mutex::new(None),
                 first_connect: tokio::sync::Mutex::new(()),
                 scripts_loaded: AtomicU64::new(0),
+                run_id: Mutex::new(None),
                 generation: AtomicU64::new(0),
             }),
         })
@@ -354,6 +391,13 @@ impl Master for RedisMaster {
         let shared = Arc::clone(&self.shared);
         Box::pin(async move {
             let (mut conn, generation, evicts) = shared.connection().await?;
+            // A master whose cluster record disagrees, or that this client reaches twice,
+            // never votes for it (docs/design.md §11); it is not even asked.
+            if !op.is_unguarded()
+                && let Some(refusal) = shared.view.refused(shared.index)
+            {
+                return Err(refusal);
+            }
             // A master that can evict lock keys never votes, quarantine or not. Without
             // quarantine its settings are read by the connection's first requests: sent
             // before them on the same ordered connection (one round trip, not two), and
@@ -388,7 +432,8 @@ impl Master for RedisMaster {
                 let (eviction, reply) = match preload {
                     Some(load) => {
                         let (eviction, loaded, reply) =
-                            futures::future::join3(eviction, load, run(&op, &mut conn)).await;
+                            futures::future::join3(eviction, load, run(&op, &mut conn, &shared))
+                                .await;
                         if loaded.is_err() {
                             // The next request tries again; NOSCRIPT falls back meanwhile.
                             let _ = shared.scripts_loaded.compare_exchange(
@@ -400,10 +445,10 @@ impl Master for RedisMaster {
                         }
                         (eviction, reply)
                     }
-                    None => futures::future::join(eviction, run(&op, &mut conn)).await,
+                    None => futures::future::join(eviction, run(&op, &mut conn, &shared)).await,
                 };
                 // Releases always pass: they must reach every master that may hold the key.
-                if !op.is_release()
+                if !op.is_unguarded()
                     && let Some(problem) = eviction?
                 {
                     return Err(MasterError::new(
@@ -507,13 +552,16 @@ impl Shared {
                 .get_multiplexed_async_connection_with_config(&config)
                 .await
                 .map_err(MasterError::from_redis)?;
-            let (vitals, evicts) = if self.read_vitals {
-                let vitals = read_vitals(&mut conn).await?;
+            let (vitals, evicts, run_id, record) = if self.read_vitals {
+                let (vitals, record) = read_vitals(&mut conn, &self.record_key).await?;
                 let evicts = Eviction::new_with(Some(vitals.misconfigured.clone().map(Arc::from)));
-                (Some(vitals), evicts)
+                let run_id = Some(vitals.run_id.clone());
+                (Some(vitals), evicts, run_id, record)
             } else {
-                (None, Eviction::new())
+                let (run_id, record) = read_cluster(&mut conn, &self.record_key).await?;
+                (None, Eviction::new(), run_id, record)
             };
+            self.admit(&mut conn, run_id, record.as_ref()).await?;
             Ok(Opened {
                 conn,
                 vitals,
@@ -526,6 +574,66 @@ impl Shared {
                 MasterErrorKind::Timeout,
                 format!("could not connect within {}", human(self.connect_timeout)),
             )),
+        }
+    }
+
+    /// Takes in the cluster record a connection read (docs/design.md §11), and writes it
+    /// again on a member that lost it, if this client knows which member it is.
+    async fn admit(
+        &self,
+        conn: &mut MultiplexedConnection,
+        run_id: Option<String>,
+        record: Option<&Record>,
+    ) -> Result<(), MasterError> {
+        let admission = self.view.connected(self.index, run_id.as_deref(), record);
+        *self.run_id.lock().unwrap_or_else(PoisonError::into_inner) = run_id;
+        match admission {
+            Admission::Member => Ok(()),
+            Admission::Readmit { record } => {
+                tracing::warn!(
+                    master = %self.name,
+                    member = %record.master,
+                    "master lost its cluster record (and its data): writing it again; it \
+                     votes after its restart quarantine and no longer counts for fencing"
+                );
+                stamp(conn, &record, None).await.map(|_| ())
+            }
+            refused => {
+                if let Some(refusal) = refused.refusal() {
+                    tracing::warn!(master = %self.name, error = %refusal, "master refused: it will not vote");
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The answer to a script that found another cluster record than the one this client
+    /// sent (or none): reads the record again and decides as at a connect.
+    async fn record_changed(&self, conn: &mut MultiplexedConnection) -> MasterError {
+        let record = match read_record(conn, &self.record_key).await {
+            Ok(record) => record,
+            Err(error) => return error,
+        };
+        let run_id = self
+            .run_id
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Err(error) = self.admit(conn, run_id, record.as_ref()).await {
+            return error;
+        }
+        match self.view.refused(self.index) {
+            Some(refusal) => refusal,
+            None if record.is_none() => MasterError::new(
+                MasterErrorKind::Other,
+                "it lost its cluster record (and its data): written again; it votes after \
+                 its restart quarantine",
+            ),
+            None => MasterError::new(
+                MasterErrorKind::Other,
+                "its cluster record was written after this client connected: the next \
+                 request carries it",
+            ),
         }
     }
 
@@ -601,59 +709,18 @@ async fn reconnect(weak: Weak<Shared>, _running: oneshot::Receiver<()>) {
 }
 
 /// Sends one op on `conn` and interprets the answer.
-async fn run(op: &Op, conn: &mut MultiplexedConnection) -> Result<Reply, MasterError> {
+async fn run(
+    op: &Op,
+    conn: &mut MultiplexedConnection,
+    shared: &Shared,
+) -> Result<Reply, MasterError> {
     match op {
-        Op::Acquire {
-            key,
-            value,
-            ttl,
-            holder_ttl: false,
-        } => {
-            let set: Option<String> = redis::cmd("SET")
-                .arg(&**key)
-                .arg(&**value)
-                .arg("NX")
-                .arg("PX")
-                .arg(millis(*ttl))
-                .query_async(conn)
-                .await
-                .map_err(MasterError::from_redis)?;
-            Ok(if set.is_some() {
-                Reply::Granted
-            } else {
-                Reply::HeldByOther
-            })
-        }
-        Op::Acquire {
-            key,
-            value,
-            ttl,
-            holder_ttl: true,
-        } => {
-            let (set, pttl): (Option<String>, i64) = redis::pipe()
-                .cmd("SET")
-                .arg(&**key)
-                .arg(&**value)
-                .arg("NX")
-                .arg("PX")
-                .arg(millis(*ttl))
-                .cmd("PTTL")
-                .arg(&**key)
-                .query_async(conn)
-                .await
-                .map_err(MasterError::from_redis)?;
-            Ok(match (set, u64::try_from(pttl)) {
-                (Some(_), _) => Reply::Granted,
-                (None, Ok(ms)) => Reply::HeldFor(Duration::from_millis(ms)),
-                // -1 (no expiry) or -2 (gone since): no useful hint.
-                (None, Err(_)) => Reply::HeldByOther,
-            })
-        }
         Op::AcquireChecked {
             key,
             value,
             ttl,
             fence,
+            owner,
         } => {
             let (script, mode) = match fence {
                 FenceRead::Skip => (&*scripts::ACQUIRE, "0"),
@@ -661,20 +728,33 @@ async fn run(op: &Op, conn: &mut MultiplexedConnection) -> Result<Reply, MasterE
                 #[cfg(feature = "mutants")]
                 FenceRead::IncrementWhenGranted => (&*scripts::ACQUIRE_ONE_ROUND_TOKEN, "1"),
             };
-            let (granted, record, now, counter, pttl): (i64, String, String, Option<String>, i64) =
-                script
-                    .key(&**key)
-                    .key(scripts::EPOCH_KEY)
-                    .key(scripts::fence_key(key))
-                    .arg(&**value)
-                    .arg(millis(*ttl))
-                    .arg(new_epoch_id())
-                    .arg(mode)
-                    .invoke_async(conn)
-                    .await
-                    .map_err(MasterError::from_redis)?;
+            type Answer = (i64, String, String, Option<String>, i64, Option<String>);
+            let (code, record, now, counter, pttl, detail): Answer = script
+                .key(&**key)
+                .key(scripts::EPOCH_KEY)
+                .key(scripts::fence_key(key))
+                .key(&*shared.record_key)
+                .key(scripts::owner_key(key))
+                .arg(&**value)
+                .arg(millis(*ttl))
+                .arg(new_epoch_id())
+                .arg(mode)
+                .arg(shared.view.fingerprint())
+                .arg(&*owner.client)
+                .arg(&*owner.host)
+                .arg(owner.pid)
+                .arg(&*owner.label)
+                .invoke_async(conn)
+                .await
+                .map_err(MasterError::from_redis)?;
+            match code {
+                1 | 0 => {}
+                -2 => return Err(shared.record_changed(conn).await),
+                -3 => return Err(wrong_kind(detail.as_deref())),
+                other => return Err(unexpected("acquire", other)),
+            }
             Ok(Reply::Checked {
-                granted: granted == 1,
+                granted: code == 1,
                 epoch: EpochReport {
                     record: Some(record),
                     now_us: parse_number("acquire", &now)?,
@@ -689,39 +769,45 @@ async fn run(op: &Op, conn: &mut MultiplexedConnection) -> Result<Reply, MasterE
             ttl,
             epoch,
         } => {
-            let (code, record, now): (i64, Option<String>, String) = scripts::EXTEND
-                .key(&**key)
-                .key(scripts::EPOCH_KEY)
-                .arg(&**value)
-                .arg(millis(*ttl))
-                .arg(if *epoch {
-                    new_epoch_id()
-                } else {
-                    String::new()
-                })
-                .invoke_async(conn)
-                .await
-                .map_err(MasterError::from_redis)?;
+            let (code, record, now, _): (i64, Option<String>, String, Option<String>) =
+                scripts::EXTEND
+                    .key(&**key)
+                    .key(scripts::EPOCH_KEY)
+                    .key(&*shared.record_key)
+                    .key(scripts::owner_key(key))
+                    .arg(&**value)
+                    .arg(millis(*ttl))
+                    .arg(if *epoch {
+                        new_epoch_id()
+                    } else {
+                        String::new()
+                    })
+                    .arg(shared.view.fingerprint())
+                    .invoke_async(conn)
+                    .await
+                    .map_err(MasterError::from_redis)?;
             let granted = match code {
-                1 | 2 => true,
-                -1 => false,
+                1 => Some(true),
+                0 => None,
+                -1 => Some(false),
+                -2 => return Err(shared.record_changed(conn).await),
                 other => return Err(unexpected("extend", other)),
             };
-            if !*epoch {
-                return Ok(if granted {
-                    Reply::Granted
-                } else {
-                    Reply::HeldByOther
-                });
-            }
-            Ok(Reply::Checked {
-                granted,
-                epoch: EpochReport {
-                    record,
-                    now_us: parse_number("extend", &now)?,
+            let report = EpochReport {
+                record,
+                now_us: parse_number("extend", &now)?,
+            };
+            Ok(match (granted, *epoch) {
+                (None, false) => Reply::Missing,
+                (None, true) => Reply::Gone { epoch: report },
+                (Some(true), false) => Reply::Granted,
+                (Some(false), false) => Reply::HeldByOther,
+                (Some(granted), true) => Reply::Checked {
+                    granted,
+                    epoch: report,
+                    fence: None,
+                    holder_ttl: None,
                 },
-                fence: None,
-                holder_ttl: None,
             })
         }
         Op::Fence {
@@ -737,6 +823,7 @@ async fn run(op: &Op, conn: &mut MultiplexedConnection) -> Result<Reply, MasterE
                 .key(&**key)
                 .key(scripts::fence_key(key))
                 .key(scripts::EPOCH_KEY)
+                .key(scripts::owner_key(key))
                 .arg(&**value)
                 .arg(*token)
                 .invoke_async(conn)
@@ -761,6 +848,7 @@ async fn run(op: &Op, conn: &mut MultiplexedConnection) -> Result<Reply, MasterE
         } => {
             let code: i64 = scripts::RELEASE
                 .key(&**key)
+                .key(scripts::owner_key(key))
                 .arg(&**value)
                 .arg(&**channel)
                 .invoke_async(conn)
@@ -775,7 +863,172 @@ async fn run(op: &Op, conn: &mut MultiplexedConnection) -> Result<Reply, MasterE
         }
         #[cfg(feature = "mutants")]
         Op::ReleaseUnchecked { key } => delete(key, conn).await,
+        Op::Survey => survey(conn, shared).await,
+        Op::Stamp { record, run_id } => {
+            let (written, fingerprint) = stamp(conn, record, run_id.as_deref()).await?;
+            Ok(Reply::Stamped {
+                written,
+                fingerprint,
+            })
+        }
     }
+}
+
+/// The error of a lock script that found another kind of lock under the name.
+fn wrong_kind(found: Option<&str>) -> MasterError {
+    MasterError::new(
+        MasterErrorKind::WrongKind,
+        format!(
+            "the name holds a {} here, not a lock: use another name",
+            found.unwrap_or("value of another kind")
+        ),
+    )
+}
+
+/// Reads the cluster record (`HGETALL`).
+async fn read_record(
+    conn: &mut MultiplexedConnection,
+    record_key: &str,
+) -> Result<Option<Record>, MasterError> {
+    let fields: HashMap<String, String> = redis::cmd("HGETALL")
+        .arg(record_key)
+        .query_async(conn)
+        .await
+        .map_err(MasterError::from_redis)?;
+    parse_record(&fields)
+}
+
+fn parse_record(fields: &HashMap<String, String>) -> Result<Option<Record>, MasterError> {
+    Record::parse(fields).map_err(|e| MasterError::new(MasterErrorKind::Protocol, e))
+}
+
+/// Reads the `run_id` (if the master lets this client read `INFO`) and the cluster record
+/// of a freshly connected master, for a client without restart quarantine.
+async fn read_cluster(
+    conn: &mut MultiplexedConnection,
+    record_key: &str,
+) -> Result<(Option<String>, Option<Record>), MasterError> {
+    let replies: Vec<redis::RedisResult<redis::Value>> = redis::pipe()
+        .cmd("INFO")
+        .arg("server")
+        .cmd("HGETALL")
+        .arg(record_key)
+        .ignore_errors()
+        .query_async(conn)
+        .await
+        .map_err(MasterError::from_redis)?;
+    let mut replies = replies.into_iter();
+    let server: redis::RedisResult<redis::InfoDict> = value(next_reply(&mut replies));
+    let run_id = match server {
+        Ok(server) => server.get::<String>("run_id"),
+        Err(err) if err.kind() == redis::ErrorKind::AuthenticationFailed => {
+            return Err(MasterError::from_redis(err));
+        }
+        Err(_) => None,
+    };
+    let fields: HashMap<String, String> =
+        value(next_reply(&mut replies)).map_err(MasterError::from_redis)?;
+    Ok((run_id, parse_record(&fields)?))
+}
+
+/// The next reply of a pipeline, or an error if it has no more.
+fn next_reply(
+    replies: &mut impl Iterator<Item = redis::RedisResult<redis::Value>>,
+) -> redis::RedisResult<redis::Value> {
+    replies.next().unwrap_or_else(|| {
+        Err(redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "missing pipeline reply",
+        )))
+    })
+}
+
+/// Writes `record` unless the master has one (`stamp.lua`); with `run_id`, as the
+/// bootstrap of that process. Returns whether it wrote, and the fingerprint it now has.
+async fn stamp(
+    conn: &mut MultiplexedConnection,
+    record: &Record,
+    run_id: Option<&str>,
+) -> Result<(bool, String), MasterError> {
+    let mut invocation = scripts::STAMP.key(&*record_key_of(record));
+    invocation
+        .key(scripts::EPOCH_KEY)
+        .arg(run_id.unwrap_or(""))
+        .arg(new_epoch_id());
+    for (field, value) in record.fields() {
+        invocation.arg(field).arg(value);
+    }
+    let (written, fingerprint): (i64, String) = invocation
+        .invoke_async(conn)
+        .await
+        .map_err(MasterError::from_redis)?;
+    Ok((written == 1, fingerprint))
+}
+
+/// The key of a record's cluster record (under its prefix).
+fn record_key_of(record: &Record) -> String {
+    cluster::record_key(&record.terms.prefix)
+}
+
+/// How many keys one `SCAN` step asks for while a survey looks for a key under the prefix.
+const SURVEY_SCAN_COUNT: usize = 1000;
+
+/// Reads what bootstrapping needs (`Op::Survey`): `run_id`, record, and whether a key
+/// other than the records lies under the prefix (a bounded `SCAN`: the call's node
+/// timeout cuts a survey of a huge keyspace short).
+async fn survey(conn: &mut MultiplexedConnection, shared: &Shared) -> Result<Reply, MasterError> {
+    let (run_id, record) = read_cluster(conn, &shared.record_key).await?;
+    let run_id = run_id.ok_or_else(|| {
+        MasterError::new(
+            MasterErrorKind::Other,
+            "cannot read INFO server (its run_id tells one server from another): allow \
+             INFO to this user",
+        )
+    })?;
+    let prefix = &shared.view.terms().prefix;
+    let pattern = format!("{}*", glob_escape(prefix));
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(SURVEY_SCAN_COUNT)
+            .query_async(conn)
+            .await
+            .map_err(MasterError::from_redis)?;
+        if let Some(key) = keys
+            .into_iter()
+            .find(|k| !scripts::is_record_key(k, prefix))
+        {
+            return Ok(Reply::Survey {
+                run_id,
+                record: record.map(Box::new),
+                holds: Some(key),
+            });
+        }
+        if next == 0 {
+            return Ok(Reply::Survey {
+                run_id,
+                record: record.map(Box::new),
+                holds: None,
+            });
+        }
+        cursor = next;
+    }
+}
+
+/// `text` with the glob characters of `SCAN MATCH` escaped.
+fn glob_escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
 }
 
 /// A plain `DEL` (the `PlainDelRelease` mutant).
@@ -802,9 +1055,12 @@ async fn load_scripts(conn: &mut MultiplexedConnection) -> redis::RedisResult<()
     load.query_async(conn).await
 }
 
-/// Reads what restart quarantine needs to know about a freshly connected master, in one
-/// round trip.
-async fn read_vitals(conn: &mut MultiplexedConnection) -> Result<Vitals, MasterError> {
+/// Reads what restart quarantine needs to know about a freshly connected master, and its
+/// cluster record, in one round trip.
+async fn read_vitals(
+    conn: &mut MultiplexedConnection,
+    record_key: &str,
+) -> Result<(Vitals, Option<Record>), MasterError> {
     let replies: Vec<redis::RedisResult<redis::Value>> = redis::pipe()
         .cmd("INFO")
         .arg("server")
@@ -819,23 +1075,20 @@ async fn read_vitals(conn: &mut MultiplexedConnection) -> Result<Vitals, MasterE
         .arg(1)
         .arg(scripts::EPOCH_KEY)
         .arg(new_epoch_id())
+        .cmd("HGETALL")
+        .arg(record_key)
         .ignore_errors()
         .query_async(conn)
         .await
         .map_err(MasterError::from_redis)?;
     let mut replies = replies.into_iter();
-    let mut next = || {
-        replies.next().unwrap_or_else(|| {
-            Err(redis::RedisError::from((
-                redis::ErrorKind::Parse,
-                "missing pipeline reply",
-            )))
-        })
-    };
+    let mut next = || next_reply(&mut replies);
     let server: redis::InfoDict = value(next()).map_err(MasterError::from_redis)?;
     let memory: redis::InfoDict = value(next()).map_err(MasterError::from_redis)?;
     let config: redis::RedisResult<Vec<String>> = value(next());
     let (record, now): (String, String) = value(next()).map_err(MasterError::from_redis)?;
+    let fields: HashMap<String, String> = value(next()).map_err(MasterError::from_redis)?;
+    let cluster = parse_record(&fields)?;
     let run_id: String = server.get("run_id").unwrap_or_default();
     let uptime: u64 = server.get("uptime_in_seconds").unwrap_or(0);
     let policy: String = memory.get("maxmemory_policy").unwrap_or_default();
@@ -859,13 +1112,22 @@ async fn read_vitals(conn: &mut MultiplexedConnection) -> Result<Vitals, MasterE
             ),
         )
     })?;
-    Ok(Vitals {
+    // Bootstrapped empty, and neither restarted nor flushed since (docs/design.md §11).
+    let bootstrapped = cluster.as_ref().is_some_and(|c| {
+        !c.bootstrap_run_id.is_empty()
+            && c.bootstrap_run_id == run_id
+            && *c.bootstrap_epoch == *epoch.id
+    });
+    let vitals = Vitals {
         run_id,
         uptime: Duration::from_secs(uptime),
         durable,
         epoch,
         misconfigured: eviction_risk(&policy, maxmemory),
-    })
+        bootstrapped,
+        counters_lost: cluster.as_ref().is_some_and(|c| c.counters_lost),
+    };
+    Ok((vitals, cluster))
 }
 
 /// Reads whether the master can evict lock keys (`INFO memory`), for a client without

@@ -70,6 +70,12 @@ pub(crate) struct Vitals {
     pub(crate) epoch: Epoch,
     /// Why the master's configuration can lose lock keys, if it can.
     pub(crate) misconfigured: Option<String>,
+    /// The cluster record names this very process and data epoch as bootstrapped empty
+    /// (`init_cluster`): nothing it holds can have been forgotten, so it votes at once.
+    pub(crate) bootstrapped: bool,
+    /// The cluster record says the master was re-admitted after losing its data: its
+    /// fence counters may be behind tokens already issued.
+    pub(crate) counters_lost: bool,
 }
 
 /// Whether a master votes.
@@ -116,12 +122,16 @@ impl Quarantine {
         // A fresh epoch, or a loss this client saw: a whole window on this client's clock.
         // Otherwise what is left of the window by the master's own clock (its epoch's age
         // and, unless durable, its process's uptime).
-        let mut wait = if lost || vitals.epoch.age() < self.window {
+        let mut wait = if lost {
+            self.window
+        } else if vitals.bootstrapped {
+            Duration::ZERO
+        } else if vitals.epoch.age() < self.window {
             self.window
         } else {
             Duration::ZERO
         };
-        if !vitals.durable {
+        if !vitals.durable && (lost || !vitals.bootstrapped) {
             wait = wait.max(self.window.saturating_sub(vitals.uptime));
         }
         let until = now + wait;
@@ -200,6 +210,8 @@ mod tests {
                 now_us: 1_000_000_000 + epoch_age_s * 1_000_000,
             },
             misconfigured: None,
+            bootstrapped: false,
+            counters_lost: false,
         }
     }
 

@@ -13,6 +13,7 @@ const ACQUIRE: &str = include_str!("../src/scripts/acquire.lua");
 const FENCE: &str = include_str!("../src/scripts/fence.lua");
 const EPOCH: &str = include_str!("../src/scripts/epoch.lua");
 const FENCED_SET: &str = include_str!("../src/scripts/fenced_set.lua");
+const STAMP: &str = include_str!("../src/scripts/stamp.lua");
 
 #[tokio::test]
 async fn release_contract() {
@@ -20,11 +21,13 @@ async fn release_contract() {
     let mut conn = raw(&server.url()).await;
     let script = Script::new(RELEASE);
     let key = unique_key("release_script");
+    let owner = unique_key("owner");
     let channel = format!("redquorum:released:{key}");
 
     // Missing key: 0.
     let r: i64 = script
         .key(&key)
+        .key(&owner)
         .arg("mine")
         .arg(&channel)
         .invoke_async(&mut conn)
@@ -35,6 +38,7 @@ async fn release_contract() {
     let _: () = conn.set(&key, "theirs").await.unwrap();
     let r: i64 = script
         .key(&key)
+        .key(&owner)
         .arg("mine")
         .arg(&channel)
         .invoke_async(&mut conn)
@@ -42,8 +46,9 @@ async fn release_contract() {
         .unwrap();
     assert_eq!(r, -1);
     assert_eq!(get(&server.url(), &key).await.as_deref(), Some("theirs"));
-    // Ours: 1, deleted, and a notice is published.
+    // Ours: 1, deleted with our owner record, and a notice is published.
     let _: () = conn.set(&key, "mine").await.unwrap();
+    let _: () = conn.hset(&owner, "value", "mine").await.unwrap();
     let mut sub = redis::Client::open(server.url())
         .unwrap()
         .get_async_pubsub()
@@ -52,6 +57,7 @@ async fn release_contract() {
     sub.subscribe(&channel).await.unwrap();
     let r: i64 = script
         .key(&key)
+        .key(&owner)
         .arg("mine")
         .arg(&channel)
         .invoke_async(&mut conn)
@@ -59,6 +65,8 @@ async fn release_contract() {
         .unwrap();
     assert_eq!(r, 1);
     assert_eq!(get(&server.url(), &key).await, None);
+    let exists: bool = conn.exists(&owner).await.unwrap();
+    assert!(!exists, "the owner record goes with the lock");
     let msg = tokio::time::timeout(std::time::Duration::from_secs(2), async {
         use futures::StreamExt;
         sub.on_message().next().await
@@ -70,6 +78,7 @@ async fn release_contract() {
     // Idempotent: again, 0.
     let r: i64 = script
         .key(&key)
+        .key(&owner)
         .arg("mine")
         .arg(&channel)
         .invoke_async(&mut conn)
@@ -78,7 +87,7 @@ async fn release_contract() {
     assert_eq!(r, 0);
 }
 
-type Extended = (i64, Option<String>, String);
+type Extended = (i64, Option<String>, String, Option<String>);
 
 #[tokio::test]
 async fn extend_contract() {
@@ -86,40 +95,54 @@ async fn extend_contract() {
     let mut conn = raw(&server.url()).await;
     let script = Script::new(EXTEND);
     let key = unique_key("extend_script");
-    let epoch = unique_key("epoch");
-    let extend = |value: &'static str, ttl: u64, epoch_id: &'static str| {
+    let (epoch, record, owner) = (
+        unique_key("epoch"),
+        unique_key("cluster"),
+        unique_key("owner"),
+    );
+    let extend = |value: &'static str, ttl: u64, epoch_id: &'static str, fingerprint: &str| {
         let mut call = script.key(&key);
-        call.key(&epoch).arg(value).arg(ttl).arg(epoch_id);
+        call.key(&epoch)
+            .key(&record)
+            .key(&owner)
+            .arg(value)
+            .arg(ttl)
+            .arg(epoch_id)
+            .arg(fingerprint);
         call
     };
 
-    // Ours: 1 and the TTL is reset; without an epoch id the epoch is not touched.
+    // Ours: 1 and the TTL is reset, the owner record's too; without an epoch id the epoch
+    // is not touched.
     let _: () = conn.pset_ex(&key, "mine", 1000).await.unwrap();
-    let (code, seen, now): Extended = extend("mine", 60_000, "")
+    let _: () = conn.hset(&owner, "value", "mine").await.unwrap();
+    let _: () = conn.pexpire(&owner, 1000).await.unwrap();
+    let (code, seen, now, _): Extended = extend("mine", 60_000, "", "")
         .invoke_async(&mut conn)
         .await
         .unwrap();
     assert_eq!((code, seen), (1, None));
     assert!(now.parse::<u64>().unwrap() > 1_600_000_000_000_000, "{now}");
-    let pttl: i64 = conn.pttl(&key).await.unwrap();
-    assert!(pttl > 50_000, "{pttl}");
+    for k in [&key, &owner] {
+        let pttl: i64 = conn.pttl(k).await.unwrap();
+        assert!(pttl > 50_000, "{k}: {pttl}");
+    }
     assert_eq!(get(&server.url(), &epoch).await, None);
-    // Missing: set again with the TTL, 2; with an epoch id a missing epoch is started.
+    // Missing: 0, and it stays missing (it may have been force-unlocked); with an epoch id
+    // a missing epoch is started.
     let _: () = conn.del(&key).await.unwrap();
-    let (code, seen, _): Extended = extend("mine", 60_000, "e1")
+    let (code, seen, _, _): Extended = extend("mine", 60_000, "e1", "")
         .invoke_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(code, 2);
+    assert_eq!(code, 0);
     let seen = seen.unwrap();
     assert!(seen.starts_with("e1:"), "{seen}");
     assert_eq!(get(&server.url(), &epoch).await, Some(seen.clone()));
-    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("mine"));
-    let pttl: i64 = conn.pttl(&key).await.unwrap();
-    assert!(pttl > 50_000 && pttl <= 60_000, "{pttl}");
+    assert_eq!(get(&server.url(), &key).await, None);
     // Someone else's: -1, untouched, TTL unchanged; an existing epoch is kept.
     let _: () = conn.pset_ex(&key, "theirs", 5000).await.unwrap();
-    let (code, again, _): Extended = extend("mine", 60_000, "e2")
+    let (code, again, _, _): Extended = extend("mine", 60_000, "e2", "")
         .invoke_async(&mut conn)
         .await
         .unwrap();
@@ -128,9 +151,38 @@ async fn extend_contract() {
     let pttl: i64 = conn.pttl(&key).await.unwrap();
     assert!(pttl <= 5000, "{pttl}");
     assert_eq!(get(&server.url(), &key).await.as_deref(), Some("theirs"));
+    // A cluster record whose fingerprint differs from the caller's: -2 with the record's
+    // fingerprint, and nothing extended; an agreeing caller extends.
+    let _: () = conn.pset_ex(&key, "mine", 1000).await.unwrap();
+    let _: () = conn.hset(&record, "fingerprint", "f1").await.unwrap();
+    for caller in ["", "f2"] {
+        let (code, _, _, found): Extended = extend("mine", 60_000, "", caller)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            (code, found.as_deref()),
+            (-2, Some("f1")),
+            "caller {caller:?}"
+        );
+        let pttl: i64 = conn.pttl(&key).await.unwrap();
+        assert!(pttl <= 1000, "{pttl}");
+    }
+    let (code, _, _, _): Extended = extend("mine", 60_000, "", "f1")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(code, 1);
+    // A caller that knows a record the master lacks (it lost its data): -2, no record.
+    let _: () = conn.del(&record).await.unwrap();
+    let (code, _, _, found): Extended = extend("mine", 60_000, "", "f1")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((code, found), (-2, None));
 }
 
-type Acquired = (i64, String, String, Option<String>, i64);
+type Acquired = (i64, String, String, Option<String>, i64, Option<String>);
 
 #[tokio::test]
 async fn acquire_contract() {
@@ -139,22 +191,33 @@ async fn acquire_contract() {
     let script = Script::new(ACQUIRE);
     let key = unique_key("acquire_script");
     let (epoch, fence) = (unique_key("epoch"), unique_key("fence"));
-    let acquire = |value: &'static str, mode: &'static str| {
+    let (record, owner) = (unique_key("cluster"), unique_key("owner"));
+    let acquire = |value: &'static str, mode: &'static str, fingerprint: &'static str| {
         let mut call = script.key(&key);
         call.key(&epoch)
             .key(&fence)
+            .key(&record)
+            .key(&owner)
             .arg(value)
             .arg(10_000)
             .arg("new-epoch")
-            .arg(mode);
+            .arg(mode)
+            .arg(fingerprint)
+            .arg("client-1")
+            .arg("host-1")
+            .arg(4242)
+            .arg("worker");
         call
     };
 
-    // Granted; a missing epoch is started; no fence read.
-    let (ok, record, now, counter, pttl): Acquired =
-        acquire("v1", "0").invoke_async(&mut conn).await.unwrap();
-    assert_eq!((ok, counter, pttl), (1, None, -3));
-    let (id, created) = record.rsplit_once(':').unwrap();
+    // Granted; a missing epoch is started; no fence read; the owner record written with
+    // the lock's expiry.
+    let (ok, epoch_record, now, counter, pttl, detail): Acquired = acquire("v1", "0", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((ok, counter, pttl, detail), (1, None, -3, None));
+    let (id, created) = epoch_record.rsplit_once(':').unwrap();
     assert_eq!(id, "new-epoch");
     assert_eq!(
         created, now,
@@ -163,20 +226,121 @@ async fn acquire_contract() {
     assert_eq!(get(&server.url(), &key).await.as_deref(), Some("v1"));
     let pttl: i64 = conn.pttl(&key).await.unwrap();
     assert!(pttl > 9_000, "set with PX like SET NX PX: {pttl}");
-    // Refused: the holder's PTTL, the same epoch, and the fence counter when asked for.
+    let who: std::collections::HashMap<String, String> = conn.hgetall(&owner).await.unwrap();
+    for (field, value) in [
+        ("kind", "lock"),
+        ("value", "v1"),
+        ("client", "client-1"),
+        ("host", "host-1"),
+        ("pid", "4242"),
+        ("label", "worker"),
+    ] {
+        assert_eq!(who.get(field).map(String::as_str), Some(value), "{field}");
+    }
+    let acquired_ms: u64 = who["acquired_ms"].parse().unwrap();
+    assert_eq!(acquired_ms, now.parse::<u64>().unwrap() / 1000);
+    let owner_pttl: i64 = conn.pttl(&owner).await.unwrap();
+    assert!(owner_pttl > 9_000 && owner_pttl <= 10_000, "{owner_pttl}");
+    // Refused: the holder's PTTL, the same epoch, and the fence counter when asked for;
+    // the holder's owner record untouched.
     let _: () = conn.set(&fence, 41).await.unwrap();
-    let (ok, again, later, counter, pttl): Acquired =
-        acquire("v2", "1").invoke_async(&mut conn).await.unwrap();
+    let (ok, again, later, counter, pttl, _): Acquired = acquire("v2", "1", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
     assert_eq!((ok, counter.as_deref()), (0, Some("41")));
     assert!(pttl > 9_000 && pttl <= 10_000, "{pttl}");
-    assert_eq!(again, record);
+    assert_eq!(again, epoch_record);
     assert!(later.parse::<u64>().unwrap() >= now.parse::<u64>().unwrap());
     assert_eq!(get(&server.url(), &key).await.as_deref(), Some("v1"));
+    let holder: Option<String> = conn.hget(&owner, "value").await.unwrap();
+    assert_eq!(holder.as_deref(), Some("v1"));
     // No other mode exists: the planted one-round token is a variant of this script built
     // only with the `mutants` feature, never a mode of the script every master loads.
-    let (_, _, _, counter, _): Acquired = acquire("v3", "2").invoke_async(&mut conn).await.unwrap();
+    let (_, _, _, counter, _, _): Acquired = acquire("v3", "2", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
     assert_eq!(counter, None);
     assert_eq!(conn.get::<_, String>(&fence).await.unwrap(), "41");
+
+    // A cluster record that disagrees with the caller: -2 with its fingerprint, nothing
+    // set; a caller that knows a record the master lacks: -2 without one.
+    let _: () = conn.del(&key).await.unwrap();
+    let _: () = conn.hset(&record, "fingerprint", "f1").await.unwrap();
+    let (ok, _, _, _, _, found): Acquired = acquire("v4", "0", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((ok, found.as_deref()), (-2, Some("f1")));
+    assert_eq!(get(&server.url(), &key).await, None);
+    let (ok, _, _, _, _, _): Acquired = acquire("v4", "0", "f1")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(ok, 1);
+    let _: () = conn.del(&key).await.unwrap();
+    let _: () = conn.del(&record).await.unwrap();
+    let (ok, _, _, _, _, found): Acquired = acquire("v5", "0", "f1")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((ok, found), (-2, None));
+    assert_eq!(get(&server.url(), &key).await, None);
+
+    // Another kind of lock under the name: -3 with its kind, untouched.
+    let _: () = conn.hset(&key, "permits", 3).await.unwrap();
+    let (ok, _, _, _, _, kind): Acquired = acquire("v6", "0", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((ok, kind.as_deref()), (-3, Some("hash")));
+    let _: () = conn.del(&key).await.unwrap();
+    let _: () = conn.set(&key, "x").await.unwrap();
+    let _: () = conn.hset(&owner, "kind", "semaphore").await.unwrap();
+    let (ok, _, _, _, _, kind): Acquired = acquire("v7", "0", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((ok, kind.as_deref()), (-3, Some("semaphore")));
+}
+
+#[tokio::test]
+async fn stamp_contract() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let script = Script::new(STAMP);
+    let (record, epoch) = (unique_key("cluster"), unique_key("epoch"));
+    let stamp = |run_id: &'static str, fingerprint: &'static str| {
+        let mut call = script.key(&record);
+        call.key(&epoch)
+            .arg(run_id)
+            .arg("e1")
+            .arg("fingerprint")
+            .arg(fingerprint)
+            .arg("master")
+            .arg("m1");
+        call
+    };
+    // Written, with the bootstrap fields naming the run_id and the epoch it created.
+    let (written, fingerprint): (i64, String) =
+        stamp("run-1", "f1").invoke_async(&mut conn).await.unwrap();
+    assert_eq!((written, fingerprint.as_str()), (1, "f1"));
+    let fields: std::collections::HashMap<String, String> = conn.hgetall(&record).await.unwrap();
+    assert_eq!(fields["bootstrap_run_id"], "run-1");
+    assert_eq!(fields["bootstrap_epoch"], "e1");
+    assert_eq!(fields["master"], "m1");
+    assert!(get(&server.url(), &epoch).await.unwrap().starts_with("e1:"));
+    // An existing record is never overwritten: 0 with its fingerprint.
+    let (written, fingerprint): (i64, String) =
+        stamp("run-2", "f2").invoke_async(&mut conn).await.unwrap();
+    assert_eq!((written, fingerprint.as_str()), (0, "f1"));
+    // Without a run_id (re-admission): no bootstrap fields.
+    let _: () = conn.del(&record).await.unwrap();
+    let (written, _): (i64, String) = stamp("", "f3").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(written, 1);
+    let fields: std::collections::HashMap<String, String> = conn.hgetall(&record).await.unwrap();
+    assert!(!fields.contains_key("bootstrap_run_id"), "{fields:?}");
 }
 
 #[tokio::test]
@@ -185,11 +349,19 @@ async fn fence_contract() {
     let mut conn = raw(&server.url()).await;
     let script = Script::new(FENCE);
     let key = unique_key("fence_script");
-    let (fence, epoch) = (unique_key("fence"), unique_key("epoch"));
+    let (fence, epoch, owner) = (
+        unique_key("fence"),
+        unique_key("epoch"),
+        unique_key("owner"),
+    );
     let _: () = conn.set(&epoch, "e:1").await.unwrap();
     let write = |value: &'static str, token: u64| {
         let mut call = script.key(&key);
-        call.key(&fence).key(&epoch).arg(value).arg(token);
+        call.key(&fence)
+            .key(&epoch)
+            .key(&owner)
+            .arg(value)
+            .arg(token);
         call
     };
     type Fenced = (i64, Option<String>, Option<String>);
@@ -198,11 +370,14 @@ async fn fence_contract() {
     let (code, before, record): Fenced = write("mine", 5).invoke_async(&mut conn).await.unwrap();
     assert_eq!((code, before, record.as_deref()), (-1, None, Some("e:1")));
     assert_eq!(get(&server.url(), &fence).await, None);
-    // Ours, counter missing: written, before = nothing.
+    // Ours, counter missing: written, before = nothing; the owner record shows the token.
     let _: () = conn.set(&key, "mine").await.unwrap();
+    let _: () = conn.hset(&owner, "value", "mine").await.unwrap();
     let (code, before, _): Fenced = write("mine", 5).invoke_async(&mut conn).await.unwrap();
     assert_eq!((code, before), (1, None));
     assert_eq!(get(&server.url(), &fence).await.as_deref(), Some("5"));
+    let shown: Option<String> = conn.hget(&owner, "token").await.unwrap();
+    assert_eq!(shown.as_deref(), Some("5"));
     // Equal token: a conflict (strict increase), reporting the counter.
     let (code, before, _): Fenced = write("mine", 5).invoke_async(&mut conn).await.unwrap();
     assert_eq!((code, before.as_deref()), (0, Some("5")));
@@ -332,7 +507,7 @@ async fn a_flushed_script_cache_is_reloaded_on_noscript() {
         .await
         .unwrap();
     assert_eq!(cached(&mut conn, &[EXTEND, RELEASE]).await, [false, false]);
-    // A plain SET NX PX acquire, then the extend and release scripts.
+    // The acquire script, then the extend and release scripts.
     let lease = client.acquire(&key).await.unwrap();
     lease.extend().await.unwrap();
     assert_eq!(cached(&mut conn, &[EXTEND, RELEASE]).await, [true, false]);
@@ -355,7 +530,6 @@ async fn connecting_loads_every_script() {
         .master(server.url())
         .build()
         .unwrap();
-    // A plain SET NX PX acquire uses no script at all.
     let lease = client.acquire(&unique_key("preload")).await.unwrap();
     let mut conn = raw(&server.url()).await;
     let loaded: Vec<bool> = redis::cmd("SCRIPT")
@@ -365,10 +539,11 @@ async fn connecting_loads_every_script() {
         .arg(Script::new(ACQUIRE).get_hash())
         .arg(Script::new(FENCE).get_hash())
         .arg(Script::new(EPOCH).get_hash())
+        .arg(Script::new(STAMP).get_hash())
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(loaded, [true; 5]);
+    assert_eq!(loaded, [true; 6]);
     lease.release().await.unwrap();
 }
 
@@ -378,22 +553,22 @@ fn script_hashes_are_pinned() {
         (
             "release.lua",
             RELEASE,
-            "ceed032d5b43234cf7c51c1fac04a20167491845",
+            "5afc2e09d0bcf7d72cd9171ed0102113856683cb",
         ),
         (
             "extend.lua",
             EXTEND,
-            "7273930ff43b38181e64cd22bf9e0b251daeb336",
+            "fe56c69a50076e873c70b8095bfc82371e76b4fa",
         ),
         (
             "acquire.lua",
             ACQUIRE,
-            "ee3ff4a1deb46526cabd8cf411d0227fddb56e48",
+            "1069c3653f79259b00b649113d3e1653cf614140",
         ),
         (
             "fence.lua",
             FENCE,
-            "384ab4b3249ec3849de661ece11a7b9572f64210",
+            "2224826c560e239d57fac479fb4a28f153e6b827",
         ),
         (
             "epoch.lua",
@@ -404,6 +579,11 @@ fn script_hashes_are_pinned() {
             "fenced_set.lua",
             FENCED_SET,
             "ee48e1c4c7e931e8ce68c3e6c7e7f100c4bc288a",
+        ),
+        (
+            "stamp.lua",
+            STAMP,
+            "9baa3b29f5002997687bee77294eaa56d2de5cac",
         ),
     ];
     for (name, source, hash) in pinned {

@@ -64,7 +64,6 @@ impl Round {
             .iter()
             .flatten()
             .filter_map(|r| match r {
-                Reply::HeldFor(ttl) => Some(*ttl),
                 Reply::Checked {
                     granted: false,
                     holder_ttl,
@@ -117,7 +116,9 @@ fn vote(op: &Op, reply: &Result<Reply, MasterError>) -> Vote {
                 | Reply::Fenced {
                     outcome: FenceOutcome::Written,
                     ..
-                },
+                }
+                | Reply::Survey { .. }
+                | Reply::Stamped { .. },
             ),
         ) => Vote::Granted,
         (_, Ok(_)) => Vote::Denied,
@@ -136,7 +137,6 @@ fn outcome(reply: &Result<Reply, MasterError>) -> MasterOutcome {
         ) => MasterOutcome::Granted,
         Ok(
             Reply::HeldByOther
-            | Reply::HeldFor(_)
             | Reply::Checked { granted: false, .. }
             | Reply::Fenced {
                 outcome: FenceOutcome::NotOurs,
@@ -150,7 +150,9 @@ fn outcome(reply: &Result<Reply, MasterError>) -> MasterOutcome {
         }) => MasterOutcome::FenceConflict {
             counter: before.unwrap_or(0),
         },
-        Ok(Reply::Missing) => MasterOutcome::Missing,
+        Ok(Reply::Missing | Reply::Gone { .. }) => MasterOutcome::Missing,
+        // Administration (records, not locks): done as asked.
+        Ok(Reply::Survey { .. } | Reply::Stamped { .. }) => MasterOutcome::Granted,
         Err(e) => match e.abstains_until() {
             Some(until) => MasterOutcome::Abstained { until },
             None => MasterOutcome::Failed(e.clone()),

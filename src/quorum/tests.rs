@@ -62,11 +62,12 @@ impl Master for Fake {
 }
 
 fn acquire_op() -> Arc<Op> {
-    Arc::new(Op::Acquire {
+    Arc::new(Op::AcquireChecked {
         key: "k".into(),
         value: "v".into(),
         ttl: Duration::from_secs(1),
-        holder_ttl: false,
+        fence: crate::master::FenceRead::Skip,
+        owner: Arc::new(crate::cluster::Owner::this_process("")),
     })
 }
 

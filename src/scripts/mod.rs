@@ -22,6 +22,10 @@ const ACQUIRE_LUA: &str = include_str!("acquire.lua");
 /// Reads (or starts) the data epoch, run with `EVAL` while connecting; see `epoch.lua`.
 pub(crate) const EPOCH_SOURCE: &str = include_str!("epoch.lua");
 
+/// Writes the cluster record unless one exists; see `stamp.lua`.
+pub(crate) static STAMP: LazyLock<Script> = LazyLock::new(|| Script::new(STAMP_LUA));
+const STAMP_LUA: &str = include_str!("stamp.lua");
+
 /// Fencing write-back; see `fence.lua`.
 pub(crate) static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_LUA));
 const FENCE_LUA: &str = include_str!("fence.lua");
@@ -41,6 +45,7 @@ pub(crate) fn master_scripts() -> Vec<&'static str> {
         ACQUIRE_LUA,
         EPOCH_SOURCE,
         FENCE_LUA,
+        STAMP_LUA,
     ];
     #[cfg(feature = "mutants")]
     scripts.extend(planted::SOURCES.iter().map(|s| s.as_str()));
@@ -125,4 +130,21 @@ pub(crate) fn release_channel(key: &str) -> String {
 /// The fence counter of a lock key.
 pub(crate) fn fence_key(key: &str) -> String {
     format!("redquorum:fence:{key}")
+}
+
+/// The owner record of a lock key (who holds it, since when), with the lock's expiry.
+pub(crate) fn owner_key(key: &str) -> String {
+    format!("redquorum:owner:{key}")
+}
+
+/// The names under which this crate keeps its own records (epoch, fence counters, owner
+/// records, the cluster record): lock keys must not start with it.
+pub(crate) const RECORD_NAMESPACE: &str = "redquorum:";
+
+/// Whether `key`, found under `prefix`, is one of this crate's records rather than a lock.
+pub(crate) fn is_record_key(key: &str, prefix: &str) -> bool {
+    key.starts_with(RECORD_NAMESPACE)
+        || key
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.starts_with(RECORD_NAMESPACE))
 }

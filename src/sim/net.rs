@@ -78,7 +78,7 @@ pub(super) struct SendLog {
 
 impl SendLog {
     fn note(&self, op: &Op) {
-        if let Op::Acquire { value, .. } | Op::AcquireChecked { value, .. } = op {
+        if let Op::AcquireChecked { value, .. } = op {
             self.first
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)

@@ -468,6 +468,8 @@ impl SimServer {
                     durable: self.durable,
                     epoch,
                     misconfigured: None,
+                    bootstrapped: false,
+                    counters_lost: false,
                 }))
             }
             Request::Op(op) => Answer::Reply(apply(data, op, now_us, fresh_id)),
@@ -482,7 +484,6 @@ fn describe(request: &Request, trace: &Trace) -> String {
     };
     let short = |value: &str| trace.name(value);
     match &**op {
-        Op::Acquire { key, value, .. } => format!("SET NX {key} {}", short(value)),
         Op::AcquireChecked {
             key, value, fence, ..
         } => format!("acquire {key} {} ({fence:?})", short(value)),
@@ -493,6 +494,7 @@ fn describe(request: &Request, trace: &Trace) -> String {
         Op::Release { key, value, .. } => format!("release {key} {}", short(value)),
         #[cfg(feature = "mutants")]
         Op::ReleaseUnchecked { key } => format!("DEL {key}"),
+        Op::Survey | Op::Stamp { .. } => op.name().to_owned(),
     }
 }
 
@@ -539,28 +541,14 @@ fn live_locks(state: &mut State, clock: &Clock) -> Vec<(Arc<str>, Arc<str>)> {
 /// Executes one op on `data` at server time `now_us`, exactly as the master would.
 fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> String) -> Reply {
     match op {
-        // `SET key value NX PX ttl`, pipelined with `PTTL key` when asked.
-        Op::Acquire {
-            key,
-            value,
-            ttl,
-            holder_ttl,
-        } => {
-            if data.set_nx(key, value, *ttl, now_us) {
-                Reply::Granted
-            } else if *holder_ttl {
-                data.pttl(key, now_us)
-                    .map_or(Reply::HeldByOther, Reply::HeldFor)
-            } else {
-                Reply::HeldByOther
-            }
-        }
-        // acquire.lua
+        // acquire.lua, on a master without a cluster record (the simulation's clients
+        // never initialise one), so the caller's empty fingerprint agrees.
         Op::AcquireChecked {
             key,
             value,
             ttl,
             fence,
+            ..
         } => {
             let record = data.epoch_or_create(fresh_id, now_us);
             let granted = data.set_nx(key, value, *ttl, now_us);
@@ -599,30 +587,29 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             ttl,
             epoch,
         } => {
+            let record_read = *epoch;
             let record = epoch.then(|| data.epoch_or_create(fresh_id, now_us));
+            // A missing key is never set again (it may have been force-unlocked).
             let granted = match data.live(key, now_us) {
                 Some(current) if current == *value => {
                     data.set(key, value, *ttl, now_us);
-                    true
+                    Some(true)
                 }
-                Some(_) => false,
-                None => {
-                    data.set(key, value, *ttl, now_us);
-                    true
-                }
+                Some(_) => Some(false),
+                None => None,
             };
-            if !*epoch {
-                return if granted {
-                    Reply::Granted
-                } else {
-                    Reply::HeldByOther
-                };
-            }
-            Reply::Checked {
-                granted,
-                epoch: EpochReport { record, now_us },
-                fence: None,
-                holder_ttl: None,
+            let epoch = EpochReport { record, now_us };
+            match (granted, record_read) {
+                (None, false) => Reply::Missing,
+                (None, true) => Reply::Gone { epoch },
+                (Some(true), false) => Reply::Granted,
+                (Some(false), false) => Reply::HeldByOther,
+                (Some(granted), true) => Reply::Checked {
+                    granted,
+                    epoch,
+                    fence: None,
+                    holder_ttl: None,
+                },
             }
         }
         // fence.lua (which does not read TIME: the reply's clock is 0, as in master.rs)
@@ -672,6 +659,17 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             Some(_) => Reply::HeldByOther,
             None => Reply::Missing,
         },
+        // The simulation's masters keep no cluster record, and its clients never bootstrap
+        // one: a survey finds none, and a stamp writes nothing.
+        Op::Survey => Reply::Survey {
+            run_id: String::new(),
+            record: None,
+            holds: data.locks.keys().next().map(|k| k.to_string()),
+        },
+        Op::Stamp { .. } => Reply::Stamped {
+            written: false,
+            fingerprint: String::new(),
+        },
         // `DEL key`
         #[cfg(feature = "mutants")]
         Op::ReleaseUnchecked { key } => {
@@ -702,6 +700,7 @@ mod tests {
             value: value.into(),
             ttl: 100 * MS,
             fence,
+            owner: Arc::new(crate::cluster::Owner::this_process("")),
         }
     }
 
@@ -720,24 +719,23 @@ mod tests {
     #[test]
     fn set_nx_px_expires_on_the_millisecond() {
         let mut d = Data::default();
-        let op = Op::Acquire {
-            key: "k".into(),
-            value: "a".into(),
-            ttl: 100 * MS,
-            holder_ttl: true,
-        };
-        assert_eq!(apply(&mut d, &op, T0, id), Reply::Granted);
-        let other = Op::Acquire {
-            key: "k".into(),
-            value: "b".into(),
-            ttl: 100 * MS,
-            holder_ttl: true,
-        };
-        assert_eq!(
-            apply(&mut d, &other, T0 + 40_000, id),
-            Reply::HeldFor(60 * MS)
-        );
-        assert_eq!(apply(&mut d, &other, T0 + 100_000, id), Reply::Granted);
+        let granted = |reply: Reply| matches!(reply, Reply::Checked { granted: true, .. });
+        assert!(granted(apply(
+            &mut d,
+            &acquire("a", FenceRead::Skip),
+            T0,
+            id
+        )));
+        let other = acquire("b", FenceRead::Skip);
+        match apply(&mut d, &other, T0 + 40_000, id) {
+            Reply::Checked {
+                granted: false,
+                holder_ttl,
+                ..
+            } => assert_eq!(holder_ttl, Some(60 * MS)),
+            reply => panic!("{reply:?}"),
+        }
+        assert!(granted(apply(&mut d, &other, T0 + 100_000, id)));
     }
 
     #[test]
@@ -800,7 +798,7 @@ mod tests {
     }
 
     #[test]
-    fn extend_resets_ours_sets_missing_and_leaves_others() {
+    fn extend_resets_ours_never_sets_missing_and_leaves_others() {
         let mut d = Data::default();
         let ext = |v: &str| Op::Extend {
             key: "k".into(),
@@ -808,22 +806,24 @@ mod tests {
             ttl: 100 * MS,
             epoch: false,
         };
-        assert_eq!(apply(&mut d, &ext("a"), T0, id), Reply::Granted);
-        assert_eq!(d.live("k", T0).as_deref(), Some("a"));
+        // A missing key stays missing: it may have been force-unlocked.
+        assert_eq!(apply(&mut d, &ext("a"), T0, id), Reply::Missing);
+        assert_eq!(d.live("k", T0), None);
+        apply(&mut d, &acquire("a", FenceRead::Skip), T0, id);
         assert_eq!(apply(&mut d, &ext("a"), T0 + 90_000, id), Reply::Granted);
         assert_eq!(d.pttl("k", T0 + 90_000), Some(100 * MS));
         assert_eq!(
             apply(&mut d, &ext("b"), T0 + 90_000, id),
             Reply::HeldByOther
         );
-        let with_epoch = Op::Extend {
+        let with_epoch = |v: &str| Op::Extend {
             key: "k".into(),
-            value: "a".into(),
+            value: v.into(),
             ttl: 100 * MS,
             epoch: true,
         };
         assert!(matches!(
-            apply(&mut d, &with_epoch, T0, id),
+            apply(&mut d, &with_epoch("a"), T0 + 90_000, id),
             Reply::Checked {
                 granted: true,
                 epoch: EpochReport {
@@ -831,6 +831,15 @@ mod tests {
                     ..
                 },
                 ..
+            }
+        ));
+        assert!(matches!(
+            apply(&mut d, &with_epoch("a"), T0 + 500_000, id),
+            Reply::Gone {
+                epoch: EpochReport {
+                    record: Some(_),
+                    ..
+                },
             }
         ));
     }

@@ -1,0 +1,626 @@
+//! The cluster record (docs/design.md §11): what every master of one cluster keeps so that
+//! its clients agree on the set of masters and on the settings safety depends on, and one
+//! client's view of it.
+//!
+//! Each master keeps a hash without TTL at `<key_prefix>redquorum:cluster` ([`record_key`]):
+//! the cluster's id, this master's own id, the ids of every member, the settings that must
+//! agree ([`Terms`]) and their fingerprint, a name-based id over all of them. The acquire
+//! and extend scripts compare the caller's fingerprint with the record's and refuse on a
+//! difference; [`View`] keeps what one client learnt from its masters' records.
+//!
+//! Layer: a leaf (docs/design.md §10); of the other modules it uses only `error`.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use uuid::Uuid;
+
+use crate::error::{MasterError, MasterErrorKind};
+
+/// The version of the lock protocol (scripts and key layout) the record names.
+pub(crate) const PROTOCOL_VERSION: &str = "1";
+
+/// The namespace of fingerprints (a fixed, random UUID).
+const FINGERPRINT_NAMESPACE: Uuid = Uuid::from_u128(0x5f0e_2c6b_91d4_4a7e_8b3f_c2a1_7d60_e9b4);
+
+/// The field of the record that says whether a master kept its fence counters since the
+/// cluster began (`kept`) or was re-admitted after losing its data (`lost`).
+pub(crate) const COUNTERS_LOST: &str = "lost";
+
+/// The key of the cluster record under `prefix`.
+pub(crate) fn record_key(prefix: &str) -> String {
+    format!("{prefix}redquorum:cluster")
+}
+
+/// The settings every client of a cluster must share: a client with another value of any
+/// of them could form a quorum that does not overlap another client's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Terms {
+    /// The number of masters.
+    pub(crate) n: usize,
+    /// How many of them a lock needs.
+    pub(crate) quorum: usize,
+    /// The longest TTL any client uses, in milliseconds (restart quarantine's window).
+    pub(crate) ttl_max_ms: u64,
+    /// The clock-drift factor, as Rust prints it (shortest round-trip form).
+    pub(crate) drift: String,
+    /// The key prefix.
+    pub(crate) prefix: String,
+}
+
+impl Terms {
+    /// The terms of a configuration.
+    pub(crate) fn new(n: usize, quorum: usize, ttl_max_ms: u64, drift: f64, prefix: &str) -> Self {
+        Self {
+            n,
+            quorum,
+            ttl_max_ms,
+            drift: format!("{drift}"),
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    /// Each term as a record field and its value.
+    fn fields(&self) -> [(&'static str, String); 5] {
+        [
+            ("n", self.n.to_string()),
+            ("quorum", self.quorum.to_string()),
+            ("ttl_max_ms", self.ttl_max_ms.to_string()),
+            ("drift", self.drift.clone()),
+            ("prefix", self.prefix.clone()),
+        ]
+    }
+
+    /// The fingerprint of these terms for the cluster `cluster` with `members` (sorted).
+    pub(crate) fn fingerprint(&self, cluster: &str, members: &[String]) -> String {
+        let mut text = format!(
+            "redquorum cluster\nversion={PROTOCOL_VERSION}\ncluster={cluster}\nmembers={}\n",
+            members.join(",")
+        );
+        for (name, value) in self.fields() {
+            text.push_str(&format!("{name}={value:?}\n"));
+        }
+        Uuid::new_v5(&FINGERPRINT_NAMESPACE, text.as_bytes()).to_string()
+    }
+
+    /// What differs between these terms and a record's, one phrase per setting.
+    fn differences(&self, record: &Record) -> Vec<String> {
+        let mut found = Vec::new();
+        if record.version != PROTOCOL_VERSION {
+            found.push(format!(
+                "protocol version {} where this client speaks {PROTOCOL_VERSION}",
+                record.version
+            ));
+        }
+        if record.members.len() != self.n {
+            found.push(format!(
+                "{} members where this client lists {} masters",
+                record.members.len(),
+                self.n
+            ));
+        }
+        let theirs = record.terms.fields();
+        for ((name, ours), (_, recorded)) in self.fields().iter().zip(theirs.iter()) {
+            if ours != recorded {
+                found.push(format!(
+                    "{name} {recorded:?} where this client has {ours:?}"
+                ));
+            }
+        }
+        found
+    }
+}
+
+/// A cluster record as read from one master.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub(crate) version: String,
+    pub(crate) cluster: String,
+    /// This master's id.
+    pub(crate) master: String,
+    /// Every member's id, sorted.
+    pub(crate) members: Vec<String>,
+    pub(crate) terms: Terms,
+    pub(crate) fingerprint: String,
+    /// The `run_id` and data epoch of the process that was bootstrapped (`init_cluster`),
+    /// empty for a master re-admitted after losing its data.
+    pub(crate) bootstrap_run_id: String,
+    pub(crate) bootstrap_epoch: String,
+    /// The master was re-admitted after losing its data: its fence counters may be behind
+    /// tokens already issued.
+    pub(crate) counters_lost: bool,
+}
+
+impl Record {
+    /// A new record for member `master` of `cluster`.
+    pub(crate) fn new(cluster: &str, master: &str, members: &[String], terms: &Terms) -> Self {
+        let mut members = members.to_vec();
+        members.sort();
+        Self {
+            version: PROTOCOL_VERSION.to_owned(),
+            cluster: cluster.to_owned(),
+            master: master.to_owned(),
+            fingerprint: terms.fingerprint(cluster, &members),
+            members,
+            terms: terms.clone(),
+            bootstrap_run_id: String::new(),
+            bootstrap_epoch: String::new(),
+            counters_lost: false,
+        }
+    }
+
+    /// Parses the fields of the hash (`HGETALL`); `None` for an empty hash (no record).
+    pub(crate) fn parse(fields: &HashMap<String, String>) -> Result<Option<Record>, String> {
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        let get = |name: &str| -> Result<String, String> {
+            fields
+                .get(name)
+                .cloned()
+                .ok_or_else(|| format!("the cluster record has no field {name:?}"))
+        };
+        let number = |name: &str| -> Result<u64, String> {
+            let text = get(name)?;
+            text.parse()
+                .map_err(|_| format!("the cluster record's {name} is {text:?}, not a number"))
+        };
+        let members: Vec<String> = get("members")?
+            .split(',')
+            .filter(|m| !m.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let record = Record {
+            version: get("version")?,
+            cluster: get("cluster")?,
+            master: get("master")?,
+            members,
+            terms: Terms {
+                n: usize::try_from(number("n")?).unwrap_or(usize::MAX),
+                quorum: usize::try_from(number("quorum")?).unwrap_or(usize::MAX),
+                ttl_max_ms: number("ttl_max_ms")?,
+                drift: get("drift")?,
+                prefix: get("prefix")?,
+            },
+            fingerprint: get("fingerprint")?,
+            bootstrap_run_id: fields.get("bootstrap_run_id").cloned().unwrap_or_default(),
+            bootstrap_epoch: fields.get("bootstrap_epoch").cloned().unwrap_or_default(),
+            counters_lost: fields.get("counters").map(String::as_str) == Some(COUNTERS_LOST),
+        };
+        if !record.members.contains(&record.master) {
+            return Err(format!(
+                "the cluster record names master {} but not among its members",
+                record.master
+            ));
+        }
+        Ok(Some(record))
+    }
+
+    /// The record's fields and values, as written (`HSET`); the bootstrap fields are
+    /// written by the script, which reads the epoch.
+    pub(crate) fn fields(&self) -> Vec<(&'static str, String)> {
+        let mut fields = vec![
+            ("version", self.version.clone()),
+            ("cluster", self.cluster.clone()),
+            ("master", self.master.clone()),
+            ("members", self.members.join(",")),
+            ("fingerprint", self.fingerprint.clone()),
+            (
+                "counters",
+                if self.counters_lost {
+                    COUNTERS_LOST
+                } else {
+                    "kept"
+                }
+                .to_owned(),
+            ),
+        ];
+        fields.extend(self.terms.fields());
+        fields
+    }
+
+    /// Whether the record's fingerprint is what `terms` give for its cluster and members.
+    fn agrees_with(&self, terms: &Terms) -> bool {
+        self.members.len() == terms.n
+            && self.version == PROTOCOL_VERSION
+            && terms.fingerprint(&self.cluster, &self.members) == self.fingerprint
+    }
+}
+
+/// Who holds a lock, as its owner record shows it (`Redlock::inspect`): written beside the
+/// lock key by the acquire script, with the same expiry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Owner {
+    /// The client's id, fresh for every client.
+    pub(crate) client: Arc<str>,
+    pub(crate) host: Arc<str>,
+    pub(crate) pid: u32,
+    /// What the holder chose to call itself (empty when it chose nothing).
+    pub(crate) label: Arc<str>,
+}
+
+impl Owner {
+    /// This process, as a new client with `label`.
+    pub(crate) fn this_process(label: &str) -> Self {
+        Self {
+            client: new_id().into(),
+            host: gethostname::gethostname().to_string_lossy().into(),
+            pid: std::process::id(),
+            label: label.into(),
+        }
+    }
+
+    /// The same client under another label.
+    pub(crate) fn labelled(&self, label: &str) -> Self {
+        Self {
+            label: label.into(),
+            ..self.clone()
+        }
+    }
+}
+
+/// A new random id (cluster, master or client).
+pub(crate) fn new_id() -> String {
+    Uuid::new_v4().to_string()
+}
+
+/// What a client may do with a master, as its view of the cluster says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Admission {
+    /// It votes (as far as the cluster is concerned).
+    Member,
+    /// It has no record in an initialised cluster, and this client knows it as member
+    /// `id`: write the record again (marking its counters lost), then it votes after its
+    /// restart quarantine.
+    Readmit { record: Box<Record> },
+    /// It never votes for this client, for the reason given: its record disagrees with
+    /// this client's configuration, or this client reaches it twice. The client refuses
+    /// every grant while this lasts.
+    Mismatch(Arc<str>),
+    /// It has no record in an initialised cluster and this client cannot tell which
+    /// member it was (it may be one that lost its data, or a stranger): it never votes
+    /// for this client until a record is written for it again.
+    Stranger(Arc<str>),
+}
+
+impl Admission {
+    /// The refusal, as a master's failure.
+    pub(crate) fn refusal(&self) -> Option<MasterError> {
+        match self {
+            Admission::Member | Admission::Readmit { .. } => None,
+            Admission::Mismatch(why) => Some(MasterError::new(
+                MasterErrorKind::ClusterMismatch,
+                why.clone(),
+            )),
+            Admission::Stranger(why) => Some(MasterError::new(
+                MasterErrorKind::Misconfigured,
+                why.clone(),
+            )),
+        }
+    }
+}
+
+/// One client's view of its cluster: the record it adopted and what each master showed.
+#[derive(Debug)]
+pub(crate) struct View {
+    terms: Terms,
+    names: Vec<Arc<str>>,
+    state: Mutex<ViewState>,
+}
+
+#[derive(Debug, Default)]
+struct ViewState {
+    /// The record whose cluster this client belongs to, once one was seen that agrees.
+    adopted: Option<Record>,
+    seen: Vec<Seen>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Seen {
+    run_id: Option<String>,
+    /// The member id this master showed, if it showed one that agrees.
+    id: Option<String>,
+    /// Why it never votes, decided when it connected.
+    refused: Option<Admission>,
+}
+
+impl View {
+    /// The view of a client with `terms` over masters named `names` (in configured order).
+    pub(crate) fn new(terms: Terms, names: Vec<Arc<str>>) -> Self {
+        let seen = vec![Seen::default(); names.len()];
+        Self {
+            terms,
+            names,
+            state: Mutex::new(ViewState {
+                adopted: None,
+                seen,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ViewState> {
+        // Updated from complete values; a poisoned lock still holds a consistent state.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The terms of this client.
+    pub(crate) fn terms(&self) -> &Terms {
+        &self.terms
+    }
+
+    /// The fingerprint the scripts must find, or empty while this client knows of no
+    /// record (an uninitialised cluster).
+    pub(crate) fn fingerprint(&self) -> String {
+        self.lock()
+            .adopted
+            .as_ref()
+            .map(|r| r.fingerprint.clone())
+            .unwrap_or_default()
+    }
+
+    /// The record this client adopted, if any.
+    pub(crate) fn adopted(&self) -> Option<Record> {
+        self.lock().adopted.clone()
+    }
+
+    /// Takes in what master `index` showed when it (re)connected: its `run_id` (if it could
+    /// be read) and its record. Says whether it may vote.
+    pub(crate) fn connected(
+        &self,
+        index: usize,
+        run_id: Option<&str>,
+        record: Option<&Record>,
+    ) -> Admission {
+        let mut state = self.lock();
+        let Some(seen) = state.seen.get(index).cloned() else {
+            return Admission::Mismatch("no such master".into());
+        };
+        // Two addresses that reach one server would let it vote twice.
+        let twin = state.seen.iter().enumerate().find_map(|(j, other)| {
+            let same_run = run_id.is_some() && other.run_id.as_deref() == run_id;
+            let same_id = record.is_some_and(|r| other.id.as_deref() == Some(r.master.as_str()));
+            (j != index && (same_run || same_id)).then_some(j)
+        });
+        let mut now_seen = Seen {
+            run_id: run_id.map(str::to_owned),
+            id: seen.id.clone(),
+            refused: None,
+        };
+        let admission = if let Some(j) = twin {
+            let why: Arc<str> = format!(
+                "it is the same server as {} (same run_id or cluster record): it would vote \
+                 twice; list each master once",
+                self.names.get(j).map_or("another master", |n| &**n)
+            )
+            .into();
+            if let Some(other) = state.seen.get_mut(j) {
+                other.refused = Some(Admission::Mismatch(why.clone()));
+            }
+            Admission::Mismatch(why)
+        } else {
+            match record {
+                Some(record) => self.judge_record(&mut state, record, &mut now_seen),
+                None => match (&state.adopted, &seen.id) {
+                    (None, _) => Admission::Member,
+                    (Some(adopted), Some(id)) => {
+                        let mut again = adopted.clone();
+                        again.master = id.clone();
+                        again.counters_lost = true;
+                        again.bootstrap_run_id.clear();
+                        again.bootstrap_epoch.clear();
+                        Admission::Readmit {
+                            record: Box::new(again),
+                        }
+                    }
+                    (Some(_), None) => Admission::Stranger(
+                        "it has no cluster record although its cluster is initialised: it \
+                         lost its data, or it is not a member. If it is a member that lost \
+                         its data, run Redlock::init_cluster with the cluster's masters to \
+                         re-admit it; otherwise remove it from this client's masters"
+                            .into(),
+                    ),
+                },
+            }
+        };
+        if admission.refusal().is_some() {
+            now_seen.refused = Some(admission.clone());
+        }
+        if let Some(slot) = state.seen.get_mut(index) {
+            *slot = now_seen;
+        }
+        admission
+    }
+
+    fn judge_record(&self, state: &mut ViewState, record: &Record, seen: &mut Seen) -> Admission {
+        if !record.agrees_with(&self.terms) {
+            let mut differences = self.terms.differences(record);
+            if differences.is_empty() {
+                differences.push(format!(
+                    "fingerprint {} is not what its cluster and members give",
+                    record.fingerprint
+                ));
+            }
+            return Admission::Mismatch(
+                format!(
+                    "its cluster record (cluster {}) differs from this client's \
+                     configuration: {}. Use the cluster's settings",
+                    record.cluster,
+                    differences.join("; ")
+                )
+                .into(),
+            );
+        }
+        if let Some(adopted) = &state.adopted
+            && adopted.fingerprint != record.fingerprint
+        {
+            return Admission::Mismatch(
+                format!(
+                    "it belongs to cluster {}, another cluster than this client's other \
+                     masters ({}): list the masters of one cluster",
+                    record.cluster, adopted.cluster
+                )
+                .into(),
+            );
+        }
+        if let Some(id) = &seen.id
+            && *id != record.master
+        {
+            return Admission::Mismatch(
+                format!(
+                    "its member id changed from {id} to {} while this client watched: \
+                     another server answers at this address",
+                    record.master
+                )
+                .into(),
+            );
+        }
+        seen.id = Some(record.master.clone());
+        if state.adopted.is_none() {
+            state.adopted = Some(record.clone());
+        }
+        Admission::Member
+    }
+
+    /// Why master `index` never votes for this client, if it does not, as decided when it
+    /// last connected (or answered that its record is missing).
+    pub(crate) fn refused(&self, index: usize) -> Option<MasterError> {
+        let state = self.lock();
+        state
+            .seen
+            .get(index)
+            .and_then(|s| s.refused.as_ref())
+            .and_then(Admission::refusal)
+    }
+}
+
+impl fmt::Display for Terms {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} masters, quorum {}, ttl_max {} ms, drift {}, prefix {:?}",
+            self.n, self.quorum, self.ttl_max_ms, self.drift, self.prefix
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn terms() -> Terms {
+        Terms::new(3, 2, 30_000, 0.01, "")
+    }
+
+    fn members() -> Vec<String> {
+        let mut m: Vec<String> = (0..3).map(|_| new_id()).collect();
+        m.sort();
+        m
+    }
+
+    fn view() -> View {
+        View::new(terms(), vec!["a".into(), "b".into(), "c".into()])
+    }
+
+    #[test]
+    fn a_record_round_trips_through_its_fields() {
+        let members = members();
+        let record = Record::new("c1", &members[1], &members, &terms());
+        let fields: HashMap<String, String> = record
+            .fields()
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        assert_eq!(Record::parse(&fields), Ok(Some(record)));
+        assert_eq!(Record::parse(&HashMap::new()), Ok(None));
+    }
+
+    #[test]
+    fn every_term_changes_the_fingerprint() {
+        let members = members();
+        let base = terms().fingerprint("c1", &members);
+        let others = [
+            Terms::new(4, 2, 30_000, 0.01, ""),
+            Terms::new(3, 3, 30_000, 0.01, ""),
+            Terms::new(3, 2, 30_001, 0.01, ""),
+            Terms::new(3, 2, 30_000, 0.02, ""),
+            Terms::new(3, 2, 30_000, 0.01, "x:"),
+        ];
+        for other in others {
+            assert_ne!(other.fingerprint("c1", &members), base, "{other}");
+        }
+        assert_ne!(terms().fingerprint("c2", &members), base);
+        assert_ne!(terms().fingerprint("c1", &members[..2]), base);
+        assert_eq!(terms().fingerprint("c1", &members), base);
+    }
+
+    #[test]
+    fn a_record_with_other_terms_is_refused_naming_the_difference() {
+        let members = members();
+        let theirs = Terms::new(3, 2, 60_000, 0.01, "");
+        let record = Record::new("c1", &members[0], &members, &theirs);
+        let view = view();
+        let Admission::Mismatch(why) = view.connected(0, Some("r0"), Some(&record)) else {
+            panic!("admitted a record with another ttl_max");
+        };
+        assert!(why.contains("ttl_max_ms \"60000\""), "{why}");
+        assert_eq!(view.fingerprint(), "");
+    }
+
+    #[test]
+    fn an_agreeing_record_is_adopted_and_a_twin_refused() {
+        let members = members();
+        let view = view();
+        let record = Record::new("c1", &members[0], &members, &terms());
+        assert_eq!(
+            view.connected(0, Some("r0"), Some(&record)),
+            Admission::Member
+        );
+        assert_eq!(view.fingerprint(), record.fingerprint);
+        // Another address that reaches the same server.
+        let twin = view.connected(1, Some("r0"), Some(&record));
+        assert!(matches!(twin, Admission::Mismatch(_)), "{twin:?}");
+        assert!(view.refused(0).is_some());
+    }
+
+    #[test]
+    fn a_known_member_without_its_record_is_readmitted_a_stranger_refused() {
+        let members = members();
+        let view = view();
+        for i in 0..2 {
+            let record = Record::new("c1", &members[i], &members, &terms());
+            assert_eq!(
+                view.connected(i, Some(&format!("r{i}")), Some(&record)),
+                Admission::Member
+            );
+        }
+        // Master 1 lost its data: this client knows its id.
+        match view.connected(1, Some("r1b"), None) {
+            Admission::Readmit { record } => {
+                assert_eq!(record.master, members[1]);
+                assert!(record.counters_lost);
+                assert_eq!(record.fingerprint, view.fingerprint());
+            }
+            other => panic!("{other:?}"),
+        }
+        // Master 2 was never seen with a record: it cannot be told from a stranger.
+        assert!(matches!(
+            view.connected(2, Some("r2"), None),
+            Admission::Stranger(_)
+        ));
+    }
+
+    #[test]
+    fn records_of_two_clusters_are_refused() {
+        let view = view();
+        let ours = members();
+        let theirs = members();
+        let a = Record::new("c1", &ours[0], &ours, &terms());
+        let b = Record::new("c2", &theirs[1], &theirs, &terms());
+        assert_eq!(view.connected(0, Some("r0"), Some(&a)), Admission::Member);
+        assert!(matches!(
+            view.connected(1, Some("r1"), Some(&b)),
+            Admission::Mismatch(_)
+        ));
+    }
+}

@@ -1,0 +1,286 @@
+//! The cluster record (docs/design.md §11) on real masters: bootstrap, agreement between
+//! clients, re-admission of a master that lost its data, and every refusal of
+//! `init_cluster` leaving the masters untouched.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redquorum::{ErrorKind, InitOutcome, MasterErrorKind, MasterOutcome, Redlock};
+use support::*;
+
+const RECORD: &str = "redquorum:cluster";
+
+/// A client with restart quarantine on (the default), over `urls`.
+fn quarantined(urls: Vec<String>) -> redquorum::Builder {
+    Redlock::builder()
+        .masters(urls)
+        .ttl("5s")
+        .node_timeout("200ms")
+        .retry_delay("5ms")
+        .retry_jitter("10ms")
+}
+
+async fn record(url: &str, key: &str) -> HashMap<String, String> {
+    raw(url).await.hgetall(key).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_bootstrapped_cluster_votes_at_once_and_init_is_idempotent() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = quarantined(cluster.urls()).build().unwrap();
+    // Brand-new masters abstain without the record ...
+    let err = client.try_acquire(&unique_key("before")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotEnoughVoters, "{err}");
+
+    let other = quarantined(cluster.urls()).build().unwrap();
+    let init = other.init_cluster().await.unwrap();
+    assert_eq!(init.outcome, InitOutcome::Bootstrapped, "{init}");
+    assert_eq!(init.members.len(), 3);
+    for (i, (_, id)) in init.members.iter().enumerate() {
+        let fields = record(&cluster.server(i).url(), RECORD).await;
+        assert_eq!(fields["cluster"], init.cluster_id);
+        assert_eq!(&fields["master"], id);
+        assert_eq!(fields["counters"], "kept");
+    }
+    // ... and vote at once with it, for a client that connects afterwards.
+    let fresh = quarantined(cluster.urls()).build().unwrap();
+    let lease = fresh.try_acquire(&unique_key("after")).await.unwrap();
+    lease.release().await.unwrap();
+
+    let again = fresh.init_cluster().await.unwrap();
+    assert_eq!(again.outcome, InitOutcome::AlreadyInitialised);
+    assert_eq!(again.cluster_id, init.cluster_id);
+    assert_eq!(again.members, init.members);
+}
+
+#[tokio::test]
+async fn a_client_with_other_settings_is_refused_and_leaves_nothing() {
+    let cluster = Cluster::start(3).await.unwrap();
+    client(&cluster)
+        .build()
+        .unwrap()
+        .init_cluster()
+        .await
+        .unwrap();
+    let ours = client(&cluster).build().unwrap();
+    let key = unique_key("agree");
+    ours.acquire(&key).await.unwrap().release().await.unwrap();
+
+    for (what, builder) in [
+        ("ttl_max", client(&cluster).ttl_max("10s")),
+        ("drift", client(&cluster).drift_factor(0.02)),
+    ] {
+        let theirs = builder.build().unwrap();
+        let err = theirs.acquire(&key).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ClusterMismatch, "{what}: {err}");
+        assert!(!err.is_retryable(), "{what}");
+        let text = err.to_string();
+        assert!(text.contains(what), "{what}: {text}");
+        // Every master that answered refused (the round may end before the last).
+        assert!(
+            err.masters().iter().all(|r| matches!(
+                r.outcome(),
+                MasterOutcome::Failed(e) if e.kind() == MasterErrorKind::ClusterMismatch
+            ) || matches!(r.outcome(), MasterOutcome::Pending)),
+            "{what}: {err:?}"
+        );
+        assert!(gone_everywhere(&cluster, &key).await, "{what}");
+    }
+}
+
+#[tokio::test]
+async fn two_addresses_of_one_server_are_refused() {
+    let cluster = Cluster::start_with(2, &ServerOptions::new().unix_socket(true))
+        .await
+        .unwrap();
+    // Over TCP and over its unix socket: one server behind two addresses.
+    let urls = vec![
+        cluster.server(0).url(),
+        cluster.server(0).unix_url().unwrap(),
+        cluster.server(1).url(),
+    ];
+    let twice = Redlock::builder()
+        .quarantine(false)
+        .masters(urls)
+        .node_timeout("200ms")
+        .build()
+        .unwrap();
+    let err = twice.init_cluster().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ClusterMismatch, "{err}");
+    assert!(err.to_string().contains("same server"), "{err}");
+    for server in cluster.servers() {
+        assert!(record(&server.url(), RECORD).await.is_empty());
+    }
+    let key = unique_key("twice");
+    let err = twice.acquire(&key).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ClusterMismatch, "{err}");
+    assert!(!err.is_retryable());
+    assert!(gone_everywhere(&cluster, &key).await);
+}
+
+#[tokio::test]
+async fn init_refuses_a_master_down_and_writes_nothing() {
+    let mut cluster = Cluster::start(3).await.unwrap();
+    cluster.server_mut(2).kill().unwrap();
+    let admin = client(&cluster).connect_timeout("300ms").build().unwrap();
+    let err = admin.init_cluster().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NoQuorum, "{err}");
+    assert!(err.is_retryable());
+    for i in 0..2 {
+        assert!(record(&cluster.server(i).url(), RECORD).await.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn init_refuses_masters_that_hold_keys_and_writes_nothing() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let prefix = "app:";
+    let mut conn = raw(&cluster.server(1).url()).await;
+    let _: () = conn.set("app:orders:7", "someone").await.unwrap();
+    // A key outside the prefix is not the cluster's business.
+    let _: () = conn.set("other:thing", "x").await.unwrap();
+    let admin = client(&cluster).key_prefix(prefix).build().unwrap();
+    let err = admin.init_cluster().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ClusterNotEmpty, "{err}");
+    assert!(!err.is_retryable());
+    assert!(err.to_string().contains("app:orders:7"), "{err}");
+    for server in cluster.servers() {
+        assert!(
+            record(&server.url(), "app:redquorum:cluster")
+                .await
+                .is_empty()
+        );
+    }
+    let _: () = conn.del("app:orders:7").await.unwrap();
+    let init = admin.init_cluster().await.unwrap();
+    assert_eq!(init.outcome, InitOutcome::Bootstrapped);
+}
+
+#[tokio::test]
+async fn init_refuses_a_cluster_initialised_otherwise_and_writes_nothing() {
+    let cluster = Cluster::start(3).await.unwrap();
+    client(&cluster)
+        .build()
+        .unwrap()
+        .init_cluster()
+        .await
+        .unwrap();
+    let before: Vec<_> =
+        futures::future::join_all(cluster.servers().iter().map(|s| record_of(s.url()))).await;
+    let other = client(&cluster).ttl("6s").build().unwrap();
+    let err = other.init_cluster().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ClusterMismatch, "{err}");
+    assert!(err.to_string().contains("ttl_max"), "{err}");
+    let after: Vec<_> =
+        futures::future::join_all(cluster.servers().iter().map(|s| record_of(s.url()))).await;
+    assert_eq!(before, after);
+}
+
+async fn record_of(url: String) -> HashMap<String, String> {
+    record(&url, RECORD).await
+}
+
+#[tokio::test]
+async fn a_flushed_member_is_readmitted_by_a_client_that_knew_it() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let admin = quarantined(cluster.urls()).build().unwrap();
+    let init = admin.init_cluster().await.unwrap();
+    let client = quarantined(cluster.urls()).build().unwrap();
+    client
+        .try_acquire(&unique_key("known"))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let url = cluster.server(0).url();
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut raw(&url).await)
+        .await
+        .unwrap();
+    // The next request finds the record gone: master 0 gets its id back, marked as having
+    // lost its counters, and abstains (restart quarantine); the others carry the lock.
+    let key = unique_key("after-flush");
+    let lease = client.acquire(&key).await.unwrap();
+    let fields = record(&url, RECORD).await;
+    assert_eq!(fields["master"], init.members[0].1);
+    assert_eq!(fields["counters"], "lost");
+    assert!(!fields.contains_key("bootstrap_run_id"));
+    let lease2 = client.try_acquire(&unique_key("third")).await.unwrap();
+    assert!(matches!(
+        lease2.masters()[0].outcome(),
+        MasterOutcome::Abstained { .. } | MasterOutcome::Failed(_) | MasterOutcome::Pending
+    ));
+    lease2.release().await.unwrap();
+    lease.release().await.unwrap();
+    // A new client that never saw master 0 accepts the rewritten record.
+    let newcomer = quarantined(cluster.urls()).build().unwrap();
+    newcomer
+        .try_acquire(&unique_key("newcomer"))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_stranger_without_a_record_never_votes_and_init_readmits_it() {
+    let cluster = Cluster::start(3).await.unwrap();
+    client(&cluster)
+        .build()
+        .unwrap()
+        .init_cluster()
+        .await
+        .unwrap();
+    let url = cluster.server(2).url();
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut raw(&url).await)
+        .await
+        .unwrap();
+    // A client that never saw master 2 cannot tell it from a stranger: it never votes,
+    // and the other two carry the lock.
+    let newcomer = client(&cluster).build().unwrap();
+    let key = unique_key("stranger");
+    let lease = newcomer.acquire(&key).await.unwrap();
+    assert_eq!(get(&url, &key).await, None);
+    lease.release().await.unwrap();
+    // The operator says it is a member: init_cluster gives it the missing id back.
+    let init = newcomer.init_cluster().await.unwrap();
+    assert_eq!(
+        init.outcome,
+        InitOutcome::Readmitted(vec![cluster.server(2).url()])
+    );
+    assert_eq!(record(&url, RECORD).await["counters"], "lost");
+    let fresh = client(&cluster).build().unwrap();
+    let lease = fresh.acquire(&key).await.unwrap();
+    wait_until(
+        Duration::from_secs(2),
+        "the re-admitted master votes",
+        || {
+            let (url, key, value) = (url.clone(), key.clone(), lease.value().to_owned());
+            async move { get(&url, &key).await.as_deref() == Some(value.as_str()) }
+        },
+    )
+    .await;
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn names_in_the_records_namespace_are_refused() {
+    let cluster = Cluster::start(1).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let err = client.acquire("redquorum:cluster").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidResource, "{err}");
+    assert!(!err.is_retryable());
+    let err = Redlock::builder()
+        .master(cluster.server(0).url())
+        .key_prefix("redquorum:x:")
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("redquorum:"), "{err}");
+}

@@ -273,18 +273,15 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
         .query_async(&mut m1)
         .await
         .unwrap();
-    // With quarantine, acquisitions and write-backs run scripts too: only the release is
-    // left out of the cache, so that acquisitions keep their order and only releases run
-    // late, as without.
-    if guards.quarantine {
-        for source in [ACQUIRE_LUA, FENCE_LUA] {
-            let _: String = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(source)
-                .query_async(&mut m1)
-                .await
-                .unwrap();
-        }
+    // Acquisitions and write-backs run scripts too: only the release is left out of the
+    // cache, so that acquisitions keep their order and only releases run late.
+    for source in [ACQUIRE_LUA, FENCE_LUA] {
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(source)
+            .query_async(&mut m1)
+            .await
+            .unwrap();
     }
     let _: () = redis::cmd("SET")
         .arg(&resource)

@@ -119,6 +119,9 @@ pub async fn s10c(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
             client_over(slow_urls.clone())
                 .ttl(ttl)
                 .node_timeout(SLOW_NODE_TIMEOUT)
+                // Connecting takes two slow round trips: the handshake, then reading the
+                // master's run_id and cluster record.
+                .connect_timeout(SLOW_REPLY * 4)
                 .wait_timeout(SLOW_WAIT),
             mutant,
         )

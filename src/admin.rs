@@ -103,10 +103,14 @@ impl Redlock {
         let subject = cluster::record_key(&inner.config.key_prefix);
         crate::lock::check_runtime(&subject)?;
         let names: Vec<Arc<str>> = inner.masters.iter().map(|m| Arc::clone(m.name())).collect();
+        // The detail names each master at fault; the reports only when some did not
+        // answer (a survey that answered is not a grant of anything).
         let fail = |kind: ErrorKind, detail: String, reports: Vec<MasterReport>| {
-            Error::new(kind, subject.as_str())
-                .with_detail(detail)
-                .with_masters(reports)
+            let error = Error::new(kind, subject.as_str()).with_detail(detail);
+            match kind {
+                ErrorKind::NoQuorum => error.with_masters(reports),
+                _ => error,
+            }
         };
 
         // 1. Survey every master; all must answer.
@@ -160,7 +164,7 @@ impl Redlock {
         strangers.sort_unstable();
 
         let Some(adopted) = view.adopted() else {
-            return self.bootstrap(&names, &surveyed, &terms, reports).await;
+            return self.bootstrap(&names, &surveyed, &terms).await;
         };
         let members = |surveyed: &[Surveyed], given: &[(usize, String)]| {
             names
@@ -247,7 +251,6 @@ impl Redlock {
         names: &[Arc<str>],
         surveyed: &[Surveyed],
         terms: &cluster::Terms,
-        reports: Vec<MasterReport>,
     ) -> Result<ClusterInit, Error> {
         let subject = cluster::record_key(&self.inner.config.key_prefix);
         let check_empty = true;
@@ -257,14 +260,14 @@ impl Redlock {
             .filter_map(|(s, name)| s.holds.as_ref().map(|key| format!("{name} holds {key:?}")))
             .collect();
         if check_empty && !holding.is_empty() {
-            return Err(Error::new(ErrorKind::ClusterNotEmpty, subject.as_str())
-                .with_detail(format!(
+            return Err(
+                Error::new(ErrorKind::ClusterNotEmpty, subject.as_str()).with_detail(format!(
                     "{}: init_cluster bootstraps only brand-new masters, since a master that \
                      holds keys may be one that lost others; let those locks expire (or \
                      use a fresh key prefix), then call it again. Nothing was written",
                     holding.join(", ")
-                ))
-                .with_masters(reports));
+                )),
+            );
         }
         let cluster_id = cluster::new_id();
         let ids: Vec<String> = names.iter().map(|_| cluster::new_id()).collect();

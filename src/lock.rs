@@ -1023,13 +1023,16 @@ fn refusal(reports: &[MasterReport]) -> Option<(ErrorKind, String)> {
         (MasterErrorKind::ClusterMismatch, ErrorKind::ClusterMismatch),
         (MasterErrorKind::WrongKind, ErrorKind::WrongKind),
     ] {
-        let found: Vec<String> = reports
-            .iter()
-            .filter_map(|r| match r.outcome() {
-                MasterOutcome::Failed(e) if e.kind() == master_kind => Some(r.to_string()),
-                _ => None,
-            })
-            .collect();
+        // Each distinct reason once; the masters' reports name who said it.
+        let mut found: Vec<String> = Vec::new();
+        for report in reports {
+            if let MasterOutcome::Failed(e) = report.outcome()
+                && e.kind() == master_kind
+                && !found.iter().any(|f| *f == e.to_string())
+            {
+                found.push(e.to_string());
+            }
+        }
         if !found.is_empty() {
             return Some((kind, found.join("; ")));
         }

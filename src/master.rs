@@ -608,32 +608,38 @@ impl Shared {
     }
 
     /// The answer to a script that found another cluster record than the one this client
-    /// sent (or none): reads the record again and decides as at a connect.
-    async fn record_changed(&self, conn: &mut MultiplexedConnection) -> MasterError {
-        let record = match read_record(conn, &self.record_key).await {
-            Ok(record) => record,
-            Err(error) => return error,
-        };
+    /// sent (or none): reads the record again and decides as at a connect. `Ok` when this
+    /// client adopted the record it found (written after it connected, by `init_cluster`):
+    /// the request may be sent again at once, now carrying it.
+    async fn record_changed(&self, conn: &mut MultiplexedConnection) -> Result<(), MasterError> {
+        let record = read_record(conn, &self.record_key).await?;
+        // The record may name this process as bootstrapped: restart quarantine reads it
+        // with the other vitals, so read them again (one more round trip, once).
+        if self.read_vitals && record.is_some() {
+            let (vitals, _) = read_vitals(conn, &self.record_key).await?;
+            let sequence = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+            *self.vitals.lock().unwrap_or_else(PoisonError::into_inner) =
+                Some((sequence, Arc::new(vitals)));
+        }
         let run_id = self
             .run_id
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        if let Err(error) = self.admit(conn, run_id, record.as_ref()).await {
-            return error;
-        }
+        self.admit(conn, run_id, record.as_ref()).await?;
         match self.view.refused(self.index) {
-            Some(refusal) => refusal,
-            None if record.is_none() => MasterError::new(
+            Some(refusal) => Err(refusal),
+            None if record.is_none() => Err(MasterError::new(
                 MasterErrorKind::Other,
                 "it lost its cluster record (and its data): written again; it votes after \
                  its restart quarantine",
-            ),
-            None => MasterError::new(
-                MasterErrorKind::Other,
-                "its cluster record was written after this client connected: the next \
-                 request carries it",
-            ),
+            )),
+            None if self.view.fingerprint().is_empty() => Err(MasterError::new(
+                MasterErrorKind::Protocol,
+                "its lock script refused this client's cluster fingerprint, yet its record \
+                 agrees with it",
+            )),
+            None => Ok(()),
         }
     }
 
@@ -729,27 +735,37 @@ async fn run(
                 FenceRead::IncrementWhenGranted => (&*scripts::ACQUIRE_ONE_ROUND_TOKEN, "1"),
             };
             type Answer = (i64, String, String, Option<String>, i64, Option<String>);
-            let (code, record, now, counter, pttl, detail): Answer = script
-                .key(&**key)
-                .key(scripts::EPOCH_KEY)
-                .key(scripts::fence_key(key))
-                .key(&*shared.record_key)
-                .key(scripts::owner_key(key))
-                .arg(&**value)
-                .arg(millis(*ttl))
-                .arg(new_epoch_id())
-                .arg(mode)
-                .arg(shared.view.fingerprint())
-                .arg(&*owner.client)
-                .arg(&*owner.host)
-                .arg(owner.pid)
-                .arg(&*owner.label)
-                .invoke_async(conn)
-                .await
-                .map_err(MasterError::from_redis)?;
+            // Sent again at most once, when the master's record was written after this
+            // client connected and it adopted it (`record_changed`).
+            let mut learnt = false;
+            let (code, record, now, counter, pttl, detail): Answer = loop {
+                let answer: Answer = script
+                    .key(&**key)
+                    .key(scripts::EPOCH_KEY)
+                    .key(scripts::fence_key(key))
+                    .key(&*shared.record_key)
+                    .key(scripts::owner_key(key))
+                    .arg(&**value)
+                    .arg(millis(*ttl))
+                    .arg(new_epoch_id())
+                    .arg(mode)
+                    .arg(shared.view.fingerprint())
+                    .arg(&*owner.client)
+                    .arg(&*owner.host)
+                    .arg(owner.pid)
+                    .arg(&*owner.label)
+                    .invoke_async(conn)
+                    .await
+                    .map_err(MasterError::from_redis)?;
+                if answer.0 != -2 || learnt {
+                    break answer;
+                }
+                shared.record_changed(conn).await?;
+                learnt = true;
+            };
             match code {
                 1 | 0 => {}
-                -2 => return Err(shared.record_changed(conn).await),
+                -2 => return Err(refused_again()),
                 -3 => return Err(wrong_kind(detail.as_deref())),
                 other => return Err(unexpected("acquire", other)),
             }
@@ -769,8 +785,10 @@ async fn run(
             ttl,
             epoch,
         } => {
-            let (code, record, now, _): (i64, Option<String>, String, Option<String>) =
-                scripts::EXTEND
+            type Answer = (i64, Option<String>, String, Option<String>);
+            let mut learnt = false;
+            let (code, record, now, _): Answer = loop {
+                let answer: Answer = scripts::EXTEND
                     .key(&**key)
                     .key(scripts::EPOCH_KEY)
                     .key(&*shared.record_key)
@@ -786,11 +804,17 @@ async fn run(
                     .invoke_async(conn)
                     .await
                     .map_err(MasterError::from_redis)?;
+                if answer.0 != -2 || learnt {
+                    break answer;
+                }
+                shared.record_changed(conn).await?;
+                learnt = true;
+            };
             let granted = match code {
                 1 => Some(true),
                 0 => None,
                 -1 => Some(false),
-                -2 => return Err(shared.record_changed(conn).await),
+                -2 => return Err(refused_again()),
                 other => return Err(unexpected("extend", other)),
             };
             let report = EpochReport {
@@ -872,6 +896,15 @@ async fn run(
             })
         }
     }
+}
+
+/// A script refused this client's fingerprint again, right after the client adopted the
+/// master's record: the record changed once more in between.
+fn refused_again() -> MasterError {
+    MasterError::new(
+        MasterErrorKind::Other,
+        "its cluster record changed twice during one request: try again",
+    )
 }
 
 /// The error of a lock script that found another kind of lock under the name.

@@ -13,6 +13,9 @@
 //!   **process** is at least `window` old (`uptime_in_seconds`, rounded down), which also
 //!   covers a restart from a stale snapshot that brought an old epoch record back.
 //!
+//! A process that the cluster record names as bootstrapped empty (its `run_id` and data
+//! epoch, written by `init_cluster`) votes at once: it cannot have forgotten anything.
+//!
 //! `window = ttl_max * (1 + drift_factor) + margin`, where `ttl_max` bounds every TTL and
 //! extension on these masters. Until then the master *abstains*: its reply counts as a
 //! failure for the decision, never as a grant or a denial.
@@ -137,7 +140,14 @@ impl Quarantine {
         let until = now + wait;
         self.epoch = Some(Arc::clone(&vitals.epoch.id));
         self.run_id = Some(vitals.run_id.clone());
-        self.counted_after = Some(self.counted_after.map_or(until, |c| c.max(until)));
+        self.counted_after = if vitals.bootstrapped && !lost {
+            // Bootstrapped empty (every master was checked to hold no key) and neither
+            // restarted nor flushed since: a quarantine this client started before it saw
+            // the record forgets nothing by ending now.
+            Some(until)
+        } else {
+            Some(self.counted_after.map_or(until, |c| c.max(until)))
+        };
         self.misconfigured = vitals.misconfigured.is_some();
         lost
     }
@@ -276,6 +286,35 @@ mod tests {
         let mut restarted = vitals(5000, 5000, false);
         restarted.run_id = "r2".into();
         let later = now + 100 * S;
+        assert!(q.connected(&restarted, later));
+        assert_eq!(q.standing(later), Standing::Abstains(later + 10 * S));
+    }
+
+    #[test]
+    fn a_bootstrapped_process_votes_at_once_until_it_restarts() {
+        let now = Instant::now();
+        let mut q = Quarantine::new(10 * S);
+        // Young process, young epoch, not durable: without the bootstrap, a whole window.
+        let mut young = vitals(1, 1, false);
+        q.connected(&young, now);
+        assert_eq!(q.standing(now), Standing::Abstains(now + 10 * S));
+        let mut q = Quarantine::new(10 * S);
+        young.bootstrapped = true;
+        assert!(!q.connected(&young, now));
+        assert_eq!(q.standing(now), Standing::Counted);
+        // A client that connected before the bootstrap reads the record later: its
+        // quarantine ends then.
+        let mut early = Quarantine::new(10 * S);
+        let mut before = young.clone();
+        before.bootstrapped = false;
+        early.connected(&before, now);
+        assert_eq!(early.standing(now + S), Standing::Abstains(now + 10 * S));
+        assert!(!early.connected(&young, now + S));
+        assert_eq!(early.standing(now + S), Standing::Counted);
+        // Restarted empty: a new run_id, and the record no longer names this process.
+        let mut restarted = vitals(0, 0, false);
+        restarted.run_id = "r2".into();
+        let later = now + S;
         assert!(q.connected(&restarted, later));
         assert_eq!(q.standing(later), Standing::Abstains(later + 10 * S));
     }

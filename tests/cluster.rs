@@ -46,7 +46,10 @@ async fn a_bootstrapped_cluster_votes_at_once_and_init_is_idempotent() {
         assert_eq!(&fields["master"], id);
         assert_eq!(fields["counters"], "kept");
     }
-    // ... and vote at once with it, for a client that connects afterwards.
+    // ... and vote at once with it: for the client that connected before the bootstrap
+    // (its next request reads the record) and for one that connects afterwards.
+    let lease = client.try_acquire(&unique_key("early")).await.unwrap();
+    lease.release().await.unwrap();
     let fresh = quarantined(cluster.urls()).build().unwrap();
     let lease = fresh.try_acquire(&unique_key("after")).await.unwrap();
     lease.release().await.unwrap();

@@ -94,6 +94,7 @@ mod deadline;
 mod error;
 mod fencing;
 mod guard;
+mod health;
 mod lease;
 mod lock;
 mod master;
@@ -114,6 +115,10 @@ mod wait;
 pub use config::{Backoff, Builder, ConfigError, IntoDuration, defaults, limits};
 pub use error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
 pub use fencing::{FencingToken, fenced_set};
+pub use health::{
+    Check, ClockOffset, ClusterRecord, Finding, HealthReport, MasterHealth, QuarantineState, Role,
+    Severity,
+};
 pub use lease::{ExtendReport, Lease, LeaseHandle, Lost, LostReason, ReleaseReport};
 pub use lock::{AcquireOptions, Redlock};
 #[cfg(feature = "mutants")]

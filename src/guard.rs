@@ -26,7 +26,7 @@ use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use crate::error::{MasterError, MasterErrorKind, human};
-use crate::master::{Master, Op, Reply};
+use crate::master::{Master, Op, Probe, Reply};
 use crate::quarantine::{Epoch, Quarantine, Standing, Vitals};
 
 /// A master under restart quarantine.
@@ -198,5 +198,13 @@ impl Master for Guarded {
 
     fn vitals(&self) -> Option<(u64, Arc<Vitals>)> {
         self.inner.vitals()
+    }
+
+    fn probe(&self, record_key: Arc<str>) -> BoxFuture<'static, Result<Probe, MasterError>> {
+        self.inner.probe(record_key)
+    }
+
+    fn standing(&self, now: Instant) -> Option<Standing> {
+        Some(self.shared.lock().quarantine.standing(now))
     }
 }

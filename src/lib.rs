@@ -100,6 +100,7 @@ mod deadline;
 mod error;
 mod fencing;
 mod guard;
+mod health;
 mod lease;
 mod lock;
 mod master;
@@ -121,6 +122,10 @@ pub use admin::{ClusterInit, InitOutcome};
 pub use config::{Backoff, Builder, ConfigError, IntoDuration, defaults, limits};
 pub use error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
 pub use fencing::{FencingToken, fenced_set};
+pub use health::{
+    Check, ClockOffset, ClusterRecord, Finding, HealthReport, MasterHealth, QuarantineState, Role,
+    Severity,
+};
 pub use lease::{ExtendReport, Lease, LeaseHandle, Lost, LostReason, ReleaseReport};
 pub use lock::{AcquireOptions, Redlock};
 #[cfg(feature = "mutants")]

@@ -22,6 +22,7 @@ use crate::config::{
 use crate::error::{Error, ErrorKind, MasterErrorKind, MasterOutcome, MasterReport, human};
 use crate::fencing::FencingToken;
 use crate::guard::Guarded;
+use crate::health::{self, HealthReport};
 use crate::lease::{Lease, LeaseHandle, LeaseParams, Watchdog};
 use crate::master::{FenceRead, Master, Op, RedisMaster};
 #[cfg(feature = "mutants")]
@@ -365,6 +366,38 @@ impl Redlock {
     /// The default TTL of this client's locks.
     pub fn ttl(&self) -> Duration {
         self.inner.config.ttl
+    }
+
+    /// Checks every master and reports, per master in the configured order: whether it
+    /// answered, its server version (the scripts need Redis 5.0 or later), its role (a
+    /// replica never votes), persistence (`appendonly`, `appendfsync`), eviction settings,
+    /// the round trip, its clock against the other masters', whether this client counts
+    /// its votes (restart quarantine), and its cluster record. Each problem and note is a
+    /// sentence saying what to change; [`HealthReport::is_healthy`] is true when no
+    /// master has a problem, and `Display` prints the whole report.
+    ///
+    /// One concurrent round of reads: each master is probed on a short-lived connection of
+    /// its own, within the connect timeout plus the node timeout, so the call returns
+    /// within that bound however many masters are down or hung. It writes nothing, and it
+    /// neither uses nor changes the connections, quarantine or votes of the locks.
+    /// Outside a tokio runtime every master is reported as not checked.
+    ///
+    /// ```no_run
+    /// # async fn run(client: redquorum::Redlock) {
+    /// let report = client.check_masters().await;
+    /// if !report.is_healthy() {
+    ///     eprintln!("{report}");
+    /// }
+    /// for (master, problem) in report.problems() {
+    ///     eprintln!("{master}: {problem}");
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Dropping the future closes the probes' connections; nothing is left behind.
+    pub async fn check_masters(&self) -> HealthReport {
+        health::check(&self.inner.masters, &self.inner.config, self.inner.quorum).await
     }
 
     /// Acquires the lock on `resource`, retrying per the client's retry policy.

@@ -19,7 +19,7 @@
 //! Layer: below the round and above the settings (docs/design.md §10); it must not use the
 //! round, quarantine's application (`guard.rs`), the core, leases or the facade.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -33,7 +33,7 @@ use tokio::sync::oneshot;
 use crate::backoff::Doubling;
 use crate::cluster::{self, Admission, Owner, Record, View};
 use crate::config::{Config, MasterSpec};
-use crate::quarantine::{Epoch, Vitals, eviction_risk};
+use crate::quarantine::{Epoch, Standing, Vitals, eviction_risk};
 
 use crate::error::{MasterError, MasterErrorKind, human};
 #[cfg(feature = "mutants")]
@@ -237,6 +237,27 @@ pub(crate) trait Master: Send + Sync + fmt::Debug {
     /// What the latest (re)connection read of the master, numbered by connection, when
     /// the master reads vitals (restart quarantine on).
     fn vitals(&self) -> Option<(u64, Arc<Vitals>)> {
+        None
+    }
+
+    /// Reads what `Redlock::check_masters` reports about the master ([`Probe`]), writing
+    /// nothing; `record_key` is the cluster record's key. Not a lock operation: it never
+    /// counts in a round, so it is no [`Op`]. Finishes within the connect timeout plus the
+    /// node timeout. Masters that cannot be probed say so.
+    fn probe(&self, record_key: Arc<str>) -> BoxFuture<'static, Result<Probe, MasterError>> {
+        let _ = record_key;
+        Box::pin(async {
+            Err(MasterError::new(
+                MasterErrorKind::Other,
+                "this master cannot be probed",
+            ))
+        })
+    }
+
+    /// Whether this client counts the master's votes at `now`, as last judged; `None`
+    /// without restart quarantine. Reads only: it never changes the standing.
+    fn standing(&self, now: tokio::time::Instant) -> Option<Standing> {
+        let _ = now;
         None
     }
 }
@@ -483,6 +504,11 @@ impl Master for RedisMaster {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    fn probe(&self, record_key: Arc<str>) -> BoxFuture<'static, Result<Probe, MasterError>> {
+        let shared = Arc::clone(&self.shared);
+        Box::pin(async move { shared.probe(&record_key).await })
     }
 }
 
@@ -1231,4 +1257,124 @@ fn unexpected(script: &str, code: i64) -> MasterError {
 /// Whole milliseconds for `PX`, at least 1 (Redis rejects `PX 0`).
 fn millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// What a health probe read of one master (`Master::probe`), as the master answered it:
+/// each part separately, since a user's ACLs or a renamed command can hide one part and
+/// not the others. Judged by `health.rs`.
+#[derive(Debug, Clone)]
+pub(crate) struct Probe {
+    /// The pipeline's round trip, on the client's monotonic clock.
+    pub(crate) round_trip: Duration,
+    /// The client's wall clock at the midpoint of the round trip, in microseconds since
+    /// the Unix epoch (`None` if it is set before it).
+    pub(crate) client_time_us: Option<u64>,
+    /// `TIME`, in microseconds since the Unix epoch.
+    pub(crate) server_time_us: Result<u64, MasterError>,
+    /// `INFO server`, `INFO replication`, `INFO persistence`, `INFO memory`: the text.
+    pub(crate) server: Result<String, MasterError>,
+    pub(crate) replication: Result<String, MasterError>,
+    pub(crate) persistence: Result<String, MasterError>,
+    pub(crate) memory: Result<String, MasterError>,
+    /// `CONFIG GET append*` (the command may be renamed away or forbidden).
+    pub(crate) config: Result<BTreeMap<String, String>, MasterError>,
+    /// `HGETALL` of the cluster record: empty when there is none.
+    pub(crate) record: Result<BTreeMap<String, String>, MasterError>,
+}
+
+impl Shared {
+    /// Reads the master's health on a connection of its own, closed afterwards: the lock
+    /// connection's state (down, reconnecting) and its first requests (which load the
+    /// scripts and start a data epoch) must neither hide nor change what is read, and a
+    /// replica or an old server, whose lock connection fails, must still be described.
+    /// Connects within the connect timeout, then one pipeline within the node timeout.
+    async fn probe(&self, record_key: &str) -> Result<Probe, MasterError> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(None);
+        let connect = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config);
+        let mut conn = match tokio::time::timeout(self.connect_timeout, connect).await {
+            Ok(conn) => conn.map_err(MasterError::from_redis)?,
+            Err(_) => {
+                return Err(MasterError::new(
+                    MasterErrorKind::Timeout,
+                    format!("could not connect within {}", human(self.connect_timeout)),
+                ));
+            }
+        };
+        match tokio::time::timeout(self.node_timeout, read_health(&mut conn, record_key)).await {
+            Ok(probe) => probe,
+            Err(_) => Err(MasterError::new(
+                MasterErrorKind::Timeout,
+                format!(
+                    "no answer within the node timeout ({})",
+                    human(self.node_timeout)
+                ),
+            )),
+        }
+    }
+}
+
+/// One pipeline of reads (nothing is written): `TIME` first, so that the server's clock
+/// is read as early in the round trip as possible, then the settings and the record.
+async fn read_health(
+    conn: &mut MultiplexedConnection,
+    record_key: &str,
+) -> Result<Probe, MasterError> {
+    let mut pipe = redis::pipe();
+    pipe.cmd("TIME");
+    for section in ["server", "replication", "persistence", "memory"] {
+        pipe.cmd("INFO").arg(section);
+    }
+    pipe.cmd("CONFIG").arg("GET").arg("append*");
+    pipe.cmd("HGETALL").arg(record_key);
+    pipe.ignore_errors();
+    let wall = std::time::SystemTime::now();
+    let sent = tokio::time::Instant::now();
+    let replies: Vec<redis::RedisResult<redis::Value>> = pipe
+        .query_async(conn)
+        .await
+        .map_err(MasterError::from_redis)?;
+    let round_trip = sent.elapsed();
+    let client_time_us = wall
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|since| since.saturating_add(round_trip / 2).as_micros())
+        .and_then(|us| u64::try_from(us).ok());
+    // A connection that may run nothing (no password given, or a wrong one that the
+    // server let through unauthenticated) answers every command with the same refusal.
+    if let Some(Err(first)) = replies.first()
+        && replies.iter().all(Result::is_err)
+    {
+        return Err(MasterError::from_redis(first.clone()));
+    }
+    let mut replies = replies.into_iter();
+    let mut next = || {
+        replies.next().unwrap_or_else(|| {
+            Err(redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "missing pipeline reply",
+            )))
+        })
+    };
+    let server_time_us = value::<(u64, u64)>(next())
+        .map(|(secs, micros)| secs.saturating_mul(1_000_000).saturating_add(micros))
+        .map_err(MasterError::from_redis);
+    let mut text = || value::<String>(next()).map_err(MasterError::from_redis);
+    let (server, replication, persistence, memory) = (text(), text(), text(), text());
+    let config = value(next()).map_err(MasterError::from_redis);
+    let record = value(next()).map_err(MasterError::from_redis);
+    Ok(Probe {
+        round_trip,
+        client_time_us,
+        server_time_us,
+        server,
+        replication,
+        persistence,
+        memory,
+        config,
+        record,
+    })
 }

@@ -210,10 +210,14 @@ async fn a_flushed_member_is_readmitted_by_a_client_that_knew_it() {
     let key = unique_key("after-flush");
     let lease = client.acquire(&key).await.unwrap();
     // The acquire returns at quorum; master 0's answer (and its new record) may follow.
-    wait_until(Duration::from_secs(2), "master 0's record written again", || {
-        let url = url.clone();
-        async move { !record(&url, RECORD).await.is_empty() }
-    })
+    wait_until(
+        Duration::from_secs(2),
+        "master 0's record written again",
+        || {
+            let url = url.clone();
+            async move { !record(&url, RECORD).await.is_empty() }
+        },
+    )
     .await;
     let fields = record(&url, RECORD).await;
     assert_eq!(fields["master"], init.members[0].1);

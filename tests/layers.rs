@@ -23,7 +23,7 @@ const LAYERS: &[&[&str]] = &[
     &["lock"],
     &["lease"],
     &["core"],
-    &["quorum", "guard", "wait"],
+    &["quorum", "guard", "wait", "health"],
     &["master"],
     &["config"],
     &[

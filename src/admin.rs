@@ -5,13 +5,14 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::join_all;
 
 use crate::cluster::{self, Admission, Record, View};
-use crate::error::{Error, ErrorKind, MasterError, MasterOutcome, MasterReport};
+use crate::error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
 use crate::lock::Redlock;
-use crate::master::{Master, Op, Reply};
+use crate::master::{Master, Op, Reply, StampOutcome};
 
 /// What [`Redlock::init_cluster`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,38 +59,60 @@ impl fmt::Display for ClusterInit {
 struct Surveyed {
     run_id: String,
     record: Option<Record>,
-    holds: Option<String>,
+    epoch: String,
 }
 
+/// How long `init_cluster` may spend scanning the masters for keys under the prefix. A
+/// keyspace too large to scan in this time is reported, never bootstrapped.
+const SCAN_BUDGET: Duration = Duration::from_secs(10);
+
+/// How long a bootstrap claim lives if its holder dies mid-way.
+const CLAIM_TTL: Duration = Duration::from_secs(30);
+
 impl Redlock {
-    /// Writes the cluster record on every master of a brand-new cluster, so that they
+    /// Writes the cluster record on every master of a **brand-new** cluster, so that they
     /// vote at once instead of abstaining for `ttl_max` (docs/design.md §11), and so that
     /// every client whose configuration differs is refused from its first call.
     ///
-    /// It refuses unless every master answers, no two addresses reach one server, and no
-    /// master holds a key under the key prefix (other than this crate's records): only an
-    /// operator can know that the masters are new, and a master that holds keys may be one
-    /// that lost some. It is idempotent for the same configuration. On an initialised
-    /// cluster where some masters lost their record (and their data), it gives them their
-    /// member ids back: they vote after their restart quarantine, and no longer count for
-    /// fencing tokens. Nothing is written unless every check passed.
+    /// **An operator's step, once, when the masters are new** (like `redis-cli --cluster
+    /// create`): calling it asserts that these masters never held a lock that may still be
+    /// valid. Never call it from application start-up code. Masters that all restarted
+    /// empty look exactly like new ones (no record, no keys), and bootstrapping them would
+    /// let them vote at once while a lease granted before the loss is still valid; without
+    /// the call they abstain for `ttl_max`, which covers that.
+    ///
+    /// It refuses, writing nothing, unless every master answers, no two addresses reach
+    /// one server, and either no master has a record and none holds a key under the key
+    /// prefix (other than this crate's records), or every record agrees with this client's
+    /// settings. It is idempotent for the same configuration. A master's data lost during
+    /// the call (its data epoch changed) is never bootstrapped. Concurrent calls claim the
+    /// masters first, so they cannot mix their records. On an initialised cluster, a
+    /// master without a record (it lost its data) at the address its member was
+    /// initialised with gets that member's id back: it votes after its restart quarantine
+    /// and no longer counts for fencing tokens.
     ///
     /// # Errors
-    /// - [`ErrorKind::NoQuorum`] (retryable) when a master did not answer: every master
-    ///   must.
+    /// - [`ErrorKind::NoQuorum`] (retryable) when a master did not answer (every master
+    ///   must), another `init_cluster` holds the masters' claim, or a master's data changed
+    ///   during the call.
     /// - [`ErrorKind::ClusterMismatch`] when a master carries the record of another
-    ///   configuration or another cluster, or two addresses reach one server.
+    ///   configuration or cluster, two addresses reach one server, two servers carry one
+    ///   member id, or a master without a record is not at a missing member's address.
     /// - [`ErrorKind::ClusterNotEmpty`] when a master of an uninitialised cluster holds a
-    ///   key under the prefix.
+    ///   key under the prefix, or holds too many keys to check within 10 s.
+    /// - [`ErrorKind::Misconfigured`] when a master does not let this client read
+    ///   `INFO` (its `run_id` tells one server from another).
     /// - [`ErrorKind::NoRuntime`] outside a tokio runtime.
     ///
     /// # Cancel safety
-    /// Dropping the future may leave the record written on some masters only; calling
-    /// `init_cluster` again completes it (those masters then count as re-admitted).
+    /// Dropping the future may leave the record written on some masters only (calling it
+    /// again completes it: those masters then count as re-admitted), and a claim that
+    /// expires within 30 s.
     ///
     /// # Example
     /// ```no_run
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// // Once, by an operator, right after creating the masters:
     /// let client = redquorum::Redlock::builder()
     ///     .masters(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])
     ///     .build()?;
@@ -103,70 +126,73 @@ impl Redlock {
         let subject = cluster::record_key(&inner.config.key_prefix);
         crate::lock::check_runtime(&subject)?;
         let names: Vec<Arc<str>> = inner.masters.iter().map(|m| Arc::clone(m.name())).collect();
-        // The detail names each master at fault; the reports only when some did not
-        // answer (a survey that answered is not a grant of anything).
-        let fail = |kind: ErrorKind, detail: String, reports: Vec<MasterReport>| {
-            let error = Error::new(kind, subject.as_str()).with_detail(detail);
-            match kind {
-                ErrorKind::NoQuorum => error.with_masters(reports),
-                _ => error,
-            }
+        let fail = |kind: ErrorKind, detail: String| {
+            Error::new(kind, subject.as_str()).with_detail(detail)
         };
 
         // 1. Survey every master; all must answer.
         let answers = ask_all(&inner.masters, |_| Op::Survey).await;
-        let reports = reports_of(&names, &answers);
         let mut surveyed = Vec::with_capacity(answers.len());
-        for answer in answers {
+        let mut problems = Vec::new();
+        let mut unfit = false;
+        for (answer, name) in answers.iter().zip(&names) {
             match answer {
                 Ok(Reply::Survey {
                     run_id,
                     record,
-                    holds,
+                    epoch,
                 }) => surveyed.push(Surveyed {
-                    run_id,
-                    record: record.map(|r| *r),
-                    holds,
+                    run_id: run_id.clone(),
+                    record: record.as_deref().cloned(),
+                    epoch: epoch.clone(),
                 }),
-                _ => {
-                    return Err(fail(
-                        ErrorKind::NoQuorum,
-                        "init_cluster needs every master to answer; nothing was written".into(),
-                        reports,
-                    ));
+                Ok(_) => problems.push(format!("{name}: answered something else")),
+                Err(e) => {
+                    unfit |= e.kind() == MasterErrorKind::Misconfigured;
+                    problems.push(format!("{name}: {e}"));
                 }
             }
+        }
+        if !problems.is_empty() {
+            let kind = if unfit {
+                ErrorKind::Misconfigured
+            } else {
+                ErrorKind::NoQuorum
+            };
+            return Err(fail(
+                kind,
+                format!(
+                    "init_cluster needs every master to answer ({}); nothing was written",
+                    problems.join("; ")
+                ),
+            )
+            .with_masters(reports_of(&names, &answers)));
         }
 
         // 2. Judge what they carry as a client would, from scratch.
         let terms = Redlock::terms(&inner.config);
         let view = View::new(terms.clone(), names.clone());
-        let mut strangers = Vec::new();
         for (index, s) in surveyed.iter().enumerate() {
             match view.connected(index, Some(&s.run_id), s.record.as_ref()) {
-                Admission::Member | Admission::Readmit { .. } => {}
                 Admission::Mismatch(why) => {
                     return Err(fail(
                         ErrorKind::ClusterMismatch,
                         format!("{}: {why}; nothing was written", names[index]),
-                        reports,
                     ));
                 }
-                Admission::Stranger(_) => strangers.push(index),
+                Admission::Stranger(why) if s.record.is_some() => {
+                    return Err(fail(
+                        ErrorKind::ClusterMismatch,
+                        format!("{}: {why}; nothing was written", names[index]),
+                    ));
+                }
+                _ => {}
             }
         }
-        // A master judged before the one that showed the cluster saw none: judge again.
-        for (index, s) in surveyed.iter().enumerate() {
-            if s.record.is_none() && !strangers.contains(&index) && view.adopted().is_some() {
-                strangers.push(index);
-            }
-        }
-        strangers.sort_unstable();
-
         let Some(adopted) = view.adopted() else {
             return self.bootstrap(&names, &surveyed, &terms).await;
         };
-        let members = |surveyed: &[Surveyed], given: &[(usize, String)]| {
+        let members = |given: &[(usize, String)]| -> Vec<(String, String)> {
             names
                 .iter()
                 .enumerate()
@@ -184,42 +210,49 @@ impl Redlock {
                         .unwrap_or_default();
                     (name.to_string(), id)
                 })
-                .collect::<Vec<_>>()
+                .collect()
         };
+        let strangers: Vec<usize> = (0..names.len())
+            .filter(|&i| surveyed[i].record.is_none())
+            .collect();
         if strangers.is_empty() {
             return Ok(ClusterInit {
                 cluster_id: adopted.cluster.clone(),
-                members: members(&surveyed, &[]),
+                members: members(&[]),
                 outcome: InitOutcome::AlreadyInitialised,
             });
         }
 
-        // 3. Re-admission: the member ids no master carries go to the masters without a
-        //    record, which the operator asserts are those members.
+        // 3. Re-admission: a master without a record gets back the id of a member no
+        //    master carries, only at the address that member was initialised at (a master
+        //    elsewhere may be a stranger, and giving it a live member's id would let two
+        //    servers vote as one).
         let carried: Vec<&str> = surveyed
             .iter()
             .filter_map(|s| s.record.as_ref().map(|r| r.master.as_str()))
             .collect();
-        let missing: Vec<String> = adopted
-            .members
-            .iter()
-            .filter(|m| !carried.contains(&m.as_str()))
-            .cloned()
-            .collect();
-        if missing.len() != strangers.len() {
-            let listed: Vec<String> = strangers.iter().map(|&i| names[i].to_string()).collect();
-            return Err(fail(
-                ErrorKind::ClusterMismatch,
-                format!(
-                    "{} have no cluster record but only {} member ids are unaccounted for: \
-                     list the cluster's own masters; nothing was written",
-                    listed.join(", "),
-                    missing.len()
-                ),
-                reports,
-            ));
+        let mut given: Vec<(usize, String)> = Vec::new();
+        for &i in &strangers {
+            let id = adopted.members.iter().find(|m| {
+                !carried.contains(&m.as_str())
+                    && adopted.address_of(m) == Some(&*names[i])
+                    && !given.iter().any(|(_, g)| g == *m)
+            });
+            match id {
+                Some(id) => given.push((i, id.clone())),
+                None => {
+                    return Err(fail(
+                        ErrorKind::ClusterMismatch,
+                        format!(
+                            "{} has no cluster record, and no member that lost its record was \
+                             initialised at that address: it is not one of this cluster's \
+                             masters as they were initialised; nothing was written",
+                            names[i]
+                        ),
+                    ));
+                }
+            }
         }
-        let given: Vec<(usize, String)> = strangers.iter().copied().zip(missing).collect();
         let ops: Vec<Option<Op>> = (0..names.len())
             .map(|i| {
                 given.iter().find(|(j, _)| *j == i).map(|(_, id)| {
@@ -230,22 +263,23 @@ impl Redlock {
                     record.bootstrap_epoch.clear();
                     Op::Stamp {
                         record: Box::new(record),
-                        run_id: None,
+                        bootstrap: None,
                     }
                 })
             })
             .collect();
-        self.write_all(&names, ops, &adopted.fingerprint).await?;
+        self.write_all(ops, &adopted.fingerprint).await?;
         Ok(ClusterInit {
             cluster_id: adopted.cluster.clone(),
-            members: members(&surveyed, &given),
+            members: members(&given),
             outcome: InitOutcome::Readmitted(
                 strangers.iter().map(|&i| names[i].to_string()).collect(),
             ),
         })
     }
 
-    /// Bootstraps brand-new masters: each must hold no key under the prefix.
+    /// Bootstraps brand-new masters: claims them, checks that none holds a key under the
+    /// prefix, and writes each one's record naming the process and data epoch surveyed.
     async fn bootstrap(
         &self,
         names: &[Arc<str>],
@@ -253,42 +287,108 @@ impl Redlock {
         terms: &cluster::Terms,
     ) -> Result<ClusterInit, Error> {
         let subject = cluster::record_key(&self.inner.config.key_prefix);
-        let check_empty = true;
-        let holding: Vec<String> = surveyed
-            .iter()
-            .zip(names)
-            .filter_map(|(s, name)| s.holds.as_ref().map(|key| format!("{name} holds {key:?}")))
-            .collect();
-        if check_empty && !holding.is_empty() {
-            return Err(
-                Error::new(ErrorKind::ClusterNotEmpty, subject.as_str()).with_detail(format!(
-                    "{}: init_cluster bootstraps only brand-new masters, since a master that \
-                     holds keys may be one that lost others; let those locks expire (or \
-                     use a fresh key prefix), then call it again. Nothing was written",
-                    holding.join(", ")
-                )),
-            );
-        }
         let cluster_id = cluster::new_id();
+        let token: Arc<str> = cluster_id.as_str().into();
+        let claimed = ask_all(&self.inner.masters, |_| Op::Claim {
+            token: Arc::clone(&token),
+            ttl: CLAIM_TTL,
+        })
+        .await;
+        let result = match claimed.iter().all(|c| matches!(c, Ok(Reply::Granted))) {
+            true => {
+                self.bootstrap_claimed(names, surveyed, terms, &cluster_id)
+                    .await
+            }
+            false => {
+                let problems: Vec<String> = names
+                    .iter()
+                    .zip(&claimed)
+                    .filter_map(|(name, c)| match c {
+                        Ok(Reply::Granted) => None,
+                        Ok(_) => Some(format!("{name}: another init_cluster holds it")),
+                        Err(e) => Some(format!("{name}: {e}")),
+                    })
+                    .collect();
+                Err(
+                    Error::new(ErrorKind::NoQuorum, subject.as_str()).with_detail(format!(
+                        "could not claim every master for the bootstrap ({}); nothing was \
+                     written: try again once the other call finished",
+                        problems.join("; ")
+                    )),
+                )
+            }
+        };
+        ask_all(&self.inner.masters, |_| Op::Unclaim {
+            token: Arc::clone(&token),
+        })
+        .await;
+        result
+    }
+
+    async fn bootstrap_claimed(
+        &self,
+        names: &[Arc<str>],
+        surveyed: &[Surveyed],
+        terms: &cluster::Terms,
+        cluster_id: &str,
+    ) -> Result<ClusterInit, Error> {
+        let subject = cluster::record_key(&self.inner.config.key_prefix);
+        let check_empty = true;
+        if check_empty {
+            let holding = scan_all(&self.inner.masters).await;
+            let problems: Vec<String> = names
+                .iter()
+                .zip(&holding)
+                .filter_map(|(name, h)| match h {
+                    Holding::Nothing => None,
+                    Holding::Key(key) => Some(format!("{name} holds {key:?}")),
+                    Holding::Unknown(why) => Some(format!("{name}: {why}")),
+                })
+                .collect();
+            if !problems.is_empty() {
+                let unreachable = holding
+                    .iter()
+                    .any(|h| matches!(h, Holding::Unknown(why) if !why.contains("budget")));
+                let (kind, advice) = if unreachable {
+                    (ErrorKind::NoQuorum, "try again")
+                } else {
+                    (
+                        ErrorKind::ClusterNotEmpty,
+                        "init_cluster bootstraps only brand-new masters, since a master \
+                         that holds keys may be one that lost others; let those locks \
+                         expire, or use a dedicated key prefix",
+                    )
+                };
+                return Err(Error::new(kind, subject).with_detail(format!(
+                    "{}: {advice}. Nothing was written",
+                    problems.join(", ")
+                )));
+            }
+        }
         let ids: Vec<String> = names.iter().map(|_| cluster::new_id()).collect();
+        let addresses: Vec<(String, String)> = ids
+            .iter()
+            .cloned()
+            .zip(names.iter().map(|n| n.to_string()))
+            .collect();
         let ops: Vec<Option<Op>> = ids
             .iter()
             .zip(surveyed)
             .map(|(id, s)| {
+                let mut record = Record::new(cluster_id, id, &ids, terms);
+                record.addresses = addresses.clone();
                 Some(Op::Stamp {
-                    record: Box::new(Record::new(&cluster_id, id, &ids, terms)),
-                    run_id: Some(s.run_id.clone()),
+                    record: Box::new(record),
+                    bootstrap: Some((s.run_id.clone(), s.epoch.clone())),
                 })
             })
             .collect();
-        let fingerprint = terms.fingerprint(&cluster_id, &{
-            let mut sorted = ids.clone();
-            sorted.sort();
-            sorted
-        });
-        self.write_all(names, ops, &fingerprint).await?;
+        let mut sorted = ids.clone();
+        sorted.sort();
+        let fingerprint = terms.fingerprint(cluster_id, &sorted);
+        self.write_all(ops, &fingerprint).await?;
         Ok(ClusterInit {
-            cluster_id,
+            cluster_id: cluster_id.to_owned(),
             members: names.iter().map(|n| n.to_string()).zip(ids).collect(),
             outcome: InitOutcome::Bootstrapped,
         })
@@ -296,12 +396,7 @@ impl Redlock {
 
     /// Writes records with `ops` (one per master, `None` to skip); every write must land
     /// and leave `fingerprint` on its master.
-    async fn write_all(
-        &self,
-        names: &[Arc<str>],
-        ops: Vec<Option<Op>>,
-        fingerprint: &str,
-    ) -> Result<(), Error> {
+    async fn write_all(&self, ops: Vec<Option<Op>>, fingerprint: &str) -> Result<(), Error> {
         let subject = cluster::record_key(&self.inner.config.key_prefix);
         let masters: Vec<(Arc<dyn Master>, Arc<Op>)> = self
             .inner
@@ -315,11 +410,19 @@ impl Redlock {
         for ((master, _), answer) in masters.iter().zip(&written) {
             match answer {
                 Ok(Reply::Stamped {
-                    fingerprint: found, ..
+                    outcome: StampOutcome::Written | StampOutcome::Exists,
+                    fingerprint: found,
                 }) if found == fingerprint => {}
+                Ok(Reply::Stamped {
+                    outcome: StampOutcome::EpochChanged,
+                    ..
+                }) => problems.push(format!(
+                    "{}: its data changed during the call (flushed or restarted): not \
+                     bootstrapped",
+                    master.name()
+                )),
                 Ok(_) => problems.push(format!(
-                    "{}: another cluster record was written there meanwhile (a concurrent \
-                     init_cluster?)",
+                    "{}: another cluster record was written there meanwhile",
                     master.name()
                 )),
                 Err(e) => problems.push(format!("{}: {e}", master.name())),
@@ -328,18 +431,51 @@ impl Redlock {
         if problems.is_empty() {
             return Ok(());
         }
-        let reports = names
-            .iter()
-            .map(|n| MasterReport::new(Arc::clone(n), MasterOutcome::Pending))
-            .collect();
-        Err(Error::new(ErrorKind::NoQuorum, subject.as_str())
-            .with_detail(format!(
+        Err(
+            Error::new(ErrorKind::NoQuorum, subject.as_str()).with_detail(format!(
                 "the cluster record could not be written everywhere ({}): call init_cluster \
-                 again to complete it",
+             again to complete it",
                 problems.join("; ")
-            ))
-            .with_masters(reports))
+            )),
+        )
     }
+}
+
+/// What a scan found on one master.
+enum Holding {
+    Nothing,
+    Key(String),
+    Unknown(String),
+}
+
+/// Scans every master at once for a key under the prefix, each step within the node
+/// timeout and all within [`SCAN_BUDGET`].
+async fn scan_all(masters: &[Arc<dyn Master>]) -> Vec<Holding> {
+    let deadline = tokio::time::Instant::now() + SCAN_BUDGET;
+    join_all(masters.iter().map(|m| async move {
+        let mut cursor = 0;
+        // Bounded by the budget; the count bounds it too, whatever the master answers.
+        for _ in 0..1_000_000u32 {
+            let step = tokio::time::timeout_at(deadline, m.call(Arc::new(Op::Scan { cursor })));
+            match step.await {
+                Err(_) => {
+                    return Holding::Unknown(format!(
+                        "too many keys to check within the {} budget",
+                        crate::error::human(SCAN_BUDGET)
+                    ));
+                }
+                Ok(Ok(Reply::Scanned {
+                    found: Some(key), ..
+                })) => return Holding::Key(key),
+                Ok(Ok(Reply::Scanned { next: 0, .. })) => return Holding::Nothing,
+                Ok(Ok(Reply::Scanned { next, .. })) => cursor = next,
+                Ok(Ok(_)) => return Holding::Unknown("answered something else".into()),
+                Ok(Err(e)) => return Holding::Unknown(e.to_string()),
+            }
+        }
+        Holding::Unknown("the scan did not end".into())
+    }))
+    .await
 }
 
 /// Asks every master at once, each within its own node timeout.

@@ -130,6 +130,10 @@ pub(crate) struct Record {
     /// The master was re-admitted after losing its data: its fence counters may be behind
     /// tokens already issued.
     pub(crate) counters_lost: bool,
+    /// Each member's id and the address (password redacted) it was initialised at: a
+    /// master without a record is re-admitted by `init_cluster` only at its member's
+    /// address. Not part of the fingerprint (clients may reach a master by other names).
+    pub(crate) addresses: Vec<(String, String)>,
 }
 
 impl Record {
@@ -147,7 +151,16 @@ impl Record {
             bootstrap_run_id: String::new(),
             bootstrap_epoch: String::new(),
             counters_lost: false,
+            addresses: Vec::new(),
         }
+    }
+
+    /// The address member `id` was initialised at, if the record says.
+    pub(crate) fn address_of(&self, id: &str) -> Option<&str> {
+        self.addresses
+            .iter()
+            .find(|(member, _)| member == id)
+            .map(|(_, address)| address.as_str())
     }
 
     /// Parses the fields of the hash (`HGETALL`); `None` for an empty hash (no record).
@@ -187,6 +200,15 @@ impl Record {
             bootstrap_run_id: fields.get("bootstrap_run_id").cloned().unwrap_or_default(),
             bootstrap_epoch: fields.get("bootstrap_epoch").cloned().unwrap_or_default(),
             counters_lost: fields.get("counters").map(String::as_str) == Some(COUNTERS_LOST),
+            addresses: fields
+                .get("addresses")
+                .map(|text| {
+                    text.lines()
+                        .filter_map(|line| line.split_once('\t'))
+                        .map(|(id, address)| (id.to_owned(), address.to_owned()))
+                        .collect()
+                })
+                .unwrap_or_default(),
         };
         if !record.members.contains(&record.master) {
             return Err(format!(
@@ -216,6 +238,14 @@ impl Record {
                 .to_owned(),
             ),
         ];
+        if !self.addresses.is_empty() {
+            let lines: Vec<String> = self
+                .addresses
+                .iter()
+                .map(|(id, address)| format!("{id}\t{address}"))
+                .collect();
+            fields.push(("addresses", lines.join("\n")));
+        }
         fields.extend(self.terms.fields());
         fields
     }
@@ -377,27 +407,42 @@ impl View {
             return Admission::Mismatch("no such master".into());
         };
         // Two addresses that reach one server would let it vote twice.
+        // Two addresses that reach one server (one run_id) would let it vote twice: the
+        // configuration is wrong. Two servers that carry one member id (one holds a copy of
+        // the other's data) cannot be told apart: neither votes.
         let twin = state.seen.iter().enumerate().find_map(|(j, other)| {
             let same_run = run_id.is_some() && other.run_id.as_deref() == run_id;
             let same_id = record.is_some_and(|r| other.id.as_deref() == Some(r.master.as_str()));
-            (j != index && (same_run || same_id)).then_some(j)
+            (j != index && (same_run || same_id)).then_some((j, same_run))
         });
         let mut now_seen = Seen {
             run_id: run_id.map(str::to_owned),
             id: seen.id.clone(),
             refused: None,
         };
-        let admission = if let Some(j) = twin {
+        let other_name = |j: usize| self.names.get(j).map_or("another master", |n| &**n);
+        let admission = if let Some((j, true)) = twin {
             let why: Arc<str> = format!(
-                "it is the same server as {} (same run_id or cluster record): it would vote \
-                 twice; list each master once",
-                self.names.get(j).map_or("another master", |n| &**n)
+                "it is the same server as {} (same run_id): it would vote twice; list each \
+                 master once",
+                other_name(j)
             )
             .into();
             if let Some(other) = state.seen.get_mut(j) {
                 other.refused = Some(Admission::Mismatch(why.clone()));
             }
             Admission::Mismatch(why)
+        } else if let Some((j, false)) = twin {
+            let why: Arc<str> = format!(
+                "it carries the same member id as {}, another server: one of them holds a copy \
+                 of the other's data, so neither votes; empty the copy and re-admit it",
+                other_name(j)
+            )
+            .into();
+            if let Some(other) = state.seen.get_mut(j) {
+                other.refused = Some(Admission::Stranger(why.clone()));
+            }
+            Admission::Stranger(why)
         } else {
             match record {
                 Some(record) => self.judge_record(&mut state, record, &mut now_seen),
@@ -415,9 +460,11 @@ impl View {
                     }
                     (Some(_), None) => Admission::Stranger(
                         "it has no cluster record although its cluster is initialised: it \
-                         lost its data, or it is not a member. If it is a member that lost \
-                         its data, run Redlock::init_cluster with the cluster's masters to \
-                         re-admit it; otherwise remove it from this client's masters"
+                         lost its data, or it is not a member, and this client never saw it \
+                         carry a member id. If it is a member that lost its data, run \
+                         Redlock::init_cluster with the cluster's masters at the addresses \
+                         they were initialised with, to re-admit it; otherwise remove it \
+                         from this client's masters"
                             .into(),
                     ),
                 },
@@ -525,7 +572,12 @@ mod tests {
     #[test]
     fn a_record_round_trips_through_its_fields() {
         let members = members();
-        let record = Record::new("c1", &members[1], &members, &terms());
+        let mut record = Record::new("c1", &members[1], &members, &terms());
+        record.addresses = members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.clone(), format!("redis://h{i}:6379")))
+            .collect();
         let fields: HashMap<String, String> = record
             .fields()
             .into_iter()
@@ -581,6 +633,18 @@ mod tests {
         let twin = view.connected(1, Some("r0"), Some(&record));
         assert!(matches!(twin, Admission::Mismatch(_)), "{twin:?}");
         assert!(view.refused(0).is_some());
+        // Another server that carries the same member id (a copy of its data).
+        let view = self::view();
+        assert_eq!(
+            view.connected(0, Some("r0"), Some(&record)),
+            Admission::Member
+        );
+        let copy = view.connected(2, Some("r9"), Some(&record));
+        assert!(matches!(copy, Admission::Stranger(_)), "{copy:?}");
+        assert_eq!(
+            view.refused(0).map(|e| e.kind()),
+            Some(MasterErrorKind::Misconfigured)
+        );
     }
 
     #[test]

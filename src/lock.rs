@@ -1097,12 +1097,14 @@ fn permanent_failure(reports: &[MasterReport], spare: usize) -> Option<(ErrorKin
                 auth.join(", ")
             ));
         }
-        if !evicting.is_empty() {
-            fixes.push(format!(
-                "{} can evict lock keys and never vote: configure maxmemory-policy \
-                 noeviction on them",
-                evicting.join(", ")
-            ));
+        // Each unfit master with its own reason (an evicting policy, a missing cluster
+        // record, a copy of another master's data) and what to change.
+        for report in reports {
+            if let MasterOutcome::Failed(e) = report.outcome()
+                && e.kind() == MasterErrorKind::Misconfigured
+            {
+                fixes.push(format!("{}: {e}", report.master()));
+            }
         }
         let kind = if auth.is_empty() {
             ErrorKind::Misconfigured

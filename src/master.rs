@@ -82,14 +82,22 @@ pub(crate) enum Op {
     #[cfg(feature = "mutants")]
     ReleaseUnchecked { key: Arc<str> },
     /// Reads what bootstrapping a cluster must know of a master: its `run_id`, its cluster
-    /// record, and one key under the prefix, if any (besides the records).
+    /// record and its data epoch (started if missing).
     Survey,
-    /// Writes the cluster record unless one exists, see `stamp.lua`; with `run_id` (read
-    /// by a survey on this master), as the bootstrap of that process.
+    /// One `SCAN` step from `cursor` for a key under the prefix other than the records.
+    Scan { cursor: u64 },
+    /// Writes the cluster record unless one exists, see `stamp.lua`; with `bootstrap`
+    /// (the `run_id` and epoch id a survey read on this master), as the bootstrap of that
+    /// process, refused if its epoch changed since.
     Stamp {
         record: Box<Record>,
-        run_id: Option<String>,
+        bootstrap: Option<(String, String)>,
     },
+    /// Claims the cluster's bootstrap for `token` (`SET NX PX`), so that two
+    /// `init_cluster` calls cannot interleave their writes.
+    Claim { token: Arc<str>, ttl: Duration },
+    /// Gives up a claim held by `token` (compare-and-delete).
+    Unclaim { token: Arc<str> },
 }
 
 impl Op {
@@ -124,7 +132,15 @@ impl Op {
     /// cluster record): a release must reach every master that may hold the key, and the
     /// cluster's administration reads and writes records, not locks.
     pub(crate) fn is_unguarded(&self) -> bool {
-        self.is_release() || matches!(self, Op::Survey | Op::Stamp { .. })
+        self.is_release()
+            || matches!(
+                self,
+                Op::Survey
+                    | Op::Scan { .. }
+                    | Op::Stamp { .. }
+                    | Op::Claim { .. }
+                    | Op::Unclaim { .. }
+            )
     }
 
     /// The operation's name in traces.
@@ -137,7 +153,10 @@ impl Op {
             #[cfg(feature = "mutants")]
             Op::ReleaseUnchecked { .. } => "release",
             Op::Survey => "survey",
+            Op::Scan { .. } => "scan",
             Op::Stamp { .. } => "stamp",
+            Op::Claim { .. } => "claim",
+            Op::Unclaim { .. } => "unclaim",
         }
     }
 }
@@ -193,12 +212,28 @@ pub(crate) enum Reply {
     Survey {
         run_id: String,
         record: Option<Box<Record>>,
-        /// A key under the prefix that is not a record, if the master holds one.
-        holds: Option<String>,
+        /// The data epoch's id.
+        epoch: String,
     },
-    /// The answer to `Stamp`: whether it wrote the record, and the fingerprint the master
-    /// now has.
-    Stamped { written: bool, fingerprint: String },
+    /// The answer to `Scan`: the next cursor (0 when done) and a key under the prefix that
+    /// is not a record, if this step found one.
+    Scanned { next: u64, found: Option<String> },
+    /// The answer to `Stamp`: what it did, and the fingerprint the master now has.
+    Stamped {
+        outcome: StampOutcome,
+        fingerprint: String,
+    },
+}
+
+/// What a `Stamp` did on one master.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StampOutcome {
+    /// The record was written.
+    Written,
+    /// A record was there already (its fingerprint is answered).
+    Exists,
+    /// A bootstrap found another data epoch than its survey: the data was lost since.
+    EpochChanged,
 }
 
 /// What a fencing write-back did on one master.
@@ -413,11 +448,28 @@ impl Master for RedisMaster {
         Box::pin(async move {
             let (mut conn, generation, evicts) = shared.connection().await?;
             // A master whose cluster record disagrees, or that this client reaches twice,
-            // never votes for it (docs/design.md §11); it is not even asked.
-            if !op.is_unguarded()
-                && let Some(refusal) = shared.view.refused(shared.index)
-            {
-                return Err(refusal);
+            // never votes for it (docs/design.md §11), and is not asked to lock. Its record
+            // is read again first (one round trip, within the node timeout): it may have
+            // been re-admitted, or the configuration fixed, since.
+            if !op.is_unguarded() && shared.view.refused(shared.index).is_some() {
+                let recheck = async {
+                    let mut conn = conn.clone();
+                    let record = read_record(&mut conn, &shared.record_key).await?;
+                    let run_id = shared
+                        .run_id
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .clone();
+                    shared.admit(&mut conn, run_id, record.as_ref()).await
+                };
+                match tokio::time::timeout(shared.node_timeout, recheck).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => return Err(error),
+                    Err(_) => return Err(shared.timed_out()),
+                }
+                if let Some(refusal) = shared.view.refused(shared.index) {
+                    return Err(refusal);
+                }
             }
             // A master that can evict lock keys never votes, quarantine or not. Without
             // quarantine its settings are read by the connection's first requests: sent
@@ -487,13 +539,7 @@ impl Master for RedisMaster {
                     }
                     Err(err)
                 }
-                Err(_) => Err(MasterError::new(
-                    MasterErrorKind::Timeout,
-                    format!(
-                        "no answer within the node timeout ({})",
-                        human(shared.node_timeout)
-                    ),
-                )),
+                Err(_) => Err(shared.timed_out()),
             }
         })
     }
@@ -517,6 +563,17 @@ impl Shared {
         // The state is replaced whole under the lock, so a poisoned lock still holds a
         // consistent value.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The failure of a request that got no answer within the node timeout.
+    fn timed_out(&self) -> MasterError {
+        MasterError::new(
+            MasterErrorKind::Timeout,
+            format!(
+                "no answer within the node timeout ({})",
+                human(self.node_timeout)
+            ),
+        )
     }
 
     /// The live connection, or the reason there is none. Connects inline only the first
@@ -914,11 +971,43 @@ async fn run(
         #[cfg(feature = "mutants")]
         Op::ReleaseUnchecked { key } => delete(key, conn).await,
         Op::Survey => survey(conn, shared).await,
-        Op::Stamp { record, run_id } => {
-            let (written, fingerprint) = stamp(conn, record, run_id.as_deref()).await?;
+        Op::Scan { cursor } => scan(conn, shared, *cursor).await,
+        Op::Stamp { record, bootstrap } => {
+            let (outcome, fingerprint) = stamp(conn, record, bootstrap.as_ref()).await?;
             Ok(Reply::Stamped {
-                written,
+                outcome,
                 fingerprint,
+            })
+        }
+        Op::Claim { token, ttl } => {
+            let set: Option<String> = redis::cmd("SET")
+                .arg(claim_key(shared))
+                .arg(&**token)
+                .arg("NX")
+                .arg("PX")
+                .arg(millis(*ttl))
+                .query_async(conn)
+                .await
+                .map_err(MasterError::from_redis)?;
+            Ok(match set {
+                Some(_) => Reply::Granted,
+                None => Reply::HeldByOther,
+            })
+        }
+        Op::Unclaim { token } => {
+            let key = claim_key(shared);
+            let code: i64 = scripts::RELEASE
+                .key(&key)
+                .key(scripts::owner_key(&key))
+                .arg(&**token)
+                .arg(scripts::release_channel(&key))
+                .invoke_async(conn)
+                .await
+                .map_err(MasterError::from_redis)?;
+            Ok(match code {
+                1 => Reply::Granted,
+                0 => Reply::Missing,
+                _ => Reply::HeldByOther,
             })
         }
     }
@@ -1002,26 +1091,40 @@ fn next_reply(
     })
 }
 
-/// Writes `record` unless the master has one (`stamp.lua`); with `run_id`, as the
-/// bootstrap of that process. Returns whether it wrote, and the fingerprint it now has.
+/// Writes `record` unless the master has one (`stamp.lua`); with `bootstrap` (the
+/// `run_id` and epoch id a survey read), as the bootstrap of that process. Returns what
+/// it did, and the fingerprint the master now has.
 async fn stamp(
     conn: &mut MultiplexedConnection,
     record: &Record,
-    run_id: Option<&str>,
-) -> Result<(bool, String), MasterError> {
+    bootstrap: Option<&(String, String)>,
+) -> Result<(StampOutcome, String), MasterError> {
     let mut invocation = scripts::STAMP.key(&*record_key_of(record));
-    invocation
-        .key(scripts::EPOCH_KEY)
-        .arg(run_id.unwrap_or(""))
-        .arg(new_epoch_id());
+    let (run_id, epoch) = bootstrap.map_or(("", ""), |(r, e)| (r.as_str(), e.as_str()));
+    invocation.key(scripts::EPOCH_KEY).arg(run_id).arg(epoch);
     for (field, value) in record.fields() {
         invocation.arg(field).arg(value);
     }
-    let (written, fingerprint): (i64, String) = invocation
+    let (code, fingerprint): (i64, String) = invocation
         .invoke_async(conn)
         .await
         .map_err(MasterError::from_redis)?;
-    Ok((written == 1, fingerprint))
+    let outcome = match code {
+        1 => StampOutcome::Written,
+        0 => StampOutcome::Exists,
+        -1 => StampOutcome::EpochChanged,
+        other => return Err(unexpected("stamp", other)),
+    };
+    Ok((outcome, fingerprint))
+}
+
+/// The key of the bootstrap claim (`Op::Claim`) under the client's prefix.
+fn claim_key(shared: &Shared) -> String {
+    format!(
+        "{}{}init",
+        shared.view.terms().prefix,
+        scripts::RECORD_NAMESPACE
+    )
 }
 
 /// The key of a record's cluster record (under its prefix).
@@ -1032,50 +1135,62 @@ fn record_key_of(record: &Record) -> String {
 /// How many keys one `SCAN` step asks for while a survey looks for a key under the prefix.
 const SURVEY_SCAN_COUNT: usize = 1000;
 
-/// Reads what bootstrapping needs (`Op::Survey`): `run_id`, record, and whether a key
-/// other than the records lies under the prefix (a bounded `SCAN`: the call's node
-/// timeout cuts a survey of a huge keyspace short).
+/// Reads what bootstrapping needs (`Op::Survey`): `run_id`, record and data epoch.
 async fn survey(conn: &mut MultiplexedConnection, shared: &Shared) -> Result<Reply, MasterError> {
     let (run_id, record) = read_cluster(conn, &shared.record_key).await?;
     let run_id = run_id.ok_or_else(|| {
         MasterError::new(
-            MasterErrorKind::Other,
+            MasterErrorKind::Misconfigured,
             "cannot read INFO server (its run_id tells one server from another): allow \
              INFO to this user",
         )
     })?;
+    let (epoch, now): (String, String) = redis::cmd("EVAL")
+        .arg(scripts::EPOCH_SOURCE)
+        .arg(1)
+        .arg(scripts::EPOCH_KEY)
+        .arg(new_epoch_id())
+        .query_async(conn)
+        .await
+        .map_err(MasterError::from_redis)?;
+    let now_us = parse_number("epoch", &now)?;
+    let epoch = Epoch::parse(&epoch, now_us).ok_or_else(|| {
+        MasterError::new(
+            MasterErrorKind::Protocol,
+            format!("the epoch record {epoch:?} is not <id>:<microseconds>"),
+        )
+    })?;
+    Ok(Reply::Survey {
+        run_id,
+        record: record.map(Box::new),
+        epoch: epoch.id.to_string(),
+    })
+}
+
+/// One bounded `SCAN` step (`Op::Scan`) for a key under the prefix that is not one of
+/// this crate's records. Keys are read as bytes: any key may be binary.
+async fn scan(
+    conn: &mut MultiplexedConnection,
+    shared: &Shared,
+    cursor: u64,
+) -> Result<Reply, MasterError> {
     let prefix = &shared.view.terms().prefix;
     let pattern = format!("{}*", glob_escape(prefix));
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(SURVEY_SCAN_COUNT)
-            .query_async(conn)
-            .await
-            .map_err(MasterError::from_redis)?;
-        if let Some(key) = keys
-            .into_iter()
-            .find(|k| !scripts::is_record_key(k, prefix))
-        {
-            return Ok(Reply::Survey {
-                run_id,
-                record: record.map(Box::new),
-                holds: Some(key),
-            });
-        }
-        if next == 0 {
-            return Ok(Reply::Survey {
-                run_id,
-                record: record.map(Box::new),
-                holds: None,
-            });
-        }
-        cursor = next;
-    }
+    let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+        .arg(cursor)
+        .arg("MATCH")
+        .arg(&pattern)
+        .arg("COUNT")
+        .arg(SURVEY_SCAN_COUNT)
+        .query_async(conn)
+        .await
+        .map_err(MasterError::from_redis)?;
+    let found = keys
+        .iter()
+        .map(|k| String::from_utf8_lossy(k))
+        .find(|k| !scripts::is_record_key(k, prefix))
+        .map(|k| k.into_owned());
+    Ok(Reply::Scanned { next, found })
 }
 
 /// `text` with the glob characters of `SCAN MATCH` escaped.

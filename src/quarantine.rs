@@ -199,7 +199,7 @@ pub(crate) fn eviction_risk(policy: &str, maxmemory: u64) -> Option<String> {
         return None;
     }
     Some(format!(
-        "maxmemory-policy {policy} with maxmemory {maxmemory} can evict lock keys: use noeviction"
+        "maxmemory-policy {policy} with maxmemory {maxmemory} can evict lock keys: configure maxmemory-policy noeviction"
     ))
 }
 

@@ -297,3 +297,106 @@ async fn names_in_the_records_namespace_are_refused() {
         .unwrap_err();
     assert!(err.to_string().contains("redquorum:"), "{err}");
 }
+
+#[tokio::test]
+async fn concurrent_inits_never_mix_their_records() {
+    for round in 0..3 {
+        let cluster = Cluster::start(3).await.unwrap();
+        let a = client(&cluster).build().unwrap();
+        let b = client(&cluster).build().unwrap();
+        let (ra, rb) = tokio::join!(a.init_cluster(), b.init_cluster());
+        for r in [&ra, &rb] {
+            if let Err(e) = r {
+                assert!(e.is_retryable(), "round {round}: {e}");
+            }
+        }
+        let ids: Vec<Option<String>> =
+            futures::future::join_all(cluster.servers().iter().map(|s| record_of(s.url())))
+                .await
+                .into_iter()
+                .map(|r| r.get("cluster").cloned())
+                .collect();
+        let written: Vec<&String> = ids.iter().flatten().collect();
+        assert!(
+            written.windows(2).all(|w| w[0] == w[1]),
+            "round {round}: records of two clusters: {ids:?}"
+        );
+        // Whatever happened, calling again completes one cluster.
+        let done = a.init_cluster().await.unwrap();
+        for id in
+            futures::future::join_all(cluster.servers().iter().map(|s| record_of(s.url()))).await
+        {
+            assert_eq!(id["cluster"], done.cluster_id, "round {round}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn init_reports_binary_keys_and_keeps_its_word_on_them() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let mut conn = raw(&cluster.server(2).url()).await;
+    let _: () = redis::cmd("SET")
+        .arg(b"\xff\xfe binary".as_slice())
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let err = client(&cluster)
+        .build()
+        .unwrap()
+        .init_cluster()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ClusterNotEmpty, "{err}");
+    for server in cluster.servers() {
+        assert!(record(&server.url(), RECORD).await.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn a_refused_master_heals_on_a_live_connection_once_readmitted() {
+    let cluster = Cluster::start(3).await.unwrap();
+    client(&cluster)
+        .build()
+        .unwrap()
+        .init_cluster()
+        .await
+        .unwrap();
+    let url = cluster.server(2).url();
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut raw(&url).await)
+        .await
+        .unwrap();
+    let newcomer = client(&cluster).build().unwrap();
+    let key = unique_key("heal");
+    newcomer
+        .acquire(&key)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // The newcomer saw master 2 as a stranger; an operator re-admits it.
+    client(&cluster)
+        .build()
+        .unwrap()
+        .init_cluster()
+        .await
+        .unwrap();
+    // The newcomer's connection to master 2 stays open; its next lock counts master 2.
+    wait_until(
+        Duration::from_secs(3),
+        "master 2 votes for the newcomer",
+        || {
+            let (newcomer, key, url) = (newcomer.clone(), key.clone(), url.clone());
+            async move {
+                let lease = newcomer.acquire(&key).await.unwrap();
+                let on_master_2 = lease.masters()[2].outcome().is_granted()
+                    || get(&url, &key).await.as_deref() == Some(lease.value());
+                lease.release().await.unwrap();
+                on_master_2
+            }
+        },
+    )
+    .await;
+}

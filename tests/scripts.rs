@@ -311,34 +311,52 @@ async fn stamp_contract() {
     let mut conn = raw(&server.url()).await;
     let script = Script::new(STAMP);
     let (record, epoch) = (unique_key("cluster"), unique_key("epoch"));
-    let stamp = |run_id: &'static str, fingerprint: &'static str| {
+    let stamp = |run_id: &'static str, epoch_id: &'static str, fingerprint: &'static str| {
         let mut call = script.key(&record);
         call.key(&epoch)
             .arg(run_id)
-            .arg("e1")
+            .arg(epoch_id)
             .arg("fingerprint")
             .arg(fingerprint)
             .arg("master")
             .arg("m1");
         call
     };
-    // Written, with the bootstrap fields naming the run_id and the epoch it created.
-    let (written, fingerprint): (i64, String) =
-        stamp("run-1", "f1").invoke_async(&mut conn).await.unwrap();
-    assert_eq!((written, fingerprint.as_str()), (1, "f1"));
+    // A bootstrap whose epoch is not the surveyed one (missing, or another): -1, nothing
+    // written.
+    let (code, _): (i64, String) = stamp("run-1", "e1", "f1")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(code, -1);
+    let _: () = conn.set(&epoch, "e0:123").await.unwrap();
+    let (code, _): (i64, String) = stamp("run-1", "e1", "f1")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(code, -1);
+    assert!(!conn.exists::<_, bool>(&record).await.unwrap());
+    // The surveyed epoch: written, with the bootstrap fields naming the run_id and epoch.
+    let _: () = conn.set(&epoch, "e1:123").await.unwrap();
+    let (code, fingerprint): (i64, String) = stamp("run-1", "e1", "f1")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((code, fingerprint.as_str()), (1, "f1"));
     let fields: std::collections::HashMap<String, String> = conn.hgetall(&record).await.unwrap();
     assert_eq!(fields["bootstrap_run_id"], "run-1");
     assert_eq!(fields["bootstrap_epoch"], "e1");
     assert_eq!(fields["master"], "m1");
-    assert!(get(&server.url(), &epoch).await.unwrap().starts_with("e1:"));
     // An existing record is never overwritten: 0 with its fingerprint.
-    let (written, fingerprint): (i64, String) =
-        stamp("run-2", "f2").invoke_async(&mut conn).await.unwrap();
-    assert_eq!((written, fingerprint.as_str()), (0, "f1"));
-    // Without a run_id (re-admission): no bootstrap fields.
+    let (code, fingerprint): (i64, String) = stamp("run-2", "e1", "f2")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((code, fingerprint.as_str()), (0, "f1"));
+    // Without a run_id (re-admission): no epoch check, no bootstrap fields.
     let _: () = conn.del(&record).await.unwrap();
-    let (written, _): (i64, String) = stamp("", "f3").invoke_async(&mut conn).await.unwrap();
-    assert_eq!(written, 1);
+    let (code, _): (i64, String) = stamp("", "", "f3").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(code, 1);
     let fields: std::collections::HashMap<String, String> = conn.hgetall(&record).await.unwrap();
     assert!(!fields.contains_key("bootstrap_run_id"), "{fields:?}");
 }
@@ -583,7 +601,7 @@ fn script_hashes_are_pinned() {
         (
             "stamp.lua",
             STAMP,
-            "9baa3b29f5002997687bee77294eaa56d2de5cac",
+            "f097d809d8f28a621f3a59f7974e53f94df6a766",
         ),
     ];
     for (name, source, hash) in pinned {

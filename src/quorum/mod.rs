@@ -118,6 +118,7 @@ fn vote(op: &Op, reply: &Result<Reply, MasterError>) -> Vote {
                     ..
                 }
                 | Reply::Survey { .. }
+                | Reply::Scanned { .. }
                 | Reply::Stamped { .. },
             ),
         ) => Vote::Granted,
@@ -152,7 +153,9 @@ fn outcome(reply: &Result<Reply, MasterError>) -> MasterOutcome {
         },
         Ok(Reply::Missing | Reply::Gone { .. }) => MasterOutcome::Missing,
         // Administration (records, not locks): done as asked.
-        Ok(Reply::Survey { .. } | Reply::Stamped { .. }) => MasterOutcome::Granted,
+        Ok(Reply::Survey { .. } | Reply::Scanned { .. } | Reply::Stamped { .. }) => {
+            MasterOutcome::Granted
+        }
         Err(e) => match e.abstains_until() {
             Some(until) => MasterOutcome::Abstained { until },
             None => MasterOutcome::Failed(e.clone()),

@@ -494,7 +494,9 @@ fn describe(request: &Request, trace: &Trace) -> String {
         Op::Release { key, value, .. } => format!("release {key} {}", short(value)),
         #[cfg(feature = "mutants")]
         Op::ReleaseUnchecked { key } => format!("DEL {key}"),
-        Op::Survey | Op::Stamp { .. } => op.name().to_owned(),
+        Op::Survey | Op::Scan { .. } | Op::Stamp { .. } | Op::Claim { .. } | Op::Unclaim { .. } => {
+            op.name().to_owned()
+        }
     }
 }
 
@@ -664,12 +666,17 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
         Op::Survey => Reply::Survey {
             run_id: String::new(),
             record: None,
-            holds: data.locks.keys().next().map(|k| k.to_string()),
+            epoch: data.epoch.clone().unwrap_or_default(),
+        },
+        Op::Scan { .. } => Reply::Scanned {
+            next: 0,
+            found: data.locks.keys().next().map(|k| k.to_string()),
         },
         Op::Stamp { .. } => Reply::Stamped {
-            written: false,
+            outcome: crate::master::StampOutcome::Exists,
             fingerprint: String::new(),
         },
+        Op::Claim { .. } | Op::Unclaim { .. } => Reply::Granted,
         // `DEL key`
         #[cfg(feature = "mutants")]
         Op::ReleaseUnchecked { key } => {

@@ -147,39 +147,38 @@ async fn s19_split_votes_n5() {
 const SLOW_REPLY: Duration = Duration::from_millis(400);
 
 /// How late master 0's replies reach Y in S19r: each of Y's failed attempts waits that long
-/// for master 0's refusal, so its attempts reach the masters that far apart. Under half of
+/// for master 0's refusal, so its attempts reach the masters that far apart. Well under
 /// [`SLOW_REPLY`], and far longer than the scripted step that falls between two attempts.
-const PACED_REPLY: Duration = Duration::from_millis(100);
+const PACED_REPLY: Duration = Duration::from_millis(200);
 
 /// S19r: a retry storm with no pause between attempts, and a master whose script cache is
 /// flushed (`SCRIPT FLUSH`) under open connections, behind a link that delays its replies
 /// to the storming client by [`SLOW_REPLY`] (D).
 ///
 /// The script: master 0 holds a foreign key (some other client's); Z takes masters 1 and
-/// 2. Y retries back to back. Its link to master 0 delays replies by [`PACED_REPLY`] (P,
-/// under D / 2): each attempt is refused at once by master 2 and after P by master 0, while
-/// master 1's answer is still on its way, so each failed attempt's release goes to master 1,
-/// and Y's attempts reach the masters P apart. The script steps in between two of them:
-/// once an attempt has run on masters 1 and 2 (their `SET` counts say so), Z leaves and
-/// master 1's script cache is flushed, long before Y's next attempt can arrive (the report
-/// states how long the step took, against P, and whether an attempt arrived meanwhile).
-/// That attempt's release, sent at `s` when master 0's refusal arrives, meets `NOSCRIPT` on
-/// master 1 and is re-sent after a `SCRIPT LOAD`, two slow replies later: it runs at
-/// `s + 2D`. Y's next attempt (at `w`, at once or, spread by Z's release notice, within
-/// about P) finds masters 1 and 2 free and wins them; the foreign key goes; W tries while Y
-/// is inside. With a fresh value per attempt the late release cannot match Y's key, and W
-/// stays out.
+/// 2. Y retries back to back, without waiting for release notices. Its link to master 0
+/// delays replies by [`PACED_REPLY`] (P, under D): each attempt is refused at once by
+/// master 2 and after P by master 0, while master 1's answer is still on its way, so each
+/// failed attempt's release goes to master 1, and Y's attempts reach the masters P apart.
+/// The script steps in between two of them: once an attempt has run on masters 1 and 2
+/// (their `SET` counts say so), Z leaves and master 1's script cache is flushed, long
+/// before that attempt fails (the report states how long the step took, against P,
+/// whether another attempt arrived meanwhile, and how many releases met `NOSCRIPT`). Its
+/// release, sent at `s` when master 0's refusal arrives, meets `NOSCRIPT` on master 1 and
+/// is re-sent after a `SCRIPT LOAD`, two slow replies later: it runs at `s + 2D`. Y's next
+/// attempt, at once (at `w`), finds masters 1 and 2 free and wins them; the foreign key
+/// goes; W tries while Y is inside. With a fresh value per attempt the late release cannot
+/// match Y's key, and W stays out.
 ///
 /// With one value for every attempt the late release deletes Y's key on master 1, and W
 /// gets in. With fencing, the write-back checks that key once, at `w + D` (after the
-/// grant's slow reply), and the late release runs after it, at `s + 2D`, since `w − s` is
-/// at most about P, well under D: the check passes, and the key goes right after it. A
-/// release of an earlier attempt either ran before the flush (finding Z's key, or nothing
-/// of Y's) or runs late too: sent about P before `s`, it runs 2D later, after the check as
-/// well since 2P is under D. Only the step's length depends on the machine's speed, against
-/// P, and the report shows it; the rest follows from the delays, and the slow link keeps
-/// the order of each direction. So every run catches the reused value, with or without
-/// fencing.
+/// grant's slow reply), a whole slow reply before the late release runs: the check passes,
+/// and the key goes right after it. The release of the attempt before either ran before
+/// the flush (finding Z's key, or nothing of Y's) or runs late too, 2D after it was sent
+/// P before `s`: after the check as well, since P is under D. Only the step's length
+/// depends on the machine's speed, against P, and the report shows it; the rest follows
+/// from the delays, and the slow link keeps the order of each direction. So every run
+/// catches the reused value, with or without fencing.
 pub async fn s19r(mutant: Option<Mutant>, expect: Expect) -> Outcome {
     s19r_with(mutant, expect, Guards::BR).await
 }
@@ -236,14 +235,16 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
                 .retry_attempts(100_000)
                 .retry_delay(Duration::ZERO)
                 .retry_jitter(Duration::ZERO)
+                // Each attempt follows the failed one at once, woken by nothing else.
+                .notifications(false)
                 .wait_timeout(Duration::from_secs(4)),
         ),
         mutant,
     );
     // Z and W use a node timeout that covers the three round trips of a script call on a
     // master without the script (see the NOSCRIPT test in `known_bugs.rs`), so their own
-    // releases are not cut short on a loaded machine. W keeps trying for longer than one
-    // slow reply: without fencing, a late release may land up to D after Y got in.
+    // releases are not cut short on a loaded machine. W keeps trying for two slow replies:
+    // without fencing, a late release lands about D after Y got in.
     let z = build(
         with_guards(
             client_over(direct.clone())
@@ -258,7 +259,7 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
                 .ttl(ttl)
                 .node_timeout(Duration::from_millis(300))
                 .retry_attempts(1000)
-                .wait_timeout(SLOW_REPLY + Duration::from_millis(300)),
+                .wait_timeout(SLOW_REPLY * 2),
         ),
         None,
     );
@@ -297,6 +298,9 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
         Ok(held) => held,
         Err((_, e)) => panic!("S19r: Z could not take masters 1 and 2: {e}"),
     };
+    // Z writes its counter back now and stays inside: the scripted step below only has it
+    // end its section and release.
+    let held_z = held_z.write(&mut store).await;
     // Y's attempts are counted where they run: each acquisition runs one `SET` on every
     // master (inside the acquire script with quarantine), and nothing else sets anything
     // on masters 1 and 2 until Y is inside.
@@ -321,9 +325,7 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
     });
     // The step falls right after one of Y's attempts has run on masters 1 and 2: a poll
     // that finds both at the same count, which the last poll did not, saw it arrive after
-    // that poll began. Y's first refusal has it subscribe to release notices, which waits
-    // for replies over the paced link; from its second attempt on it retries at once, and
-    // its next attempt arrives P after the one seen.
+    // that poll began. That attempt fails, and the next one arrives, P after it.
     let landed = |now: [u64; 2]| [now[0] - before[0], now[1] - before[1]];
     let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
     let mut last = landed(sets_run(&counters).await);
@@ -336,18 +338,18 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
         let since = polled;
         polled = tokio::time::Instant::now();
         let now = landed(sets_run(&counters).await);
-        if now[0] == now[1] && now[0] >= 2 && now != last {
+        if now[0] == now[1] && now != last {
             break Some((now, since));
         }
         last = now;
     };
-    // The step: Z leaves (its releases find the script on both masters), then master 1's
-    // script cache is flushed. Clients load their scripts when they connect, but these
-    // connections stay open, so the next release sent to it takes three round trips
-    // (EVALSHA, NOSCRIPT, SCRIPT LOAD, EVALSHA), and later commands on the connection
-    // overtake it. With quarantine, acquisitions and write-backs run scripts too: only the
-    // release is left out of the cache (in one transaction), so that acquisitions keep
-    // their order and only releases run late, as without.
+    // The step: Z leaves (ends its section and releases: the script is still there on both
+    // masters), then master 1's script cache is flushed. Clients load their scripts when
+    // they connect, but these connections stay open, so the next release sent to it takes
+    // three round trips (EVALSHA, NOSCRIPT, SCRIPT LOAD, EVALSHA), and later commands on
+    // the connection overtake it. With quarantine, acquisitions and write-backs run
+    // scripts too: only the release is left out of the cache (in one transaction), so that
+    // acquisitions keep their order and only releases run late, as without.
     held_z.leave(&mut store).await;
     let mut flush = redis::pipe();
     flush.atomic().cmd("SCRIPT").arg("FLUSH").ignore();
@@ -361,7 +363,7 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
     match synced {
         Some((attempt, since)) => env.note(format!(
             "the step (Z left, master 1's scripts flushed) ended at most {} ms after Y's attempt \
-             {} ran on masters 1 and 2 (the next one is due P = {} ms after it); {}",
+             {} ran on masters 1 and 2 (it fails P = {} ms after that); {}",
             since.elapsed().as_millis(),
             attempt[0],
             PACED_REPLY.as_millis(),
@@ -381,7 +383,18 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
         .unwrap()
         .unwrap_or(None);
     if let Some((granted, value)) = y_inside {
-        env.note(format!("Y granted by {granted:?}"));
+        let info: String = redis::cmd("INFO")
+            .arg("errorstats")
+            .query_async(&mut m1)
+            .await
+            .unwrap();
+        let noscript = info
+            .lines()
+            .find_map(|line| line.strip_prefix("errorstat_NOSCRIPT:count="))
+            .unwrap_or("0");
+        env.note(format!(
+            "Y granted by {granted:?}; Y's releases that met NOSCRIPT on master 1: {noscript}"
+        ));
         // The foreign holder goes away; W tries while Y is inside.
         let _: () = redis::cmd("DEL")
             .arg(&resource)
@@ -423,23 +436,22 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
 }
 
 /// How many `SET` commands each master behind `masters` has run so far, those run inside
-/// scripts included.
+/// scripts included (both asked at once).
 async fn sets_run(masters: &[MultiplexedConnection; 2]) -> [u64; 2] {
-    let mut counts = [0; 2];
-    for (count, conn) in counts.iter_mut().zip(masters) {
+    async fn one(mut conn: MultiplexedConnection) -> u64 {
         let info: String = redis::cmd("INFO")
             .arg("commandstats")
-            .query_async(&mut conn.clone())
+            .query_async(&mut conn)
             .await
             .unwrap();
-        *count = info
-            .lines()
+        info.lines()
             .find_map(|line| line.strip_prefix("cmdstat_set:calls="))
             .and_then(|rest| rest.split(',').next())
             .and_then(|calls| calls.parse().ok())
-            .unwrap_or(0);
+            .unwrap_or(0)
     }
-    counts
+    let (first, second) = tokio::join!(one(masters[0].clone()), one(masters[1].clone()));
+    [first, second]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

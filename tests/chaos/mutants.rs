@@ -106,10 +106,10 @@ const HUNTS: &[Hunt] = &[
     // docs/testing.md §5, the reused value with fencing: the same, with fencing's
     // ownership check. The check runs once, in the write-back, so it does not make the
     // shared value harmless: a late release that lands after it deletes the key. S19r
-    // scripts that order: Y's attempts arrive a paced reply apart, and between two of
-    // them Z leaves and master 1's scripts are flushed, so the first one's release runs
-    // two slow replies later, after the next attempt's write-back has checked the key
-    // (see `contention::s19r_with`).
+    // scripts that order: Y's attempts arrive a paced reply apart, and right after one of
+    // them Z leaves and master 1's scripts are flushed, so that attempt's release runs two
+    // slow replies later, after the next attempt's write-back has checked the key (see
+    // `contention::s19r`).
     Hunt {
         mutant: Mutant::ReuseValue,
         with: " with the ownership check",

@@ -303,9 +303,9 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
     let held_z = held_z.write(&mut store).await;
     // Y's attempts are counted where they run: each acquisition runs one `SET` on every
     // master (inside the acquire script with quarantine), and nothing else sets anything
-    // on masters 1 and 2 until Y is inside.
-    let counters = [m1.clone(), m2.clone()];
-    let before = sets_run(&counters).await;
+    // on masters 1 and 2 until Y is inside (Z's release deletes, W comes later).
+    let m12 = [m1.clone(), m2.clone()];
+    let before = sets_run(&m12).await;
     let (y_rec, y_store_url) = (env.history.recorder("S19r-Y", &resource), env.store.url());
     let (inside_tx, inside_rx) = tokio::sync::oneshot::channel();
     let (leave_tx, leave_rx) = tokio::sync::oneshot::channel::<()>();
@@ -328,7 +328,7 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
     // that poll began. That attempt fails, and the next one arrives, P after it.
     let landed = |now: [u64; 2]| [now[0] - before[0], now[1] - before[1]];
     let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
-    let mut last = landed(sets_run(&counters).await);
+    let mut last = landed(sets_run(&m12).await);
     let mut polled = tokio::time::Instant::now();
     let synced = loop {
         if tokio::time::Instant::now() >= give_up {
@@ -337,20 +337,36 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
         sleep(Duration::from_millis(1)).await;
         let since = polled;
         polled = tokio::time::Instant::now();
-        let now = landed(sets_run(&counters).await);
+        let now = landed(sets_run(&m12).await);
         if now[0] == now[1] && now != last {
             break Some((now, since));
         }
         last = now;
     };
-    // The step: Z leaves (ends its section and releases: the script is still there on both
-    // masters), then master 1's script cache is flushed. Clients load their scripts when
-    // they connect, but these connections stay open, so the next release sent to it takes
-    // three round trips (EVALSHA, NOSCRIPT, SCRIPT LOAD, EVALSHA), and later commands on
-    // the connection overtake it. With quarantine, acquisitions and write-backs run
-    // scripts too: only the release is left out of the cache (in one transaction), so that
-    // acquisitions keep their order and only releases run late, as without.
+    // The step: Z leaves (ends its section and releases), and once its keys are gone from
+    // masters 1 and 2 (its release returns when two masters cleared them, the third may
+    // still be on the way), master 1's script cache is flushed: Z's releases found the
+    // script. Clients load their scripts when they connect, but these connections stay
+    // open, so the next release sent to master 1 takes three round trips (EVALSHA,
+    // NOSCRIPT, SCRIPT LOAD, EVALSHA), and later commands on the connection overtake it.
+    // With quarantine, acquisitions and write-backs run scripts too: only the release is
+    // left out of the cache (in one transaction), so that acquisitions keep their order
+    // and only releases run late, as without.
+    let z_value = held_z.lease.value().to_owned();
     held_z.leave(&mut store).await;
+    crate::support::wait_until(Duration::from_secs(2), "Z's keys gone", || {
+        let (m12, resource, z_value) = (m12.clone(), resource.clone(), &z_value);
+        async move {
+            for mut conn in m12 {
+                let held: Option<String> = conn.get(&resource).await.unwrap();
+                if held.as_deref() == Some(z_value.as_str()) {
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await;
     let mut flush = redis::pipe();
     flush.atomic().cmd("SCRIPT").arg("FLUSH").ignore();
     if guards.quarantine {
@@ -359,7 +375,7 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
         }
     }
     let _: () = flush.query_async(&mut m1).await.unwrap();
-    let after = landed(sets_run(&counters).await);
+    let after = landed(sets_run(&m12).await);
     match synced {
         Some((attempt, since)) => env.note(format!(
             "the step (Z left, master 1's scripts flushed) ended at most {} ms after Y's attempt \

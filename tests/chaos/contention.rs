@@ -161,14 +161,14 @@ const PACED_REPLY: Duration = Duration::from_millis(200);
 /// master 2 and after P by master 0, while master 1's answer is still on its way, so each
 /// failed attempt's release goes to master 1, and Y's attempts reach the masters P apart.
 /// The script steps in between two of them: once an attempt has run on masters 1 and 2
-/// (their `SET` counts say so), Z leaves and master 1's script cache is flushed, long
-/// before that attempt fails (the report states how long the step took, against P,
-/// whether another attempt arrived meanwhile, and how many releases met `NOSCRIPT`). Its
-/// release, sent at `s` when master 0's refusal arrives, meets `NOSCRIPT` on master 1 and
-/// is re-sent after a `SCRIPT LOAD`, two slow replies later: it runs at `s + 2D`. Y's next
-/// attempt, at once (at `w`), finds masters 1 and 2 free and wins them; the foreign key
-/// goes; W tries while Y is inside. With a fresh value per attempt the late release cannot
-/// match Y's key, and W stays out.
+/// (their `SET` counts say so), Z leaves and, its keys gone, master 1's script cache is
+/// flushed, long before that attempt fails (the report states how long the step took,
+/// against P, whether another attempt arrived meanwhile, and how many releases met
+/// `NOSCRIPT`). Its release, sent at `s` when master 0's refusal arrives, meets `NOSCRIPT`
+/// on master 1 and is re-sent after a `SCRIPT LOAD`, two slow replies later: it runs at
+/// `s + 2D`. Y's next attempt, at once (at `w`), finds masters 1 and 2 free and wins them;
+/// the foreign key goes; W tries while Y is inside. With a fresh value per attempt the late
+/// release cannot match Y's key, and W stays out.
 ///
 /// With one value for every attempt the late release deletes Y's key on master 1, and W
 /// gets in. With fencing, the write-back checks that key once, at `w + D` (after the

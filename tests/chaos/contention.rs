@@ -349,9 +349,9 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
     // script. Clients load their scripts when they connect, but these connections stay
     // open, so the next release sent to master 1 takes three round trips (EVALSHA,
     // NOSCRIPT, SCRIPT LOAD, EVALSHA), and later commands on the connection overtake it.
-    // With quarantine, acquisitions and write-backs run scripts too: only the release is
-    // left out of the cache (in one transaction), so that acquisitions keep their order
-    // and only releases run late, as without.
+    // Acquisitions and write-backs that run scripts (with quarantine they do) keep theirs:
+    // only the release is left out of the cache (in one transaction), so that acquisitions
+    // keep their order and only releases run late.
     let z_value = held_z.lease.value().to_owned();
     held_z.leave(&mut store).await;
     crate::support::wait_until(Duration::from_secs(2), "Z's keys gone", || {
@@ -369,10 +369,8 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
     .await;
     let mut flush = redis::pipe();
     flush.atomic().cmd("SCRIPT").arg("FLUSH").ignore();
-    if guards.quarantine {
-        for source in [ACQUIRE_LUA, FENCE_LUA] {
-            flush.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
-        }
+    for source in [ACQUIRE_LUA, FENCE_LUA] {
+        flush.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
     }
     let _: () = flush.query_async(&mut m1).await.unwrap();
     let after = landed(sets_run(&m12).await);

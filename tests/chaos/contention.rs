@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis::AsyncCommands as _;
+use redis::aio::MultiplexedConnection;
 use redquorum::Mutant;
 use redquorum::testkit::{Latency, Mode, Persistence, Proxy};
 use tokio::time::sleep;
@@ -145,27 +146,39 @@ async fn s19_split_votes_n5() {
 /// How late master 1's replies reach Y in S19r.
 const SLOW_REPLY: Duration = Duration::from_millis(400);
 
-/// S19r: a retry storm with no pause between attempts, against a master whose script cache
-/// was just flushed (`SCRIPT FLUSH`) behind a link that delays its replies by
-/// [`SLOW_REPLY`] (D).
+/// How late master 0's replies reach Y in S19r: each of Y's failed attempts waits that long
+/// for master 0's refusal, so its attempts reach the masters that far apart. Well under
+/// [`SLOW_REPLY`], and far longer than the scripted step that falls between two attempts.
+const PACED_REPLY: Duration = Duration::from_millis(200);
+
+/// S19r: a retry storm with no pause between attempts, and a master whose script cache is
+/// flushed (`SCRIPT FLUSH`) under open connections, behind a link that delays its replies
+/// to the storming client by [`SLOW_REPLY`] (D).
 ///
-/// The script: master 1's scripts are flushed (no lock is held); master 0 holds a foreign
-/// key (some other client's); Z takes masters 1 and 2. Y retries back to back: each attempt
-/// is refused at once by masters 0 and 2 while master 1's answer is still on its way, so
-/// each failed attempt's release goes to master 1. Those releases meet `NOSCRIPT` there and
-/// are re-sent after a `SCRIPT LOAD`, two slow replies later: a release sent at `s` runs on
-/// master 1 at `s + 2D`. Z leaves as soon as the first of them met `NOSCRIPT` (at `s0`),
-/// and Y's next attempt (at `w`) wins masters 1 and 2; the foreign key goes; W tries while
-/// Y is inside. With a fresh value per attempt the late releases cannot match Y's key, and
-/// W stays out.
+/// The script: master 0 holds a foreign key (some other client's); Z takes masters 1 and
+/// 2. Y retries back to back, without waiting for release notices. Its link to master 0
+/// delays replies by [`PACED_REPLY`] (P, under D): each attempt is refused at once by
+/// master 2 and after P by master 0, while master 1's answer is still on its way, so each
+/// failed attempt's release goes to master 1, and Y's attempts reach the masters P apart.
+/// The script steps in between two of them: once an attempt has run on masters 1 and 2
+/// (their `SET` counts say so), Z leaves and, its keys gone, master 1's script cache is
+/// flushed, long before that attempt fails (the report states how long the step took,
+/// against P, whether another attempt arrived meanwhile, and how many releases met
+/// `NOSCRIPT`). Its release, sent at `s` when master 0's refusal arrives, meets `NOSCRIPT`
+/// on master 1 and is re-sent after a `SCRIPT LOAD`, two slow replies later: it runs at
+/// `s + 2D`. Y's next attempt, at once (at `w`), finds masters 1 and 2 free and wins them;
+/// the foreign key goes; W tries while Y is inside. With a fresh value per attempt the late
+/// release cannot match Y's key, and W stays out.
 ///
-/// With one value for every attempt the late releases delete Y's key on master 1. With
-/// fencing, the write-back checks that key once, at `w + D` (after the grant's slow
-/// reply): every late release was sent in `[s0, w)` and runs at `s + 2D`, after the check
-/// as long as `w − s0 < D` (the report states how soon Z left, against D). The check then
-/// passes, and the key goes right after it. That fails only when Z's release reaches
-/// master 2 before master 1 and one of Y's attempts falls in between: it is granted
-/// master 2, waits D for master 1's refusal, and its successor's `w` comes too late.
+/// With one value for every attempt the late release deletes Y's key on master 1, and W
+/// gets in. With fencing, the write-back checks that key once, at `w + D` (after the
+/// grant's slow reply), a whole slow reply before the late release runs: the check passes,
+/// and the key goes right after it. The release of the attempt before either ran before
+/// the flush (finding Z's key, or nothing of Y's) or runs late too, 2D after it was sent
+/// P before `s`: after the check as well, since P is under D. Only the step's length
+/// depends on the machine's speed, against P, and the report shows it; the rest follows
+/// from the delays, and the slow link keeps the order of each direction. So every run
+/// catches the reused value, with or without fencing.
 pub async fn s19r(mutant: Option<Mutant>, expect: Expect) -> Outcome {
     s19r_with(mutant, expect, Guards::BR).await
 }
@@ -178,7 +191,7 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
     let setup = Setup::new(
         "S19r",
         format!(
-            "retry storm, zero delay, one slow reply path{}",
+            "retry storm, zero delay, a slow reply path and a paced one{}",
             guards.label()
         ),
         expect,
@@ -202,7 +215,13 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
         to_server: Latency::ZERO,
         to_client: Latency::new(SLOW_REPLY, Duration::ZERO),
     });
+    let paced = Proxy::for_server(env.cluster.server(0)).await.unwrap();
+    paced.set_mode(Mode::Delay {
+        to_server: Latency::ZERO,
+        to_client: Latency::new(PACED_REPLY, Duration::ZERO),
+    });
     let mut y_urls = direct.clone();
+    y_urls[0] = paced.url();
     y_urls[1] = slow.url();
     let resource = env.resource(0);
     let y = build(
@@ -216,14 +235,16 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
                 .retry_attempts(100_000)
                 .retry_delay(Duration::ZERO)
                 .retry_jitter(Duration::ZERO)
+                // Each attempt follows the failed one at once, woken by nothing else.
+                .notifications(false)
                 .wait_timeout(Duration::from_secs(4)),
         ),
         mutant,
     );
     // Z and W use a node timeout that covers the three round trips of a script call on a
     // master without the script (see the NOSCRIPT test in `known_bugs.rs`), so their own
-    // releases are not cut short on a loaded machine. W keeps trying for longer than one
-    // slow reply: without fencing, a late release may land up to D after Y got in.
+    // releases are not cut short on a loaded machine. W keeps trying for two slow replies:
+    // without fencing, a late release lands about D after Y got in.
     let z = build(
         with_guards(
             client_over(direct.clone())
@@ -238,7 +259,7 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
                 .ttl(ttl)
                 .node_timeout(Duration::from_millis(300))
                 .retry_attempts(1000)
-                .wait_timeout(SLOW_REPLY + Duration::from_millis(300)),
+                .wait_timeout(SLOW_REPLY * 2),
         ),
         None,
     );
@@ -246,8 +267,8 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
     // Every client's connection to master 1 (Y's opens through the slow link) must have
     // loaded the scripts before they are flushed: a connection loads them with its first
     // request, so each client takes a lock that only masters 1 and 2 can grant (master 0
-    // holds a foreign key for it). Flushing earlier would let Y's connection load the
-    // scripts afterwards, and its releases would never meet NOSCRIPT.
+    // holds a foreign key for it). A connection opened after the flush would load the
+    // scripts again, and its releases would never meet NOSCRIPT.
     let through_m1 = format!("{}through-m1", env.prefix);
     let _: () = m0.set(&through_m1, "foreign").await.unwrap();
     for c in [&y, &z, &w] {
@@ -262,27 +283,8 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
             .unwrap();
     }
     let _: () = m0.del(&through_m1).await.unwrap();
-    let m1_url = direct[1].clone();
-    // Master 1's script cache is flushed a moment before (with no lock held). Clients load
-    // their scripts when they connect, but these connections stay open, so the next
-    // releases sent to it take three round trips (EVALSHA, NOSCRIPT, SCRIPT LOAD, EVALSHA),
-    // and later commands on the connection overtake them.
     let mut m1 = crate::support::raw(&direct[1]).await;
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut m1)
-        .await
-        .unwrap();
-    // Acquisitions and write-backs run scripts too: only the release is left out of the
-    // cache, so that acquisitions keep their order and only releases run late.
-    for source in [ACQUIRE_LUA, FENCE_LUA] {
-        let _: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(source)
-            .query_async(&mut m1)
-            .await
-            .unwrap();
-    }
+    let m2 = crate::support::raw(&direct[2]).await;
     let _: () = redis::cmd("SET")
         .arg(&resource)
         .arg("foreign")
@@ -296,6 +298,14 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
         Ok(held) => held,
         Err((_, e)) => panic!("S19r: Z could not take masters 1 and 2: {e}"),
     };
+    // Z writes its counter back now and stays inside: the scripted step below only has it
+    // end its section and release.
+    let held_z = held_z.write(&mut store).await;
+    // Y's attempts are counted where they run: each acquisition runs one `SET` on every
+    // master (inside the acquire script with quarantine), and nothing else sets anything
+    // on masters 1 and 2 until Y is inside (Z's release deletes, W comes later).
+    let m12 = [m1.clone(), m2.clone()];
+    let before = sets_run(&m12).await;
     let (y_rec, y_store_url) = (env.history.recorder("S19r-Y", &resource), env.store.url());
     let (inside_tx, inside_rx) = tokio::sync::oneshot::channel();
     let (leave_tx, leave_rx) = tokio::sync::oneshot::channel::<()>();
@@ -313,34 +323,91 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
             }
         }
     });
-    // Z leaves as soon as Y's first release has met NOSCRIPT on master 1: the releases Y
-    // sends in the next D (before that reply brings Y to load the script) all run late.
-    let stats = crate::support::raw(&m1_url).await;
-    crate::support::wait_until(Duration::from_secs(5), "Y's release meets NOSCRIPT", || {
-        let mut stats = stats.clone();
+    // The step falls right after one of Y's attempts has run on masters 1 and 2: a poll
+    // that finds both at the same count, which the last poll did not, saw it arrive after
+    // that poll began. That attempt fails, and the next one arrives, P after it.
+    let landed = |now: [u64; 2]| [now[0] - before[0], now[1] - before[1]];
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
+    let mut last = landed(sets_run(&m12).await);
+    let mut polled = tokio::time::Instant::now();
+    let synced = loop {
+        if tokio::time::Instant::now() >= give_up {
+            break None;
+        }
+        sleep(Duration::from_millis(1)).await;
+        let since = polled;
+        polled = tokio::time::Instant::now();
+        let now = landed(sets_run(&m12).await);
+        if now[0] == now[1] && now != last {
+            break Some((now, since));
+        }
+        last = now;
+    };
+    // The step: Z leaves (ends its section and releases), and once its keys are gone from
+    // masters 1 and 2 (its release returns when two masters cleared them, the third may
+    // still be on the way), master 1's script cache is flushed: Z's releases found the
+    // script. Clients load their scripts when they connect, but these connections stay
+    // open, so the next release sent to master 1 takes three round trips (EVALSHA,
+    // NOSCRIPT, SCRIPT LOAD, EVALSHA), and later commands on the connection overtake it.
+    // Acquisitions and write-backs that run scripts (with quarantine they do) keep theirs:
+    // only the release is left out of the cache (in one transaction), so that acquisitions
+    // keep their order and only releases run late.
+    let z_value = held_z.lease.value().to_owned();
+    held_z.leave(&mut store).await;
+    crate::support::wait_until(Duration::from_secs(2), "Z's keys gone", || {
+        let (m12, resource, z_value) = (m12.clone(), resource.clone(), &z_value);
         async move {
-            let info: String = redis::cmd("INFO")
-                .arg("errorstats")
-                .query_async(&mut stats)
-                .await
-                .unwrap();
-            info.contains("errorstat_NOSCRIPT")
+            for mut conn in m12 {
+                let held: Option<String> = conn.get(&resource).await.unwrap();
+                if held.as_deref() == Some(z_value.as_str()) {
+                    return false;
+                }
+            }
+            true
         }
     })
     .await;
-    let noscript_seen = tokio::time::Instant::now();
-    held_z.leave(&mut store).await;
-    let z_left = noscript_seen.elapsed();
+    let mut flush = redis::pipe();
+    flush.atomic().cmd("SCRIPT").arg("FLUSH").ignore();
+    for source in [ACQUIRE_LUA, FENCE_LUA] {
+        flush.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
+    }
+    let _: () = flush.query_async(&mut m1).await.unwrap();
+    let after = landed(sets_run(&m12).await);
+    match synced {
+        Some((attempt, since)) => env.note(format!(
+            "the step (Z left, master 1's scripts flushed) ended at most {} ms after Y's attempt \
+             {} ran on masters 1 and 2 (it fails P = {} ms after that); {}",
+            since.elapsed().as_millis(),
+            attempt[0],
+            PACED_REPLY.as_millis(),
+            if after == attempt {
+                "no attempt arrived meanwhile"
+            } else {
+                "AN ATTEMPT ARRIVED MEANWHILE"
+            }
+        )),
+        None => env.note(format!(
+            "Y's attempts never ran on masters 1 and 2 in step (counts {last:?}): the step \
+             was not scripted"
+        )),
+    }
     let y_inside = tokio::time::timeout(Duration::from_secs(6), inside_rx)
         .await
         .unwrap()
         .unwrap_or(None);
     if let Some((granted, value)) = y_inside {
+        let info: String = redis::cmd("INFO")
+            .arg("errorstats")
+            .query_async(&mut m1)
+            .await
+            .unwrap();
+        let noscript = info
+            .lines()
+            .find_map(|line| line.strip_prefix("errorstat_NOSCRIPT:count="))
+            .unwrap_or("0");
         env.note(format!(
-            "Y granted by {granted:?}; Z left {} ms after the first NOSCRIPT was seen (the late \
-             releases follow the write-back if that is well under D = {} ms)",
-            z_left.as_millis(),
-            SLOW_REPLY.as_millis()
+            "Y granted by {granted:?}; Y's releases that met NOSCRIPT on master 1: {noscript}"
         ));
         // The foreign holder goes away; W tries while Y is inside.
         let _: () = redis::cmd("DEL")
@@ -378,8 +445,27 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
         .await
         .unwrap();
     let out = env.finish(Workers::none(), Checks::SCRIPTED).await;
-    drop(slow);
+    drop((slow, paced));
     out
+}
+
+/// How many `SET` commands each master behind `masters` has run so far, those run inside
+/// scripts included (both asked at once).
+async fn sets_run(masters: &[MultiplexedConnection; 2]) -> [u64; 2] {
+    async fn one(mut conn: MultiplexedConnection) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        info.lines()
+            .find_map(|line| line.strip_prefix("cmdstat_set:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|calls| calls.parse().ok())
+            .unwrap_or(0)
+    }
+    let (first, second) = tokio::join!(one(masters[0].clone()), one(masters[1].clone()));
+    [first, second]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -25,8 +25,8 @@
 //!    `ReuseValue` mutant through exactly this).
 //!
 //! A fix would load the scripts when a connection is (re)opened, or fall back to `EVAL`
-//! (one round trip). Note: once scripts are preloaded, S19r loses the reordering it relies
-//! on and `ReuseValue` needs fencing's ownership check to be caught.
+//! (one round trip). Scripts are now preloaded at connect; S19r flushes a master's script
+//! cache under open connections to bring the reordering back (see `contention::s19r`).
 
 use std::time::Duration;
 

@@ -105,12 +105,11 @@ const HUNTS: &[Hunt] = &[
     },
     // docs/testing.md §5, the reused value with fencing: the same, with fencing's
     // ownership check. The check runs once, in the write-back, so it does not make the
-    // shared value harmless: a late release that lands after it deletes the key, and
-    // S19r orders the late releases after it (see `contention::s19r_with`). One race is
-    // left in that script: Z's two releases (masters 1 and 2) land in either order, and
-    // when Y's next attempt finds master 2 free but master 1 still Z's, it waits a slow
-    // reply, and the first late releases can land between its successor's grant and
-    // write-back instead.
+    // shared value harmless: a late release that lands after it deletes the key. S19r
+    // scripts that order: Y's attempts arrive a paced reply apart, and right after one of
+    // them Z leaves and master 1's scripts are flushed, so that attempt's release runs two
+    // slow replies later, after the next attempt's write-back has checked the key (see
+    // `contention::s19r`).
     Hunt {
         mutant: Mutant::ReuseValue,
         with: " with the ownership check",
@@ -122,8 +121,8 @@ const HUNTS: &[Hunt] = &[
                 Guards::RSV_F,
             ))
         },
-        required: false,
-        why: "Z's releases may land in either order (see above)",
+        required: true,
+        why: "",
     },
     // Masters killed and restarted under contention miss some grants, so their fence
     // counters drift apart; the max over one round's granting quorum then repeats or

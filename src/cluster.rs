@@ -84,6 +84,27 @@ impl Terms {
         Uuid::new_v5(&FINGERPRINT_NAMESPACE, text.as_bytes()).to_string()
     }
 
+    /// Why a client with these terms refuses `record`, if it does: a sentence naming each
+    /// difference.
+    pub(crate) fn disagreement(&self, record: &Record) -> Option<String> {
+        if record.agrees_with(self) {
+            return None;
+        }
+        let mut differences = self.differences(record);
+        if differences.is_empty() {
+            differences.push(format!(
+                "fingerprint {} is not what its cluster and members give",
+                record.fingerprint
+            ));
+        }
+        Some(format!(
+            "its cluster record (cluster {}) differs from this client's configuration: {}. \
+             Use the cluster's settings",
+            record.cluster,
+            differences.join("; ")
+        ))
+    }
+
     /// What differs between these terms and a record's, one phrase per setting.
     fn differences(&self, record: &Record) -> Vec<String> {
         let mut found = Vec::new();
@@ -480,23 +501,8 @@ impl View {
     }
 
     fn judge_record(&self, state: &mut ViewState, record: &Record, seen: &mut Seen) -> Admission {
-        if !record.agrees_with(&self.terms) {
-            let mut differences = self.terms.differences(record);
-            if differences.is_empty() {
-                differences.push(format!(
-                    "fingerprint {} is not what its cluster and members give",
-                    record.fingerprint
-                ));
-            }
-            return Admission::Mismatch(
-                format!(
-                    "its cluster record (cluster {}) differs from this client's \
-                     configuration: {}. Use the cluster's settings",
-                    record.cluster,
-                    differences.join("; ")
-                )
-                .into(),
-            );
+        if let Some(why) = self.terms.disagreement(record) {
+            return Admission::Mismatch(why.into());
         }
         if let Some(adopted) = &state.adopted
             && adopted.fingerprint != record.fingerprint

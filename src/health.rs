@@ -708,6 +708,13 @@ fn describe(
         ),
         (Ok(_), None) => {}
     }
+    if let Some(why) = &probe.refused {
+        health.push(
+            Check::ClusterRecord,
+            Severity::Problem,
+            format!("it does not vote for this client: {why}"),
+        );
+    }
     match probe.record {
         Ok(fields) if fields.is_empty() => health.push(
             Check::ClusterRecord,
@@ -1215,7 +1222,18 @@ mod tests {
             record: Ok([("version", "1"), ("cluster", "c1"), ("master", "m1")]
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .into()),
+            refused: None,
         }
+    }
+
+    #[test]
+    fn a_master_that_does_not_vote_for_this_client_is_a_problem() {
+        let mut p = probe(0);
+        p.refused = Some("its cluster record differs: ttl_max_ms \"5000\"".into());
+        let health = one(p, &context());
+        assert!(!health.is_healthy());
+        let found: Vec<String> = health.problems().map(|f| f.to_string()).collect();
+        assert!(found.iter().any(|f| f.contains("ttl_max_ms")), "{found:?}");
     }
 
     fn one(probe: Probe, context: &Context) -> MasterHealth {

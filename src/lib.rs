@@ -13,14 +13,13 @@
 //!   [`ErrorKind::NoRuntime`] instead of panicking. A client can be built anywhere and
 //!   used from any runtime: its background tasks start in the runtime of first use, and
 //!   start again in the next one if that runtime shuts down.
-//! - **A bootstrap, or patience, on a fresh cluster.** [`Redlock::init_cluster`] writes
-//!   the cluster record on brand-new masters, so that they vote at once and every client
-//!   is checked against the cluster's settings. Without it, brand-new masters abstain
-//!   once, for `ttl_max` (restart quarantine: a fresh server cannot be told from one that
-//!   lost its locks), so the first [`acquire`](Redlock::acquire) sleeps until they vote,
-//!   within its wait budget (twice `ttl_max` by default);
-//!   [`try_acquire`](Redlock::try_acquire) reports [`ErrorKind::NotEnoughVoters`] with
-//!   [`Error::retry_after`].
+//! - **Patience on a fresh cluster, or a bootstrap.** Brand-new masters abstain once, for
+//!   `ttl_max` (restart quarantine: a fresh server cannot be told from one that lost its
+//!   locks), so the first [`acquire`](Redlock::acquire) sleeps until they vote, within its
+//!   wait budget (twice `ttl_max` by default); [`try_acquire`](Redlock::try_acquire)
+//!   reports [`ErrorKind::NotEnoughVoters`] with [`Error::retry_after`]. An operator who
+//!   just created the masters can say so once with [`Redlock::init_cluster`]: they vote
+//!   at once, and every client is checked against the cluster's settings.
 //!
 //! # Where to start
 //! - [`Redlock::with_lock`] runs a critical section while holding the lock: it keeps the
@@ -63,8 +62,6 @@
 //!     .masters(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
 //!     .ttl("10s")
 //!     .build()?;
-//! // On brand-new masters (idempotent): they vote at once, every client is checked.
-//! client.init_cluster().await?;
 //!
 //! match client.acquire("orders:42").await {
 //!     Ok(lease) => {

@@ -1395,6 +1395,10 @@ pub(crate) struct Probe {
     pub(crate) config: Result<BTreeMap<String, String>, MasterError>,
     /// `HGETALL` of the cluster record: empty when there is none.
     pub(crate) record: Result<BTreeMap<String, String>, MasterError>,
+    /// Why this client does not let the master vote, as far as the cluster record goes:
+    /// a record that disagrees with the client's settings, or a refusal the client made
+    /// when it connected (a twin, a stranger).
+    pub(crate) refused: Option<String>,
 }
 
 impl Shared {
@@ -1420,7 +1424,20 @@ impl Shared {
             }
         };
         match tokio::time::timeout(self.node_timeout, read_health(&mut conn, record_key)).await {
-            Ok(probe) => probe,
+            Ok(probe) => probe.map(|mut probe| {
+                let disagrees = probe.record.as_ref().ok().and_then(|fields| {
+                    let fields: HashMap<String, String> =
+                        fields.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                    match Record::parse(&fields) {
+                        Ok(Some(record)) => self.view.terms().disagreement(&record),
+                        Ok(None) => None,
+                        Err(error) => Some(error),
+                    }
+                });
+                probe.refused =
+                    disagrees.or_else(|| self.view.refused(self.index).map(|e| e.to_string()));
+                probe
+            }),
             Err(_) => Err(MasterError::new(
                 MasterErrorKind::Timeout,
                 format!(
@@ -1491,5 +1508,6 @@ async fn read_health(
         memory,
         config,
         record,
+        refused: None,
     })
 }

@@ -400,3 +400,25 @@ async fn a_refused_master_heals_on_a_live_connection_once_readmitted() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn the_health_check_names_masters_that_do_not_vote_for_this_client() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let urls = cluster.urls();
+    quarantined(urls.clone())
+        .build()
+        .unwrap()
+        .init_cluster()
+        .await
+        .unwrap();
+    let ours = quarantined(urls.clone())
+        .build()
+        .unwrap()
+        .check_masters()
+        .await;
+    assert!(ours.is_healthy(), "{ours}");
+    let theirs = quarantined(urls).ttl_max("20s").build().unwrap();
+    let report = theirs.check_masters().await;
+    assert!(!report.is_healthy(), "{report}");
+    assert!(report.to_string().contains("ttl_max_ms"), "{report}");
+}

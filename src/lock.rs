@@ -995,8 +995,9 @@ pub(crate) fn check_runtime(resource: &str) -> Result<(), Error> {
     ))
 }
 
-/// Refuses resource names that are empty or longer than [`MAX_RESOURCE_LEN`].
-fn check_resource(resource: &str) -> Result<(), Error> {
+/// Refuses resource names that are empty, in the crate's record namespace, or longer than
+/// [`MAX_RESOURCE_LEN`].
+pub(crate) fn check_resource(resource: &str) -> Result<(), Error> {
     let detail = if resource.is_empty() {
         "it is empty: name the resource to lock, such as \"orders:42\"".to_owned()
     } else if resource.starts_with(scripts::RECORD_NAMESPACE) {

@@ -19,7 +19,7 @@
 //! Layer: below the round and above the settings (docs/design.md §10); it must not use the
 //! round, quarantine's application (`guard.rs`), the core, leases or the facade.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -90,6 +90,12 @@ pub(crate) enum Op {
         record: Box<Record>,
         run_id: Option<String>,
     },
+    /// Reads one lock, changing nothing (`inspect.lua`): the key's type, value and `PTTL`,
+    /// its owner record and fence counter.
+    Inspect { key: Arc<str> },
+    /// Deletes whatever holds the lock (and its owner record), raises its fence counter and
+    /// publishes the release notice on `channel` (`force_unlock.lua`).
+    ForceUnlock { key: Arc<str>, channel: Arc<str> },
 }
 
 impl Op {
@@ -121,10 +127,15 @@ impl Op {
     }
 
     /// Whether every answer to this op counts, whatever the master's standing (quarantine,
-    /// cluster record): a release must reach every master that may hold the key, and the
-    /// cluster's administration reads and writes records, not locks.
+    /// cluster record): a release must reach every master that may hold the key, the
+    /// cluster's administration reads and writes records, not locks, and an operator's
+    /// inspection and force-unlock must reach every master that may hold the lock.
     pub(crate) fn is_unguarded(&self) -> bool {
-        self.is_release() || matches!(self, Op::Survey | Op::Stamp { .. })
+        self.is_release()
+            || matches!(
+                self,
+                Op::Survey | Op::Stamp { .. } | Op::Inspect { .. } | Op::ForceUnlock { .. }
+            )
     }
 
     /// The operation's name in traces.
@@ -138,6 +149,8 @@ impl Op {
             Op::ReleaseUnchecked { .. } => "release",
             Op::Survey => "survey",
             Op::Stamp { .. } => "stamp",
+            Op::Inspect { .. } => "inspect",
+            Op::ForceUnlock { .. } => "force_unlock",
         }
     }
 }
@@ -199,6 +212,31 @@ pub(crate) enum Reply {
     /// The answer to `Stamp`: whether it wrote the record, and the fingerprint the master
     /// now has.
     Stamped { written: bool, fingerprint: String },
+    /// The answer to `Inspect`.
+    Inspected(Box<Inspected>),
+    /// The answer to `ForceUnlock`: the value deleted (`None`: nothing held the lock), and
+    /// the fence counter after the raise.
+    ForceUnlocked {
+        removed: Option<String>,
+        counter: u64,
+    },
+}
+
+/// What one master holds for a lock, read at once (`inspect.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Inspected {
+    /// The lock key's type (`TYPE`): `none`, `string`, or another kind's.
+    pub(crate) kind: String,
+    /// Its value, when a string.
+    pub(crate) value: Option<String>,
+    /// Its `PTTL`: -2 missing, -1 no expiry.
+    pub(crate) pttl_ms: i64,
+    /// The owner record's fields (empty without one).
+    pub(crate) owner: BTreeMap<String, String>,
+    /// The fence counter, if any.
+    pub(crate) fence: Option<u64>,
+    /// The master's wall clock, in ms since the Unix epoch.
+    pub(crate) now_ms: u64,
 }
 
 /// What a fencing write-back did on one master.
@@ -768,24 +806,25 @@ async fn run(
             value,
             ttl,
             epoch,
+            ..
         } => {
-            let (code, record, now, _): (i64, Option<String>, String, Option<String>) =
-                scripts::EXTEND
-                    .key(&**key)
-                    .key(scripts::EPOCH_KEY)
-                    .key(&*shared.record_key)
-                    .key(scripts::owner_key(key))
-                    .arg(&**value)
-                    .arg(millis(*ttl))
-                    .arg(if *epoch {
-                        new_epoch_id()
-                    } else {
-                        String::new()
-                    })
-                    .arg(shared.view.fingerprint())
-                    .invoke_async(conn)
-                    .await
-                    .map_err(MasterError::from_redis)?;
+            let script = &*scripts::EXTEND;
+            let (code, record, now, _): (i64, Option<String>, String, Option<String>) = script
+                .key(&**key)
+                .key(scripts::EPOCH_KEY)
+                .key(&*shared.record_key)
+                .key(scripts::owner_key(key))
+                .arg(&**value)
+                .arg(millis(*ttl))
+                .arg(if *epoch {
+                    new_epoch_id()
+                } else {
+                    String::new()
+                })
+                .arg(shared.view.fingerprint())
+                .invoke_async(conn)
+                .await
+                .map_err(MasterError::from_redis)?;
             let granted = match code {
                 1 => Some(true),
                 0 => None,
@@ -870,6 +909,49 @@ async fn run(
                 written,
                 fingerprint,
             })
+        }
+        Op::Inspect { key } => {
+            type Answer = (
+                String,
+                Option<String>,
+                i64,
+                HashMap<String, String>,
+                Option<String>,
+                String,
+            );
+            let (kind, value, pttl_ms, owner, fence, now): Answer = scripts::INSPECT
+                .key(&**key)
+                .key(scripts::owner_key(key))
+                .key(scripts::fence_key(key))
+                .invoke_async(conn)
+                .await
+                .map_err(MasterError::from_redis)?;
+            Ok(Reply::Inspected(Box::new(Inspected {
+                kind,
+                value,
+                pttl_ms,
+                owner: owner.into_iter().collect(),
+                fence: fence.map(|c| parse_number("inspect", &c)).transpose()?,
+                now_ms: parse_number("inspect", &now)?,
+            })))
+        }
+        Op::ForceUnlock { key, channel } => {
+            let (code, detail, counter): (i64, Option<String>, Option<u64>) = scripts::FORCE_UNLOCK
+                .key(&**key)
+                .key(scripts::owner_key(key))
+                .key(scripts::fence_key(key))
+                .arg(&**channel)
+                .invoke_async(conn)
+                .await
+                .map_err(MasterError::from_redis)?;
+            match (code, counter) {
+                (1 | 0, Some(counter)) => Ok(Reply::ForceUnlocked {
+                    removed: detail,
+                    counter,
+                }),
+                (-3, _) => Err(wrong_kind(detail.as_deref())),
+                (other, _) => Err(unexpected("force_unlock", other)),
+            }
         }
     }
 }

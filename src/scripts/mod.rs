@@ -11,7 +11,7 @@ use redis::Script;
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 const RELEASE_LUA: &str = include_str!("release.lua");
 
-/// Compare-and-PEXPIRE, re-setting a missing key; see `extend.lua`.
+/// Compare-and-PEXPIRE, never setting a missing key again; see `extend.lua`.
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
 const EXTEND_LUA: &str = include_str!("extend.lua");
 
@@ -30,6 +30,14 @@ const STAMP_LUA: &str = include_str!("stamp.lua");
 pub(crate) static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_LUA));
 const FENCE_LUA: &str = include_str!("fence.lua");
 
+/// Reads one lock for inspection, changing nothing; see `inspect.lua`.
+pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT_LUA));
+const INSPECT_LUA: &str = include_str!("inspect.lua");
+
+/// Deletes whatever holds a lock and raises its fence counter; see `force_unlock.lua`.
+pub(crate) static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_UNLOCK_LUA));
+const FORCE_UNLOCK_LUA: &str = include_str!("force_unlock.lua");
+
 /// Storage-side fencing check; see `fenced_set.lua`.
 pub(crate) static FENCED_SET: LazyLock<Script> = LazyLock::new(|| Script::new(FENCED_SET_LUA));
 const FENCED_SET_LUA: &str = include_str!("fenced_set.lua");
@@ -46,6 +54,8 @@ pub(crate) fn master_scripts() -> Vec<&'static str> {
         EPOCH_SOURCE,
         FENCE_LUA,
         STAMP_LUA,
+        INSPECT_LUA,
+        FORCE_UNLOCK_LUA,
     ];
     #[cfg(feature = "mutants")]
     scripts.extend(planted::SOURCES.iter().map(|s| s.as_str()));

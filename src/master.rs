@@ -60,6 +60,9 @@ pub(crate) enum Op {
         value: Arc<str>,
         ttl: Duration,
         epoch: bool,
+        /// `true` plants [`Mutant::ExtendRecreates`]: a missing key is set again.
+        #[cfg(feature = "mutants")]
+        recreate: bool,
     },
     /// Fencing write-back: raise the counter to `token` where the lock is ours and the
     /// counter is below it, see `fence.lua`.
@@ -809,6 +812,11 @@ async fn run(
             ..
         } => {
             let script = &*scripts::EXTEND;
+            #[cfg(feature = "mutants")]
+            let script = match op {
+                Op::Extend { recreate: true, .. } => &*scripts::EXTEND_RECREATES,
+                _ => script,
+            };
             let (code, record, now, _): (i64, Option<String>, String, Option<String>) = script
                 .key(&**key)
                 .key(scripts::EPOCH_KEY)

@@ -188,6 +188,8 @@ impl LeaseShared {
             value: Arc::clone(&self.value),
             ttl,
             epoch: inner.config.quarantine,
+            #[cfg(feature = "mutants")]
+            recreate: inner.config.planted.is(Mutant::ExtendRecreates),
         });
         let round = quorum::run(
             &inner.masters,

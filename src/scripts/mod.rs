@@ -83,8 +83,23 @@ mod planted {
     pub(super) static FENCE_MAX_WRITE: LazyLock<String> =
         LazyLock::new(|| changed(super::FENCE_LUA, "if c < t then", "if c <= t then"));
 
-    pub(super) static SOURCES: LazyLock<[String; 2]> =
-        LazyLock::new(|| [ACQUIRE_ONE_ROUND_TOKEN.clone(), FENCE_MAX_WRITE.clone()]);
+    /// `extend.lua` setting a missing key again with the caller's value, as extensions
+    /// once did: `Mutant::ExtendRecreates`, which undoes a force-unlock.
+    pub(super) static EXTEND_RECREATES: LazyLock<String> = LazyLock::new(|| {
+        changed(
+            super::EXTEND_LUA,
+            "  return {0, epoch, now, false}",
+            "  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return {1, epoch, now, false}",
+        )
+    });
+
+    pub(super) static SOURCES: LazyLock<[String; 3]> = LazyLock::new(|| {
+        [
+            ACQUIRE_ONE_ROUND_TOKEN.clone(),
+            FENCE_MAX_WRITE.clone(),
+            EXTEND_RECREATES.clone(),
+        ]
+    });
 
     /// `source` with `from` replaced by `to`; a script that no longer contains `from`
     /// gives an empty variant, which a test refuses.
@@ -107,6 +122,11 @@ pub(crate) static ACQUIRE_ONE_ROUND_TOKEN: LazyLock<Script> =
 pub(crate) static FENCE_MAX_WRITE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&planted::FENCE_MAX_WRITE));
 
+/// [`EXTEND`] setting a missing key again (`Mutant::ExtendRecreates`).
+#[cfg(feature = "mutants")]
+pub(crate) static EXTEND_RECREATES: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&planted::EXTEND_RECREATES));
+
 #[cfg(all(test, feature = "mutants"))]
 mod tests {
     #[test]
@@ -117,6 +137,7 @@ mod tests {
                 super::ACQUIRE_LUA,
             ),
             (&*super::planted::FENCE_MAX_WRITE, super::FENCE_LUA),
+            (&*super::planted::EXTEND_RECREATES, super::EXTEND_LUA),
         ] {
             assert!(
                 !planted.is_empty(),

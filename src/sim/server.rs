@@ -487,7 +487,9 @@ fn describe(request: &Request, trace: &Trace) -> String {
         Op::AcquireChecked {
             key, value, fence, ..
         } => format!("acquire {key} {} ({fence:?})", short(value)),
-        Op::Extend { key, value, .. } => format!("extend {key} {}", short(value)),
+        Op::Extend { key, value, .. } => {
+            format!("extend {key} {}{}", short(value), recreating(op))
+        }
         Op::Fence {
             key, value, token, ..
         } => format!("fence {key} {} T={token}{}", short(value), max_write(op)),
@@ -498,6 +500,16 @@ fn describe(request: &Request, trace: &Trace) -> String {
         Op::Inspect { key } => format!("inspect {key}"),
         Op::ForceUnlock { key, .. } => format!("force-unlock {key}"),
     }
+}
+
+/// Whether an extension re-creates missing keys (`Mutant::ExtendRecreates`), for traces.
+fn recreating(op: &Op) -> &'static str {
+    #[cfg(feature = "mutants")]
+    if let Op::Extend { recreate: true, .. } = op {
+        return " (re-creating)";
+    }
+    let _ = op;
+    ""
 }
 
 /// Whether a write-back is the max-write of `Mutant::WritebackNoGuard`, for traces.
@@ -592,6 +604,11 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
         } => {
             let record_read = *epoch;
             let record = epoch.then(|| data.epoch_or_create(fresh_id, now_us));
+            // The planted bug sets a missing key again (the real script never does).
+            #[cfg(feature = "mutants")]
+            let recreate = matches!(op, Op::Extend { recreate: true, .. });
+            #[cfg(not(feature = "mutants"))]
+            let recreate = false;
             // A missing key is never set again (it may have been force-unlocked).
             let granted = match data.live(key, now_us) {
                 Some(current) if current == *value => {
@@ -599,6 +616,10 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                     Some(true)
                 }
                 Some(_) => Some(false),
+                None if recreate => {
+                    data.set(key, value, *ttl, now_us);
+                    Some(true)
+                }
                 None => None,
             };
             let epoch = EpochReport { record, now_us };
@@ -837,6 +858,8 @@ mod tests {
             value: v.into(),
             ttl: 100 * MS,
             epoch: false,
+            #[cfg(feature = "mutants")]
+            recreate: false,
         };
         // A missing key stays missing: it may have been force-unlocked.
         assert_eq!(apply(&mut d, &ext("a"), T0, id), Reply::Missing);
@@ -853,6 +876,8 @@ mod tests {
             value: v.into(),
             ttl: 100 * MS,
             epoch: true,
+            #[cfg(feature = "mutants")]
+            recreate: false,
         };
         assert!(matches!(
             apply(&mut d, &with_epoch("a"), T0 + 90_000, id),
@@ -972,6 +997,21 @@ mod tests {
             }
         );
         assert_eq!(read(&mut d, T0 + 40_000).fence, Some(2));
+    }
+
+    #[cfg(feature = "mutants")]
+    #[test]
+    fn the_recreating_extension_sets_a_missing_key_again() {
+        let mut d = Data::default();
+        let ext = Op::Extend {
+            key: "k".into(),
+            value: "a".into(),
+            ttl: 100 * MS,
+            epoch: false,
+            recreate: true,
+        };
+        assert_eq!(apply(&mut d, &ext, T0, id), Reply::Granted);
+        assert_eq!(d.live("k", T0).as_deref(), Some("a"));
     }
 
     #[tokio::test(start_paused = true)]

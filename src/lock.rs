@@ -148,7 +148,7 @@ impl AcquireOptions {
         self
     }
 
-    /// What this lock's owner record calls its holder (`Redlock::inspect`). Defaults to
+    /// What this lock's owner record calls its holder ([`Redlock::inspect`]). Defaults to
     /// the client's [`label`](Builder::label); at most
     /// [`MAX_LABEL_LEN`](crate::limits::MAX_LABEL_LEN) bytes.
     pub fn label(mut self, label: impl Into<String>) -> Self {

@@ -16,10 +16,11 @@
 //! - **Force-unlocking a live holder breaks exclusion, by design**: until its next
 //!   extension the holder still has validity by its own clock, and a new holder can get
 //!   in meanwhile. Fencing tokens are what protect the data then: the new holder's token
-//!   is larger than the old one's, so a fenced storage refuses the old holder's writes
-//!   once the new holder has used its token. `force_unlock_any` raises the fence counter
-//!   so that every later token is larger than the number it reports
-//!   ([`UnlockReport::fence_counter`]), itself larger than the old holder's token.
+//!   is larger than the old one's (the old one had its token before the new attempt
+//!   began), so a fenced storage refuses the old holder's writes once the new holder has
+//!   used its token. `force_unlock_any` also raises the fence counter on every master it
+//!   reaches, so the counters move past the old holder's token
+//!   ([`UnlockReport::fence_counter`] is above it) and the unlock shows in them.
 //!
 //! Layer: the top, beside `admin.rs` (docs/design.md §10); it uses the facade, the core
 //! and the masters, and nothing uses it.
@@ -491,10 +492,12 @@ impl UnlockReport {
 
     /// After [`force_unlock_any`](Redlock::force_unlock_any): the largest fence counter
     /// among the masters that answered, after it raised each by one. When the call
-    /// succeeded and the old holder had a fencing token, this number is larger than that
-    /// token, and every token issued afterwards is larger than it (on durable masters; see
-    /// [`FencingToken`]). `None` after [`force_unlock`](Redlock::force_unlock), which
-    /// leaves the counters alone.
+    /// succeeded and the force-unlocked holder had a fencing token, this number is larger
+    /// than that token: the token's write-back reached a quorum, which shares a master with
+    /// the `N - quorum + 1` that answered (durable masters that never lost data, as
+    /// fencing assumes). It is not a token: a later one may be smaller, if this counter
+    /// stood on a minority of masters. `None` after [`force_unlock`](Redlock::force_unlock),
+    /// which leaves the counters alone.
     pub fn fence_counter(&self) -> Option<u64> {
         self.fence_counter
     }
@@ -668,10 +671,11 @@ impl Redlock {
     /// its next extension (which fails, since an extension never sets a missing key
     /// again; its watchdog then signals the loss and `with_lock` drops the work), but
     /// until then it still has validity by its own clock, and a new holder may get in.
-    /// The raised fence counter is for that: tokens issued afterwards are larger than
-    /// [`UnlockReport::fence_counter`], which is larger than the old holder's token, so
-    /// a fenced storage refuses the old holder's writes once the new holder has used its
-    /// token (or once the storage was given that number itself).
+    /// Fencing tokens are for that: the new holder's token is larger than the old
+    /// holder's, so a fenced storage refuses the old holder's writes once the new holder
+    /// has used its token. The fence counter is raised on every master reached, so the
+    /// counters move past the old holder's token ([`UnlockReport::fence_counter`] is
+    /// above it) and the unlock shows in them.
     ///
     /// Succeeds once `N - quorum + 1` masters answered, as for `force_unlock`: then the
     /// deletes and the raised counters reach a master of every quorum. Restart
@@ -691,8 +695,7 @@ impl Redlock {
     /// let report = client.force_unlock_any("orders:42").await?;
     /// println!("{report}");
     /// if let Some(counter) = report.fence_counter() {
-    ///     // Every fencing token issued from now on is larger than `counter`.
-    ///     # let _ = counter;
+    ///     println!("fence counter raised to {counter}: above the old holder's token");
     /// }
     /// # Ok(())
     /// # }
@@ -760,13 +763,14 @@ impl Redlock {
             true => ErrorKind::WrongKind,
             false => ErrorKind::NoQuorum,
         };
+        let done = match report.deleted() {
+            0 => "nothing was deleted".to_owned(),
+            k => format!("{} was deleted on {k}", report.removed().join(", ")),
+        };
         Err(Error::new(kind, resource)
             .with_detail(format!(
                 "{answered} of {n} masters answered and {need} must, so that no quorum can \
-                 still hold the lock; it was deleted on {} of them ({}): call it again once \
-                 the others are reachable",
-                report.deleted(),
-                report.removed().join(", ")
+                 still hold the lock; {done}: call it again once the others are reachable"
             ))
             .with_masters(report.masters))
     }

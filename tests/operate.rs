@@ -349,9 +349,11 @@ async fn force_unlock_any_raises_the_fence_and_the_holders_watchdog_signals_loss
     let err = lease.extend().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::LeaseLost);
 
-    // The next holder's token is larger than the raised counter.
+    // The next holder's token is larger than the old one's, and here (every master held
+    // the old token or none) larger than the raised counter too.
     let next = operator.acquire(&key).await.unwrap();
-    assert!(next.fencing_token().unwrap().get() > counter);
+    let next_token = next.fencing_token().unwrap().get();
+    assert!(next_token > token && next_token > counter, "{next_token}");
     next.release().await.unwrap();
     drop(lease);
 }

@@ -89,6 +89,8 @@ pub async fn s22(n: usize, expect: Expect) -> Outcome {
     else {
         panic!("S22: the contender could not acquire the force-unlocked lock");
     };
+    // Every master holds the holder's token or no counter (a fresh resource), so the next
+    // token is above the raised counter as well as the holder's token.
     match (inside.rec.token(), counter) {
         (Some(token), Some(counter)) if token > counter => {}
         (token, _) => env.violation(format!(

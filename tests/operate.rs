@@ -11,6 +11,8 @@ use std::pin::pin;
 use std::time::{Duration, SystemTime};
 
 use redis::AsyncCommands;
+#[cfg(feature = "mutants")]
+use redquorum::Mutant;
 use redquorum::testkit::{Mode, Proxy};
 use redquorum::{
     AcquireOptions, ErrorKind, Holding, LostReason, MasterErrorKind, MasterOutcome, Redlock,
@@ -356,6 +358,61 @@ async fn force_unlock_any_raises_the_fence_and_the_holders_watchdog_signals_loss
     assert!(next_token > token && next_token > counter, "{next_token}");
     next.release().await.unwrap();
     drop(lease);
+}
+
+/// Without the `mutants` feature no bug can be planted.
+#[cfg(not(feature = "mutants"))]
+type Mutant = std::convert::Infallible;
+
+/// Force-unlocks a live holder (built with `mutant`, if any), which then extends before
+/// anyone else comes. Returns what went wrong, if anything: the extension succeeded, the
+/// keys came back, or a contender could not get in at once.
+async fn holder_extends_after_a_force_unlock(mutant: Option<Mutant>) -> Result<(), String> {
+    let cluster = Cluster::start(3).await.unwrap();
+    let builder = match mutant {
+        #[cfg(feature = "mutants")]
+        Some(m) => client(&cluster).mutant(m),
+        _ => client(&cluster),
+    };
+    let holder = builder.build().unwrap();
+    let other = client(&cluster).build().unwrap();
+    let key = unique_key("extend_after_unlock");
+    let lease = holder.acquire(&key).await.unwrap();
+    wait_until(Duration::from_secs(2), "held everywhere", || {
+        held_everywhere(&cluster, &key, lease.value())
+    })
+    .await;
+    other.force_unlock_any(&key).await.unwrap();
+    let mut found = Vec::new();
+    if lease.extend().await.is_ok() {
+        found.push("the force-unlocked holder extended its lease".to_owned());
+    }
+    if !gone_everywhere(&cluster, &key).await {
+        found.push("its keys came back".to_owned());
+    }
+    match other.try_acquire(&key).await {
+        Ok(next) => next.release().await.map(|_| ()).unwrap(),
+        Err(e) => found.push(format!("the next acquire failed: {e}")),
+    }
+    drop(lease);
+    if found.is_empty() {
+        Ok(())
+    } else {
+        Err(found.join("; "))
+    }
+}
+
+#[tokio::test]
+async fn a_force_unlocked_holder_cannot_extend_and_the_lock_stays_free() {
+    holder_extends_after_a_force_unlock(None).await.unwrap();
+}
+
+#[cfg(feature = "mutants")]
+#[tokio::test]
+async fn the_extend_recreates_mutant_is_caught() {
+    let caught = holder_extends_after_a_force_unlock(Some(Mutant::ExtendRecreates)).await;
+    let found = caught.expect_err("the planted bug went unnoticed");
+    assert!(found.contains("extended its lease"), "{found}");
 }
 
 #[tokio::test]

@@ -525,8 +525,14 @@ impl fmt::Display for UnlockReport {
         if let Some(counter) = self.fence_counter {
             write!(f, "; fence counter raised to {counter}")?;
         }
-        for report in &self.masters {
-            write!(f, "; {report}")?;
+        for (report, removed) in self.masters.iter().zip(&self.removed) {
+            write!(f, "; {}: ", report.master())?;
+            match (report.outcome(), removed) {
+                (_, Some(value)) => write!(f, "deleted {value}")?,
+                (MasterOutcome::Missing, _) => f.write_str("nothing held it")?,
+                (MasterOutcome::HeldByOther, _) => f.write_str("another value, left alone")?,
+                (outcome, _) => write!(f, "{outcome}")?,
+            }
         }
         Ok(())
     }

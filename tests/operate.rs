@@ -241,6 +241,10 @@ async fn force_unlock_with_another_value_leaves_the_holder_alone() {
             .all(|r| matches!(r.outcome(), MasterOutcome::HeldByOther)),
         "{report}"
     );
+    assert!(
+        report.to_string().contains("another value, left alone"),
+        "{report}"
+    );
     assert!(held_everywhere(&cluster, &key, lease.value()).await);
     lease.extend().await.unwrap();
     lease.release().await.unwrap();

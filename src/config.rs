@@ -801,7 +801,7 @@ impl Builder {
     }
 
     /// What this client's locks say about their holder, beside its host, process id and a
-    /// client id: shown by `Redlock::inspect` to whoever asks
+    /// client id: shown by [`Redlock::inspect`](crate::Redlock::inspect) to whoever asks
     /// who holds a lock (such as `"billing-worker"`). Defaults to empty; at most
     /// [`MAX_LABEL_LEN`](limits::MAX_LABEL_LEN) bytes; per call with
     /// [`AcquireOptions::label`](crate::AcquireOptions::label). Not a secret: anyone who

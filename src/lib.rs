@@ -106,6 +106,7 @@ mod master;
 #[cfg(any(test, feature = "mutants"))]
 #[cfg_attr(not(feature = "mutants"), allow(dead_code, unreachable_pub))]
 mod mutants;
+mod operate;
 mod quarantine;
 mod quorum;
 mod scripts;
@@ -127,6 +128,7 @@ pub use lease::{ExtendReport, Lease, LeaseHandle, Lost, LostReason, ReleaseRepor
 pub use lock::{AcquireOptions, Redlock};
 #[cfg(feature = "mutants")]
 pub use mutants::Mutant;
+pub use operate::{Holding, Inspection, MasterView, OwnerInfo, UnlockReport, Verdict};
 
 /// The README's examples, compiled as doc tests.
 #[cfg(doctest)]

@@ -149,7 +149,7 @@ impl AcquireOptions {
         self
     }
 
-    /// What this lock's owner record calls its holder (`Redlock::inspect`). Defaults to
+    /// What this lock's owner record calls its holder ([`Redlock::inspect`]). Defaults to
     /// the client's [`label`](Builder::label); at most
     /// [`MAX_LABEL_LEN`](crate::limits::MAX_LABEL_LEN) bytes.
     pub fn label(mut self, label: impl Into<String>) -> Self {
@@ -1028,8 +1028,9 @@ pub(crate) fn check_runtime(resource: &str) -> Result<(), Error> {
     ))
 }
 
-/// Refuses resource names that are empty or longer than [`MAX_RESOURCE_LEN`].
-fn check_resource(resource: &str) -> Result<(), Error> {
+/// Refuses resource names that are empty, in the crate's record namespace, or longer than
+/// [`MAX_RESOURCE_LEN`].
+pub(crate) fn check_resource(resource: &str) -> Result<(), Error> {
     let detail = if resource.is_empty() {
         "it is empty: name the resource to lock, such as \"orders:42\"".to_owned()
     } else if resource.starts_with(scripts::RECORD_NAMESPACE) {

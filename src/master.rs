@@ -60,6 +60,9 @@ pub(crate) enum Op {
         value: Arc<str>,
         ttl: Duration,
         epoch: bool,
+        /// `true` plants [`Mutant::ExtendRecreates`]: a missing key is set again.
+        #[cfg(feature = "mutants")]
+        recreate: bool,
     },
     /// Fencing write-back: raise the counter to `token` where the lock is ours and the
     /// counter is below it, see `fence.lua`.
@@ -98,6 +101,12 @@ pub(crate) enum Op {
     Claim { token: Arc<str>, ttl: Duration },
     /// Gives up a claim held by `token` (compare-and-delete).
     Unclaim { token: Arc<str> },
+    /// Reads one lock, changing nothing (`inspect.lua`): the key's type, value and `PTTL`,
+    /// its owner record and fence counter.
+    Inspect { key: Arc<str> },
+    /// Deletes whatever holds the lock (and its owner record), raises its fence counter and
+    /// publishes the release notice on `channel` (`force_unlock.lua`).
+    ForceUnlock { key: Arc<str>, channel: Arc<str> },
 }
 
 impl Op {
@@ -129,8 +138,9 @@ impl Op {
     }
 
     /// Whether every answer to this op counts, whatever the master's standing (quarantine,
-    /// cluster record): a release must reach every master that may hold the key, and the
-    /// cluster's administration reads and writes records, not locks.
+    /// cluster record): a release must reach every master that may hold the key, the
+    /// cluster's administration reads and writes records, not locks, and an operator's
+    /// inspection and force-unlock must reach every master that may hold the lock.
     pub(crate) fn is_unguarded(&self) -> bool {
         self.is_release()
             || matches!(
@@ -140,6 +150,8 @@ impl Op {
                     | Op::Stamp { .. }
                     | Op::Claim { .. }
                     | Op::Unclaim { .. }
+                    | Op::Inspect { .. }
+                    | Op::ForceUnlock { .. }
             )
     }
 
@@ -157,6 +169,8 @@ impl Op {
             Op::Stamp { .. } => "stamp",
             Op::Claim { .. } => "claim",
             Op::Unclaim { .. } => "unclaim",
+            Op::Inspect { .. } => "inspect",
+            Op::ForceUnlock { .. } => "force_unlock",
         }
     }
 }
@@ -223,6 +237,14 @@ pub(crate) enum Reply {
         outcome: StampOutcome,
         fingerprint: String,
     },
+    /// The answer to `Inspect`.
+    Inspected(Box<Inspected>),
+    /// The answer to `ForceUnlock`: the value deleted (`None`: nothing held the lock), and
+    /// the fence counter after the raise.
+    ForceUnlocked {
+        removed: Option<String>,
+        counter: u64,
+    },
 }
 
 /// What a `Stamp` did on one master.
@@ -234,6 +256,23 @@ pub(crate) enum StampOutcome {
     Exists,
     /// A bootstrap found another data epoch than its survey: the data was lost since.
     EpochChanged,
+}
+
+/// What one master holds for a lock, read at once (`inspect.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Inspected {
+    /// The lock key's type (`TYPE`): `none`, `string`, or another kind's.
+    pub(crate) kind: String,
+    /// Its value, when a string.
+    pub(crate) value: Option<String>,
+    /// Its `PTTL`: -2 missing, -1 no expiry.
+    pub(crate) pttl_ms: i64,
+    /// The owner record's fields (empty without one).
+    pub(crate) owner: BTreeMap<String, String>,
+    /// The fence counter, if any.
+    pub(crate) fence: Option<u64>,
+    /// The master's wall clock, in ms since the Unix epoch.
+    pub(crate) now_ms: u64,
 }
 
 /// What a fencing write-back did on one master.
@@ -867,11 +906,18 @@ async fn run(
             value,
             ttl,
             epoch,
+            ..
         } => {
+            let script = &*scripts::EXTEND;
+            #[cfg(feature = "mutants")]
+            let script = match op {
+                Op::Extend { recreate: true, .. } => &*scripts::EXTEND_RECREATES,
+                _ => script,
+            };
             type Answer = (i64, Option<String>, String, Option<String>);
             let mut learnt = false;
             let (code, record, now, _): Answer = loop {
-                let answer: Answer = scripts::EXTEND
+                let answer: Answer = script
                     .key(&**key)
                     .key(scripts::EPOCH_KEY)
                     .key(&*shared.record_key)
@@ -1009,6 +1055,49 @@ async fn run(
                 0 => Reply::Missing,
                 _ => Reply::HeldByOther,
             })
+        }
+        Op::Inspect { key } => {
+            type Answer = (
+                String,
+                Option<String>,
+                i64,
+                HashMap<String, String>,
+                Option<String>,
+                String,
+            );
+            let (kind, value, pttl_ms, owner, fence, now): Answer = scripts::INSPECT
+                .key(&**key)
+                .key(scripts::owner_key(key))
+                .key(scripts::fence_key(key))
+                .invoke_async(conn)
+                .await
+                .map_err(MasterError::from_redis)?;
+            Ok(Reply::Inspected(Box::new(Inspected {
+                kind,
+                value,
+                pttl_ms,
+                owner: owner.into_iter().collect(),
+                fence: fence.map(|c| parse_number("inspect", &c)).transpose()?,
+                now_ms: parse_number("inspect", &now)?,
+            })))
+        }
+        Op::ForceUnlock { key, channel } => {
+            let (code, detail, counter): (i64, Option<String>, Option<u64>) = scripts::FORCE_UNLOCK
+                .key(&**key)
+                .key(scripts::owner_key(key))
+                .key(scripts::fence_key(key))
+                .arg(&**channel)
+                .invoke_async(conn)
+                .await
+                .map_err(MasterError::from_redis)?;
+            match (code, counter) {
+                (1 | 0, Some(counter)) => Ok(Reply::ForceUnlocked {
+                    removed: detail,
+                    counter,
+                }),
+                (-3, _) => Err(wrong_kind(detail.as_deref())),
+                (other, _) => Err(unexpected("force_unlock", other)),
+            }
         }
     }
 }

@@ -40,11 +40,15 @@ pub enum Mutant {
     /// Releases meant to run in the background send nothing: dropped leases, failed or
     /// cancelled attempts, and `release()` itself leave their keys to expire.
     NoBackgroundRelease,
+    /// An extension sets a missing key again with its value, as extensions once did: the
+    /// force-unlocked holder's next extension re-creates its keys, undoing the unlock, and
+    /// succeeds instead of telling the holder that it lost the lock.
+    ExtendRecreates,
 }
 
 impl Mutant {
     /// Every mutant, for suites that must run them all.
-    pub const ALL: [Mutant; 10] = [
+    pub const ALL: [Mutant; 11] = [
         Mutant::HalfQuorum,
         Mutant::IgnoreElapsed,
         Mutant::PlainDelRelease,
@@ -55,6 +59,7 @@ impl Mutant {
         Mutant::ShrinkKeepsDeadline,
         Mutant::ReleaseMarksDoneFirst,
         Mutant::NoBackgroundRelease,
+        Mutant::ExtendRecreates,
     ];
 }
 
@@ -91,6 +96,7 @@ every_variant![
     ShrinkKeepsDeadline,
     ReleaseMarksDoneFirst,
     NoBackgroundRelease,
+    ExtendRecreates,
 ];
 
 /// The test seams of one client: a planted bug, and how fast its clock runs against real

@@ -430,7 +430,11 @@ async fn the_cluster_record_is_reported_as_stored() {
     };
     // Hand-written records without members cannot be judged: a problem on each.
     for m in [a, b] {
-        assert_eq!(checks(m, Severity::Problem), [Check::ClusterRecord], "{report}");
+        assert_eq!(
+            checks(m, Severity::Problem),
+            [Check::ClusterRecord],
+            "{report}"
+        );
         assert!(m.to_string().contains("no field \"members\""), "{report}");
     }
     assert!(

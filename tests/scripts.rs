@@ -14,6 +14,8 @@ const FENCE: &str = include_str!("../src/scripts/fence.lua");
 const EPOCH: &str = include_str!("../src/scripts/epoch.lua");
 const FENCED_SET: &str = include_str!("../src/scripts/fenced_set.lua");
 const STAMP: &str = include_str!("../src/scripts/stamp.lua");
+const INSPECT: &str = include_str!("../src/scripts/inspect.lua");
+const FORCE_UNLOCK: &str = include_str!("../src/scripts/force_unlock.lua");
 
 #[tokio::test]
 async fn release_contract() {
@@ -305,6 +307,149 @@ async fn acquire_contract() {
     assert_eq!((ok, kind.as_deref()), (-3, Some("semaphore")));
 }
 
+type Inspected = (
+    String,
+    Option<String>,
+    i64,
+    std::collections::HashMap<String, String>,
+    Option<String>,
+    String,
+);
+
+/// Runs `inspect.lua` with `EVAL_RO`, which the server refuses for a script that writes.
+async fn inspect_ro(
+    conn: &mut redis::aio::MultiplexedConnection,
+    keys: [&str; 3],
+) -> redis::RedisResult<Inspected> {
+    redis::cmd("EVAL_RO")
+        .arg(INSPECT)
+        .arg(3)
+        .arg(&keys[..])
+        .query_async(conn)
+        .await
+}
+
+#[tokio::test]
+async fn inspect_contract() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let key = unique_key("inspect_script");
+    let (owner, fence) = (unique_key("owner"), unique_key("fence"));
+    let keys = [key.as_str(), owner.as_str(), fence.as_str()];
+
+    // The server refuses a read-only call of a script that writes: the check can fail.
+    let writes = redis::cmd("EVAL_RO")
+        .arg("return redis.call('SET', KEYS[1], 'x')")
+        .arg(1)
+        .arg(&key)
+        .query_async::<()>(&mut conn)
+        .await;
+    assert!(writes.is_err(), "EVAL_RO ran a write");
+
+    // Missing: type none, no value, PTTL -2, no record, no counter, the server's time.
+    let (kind, value, pttl, record, counter, now) = inspect_ro(&mut conn, keys).await.unwrap();
+    assert_eq!((kind.as_str(), value, pttl), ("none", None, -2));
+    assert!(record.is_empty());
+    assert_eq!(counter, None);
+    let now: u64 = now.parse().unwrap();
+    assert!(now > 1_600_000_000_000, "milliseconds: {now}");
+
+    // A lock with its owner record and fence counter, read as they are and left so.
+    let _: () = conn.pset_ex(&key, "v1", 10_000).await.unwrap();
+    let _: () = conn
+        .hset_multiple(&owner, &[("kind", "lock"), ("value", "v1"), ("label", "l")])
+        .await
+        .unwrap();
+    let _: () = conn.pexpire(&owner, 10_000).await.unwrap();
+    let _: () = conn.set(&fence, 5).await.unwrap();
+    let (kind, value, pttl, record, counter, _) = inspect_ro(&mut conn, keys).await.unwrap();
+    assert_eq!((kind.as_str(), value.as_deref()), ("string", Some("v1")));
+    assert!(pttl > 9_000 && pttl <= 10_000, "{pttl}");
+    assert_eq!(record.get("label").map(String::as_str), Some("l"));
+    assert_eq!(record.get("value").map(String::as_str), Some("v1"));
+    assert_eq!(counter.as_deref(), Some("5"));
+    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("v1"));
+    let owner_pttl: i64 = conn.pttl(&owner).await.unwrap();
+    assert!(owner_pttl > 9_000, "{owner_pttl}");
+
+    // No expiry: PTTL -1. Another type under the name: its type, no value; a record or a
+    // counter of another type is not read.
+    let _: () = conn.set(&key, "v2").await.unwrap();
+    let (_, _, pttl, _, _, _) = inspect_ro(&mut conn, keys).await.unwrap();
+    assert_eq!(pttl, -1);
+    let _: () = conn.del(&[&key, &owner, &fence]).await.unwrap();
+    let _: () = conn.hset(&key, "permits", 3).await.unwrap();
+    let _: () = conn.set(&owner, "not a hash").await.unwrap();
+    let _: () = conn.hset(&fence, "not", "a counter").await.unwrap();
+    let (kind, value, _, record, counter, _) = inspect_ro(&mut conn, keys).await.unwrap();
+    assert_eq!((kind.as_str(), value, counter), ("hash", None, None));
+    assert!(record.is_empty());
+}
+
+type ForceUnlocked = (i64, Option<String>, Option<u64>);
+
+#[tokio::test]
+async fn force_unlock_contract() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let script = Script::new(FORCE_UNLOCK);
+    let key = unique_key("force_unlock_script");
+    let (owner, fence) = (unique_key("owner"), unique_key("fence"));
+    let channel = format!("redquorum:released:{key}");
+    let force = || {
+        let mut call = script.key(&key);
+        call.key(&owner).key(&fence).arg(&channel);
+        call
+    };
+    let mut sub = redis::Client::open(server.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    sub.subscribe(&channel).await.unwrap();
+
+    // Missing: 0, and the counter is raised (created at 1) all the same.
+    let r: ForceUnlocked = force().invoke_async(&mut conn).await.unwrap();
+    assert_eq!(r, (0, None, Some(1)));
+    // Whatever value holds it: 1 with that value; the lock's owner record goes with it,
+    // the counter rises by one, and a notice is published.
+    let _: () = conn.pset_ex(&key, "theirs", 10_000).await.unwrap();
+    let _: () = conn
+        .hset_multiple(&owner, &[("kind", "lock"), ("value", "theirs")])
+        .await
+        .unwrap();
+    let _: () = conn.set(&fence, 41).await.unwrap();
+    let r: ForceUnlocked = force().invoke_async(&mut conn).await.unwrap();
+    assert_eq!(r, (1, Some("theirs".to_owned()), Some(42)));
+    assert_eq!(get(&server.url(), &key).await, None);
+    let exists: bool = conn.exists(&owner).await.unwrap();
+    assert!(!exists, "the owner record goes with the lock");
+    let msg = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+        use futures::StreamExt;
+        sub.on_message().next().await
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(msg.get_channel_name(), channel);
+    assert_eq!(msg.get_payload::<String>().unwrap(), key);
+
+    // Another kind of lock: -3 with its kind; the name, its record and the counter are
+    // left alone.
+    let _: () = conn.set(&key, "x").await.unwrap();
+    let _: () = conn.hset(&owner, "kind", "semaphore").await.unwrap();
+    let r: ForceUnlocked = force().invoke_async(&mut conn).await.unwrap();
+    assert_eq!(r, (-3, Some("semaphore".to_owned()), None));
+    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("x"));
+    let _: () = conn.del(&[&key, &owner]).await.unwrap();
+    let _: () = conn.hset(&key, "permits", 3).await.unwrap();
+    let r: ForceUnlocked = force().invoke_async(&mut conn).await.unwrap();
+    assert_eq!(r, (-3, Some("hash".to_owned()), None));
+    let permits: Option<String> = conn.hget(&key, "permits").await.unwrap();
+    assert_eq!(permits.as_deref(), Some("3"));
+    assert_eq!(conn.get::<_, u64>(&fence).await.unwrap(), 42);
+}
+
 #[tokio::test]
 async fn stamp_contract() {
     let server = Server::start(&ServerOptions::new()).await.unwrap();
@@ -558,10 +703,12 @@ async fn connecting_loads_every_script() {
         .arg(Script::new(FENCE).get_hash())
         .arg(Script::new(EPOCH).get_hash())
         .arg(Script::new(STAMP).get_hash())
+        .arg(Script::new(INSPECT).get_hash())
+        .arg(Script::new(FORCE_UNLOCK).get_hash())
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(loaded, [true; 6]);
+    assert_eq!(loaded, [true; 8]);
     lease.release().await.unwrap();
 }
 
@@ -602,6 +749,16 @@ fn script_hashes_are_pinned() {
             "stamp.lua",
             STAMP,
             "f097d809d8f28a621f3a59f7974e53f94df6a766",
+        ),
+        (
+            "inspect.lua",
+            INSPECT,
+            "eba7d9022fffcc8b73e327cdb0cc7cf204bb2513",
+        ),
+        (
+            "force_unlock.lua",
+            FORCE_UNLOCK,
+            "5b10aef332b2e29f15e2e82f9cf3ee1d862e34b6",
         ),
     ];
     for (name, source, hash) in pinned {

@@ -73,8 +73,8 @@ pub(crate) struct LeaseShared {
     pub(crate) safety_margin: Duration,
     pub(crate) token: Option<FencingToken>,
     pub(crate) state: watch::Sender<LeaseState>,
-    /// Serialises extend and release, so that an extension (which may set a missing key
-    /// again) never reaches a master after the release did. Holds "released".
+    /// Serialises extend and release, so that no extension reaches a master after the
+    /// release did (docs/design.md I8). Holds "released".
     ops: tokio::sync::Mutex<bool>,
 }
 
@@ -188,6 +188,8 @@ impl LeaseShared {
             value: Arc::clone(&self.value),
             ttl,
             epoch: inner.config.quarantine,
+            #[cfg(feature = "mutants")]
+            recreate: inner.config.planted.is(Mutant::ExtendRecreates),
         });
         let round = quorum::run(
             &inner.masters,
@@ -416,9 +418,10 @@ impl LeaseHandle {
     }
 
     /// Sets the lock's remaining time on every master to `ttl`, where it still holds our
-    /// value (or is missing, e.g. after a master restarted: it is set again, which is safe
-    /// while the lease is valid because no other client can hold a quorum). Needs a
-    /// quorum; the new deadline is measured from this round's own start.
+    /// value. A missing key is never set again (it expired there, the master lost it, or
+    /// an operator force-unlocked the lock: [`Redlock::force_unlock_any`](crate::Redlock::force_unlock_any)),
+    /// so a force-unlocked lease is lost at its next extension. Needs a quorum; the new
+    /// deadline is measured from this round's own start.
     ///
     /// A lease past its safety point, lost or released is never extended: the masters are
     /// not asked.

@@ -119,7 +119,9 @@ fn vote(op: &Op, reply: &Result<Reply, MasterError>) -> Vote {
                 }
                 | Reply::Survey { .. }
                 | Reply::Scanned { .. }
-                | Reply::Stamped { .. },
+                | Reply::Stamped { .. }
+                | Reply::Inspected(_)
+                | Reply::ForceUnlocked { .. },
             ),
         ) => Vote::Granted,
         (_, Ok(_)) => Vote::Denied,
@@ -152,10 +154,18 @@ fn outcome(reply: &Result<Reply, MasterError>) -> MasterOutcome {
             counter: before.unwrap_or(0),
         },
         Ok(Reply::Missing | Reply::Gone { .. }) => MasterOutcome::Missing,
-        // Administration (records, not locks): done as asked.
-        Ok(Reply::Survey { .. } | Reply::Scanned { .. } | Reply::Stamped { .. }) => {
-            MasterOutcome::Granted
-        }
+        // Administration (records, not locks) and an operator's reads: done as asked.
+        Ok(
+            Reply::Survey { .. }
+            | Reply::Scanned { .. }
+            | Reply::Stamped { .. }
+            | Reply::Inspected(_),
+        ) => MasterOutcome::Granted,
+        // A force-unlock: something deleted, or nothing there.
+        Ok(Reply::ForceUnlocked {
+            removed: Some(_), ..
+        }) => MasterOutcome::Granted,
+        Ok(Reply::ForceUnlocked { removed: None, .. }) => MasterOutcome::Missing,
         Err(e) => match e.abstains_until() {
             Some(until) => MasterOutcome::Abstained { until },
             None => MasterOutcome::Failed(e.clone()),

@@ -11,7 +11,7 @@ use redis::Script;
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 const RELEASE_LUA: &str = include_str!("release.lua");
 
-/// Compare-and-PEXPIRE, re-setting a missing key; see `extend.lua`.
+/// Compare-and-PEXPIRE, never setting a missing key again; see `extend.lua`.
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
 const EXTEND_LUA: &str = include_str!("extend.lua");
 
@@ -30,6 +30,14 @@ const STAMP_LUA: &str = include_str!("stamp.lua");
 pub(crate) static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_LUA));
 const FENCE_LUA: &str = include_str!("fence.lua");
 
+/// Reads one lock for inspection, changing nothing; see `inspect.lua`.
+pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT_LUA));
+const INSPECT_LUA: &str = include_str!("inspect.lua");
+
+/// Deletes whatever holds a lock and raises its fence counter; see `force_unlock.lua`.
+pub(crate) static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_UNLOCK_LUA));
+const FORCE_UNLOCK_LUA: &str = include_str!("force_unlock.lua");
+
 /// Storage-side fencing check; see `fenced_set.lua`.
 pub(crate) static FENCED_SET: LazyLock<Script> = LazyLock::new(|| Script::new(FENCED_SET_LUA));
 const FENCED_SET_LUA: &str = include_str!("fenced_set.lua");
@@ -46,6 +54,8 @@ pub(crate) fn master_scripts() -> Vec<&'static str> {
         EPOCH_SOURCE,
         FENCE_LUA,
         STAMP_LUA,
+        INSPECT_LUA,
+        FORCE_UNLOCK_LUA,
     ];
     #[cfg(feature = "mutants")]
     scripts.extend(planted::SOURCES.iter().map(|s| s.as_str()));
@@ -73,8 +83,23 @@ mod planted {
     pub(super) static FENCE_MAX_WRITE: LazyLock<String> =
         LazyLock::new(|| changed(super::FENCE_LUA, "if c < t then", "if c <= t then"));
 
-    pub(super) static SOURCES: LazyLock<[String; 2]> =
-        LazyLock::new(|| [ACQUIRE_ONE_ROUND_TOKEN.clone(), FENCE_MAX_WRITE.clone()]);
+    /// `extend.lua` setting a missing key again with the caller's value, as extensions
+    /// once did: `Mutant::ExtendRecreates`, which undoes a force-unlock.
+    pub(super) static EXTEND_RECREATES: LazyLock<String> = LazyLock::new(|| {
+        changed(
+            super::EXTEND_LUA,
+            "  return {0, epoch, now, false}",
+            "  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return {1, epoch, now, false}",
+        )
+    });
+
+    pub(super) static SOURCES: LazyLock<[String; 3]> = LazyLock::new(|| {
+        [
+            ACQUIRE_ONE_ROUND_TOKEN.clone(),
+            FENCE_MAX_WRITE.clone(),
+            EXTEND_RECREATES.clone(),
+        ]
+    });
 
     /// `source` with `from` replaced by `to`; a script that no longer contains `from`
     /// gives an empty variant, which a test refuses.
@@ -97,6 +122,11 @@ pub(crate) static ACQUIRE_ONE_ROUND_TOKEN: LazyLock<Script> =
 pub(crate) static FENCE_MAX_WRITE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&planted::FENCE_MAX_WRITE));
 
+/// [`EXTEND`] setting a missing key again (`Mutant::ExtendRecreates`).
+#[cfg(feature = "mutants")]
+pub(crate) static EXTEND_RECREATES: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&planted::EXTEND_RECREATES));
+
 #[cfg(all(test, feature = "mutants"))]
 mod tests {
     #[test]
@@ -107,6 +137,7 @@ mod tests {
                 super::ACQUIRE_LUA,
             ),
             (&*super::planted::FENCE_MAX_WRITE, super::FENCE_LUA),
+            (&*super::planted::EXTEND_RECREATES, super::EXTEND_LUA),
         ] {
             assert!(
                 !planted.is_empty(),

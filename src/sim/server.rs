@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::master::{EpochReport, FenceOutcome, FenceRead, Op, Reply};
+use crate::master::{EpochReport, FenceOutcome, FenceRead, Inspected, Op, Reply};
 use crate::quarantine::{Epoch, Vitals};
 use crate::scripts;
 
@@ -487,7 +487,9 @@ fn describe(request: &Request, trace: &Trace) -> String {
         Op::AcquireChecked {
             key, value, fence, ..
         } => format!("acquire {key} {} ({fence:?})", short(value)),
-        Op::Extend { key, value, .. } => format!("extend {key} {}", short(value)),
+        Op::Extend { key, value, .. } => {
+            format!("extend {key} {}{}", short(value), recreating(op))
+        }
         Op::Fence {
             key, value, token, ..
         } => format!("fence {key} {} T={token}{}", short(value), max_write(op)),
@@ -497,7 +499,19 @@ fn describe(request: &Request, trace: &Trace) -> String {
         Op::Survey | Op::Scan { .. } | Op::Stamp { .. } | Op::Claim { .. } | Op::Unclaim { .. } => {
             op.name().to_owned()
         }
+        Op::Inspect { key } => format!("inspect {key}"),
+        Op::ForceUnlock { key, .. } => format!("force-unlock {key}"),
     }
+}
+
+/// Whether an extension re-creates missing keys (`Mutant::ExtendRecreates`), for traces.
+fn recreating(op: &Op) -> &'static str {
+    #[cfg(feature = "mutants")]
+    if let Op::Extend { recreate: true, .. } = op {
+        return " (re-creating)";
+    }
+    let _ = op;
+    ""
 }
 
 /// Whether a write-back is the max-write of `Mutant::WritebackNoGuard`, for traces.
@@ -588,9 +602,15 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             value,
             ttl,
             epoch,
+            ..
         } => {
             let record_read = *epoch;
             let record = epoch.then(|| data.epoch_or_create(fresh_id, now_us));
+            // The planted bug sets a missing key again (the real script never does).
+            #[cfg(feature = "mutants")]
+            let recreate = matches!(op, Op::Extend { recreate: true, .. });
+            #[cfg(not(feature = "mutants"))]
+            let recreate = false;
             // A missing key is never set again (it may have been force-unlocked).
             let granted = match data.live(key, now_us) {
                 Some(current) if current == *value => {
@@ -598,6 +618,10 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                     Some(true)
                 }
                 Some(_) => Some(false),
+                None if recreate => {
+                    data.set(key, value, *ttl, now_us);
+                    Some(true)
+                }
                 None => None,
             };
             let epoch = EpochReport { record, now_us };
@@ -677,6 +701,35 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             fingerprint: String::new(),
         },
         Op::Claim { .. } | Op::Unclaim { .. } => Reply::Granted,
+        // inspect.lua: the model keeps no owner records (the simulation's clients make no
+        // inspection of them) and no keys of other types.
+        Op::Inspect { key } => {
+            let value = data.live(key, now_us);
+            let pttl_ms = match data.pttl(key, now_us) {
+                Some(ttl) => i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
+                None => -2,
+            };
+            Reply::Inspected(Box::new(Inspected {
+                kind: if value.is_some() { "string" } else { "none" }.to_owned(),
+                value: value.map(|v| v.to_string()),
+                pttl_ms,
+                owner: BTreeMap::new(),
+                fence: data.fences.get(&scripts::fence_key(key)).copied(),
+                now_ms: now_us / 1000,
+            }))
+        }
+        // force_unlock.lua: whatever holds the key is deleted and the counter raised (the
+        // release notice has no subscriber here).
+        Op::ForceUnlock { key, .. } => {
+            let removed = data.live(key, now_us).map(|v| v.to_string());
+            data.locks.remove(&**key);
+            let counter = data.fences.entry(scripts::fence_key(key)).or_insert(0);
+            *counter += 1;
+            Reply::ForceUnlocked {
+                removed,
+                counter: *counter,
+            }
+        }
         // `DEL key`
         #[cfg(feature = "mutants")]
         Op::ReleaseUnchecked { key } => {
@@ -812,6 +865,8 @@ mod tests {
             value: v.into(),
             ttl: 100 * MS,
             epoch: false,
+            #[cfg(feature = "mutants")]
+            recreate: false,
         };
         // A missing key stays missing: it may have been force-unlocked.
         assert_eq!(apply(&mut d, &ext("a"), T0, id), Reply::Missing);
@@ -828,6 +883,8 @@ mod tests {
             value: v.into(),
             ttl: 100 * MS,
             epoch: true,
+            #[cfg(feature = "mutants")]
+            recreate: false,
         };
         assert!(matches!(
             apply(&mut d, &with_epoch("a"), T0 + 90_000, id),
@@ -905,6 +962,63 @@ mod tests {
             assert_eq!(apply(&mut d, &del, T0, id), Reply::Granted);
             assert_eq!(apply(&mut d, &del, T0, id), Reply::Missing);
         }
+    }
+
+    #[test]
+    fn inspect_reads_and_force_unlock_deletes_any_value_and_raises_the_counter() {
+        let mut d = Data::default();
+        let inspect = Op::Inspect { key: "k".into() };
+        let force = Op::ForceUnlock {
+            key: "k".into(),
+            channel: "c".into(),
+        };
+        let read = |d: &mut Data, at: u64| match apply(d, &inspect, at, id) {
+            Reply::Inspected(i) => *i,
+            other => panic!("{other:?}"),
+        };
+        let free = read(&mut d, T0);
+        assert_eq!(
+            (free.kind.as_str(), free.value, free.pttl_ms),
+            ("none", None, -2)
+        );
+        assert_eq!((free.fence, free.now_ms), (None, T0 / 1000));
+        apply(&mut d, &acquire("a", FenceRead::Skip), T0, id);
+        let held = read(&mut d, T0 + 40_000);
+        assert_eq!(
+            (held.kind.as_str(), held.value.as_deref(), held.pttl_ms),
+            ("string", Some("a"), 60)
+        );
+        assert_eq!(
+            apply(&mut d, &force, T0 + 40_000, id),
+            Reply::ForceUnlocked {
+                removed: Some("a".into()),
+                counter: 1
+            }
+        );
+        assert_eq!(d.live("k", T0 + 40_000), None);
+        assert_eq!(
+            apply(&mut d, &force, T0 + 40_000, id),
+            Reply::ForceUnlocked {
+                removed: None,
+                counter: 2
+            }
+        );
+        assert_eq!(read(&mut d, T0 + 40_000).fence, Some(2));
+    }
+
+    #[cfg(feature = "mutants")]
+    #[test]
+    fn the_recreating_extension_sets_a_missing_key_again() {
+        let mut d = Data::default();
+        let ext = Op::Extend {
+            key: "k".into(),
+            value: "a".into(),
+            ttl: 100 * MS,
+            epoch: false,
+            recreate: true,
+        };
+        assert_eq!(apply(&mut d, &ext, T0, id), Reply::Granted);
+        assert_eq!(d.live("k", T0).as_deref(), Some("a"));
     }
 
     #[tokio::test(start_paused = true)]

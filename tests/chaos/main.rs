@@ -38,3 +38,4 @@ mod network;
 mod pause;
 mod release;
 mod restart;
+mod unlock;

@@ -154,6 +154,23 @@ const HUNTS: &[Hunt] = &[
         required: true,
         why: "",
     },
+    // The force-unlocked holder extends before anyone else comes: the extension sets its
+    // keys again, undoing the unlock, so the contender that should get in at once waits
+    // until the holder's lease runs out.
+    Hunt {
+        mutant: Mutant::ExtendRecreates,
+        with: "",
+        checker: Checker::SlowAcquire,
+        scenario: |m| {
+            Box::pin(crate::unlock::s22e(
+                3,
+                Some(m),
+                Expect::Detect(Checker::SlowAcquire),
+            ))
+        },
+        required: true,
+        why: "",
+    },
 ];
 
 /// Mutants of the public surface (a lease's extend and release paths), caught against real
@@ -340,4 +357,9 @@ async fn hunt_one_round_token() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_writeback_no_guard() {
     hunt(Mutant::WritebackNoGuard, "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hunt_extend_recreates() {
+    hunt(Mutant::ExtendRecreates, "").await;
 }

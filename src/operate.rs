@@ -1,0 +1,1054 @@
+//! Operating locks by hand: [`Redlock::inspect`] reads what every master holds for a lock,
+//! [`Redlock::force_unlock`] and [`Redlock::force_unlock_any`] free one that is stuck.
+//!
+//! # The rules
+//! - An inspection is a **snapshot**: one concurrent read of every master, each read
+//!   atomic on its master, the masters read at slightly different moments. The lock may
+//!   have changed by the time the caller looks at it.
+//! - `force_unlock(resource, value)` deletes only keys holding `value` (the release
+//!   script's compare-and-delete), so a newer holder that got in meanwhile keeps its lock.
+//!   `force_unlock_any(resource)` deletes whatever holds the lock and raises its fence
+//!   counter: an operator's last resort.
+//! - A force-unlocked holder learns it at its next extension: an extension never sets a
+//!   missing key again, so it finds its value on no quorum and fails
+//!   ([`LostReason::ExtendFailed`](crate::LostReason::ExtendFailed)); its watchdog
+//!   signals the loss and [`Redlock::with_lock`] drops the work.
+//! - **Force-unlocking a live holder breaks exclusion, by design**: until its next
+//!   extension the holder still has validity by its own clock, and a new holder can get
+//!   in meanwhile. Fencing tokens are what protect the data then: the new holder's token
+//!   is larger than the old one's (the old one had its token before the new attempt
+//!   began), so a fenced storage refuses the old holder's writes once the new holder has
+//!   used its token. `force_unlock_any` also raises the fence counter on every master it
+//!   reaches, so the counters move past the old holder's token
+//!   ([`UnlockReport::fence_counter`] is above it) and the unlock shows in them.
+//!
+//! Layer: the top, beside `admin.rs` (docs/design.md §10); it uses the facade, the core
+//! and the masters, and nothing uses it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures::future::join_all;
+use tokio::time::Instant;
+
+use crate::core::Inner;
+use crate::deadline;
+use crate::error::{
+    Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport, ShortName, human,
+};
+use crate::fencing::FencingToken;
+use crate::lock::{Redlock, check_resource, check_runtime};
+use crate::master::{Inspected, Op, Reply};
+use crate::scripts;
+
+/// Who holds a lock, as its owner record on a master says (written beside the lock by the
+/// acquiring client, with the same expiry).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OwnerInfo {
+    /// What the holder chose to call itself ([`Builder::label`](crate::Builder::label),
+    /// [`AcquireOptions::label`](crate::AcquireOptions::label)); empty when it chose
+    /// nothing.
+    pub label: String,
+    /// The holder's host name.
+    pub host: String,
+    /// The holder's process id.
+    pub pid: Option<u32>,
+    /// The holding client's id (a UUID, fresh for every client).
+    pub client: String,
+    /// When the lock was acquired, by the master's clock.
+    pub acquired: Option<SystemTime>,
+    /// How long it had been held when the master was read, by the master's clock.
+    pub held_for: Option<Duration>,
+    /// The acquisition's fencing token, when it was acquired with fencing on (the largest
+    /// any holding master shows, in a [`Verdict::Held`]).
+    pub token: Option<FencingToken>,
+}
+
+impl OwnerInfo {
+    /// The owner record `fields` of the lock holding `value`, read at the master's time
+    /// `now_ms`; `None` when the record is missing or belongs to another value.
+    fn parse(fields: &BTreeMap<String, String>, value: &str, now_ms: u64) -> Option<OwnerInfo> {
+        if fields.get("value").map(String::as_str) != Some(value) {
+            return None;
+        }
+        let text = |name: &str| fields.get(name).cloned().unwrap_or_default();
+        let number = |name: &str| fields.get(name).and_then(|v| v.parse::<u64>().ok());
+        let acquired_ms = number("acquired_ms");
+        Some(OwnerInfo {
+            label: text("label"),
+            host: text("host"),
+            pid: fields.get("pid").and_then(|p| p.parse().ok()),
+            client: text("client"),
+            acquired: acquired_ms
+                .and_then(|ms| SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms))),
+            held_for: acquired_ms.map(|ms| Duration::from_millis(now_ms.saturating_sub(ms))),
+            token: number("token").map(FencingToken::new),
+        })
+    }
+}
+
+impl fmt::Display for OwnerInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if !self.label.is_empty() {
+            parts.push(format!("label {:?}", self.label));
+        }
+        if !self.host.is_empty() {
+            parts.push(format!("host {:?}", self.host));
+        }
+        if let Some(pid) = self.pid {
+            parts.push(format!("pid {pid}"));
+        }
+        if let Some(held) = self.held_for {
+            parts.push(format!("acquired {} ago", human(held)));
+        }
+        if let Some(token) = self.token {
+            parts.push(format!("fencing token {token}"));
+        }
+        if !self.client.is_empty() {
+            parts.push(format!("client {}", self.client));
+        }
+        f.write_str(&parts.join(", "))
+    }
+}
+
+/// What one master holds under a lock's name, as [`Redlock::inspect`] read it.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Holding {
+    /// Nothing: the lock is free on this master.
+    Free,
+    /// A lock value.
+    Lock {
+        /// The value, which [`Redlock::force_unlock`] takes.
+        value: String,
+        /// How long the master keeps it; `None` when it has no expiry (set by another
+        /// client without a TTL).
+        ttl: Option<Duration>,
+        /// Who holds it, if the master keeps an owner record for this value.
+        owner: Option<OwnerInfo>,
+    },
+    /// Another kind of lock (or a key of another type) holds the name.
+    OtherKind {
+        /// That kind: the owner record's, or the key's Redis type.
+        kind: String,
+    },
+    /// The master could not be read in time.
+    Unreachable(MasterError),
+}
+
+impl fmt::Display for Holding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Holding::Free => f.write_str("free"),
+            Holding::Lock { value, ttl, owner } => {
+                write!(f, "holds {value}")?;
+                match ttl {
+                    Some(ttl) => write!(f, " for {}", human(*ttl))?,
+                    None => f.write_str(" without expiry")?,
+                }
+                match owner {
+                    Some(owner) => write!(f, " ({owner})"),
+                    None => f.write_str(" (no owner record)"),
+                }
+            }
+            Holding::OtherKind { kind } => write!(f, "holds another kind of lock: {kind}"),
+            Holding::Unreachable(error) => write!(f, "unreachable: {error}"),
+        }
+    }
+}
+
+/// One master's part of an [`Inspection`].
+#[derive(Debug, Clone)]
+pub struct MasterView {
+    master: Arc<str>,
+    holding: Holding,
+    fence_counter: Option<u64>,
+}
+
+impl MasterView {
+    /// The master's address, password redacted.
+    pub fn master(&self) -> &str {
+        &self.master
+    }
+
+    /// What it holds under the lock's name.
+    pub fn holding(&self) -> &Holding {
+        &self.holding
+    }
+
+    /// The lock's fence counter on this master (the newest token it took part in issuing),
+    /// if it has one.
+    pub fn fence_counter(&self) -> Option<u64> {
+        self.fence_counter
+    }
+
+    fn ttl(&self) -> Option<Duration> {
+        match &self.holding {
+            Holding::Lock { ttl, .. } => *ttl,
+            _ => None,
+        }
+    }
+
+    fn owner(&self) -> Option<&OwnerInfo> {
+        match &self.holding {
+            Holding::Lock { owner, .. } => owner.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The view of a master that answered `answer` to an inspection.
+    fn of(master: Arc<str>, answer: Result<Reply, MasterError>) -> MasterView {
+        let inspected = match answer {
+            Ok(Reply::Inspected(inspected)) => inspected,
+            Ok(other) => {
+                let error = MasterError::new(
+                    MasterErrorKind::Protocol,
+                    format!("answered {other:?} to an inspection"),
+                );
+                return MasterView {
+                    master,
+                    holding: Holding::Unreachable(error),
+                    fence_counter: None,
+                };
+            }
+            Err(error) => {
+                return MasterView {
+                    master,
+                    holding: Holding::Unreachable(error),
+                    fence_counter: None,
+                };
+            }
+        };
+        MasterView {
+            master,
+            holding: holding(&inspected),
+            fence_counter: inspected.fence,
+        }
+    }
+}
+
+impl fmt::Display for MasterView {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.master, self.holding)?;
+        if let Some(counter) = self.fence_counter {
+            write!(f, "; fence counter {counter}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What one master's answer says it holds, judged as `acquire.lua` judges the name.
+fn holding(inspected: &Inspected) -> Holding {
+    let owner_kind = inspected.owner.get("kind").map(String::as_str);
+    match (inspected.kind.as_str(), &inspected.value) {
+        ("none", _) => Holding::Free,
+        ("string", _) if owner_kind.is_some_and(|k| k != "lock") => Holding::OtherKind {
+            kind: owner_kind.unwrap_or_default().to_owned(),
+        },
+        ("string", Some(value)) => Holding::Lock {
+            value: value.clone(),
+            ttl: u64::try_from(inspected.pttl_ms)
+                .ok()
+                .map(Duration::from_millis),
+            owner: OwnerInfo::parse(&inspected.owner, value, inspected.now_ms),
+        },
+        ("string", None) => Holding::Free,
+        (kind, _) => Holding::OtherKind {
+            kind: owner_kind.unwrap_or(kind).to_owned(),
+        },
+    }
+}
+
+/// What an [`Inspection`] concludes about the lock.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// A quorum of masters holds `value` with time left: the lock is held.
+    Held {
+        /// The holder's value, which [`Redlock::force_unlock`] takes.
+        value: String,
+        /// Its owner record, when a holding master keeps one.
+        owner: Option<OwnerInfo>,
+        /// How long a quorum keeps holding it at least, from when the inspection returned
+        /// (unless it is released or extended meanwhile): the quorum-th largest TTL among
+        /// the masters holding it, less the drift allowance of `ttl_max` and the time the
+        /// inspection took. `None` when that many of its keys have no expiry.
+        remaining: Option<Duration>,
+    },
+    /// Enough masters answered to rule out a quorum holding anything, and none holds a
+    /// value: the lock is free.
+    Free,
+    /// Masters hold values, but none is on a quorum with time left (and none can be,
+    /// counting the unreachable masters): leftovers of failed attempts, a contended
+    /// moment, or a lock about to expire. Each key expires with its TTL.
+    Split,
+    /// Too few masters answered to tell: the unreachable ones may complete a quorum.
+    Unknown,
+    /// Another kind of lock holds the name (on some master; no quorum holds a lock).
+    OtherKind {
+        /// That kind.
+        kind: String,
+    },
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Verdict::Held {
+                value,
+                owner,
+                remaining,
+            } => {
+                write!(f, "held by {value}")?;
+                match remaining {
+                    Some(left) => write!(f, " for at least {}", human(*left))?,
+                    None => f.write_str(" without expiry")?,
+                }
+                if let Some(owner) = owner {
+                    write!(f, " ({owner})")?;
+                }
+                Ok(())
+            }
+            Verdict::Free => f.write_str("free"),
+            Verdict::Split => f.write_str("not held: no value is on a quorum with time left"),
+            Verdict::Unknown => {
+                f.write_str("unknown: too few masters answered to rule out a holder")
+            }
+            Verdict::OtherKind { kind } => write!(f, "holds another kind of lock: {kind}"),
+        }
+    }
+}
+
+/// What every master held for one lock: a snapshot, read by [`Redlock::inspect`].
+///
+/// Each master was read atomically, all of them at once, at slightly different moments;
+/// the lock may have changed since. [`Display`](fmt::Display) prints it for operators.
+#[derive(Debug, Clone)]
+pub struct Inspection {
+    resource: String,
+    key: String,
+    quorum: usize,
+    masters: Vec<MasterView>,
+    verdict: Verdict,
+    taken_at: Instant,
+}
+
+impl Inspection {
+    /// The lock's resource name.
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// The lock's key on the masters (key prefix + resource).
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// What each master held, in the configured order.
+    pub fn masters(&self) -> &[MasterView] {
+        &self.masters
+    }
+
+    /// What the snapshot says about the lock.
+    pub fn verdict(&self) -> &Verdict {
+        &self.verdict
+    }
+
+    /// The holder's value, when a quorum held one with time left.
+    pub fn holder(&self) -> Option<&str> {
+        match &self.verdict {
+            Verdict::Held { value, .. } => Some(value),
+            _ => None,
+        }
+    }
+
+    /// When the inspection returned: a [`Verdict::Held`]'s `remaining` counts from here.
+    pub fn taken_at(&self) -> Instant {
+        self.taken_at
+    }
+}
+
+impl fmt::Display for Inspection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "lock {} (key {}, quorum {} of {}): {}",
+            ShortName(&self.resource),
+            ShortName(&self.key),
+            self.quorum,
+            self.masters.len(),
+            self.verdict
+        )?;
+        for master in &self.masters {
+            writeln!(f, "  {master}")?;
+        }
+        write!(f, "(a snapshot: the lock may have changed since)")
+    }
+}
+
+/// The verdict on `masters` for `quorum`, `allowance` being the drift allowance plus the
+/// time the inspection took.
+fn verdict(masters: &[MasterView], quorum: usize, allowance: Duration) -> Verdict {
+    let mut holders: BTreeMap<&str, Vec<&MasterView>> = BTreeMap::new();
+    let mut unreachable = 0;
+    let mut other_kind = None;
+    for master in masters {
+        match &master.holding {
+            Holding::Lock { value, .. } => holders.entry(value).or_default().push(master),
+            Holding::Unreachable(_) => unreachable += 1,
+            Holding::OtherKind { kind } => {
+                other_kind.get_or_insert_with(|| kind.clone());
+            }
+            Holding::Free => {}
+        }
+    }
+    for (value, views) in &holders {
+        if views.len() < quorum {
+            continue;
+        }
+        // The quorum-th largest TTL; no expiry counts as the largest.
+        let mut ttls: Vec<Option<Duration>> = views.iter().map(|v| v.ttl()).collect();
+        ttls.sort_by(|a, b| match (a, b) {
+            (None, None) => std::cmp::Ordering::Equal,
+            (None, Some(_)) => std::cmp::Ordering::Less,
+            (Some(_), None) => std::cmp::Ordering::Greater,
+            (Some(a), Some(b)) => b.cmp(a),
+        });
+        let remaining = match ttls.get(quorum - 1).copied().flatten() {
+            None => None,
+            Some(ttl) => match ttl.checked_sub(allowance).filter(|r| !r.is_zero()) {
+                Some(left) => Some(left),
+                // On a quorum, but with no time left: about to expire.
+                None => return Verdict::Split,
+            },
+        };
+        let mut owner = views.iter().find_map(|v| v.owner().cloned());
+        if let Some(owner) = &mut owner {
+            owner.token = views.iter().filter_map(|v| v.owner()?.token).max();
+        }
+        return Verdict::Held {
+            value: (*value).to_owned(),
+            owner,
+            remaining,
+        };
+    }
+    if let Some(kind) = other_kind {
+        return Verdict::OtherKind { kind };
+    }
+    // A value (or one unseen) could be on a quorum with the unreachable masters' help.
+    let largest = holders.values().map(Vec::len).max().unwrap_or(0);
+    if largest + unreachable >= quorum {
+        Verdict::Unknown
+    } else if holders.is_empty() {
+        Verdict::Free
+    } else {
+        Verdict::Split
+    }
+}
+
+/// What [`Redlock::force_unlock`] or [`Redlock::force_unlock_any`] did on each master.
+#[derive(Debug, Clone)]
+pub struct UnlockReport {
+    resource: String,
+    masters: Vec<MasterReport>,
+    removed: Vec<Option<String>>,
+    fence_counter: Option<u64>,
+}
+
+impl UnlockReport {
+    /// The lock's resource name.
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// What each master did: [`MasterOutcome::Granted`] where the lock was deleted,
+    /// [`MasterOutcome::Missing`] where nothing held it, [`MasterOutcome::HeldByOther`]
+    /// where another value holds it and was left alone (`force_unlock` only), and
+    /// [`MasterOutcome::Failed`] where the master did not answer in time or holds another
+    /// kind of lock ([`MasterErrorKind::WrongKind`]). Every master is waited for.
+    pub fn masters(&self) -> &[MasterReport] {
+        &self.masters
+    }
+
+    /// On how many masters a lock key was deleted.
+    pub fn deleted(&self) -> usize {
+        self.removed.iter().flatten().count()
+    }
+
+    /// The values deleted, each once, in the order of the masters.
+    pub fn removed(&self) -> Vec<&str> {
+        let mut values: Vec<&str> = Vec::new();
+        for value in self.removed.iter().flatten() {
+            if !values.contains(&value.as_str()) {
+                values.push(value);
+            }
+        }
+        values
+    }
+
+    /// After [`force_unlock_any`](Redlock::force_unlock_any): the largest fence counter
+    /// among the masters that answered, after it raised each by one. When the call
+    /// succeeded and the force-unlocked holder had a fencing token, this number is larger
+    /// than that token: the token's write-back reached a quorum, which shares a master with
+    /// the `N - quorum + 1` that answered (durable masters that never lost data, as
+    /// fencing assumes). It is not a token: a later one may be smaller, if this counter
+    /// stood on a minority of masters. `None` after [`force_unlock`](Redlock::force_unlock),
+    /// which leaves the counters alone.
+    pub fn fence_counter(&self) -> Option<u64> {
+        self.fence_counter
+    }
+}
+
+impl fmt::Display for UnlockReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let removed = self.removed();
+        if removed.is_empty() {
+            write!(
+                f,
+                "force-unlock of {}: nothing deleted",
+                ShortName(&self.resource)
+            )?;
+        } else {
+            write!(
+                f,
+                "force-unlock of {}: deleted {} on {} of {} masters",
+                ShortName(&self.resource),
+                removed.join(", "),
+                self.deleted(),
+                self.masters.len()
+            )?;
+        }
+        if let Some(counter) = self.fence_counter {
+            write!(f, "; fence counter raised to {counter}")?;
+        }
+        for (report, removed) in self.masters.iter().zip(&self.removed) {
+            write!(f, "; {}: ", report.master())?;
+            match (report.outcome(), removed) {
+                (_, Some(value)) => write!(f, "deleted {value}")?,
+                (MasterOutcome::Missing, _) => f.write_str("nothing held it")?,
+                (MasterOutcome::HeldByOther, _) => f.write_str("another value, left alone")?,
+                (outcome, _) => write!(f, "{outcome}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Redlock {
+    /// Reads what every master holds for the lock on `resource`, in one concurrent round,
+    /// and says whether it is held and by whom: per master the value, its remaining TTL,
+    /// the owner record beside it (label, host, process id, when acquired, fencing token)
+    /// and the fence counter; and a [`Verdict`]. Changes nothing on the masters.
+    ///
+    /// The lock counts as held only when a quorum of masters holds one value with time
+    /// left; its `remaining` time is the quorum-th largest TTL among them, less the drift
+    /// allowance of `ttl_max` (the lock's own TTL is not kept on the masters, and the
+    /// allowance of `ttl_max` is the larger, so the time left is never overstated), less
+    /// the time the inspection took. Masters in restart quarantine are read as the others:
+    /// their keys are real, though they may have lost some.
+    ///
+    /// The result is a **snapshot**: the lock may be acquired, extended or released right
+    /// after. Each master is given the connect timeout plus the node timeout; one that does
+    /// not answer by then is reported [`Holding::Unreachable`].
+    ///
+    /// # Errors
+    /// Before any master is asked: [`ErrorKind::InvalidResource`] for a name `acquire`
+    /// refuses, and [`ErrorKind::NoRuntime`] outside a tokio runtime. Unreachable masters
+    /// are not an error: they are in the report, and the verdict says what they leave
+    /// open.
+    ///
+    /// # Cancel safety
+    /// Read-only: dropping the future changes nothing.
+    ///
+    /// # Example
+    /// ```no_run
+    /// # async fn run(client: redquorum::Redlock) -> Result<(), redquorum::Error> {
+    /// use redquorum::Verdict;
+    ///
+    /// let inspection = client.inspect("orders:42").await?;
+    /// println!("{inspection}");
+    /// if let Verdict::Held { value, owner, .. } = inspection.verdict() {
+    ///     let who = owner.as_ref().map(|o| o.label.as_str()).unwrap_or("unknown");
+    ///     println!("held by {who} with value {value}");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn inspect(&self, resource: &str) -> Result<Inspection, Error> {
+        check_runtime(resource)?;
+        check_resource(resource)?;
+        let inner = &self.inner;
+        let config = &inner.config;
+        let key: Arc<str> = format!("{}{resource}", config.key_prefix).into();
+        let op = Arc::new(Op::Inspect {
+            key: Arc::clone(&key),
+        });
+        let started = Instant::now();
+        let answers = ask_all(inner, &op).await;
+        let taken_at = Instant::now();
+        let masters: Vec<MasterView> = inner
+            .masters
+            .iter()
+            .zip(answers)
+            .map(|(m, answer)| MasterView::of(Arc::clone(m.name()), answer))
+            .collect();
+        let allowance = deadline::drift(config.ttl_max, config.drift_factor)
+            .saturating_add(taken_at.saturating_duration_since(started));
+        let verdict = verdict(&masters, inner.quorum, allowance);
+        Ok(Inspection {
+            resource: resource.to_owned(),
+            key: key.to_string(),
+            quorum: inner.quorum,
+            masters,
+            verdict,
+            taken_at,
+        })
+    }
+
+    /// Deletes the lock on `resource` where it holds `value` (compare-and-delete, as a
+    /// release does) and publishes the release notice there, so that waiters try at once.
+    /// A newer holder that got in meanwhile is untouched: its keys hold another value.
+    /// Take `value` from an [`inspect`](Redlock::inspect) of the stuck lock.
+    ///
+    /// The holder, if it is still alive, learns it at its next extension, which fails
+    /// ([`LostReason::ExtendFailed`](crate::LostReason::ExtendFailed)); until then it may
+    /// still work under its lease: see [`force_unlock_any`](Redlock::force_unlock_any)
+    /// on what that means for exclusion. Restart quarantine does not hold it back: every
+    /// master that may hold the value is asked. Every master is waited for (each for at
+    /// most the connect plus the node timeout), and the report says what each did.
+    ///
+    /// Succeeds once `N - quorum + 1` masters answered (deleted, missing, or holding
+    /// another value): at most `quorum - 1` can then still hold `value`, so no quorum
+    /// does. Logged as a warning event.
+    ///
+    /// # Errors
+    /// - [`ErrorKind::NoQuorum`] (retryable) when fewer than `N - quorum + 1` masters
+    ///   answered: the lock may still be held; the error's masters say where it was
+    ///   deleted. Call it again once they are reachable.
+    /// - [`ErrorKind::WrongKind`] when another kind of lock holds the name on so many
+    ///   masters that too few answered.
+    /// - Before any master is asked: [`ErrorKind::InvalidResource`] for a name `acquire`
+    ///   refuses, [`ErrorKind::InvalidOptions`] for an empty `value`,
+    ///   [`ErrorKind::NoRuntime`] outside a tokio runtime.
+    ///
+    /// # Cancel safety
+    /// The deletes run in a background task: dropping the future only stops waiting for
+    /// the report, and every master is still asked. [`Redlock::shutdown`] waits for it.
+    ///
+    /// # Example
+    /// ```no_run
+    /// # async fn run(client: redquorum::Redlock) -> Result<(), redquorum::Error> {
+    /// let inspection = client.inspect("orders:42").await?;
+    /// if let Some(value) = inspection.holder() {
+    ///     let report = client.force_unlock("orders:42", value).await?;
+    ///     println!("{report}");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn force_unlock(&self, resource: &str, value: &str) -> Result<UnlockReport, Error> {
+        check_runtime(resource)?;
+        check_resource(resource)?;
+        if value.is_empty() {
+            return Err(Error::new(ErrorKind::InvalidOptions, resource)
+                .with_detail("the value is empty: pass the value an inspection reported"));
+        }
+        let key: Arc<str> = format!("{}{resource}", self.inner.config.key_prefix).into();
+        let op = Op::Release {
+            channel: scripts::release_channel(&key).into(),
+            key,
+            value: value.into(),
+        };
+        self.unlock(resource, op).await
+    }
+
+    /// Deletes whatever holds the lock on `resource` (and its owner record), raises its
+    /// fence counter by one on every master, publishes the release notice, and logs a
+    /// warning event naming the values removed. For operators, when a lock must go
+    /// whoever holds it; prefer [`force_unlock`](Redlock::force_unlock) with the value an
+    /// inspection showed, which cannot hit a newer holder. A name held by another kind of
+    /// lock is left alone.
+    ///
+    /// **Unlocking a live holder breaks exclusion, by design.** The holder learns it at
+    /// its next extension (which fails, since an extension never sets a missing key
+    /// again; its watchdog then signals the loss and `with_lock` drops the work), but
+    /// until then it still has validity by its own clock, and a new holder may get in.
+    /// Fencing tokens are for that: the new holder's token is larger than the old
+    /// holder's, so a fenced storage refuses the old holder's writes once the new holder
+    /// has used its token. The fence counter is raised on every master reached, so the
+    /// counters move past the old holder's token ([`UnlockReport::fence_counter`] is
+    /// above it) and the unlock shows in them.
+    ///
+    /// Succeeds once `N - quorum + 1` masters answered, as for `force_unlock`: then the
+    /// deletes and the raised counters reach a master of every quorum. Restart
+    /// quarantine does not hold it back. Every master is waited for (each for at most the
+    /// connect plus the node timeout).
+    ///
+    /// # Errors
+    /// As for [`force_unlock`](Redlock::force_unlock), without the value.
+    ///
+    /// # Cancel safety
+    /// As for [`force_unlock`](Redlock::force_unlock): dropping the future only stops
+    /// waiting for the report.
+    ///
+    /// # Example
+    /// ```no_run
+    /// # async fn run(client: redquorum::Redlock) -> Result<(), redquorum::Error> {
+    /// let report = client.force_unlock_any("orders:42").await?;
+    /// println!("{report}");
+    /// if let Some(counter) = report.fence_counter() {
+    ///     println!("fence counter raised to {counter}: above the old holder's token");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn force_unlock_any(&self, resource: &str) -> Result<UnlockReport, Error> {
+        check_runtime(resource)?;
+        check_resource(resource)?;
+        let key: Arc<str> = format!("{}{resource}", self.inner.config.key_prefix).into();
+        let op = Op::ForceUnlock {
+            channel: scripts::release_channel(&key).into(),
+            key,
+        };
+        self.unlock(resource, op).await
+    }
+
+    /// Runs a force-unlock `op` on every master from a background task, and judges the
+    /// report.
+    async fn unlock(&self, resource: &str, op: Op) -> Result<UnlockReport, Error> {
+        let inner = Arc::clone(&self.inner);
+        let op = Arc::new(op);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let name = resource.to_owned();
+        let spawned = self.inner.spawn(async move {
+            let answers = ask_all(&inner, &op).await;
+            let report = UnlockReport::of(name, &inner, &op, &answers);
+            match &*op {
+                Op::ForceUnlock { .. } => tracing::warn!(
+                    resource = %report.resource,
+                    removed = ?report.removed(),
+                    deleted = report.deleted(),
+                    fence_counter = ?report.fence_counter,
+                    "force-unlock: deleted whatever held the lock, and raised its fence counter"
+                ),
+                _ => tracing::warn!(
+                    resource = %report.resource,
+                    removed = ?report.removed(),
+                    deleted = report.deleted(),
+                    "force-unlock of one holder's value"
+                ),
+            }
+            let _ = tx.send(report);
+        });
+        if !spawned {
+            return Err(Error::new(ErrorKind::NoRuntime, resource)
+                .with_detail("force-unlock must be called inside a tokio runtime"));
+        }
+        let report = rx.await.map_err(|_| {
+            Error::new(ErrorKind::NoRuntime, resource)
+                .with_detail("the runtime stopped before the force-unlock was decided")
+        })?;
+        let n = self.inner.masters.len();
+        let need = n - self.inner.quorum + 1;
+        let answered = report
+            .masters
+            .iter()
+            .filter(|r| !matches!(r.outcome(), MasterOutcome::Failed(_)))
+            .count();
+        if answered >= need {
+            return Ok(report);
+        }
+        let wrong_kind = report.masters.iter().any(|r| {
+            matches!(r.outcome(), MasterOutcome::Failed(e) if e.kind() == MasterErrorKind::WrongKind)
+        });
+        let kind = match wrong_kind {
+            true => ErrorKind::WrongKind,
+            false => ErrorKind::NoQuorum,
+        };
+        let done = match report.deleted() {
+            0 => "nothing was deleted".to_owned(),
+            k => format!("{} was deleted on {k}", report.removed().join(", ")),
+        };
+        Err(Error::new(kind, resource)
+            .with_detail(format!(
+                "{answered} of {n} masters answered and {need} must, so that no quorum can \
+                 still hold the lock; {done}: call it again once the others are reachable"
+            ))
+            .with_masters(report.masters))
+    }
+}
+
+impl UnlockReport {
+    /// The report of a force-unlock from every master's answer.
+    fn of(
+        resource: String,
+        inner: &Inner,
+        op: &Op,
+        answers: &[Result<Reply, MasterError>],
+    ) -> Self {
+        // A compare-and-delete deletes the one value it names.
+        let named = match op {
+            Op::Release { value, .. } => Some(value.to_string()),
+            _ => None,
+        };
+        let mut masters = Vec::with_capacity(answers.len());
+        let mut removed = Vec::with_capacity(answers.len());
+        let mut fence_counter: Option<u64> = None;
+        for (master, answer) in inner.masters.iter().zip(answers) {
+            let (outcome, value) = match answer {
+                Ok(Reply::Granted) => (MasterOutcome::Granted, named.clone()),
+                Ok(Reply::Missing) => (MasterOutcome::Missing, None),
+                Ok(Reply::HeldByOther) => (MasterOutcome::HeldByOther, None),
+                Ok(Reply::ForceUnlocked {
+                    removed: Some(value),
+                    counter,
+                }) => {
+                    fence_counter = fence_counter.max(Some(*counter));
+                    (MasterOutcome::Granted, Some(value.clone()))
+                }
+                Ok(Reply::ForceUnlocked {
+                    removed: None,
+                    counter,
+                }) => {
+                    fence_counter = fence_counter.max(Some(*counter));
+                    (MasterOutcome::Missing, None)
+                }
+                Ok(other) => (
+                    MasterOutcome::Failed(MasterError::new(
+                        MasterErrorKind::Protocol,
+                        format!("answered {other:?} to a force-unlock"),
+                    )),
+                    None,
+                ),
+                Err(error) => (MasterOutcome::Failed(error.clone()), None),
+            };
+            masters.push(MasterReport::new(Arc::clone(master.name()), outcome));
+            removed.push(value);
+        }
+        UnlockReport {
+            resource,
+            masters,
+            removed,
+            fence_counter,
+        }
+    }
+}
+
+/// Asks every master at once, each within the connect timeout plus the node timeout (a
+/// master's own bound; this one only makes sure no answer is waited for longer).
+async fn ask_all(inner: &Inner, op: &Arc<Op>) -> Vec<Result<Reply, MasterError>> {
+    let config = &inner.config;
+    let bound = config.connect_timeout.saturating_add(config.node_timeout);
+    join_all(inner.masters.iter().map(|m| {
+        let call = m.call(Arc::clone(op));
+        async move {
+            match tokio::time::timeout(bound, call).await {
+                Ok(answer) => answer,
+                Err(_) => Err(MasterError::new(
+                    MasterErrorKind::Timeout,
+                    format!(
+                        "no answer within the connect and node timeouts ({})",
+                        human(bound)
+                    ),
+                )),
+            }
+        }
+    }))
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn view(holding: Holding) -> MasterView {
+        MasterView {
+            master: "m".into(),
+            holding,
+            fence_counter: None,
+        }
+    }
+
+    fn lock(value: &str, ttl_ms: Option<u64>, token: Option<u64>) -> MasterView {
+        let mut fields = BTreeMap::new();
+        fields.insert("value".to_owned(), value.to_owned());
+        fields.insert("label".to_owned(), "billing".to_owned());
+        if let Some(token) = token {
+            fields.insert("token".to_owned(), token.to_string());
+        }
+        view(Holding::Lock {
+            value: value.to_owned(),
+            ttl: ttl_ms.map(Duration::from_millis),
+            owner: OwnerInfo::parse(&fields, value, 0),
+        })
+    }
+
+    fn down() -> MasterView {
+        view(Holding::Unreachable(MasterError::new(
+            MasterErrorKind::Timeout,
+            "no answer",
+        )))
+    }
+
+    fn free() -> MasterView {
+        view(Holding::Free)
+    }
+
+    #[test]
+    fn held_takes_the_quorum_th_largest_ttl_less_the_allowance() {
+        let masters = [
+            lock("a", Some(900), Some(7)),
+            lock("a", Some(500), None),
+            lock("a", Some(700), Some(6)),
+            free(),
+            down(),
+        ];
+        match verdict(&masters, 3, 100 * MS) {
+            Verdict::Held {
+                value,
+                owner,
+                remaining,
+            } => {
+                assert_eq!(value, "a");
+                assert_eq!(remaining, Some(400 * MS));
+                let owner = owner.unwrap();
+                assert_eq!(owner.label, "billing");
+                assert_eq!(owner.token, Some(FencingToken::new(7)), "the largest token");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Keys without expiry count as the longest.
+        let masters = [lock("a", None, None), lock("a", None, None), free()];
+        assert!(matches!(
+            verdict(&masters, 2, 100 * MS),
+            Verdict::Held {
+                remaining: None,
+                ..
+            }
+        ));
+        // On a quorum with no time left beyond the allowance: not held.
+        let masters = [
+            lock("a", Some(90), None),
+            lock("a", Some(900), None),
+            free(),
+        ];
+        assert!(matches!(verdict(&masters, 2, 100 * MS), Verdict::Split));
+    }
+
+    #[test]
+    fn free_split_and_unknown_count_the_unreachable_masters() {
+        // 3 masters, quorum 2.
+        assert!(matches!(
+            verdict(&[free(), free(), down()], 2, MS),
+            Verdict::Free
+        ));
+        // Two unreachable masters could hold a value between them.
+        assert!(matches!(
+            verdict(&[free(), down(), down()], 2, MS),
+            Verdict::Unknown
+        ));
+        // One value seen, and one more master could complete its quorum.
+        assert!(matches!(
+            verdict(&[lock("a", Some(500), None), free(), down()], 2, MS),
+            Verdict::Unknown
+        ));
+        // Three values, none can reach a quorum.
+        let split = [
+            lock("a", Some(500), None),
+            lock("b", Some(500), None),
+            lock("c", Some(500), None),
+        ];
+        assert!(matches!(verdict(&split, 2, MS), Verdict::Split));
+        assert!(matches!(
+            verdict(&[lock("a", Some(500), None), free(), free()], 2, MS),
+            Verdict::Split
+        ));
+        // Another kind of lock, unless a quorum holds a lock.
+        let other = view(Holding::OtherKind {
+            kind: "semaphore".into(),
+        });
+        assert!(matches!(
+            verdict(&[other.clone(), free(), free()], 2, MS),
+            Verdict::OtherKind { .. }
+        ));
+        assert!(matches!(
+            verdict(
+                &[
+                    other,
+                    lock("a", Some(500), None),
+                    lock("a", Some(500), None)
+                ],
+                2,
+                MS
+            ),
+            Verdict::Held { .. }
+        ));
+    }
+
+    #[test]
+    fn a_master_answer_is_judged_as_acquire_judges_the_name() {
+        let inspected = |kind: &str, value: Option<&str>, owner: &[(&str, &str)]| Inspected {
+            kind: kind.to_owned(),
+            value: value.map(str::to_owned),
+            pttl_ms: if value.is_some() { 1500 } else { -2 },
+            owner: owner
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            fence: None,
+            now_ms: 10_000,
+        };
+        assert!(matches!(
+            holding(&inspected("none", None, &[])),
+            Holding::Free
+        ));
+        assert!(matches!(
+            holding(&inspected("hash", None, &[])),
+            Holding::OtherKind { kind } if kind == "hash"
+        ));
+        assert!(matches!(
+            holding(&inspected("string", Some("v"), &[("kind", "semaphore")])),
+            Holding::OtherKind { kind } if kind == "semaphore"
+        ));
+        let record = [
+            ("kind", "lock"),
+            ("value", "v"),
+            ("host", "h"),
+            ("pid", "42"),
+            ("client", "c"),
+            ("label", "l"),
+            ("acquired_ms", "7500"),
+            ("token", "9"),
+        ];
+        match holding(&inspected("string", Some("v"), &record)) {
+            Holding::Lock { value, ttl, owner } => {
+                assert_eq!(value, "v");
+                assert_eq!(ttl, Some(1500 * MS));
+                let owner = owner.unwrap();
+                assert_eq!(
+                    (owner.host.as_str(), owner.pid, owner.label.as_str()),
+                    ("h", Some(42), "l")
+                );
+                assert_eq!(owner.client, "c");
+                assert_eq!(
+                    owner.acquired,
+                    SystemTime::UNIX_EPOCH.checked_add(7500 * MS)
+                );
+                assert_eq!(owner.held_for, Some(2500 * MS));
+                assert_eq!(owner.token, Some(FencingToken::new(9)));
+            }
+            other => panic!("{other:?}"),
+        }
+        // A record of another value is not this lock's owner.
+        match holding(&inspected("string", Some("w"), &record)) {
+            Holding::Lock { owner, .. } => assert_eq!(owner, None),
+            other => panic!("{other:?}"),
+        }
+    }
+}

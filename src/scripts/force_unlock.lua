@@ -1,0 +1,29 @@
+-- Force-unlock, an operator's tool: delete the lock key KEYS[1] whatever value it holds,
+-- with its owner record KEYS[2], raise the fence counter KEYS[3] by one, and where a lock
+-- was deleted publish a release notice on channel ARGV[1]. Another kind of lock under the
+-- name (a key of another type, or a string whose owner record names another kind) is left
+-- alone, and so is its counter.
+-- Returns {1 deleted | 0 missing | -3 another kind of lock,
+--          the value deleted, or that kind, or false, the fence counter after the raise or false}
+local kind = redis.call('TYPE', KEYS[1])['ok']
+local owned = false
+if redis.call('TYPE', KEYS[2])['ok'] == 'hash' then
+  owned = redis.call('HGET', KEYS[2], 'kind')
+end
+if kind ~= 'none' and kind ~= 'string' then
+  return {-3, owned or kind, false}
+end
+if kind == 'string' and owned and owned ~= 'lock' then
+  return {-3, owned, false}
+end
+local counter = redis.call('INCR', KEYS[3])
+if owned == 'lock' then
+  redis.call('DEL', KEYS[2])
+end
+if kind == 'none' then
+  return {0, false, counter}
+end
+local value = redis.call('GET', KEYS[1])
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[1], KEYS[1])
+return {1, value, counter}

@@ -199,4 +199,8 @@ impl Master for Guarded {
     fn vitals(&self) -> Option<(u64, Arc<Vitals>)> {
         self.inner.vitals()
     }
+
+    fn disowned(&self) -> Option<MasterError> {
+        self.inner.disowned()
+    }
 }

@@ -239,6 +239,13 @@ pub(crate) trait Master: Send + Sync + fmt::Debug {
     fn vitals(&self) -> Option<(u64, Arc<Vitals>)> {
         None
     }
+
+    /// Why a grant this master gave may not count once the round is decided, if it may
+    /// not: the client learnt meanwhile that the master does not vote (its cluster record,
+    /// docs/design.md §11; see `View::disowned`).
+    fn disowned(&self) -> Option<MasterError> {
+        None
+    }
 }
 
 /// A real Redis master.
@@ -484,6 +491,10 @@ impl Master for RedisMaster {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
+
+    fn disowned(&self) -> Option<MasterError> {
+        self.shared.view.disowned(self.shared.index)
+    }
 }
 
 impl Shared {
@@ -607,21 +618,28 @@ impl Shared {
         }
     }
 
-    /// The answer to a script that found another cluster record than the one this client
-    /// sent (or none): reads the record again and decides as at a connect.
-    async fn record_changed(&self, conn: &mut MultiplexedConnection) -> MasterError {
-        let record = match read_record(conn, &self.record_key).await {
-            Ok(record) => record,
-            Err(error) => return error,
-        };
+    /// Reads the cluster record again and decides as at a connect; returns the record.
+    async fn reread(
+        &self,
+        conn: &mut MultiplexedConnection,
+    ) -> Result<Option<Record>, MasterError> {
+        let record = read_record(conn, &self.record_key).await?;
         let run_id = self
             .run_id
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        if let Err(error) = self.admit(conn, run_id, record.as_ref()).await {
-            return error;
-        }
+        self.admit(conn, run_id, record.as_ref()).await?;
+        Ok(record)
+    }
+
+    /// The answer to a script that found another cluster record than the one this client
+    /// sent (or none): reads the record again and decides as at a connect.
+    async fn record_changed(&self, conn: &mut MultiplexedConnection) -> MasterError {
+        let record = match self.reread(conn).await {
+            Ok(record) => record,
+            Err(error) => return error,
+        };
         match self.view.refused(self.index) {
             Some(refusal) => refusal,
             None if record.is_none() => MasterError::new(
@@ -714,6 +732,14 @@ async fn run(
     conn: &mut MultiplexedConnection,
     shared: &Shared,
 ) -> Result<Reply, MasterError> {
+    // Met before this client knew its cluster, and without a record then: read it again
+    // before it votes (it may be a member, or a stranger that never votes).
+    if !op.is_unguarded() && shared.view.stale(shared.index) {
+        shared.reread(conn).await?;
+        if let Some(refusal) = shared.view.refused(shared.index) {
+            return Err(refusal);
+        }
+    }
     match op {
         Op::AcquireChecked {
             key,

@@ -12,6 +12,8 @@ use crate::cluster::{self, Admission, Record, View};
 use crate::error::{Error, ErrorKind, MasterError, MasterOutcome, MasterReport};
 use crate::lock::Redlock;
 use crate::master::{Master, Op, Reply};
+#[cfg(feature = "mutants")]
+use crate::mutants::Mutant;
 
 /// What [`Redlock::init_cluster`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -251,6 +253,13 @@ impl Redlock {
     ) -> Result<ClusterInit, Error> {
         let subject = cluster::record_key(&self.inner.config.key_prefix);
         let check_empty = true;
+        #[cfg(feature = "mutants")]
+        let check_empty = check_empty
+            && !self
+                .inner
+                .config
+                .planted
+                .is(Mutant::BootstrapSkipsEmptiness);
         let holding: Vec<String> = surveyed
             .iter()
             .zip(names)

@@ -306,6 +306,9 @@ impl Admission {
 pub(crate) struct View {
     terms: Terms,
     names: Vec<Arc<str>>,
+    /// Plants `Mutant::IgnoreFingerprint`: a record is adopted whatever its terms.
+    #[cfg(feature = "mutants")]
+    ignore_terms: bool,
     state: Mutex<ViewState>,
 }
 
@@ -334,11 +337,21 @@ impl View {
         Self {
             terms,
             names,
+            #[cfg(feature = "mutants")]
+            ignore_terms: false,
             state: Mutex::new(ViewState {
                 adopted: None,
                 seen,
             }),
         }
+    }
+
+    /// This view with `Mutant::IgnoreFingerprint` planted: it adopts the first record it
+    /// sees whatever that record's terms, and sends its fingerprint as its own.
+    #[cfg(feature = "mutants")]
+    pub(crate) fn ignoring_terms(mut self) -> Self {
+        self.ignore_terms = true;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ViewState> {
@@ -439,7 +452,10 @@ impl View {
     }
 
     fn judge_record(&self, state: &mut ViewState, record: &Record, seen: &mut Seen) -> Admission {
-        if !record.agrees_with(&self.terms) {
+        let agrees = record.agrees_with(&self.terms);
+        #[cfg(feature = "mutants")]
+        let agrees = agrees || self.ignore_terms;
+        if !agrees {
             let mut differences = self.terms.differences(record);
             if differences.is_empty() {
                 differences.push(format!(

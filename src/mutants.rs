@@ -40,11 +40,18 @@ pub enum Mutant {
     /// Releases meant to run in the background send nothing: dropped leases, failed or
     /// cancelled attempts, and `release()` itself leave their keys to expire.
     NoBackgroundRelease,
+    /// The client adopts the cluster record it finds whatever its own terms say (another
+    /// master list, quorum, `ttl_max`, drift or prefix) and sends the record's fingerprint
+    /// as its own: a client whose quorums need not overlap the cluster's is accepted.
+    IgnoreFingerprint,
+    /// `Redlock::init_cluster` bootstraps masters that hold keys under the prefix: masters
+    /// that lost their keys vote at once beside others still holding a live lease's keys.
+    BootstrapSkipsEmptiness,
 }
 
 impl Mutant {
     /// Every mutant, for suites that must run them all.
-    pub const ALL: [Mutant; 10] = [
+    pub const ALL: [Mutant; 12] = [
         Mutant::HalfQuorum,
         Mutant::IgnoreElapsed,
         Mutant::PlainDelRelease,
@@ -55,6 +62,8 @@ impl Mutant {
         Mutant::ShrinkKeepsDeadline,
         Mutant::ReleaseMarksDoneFirst,
         Mutant::NoBackgroundRelease,
+        Mutant::IgnoreFingerprint,
+        Mutant::BootstrapSkipsEmptiness,
     ];
 }
 
@@ -91,6 +100,8 @@ every_variant![
     ShrinkKeepsDeadline,
     ReleaseMarksDoneFirst,
     NoBackgroundRelease,
+    IgnoreFingerprint,
+    BootstrapSkipsEmptiness,
 ];
 
 /// The test seams of one client: a planted bug, and how fast its clock runs against real

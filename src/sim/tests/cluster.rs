@@ -348,6 +348,33 @@ mod mutants {
         );
     }
 
+    /// The force-unlock exception covers only overlaps a force-unlock could have caused:
+    /// with a quorum of `N / 2` among force-unlocks, the overlaps the mutant causes
+    /// elsewhere still fail (excusing every overlap of a schedule with a force-unlock, or
+    /// of a resource that was force-unlocked, would hide them).
+    #[test]
+    fn overlaps_no_force_unlock_touched_are_not_excused() {
+        let profile = Profile {
+            name: "half quorum among force-unlocks",
+            masters: &[3, 5],
+            mutant: Some(Mutant::HalfQuorum),
+            faults: FORCE_UNLOCKS,
+            ..PROTECTED
+        };
+        detect(
+            "mutants::overlaps_no_force_unlock_touched_are_not_excused",
+            &profile,
+            200,
+            violation(&profile, |o, v| {
+                let Violation::Overlap { resource, .. } = v else {
+                    return false;
+                };
+                o.breaches.force_unlocks.iter().any(|(_, r)| r == resource)
+                    && !Exception::ForceUnlock.excuses(&o.leases, &o.breaches, v)
+            }),
+        );
+    }
+
     /// A bootstrap that skips the emptiness check makes every master vote at once, master
     /// 0 among them, which lost H's key: B gets masters 0 and 2 while H holds the lock.
     #[tokio::test(start_paused = true)]

@@ -131,6 +131,16 @@ async fn init_refuses_a_master_down_and_writes_nothing() {
     let err = admin.init_cluster().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NoQuorum, "{err}");
     assert!(err.is_retryable());
+    // It says why, and which master did not answer.
+    let text = err.to_string();
+    assert!(text.contains("every master"), "{text}");
+    let down = cluster.server(2).url();
+    assert!(text.contains(&down), "{text}");
+    assert!(
+        err.masters().iter().any(|r| r.master() == down.as_str()
+            && matches!(r.outcome(), MasterOutcome::Failed(_))),
+        "{err:?}"
+    );
     for i in 0..2 {
         assert!(record(&cluster.server(i).url(), RECORD).await.is_empty());
     }
@@ -383,4 +393,29 @@ async fn a_stranger_met_before_the_record_never_counts() {
         async move { get(&url, &key).await.is_none() }
     })
     .await;
+}
+
+#[tokio::test]
+async fn init_refuses_masters_of_two_clusters_and_writes_nothing() {
+    let cluster = Cluster::start(6).await.unwrap();
+    let urls = cluster.urls();
+    let over = |masters: &[usize]| {
+        Redlock::builder()
+            .quarantine(false)
+            .masters(masters.iter().map(|&i| urls[i].clone()))
+            .ttl("5s")
+            .node_timeout("200ms")
+            .build()
+            .unwrap()
+    };
+    over(&[0, 1, 2]).init_cluster().await.unwrap();
+    over(&[3, 4, 5]).init_cluster().await.unwrap();
+    let before: Vec<_> = futures::future::join_all(urls.iter().cloned().map(record_of)).await;
+    // The same terms, but masters of both clusters.
+    let err = over(&[0, 1, 5]).init_cluster().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ClusterMismatch, "{err}");
+    assert!(!err.is_retryable());
+    assert!(err.to_string().contains("another cluster"), "{err}");
+    let after: Vec<_> = futures::future::join_all(urls.iter().cloned().map(record_of)).await;
+    assert_eq!(before, after);
 }

@@ -107,8 +107,9 @@ async fn scripted_a_stranger_met_before_the_record_never_counts() {
 /// two in five clients are configured otherwise (see `world::Differs`): a member swapped
 /// for a master outside, more masters, fewer masters, a longer `ttl_max`, more drift.
 /// The masters keep their data (and their records) over crashes, and none is flushed: a
-/// client configured otherwise that meets only masters without a record cannot be told
-/// (see `mismatched_configurations_never_hold_a_lease`).
+/// client configured otherwise that meets only masters whose records were lost with their
+/// data cannot be told from a client of an uninitialised cluster, so no record can refuse
+/// it (docs/testing.md §8).
 const AGREEMENT: Profile = Profile {
     name: "clients configured otherwise over one cluster",
     masters: &[3, 5],

@@ -13,6 +13,8 @@ use crate::cluster::{self, Admission, Record, View};
 use crate::error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
 use crate::lock::Redlock;
 use crate::master::{Master, Op, Reply, StampOutcome};
+#[cfg(feature = "mutants")]
+use crate::mutants::Mutant;
 
 /// What [`Redlock::init_cluster`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -334,6 +336,13 @@ impl Redlock {
     ) -> Result<ClusterInit, Error> {
         let subject = cluster::record_key(&self.inner.config.key_prefix);
         let check_empty = true;
+        #[cfg(feature = "mutants")]
+        let check_empty = check_empty
+            && !self
+                .inner
+                .config
+                .planted
+                .is(Mutant::BootstrapSkipsEmptiness);
         if check_empty {
             let holding = scan_all(&self.inner.masters).await;
             let problems: Vec<String> = names

@@ -357,6 +357,9 @@ impl Admission {
 pub(crate) struct View {
     terms: Terms,
     names: Vec<Arc<str>>,
+    /// Plants `Mutant::IgnoreFingerprint`: a record is adopted whatever its terms.
+    #[cfg(feature = "mutants")]
+    ignore_terms: bool,
     state: Mutex<ViewState>,
 }
 
@@ -374,6 +377,8 @@ struct Seen {
     id: Option<String>,
     /// Why it never votes, decided when it connected.
     refused: Option<Admission>,
+    /// It showed no record while this client knew none, so it was admitted without one.
+    blank: bool,
 }
 
 impl View {
@@ -383,11 +388,21 @@ impl View {
         Self {
             terms,
             names,
+            #[cfg(feature = "mutants")]
+            ignore_terms: false,
             state: Mutex::new(ViewState {
                 adopted: None,
                 seen,
             }),
         }
+    }
+
+    /// This view with `Mutant::IgnoreFingerprint` planted: it adopts the first record it
+    /// sees whatever that record's terms, and sends its fingerprint as its own.
+    #[cfg(feature = "mutants")]
+    pub(crate) fn ignoring_terms(mut self) -> Self {
+        self.ignore_terms = true;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ViewState> {
@@ -440,6 +455,7 @@ impl View {
             run_id: run_id.map(str::to_owned),
             id: seen.id.clone(),
             refused: None,
+            blank: false,
         };
         let other_name = |j: usize| self.names.get(j).map_or("another master", |n| &**n);
         let admission = if let Some((j, true)) = twin {
@@ -468,7 +484,10 @@ impl View {
             match record {
                 Some(record) => self.judge_record(&mut state, record, &mut now_seen),
                 None => match (&state.adopted, &seen.id) {
-                    (None, _) => Admission::Member,
+                    (None, _) => {
+                        now_seen.blank = true;
+                        Admission::Member
+                    }
                     (Some(adopted), Some(id)) => {
                         let mut again = adopted.clone();
                         again.master = id.clone();
@@ -501,7 +520,10 @@ impl View {
     }
 
     fn judge_record(&self, state: &mut ViewState, record: &Record, seen: &mut Seen) -> Admission {
-        if let Some(why) = self.terms.disagreement(record) {
+        let disagreement = self.terms.disagreement(record);
+        #[cfg(feature = "mutants")]
+        let disagreement = disagreement.filter(|_| !self.ignore_terms);
+        if let Some(why) = disagreement {
             return Admission::Mismatch(why.into());
         }
         if let Some(adopted) = &state.adopted
@@ -533,6 +555,38 @@ impl View {
             state.adopted = Some(record.clone());
         }
         Admission::Member
+    }
+
+    /// Whether master `index` was admitted while this client knew no record and showed
+    /// none, and this client has adopted a record since: in an initialised cluster a
+    /// master without a record never votes unless this client knows which member it was,
+    /// so its record is read again before it is asked to vote.
+    pub(crate) fn stale(&self, index: usize) -> bool {
+        let state = self.lock();
+        state.adopted.is_some()
+            && state
+                .seen
+                .get(index)
+                .is_some_and(|s| s.blank && s.refused.is_none())
+    }
+
+    /// Why a grant master `index` gave may not count once its round is decided, if it may
+    /// not: this client refuses the master now, or the master is [`stale`](Self::stale).
+    /// A master met before the client knew its cluster grants a request sent with the
+    /// empty fingerprint when it has no record; a record adopted from another master of
+    /// the same round (which then grants with the cluster's fingerprint) must not make
+    /// that grant count, or the quorum could join a stranger to the cluster's members.
+    pub(crate) fn disowned(&self, index: usize) -> Option<MasterError> {
+        self.refused(index).or_else(|| {
+            self.stale(index).then(|| {
+                MasterError::new(
+                    MasterErrorKind::Other,
+                    "it showed no cluster record when this client met it, before this \
+                     client learnt that its cluster is initialised: what it granted since \
+                     does not count until its record is read again",
+                )
+            })
+        })
     }
 
     /// Why master `index` never votes for this client, if it does not, as decided when it
@@ -678,6 +732,42 @@ mod tests {
             view.connected(2, Some("r2"), None),
             Admission::Stranger(_)
         ));
+    }
+
+    #[test]
+    fn a_master_met_without_a_record_is_disowned_once_the_cluster_is_known() {
+        let members = members();
+        let view = view();
+        // Master 2 answers first, without a record: nothing is known of a cluster yet.
+        assert_eq!(view.connected(2, Some("r2"), None), Admission::Member);
+        assert!(!view.stale(2) && view.disowned(2).is_none());
+        // Master 0 shows the record: master 2's standing must be read again, and what it
+        // granted meanwhile does not count.
+        let record = Record::new("c1", &members[0], &members, &terms());
+        assert_eq!(
+            view.connected(0, Some("r0"), Some(&record)),
+            Admission::Member
+        );
+        assert!(view.stale(2));
+        let why = view.disowned(2).unwrap();
+        assert_eq!(why.kind(), MasterErrorKind::Other);
+        assert!(!view.stale(0) && view.disowned(0).is_none());
+        // Read again: without a record it is a stranger, with one a member.
+        assert!(matches!(
+            view.connected(2, Some("r2"), None),
+            Admission::Stranger(_)
+        ));
+        assert!(!view.stale(2));
+        assert_eq!(
+            view.disowned(2).map(|e| e.kind()),
+            Some(MasterErrorKind::Misconfigured)
+        );
+        let again = Record::new("c1", &members[2], &members, &terms());
+        assert_eq!(
+            view.connected(2, Some("r2"), Some(&again)),
+            Admission::Member
+        );
+        assert!(view.disowned(2).is_none());
     }
 
     #[test]

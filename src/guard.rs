@@ -207,4 +207,8 @@ impl Master for Guarded {
     fn standing(&self, now: Instant) -> Option<Standing> {
         Some(self.shared.lock().quarantine.standing(now))
     }
+
+    fn disowned(&self) -> Option<MasterError> {
+        self.inner.disowned()
+    }
 }

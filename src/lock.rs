@@ -219,10 +219,7 @@ impl Redlock {
             true => Duration::from_secs(3600),
             false => node_timeout,
         };
-        let view = Arc::new(View::new(
-            Self::terms(&config),
-            config.masters.iter().map(|m| m.name.clone()).collect(),
-        ));
+        let view = Self::view_of(&config);
         for (index, spec) in config.masters.iter().enumerate() {
             let master = RedisMaster::new(
                 spec,
@@ -273,6 +270,21 @@ impl Redlock {
             config.drift_factor,
             &config.key_prefix,
         )
+    }
+
+    /// The view of its cluster a client of `config` starts with (a planted bug may make it
+    /// adopt any record).
+    pub(crate) fn view_of(config: &Config) -> Arc<View> {
+        let view = View::new(
+            Self::terms(config),
+            config.masters.iter().map(|m| m.name.clone()).collect(),
+        );
+        #[cfg(feature = "mutants")]
+        let view = match config.planted.is(Mutant::IgnoreFingerprint) {
+            true => view.ignoring_terms(),
+            false => view,
+        };
+        Arc::new(view)
     }
 
     /// A client over any masters (real or simulated); with quarantine on, each is put

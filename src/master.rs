@@ -334,6 +334,13 @@ pub(crate) trait Master: Send + Sync + fmt::Debug {
         let _ = now;
         None
     }
+
+    /// Why a grant this master gave may not count once the round is decided, if it may
+    /// not: the client learnt meanwhile that the master does not vote (its cluster record,
+    /// docs/design.md §11; see `View::disowned`).
+    fn disowned(&self) -> Option<MasterError> {
+        None
+    }
 }
 
 /// A real Redis master.
@@ -595,6 +602,10 @@ impl Master for RedisMaster {
         let shared = Arc::clone(&self.shared);
         Box::pin(async move { shared.probe(&record_key).await })
     }
+
+    fn disowned(&self) -> Option<MasterError> {
+        self.shared.view.disowned(self.shared.index)
+    }
 }
 
 impl Shared {
@@ -729,14 +740,14 @@ impl Shared {
         }
     }
 
-    /// The answer to a script that found another cluster record than the one this client
-    /// sent (or none): reads the record again and decides as at a connect. `Ok` when this
-    /// client adopted the record it found (written after it connected, by `init_cluster`):
-    /// the request may be sent again at once, now carrying it.
-    async fn record_changed(&self, conn: &mut MultiplexedConnection) -> Result<(), MasterError> {
+    /// Reads the cluster record again and decides as at a connect; returns the record.
+    /// The record may name this process as bootstrapped: restart quarantine reads that with
+    /// the other vitals, so they are read again too (one more round trip).
+    async fn reread(
+        &self,
+        conn: &mut MultiplexedConnection,
+    ) -> Result<Option<Record>, MasterError> {
         let record = read_record(conn, &self.record_key).await?;
-        // The record may name this process as bootstrapped: restart quarantine reads it
-        // with the other vitals, so read them again (one more round trip, once).
         if self.read_vitals && record.is_some() {
             let (vitals, _) = read_vitals(conn, &self.record_key).await?;
             let sequence = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
@@ -749,6 +760,15 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         self.admit(conn, run_id, record.as_ref()).await?;
+        Ok(record)
+    }
+
+    /// The answer to a script that found another cluster record than the one this client
+    /// sent (or none): reads the record again and decides as at a connect. `Ok` when this
+    /// client adopted the record it found (written after it connected, by `init_cluster`):
+    /// the request may be sent again at once, now carrying it.
+    async fn record_changed(&self, conn: &mut MultiplexedConnection) -> Result<(), MasterError> {
+        let record = self.reread(conn).await?;
         match self.view.refused(self.index) {
             Some(refusal) => Err(refusal),
             None if record.is_none() => Err(MasterError::new(
@@ -842,6 +862,14 @@ async fn run(
     conn: &mut MultiplexedConnection,
     shared: &Shared,
 ) -> Result<Reply, MasterError> {
+    // Met before this client knew its cluster, and without a record then: read it again
+    // before it votes (it may be a member, or a stranger that never votes).
+    if !op.is_unguarded() && shared.view.stale(shared.index) {
+        shared.reread(conn).await?;
+        if let Some(refusal) = shared.view.refused(shared.index) {
+            return Err(refusal);
+        }
+    }
     match op {
         Op::AcquireChecked {
             key,

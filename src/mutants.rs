@@ -44,11 +44,18 @@ pub enum Mutant {
     /// force-unlocked holder's next extension re-creates its keys, undoing the unlock, and
     /// succeeds instead of telling the holder that it lost the lock.
     ExtendRecreates,
+    /// The client adopts the cluster record it finds whatever its own terms say (another
+    /// master list, quorum, `ttl_max`, drift or prefix) and sends the record's fingerprint
+    /// as its own: a client whose quorums need not overlap the cluster's is accepted.
+    IgnoreFingerprint,
+    /// `Redlock::init_cluster` bootstraps masters that hold keys under the prefix: masters
+    /// that lost their keys vote at once beside others still holding a live lease's keys.
+    BootstrapSkipsEmptiness,
 }
 
 impl Mutant {
     /// Every mutant, for suites that must run them all.
-    pub const ALL: [Mutant; 11] = [
+    pub const ALL: [Mutant; 13] = [
         Mutant::HalfQuorum,
         Mutant::IgnoreElapsed,
         Mutant::PlainDelRelease,
@@ -60,6 +67,8 @@ impl Mutant {
         Mutant::ReleaseMarksDoneFirst,
         Mutant::NoBackgroundRelease,
         Mutant::ExtendRecreates,
+        Mutant::IgnoreFingerprint,
+        Mutant::BootstrapSkipsEmptiness,
     ];
 }
 
@@ -97,6 +106,8 @@ every_variant![
     ReleaseMarksDoneFirst,
     NoBackgroundRelease,
     ExtendRecreates,
+    IgnoreFingerprint,
+    BootstrapSkipsEmptiness,
 ];
 
 /// The test seams of one client: a planted bug, and how fast its clock runs against real

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::AsyncCommands;
+use redquorum::testkit::{Mode, Proxy};
 use redquorum::{ErrorKind, InitOutcome, MasterErrorKind, MasterOutcome, Redlock};
 use support::*;
 
@@ -133,6 +134,16 @@ async fn init_refuses_a_master_down_and_writes_nothing() {
     let err = admin.init_cluster().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NoQuorum, "{err}");
     assert!(err.is_retryable());
+    // It says why, and which master did not answer.
+    let text = err.to_string();
+    assert!(text.contains("every master"), "{text}");
+    let down = cluster.server(2).url();
+    assert!(text.contains(&down), "{text}");
+    assert!(
+        err.masters().iter().any(|r| r.master() == down.as_str()
+            && matches!(r.outcome(), MasterOutcome::Failed(_))),
+        "{err:?}"
+    );
     for i in 0..2 {
         assert!(record(&cluster.server(i).url(), RECORD).await.is_empty());
     }
@@ -209,7 +220,7 @@ async fn a_flushed_member_is_readmitted_by_a_client_that_knew_it() {
     // lost its counters, and abstains (restart quarantine); the others carry the lock.
     let key = unique_key("after-flush");
     let lease = client.acquire(&key).await.unwrap();
-    // The acquire returns at quorum; master 0's answer (and its new record) may follow.
+    // The acquire returns once a quorum answered: master 0's record may still be on its way.
     wait_until(
         Duration::from_secs(2),
         "master 0's record written again",
@@ -260,8 +271,23 @@ async fn a_stranger_without_a_record_never_votes_and_init_readmits_it() {
     let newcomer = client(&cluster).build().unwrap();
     let key = unique_key("stranger");
     let lease = newcomer.acquire(&key).await.unwrap();
-    assert_eq!(get(&url, &key).await, None);
+    // Met first, before the other two showed the record, master 2 may have set the key;
+    // it never counts.
+    assert!(
+        !lease.masters()[2].outcome().is_granted(),
+        "{:?}",
+        lease.masters()
+    );
     lease.release().await.unwrap();
+    wait_until(
+        Duration::from_secs(2),
+        "the release reached master 2",
+        || {
+            let (url, key) = (url.clone(), key.clone());
+            async move { get(&url, &key).await.is_none() }
+        },
+    )
+    .await;
     // The operator says it is a member: init_cluster gives it the missing id back.
     let init = newcomer.init_cluster().await.unwrap();
     assert_eq!(
@@ -402,6 +428,80 @@ async fn a_refused_master_heals_on_a_live_connection_once_readmitted() {
 }
 
 #[tokio::test]
+async fn a_stranger_met_before_the_record_never_counts() {
+    // The cluster is masters 0, 1 and 2; a second client lists 1, 2 and 3 (the cluster's
+    // terms, another list). Master 3 has no record.
+    let cluster = Cluster::start(4).await.unwrap();
+    let urls = cluster.urls();
+    let members = urls[..3].to_vec();
+    let over = |urls: Vec<String>| {
+        Redlock::builder()
+            .quarantine(false)
+            .masters(urls)
+            .ttl("5s")
+            .node_timeout("200ms")
+            .retry_delay("5ms")
+    };
+    over(members).build().unwrap().init_cluster().await.unwrap();
+
+    // The holder takes masters 0 and 2: master 1 is cut off from it.
+    let cut = Proxy::for_server(cluster.server(1)).await.unwrap();
+    cut.set_mode(Mode::Blackhole);
+    let holder = over(vec![urls[0].clone(), cut.url(), urls[2].clone()])
+        .build()
+        .unwrap();
+    let key = unique_key("stranger-first");
+    let lease = holder.acquire(&key).await.unwrap();
+    assert_eq!(get(&urls[1], &key).await, None);
+
+    // The other client reaches master 3 at once and masters 1 and 2 only 150 ms later
+    // each way: master 3 grants its first request, sent before the client knew of any
+    // record; then masters 1 and 2 show the record, and master 1 grants too. Masters 1
+    // and 3 are a quorum of its list, disjoint from the holder's: master 3's grant must
+    // not count.
+    let slow: Vec<Proxy> =
+        futures::future::join_all((1..3).map(|i| Proxy::for_server(cluster.server(i))))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+    for proxy in &slow {
+        proxy.set_mode(Mode::delay(Duration::from_millis(150), Duration::ZERO));
+    }
+    let other = over(vec![slow[0].url(), slow[1].url(), urls[3].clone()])
+        .node_timeout("2s")
+        .connect_timeout("3s")
+        .build()
+        .unwrap();
+    let err = other.try_acquire(&key).await.unwrap_err();
+    assert!(!lease.is_expired());
+    assert!(
+        matches!(err.kind(), ErrorKind::Contended | ErrorKind::NoQuorum),
+        "{err}"
+    );
+    // Master 3 did set the key (and the failed attempt releases it).
+    assert!(
+        matches!(err.masters()[2].outcome(), MasterOutcome::Failed(_)),
+        "{err:?}"
+    );
+    // Once it knows the cluster, the client reads master 3 again: a stranger.
+    let err = other.try_acquire(&key).await.unwrap_err();
+    assert!(
+        matches!(
+            err.masters()[2].outcome(),
+            MasterOutcome::Failed(e) if e.kind() == MasterErrorKind::Misconfigured
+        ),
+        "{err:?}"
+    );
+    lease.release().await.unwrap();
+    wait_until(Duration::from_secs(2), "master 3 released", || {
+        let (url, key) = (urls[3].clone(), key.clone());
+        async move { get(&url, &key).await.is_none() }
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn the_health_check_names_masters_that_do_not_vote_for_this_client() {
     let cluster = Cluster::start(3).await.unwrap();
     let urls = cluster.urls();
@@ -421,4 +521,64 @@ async fn the_health_check_names_masters_that_do_not_vote_for_this_client() {
     let report = theirs.check_masters().await;
     assert!(!report.is_healthy(), "{report}");
     assert!(report.to_string().contains("ttl_max_ms"), "{report}");
+}
+
+#[tokio::test]
+async fn init_refuses_masters_of_two_clusters_and_writes_nothing() {
+    let cluster = Cluster::start(6).await.unwrap();
+    let urls = cluster.urls();
+    let over = |masters: &[usize]| {
+        Redlock::builder()
+            .quarantine(false)
+            .masters(masters.iter().map(|&i| urls[i].clone()))
+            .ttl("5s")
+            .node_timeout("200ms")
+            .build()
+            .unwrap()
+    };
+    over(&[0, 1, 2]).init_cluster().await.unwrap();
+    over(&[3, 4, 5]).init_cluster().await.unwrap();
+    let before: Vec<_> = futures::future::join_all(urls.iter().cloned().map(record_of)).await;
+    // The same terms, but masters of both clusters.
+    let err = over(&[0, 1, 5]).init_cluster().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ClusterMismatch, "{err}");
+    assert!(!err.is_retryable());
+    assert!(err.to_string().contains("another cluster"), "{err}");
+    let after: Vec<_> = futures::future::join_all(urls.iter().cloned().map(record_of)).await;
+    assert_eq!(before, after);
+}
+#[tokio::test]
+async fn init_from_another_master_list_never_gives_a_live_members_id_to_a_stranger() {
+    // Cluster {0, 1, 2} initialised; a client configured {0, 3, 4} runs init_cluster.
+    let cluster = Cluster::start(5).await.unwrap();
+    let urls = cluster.urls();
+    let ours = vec![urls[0].clone(), urls[1].clone(), urls[2].clone()];
+    let theirs = vec![urls[0].clone(), urls[3].clone(), urls[4].clone()];
+    let plain = |urls: Vec<String>| {
+        Redlock::builder()
+            .quarantine(false)
+            .masters(urls)
+            .node_timeout("200ms")
+            .build()
+            .unwrap()
+    };
+    plain(ours.clone()).init_cluster().await.unwrap();
+    let err = plain(theirs.clone()).init_cluster().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ClusterMismatch, "{err}");
+    assert!(!err.is_retryable());
+    for url in &theirs[1..] {
+        assert!(
+            record(url, RECORD).await.is_empty(),
+            "{url} was given an id"
+        );
+    }
+    // And that client never gets a lock out of the two strangers and one member.
+    let key = unique_key("split");
+    let held = plain(ours).acquire(&key).await.unwrap();
+    let err = plain(theirs).try_acquire(&key).await.unwrap_err();
+    assert!(
+        err.is_retryable() || err.kind() == ErrorKind::Misconfigured,
+        "{err}"
+    );
+    held.release().await.unwrap();
 }

@@ -250,6 +250,9 @@ pub(crate) async fn run(
         decision = tally.record(vote(&op, &reply));
         outcomes[i] = outcome(&reply);
         replies[i] = reply.ok();
+        if decision == Decision::Reached && !op.is_unguarded() {
+            decision = disown(masters, &mut tally, &mut outcomes, &mut replies);
+        }
     }
 
     let elapsed = t0.elapsed();
@@ -300,6 +303,29 @@ pub(crate) async fn run(
         replies,
         cut,
     }
+}
+
+/// Takes back the grants of masters that the client learnt, while the round ran, not to
+/// count (docs/design.md §11: a master met before the client knew its cluster's record);
+/// returns the decision left.
+fn disown(
+    masters: &[Arc<dyn Master>],
+    tally: &mut Tally,
+    outcomes: &mut [MasterOutcome],
+    replies: &mut [Option<Reply>],
+) -> Decision {
+    let mut decision = tally.decision();
+    for (i, master) in masters.iter().enumerate() {
+        if !matches!(outcomes[i], MasterOutcome::Granted) {
+            continue;
+        }
+        if let Some(why) = master.disowned() {
+            decision = tally.disown();
+            outcomes[i] = MasterOutcome::Failed(why);
+            replies[i] = None;
+        }
+    }
+    decision
 }
 
 #[cfg(test)]

@@ -63,6 +63,16 @@ impl Tally {
         self.decision()
     }
 
+    /// Turns one counted grant into a failure (a grant that no longer counts) and returns
+    /// the decision it leads to.
+    pub(crate) fn disown(&mut self) -> Decision {
+        if self.granted > 0 {
+            self.granted -= 1;
+            self.failed += 1;
+        }
+        self.decision()
+    }
+
     /// The decision so far: reached as soon as `granted >= need`, failed as soon as
     /// `denied + failed > n - need`, pending otherwise. A tie on an even `n` (2 granted and
     /// 2 denied of 4) is a failure, never a hang.
@@ -136,6 +146,22 @@ mod tests {
             assert_eq!(t.record(v), Decision::Pending);
         }
         assert_eq!(t.record(Vote::Denied), Decision::Failed);
+    }
+
+    #[test]
+    fn a_disowned_grant_counts_as_a_failure() {
+        let mut t = Tally::new(3, quorum(3));
+        t.record(Vote::Granted);
+        assert_eq!(t.record(Vote::Granted), Decision::Reached);
+        assert_eq!(t.disown(), Decision::Pending);
+        assert_eq!((t.granted, t.failed), (1, 1));
+        assert_eq!(t.record(Vote::Denied), Decision::Failed);
+        assert_eq!(t.disown(), Decision::Failed);
+        assert_eq!(
+            Tally::new(3, 2).disown(),
+            Decision::Pending,
+            "nothing to disown"
+        );
     }
 
     #[test]

@@ -183,3 +183,63 @@ async fn four_masters_split_two_two_fails_without_waiting() {
     assert_eq!(round.decision, Decision::Failed);
     assert_eq!(start.elapsed(), Duration::ZERO);
 }
+
+/// A master the client learns, while the round runs, not to count (`Master::disowned`).
+#[derive(Debug)]
+struct Disowned(Fake);
+
+impl Master for Disowned {
+    fn name(&self) -> &Arc<str> {
+        self.0.name()
+    }
+
+    fn call(&self, op: Arc<Op>) -> futures::future::BoxFuture<'static, Result<Reply, MasterError>> {
+        self.0.call(op)
+    }
+
+    fn disowned(&self) -> Option<MasterError> {
+        Some(MasterError::new(MasterErrorKind::Other, "disowned"))
+    }
+}
+
+/// A disowned master's grant is taken back before the round is decided: the round waits
+/// for another grant instead, or fails without one; a release still counts it.
+#[tokio::test(start_paused = true)]
+async fn a_disowned_grant_is_taken_back_before_the_decision() {
+    let finished = Arc::new(AtomicUsize::new(0));
+    let fake = |gate| Fake {
+        name: "m".into(),
+        gate,
+        finished: Arc::clone(&finished),
+    };
+    for (last, want) in [
+        (Gate::Slow, Decision::Reached),
+        (Gate::Deny, Decision::Failed),
+    ] {
+        let masters: Vec<Arc<dyn Master>> = vec![
+            Arc::new(Disowned(fake(Gate::Grant))),
+            Arc::new(fake(Gate::Grant)),
+            Arc::new(fake(last)),
+        ];
+        let round = run(&masters, acquire_op(), quorum(3), "r", Bounds::default()).await;
+        assert_eq!(round.decision, want, "{last:?}");
+        assert!(
+            matches!(&round.outcomes[0], MasterOutcome::Failed(e) if e.kind() == MasterErrorKind::Other),
+            "{:?}",
+            round.outcomes
+        );
+        assert!(round.replies[0].is_none());
+    }
+    let masters: Vec<Arc<dyn Master>> = vec![
+        Arc::new(Disowned(fake(Gate::Grant))),
+        Arc::new(fake(Gate::Deny)),
+        Arc::new(fake(Gate::Fail)),
+    ];
+    let release = Arc::new(Op::Release {
+        key: "k".into(),
+        value: "v".into(),
+        channel: "c".into(),
+    });
+    let round = run(&masters, release, 2, "r", Bounds::default()).await;
+    assert_eq!(round.decision, Decision::Reached);
+}

@@ -353,6 +353,8 @@ pub(super) struct Contact {
 pub(super) struct Breaches {
     /// When a master's wall clock jumped forward.
     pub(super) clock_jumps: Vec<Duration>,
+    /// When an operator force-unlocked a resource, and which.
+    pub(super) force_unlocks: Vec<(Duration, usize)>,
     /// Every data loss, in order.
     pub(super) data_losses: Vec<DataLoss>,
     /// `first_contact[client][master]`: the client's first connection to the master;
@@ -388,6 +390,11 @@ pub(super) enum Exception {
     /// documents it (such a master must not rejoin until its counters are restored).
     /// Overlaps are never excused by it.
     UnseenLoss,
+    /// An overlap on a resource that an operator force-unlocked after the earlier lease's
+    /// attempt began and before the overlap began: deleting a live lease's keys hands the
+    /// lock to the next client by design (fencing keeps the storage safe). Fencing
+    /// violations are never excused by it.
+    ForceUnlock,
 }
 
 impl Exception {
@@ -437,6 +444,32 @@ impl Exception {
                 ))
             }
             (Exception::ClockJump, _) => None,
+            (
+                Exception::ForceUnlock,
+                Violation::Overlap {
+                    resource,
+                    first,
+                    second,
+                    from,
+                    ..
+                },
+            ) => {
+                let start = lease(first)?
+                    .attempt_start
+                    .min(lease(second)?.attempt_start);
+                let (at, _) = breaches
+                    .force_unlocks
+                    .iter()
+                    .find(|&&(at, r)| r == resource && start <= at && at <= from)?;
+                Some(format!(
+                    "r{resource} was force-unlocked at {}, after lease #{first}'s or \
+                     #{second}'s attempt began ({}) and before the overlap ({})",
+                    ms(*at),
+                    ms(start),
+                    ms(from)
+                ))
+            }
+            (Exception::ForceUnlock, _) => None,
             (Exception::UnseenLoss, Violation::Overlap { .. }) => None,
             (
                 Exception::UnseenLoss,
@@ -727,6 +760,45 @@ mod tests {
         assert!(!excused(&jumps(&[99])));
         assert!(!excused(&jumps(&[251, 900])));
         assert!(!excused(&jumps(&[])));
+    }
+
+    #[test]
+    fn a_force_unlock_excuses_only_an_overlap_on_its_resource_that_it_touched() {
+        // As above: leases 0 and 1 on r0 overlap during [250, 300).
+        let h = [lease(0, 100, 110, 300, None), lease(1, 150, 250, 500, None)];
+        let found = check(&h, &[]);
+        assert_eq!(found.len(), 1);
+        let unlocks = |at: &[(u64, usize)]| Breaches {
+            force_unlocks: at.iter().map(|&(ms, r)| (t(ms), r)).collect(),
+            ..Breaches::default()
+        };
+        let excused = |b: &Breaches| Exception::ForceUnlock.excuses(&h, b, &found[0]);
+        assert!(excused(&unlocks(&[(200, 0)])));
+        assert!(excused(&unlocks(&[(100, 0)])));
+        assert!(excused(&unlocks(&[(250, 0)])));
+        // Another resource, before the earlier attempt, or after the overlap began.
+        assert!(!excused(&unlocks(&[(200, 1)])));
+        assert!(!excused(&unlocks(&[(99, 0)])));
+        assert!(!excused(&unlocks(&[(251, 0), (900, 0)])));
+        // Neither a clock jump nor a flush at that moment excuses it in its place.
+        let jumped = Breaches {
+            clock_jumps: vec![t(200)],
+            ..Breaches::default()
+        };
+        assert!(!excused(&jumped));
+        assert!(!Exception::ClockJump.excuses(&h, &unlocks(&[(200, 0)]), &found[0]));
+        // Nor does a force-unlock excuse a fencing violation.
+        let tokens = [
+            released(lease(0, 100, 110, 300, Some(5)), 200),
+            lease(1, 400, 420, 700, Some(5)),
+        ];
+        let fencing = check(&tokens, &[]);
+        assert!(!fencing.is_empty() && fencing.iter().all(|v| !v.is_overlap()));
+        assert!(fencing.iter().all(|v| !Exception::ForceUnlock.excuses(
+            &tokens,
+            &unlocks(&[(150, 0)]),
+            v
+        )));
     }
 
     /// A first connection served at `at`, after `losses` data losses of its master.

@@ -11,20 +11,28 @@
 //! # What is modelled
 //! - **Masters** (`server.rs`): the keyspace, each op executed atomically with the
 //!   semantics of `SET NX PX` and of `src/scripts/*.lua` (epoch record, fence counters,
-//!   compare-and-`PEXPIRE` that sets a missing key, strict or max-write write-back,
-//!   compare-and-delete); expiry on the master's own wall clock; processes with an
-//!   incarnation, a start time (uptime) and a durability setting.
+//!   compare-and-`PEXPIRE` that never sets a missing key, strict or max-write write-back,
+//!   compare-and-delete, the cluster record: the caller's fingerprint compared by the
+//!   acquire and extend scripts, `init_cluster`'s survey and stamp); expiry on the
+//!   master's own wall clock; processes with an incarnation, a start time (uptime) and a
+//!   durability setting.
 //! - **Network** (`net.rs`): one connection per client and master with in-order delivery,
 //!   seeded per-message delays, slow messages that arrive after the caller gave up (and
 //!   are still executed), lost requests (not executed) and lost replies (executed); a
 //!   crashed master refuses connections and resets open ones; a client reconnects on its
 //!   next call and, with quarantine on, reads the master's vitals then, as `RedisMaster`
-//!   does. Scripted scenarios can hold one link's requests at a gate and release them in
-//!   order later.
+//!   does. Each connection judges what it reads of the cluster record through the
+//!   client's real view (`cluster::View`), as `RedisMaster` does around the scripts.
+//!   Scripted scenarios can hold one link's requests at a gate and release them in order
+//!   later.
 //! - **Faults** (`world.rs`): crashes with restarts that keep the data (durable masters)
 //!   or lose it (the others), `SIGSTOP`/`SIGCONT`, `FLUSHALL`, forward clock jumps on a
 //!   master; holders that pause inside the critical section past their deadline; rolling
-//!   restarts, every master in turn, while the clients keep working.
+//!   restarts, every master in turn, while the clients keep working; an operator's
+//!   force-unlock of a resource (its key deleted on every running master, whatever it
+//!   holds, and its fence counter raised).
+//! - **Clients** configured otherwise than their cluster (other master lists, counts,
+//!   `ttl_max` or drift), over one cluster that `init_cluster` bootstrapped first.
 //! - **Storage**: a fenced register per resource, which refuses tokens older than the
 //!   newest it has seen (`fenced_set`'s rule), read and written by every critical section.
 //!
@@ -36,7 +44,7 @@
 //!
 //! The suites (`tests.rs`) run families of schedules (*profiles*) that must stay clean,
 //! and profiles with a protection switched off, or a planted bug (feature `mutants`), in
-//! which the checkers must find a violation. Two exceptions (`check::Exception`) are
+//! which the checkers must find a violation. Three exceptions (`check::Exception`) are
 //! allowed, each only by the profiles whose faults break the assumption behind it, each as
 //! narrow as the fault that explains it, and every run prints how many violations each
 //! excused:
@@ -52,10 +60,15 @@
 //!   protected profiles, which flush durable masters, allow it; in the profiles without
 //!   flushes no durable master loses data at all (checked on every schedule). Overlaps are
 //!   never excused by it.
+//! - *force-unlock*: an overlap on a resource that an operator force-unlocked after the
+//!   earlier lease's attempt began and before the overlap began (handing the lock on is
+//!   what a force-unlock does). Only the force-unlock profiles allow it; it never excuses
+//!   a fencing violation.
 //!
 //! Faults elsewhere in the schedule excuse nothing: the `mutants` tests
-//! `overlaps_no_clock_jump_touched_are_not_excused` and
-//! `one_round_tokens_are_not_excused_as_unseen_losses` find violations that only the
+//! `overlaps_no_clock_jump_touched_are_not_excused`,
+//! `one_round_tokens_are_not_excused_as_unseen_losses` and
+//! `overlaps_no_force_unlock_touched_are_not_excused` find violations that only the
 //! narrowing exposes. A loss the client saw excuses nothing either: fencing counts only
 //! durable masters that the client never saw lose data; see also
 //! `a_master_that_can_lose_its_counters_never_carries_a_token`.

@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use super::server::{Answer, Request, SimServer, Status};
+use crate::cluster::{Admission, Record, View};
 use crate::error::{MasterError, MasterErrorKind};
 use crate::master::{Master, Op, Reply};
 use crate::quarantine::Vitals;
@@ -192,6 +193,8 @@ struct Link {
     /// Bumped on every new connection, as `RedisMaster` numbers its connections.
     generation: u64,
     vitals: Option<(u64, Arc<Vitals>)>,
+    /// The `run_id` the latest connection read.
+    run_id: Option<String>,
     /// When the latest request and reply on the open connection arrive (in-order
     /// delivery).
     request_fifo: Instant,
@@ -208,6 +211,9 @@ struct Inner {
     name: Arc<str>,
     /// This connection's client, as numbered by `sends`.
     client: usize,
+    /// The master's place in the client's list, and the client's view of its cluster.
+    index: usize,
+    view: Arc<View>,
     server: Arc<SimServer>,
     net: NetParams,
     node_timeout: Duration,
@@ -238,10 +244,12 @@ pub(super) struct ConnParams {
 
 impl SimMaster {
     /// Client `client`'s connection to `server` (the client as numbered by
-    /// [`SendLog::add_client`]); `gate` (open unless a script closes it) sits at the
+    /// [`SendLog::add_client`]), which is master `index` of the client's list, whose view
+    /// of the cluster is `view`; `gate` (open unless a script closes it) sits at the
     /// master's end.
     pub(super) fn new(
         (client, server): (usize, Arc<SimServer>),
+        (index, view): (usize, Arc<View>),
         params: ConnParams,
         rng: StdRng,
         sends: Arc<SendLog>,
@@ -252,6 +260,8 @@ impl SimMaster {
             inner: Arc::new(Inner {
                 name: format!("sim://m{}", server.index()).into(),
                 client,
+                index,
+                view,
                 server,
                 net: params.net,
                 node_timeout: params.node_timeout,
@@ -264,6 +274,7 @@ impl SimMaster {
                     open: None,
                     generation: 0,
                     vitals: None,
+                    run_id: None,
                     request_fifo: now,
                     reply_fifo: now,
                 }),
@@ -287,6 +298,10 @@ impl Master for SimMaster {
             return None;
         }
         self.inner.link().vitals.clone()
+    }
+
+    fn disowned(&self) -> Option<MasterError> {
+        self.inner.view.disowned(self.inner.index)
     }
 }
 
@@ -340,11 +355,18 @@ impl Inner {
                     vitals: self.read_vitals,
                 };
                 let (incarnation, answer, served) = self.round_trip(None, request).await?;
-                let Answer::Connected(vitals) = answer else {
+                let Answer::Connected {
+                    vitals,
+                    run_id,
+                    record,
+                } = answer
+                else {
                     return Err(protocol());
                 };
                 self.sends
                     .connected(self.client, self.server.index(), served);
+                self.admit(incarnation, Some(run_id.clone()), record.as_deref())
+                    .await?;
                 let mut link = self.link();
                 link.generation += 1;
                 link.open = Some(incarnation);
@@ -354,9 +376,79 @@ impl Inner {
                 incarnation
             }
         };
-        match self.round_trip(Some(incarnation), Request::Op(op)).await? {
+        // As `RedisMaster::call`: a master met before the client knew its cluster, without a
+        // record then, is read again before it votes; a master the view refuses is not
+        // even asked; each request carries the fingerprint the view has when it is sent.
+        if !op.is_unguarded() && self.view.stale(self.index) {
+            self.reread(incarnation).await?;
+        }
+        if !op.is_unguarded()
+            && let Some(refusal) = self.view.refused(self.index)
+        {
+            return Err(refusal);
+        }
+        let fingerprint: Arc<str> = self.view.fingerprint().into();
+        match self
+            .round_trip(Some(incarnation), Request::Op(op, fingerprint))
+            .await?
+        {
             (_, Answer::Reply(reply), _) => Ok(reply),
-            (_, Answer::Connected(_), _) => Err(protocol()),
+            (_, Answer::RecordDiffers, _) => Err(self.record_changed(incarnation).await),
+            _ => Err(protocol()),
+        }
+    }
+
+    /// As `RedisMaster`'s `admit`: the view judges what a connection read (its `run_id`
+    /// and cluster record); a member that lost its record gets it back, marked as having
+    /// lost its counters.
+    async fn admit(
+        self: &Arc<Self>,
+        incarnation: u64,
+        run_id: Option<String>,
+        record: Option<&Record>,
+    ) -> Result<(), MasterError> {
+        let admission = self.view.connected(self.index, run_id.as_deref(), record);
+        self.link().run_id = run_id;
+        let Admission::Readmit { record } = admission else {
+            return Ok(());
+        };
+        let stamp = Op::Stamp {
+            record,
+            bootstrap: None,
+        };
+        let request = Request::Op(Arc::new(stamp), "".into());
+        match self.round_trip(Some(incarnation), request).await? {
+            (_, Answer::Reply(Reply::Stamped { .. }), _) => Ok(()),
+            _ => Err(protocol()),
+        }
+    }
+
+    /// As `RedisMaster`'s `reread`: reads the cluster record again and judges it as at a
+    /// connect.
+    async fn reread(self: &Arc<Self>, incarnation: u64) -> Result<(), MasterError> {
+        let record = match self
+            .round_trip(Some(incarnation), Request::ReadRecord)
+            .await?
+        {
+            (_, Answer::Record(record), _) => record,
+            _ => return Err(protocol()),
+        };
+        let run_id = self.link().run_id.clone();
+        self.admit(incarnation, run_id, record.as_deref()).await
+    }
+
+    /// As `RedisMaster`'s `record_changed`, after a script found another fingerprint than
+    /// the one sent: reads the record again and judges it as at a connect.
+    async fn record_changed(self: &Arc<Self>, incarnation: u64) -> MasterError {
+        if let Err(error) = self.reread(incarnation).await {
+            return error;
+        }
+        match self.view.refused(self.index) {
+            Some(refusal) => refusal,
+            None => MasterError::new(
+                MasterErrorKind::Other,
+                "the cluster record changed under this client (simulated)",
+            ),
         }
     }
 

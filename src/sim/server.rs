@@ -12,7 +12,8 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::master::{EpochReport, FenceOutcome, FenceRead, Inspected, Op, Reply};
+use crate::cluster::Record;
+use crate::master::{EpochReport, FenceOutcome, FenceRead, Inspected, Op, Reply, StampOutcome};
 use crate::quarantine::{Epoch, Vitals};
 use crate::scripts;
 
@@ -73,17 +74,30 @@ pub(super) enum Status {
 #[derive(Debug)]
 pub(super) enum Request {
     /// A new connection; with `vitals`, it reads what restart quarantine needs (`INFO` and
-    /// `epoch.lua`), as `RedisMaster` does on every (re)connect with quarantine on.
+    /// `epoch.lua`), as `RedisMaster` does on every (re)connect with quarantine on. Every
+    /// connection reads the `run_id` and the cluster record.
     Connect { vitals: bool },
-    /// One op of the lock protocol.
-    Op(Arc<Op>),
+    /// One op of the lock protocol, with the caller's cluster fingerprint (empty while it
+    /// knows no record), which the acquire and extend scripts compare with the record's.
+    Op(Arc<Op>, Arc<str>),
+    /// `HGETALL` of the cluster record, after a script found another fingerprint.
+    ReadRecord,
 }
 
 /// A master's answer to a [`Request`].
 #[derive(Debug)]
 pub(super) enum Answer {
-    Connected(Option<Vitals>),
+    Connected {
+        vitals: Option<Vitals>,
+        run_id: String,
+        record: Option<Box<Record>>,
+    },
     Reply(Reply),
+    /// The acquire or extend script found a cluster fingerprint other than the caller's
+    /// (their code -2).
+    RecordDiffers,
+    /// The cluster record, if any.
+    Record(Option<Box<Record>>),
 }
 
 /// Why a request got no answer: the process it was sent to is gone.
@@ -104,6 +118,8 @@ struct Data {
     fences: BTreeMap<String, u64>,
     /// The data epoch record, `<id>:<created us>`.
     epoch: Option<String>,
+    /// The cluster record (`redquorum:cluster`, no TTL), as `stamp.lua` wrote it.
+    record: Option<Record>,
 }
 
 impl Data {
@@ -357,6 +373,33 @@ impl SimServer {
         Some(held)
     }
 
+    /// An operator's force-unlock of the lock key `key` on this master: deletes the key
+    /// whatever value it holds and raises its fence counter by one (`INCR`), so that the
+    /// next token issued here is above every one issued before. Returns whether it ran
+    /// (only on a running process: the operator's call fails on a stopped or crashed one)
+    /// and the live value it deleted, if any.
+    pub(super) fn force_unlock(&self, key: &str) -> Option<Option<Arc<str>>> {
+        let mut state = self.lock();
+        if state.status != Status::Up {
+            return None;
+        }
+        let now_us = self.clock.wall_us(Instant::now(), state.clock_offset_us);
+        let held = state.data.live(key, now_us);
+        state.data.locks.remove(key);
+        *state
+            .data
+            .fences
+            .entry(scripts::fence_key(key))
+            .or_insert(0) += 1;
+        if let Some(trace) = &self.trace {
+            let held = held
+                .as_deref()
+                .map_or("nothing".to_owned(), |v| trace.name(v));
+            trace.push(format!("m{}: force-unlock {key} (held {held})", self.index));
+        }
+        Some(held)
+    }
+
     /// Moves the server's wall clock by `delta_us` (forward when positive): lock keys then
     /// expire that much earlier or later, as on a real master.
     pub(super) fn jump_clock(&self, delta_us: i64) {
@@ -444,35 +487,59 @@ impl SimServer {
         let now_us = self.clock.wall_us(Instant::now(), state.clock_offset_us);
         let index = self.index;
         let incarnation = state.incarnation;
+        let run_id = format!("m{index}-run{incarnation}");
         let started = &mut state.epochs_started;
-        let fresh_id = || {
+        let mut fresh_id = || {
             *started += 1;
             format!("m{index}-i{incarnation}-e{started}")
         };
         let data = &mut state.data;
         match request {
-            Request::Connect { vitals: false } => Answer::Connected(None),
-            Request::Connect { vitals: true } => {
-                let record = data.epoch_or_create(fresh_id, now_us);
-                let uptime_s = now_us.saturating_sub(state.started_us) / 1_000_000;
-                // The record is always ours and well formed; a parse failure would show
-                // as a master that never leaves quarantine.
-                let epoch = Epoch::parse(&record, now_us).unwrap_or(Epoch {
-                    id: record.clone().into(),
-                    created_us: now_us,
-                    now_us,
+            Request::Connect { vitals } => {
+                let vitals = vitals.then(|| {
+                    let record = data.epoch_or_create(&mut fresh_id, now_us);
+                    let uptime_s = now_us.saturating_sub(state.started_us) / 1_000_000;
+                    // The record is always ours and well formed; a parse failure would show
+                    // as a master that never leaves quarantine.
+                    let epoch = Epoch::parse(&record, now_us).unwrap_or(Epoch {
+                        id: record.clone().into(),
+                        created_us: now_us,
+                        now_us,
+                    });
+                    let cluster = data.record.as_ref();
+                    // As `read_vitals`: bootstrapped empty, neither restarted nor flushed since.
+                    let bootstrapped = cluster.is_some_and(|c| {
+                        !c.bootstrap_run_id.is_empty()
+                            && c.bootstrap_run_id == run_id
+                            && *c.bootstrap_epoch == *epoch.id
+                    });
+                    Vitals {
+                        run_id: run_id.clone(),
+                        uptime: Duration::from_secs(uptime_s),
+                        durable: self.durable,
+                        epoch,
+                        misconfigured: None,
+                        bootstrapped,
+                        counters_lost: cluster.is_some_and(|c| c.counters_lost),
+                    }
                 });
-                Answer::Connected(Some(Vitals {
-                    run_id: format!("m{index}-run{incarnation}"),
-                    uptime: Duration::from_secs(uptime_s),
-                    durable: self.durable,
-                    epoch,
-                    misconfigured: None,
-                    bootstrapped: false,
-                    counters_lost: false,
-                }))
+                Answer::Connected {
+                    vitals,
+                    run_id,
+                    record: data.record.clone().map(Box::new),
+                }
             }
-            Request::Op(op) => Answer::Reply(apply(data, op, now_us, fresh_id)),
+            Request::ReadRecord => Answer::Record(data.record.clone().map(Box::new)),
+            Request::Op(op, caller) => match apply_as(data, op, caller, now_us, fresh_id) {
+                // `INFO server` gives a survey the process's run_id.
+                Some(Reply::Survey { record, epoch, .. }) => Answer::Reply(Reply::Survey {
+                    run_id,
+                    record,
+                    epoch,
+                }),
+                Some(reply) => Answer::Reply(reply),
+                None => Answer::RecordDiffers,
+            },
         }
     }
 }
@@ -480,7 +547,8 @@ impl SimServer {
 fn describe(request: &Request, trace: &Trace) -> String {
     let op = match request {
         Request::Connect { vitals } => return format!("connect (vitals: {vitals})"),
-        Request::Op(op) => op,
+        Request::ReadRecord => return "read the cluster record".to_owned(),
+        Request::Op(op, _) => op,
     };
     let short = |value: &str| trace.name(value);
     match &**op {
@@ -526,11 +594,19 @@ fn max_write(op: &Op) -> &'static str {
 
 fn outcome(answer: &Answer) -> String {
     match answer {
-        Answer::Connected(None) => "connected".to_owned(),
-        Answer::Connected(Some(v)) => format!(
-            "connected, uptime {}s, epoch age {}ms",
+        Answer::Connected { vitals: None, .. } => "connected".to_owned(),
+        Answer::Connected {
+            vitals: Some(v), ..
+        } => format!(
+            "connected, uptime {}s, epoch age {}ms{}",
             v.uptime.as_secs(),
-            v.epoch.age().as_millis()
+            v.epoch.age().as_millis(),
+            if v.bootstrapped { ", bootstrapped" } else { "" }
+        ),
+        Answer::RecordDiffers => "the cluster record differs".to_owned(),
+        Answer::Record(record) => format!(
+            "cluster record {:?}",
+            record.as_ref().map(|r| &r.fingerprint)
         ),
         Answer::Reply(Reply::Checked { granted, fence, .. }) => {
             format!("granted={granted} counter={fence:?}")
@@ -554,11 +630,39 @@ fn live_locks(state: &mut State, clock: &Clock) -> Vec<(Arc<str>, Arc<str>)> {
         .collect()
 }
 
-/// Executes one op on `data` at server time `now_us`, exactly as the master would.
+/// Executes one op on `data` at server time `now_us` for a caller whose cluster fingerprint
+/// is `caller`, exactly as the master would: `None` where the acquire or extend script
+/// answers that the record's fingerprint differs (-2). Both scripts read the data epoch
+/// (starting one when it is missing) before they compare.
+fn apply_as(
+    data: &mut Data,
+    op: &Op,
+    caller: &str,
+    now_us: u64,
+    mut fresh_id: impl FnMut() -> String,
+) -> Option<Reply> {
+    let reads_epoch = match op {
+        Op::AcquireChecked { .. } => Some(true),
+        Op::Extend { epoch, .. } => Some(*epoch),
+        _ => None,
+    };
+    if let Some(reads_epoch) = reads_epoch {
+        if reads_epoch {
+            data.epoch_or_create(&mut fresh_id, now_us);
+        }
+        let recorded = data.record.as_ref().map_or("", |r| r.fingerprint.as_str());
+        if recorded != caller {
+            return None;
+        }
+    }
+    Some(apply(data, op, now_us, fresh_id))
+}
+
+/// Executes one op on `data` at server time `now_us`, exactly as the master would, for a
+/// caller whose fingerprint agrees with the cluster record (see [`apply_as`]).
 fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> String) -> Reply {
     match op {
-        // acquire.lua, on a master without a cluster record (the simulation's clients
-        // never initialise one), so the caller's empty fingerprint agrees.
+        // acquire.lua, past its comparison of fingerprints (`apply_as`)
         Op::AcquireChecked {
             key,
             value,
@@ -596,7 +700,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 holder_ttl,
             }
         }
-        // extend.lua
+        // extend.lua, past its comparison of fingerprints (`apply_as`)
         Op::Extend {
             key,
             value,
@@ -685,21 +789,63 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             Some(_) => Reply::HeldByOther,
             None => Reply::Missing,
         },
-        // The simulation's masters keep no cluster record, and its clients never bootstrap
-        // one: a survey finds none, and a stamp writes nothing.
+        // `HGETALL` of the record and a `SCAN` for a live lock key (fence counters, the
+        // epoch and the record are the crate's records, not keys); `SimServer::execute`
+        // adds the run_id of `INFO server`.
         Op::Survey => Reply::Survey {
             run_id: String::new(),
-            record: None,
-            epoch: data.epoch.clone().unwrap_or_default(),
+            record: data.record.clone().map(Box::new),
+            epoch: {
+                let epoch = data.epoch_or_create(fresh_id, now_us);
+                epoch
+                    .rsplit_once(':')
+                    .map_or(epoch.as_str(), |(id, _)| id)
+                    .to_owned()
+            },
         },
+        // One `SCAN` finds a live lock key (fence counters, the epoch and the record are the
+        // crate's records, not keys).
         Op::Scan { .. } => Reply::Scanned {
             next: 0,
-            found: data.locks.keys().next().map(|k| k.to_string()),
+            found: data
+                .locks
+                .iter()
+                .find(|(_, e)| e.expires_us > now_us)
+                .map(|(k, _)| k.to_string()),
         },
-        Op::Stamp { .. } => Reply::Stamped {
-            outcome: crate::master::StampOutcome::Exists,
-            fingerprint: String::new(),
-        },
+        // stamp.lua
+        Op::Stamp { record, bootstrap } => {
+            if let Some(existing) = &data.record {
+                return Reply::Stamped {
+                    outcome: StampOutcome::Exists,
+                    fingerprint: existing.fingerprint.clone(),
+                };
+            }
+            let mut written = (**record).clone();
+            written.bootstrap_run_id.clear();
+            written.bootstrap_epoch.clear();
+            if let Some((run_id, surveyed)) = bootstrap.as_ref().filter(|(r, _)| !r.is_empty()) {
+                let current = data
+                    .epoch
+                    .as_deref()
+                    .and_then(|e| e.rsplit_once(':'))
+                    .map(|(id, _)| id.to_owned());
+                if current.as_deref() != Some(surveyed.as_str()) {
+                    return Reply::Stamped {
+                        outcome: StampOutcome::EpochChanged,
+                        fingerprint: String::new(),
+                    };
+                }
+                written.bootstrap_run_id = run_id.clone();
+                written.bootstrap_epoch = surveyed.clone();
+            }
+            let fingerprint = written.fingerprint.clone();
+            data.record = Some(written);
+            Reply::Stamped {
+                outcome: StampOutcome::Written,
+                fingerprint,
+            }
+        }
         Op::Claim { .. } | Op::Unclaim { .. } => Reply::Granted,
         // inspect.lua: the model keeps no owner records (the simulation's clients make no
         // inspection of them) and no keys of other types.
@@ -749,6 +895,8 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
     const T0: u64 = 1_000_000;
+    /// The fingerprint of a caller that knows no cluster record.
+    const NO_RECORD: &str = "";
 
     fn id() -> String {
         "fresh".to_owned()
@@ -1026,7 +1174,7 @@ mod tests {
         let clock = Clock::start();
         for durable in [false, true] {
             let server = SimServer::new(0, durable, clock);
-            let op = Request::Op(Arc::new(acquire("a", FenceRead::Read)));
+            let op = Request::Op(Arc::new(acquire("a", FenceRead::Read)), NO_RECORD.into());
             let (first, _) = server.serve(None, &op).await.unwrap();
             assert_eq!(server.crash().len(), 1);
             assert_eq!(server.serve(Some(first), &op).await.unwrap_err(), Reset);
@@ -1038,7 +1186,11 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(second, first + 1);
-            let Answer::Connected(Some(vitals)) = answer else {
+            let Answer::Connected {
+                vitals: Some(vitals),
+                ..
+            } = answer
+            else {
                 panic!("no vitals");
             };
             assert_eq!(vitals.uptime, Duration::ZERO);
@@ -1050,13 +1202,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_paused_master_serves_late_and_expires_keys_meanwhile() {
         let server = Arc::new(SimServer::new(0, false, Clock::start()));
-        let op = Request::Op(Arc::new(acquire("a", FenceRead::Skip)));
+        let op = Request::Op(Arc::new(acquire("a", FenceRead::Skip)), NO_RECORD.into());
         server.serve(None, &op).await.unwrap();
         assert!(server.pause(true));
         let waiting = {
             let server = Arc::clone(&server);
             tokio::spawn(async move {
-                let op = Request::Op(Arc::new(acquire("b", FenceRead::Skip)));
+                let op = Request::Op(Arc::new(acquire("b", FenceRead::Skip)), NO_RECORD.into());
                 let answer = server.serve(None, &op).await;
                 (Instant::now(), answer)
             })
@@ -1078,7 +1230,7 @@ mod tests {
         let clock = Clock::start();
         let server = SimServer::new(0, false, clock);
         tokio::time::sleep(7 * MS).await;
-        let op = Request::Op(Arc::new(acquire("a", FenceRead::Skip)));
+        let op = Request::Op(Arc::new(acquire("a", FenceRead::Skip)), NO_RECORD.into());
         server.serve(None, &op).await.unwrap();
         let (value, expires) = server.entry("k").unwrap();
         assert_eq!(&*value, "a");
@@ -1092,7 +1244,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_clock_jump_expires_keys_early() {
         let server = SimServer::new(0, false, Clock::start());
-        let op = Request::Op(Arc::new(acquire("a", FenceRead::Skip)));
+        let op = Request::Op(Arc::new(acquire("a", FenceRead::Skip)), NO_RECORD.into());
         server.serve(None, &op).await.unwrap();
         assert!(server.holder("k").is_some());
         server.jump_clock(100_000);

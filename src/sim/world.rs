@@ -49,6 +49,55 @@ pub(super) struct Profile {
     /// A planted bug in every client (feature `mutants`).
     pub(super) mutant: Option<Mutant>,
     pub(super) faults: Faults,
+    /// An initialised cluster among more masters, and clients configured otherwise; `None`:
+    /// every client lists every master, and no record is written.
+    pub(super) cluster: Option<ClusterPlan>,
+}
+
+/// A cluster record written by `init_cluster` before the clients start, on the first
+/// `masters` (as the profile draws them) of more masters, and clients whose configurations
+/// differ from the cluster's.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ClusterPlan {
+    /// Masters beyond the cluster's, which no record names.
+    pub(super) extra: usize,
+    /// The chance that a client is configured otherwise than the cluster (see [`Differs`]).
+    pub(super) mismatched: f64,
+}
+
+/// How a client's configuration differs from its cluster's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Differs {
+    /// It lists the cluster's masters (in an order of its own) with its settings.
+    Nothing,
+    /// It lists as many masters, with the cluster's settings, but one of them is outside
+    /// the cluster instead of a member: it agrees with the records it finds, and the
+    /// master outside is a stranger to it.
+    OtherMember,
+    /// It lists the cluster's masters and the masters outside: another count and quorum.
+    MoreMasters,
+    /// It lists some of the cluster's masters only: another count and quorum.
+    FewerMasters,
+    /// Another `ttl_max` (twice the TTL).
+    LongerTtlMax,
+    /// Another drift factor (0.02).
+    MoreDrift,
+}
+
+impl Differs {
+    /// Whether a client configured so agrees with the cluster's record: the others must
+    /// never hold a lease.
+    pub(super) fn agrees(self) -> bool {
+        matches!(self, Differs::Nothing | Differs::OtherMember)
+    }
+}
+
+/// One client's configuration: the masters it lists, in its order, and how it differs from
+/// its cluster's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct ClientConfig {
+    pub(super) masters: Vec<usize>,
+    pub(super) differs: Differs,
 }
 
 /// How hostile a family of schedules is; each schedule draws its own values up to these.
@@ -73,6 +122,9 @@ pub(super) struct Faults {
     pub(super) slow_p: f64,
     /// The chance that a holder pauses past its deadline inside a critical section.
     pub(super) client_pause: f64,
+    /// Most force-unlocks: an operator deletes a resource's lock key on every running
+    /// master, whatever it holds, and raises its fence counter (`force_unlock_any`).
+    pub(super) force_unlocks: u32,
     /// Rolling restarts instead of the episodes above: every master in turn crashes and
     /// restarts, and the clients keep working until a while after the last restart.
     pub(super) rolling: Option<Rolling>,
@@ -116,6 +168,8 @@ pub(super) enum Fault {
     Continue(usize),
     Flush(usize),
     ClockJump(usize, Duration),
+    /// A force-unlock of resource `r{0}` on every running master.
+    ForceUnlock(usize),
 }
 
 /// Everything a seed decides before the clients start.
@@ -131,6 +185,10 @@ pub(super) struct Schedule {
     pub(super) durable: Vec<bool>,
     pub(super) plans: Vec<ClientPlan>,
     pub(super) faults: Vec<(Duration, Fault)>,
+    /// With a cluster plan: how many of the masters are the cluster's (the first ones).
+    pub(super) cluster: Option<usize>,
+    /// Each client's configuration.
+    pub(super) configs: Vec<ClientConfig>,
 }
 
 /// The random streams of a schedule, kept apart so that one component's draws do not
@@ -167,7 +225,8 @@ impl Schedule {
     pub(super) fn draw(profile: &Profile, seed: u64) -> Self {
         let f = profile.faults;
         let mut rng = rng(seed, Stream::Schedule);
-        let masters = profile.masters[rng.random_range(0..profile.masters.len())];
+        let members = profile.masters[rng.random_range(0..profile.masters.len())];
+        let masters = members + profile.cluster.map_or(0, |c| c.extra);
         let clients = rng.random_range(2..=5);
         let resources = rng.random_range(1..=2);
         let ttl = Duration::from_millis(rng.random_range(300..=1000));
@@ -195,7 +254,7 @@ impl Schedule {
             })
             .collect();
         let faults = match f.rolling {
-            None => draw_faults(&mut rng, &f, masters, ttl),
+            None => draw_faults(&mut rng, &f, (masters, resources), ttl),
             Some(rolling) => {
                 durable = match rolling.durable {
                     Durable::All => vec![true; masters],
@@ -212,6 +271,20 @@ impl Schedule {
                 rolling_faults(&mut rng, &rolling, masters, ttl)
             }
         };
+        // Drawn last, so that the schedules of the profiles without a cluster stay as
+        // they were.
+        let configs = match profile.cluster {
+            None => vec![
+                ClientConfig {
+                    masters: (0..masters).collect(),
+                    differs: Differs::Nothing,
+                };
+                clients
+            ],
+            Some(plan) => (0..clients)
+                .map(|_| draw_config(&mut rng, &plan, members))
+                .collect(),
+        };
         Self {
             seed,
             masters,
@@ -223,15 +296,57 @@ impl Schedule {
             durable,
             plans,
             faults,
+            cluster: profile.cluster.map(|_| members),
+            configs,
         }
     }
+}
+
+/// A client's configuration over a cluster of `members` masters followed by
+/// `plan.extra` more.
+fn draw_config(rng: &mut StdRng, plan: &ClusterPlan, members: usize) -> ClientConfig {
+    let mut cluster: Vec<usize> = (0..members).collect();
+    cluster.shuffle(rng);
+    let outside: Vec<usize> = (members..members + plan.extra).collect();
+    if !rng.random_bool(plan.mismatched) {
+        return ClientConfig {
+            masters: cluster,
+            differs: Differs::Nothing,
+        };
+    }
+    let differs = match rng.random_range(0..5) {
+        0 if !outside.is_empty() => Differs::OtherMember,
+        0 | 1 if !outside.is_empty() => Differs::MoreMasters,
+        0..=2 => Differs::FewerMasters,
+        3 => Differs::LongerTtlMax,
+        _ => Differs::MoreDrift,
+    };
+    let masters = match differs {
+        Differs::OtherMember => {
+            let mut list = cluster;
+            list[0] = outside[rng.random_range(0..outside.len())];
+            list.shuffle(rng);
+            list
+        }
+        Differs::MoreMasters => {
+            let mut list: Vec<usize> = cluster.into_iter().chain(outside).collect();
+            list.shuffle(rng);
+            list
+        }
+        Differs::FewerMasters => {
+            let keep = rng.random_range(1..members.max(2));
+            cluster.into_iter().take(keep).collect()
+        }
+        _ => cluster,
+    };
+    ClientConfig { masters, differs }
 }
 
 /// Fault episodes that never overlap on one master, flattened into timed actions.
 fn draw_faults(
     rng: &mut StdRng,
     f: &Faults,
-    masters: usize,
+    (masters, resources): (usize, usize),
     ttl: Duration,
 ) -> Vec<(Duration, Fault)> {
     let span = ttl.mul_f64(FAULT_SPAN_TTLS);
@@ -265,6 +380,13 @@ fn draw_faults(
     for _ in 0..rng.random_range(0..=f.clock_jumps) {
         let jump = ttl.mul_f64(rng.random_range(0.25..=1.0));
         episode(rng, Duration::ZERO, &|m| vec![Fault::ClockJump(m, jump)]);
+    }
+    // Drawn only when asked for, so that the other profiles' schedules stay as they were.
+    if f.force_unlocks > 0 {
+        for _ in 0..rng.random_range(1..=f.force_unlocks) {
+            let at = span.mul_f64(rng.random_range(0.0..=1.0));
+            actions.push((at, Fault::ForceUnlock(rng.random_range(0..resources))));
+        }
     }
     actions.sort_by_key(|&(at, _)| at);
     actions
@@ -346,7 +468,22 @@ impl fmt::Display for Schedule {
             .iter()
             .map(|(at, fault)| format!("{} {fault:?}", ms(*at)))
             .collect();
-        write!(f, "  faults: {}", faults.join(", "))
+        write!(f, "  faults: {}", faults.join(", "))?;
+        if let Some(members) = self.cluster {
+            let clients: Vec<String> = self
+                .configs
+                .iter()
+                .enumerate()
+                .map(|(c, config)| format!("c{c} {:?} {:?}", config.masters, config.differs))
+                .collect();
+            write!(
+                f,
+                "\n  cluster: m0..m{}; clients: {}",
+                members.saturating_sub(1),
+                clients.join(", ")
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -363,6 +500,8 @@ pub(super) struct Stats {
     pub(super) empty_restarts: u64,
     pub(super) flushes: u64,
     pub(super) clock_jumps: u64,
+    /// Force-unlocks that deleted a key of a then-valid lease on some master.
+    pub(super) force_unlocks: u64,
     /// Lock keys of then-valid leases that a master lost (crash without data, flush):
     /// the situation restart quarantine exists for.
     pub(super) held_keys_lost: u64,
@@ -385,6 +524,7 @@ impl AddAssign for Stats {
         self.empty_restarts += o.empty_restarts;
         self.flushes += o.flushes;
         self.clock_jumps += o.clock_jumps;
+        self.force_unlocks += o.force_unlocks;
         self.held_keys_lost += o.held_keys_lost;
         self.fenced_writes += o.fenced_writes;
         self.fenced_rejections += o.fenced_rejections;
@@ -399,8 +539,8 @@ impl fmt::Display for Stats {
             f,
             "{} schedules, {:.0}s virtual: {} leases ({} acquires failed), {} extensions ({} failed), \
              {} client pauses past the deadline; {} crashes ({} restarted empty), {} flushes, \
-             {} clock jumps, {} keys of valid leases lost; {} fenced writes ({} stale ones refused); \
-             {} unfinished",
+             {} clock jumps, {} force-unlocks of valid leases, {} keys of valid leases lost; \
+             {} fenced writes ({} stale ones refused); {} unfinished",
             self.schedules,
             self.virtual_time.as_secs_f64(),
             self.acquired,
@@ -412,6 +552,7 @@ impl fmt::Display for Stats {
             self.empty_restarts,
             self.flushes,
             self.clock_jumps,
+            self.force_unlocks,
             self.held_keys_lost,
             self.fenced_writes,
             self.fenced_rejections,
@@ -423,6 +564,8 @@ impl fmt::Display for Stats {
 /// An acquire call that returned an error.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Failure {
+    /// The client that called.
+    pub(super) client: usize,
     /// When the call returned.
     pub(super) at: Duration,
     pub(super) kind: ErrorKind,
@@ -592,6 +735,32 @@ impl World {
         });
     }
 
+    /// An operator's force-unlock of resource `resource` on every running master: the
+    /// leases it breaks are recorded for the checker's exception.
+    fn force_unlock(&self, resource: usize) {
+        let key = format!("r{resource}");
+        let mut reached = Vec::new();
+        let mut deleted: Vec<(Arc<str>, Arc<str>)> = Vec::new();
+        for server in &self.servers {
+            if let Some(held) = server.force_unlock(&key) {
+                reached.push(format!("m{}", server.index()));
+                deleted.extend(held.map(|v| (Arc::from(key.as_str()), v)));
+            }
+        }
+        deleted.sort();
+        deleted.dedup();
+        let broken = self.count_valid(&deleted);
+        let at = self.now();
+        let mut book = self.book();
+        book.stats.force_unlocks += broken.min(1);
+        book.breaches.force_unlocks.push((at, resource));
+        drop(book);
+        self.event(format!(
+            "operator force-unlocked r{resource} on {} ({broken} valid lease(s) broken)",
+            reached.join(" ")
+        ));
+    }
+
     /// Counts the lock keys in `held` that belong to leases valid now.
     fn count_valid(&self, held: &[(Arc<str>, Arc<str>)]) -> u64 {
         let at = self.now();
@@ -749,6 +918,9 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> Book {
             ..Book::default()
         }),
     });
+    if let Some(members) = schedule.cluster {
+        bootstrap(profile, schedule, &world.servers[..members]).await;
+    }
     let mut clients = Vec::with_capacity(schedule.clients);
     for (c, plan) in schedule.plans.iter().enumerate() {
         let spec = ClientSpec {
@@ -761,8 +933,20 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> Book {
             mutant: profile.mutant,
             net: schedule.net,
         };
-        let links = |m| rng(schedule.seed, Stream::Link(c, m));
-        let (lock, _) = build_client(&spec, &world.servers, links, &world.sends);
+        let config = &schedule.configs[c];
+        let listed: Vec<Arc<SimServer>> = config
+            .masters
+            .iter()
+            .map(|&m| Arc::clone(&world.servers[m]))
+            .collect();
+        let links = |i: usize| rng(schedule.seed, Stream::Link(c, config.masters[i]));
+        let ttl = schedule.ttl;
+        let adjust = |builder: Builder| match config.differs {
+            Differs::LongerTtlMax => builder.ttl_max(ttl * 2),
+            Differs::MoreDrift => builder.drift_factor(0.02),
+            _ => builder,
+        };
+        let (lock, _) = build_client_with(&spec, &listed, links, &world.sends, adjust);
         // The send log numbers the clients in the order they are built: as here.
         assert_eq!(world.sends.first_contacts().len(), c + 1);
         let task = client_task(
@@ -814,6 +998,32 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> Book {
         book.stats.unfinished = 1;
     }
     book
+}
+
+/// Writes the cluster record on `members` with `init_cluster`, before anything else runs,
+/// as an operator does on new masters: a client with the cluster's configuration over a
+/// network that loses nothing.
+async fn bootstrap(profile: &Profile, schedule: &Schedule, members: &[Arc<SimServer>]) {
+    let spec = ClientSpec {
+        ttl: schedule.ttl,
+        node_timeout: schedule.node_timeout,
+        attempts: 1,
+        retry_delay: schedule.ttl,
+        quarantine: profile.quarantine,
+        fencing: profile.fencing,
+        mutant: None,
+        net: NetParams {
+            slow_p: 0.0,
+            drop_p: 0.0,
+            ..schedule.net
+        },
+    };
+    let links = |m| rng(schedule.seed, Stream::Link(usize::MAX, m));
+    let (admin, _) = build_client(&spec, members, links, &Arc::new(SendLog::default()));
+    match admin.init_cluster().await {
+        Ok(init) if init.outcome == crate::InitOutcome::Bootstrapped => {}
+        other => panic!("the cluster was not bootstrapped: {other:?}\n{schedule}"),
+    }
 }
 
 /// How one client is configured.
@@ -888,7 +1098,11 @@ pub(super) fn build_client_with(
         read_vitals: spec.quarantine,
     };
     let gates: Vec<Arc<Gate>> = servers.iter().map(|_| Arc::default()).collect();
-    let client = sends.add_client(servers.len());
+    // The send log keeps first contacts by the masters' own numbers, which a client over
+    // some of them does not list in order.
+    let numbered = servers.iter().map(|s| s.index() + 1).max().unwrap_or(0);
+    let client = sends.add_client(numbered);
+    let view = Redlock::view_of(&config);
     let masters: Vec<Arc<dyn Master>> = servers
         .iter()
         .zip(&gates)
@@ -896,6 +1110,7 @@ pub(super) fn build_client_with(
         .map(|(m, (server, gate))| {
             Arc::new(SimMaster::new(
                 (client, Arc::clone(server)),
+                (m, Arc::clone(&view)),
                 params,
                 link(m),
                 Arc::clone(sends),
@@ -931,6 +1146,7 @@ async fn client_task(
             Ok(lease) => lease,
             Err(e) => {
                 let failure = Failure {
+                    client: c,
                     at: world.now(),
                     kind: e.kind(),
                     retryable: e.is_retryable(),
@@ -991,7 +1207,7 @@ async fn critical_section(
 async fn nemesis(world: Arc<World>, faults: Vec<(Duration, Fault)>) {
     for (at, fault) in faults {
         tokio::time::sleep_until(world.clock.origin() + at).await;
-        let Some(server) = world.servers.get(fault_master(fault)) else {
+        let Some(server) = world.servers.get(fault_master(fault).unwrap_or(0)) else {
             continue;
         };
         let m = server.index();
@@ -1042,6 +1258,7 @@ async fn nemesis(world: Arc<World>, faults: Vec<(Duration, Fault)>) {
                     held.len()
                 ));
             }
+            Fault::ForceUnlock(resource) => world.force_unlock(resource),
             Fault::ClockJump(_, by) => {
                 server.jump_clock(i64::try_from(by.as_micros()).unwrap_or(i64::MAX));
                 let at = world.now();
@@ -1055,13 +1272,15 @@ async fn nemesis(world: Arc<World>, faults: Vec<(Duration, Fault)>) {
     }
 }
 
-fn fault_master(fault: Fault) -> usize {
+/// The master a fault hits; `None` for one that hits every master.
+fn fault_master(fault: Fault) -> Option<usize> {
     match fault {
         Fault::Crash(m)
         | Fault::Restart(m)
         | Fault::Stop(m)
         | Fault::Continue(m)
         | Fault::Flush(m)
-        | Fault::ClockJump(m, _) => m,
+        | Fault::ClockJump(m, _) => Some(m),
+        Fault::ForceUnlock(_) => None,
     }
 }

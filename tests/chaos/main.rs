@@ -29,6 +29,7 @@ mod process;
 
 mod clients;
 mod clock;
+mod cluster;
 mod contention;
 mod crash;
 mod faults;

@@ -162,10 +162,43 @@ const HUNTS: &[Hunt] = &[
         with: "",
         checker: Checker::SlowAcquire,
         scenario: |m| {
-            Box::pin(crate::unlock::s22e(
+            Box::pin(crate::unlock::s25e(
                 3,
                 Some(m),
                 Expect::Detect(Checker::SlowAcquire),
+            ))
+        },
+        required: true,
+        why: "",
+    },
+    // A second group of clients under other terms (one member of the cluster alone, a
+    // quorum of one) adopts the record anyway: it holds that member while the first group
+    // holds the other two.
+    Hunt {
+        mutant: Mutant::IgnoreFingerprint,
+        with: "",
+        checker: Checker::Overlap,
+        scenario: |m| {
+            Box::pin(crate::cluster::s22(
+                true,
+                crate::cluster::Second::OtherTerms,
+                Some(m),
+                Expect::Detect(Checker::Overlap),
+            ))
+        },
+        required: true,
+        why: "",
+    },
+    // A bootstrap of masters in use, one of which lost a live lease's key, makes that
+    // master vote at once: a contender gets it and the master the holder did not have.
+    Hunt {
+        mutant: Mutant::BootstrapSkipsEmptiness,
+        with: "",
+        checker: Checker::Overlap,
+        scenario: |m| {
+            Box::pin(crate::cluster::s24(
+                Some(m),
+                Expect::Detect(Checker::Overlap),
             ))
         },
         required: true,
@@ -362,4 +395,14 @@ async fn hunt_writeback_no_guard() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_extend_recreates() {
     hunt(Mutant::ExtendRecreates, "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hunt_ignore_fingerprint() {
+    hunt(Mutant::IgnoreFingerprint, "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hunt_bootstrap_skips_emptiness() {
+    hunt(Mutant::BootstrapSkipsEmptiness, "").await;
 }

@@ -1,8 +1,8 @@
-//! S22: an operator force-unlocks a lock whose fenced holder is alive, inside its critical
+//! S25: an operator force-unlocks a lock whose fenced holder is alive, inside its critical
 //! section. Exclusion breaks, by design: a contender gets in while the holder still has
 //! validity by its own clock. Fencing must keep the storage safe (the holder's late write
 //! is refused at the fenced register), and the holder must learn of the loss at its next
-//! extension. S22e: the holder extends before anyone else comes; that extension must fail
+//! extension. S25e: the holder extends before anyone else comes; that extension must fail
 //! (an extension never sets a force-unlocked key again), so the next acquirer gets in at
 //! once.
 
@@ -35,13 +35,13 @@ async fn start(setup: Setup, ttl: Duration) -> Env {
     env
 }
 
-/// S22: the holder (watchdog on) is inside, its counter and register read; the operator
+/// S25: the holder (watchdog on) is inside, its counter and register read; the operator
 /// calls `force_unlock_any`; a contender gets in at once and reads; the holder's write
 /// lands only then, and must be refused at the fenced register; the holder's watchdog
 /// must signal the loss at its next extension.
-pub async fn s22(n: usize, expect: Expect) -> Outcome {
+pub async fn s25(n: usize, expect: Expect) -> Outcome {
     let setup = Setup::new(
-        "S22",
+        "S25",
         "force-unlock of a live fenced holder [RSV+F]",
         expect,
         n,
@@ -60,12 +60,12 @@ pub async fn s22(n: usize, expect: Expect) -> Outcome {
 
     let Ok(held) = enter(
         &holder,
-        env.history.recorder("S22-H", &resource),
+        env.history.recorder("S25-H", &resource),
         &mut store,
     )
     .await
     else {
-        panic!("S22: the holder could not acquire a free lock");
+        panic!("S25: the holder could not acquire a free lock");
     };
     let old = held.rec.token();
     let report = operator.force_unlock_any(&resource).await.unwrap();
@@ -82,12 +82,12 @@ pub async fn s22(n: usize, expect: Expect) -> Outcome {
     // The lock is free, though its holder still has validity by its own clock.
     let Ok(inside) = enter(
         &contender,
-        env.history.recorder("S22-C", &resource),
+        env.history.recorder("S25-C", &resource),
         &mut store,
     )
     .await
     else {
-        panic!("S22: the contender could not acquire the force-unlocked lock");
+        panic!("S25: the contender could not acquire the force-unlocked lock");
     };
     // Every master holds the holder's token or no counter (a fresh resource), so the next
     // token is above the raised counter as well as the holder's token.
@@ -120,21 +120,21 @@ pub async fn s22(n: usize, expect: Expect) -> Outcome {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s22_force_unlock_of_a_live_fenced_holder_n3() {
-    let out = s22(3, Expect::Fenced).await;
+async fn s25_force_unlock_of_a_live_fenced_holder_n3() {
+    let out = s25(3, Expect::Fenced).await;
     out.check();
     assert_eq!(out.violations_noted, 0, "{}", out.line);
 }
 
-/// S22e: the holder (no watchdog) is inside; the operator calls `force_unlock_any`; the
+/// S25e: the holder (no watchdog) is inside; the operator calls `force_unlock_any`; the
 /// holder extends before anyone else comes. The extension must fail, the holder then
 /// leaves without writing, and a contender that starts right after must get in at once:
 /// its acquire is held to the time of a couple of attempts (checker `slow_acq`). An
 /// extension that sets the missing keys again undoes the unlock and keeps the contender
 /// waiting until the holder's lease runs out.
-pub async fn s22e(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
+pub async fn s25e(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
     let setup = Setup::new(
-        "S22e",
+        "S25e",
         "force-unlock, then the holder extends first [RSV+F]",
         expect,
         n,
@@ -156,12 +156,12 @@ pub async fn s22e(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
 
     let Ok(mut held) = enter(
         &holder,
-        env.history.recorder("S22e-H", &resource),
+        env.history.recorder("S25e-H", &resource),
         &mut store,
     )
     .await
     else {
-        panic!("S22e: the holder could not acquire a free lock");
+        panic!("S25e: the holder could not acquire a free lock");
     };
     let report = operator.force_unlock_any(&resource).await.unwrap();
     if report.deleted() == 0 {
@@ -183,7 +183,7 @@ pub async fn s22e(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
         Some(held)
     };
     let store_url = env.store.url();
-    let rec = env.history.recorder("S22e-C", &resource);
+    let rec = env.history.recorder("S25e-C", &resource);
     let contending = tokio::spawn(async move {
         let mut store = crate::support::raw(&store_url).await;
         match enter(&contender, rec, &mut store).await {
@@ -212,6 +212,6 @@ pub async fn s22e(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s22e_force_unlock_then_the_holder_extends_n3() {
-    s22e(3, None, Expect::Hold).await.check();
+async fn s25e_force_unlock_then_the_holder_extends_n3() {
+    s25e(3, None, Expect::Hold).await.check();
 }

@@ -840,9 +840,25 @@ async fn s21_fenced_acquire_on_non_durable_masters_fails_at_once_n3() {
     let mut env = Env::start(setup).await;
     let urls = env.urls();
     seed_epochs(&env.cluster).await;
-    let unfenced = Guards::RSV.apply(client_over(urls.clone()), TTL);
-    settle(&build(unfenced, None), &env.prefix).await;
     let client = build(Guards::RSV_F.apply(client_over(urls), TTL), None);
+    // This very client must see the masters vote (a process younger than a second reads
+    // as uptime 0, so another client's settling is not enough): an unfenced acquire.
+    let unfenced = redquorum::AcquireOptions::new().fencing(false).attempts(1);
+    let settle_key = format!("{}settle", env.prefix);
+    crate::support::wait_until(
+        Duration::from_secs(10),
+        "masters vote for this client",
+        || {
+            let (client, key, options) = (client.clone(), settle_key.clone(), unfenced.clone());
+            async move {
+                match client.acquire_with(&key, &options).await {
+                    Ok(lease) => lease.release().await.is_ok(),
+                    Err(_) => false,
+                }
+            }
+        },
+    )
+    .await;
     let resource = env.resource(0);
     let started = Instant::now();
     let err = client.acquire(&resource).await.unwrap_err();

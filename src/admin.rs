@@ -68,8 +68,9 @@ struct Surveyed {
 /// keyspace too large to scan in this time is reported, never bootstrapped.
 const SCAN_BUDGET: Duration = Duration::from_secs(10);
 
-/// How long a bootstrap claim lives if its holder dies mid-way.
-const CLAIM_TTL: Duration = Duration::from_secs(30);
+/// How long a claim outlives the longest the call may take (the scan budget, and a few
+/// connects and requests), should its caller die mid-way.
+const CLAIM_MARGIN: Duration = Duration::from_secs(30);
 
 impl Redlock {
     /// Writes the cluster record on every master of a **brand-new** cluster, so that they
@@ -87,8 +88,8 @@ impl Redlock {
     /// one server, and either no master has a record and none holds a key under the key
     /// prefix (other than this crate's records), or every record agrees with this client's
     /// settings. It is idempotent for the same configuration. A master's data lost during
-    /// the call (its data epoch changed) is never bootstrapped. Concurrent calls claim the
-    /// masters first, so they cannot mix their records. On an initialised cluster, a
+    /// the call (its data epoch changed) is never bootstrapped. Each call claims every
+    /// master before it reads them, so concurrent calls cannot mix their records. On an initialised cluster, a
     /// master without a record (it lost its data) at the address its member was
     /// initialised with gets that member's id back: it votes after its restart quarantine
     /// and no longer counts for fencing tokens.
@@ -109,7 +110,7 @@ impl Redlock {
     /// # Cancel safety
     /// Dropping the future may leave the record written on some masters only (calling it
     /// again completes it: those masters then count as re-admitted), and a claim that
-    /// expires within 30 s.
+    /// expires by itself (30 s after the longest the call could have taken).
     ///
     /// # Example
     /// ```no_run
@@ -127,6 +128,77 @@ impl Redlock {
         let inner = &self.inner;
         let subject = cluster::record_key(&inner.config.key_prefix);
         crate::lock::check_runtime(&subject)?;
+        let names: Vec<Arc<str>> = inner.masters.iter().map(|m| Arc::clone(m.name())).collect();
+        // What can be refused at once (a master down, another configuration's record, one
+        // server listed twice) is refused before anything is written, even a claim.
+        let probe = ask_all(&inner.masters, |_| Op::Survey).await;
+        let down: Vec<String> = names
+            .iter()
+            .zip(&probe)
+            .filter_map(|(name, answer)| answer.as_ref().err().map(|e| format!("{name}: {e}")))
+            .collect();
+        if !down.is_empty() {
+            let unfit = probe
+                .iter()
+                .any(|a| matches!(a, Err(e) if e.kind() == MasterErrorKind::Misconfigured));
+            let kind = match unfit {
+                true => ErrorKind::Misconfigured,
+                false => ErrorKind::NoQuorum,
+            };
+            return Err(Error::new(kind, subject.as_str())
+                .with_detail(format!(
+                    "init_cluster needs every master to answer ({}); nothing was written",
+                    down.join("; ")
+                ))
+                .with_masters(reports_of(&names, &probe)));
+        }
+        self.check_agreement(&subject, true).await?;
+        // Then claim every master, and read them again under the claim: a survey taken
+        // before it could be outdated by another call's writes.
+        let cluster_id = cluster::new_id();
+        let token: Arc<str> = cluster_id.as_str().into();
+        let config = &inner.config;
+        let ttl = CLAIM_MARGIN
+            .saturating_add(SCAN_BUDGET)
+            .saturating_add(config.connect_timeout.saturating_mul(2))
+            .saturating_add(config.node_timeout.saturating_mul(4));
+        let claimed = ask_all(&inner.masters, |_| Op::Claim {
+            token: Arc::clone(&token),
+            ttl,
+        })
+        .await;
+        let result =
+            match claimed.iter().all(|c| matches!(c, Ok(Reply::Granted))) {
+                true => self.init_claimed(&cluster_id).await,
+                false => {
+                    let problems: Vec<String> = names
+                        .iter()
+                        .zip(&claimed)
+                        .filter_map(|(name, c)| match c {
+                            Ok(Reply::Granted) => None,
+                            Ok(_) => Some(format!("{name}: another init_cluster holds it")),
+                            Err(e) => Some(format!("{name}: {e}")),
+                        })
+                        .collect();
+                    Err(Error::new(ErrorKind::NoQuorum, subject.as_str()).with_detail(format!(
+                    "could not claim every master ({}); nothing was written: try again once \
+                     the other call finished",
+                    problems.join("; ")
+                )))
+                }
+            };
+        ask_all(&inner.masters, |_| Op::Unclaim {
+            token: Arc::clone(&token),
+        })
+        .await;
+        result
+    }
+
+    /// `init_cluster` once every master is claimed; `cluster_id` is the id a bootstrap
+    /// gives the cluster.
+    async fn init_claimed(&self, cluster_id: &str) -> Result<ClusterInit, Error> {
+        let inner = &self.inner;
+        let subject = cluster::record_key(&inner.config.key_prefix);
         let names: Vec<Arc<str>> = inner.masters.iter().map(|m| Arc::clone(m.name())).collect();
         let fail = |kind: ErrorKind, detail: String| {
             Error::new(kind, subject.as_str()).with_detail(detail)
@@ -192,7 +264,9 @@ impl Redlock {
             }
         }
         let Some(adopted) = view.adopted() else {
-            return self.bootstrap(&names, &surveyed, &terms).await;
+            return self
+                .bootstrap_claimed(&names, &surveyed, &terms, cluster_id)
+                .await;
         };
         let members = |given: &[(usize, String)]| -> Vec<(String, String)> {
             names
@@ -280,53 +354,8 @@ impl Redlock {
         })
     }
 
-    /// Bootstraps brand-new masters: claims them, checks that none holds a key under the
+    /// Bootstraps brand-new masters, all claimed: checks that none holds a key under the
     /// prefix, and writes each one's record naming the process and data epoch surveyed.
-    async fn bootstrap(
-        &self,
-        names: &[Arc<str>],
-        surveyed: &[Surveyed],
-        terms: &cluster::Terms,
-    ) -> Result<ClusterInit, Error> {
-        let subject = cluster::record_key(&self.inner.config.key_prefix);
-        let cluster_id = cluster::new_id();
-        let token: Arc<str> = cluster_id.as_str().into();
-        let claimed = ask_all(&self.inner.masters, |_| Op::Claim {
-            token: Arc::clone(&token),
-            ttl: CLAIM_TTL,
-        })
-        .await;
-        let result = match claimed.iter().all(|c| matches!(c, Ok(Reply::Granted))) {
-            true => {
-                self.bootstrap_claimed(names, surveyed, terms, &cluster_id)
-                    .await
-            }
-            false => {
-                let problems: Vec<String> = names
-                    .iter()
-                    .zip(&claimed)
-                    .filter_map(|(name, c)| match c {
-                        Ok(Reply::Granted) => None,
-                        Ok(_) => Some(format!("{name}: another init_cluster holds it")),
-                        Err(e) => Some(format!("{name}: {e}")),
-                    })
-                    .collect();
-                Err(
-                    Error::new(ErrorKind::NoQuorum, subject.as_str()).with_detail(format!(
-                        "could not claim every master for the bootstrap ({}); nothing was \
-                     written: try again once the other call finished",
-                        problems.join("; ")
-                    )),
-                )
-            }
-        };
-        ask_all(&self.inner.masters, |_| Op::Unclaim {
-            token: Arc::clone(&token),
-        })
-        .await;
-        result
-    }
-
     async fn bootstrap_claimed(
         &self,
         names: &[Arc<str>],

@@ -457,29 +457,39 @@ impl View {
             refused: None,
             blank: false,
         };
-        let other_name = |j: usize| self.names.get(j).map_or("another master", |n| &**n);
+        let name = |j: usize| self.names.get(j).map_or("another master", |n| &**n);
         let admission = if let Some((j, true)) = twin {
-            let why: Arc<str> = format!(
-                "it is the same server as {} (same run_id): it would vote twice; list each \
-                 master once",
-                other_name(j)
-            )
-            .into();
+            let why = |other: usize| -> Arc<str> {
+                format!(
+                    "it is the same server as {} (same run_id): it would vote twice; list \
+                     each master once",
+                    name(other)
+                )
+                .into()
+            };
             if let Some(other) = state.seen.get_mut(j) {
-                other.refused = Some(Admission::Mismatch(why.clone()));
+                other.refused = Some(Admission::Mismatch(why(index)));
             }
-            Admission::Mismatch(why)
+            Admission::Mismatch(why(j))
         } else if let Some((j, false)) = twin {
-            let why: Arc<str> = format!(
-                "it carries the same member id as {}, another server: one of them holds a copy \
-                 of the other's data, so neither votes; empty the copy and re-admit it",
-                other_name(j)
-            )
-            .into();
+            let why = |other: usize| -> Arc<str> {
+                format!(
+                    "it carries the same member id as {}, another server: one of them holds \
+                     a copy of the other's data, so neither votes; empty the copy and \
+                     re-admit it",
+                    name(other)
+                )
+                .into()
+            };
             if let Some(other) = state.seen.get_mut(j) {
-                other.refused = Some(Admission::Stranger(why.clone()));
+                other.refused = Some(Admission::Stranger(why(index)));
             }
-            Admission::Stranger(why)
+            // Both keep the id they showed, so that reading either again finds the other:
+            // the refusal lasts until one of them shows another id or none.
+            if let Some(record) = record {
+                now_seen.id = Some(record.master.clone());
+            }
+            Admission::Stranger(why(j))
         } else {
             match record {
                 Some(record) => self.judge_record(&mut state, record, &mut now_seen),
@@ -705,6 +715,12 @@ mod tests {
             view.refused(0).map(|e| e.kind()),
             Some(MasterErrorKind::Misconfigured)
         );
+        // Reading either again (before each request) finds the other: still refused.
+        for i in [0, 2, 0] {
+            let again = view.connected(i, Some(["r0", "", "r9"][i]), Some(&record));
+            assert!(matches!(again, Admission::Stranger(_)), "{i}: {again:?}");
+        }
+        assert!(view.refused(0).is_some() && view.refused(2).is_some());
     }
 
     #[test]

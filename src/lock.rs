@@ -24,7 +24,7 @@ use crate::fencing::FencingToken;
 use crate::guard::Guarded;
 use crate::health::{self, HealthReport};
 use crate::lease::{Lease, LeaseHandle, LeaseParams, Watchdog};
-use crate::master::{FenceRead, Master, Op, RedisMaster};
+use crate::master::{FenceRead, Master, Op, RedisMaster, Reply};
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
 use crate::quorum::{self, Decision};
@@ -1059,6 +1059,66 @@ pub(crate) fn check_resource(resource: &str) -> Result<(), Error> {
         return Ok(());
     };
     Err(Error::new(ErrorKind::InvalidResource, resource).with_detail(detail))
+}
+
+impl Redlock {
+    /// Before an operator's write that ignores values (a force-unlock): reads every
+    /// master's cluster record (`Op::Survey`) and judges them from scratch, as a new client
+    /// would (docs/design.md §11). A master of another cluster or configuration, one
+    /// server listed twice, two servers with one member id, or a master without a record
+    /// in an initialised cluster makes the call fail with `ClusterMismatch` before
+    /// anything is written: such a master's keys are another cluster's, and its answer
+    /// must not count. Masters that do not answer are left to the call itself.
+    /// With `strangers_allowed` (a re-admission), a master without a record is left to
+    /// the caller.
+    pub(crate) async fn check_agreement(
+        &self,
+        subject: &str,
+        strangers_allowed: bool,
+    ) -> Result<(), Error> {
+        let inner = &self.inner;
+        let answers =
+            futures::future::join_all(inner.masters.iter().map(|m| m.call(Arc::new(Op::Survey))))
+                .await;
+        let names: Vec<Arc<str>> = inner.masters.iter().map(|m| Arc::clone(m.name())).collect();
+        let view = View::new(Self::terms(&inner.config), names.clone());
+        let mut without = Vec::new();
+        for (index, answer) in answers.iter().enumerate() {
+            if let Ok(Reply::Survey { run_id, record, .. }) = answer {
+                view.connected(index, Some(run_id), record.as_deref());
+                if record.is_none() {
+                    without.push(index);
+                }
+            }
+        }
+        let mut refused = Vec::new();
+        // Judged once every master was seen: a twin met first is refused only once the
+        // second was judged.
+        for (index, name) in names.iter().enumerate() {
+            let stranger = without.contains(&index) && view.adopted().is_some();
+            match view.refused(index) {
+                Some(e) if e.kind() == MasterErrorKind::ClusterMismatch => {
+                    refused.push(format!("{name}: {e}"));
+                }
+                Some(_) | None if stranger && strangers_allowed => {}
+                Some(e) => refused.push(format!("{name}: {e}")),
+                None if stranger => refused.push(format!(
+                    "{name}: it has no cluster record although its cluster is initialised: \
+                     it lost its data, or it is not a member"
+                )),
+                None => {}
+            }
+        }
+        if refused.is_empty() {
+            return Ok(());
+        }
+        Err(
+            Error::new(ErrorKind::ClusterMismatch, subject).with_detail(format!(
+                "{}; nothing was changed: list the cluster's own masters",
+                refused.join("; ")
+            )),
+        )
+    }
 }
 
 /// A refusal that no quorum can outvote (docs/design.md §11): a master whose cluster record

@@ -275,14 +275,14 @@ pub enum Verdict {
         owner: Option<OwnerInfo>,
         /// How long a quorum keeps holding it at least, from when the inspection returned
         /// (unless it is released or extended meanwhile): the quorum-th largest TTL among
-        /// the masters holding it, less the drift allowance of `ttl_max` and the time the
+        /// the masters holding it, less the drift allowance of that time and the time the
         /// inspection took. `None` when that many of its keys have no expiry.
         remaining: Option<Duration>,
     },
     /// Enough masters answered to rule out a quorum holding anything, and none holds a
     /// value: the lock is free.
     Free,
-    /// Masters hold values, but none is on a quorum with time left (and none can be,
+    /// Masters hold values, but none is on a quorum (and none can be,
     /// counting the unreachable masters): leftovers of failed attempts, a contended
     /// moment, or a lock about to expire. Each key expires with its TTL.
     Split,
@@ -314,7 +314,7 @@ impl fmt::Display for Verdict {
                 Ok(())
             }
             Verdict::Free => f.write_str("free"),
-            Verdict::Split => f.write_str("not held: no value is on a quorum with time left"),
+            Verdict::Split => f.write_str("not held: no value is on a quorum"),
             Verdict::Unknown => {
                 f.write_str("unknown: too few masters answered to rule out a holder")
             }
@@ -390,9 +390,10 @@ impl fmt::Display for Inspection {
     }
 }
 
-/// The verdict on `masters` for `quorum`, `allowance` being the drift allowance plus the
-/// time the inspection took.
-fn verdict(masters: &[MasterView], quorum: usize, allowance: Duration) -> Verdict {
+/// The verdict on `masters` for `quorum`: `elapsed` is the time the inspection took, and
+/// each holder's time left is also cut by the drift allowance of what its keys have left
+/// (`drift_factor`), the most the holder's clock can have run slow over that time.
+fn verdict(masters: &[MasterView], quorum: usize, elapsed: Duration, drift_factor: f64) -> Verdict {
     let mut holders: BTreeMap<&str, Vec<&MasterView>> = BTreeMap::new();
     let mut unreachable = 0;
     let mut other_kind = None;
@@ -418,14 +419,11 @@ fn verdict(masters: &[MasterView], quorum: usize, allowance: Duration) -> Verdic
             (Some(_), None) => std::cmp::Ordering::Greater,
             (Some(a), Some(b)) => b.cmp(a),
         });
-        let remaining = match ttls.get(quorum - 1).copied().flatten() {
-            None => None,
-            Some(ttl) => match ttl.checked_sub(allowance).filter(|r| !r.is_zero()) {
-                Some(left) => Some(left),
-                // On a quorum, but with no time left: about to expire.
-                None => return Verdict::Split,
-            },
-        };
+        // On a quorum: held, even if only for a moment more.
+        let remaining = ttls.get(quorum - 1).copied().flatten().map(|ttl| {
+            ttl.saturating_sub(deadline::drift(ttl, drift_factor))
+                .saturating_sub(elapsed)
+        });
         let mut owner = views.iter().find_map(|v| v.owner().cloned());
         if let Some(owner) = &mut owner {
             owner.token = views.iter().filter_map(|v| v.owner()?.token).max();
@@ -544,11 +542,10 @@ impl Redlock {
     /// the owner record beside it (label, host, process id, when acquired, fencing token)
     /// and the fence counter; and a [`Verdict`]. Changes nothing on the masters.
     ///
-    /// The lock counts as held only when a quorum of masters holds one value with time
-    /// left; its `remaining` time is the quorum-th largest TTL among them, less the drift
-    /// allowance of `ttl_max` (the lock's own TTL is not kept on the masters, and the
-    /// allowance of `ttl_max` is the larger, so the time left is never overstated), less
-    /// the time the inspection took. Masters in restart quarantine are read as the others:
+    /// The lock counts as held when a quorum of masters holds one value; its `remaining`
+    /// time is the quorum-th largest TTL among them, less the drift allowance of that
+    /// time (the most the holder's clock can run slow over it) and the time the
+    /// inspection took, and may be zero: the holder may still be at work. Masters in restart quarantine are read as the others:
     /// their keys are real, though they may have lost some.
     ///
     /// The result is a **snapshot**: the lock may be acquired, extended or released right
@@ -596,9 +593,8 @@ impl Redlock {
             .zip(answers)
             .map(|(m, answer)| MasterView::of(Arc::clone(m.name()), answer))
             .collect();
-        let allowance = deadline::drift(config.ttl_max, config.drift_factor)
-            .saturating_add(taken_at.saturating_duration_since(started));
-        let verdict = verdict(&masters, inner.quorum, allowance);
+        let elapsed = taken_at.saturating_duration_since(started);
+        let verdict = verdict(&masters, inner.quorum, elapsed, config.drift_factor);
         Ok(Inspection {
             resource: resource.to_owned(),
             key: key.to_string(),
@@ -721,10 +717,18 @@ impl Redlock {
     /// report.
     async fn unlock(&self, resource: &str, op: Op) -> Result<UnlockReport, Error> {
         let inner = Arc::clone(&self.inner);
+        let client = self.clone();
         let op = Arc::new(op);
         let (tx, rx) = tokio::sync::oneshot::channel();
         let name = resource.to_owned();
         let spawned = self.inner.spawn(async move {
+            // Never on masters of another cluster, twins or strangers (docs/design.md
+            // §11); checked in the task too, so that a dropped future changes nothing
+            // about what the unlock does.
+            if let Err(refused) = client.check_agreement(&name, false).await {
+                let _ = tx.send(Err(refused));
+                return;
+            }
             let answers = ask_all(&inner, &op).await;
             let report = UnlockReport::of(name, &inner, &op, &answers);
             match &*op {
@@ -742,7 +746,7 @@ impl Redlock {
                     "force-unlock of one holder's value"
                 ),
             }
-            let _ = tx.send(report);
+            let _ = tx.send(Ok(report));
         });
         if !spawned {
             return Err(Error::new(ErrorKind::NoRuntime, resource)
@@ -751,7 +755,7 @@ impl Redlock {
         let report = rx.await.map_err(|_| {
             Error::new(ErrorKind::NoRuntime, resource)
                 .with_detail("the runtime stopped before the force-unlock was decided")
-        })?;
+        })??;
         let n = self.inner.masters.len();
         let need = n - self.inner.quorum + 1;
         let answered = report
@@ -909,14 +913,16 @@ mod tests {
             free(),
             down(),
         ];
-        match verdict(&masters, 3, 100 * MS) {
+        match verdict(&masters, 3, 100 * MS, 0.0) {
             Verdict::Held {
                 value,
                 owner,
                 remaining,
             } => {
                 assert_eq!(value, "a");
-                assert_eq!(remaining, Some(400 * MS));
+                // 500 ms, less the 100 ms the inspection took and the drift allowance of
+                // those 500 ms (factor 0 here: the 2 ms of expiry's resolution).
+                assert_eq!(remaining, Some(398 * MS));
                 let owner = owner.unwrap();
                 assert_eq!(owner.label, "billing");
                 assert_eq!(owner.token, Some(FencingToken::new(7)), "the largest token");
@@ -926,36 +932,51 @@ mod tests {
         // Keys without expiry count as the longest.
         let masters = [lock("a", None, None), lock("a", None, None), free()];
         assert!(matches!(
-            verdict(&masters, 2, 100 * MS),
+            verdict(&masters, 2, 100 * MS, 0.0),
             Verdict::Held {
                 remaining: None,
                 ..
             }
         ));
-        // On a quorum with no time left beyond the allowance: not held.
+        // On a quorum with no time left beyond the allowance: held, for no time more (its
+        // holder may still be working: never reported as free or split).
         let masters = [
             lock("a", Some(90), None),
             lock("a", Some(900), None),
             free(),
         ];
-        assert!(matches!(verdict(&masters, 2, 100 * MS), Verdict::Split));
+        assert!(matches!(
+            verdict(&masters, 2, 100 * MS, 0.0),
+            Verdict::Held { remaining: Some(left), .. } if left.is_zero()
+        ));
+        // The drift allowance is that of the time left, not of ttl_max: a 5 s lock read
+        // by a client whose ttl_max is 10 min is held with about 5 s left.
+        let masters = [
+            lock("a", Some(5000), None),
+            lock("a", Some(5000), None),
+            free(),
+        ];
+        assert!(matches!(
+            verdict(&masters, 2, MS, 0.01),
+            Verdict::Held { remaining: Some(left), .. } if left > 4900 * MS
+        ));
     }
 
     #[test]
     fn free_split_and_unknown_count_the_unreachable_masters() {
         // 3 masters, quorum 2.
         assert!(matches!(
-            verdict(&[free(), free(), down()], 2, MS),
+            verdict(&[free(), free(), down()], 2, MS, 0.0),
             Verdict::Free
         ));
         // Two unreachable masters could hold a value between them.
         assert!(matches!(
-            verdict(&[free(), down(), down()], 2, MS),
+            verdict(&[free(), down(), down()], 2, MS, 0.0),
             Verdict::Unknown
         ));
         // One value seen, and one more master could complete its quorum.
         assert!(matches!(
-            verdict(&[lock("a", Some(500), None), free(), down()], 2, MS),
+            verdict(&[lock("a", Some(500), None), free(), down()], 2, MS, 0.0),
             Verdict::Unknown
         ));
         // Three values, none can reach a quorum.
@@ -964,9 +985,9 @@ mod tests {
             lock("b", Some(500), None),
             lock("c", Some(500), None),
         ];
-        assert!(matches!(verdict(&split, 2, MS), Verdict::Split));
+        assert!(matches!(verdict(&split, 2, MS, 0.0), Verdict::Split));
         assert!(matches!(
-            verdict(&[lock("a", Some(500), None), free(), free()], 2, MS),
+            verdict(&[lock("a", Some(500), None), free(), free()], 2, MS, 0.0),
             Verdict::Split
         ));
         // Another kind of lock, unless a quorum holds a lock.
@@ -974,7 +995,7 @@ mod tests {
             kind: "semaphore".into(),
         });
         assert!(matches!(
-            verdict(&[other.clone(), free(), free()], 2, MS),
+            verdict(&[other.clone(), free(), free()], 2, MS, 0.0),
             Verdict::OtherKind { .. }
         ));
         assert!(matches!(
@@ -985,7 +1006,8 @@ mod tests {
                     lock("a", Some(500), None)
                 ],
                 2,
-                MS
+                MS,
+                0.0
             ),
             Verdict::Held { .. }
         ));

@@ -582,3 +582,39 @@ async fn init_from_another_master_list_never_gives_a_live_members_id_to_a_strang
     );
     held.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn force_unlocks_refuse_masters_of_another_cluster_and_change_nothing() {
+    let cluster = Cluster::start(6).await.unwrap();
+    let urls = cluster.urls();
+    let over = |masters: &[usize]| {
+        Redlock::builder()
+            .quarantine(false)
+            .masters(masters.iter().map(|&i| urls[i].clone()))
+            .ttl("5s")
+            .node_timeout("200ms")
+            .build()
+            .unwrap()
+    };
+    over(&[0, 1, 2]).init_cluster().await.unwrap();
+    over(&[3, 4, 5]).init_cluster().await.unwrap();
+    let key = unique_key("their-lock");
+    let theirs = over(&[3, 4, 5]).acquire(&key).await.unwrap();
+    // An operator of the first cluster lists two masters of the second by mistake.
+    let typo = over(&[0, 3, 4]);
+    for err in [
+        typo.force_unlock_any(&key).await.unwrap_err(),
+        typo.force_unlock(&key, theirs.value()).await.unwrap_err(),
+    ] {
+        assert_eq!(err.kind(), ErrorKind::ClusterMismatch, "{err}");
+        assert!(!err.is_retryable());
+    }
+    for url in &urls[3..] {
+        assert_eq!(
+            get(url, &key).await.as_deref(),
+            Some(theirs.value()),
+            "{url}"
+        );
+    }
+    theirs.release().await.unwrap();
+}

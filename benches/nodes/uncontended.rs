@@ -69,8 +69,12 @@ async fn fan_out_block(
                 let mut conn = conn.clone();
                 let (key, channel) = (key.clone(), channel.clone());
                 async move {
+                    // The lock key, then its owner record (deleted with it when it holds
+                    // the value; the raw fan-out writes none).
+                    let owner = format!("redquorum:owner:{key}");
                     RELEASE
                         .key(key)
+                        .key(owner)
                         .arg(RAW_VALUE)
                         .arg(channel)
                         .invoke_async::<i64>(&mut conn)

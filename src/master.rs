@@ -885,37 +885,31 @@ async fn run(
                 FenceRead::IncrementWhenGranted => (&*scripts::ACQUIRE_ONE_ROUND_TOKEN, "1"),
             };
             type Answer = (i64, String, String, Option<String>, i64, Option<String>);
-            // Sent again at most once, when the master's record was written after this
-            // client connected and it adopted it (`record_changed`).
-            let mut learnt = false;
-            let (code, record, now, counter, pttl, detail): Answer = loop {
-                let answer: Answer = script
-                    .key(&**key)
-                    .key(scripts::EPOCH_KEY)
-                    .key(scripts::fence_key(key))
-                    .key(&*shared.record_key)
-                    .key(scripts::owner_key(key))
-                    .arg(&**value)
-                    .arg(millis(*ttl))
-                    .arg(new_epoch_id())
-                    .arg(mode)
-                    .arg(shared.view.fingerprint())
-                    .arg(&*owner.client)
-                    .arg(&*owner.host)
-                    .arg(owner.pid)
-                    .arg(&*owner.label)
-                    .invoke_async(conn)
-                    .await
-                    .map_err(MasterError::from_redis)?;
-                if answer.0 != -2 || learnt {
-                    break answer;
-                }
-                shared.record_changed(conn).await?;
-                learnt = true;
-            };
+            let (code, record, now, counter, pttl, detail): Answer = invoke_agreed(
+                conn,
+                shared,
+                |a: &Answer| a.0,
+                |fingerprint| {
+                    let mut call = script.key(&**key);
+                    call.key(scripts::EPOCH_KEY)
+                        .key(scripts::fence_key(key))
+                        .key(&*shared.record_key)
+                        .key(scripts::owner_key(key))
+                        .arg(&**value)
+                        .arg(millis(*ttl))
+                        .arg(new_epoch_id())
+                        .arg(mode)
+                        .arg(fingerprint)
+                        .arg(&*owner.client)
+                        .arg(&*owner.host)
+                        .arg(owner.pid)
+                        .arg(&*owner.label);
+                    call
+                },
+            )
+            .await?;
             match code {
                 1 | 0 => {}
-                -2 => return Err(refused_again()),
                 -3 => return Err(wrong_kind(detail.as_deref())),
                 other => return Err(unexpected("acquire", other)),
             }
@@ -943,35 +937,31 @@ async fn run(
                 _ => script,
             };
             type Answer = (i64, Option<String>, String, Option<String>);
-            let mut learnt = false;
-            let (code, record, now, _): Answer = loop {
-                let answer: Answer = script
-                    .key(&**key)
-                    .key(scripts::EPOCH_KEY)
-                    .key(&*shared.record_key)
-                    .key(scripts::owner_key(key))
-                    .arg(&**value)
-                    .arg(millis(*ttl))
-                    .arg(if *epoch {
-                        new_epoch_id()
-                    } else {
-                        String::new()
-                    })
-                    .arg(shared.view.fingerprint())
-                    .invoke_async(conn)
-                    .await
-                    .map_err(MasterError::from_redis)?;
-                if answer.0 != -2 || learnt {
-                    break answer;
-                }
-                shared.record_changed(conn).await?;
-                learnt = true;
-            };
+            let (code, record, now, _): Answer = invoke_agreed(
+                conn,
+                shared,
+                |a: &Answer| a.0,
+                |fingerprint| {
+                    let mut call = script.key(&**key);
+                    call.key(scripts::EPOCH_KEY)
+                        .key(&*shared.record_key)
+                        .key(scripts::owner_key(key))
+                        .arg(&**value)
+                        .arg(millis(*ttl))
+                        .arg(if *epoch {
+                            new_epoch_id()
+                        } else {
+                            String::new()
+                        })
+                        .arg(fingerprint);
+                    call
+                },
+            )
+            .await?;
             let granted = match code {
                 1 => Some(true),
                 0 => None,
                 -1 => Some(false),
-                -2 => return Err(refused_again()),
                 other => return Err(unexpected("extend", other)),
             };
             let report = EpochReport {
@@ -1127,6 +1117,33 @@ async fn run(
                 (other, _) => Err(unexpected("force_unlock", other)),
             }
         }
+    }
+}
+
+/// Runs a lock script that checks the cluster record (−2 when the caller's fingerprint is
+/// not the master's): `call` builds the invocation around the fingerprint this client
+/// knows, and `code` reads the answer's code. When the record was written after this client
+/// connected and it adopts it (`record_changed`), the script is sent again, once.
+async fn invoke_agreed<T: redis::FromRedisValue>(
+    conn: &mut MultiplexedConnection,
+    shared: &Shared,
+    code: fn(&T) -> i64,
+    call: impl Fn(String) -> redis::ScriptInvocation<'static>,
+) -> Result<T, MasterError> {
+    let mut learnt = false;
+    loop {
+        let answer: T = call(shared.view.fingerprint())
+            .invoke_async(conn)
+            .await
+            .map_err(MasterError::from_redis)?;
+        if code(&answer) != -2 {
+            return Ok(answer);
+        }
+        if learnt {
+            return Err(refused_again());
+        }
+        shared.record_changed(conn).await?;
+        learnt = true;
     }
 }
 

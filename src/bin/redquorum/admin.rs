@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 use redquorum::{Holding, Inspection, MasterView, OwnerInfo, QuarantineState, Redlock, Verdict};
 use serde_json::{Value, json};
 
-use crate::exit::{Code, Failure};
+use crate::exit::{self, Code, Failure};
 use crate::settings::Settings;
 
 /// Runs `work` with a client of `settings`, then shuts the client down (so that
@@ -26,9 +26,9 @@ pub(crate) async fn inspect(settings: &Settings, key: &str, as_json: bool) -> Re
     with_client(settings, |client| async move {
         let inspection = client.inspect(key).await.map_err(|e| Failure::of(&e))?;
         if as_json {
-            println!("{}", to_json(&inspection));
+            exit::out(&format!("{}\n", to_json(&inspection)));
         } else {
-            print!("{}", table(&inspection));
+            exit::out(&table(&inspection));
         }
         Ok(0)
     })
@@ -47,7 +47,7 @@ pub(crate) async fn force_unlock(
             None => client.force_unlock_any(key).await,
         }
         .map_err(|e| Failure::of(&e))?;
-        println!("{report}");
+        exit::out(&format!("{report}\n"));
         Ok(0)
     })
     .await
@@ -57,7 +57,7 @@ pub(crate) async fn force_unlock(
 pub(crate) async fn init(settings: &Settings) -> Result<u8, Failure> {
     with_client(settings, |client| async move {
         let init = client.init_cluster().await.map_err(|e| Failure::of(&e))?;
-        println!("{init}");
+        exit::out(&format!("{init}\n"));
         Ok(0)
     })
     .await
@@ -75,7 +75,7 @@ pub(crate) async fn check(settings: &Settings) -> Result<u8, Failure> {
         // report's to tell.
         let _ = client.inspect(PROBE).await;
         let report = client.check_masters().await;
-        print!("{report}");
+        exit::out(&report.to_string());
         let voting = report.masters().iter().all(|m| {
             m.is_reachable()
                 && matches!(

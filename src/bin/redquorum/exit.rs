@@ -5,6 +5,7 @@
 //! the loss of the lock, with the command stopped, has a code of its own (79) outside
 //! sysexits' range. Otherwise the command's own status is passed on.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use redquorum::{ConfigError, Error, ErrorKind, MasterOutcome};
@@ -135,18 +136,32 @@ fn quorum_impossible(error: &Error) -> bool {
 
 /// Prints `failure` as one line on stderr and returns its exit code.
 pub(crate) fn report(failure: &Failure) -> ExitCode {
-    eprintln!("redquorum: {}", one_line(&failure.message));
+    err(&format!("redquorum: {}", one_line(&failure.message)));
     ExitCode::from(failure.code.get())
 }
 
 /// A warning that does not change the exit status, on one line.
 pub(crate) fn warn(message: &str) {
-    eprintln!("redquorum: warning: {}", one_line(message));
+    err(&format!("redquorum: warning: {}", one_line(message)));
 }
 
 /// A note on what the command does (stopping the command, say), on one line.
 pub(crate) fn note(message: &str) {
-    eprintln!("redquorum: {}", one_line(message));
+    err(&format!("redquorum: {}", one_line(message)));
+}
+
+/// Writes `text` to stdout. A closed stdout (`| head`) is no reason to fail or panic,
+/// as `print!` would: the outcome is the exit status.
+pub(crate) fn out(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush());
+}
+
+/// Writes one line to stderr, ignoring a closed stderr (never a panic, as `eprintln!`).
+fn err(line: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 fn one_line(message: &str) -> String {
@@ -164,8 +179,8 @@ pub(crate) fn usage(error: &clap::Error) -> ExitCode {
             ExitCode::SUCCESS
         }
         Kind::DisplayHelpOnMissingArgumentOrSubcommand => {
-            eprintln!(
-                "redquorum: a command is missing: run, inspect, force-unlock, init or check (see redquorum --help)"
+            err(
+                "redquorum: a command is missing: run, inspect, force-unlock, init or check (see redquorum --help)",
             );
             ExitCode::from(Code::Usage.get())
         }
@@ -185,7 +200,7 @@ pub(crate) fn usage(error: &clap::Error) -> ExitCode {
             } else {
                 first
             };
-            eprintln!("redquorum: {first} (see redquorum --help)");
+            err(&format!("redquorum: {first} (see redquorum --help)"));
             ExitCode::from(Code::Usage.get())
         }
     }

@@ -36,10 +36,6 @@
 //!
 //! Errors are one line on stderr, `redquorum: <message>`; passwords in master URLs are
 //! never printed.
-#![allow(
-    clippy::print_stdout,
-    reason = "a command prints its reports on standard output"
-)]
 
 mod admin;
 mod exit;

@@ -33,15 +33,11 @@ use crate::settings::{Settings, Timing};
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     /// Wait at most this long for the lock, like "30s" [default: twice the TTL maximum].
-    #[arg(
-        long,
-        env = "REDQUORUM_WAIT",
-        value_name = "DURATION",
-        conflicts_with = "no_wait"
-    )]
+    #[arg(long, env = "REDQUORUM_WAIT", value_name = "DURATION")]
     wait: Option<String>,
 
-    /// Make one attempt; exit with 75 at once if the lock is held.
+    /// Make one attempt; exit with 75 at once if the lock is held. Overrides --wait and
+    /// REDQUORUM_WAIT.
     #[arg(long)]
     no_wait: bool,
 

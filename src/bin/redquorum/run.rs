@@ -357,6 +357,16 @@ async fn supervise(
             }
         }
     };
+    if kill_at.is_none()
+        && let Some(reason) = handle.lost_reason()
+    {
+        // Lost as the command exited on its own: its status stands, but say so.
+        exit::warn(&format!(
+            "the lock on {} was lost ({}) as the command exited",
+            args.key,
+            reason_text(reason)
+        ));
+    }
     // What the command left in its group is stopped too, before the lock is released.
     drain_group(group, grace, kill_at, signals).await;
     if kill_at.is_some() {

@@ -70,15 +70,20 @@ struct Cli {
 enum Command {
     /// Acquire KEY, run CMD while holding it, release it after CMD exited
     ///
-    /// CMD runs in its own process group, with stdin, stdout and stderr inherited and
-    /// REDQUORUM_KEY, REDQUORUM_DEADLINE_MS (and REDQUORUM_FENCING_TOKEN with --fencing)
-    /// in its environment. The lock is extended while CMD runs. SIGINT, SIGTERM, SIGHUP
-    /// and SIGQUIT sent to redquorum are forwarded to CMD's group. If the lock is lost
-    /// (an extension refused, say after a force-unlock, or no quorum reachable), the group
-    /// gets SIGTERM, and SIGKILL at the lease's safety point, before the lock can expire;
-    /// redquorum then exits with 79. Whatever CMD leaves running in its group when it
-    /// exits gets SIGTERM, then SIGKILL after the grace period, before the lock is
-    /// released. Exits with CMD's status (128 + N if it died by signal N).
+    /// CMD runs in its own process group, with stdin, stdout and stderr inherited and in
+    /// its environment REDQUORUM_KEY, REDQUORUM_DEADLINE_MS (the lease's first safety
+    /// point, Unix epoch milliseconds; every extension moves the real one later) and, with
+    /// --fencing, REDQUORUM_FENCING_TOKEN. The lock is extended while CMD runs. SIGINT,
+    /// SIGTERM, SIGHUP and SIGQUIT sent to redquorum are forwarded to CMD's group.
+    ///
+    /// If the lock is lost (an extension refused, say after a force-unlock, or no quorum
+    /// reachable), CMD's group gets SIGTERM at once, and SIGKILL at the lease's safety
+    /// point at the latest, before the lock can expire; without an extension in time it
+    /// gets SIGTERM at the safety point less --grace. redquorum then exits with 79.
+    ///
+    /// The lock is released after CMD exited; what CMD left running in its group gets
+    /// SIGTERM, then SIGKILL after --grace, first. Exits with CMD's status (128 + N if it
+    /// died by signal N).
     #[command(after_long_help = exit::EXIT_CODES)]
     Run(run::RunArgs),
 

@@ -80,9 +80,14 @@ impl Failure {
         }
     }
 
-    /// A configuration the library refused. Its messages redact passwords.
+    /// A configuration the library refused. Its messages redact passwords, and name
+    /// settings as the library does (`ttl`, `node_timeout`: the flags `--ttl`,
+    /// `--node-timeout`); the one builder method they name is given as its flag.
     pub(crate) fn config(error: &ConfigError) -> Self {
-        Self::new(Code::Config, error.to_string())
+        let message = error
+            .to_string()
+            .replace("Builder::ttl_max", "--ttl-max (REDQUORUM_TTL_MAX)");
+        Self::new(Code::Config, message)
     }
 
     /// A failed operation. Its messages redact passwords.

@@ -295,9 +295,7 @@ async fn supervise(
             Code::NotFound,
             format!("cannot run {shown:?}: command not found"),
         ),
-        IoKind::PermissionDenied => {
-            Failure::new(Code::CannotExecute, format!("cannot run {shown:?}: {e}"))
-        }
+        // Permission denied, not an executable, and the like.
         _ => Failure::new(Code::CannotExecute, format!("cannot run {shown:?}: {e}")),
     })?;
     let Some(group) = child
@@ -305,6 +303,7 @@ async fn supervise(
         .and_then(|id| i32::try_from(id).ok())
         .map(Pid::from_raw)
     else {
+        // Reaped already (it cannot be, before a wait): nothing of it can still run.
         return Err(Failure::new(
             Code::Software,
             "the command's process id is unknown",
@@ -321,9 +320,15 @@ async fn supervise(
         let stopping = kill_at.is_some();
         let kill_when = kill_at.unwrap_or(safety);
         tokio::select! {
-            status = child.wait() => {
-                break status.map_err(|e| Failure::new(Code::Software, format!("waiting for the command: {e}")))?;
-            }
+            status = child.wait() => match status {
+                Ok(status) => break status,
+                Err(e) => {
+                    // The command can no longer be watched: it must not run on unwatched.
+                    signal_group(group, Signal::SIGKILL);
+                    let _ = wait_group_empty(group, Instant::now() + Duration::from_secs(1), signals).await;
+                    return Err(Failure::new(Code::Software, format!("waiting for the command: {e}; its process group was killed")));
+                }
+            },
             sig = signals.recv() => signal_group(group, sig),
             reason = &mut lost, if !stopping => {
                 // An extension refused (a force-unlock, another holder) or no quorum:

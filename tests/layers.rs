@@ -3,6 +3,11 @@
 //! one above it, when two modules name each other in a circle, or when the product names
 //! the test-only modules.
 //!
+//! The `redquorum` command (`src/bin/`, feature `cli`) stands beside the layers: it is a
+//! crate of its own that may use the library's public API (`redquorum::…`) and nothing
+//! else of it, and the library must never use it. Its files are left out of the graph
+//! (their `crate::` is the command's own root) and checked on their own.
+//!
 //! The sources are parsed as Rust (`syn`), so comments and strings never hide or fake a
 //! path, and every `use` tree, path and macro body is read however it is laid out. Paths
 //! are resolved as the compiler does: `crate::`, `super::` and `self::` against the
@@ -41,6 +46,9 @@ const LAYERS: &[&[&str]] = &[
 
 /// Beside the layers: they may use the product, the product must not use them.
 const BESIDE: &[&str] = &["testkit", "sim"];
+
+/// The folder of the command's sources under `src`: a crate of its own, beside the layers.
+const BIN: &str = "bin";
 
 fn rank(module: &str) -> Option<usize> {
     LAYERS.iter().position(|row| row.contains(&module))
@@ -442,6 +450,8 @@ fn imports(src: &Path) -> (BTreeMap<String, BTreeSet<String>>, Vec<String>) {
     let root = Root::read(&read(&src.join("lib.rs")));
     let mut files = Vec::new();
     rust_files(src, &mut files);
+    // The command is a crate of its own, checked by `the_command_stands_beside_the_layers`.
+    files.retain(|f| !f.strip_prefix(src).unwrap_or(f).starts_with(BIN));
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut unplaced = Vec::new();
     for file in files {
@@ -717,4 +727,96 @@ fn comments_strings_visibility_and_own_submodules_are_no_uses() {
         let found = problems_in(rel, source);
         assert!(found.is_empty(), "src/{rel} with {source:?}: {found:?}");
     }
+}
+
+/// The `#[path = "…"]` attributes of the `mod` items in `file`, at any depth.
+fn path_attributes(file: &syn::File) -> Vec<String> {
+    struct Paths(Vec<String>);
+    impl<'ast> Visit<'ast> for Paths {
+        fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+            for attr in &m.attrs {
+                if attr.path().is_ident("path")
+                    && let syn::Meta::NameValue(nv) = &attr.meta
+                    && let syn::Expr::Lit(syn::ExprLit {
+                        lit: syn::Lit::Str(s),
+                        ..
+                    }) = &nv.value
+                {
+                    self.0.push(s.value());
+                }
+            }
+            visit::visit_item_mod(self, m);
+        }
+    }
+    let mut paths = Paths(Vec::new());
+    paths.visit_file(file);
+    paths.0
+}
+
+/// The problems with the command's sources (`bin`, relative to `src`): a `#[path]` module
+/// that pulls in a library source file (the command must go through the public API), and
+/// a library file that pulls in the command's.
+fn command_problems(files: &[(PathBuf, String)]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (rel, source) in files {
+        let in_bin = rel.starts_with(BIN);
+        for path in path_attributes(&parse(&rel.display().to_string(), source)) {
+            if in_bin {
+                found.push(format!(
+                    "src/{} includes {path:?} by path: the command uses the library only as `redquorum::…`",
+                    rel.display()
+                ));
+            } else if path.contains(BIN) {
+                found.push(format!(
+                    "src/{} includes {path:?}: the library must not use the command",
+                    rel.display()
+                ));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_command_stands_beside_the_layers() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut paths = Vec::new();
+    rust_files(&src, &mut paths);
+    let files: Vec<(PathBuf, String)> = paths
+        .iter()
+        .map(|p| {
+            let rel = p.strip_prefix(&src).unwrap().to_owned();
+            (rel, std::fs::read_to_string(p).unwrap())
+        })
+        .collect();
+    // The command exists and uses the public crate.
+    assert!(
+        files
+            .iter()
+            .any(|(rel, source)| rel.starts_with(BIN) && source.contains("use redquorum::")),
+        "no source under src/{BIN} uses `redquorum::`"
+    );
+    let found = command_problems(&files);
+    assert!(found.is_empty(), "{}", found.join("\n"));
+
+    // The check fires both ways.
+    let planted = [
+        (
+            PathBuf::from("bin/redquorum/main.rs"),
+            "#[path = \"../../lock.rs\"]\nmod lock;\n".to_owned(),
+        ),
+        (
+            PathBuf::from("lock.rs"),
+            "#[path = \"bin/redquorum/run.rs\"]\nmod run;\n".to_owned(),
+        ),
+    ];
+    let found = command_problems(&planted);
+    assert!(
+        found.iter().any(|f| f.contains("only as `redquorum::")),
+        "{found:?}"
+    );
+    assert!(
+        found.iter().any(|f| f.contains("must not use the command")),
+        "{found:?}"
+    );
 }

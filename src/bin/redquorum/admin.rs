@@ -1,0 +1,256 @@
+//! The operator's subcommands: `inspect`, `force-unlock`, `init` and `check`.
+
+use std::time::{Duration, SystemTime};
+
+use redquorum::{Holding, Inspection, MasterView, OwnerInfo, QuarantineState, Redlock, Verdict};
+use serde_json::{Value, json};
+
+use crate::exit::{self, Code, Failure};
+use crate::settings::Settings;
+
+/// Runs `work` with a client of `settings`, then shuts the client down (so that
+/// background releases finish) whatever the outcome.
+async fn with_client<F, Fut>(settings: &Settings, work: F) -> Result<u8, Failure>
+where
+    F: FnOnce(Redlock) -> Fut,
+    Fut: Future<Output = Result<u8, Failure>>,
+{
+    let client = settings.client()?;
+    let outcome = work(client.clone()).await;
+    client.shutdown().await;
+    outcome
+}
+
+/// `redquorum inspect KEY [--json]`.
+pub(crate) async fn inspect(settings: &Settings, key: &str, as_json: bool) -> Result<u8, Failure> {
+    with_client(settings, |client| async move {
+        let inspection = client.inspect(key).await.map_err(|e| Failure::of(&e))?;
+        if as_json {
+            exit::out(&format!("{}\n", to_json(&inspection)));
+        } else {
+            exit::out(&table(&inspection));
+        }
+        Ok(0)
+    })
+    .await
+}
+
+/// `redquorum force-unlock KEY --value V | --any`.
+pub(crate) async fn force_unlock(
+    settings: &Settings,
+    key: &str,
+    value: Option<&str>,
+) -> Result<u8, Failure> {
+    with_client(settings, |client| async move {
+        let report = match value {
+            Some(value) => client.force_unlock(key, value).await,
+            None => client.force_unlock_any(key).await,
+        }
+        .map_err(|e| Failure::of(&e))?;
+        exit::out(&format!("{report}\n"));
+        Ok(0)
+    })
+    .await
+}
+
+/// `redquorum init`.
+pub(crate) async fn init(settings: &Settings) -> Result<u8, Failure> {
+    with_client(settings, |client| async move {
+        let init = client.init_cluster().await.map_err(|e| Failure::of(&e))?;
+        exit::out(&format!("{init}\n"));
+        Ok(0)
+    })
+    .await
+}
+
+/// The lock name `check` inspects to connect to every master; never locked.
+const PROBE: &str = "redquorum-check";
+
+/// `redquorum check`: 0 when every master is healthy and votes, 69 otherwise.
+pub(crate) async fn check(settings: &Settings) -> Result<u8, Failure> {
+    with_client(settings, |client| async move {
+        // A client judges whether a master votes (restart quarantine, the cluster record)
+        // when it connects for locks: a read-only inspection of an unused name makes it
+        // connect to every master first, so that the report can say. Its outcome is the
+        // report's to tell.
+        let _ = client.inspect(PROBE).await;
+        let report = client.check_masters().await;
+        exit::out(&report.to_string());
+        let voting = report.masters().iter().all(|m| {
+            m.is_reachable()
+                && matches!(
+                    m.quarantine(),
+                    QuarantineState::Counted | QuarantineState::Off
+                )
+        });
+        if report.is_healthy() && voting {
+            Ok(0)
+        } else {
+            Ok(Code::Unavailable.get())
+        }
+    })
+    .await
+}
+
+/// A duration for people: whole milliseconds, humantime's form ("1s 250ms").
+fn human(d: Duration) -> String {
+    let ms = Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    humantime::format_duration(ms).to_string()
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Who an owner record names, short: label, host, pid.
+fn owner_text(owner: Option<&OwnerInfo>) -> String {
+    let Some(owner) = owner else {
+        return "-".to_owned();
+    };
+    let mut parts = Vec::new();
+    if !owner.label.is_empty() {
+        parts.push(owner.label.clone());
+    }
+    if !owner.host.is_empty() {
+        parts.push(owner.host.clone());
+    }
+    if let Some(pid) = owner.pid {
+        parts.push(format!("pid {pid}"));
+    }
+    if parts.is_empty() {
+        "-".to_owned()
+    } else {
+        parts.join(" ")
+    }
+}
+
+/// One row of the table: master, state or value, TTL, owner, fence counter.
+fn row(view: &MasterView) -> [String; 5] {
+    let (state, ttl, owner) = match view.holding() {
+        Holding::Free => ("free".to_owned(), "-".to_owned(), "-".to_owned()),
+        Holding::Lock { value, ttl, owner } => (
+            value.clone(),
+            ttl.map_or_else(|| "no expiry".to_owned(), human),
+            owner_text(owner.as_ref()),
+        ),
+        Holding::OtherKind { kind } => (
+            format!("other kind: {kind}"),
+            "-".to_owned(),
+            "-".to_owned(),
+        ),
+        Holding::Unreachable(error) => (
+            format!("unreachable: {error}"),
+            "-".to_owned(),
+            "-".to_owned(),
+        ),
+        other => (other.to_string(), "-".to_owned(), "-".to_owned()),
+    };
+    let fence = view
+        .fence_counter()
+        .map_or_else(|| "-".to_owned(), |c| c.to_string());
+    [view.master().to_owned(), state, ttl, owner, fence]
+}
+
+/// The inspection as a table, one master a row, under the verdict.
+fn table(inspection: &Inspection) -> String {
+    let mut rows = vec![[
+        "MASTER".to_owned(),
+        "VALUE".to_owned(),
+        "TTL".to_owned(),
+        "OWNER".to_owned(),
+        "FENCE".to_owned(),
+    ]];
+    rows.extend(inspection.masters().iter().map(row));
+    let mut widths = [0usize; 5];
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = format!(
+        "lock {} (key {}): {}\n",
+        inspection.resource(),
+        inspection.key(),
+        inspection.verdict()
+    );
+    for row in &rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn owner_json(owner: Option<&OwnerInfo>) -> Value {
+    let Some(owner) = owner else {
+        return Value::Null;
+    };
+    json!({
+        "label": owner.label,
+        "host": owner.host,
+        "pid": owner.pid,
+        "client": owner.client,
+        "acquired_unix_ms": owner.acquired.and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok()).map(millis),
+        "held_for_ms": owner.held_for.map(millis),
+        "fencing_token": owner.token.map(|t| t.get()),
+    })
+}
+
+fn master_json(view: &MasterView) -> Value {
+    let holding = match view.holding() {
+        Holding::Free => json!({ "state": "free" }),
+        Holding::Lock { value, ttl, owner } => json!({
+            "state": "lock",
+            "value": value,
+            "ttl_ms": ttl.map(millis),
+            "owner": owner_json(owner.as_ref()),
+        }),
+        Holding::OtherKind { kind } => json!({ "state": "other_kind", "kind": kind }),
+        Holding::Unreachable(error) => {
+            json!({ "state": "unreachable", "error": error.to_string() })
+        }
+        other => json!({ "state": "unknown", "detail": other.to_string() }),
+    };
+    let mut object = json!({
+        "master": view.master(),
+        "fence_counter": view.fence_counter(),
+    });
+    if let (Value::Object(object), Value::Object(holding)) = (&mut object, holding) {
+        object.extend(holding);
+    }
+    object
+}
+
+/// The inspection as one JSON object: `resource`, `key`, `verdict` (with `state`: held,
+/// free, split, unknown or other_kind), `masters` (each with `state`: free, lock,
+/// other_kind or unreachable).
+fn to_json(inspection: &Inspection) -> Value {
+    let verdict = match inspection.verdict() {
+        Verdict::Held {
+            value,
+            owner,
+            remaining,
+        } => json!({
+            "state": "held",
+            "value": value,
+            "remaining_ms": remaining.map(millis),
+            "owner": owner_json(owner.as_ref()),
+        }),
+        Verdict::Free => json!({ "state": "free" }),
+        Verdict::Split => json!({ "state": "split" }),
+        Verdict::Unknown => json!({ "state": "unknown" }),
+        Verdict::OtherKind { kind } => json!({ "state": "other_kind", "kind": kind }),
+        other => json!({ "state": "unknown", "detail": other.to_string() }),
+    };
+    json!({
+        "resource": inspection.resource(),
+        "key": inspection.key(),
+        "verdict": verdict,
+        "summary": inspection.verdict().to_string(),
+        "masters": inspection.masters().iter().map(master_json).collect::<Vec<_>>(),
+    })
+}

@@ -1,0 +1,145 @@
+//! The settings every subcommand shares (the masters, the TTL, the prefix, timeouts),
+//! from flags or the environment, and the client built from them.
+//!
+//! Everything about reaching the masters goes through [`Settings::builder`]: connection
+//! options (such as TLS files) are added there, once, for every subcommand.
+
+use std::time::Duration;
+
+use clap::Args;
+use redquorum::{Builder, Redlock};
+
+use crate::exit::{Code, Failure};
+
+/// The masters and the settings every client of a cluster shares.
+#[derive(Debug, Args)]
+pub(crate) struct Settings {
+    /// Comma-separated master URLs: redis://[user:password@]host:port[/db]. 3 or 5
+    /// independent masters (never replicas of each other).
+    #[arg(
+        long,
+        env = "REDQUORUM_MASTERS",
+        value_name = "URLS",
+        global = true,
+        hide_env_values = true
+    )]
+    masters: Option<String>,
+
+    /// How long a lock lives on the masters unless extended, like "10s" [default: 10s].
+    #[arg(long, env = "REDQUORUM_TTL", value_name = "DURATION", global = true)]
+    ttl: Option<String>,
+
+    /// The longest TTL any client of these masters uses; part of the cluster's record
+    /// (`redquorum init`), so every client must give the same [default: the TTL].
+    #[arg(
+        long,
+        env = "REDQUORUM_TTL_MAX",
+        value_name = "DURATION",
+        global = true
+    )]
+    ttl_max: Option<String>,
+
+    /// A prefix put before every lock name to form the key; part of the cluster's record
+    /// [default: none].
+    #[arg(long, env = "REDQUORUM_PREFIX", value_name = "PREFIX", global = true)]
+    prefix: Option<String>,
+
+    /// How long one master may take to answer one request [default: 50ms].
+    #[arg(
+        long,
+        env = "REDQUORUM_NODE_TIMEOUT",
+        value_name = "DURATION",
+        global = true
+    )]
+    node_timeout: Option<String>,
+
+    /// How long connecting to a master may take [default: 1s].
+    #[arg(
+        long,
+        env = "REDQUORUM_CONNECT_TIMEOUT",
+        value_name = "DURATION",
+        global = true
+    )]
+    connect_timeout: Option<String>,
+}
+
+/// A duration from the command line or the environment; `None` when not given.
+fn duration(flag: &str, text: Option<&str>) -> Result<Option<Duration>, Failure> {
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    humantime::parse_duration(text.trim())
+        .map(Some)
+        .map_err(|e| {
+            Failure::new(
+                Code::Config,
+                format!("{flag} {text:?} is not a duration ({e}): write it like \"10s\", \"250ms\" or \"1m 30s\""),
+            )
+        })
+}
+
+/// The validated durations of [`Settings`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timing {
+    /// The lock TTL.
+    pub(crate) ttl: Duration,
+    /// One master's time to answer.
+    pub(crate) node_timeout: Duration,
+}
+
+impl Settings {
+    /// The master URLs, from `--masters` or `REDQUORUM_MASTERS`; blanks around commas
+    /// and empty entries are ignored.
+    fn master_urls(&self) -> Result<Vec<String>, Failure> {
+        let urls: Vec<String> = self
+            .masters
+            .as_deref()
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if urls.is_empty() {
+            return Err(Failure::new(
+                Code::Config,
+                "no masters configured: set REDQUORUM_MASTERS (or --masters) to a comma-separated list of redis:// URLs, 3 or 5 independent masters",
+            ));
+        }
+        Ok(urls)
+    }
+
+    /// The TTL and node timeout in force.
+    pub(crate) fn timing(&self) -> Result<Timing, Failure> {
+        Ok(Timing {
+            ttl: duration("--ttl", self.ttl.as_deref())?.unwrap_or(redquorum::defaults::TTL),
+            node_timeout: duration("--node-timeout", self.node_timeout.as_deref())?
+                .unwrap_or(redquorum::defaults::NODE_TIMEOUT),
+        })
+    }
+
+    /// A client builder with these settings. Restart quarantine stays on, as the library
+    /// defaults: masters vote at once after `redquorum init`.
+    pub(crate) fn builder(&self) -> Result<Builder, Failure> {
+        let timing = self.timing()?;
+        let mut builder = Redlock::builder()
+            .masters(self.master_urls()?)
+            .ttl(timing.ttl)
+            .node_timeout(timing.node_timeout);
+        if let Some(ttl_max) = duration("--ttl-max", self.ttl_max.as_deref())? {
+            builder = builder.ttl_max(ttl_max);
+        }
+        if let Some(connect) = duration("--connect-timeout", self.connect_timeout.as_deref())? {
+            builder = builder.connect_timeout(connect);
+        }
+        if let Some(prefix) = &self.prefix {
+            builder = builder.key_prefix(prefix.clone());
+        }
+        Ok(builder)
+    }
+
+    /// The client, built from [`builder`](Settings::builder).
+    pub(crate) fn client(&self) -> Result<Redlock, Failure> {
+        self.builder()?.build().map_err(|e| Failure::config(&e))
+    }
+}

@@ -36,6 +36,7 @@ const LAYERS: &[&[&str]] = &[
         "fencing",
         "mutants",
         "cluster",
+        "telemetry",
     ],
 ];
 

@@ -38,7 +38,8 @@ const EXTENSION_LAG: &str = "redquorum_extension_lag_seconds";
 /// Leases lost before their release, labelled `reason`.
 #[cfg(feature = "metrics")]
 const LEASES_LOST: &str = "redquorum_leases_lost_total";
-/// 1 while a master's last answer was an abstention, 0 once it voted; by `master`.
+/// 1 while a master's last answer to an acquire, extend or fence round was an abstention,
+/// 0 once it voted; by `master`.
 #[cfg(feature = "metrics")]
 const MASTERS_ABSTAINING: &str = "redquorum_masters_abstaining";
 /// Waiters woken by a release notice whose next attempts acquired the lock.
@@ -128,6 +129,10 @@ pub(crate) fn master_answered(master: &Arc<str>, op: &'static str, outcome: &Mas
             "outcome" => label,
         )
         .increment(1);
+        // Only the rounds that restart quarantine applies to say whether a master votes.
+        if !matches!(op, "acquire" | "extend" | "fence") {
+            return;
+        }
         let abstaining = match label {
             "abstained" => 1.0,
             "granted" | "denied" | "missing" | "fence_conflict" => 0.0,

@@ -475,7 +475,7 @@ impl Redlock {
         resource: &str,
         options: &AcquireOptions,
     ) -> Result<Lease, Error> {
-        let (started, mut rounds) = (Instant::now(), 0);
+        let (started, mut rounds) = (telemetry::start(), 0);
         let acquired = self.acquire_rounds(resource, options, &mut rounds).await;
         telemetry::acquire_finished(&acquired, started, rounds);
         acquired

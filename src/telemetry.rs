@@ -96,10 +96,26 @@ pub(crate) fn describe() {
     }
 }
 
+/// When a timed call started: the clock is read only with the feature.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Started {
+    #[cfg(feature = "metrics")]
+    at: Instant,
+}
+
+/// Starts timing a call.
+#[inline]
+pub(crate) fn start() -> Started {
+    Started {
+        #[cfg(feature = "metrics")]
+        at: Instant::now(),
+    }
+}
+
 /// Records an acquire call that returned: its wall time since `started` by outcome, and
 /// its rounds when it made any.
 #[inline]
-pub(crate) fn acquire_finished<T>(result: &Result<T, Error>, started: Instant, rounds: u32) {
+pub(crate) fn acquire_finished<T>(result: &Result<T, Error>, started: Started, rounds: u32) {
     #[cfg(feature = "metrics")]
     {
         let outcome = match result {
@@ -107,7 +123,7 @@ pub(crate) fn acquire_finished<T>(result: &Result<T, Error>, started: Instant, r
             Err(e) => error_kind(e.kind()),
         };
         metrics::histogram!(ACQUIRE_DURATION, "outcome" => outcome)
-            .record(started.elapsed().as_secs_f64());
+            .record(started.at.elapsed().as_secs_f64());
         if rounds > 0 {
             metrics::histogram!(ACQUIRE_ATTEMPTS).record(f64::from(rounds));
         }
@@ -145,13 +161,14 @@ pub(crate) fn master_answered(master: &Arc<str>, op: &'static str, outcome: &Mas
     let _ = (master, op, outcome);
 }
 
-/// Records a release of a lease valid until `deadline`; `expired_unnoticed` is the
-/// lease's safety point when nothing marked the lease lost before, so that a lease that
+/// Records a release of a lease; `lease` says (only with the feature) until when it was
+/// valid, and its safety point when nothing marked it lost before, so that a lease that
 /// ran out unobserved counts as lost (`expired`) when that point has passed.
 #[inline]
-pub(crate) fn released(deadline: Instant, expired_unnoticed: Option<Instant>) {
+pub(crate) fn released(lease: impl FnOnce() -> (Instant, Option<Instant>)) {
     #[cfg(feature = "metrics")]
     {
+        let (deadline, expired_unnoticed) = lease();
         let now = Instant::now();
         let left = deadline.saturating_duration_since(now);
         metrics::histogram!(RELEASE_VALIDITY_LEFT).record(left.as_secs_f64());
@@ -160,7 +177,7 @@ pub(crate) fn released(deadline: Instant, expired_unnoticed: Option<Instant>) {
         }
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (deadline, expired_unnoticed);
+    let _ = lease;
 }
 
 /// Records a watchdog extension granted now that was planned to start at `planned`.

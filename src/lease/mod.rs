@@ -285,9 +285,13 @@ impl LeaseShared {
     fn release_in_background(
         self: &Arc<Self>,
     ) -> Option<tokio::sync::oneshot::Receiver<Option<quorum::Round>>> {
-        let state = self.state();
-        let unnoticed = state.lost.is_none().then(|| self.safety_point(&state));
-        telemetry::released(state.deadline, unnoticed);
+        telemetry::released(|| {
+            let state = self.state();
+            (
+                state.deadline,
+                state.lost.is_none().then(|| self.safety_point(&state)),
+            )
+        });
         self.mark_lost(LostReason::Released);
         let (tx, rx) = tokio::sync::oneshot::channel();
         let shared = Arc::clone(self);

@@ -23,7 +23,7 @@ use redquorum::testkit::Cluster;
 use redquorum::{AcquireOptions, ErrorKind, Redlock};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 const RESOURCE: &str = "orders:42";
 const WORKERS: usize = 3;
@@ -79,6 +79,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             std::process::exit(2);
         }
     };
+    // From the start, so that a stop request during the workload also stops the masters.
+    let mut stop = Stop::new()?;
     // Before any client is built, so that each metric gets its help text.
     let prometheus = PrometheusBuilder::new()
         .set_buckets(&[
@@ -104,13 +106,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Brand-new masters: say so, so that they vote at once (no restart quarantine wait).
     client.init_cluster().await?;
 
-    workload(&client).await?;
-
-    let listener = TcpListener::bind(("127.0.0.1", args.port)).await?;
-    let address = listener.local_addr()?;
-    println!("metrics: http://{address}/metrics");
-    std::io::stdout().flush()?;
-    serve(&listener, &prometheus, args.serve_for).await?;
+    let stopped = tokio::select! {
+        done = workload(&client) => {
+            done?;
+            false
+        }
+        () = stop.requested() => true,
+    };
+    if !stopped {
+        let listener = TcpListener::bind(("127.0.0.1", args.port)).await?;
+        let address = listener.local_addr()?;
+        println!("metrics: http://{address}/metrics");
+        std::io::stdout().flush()?;
+        serve(&listener, &prometheus, args.serve_for, &mut stop).await?;
+    }
 
     client.shutdown().await;
     drop(cluster);
@@ -178,15 +187,37 @@ async fn workload(client: &Redlock) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// SIGTERM and SIGINT (Ctrl-C), caught so that the masters are stopped before exiting.
+struct Stop {
+    terminate: Signal,
+    interrupt: Signal,
+}
+
+impl Stop {
+    fn new() -> std::io::Result<Stop> {
+        Ok(Stop {
+            terminate: signal(SignalKind::terminate())?,
+            interrupt: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// Returns once the process is told to stop.
+    async fn requested(&mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
+    }
+}
+
 /// Answers every HTTP request with the Prometheus text until `serve_for` has passed or
 /// the process is told to stop.
 async fn serve(
     listener: &TcpListener,
     prometheus: &PrometheusHandle,
     serve_for: Duration,
+    stop: &mut Stop,
 ) -> std::io::Result<()> {
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
     let until = tokio::time::sleep(serve_for);
     tokio::pin!(until);
     loop {
@@ -201,8 +232,7 @@ async fn serve(
                     }
                 });
             }
-            _ = terminate.recv() => return Ok(()),
-            _ = interrupt.recv() => return Ok(()),
+            () = stop.requested() => return Ok(()),
             () = &mut until => return Ok(()),
         }
     }

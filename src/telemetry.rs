@@ -132,11 +132,17 @@ pub(crate) fn acquire_finished<T>(result: &Result<T, Error>, started: Started, r
     let _ = (result, started, rounds);
 }
 
-/// Records one master's answer in a round of `op`.
+/// Records one master's answer in a round of `op`; `master` gives its name (asked only
+/// with the feature).
 #[inline]
-pub(crate) fn master_answered(master: &Arc<str>, op: &'static str, outcome: &MasterOutcome) {
+pub(crate) fn master_answered<'a>(
+    master: impl FnOnce() -> &'a Arc<str>,
+    op: &'static str,
+    outcome: &MasterOutcome,
+) {
     #[cfg(feature = "metrics")]
     {
+        let master = master();
         let label = master_outcome(outcome);
         metrics::counter!(
             MASTER_REQUESTS,

@@ -357,6 +357,31 @@ fn example_binary() -> std::path::PathBuf {
     example
 }
 
+/// The example's process. Dropped while it runs (a failed test), it is stopped by PID
+/// with SIGTERM, so that it stops its masters, within a bounded wait; SIGKILL after that.
+struct Running {
+    child: tokio::process::Child,
+    pid: Pid,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        let _ = kill(self.pid, Signal::SIGTERM);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = kill(self.pid, Signal::SIGKILL);
+        let _ = self.child.try_wait();
+    }
+}
+
 /// One HTTP GET of `path` on `address`: the status line and the body.
 async fn http_get(address: &str, path: &str) -> (String, String) {
     let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
@@ -392,16 +417,16 @@ fn has_series(body: &str, name: &str, labels: &[(&str, &str)]) -> bool {
 
 #[tokio::test]
 async fn the_example_serves_every_series_as_prometheus_text() {
-    let mut child = Command::new(example_binary())
+    let child = Command::new(example_binary())
         .args(["--port", "0", "--serve-for", "120"])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
     let pid = Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut running = Running { child, pid };
+    let mut lines = BufReader::new(running.child.stdout.take().unwrap()).lines();
     let mut printed = Vec::new();
     let address = timeout(Duration::from_secs(60), async {
         while let Some(line) = lines.next_line().await.unwrap() {
@@ -486,7 +511,7 @@ async fn the_example_serves_every_series_as_prometheus_text() {
     assert!(!body.contains("orders:42"), "{body}");
 
     kill(pid, Signal::SIGTERM).unwrap();
-    let status = timeout(Duration::from_secs(20), child.wait())
+    let status = timeout(Duration::from_secs(20), running.child.wait())
         .await
         .expect("the example stops within 20 s of SIGTERM")
         .unwrap();

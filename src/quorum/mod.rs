@@ -251,7 +251,7 @@ pub(crate) async fn run(
         };
         decision = tally.record(vote(&op, &reply));
         outcomes[i] = outcome(&reply);
-        telemetry::master_answered(masters[i].name(), op.name(), &outcomes[i]);
+        telemetry::master_answered(|| masters[i].name(), op.name(), &outcomes[i]);
         replies[i] = reply.ok();
         if decision == Decision::Reached && !op.is_unguarded() {
             decision = disown(masters, &mut tally, &mut outcomes, &mut replies);
@@ -282,7 +282,7 @@ pub(crate) async fn run(
         let stragglers = async move {
             while let Some((i, reply)) = in_flight.next().await {
                 let outcome = outcome(&reply);
-                telemetry::master_answered(&names[i], op_name, &outcome);
+                telemetry::master_answered(|| &names[i], op_name, &outcome);
                 tracing::debug!(
                     master = %names[i],
                     op = op_name,

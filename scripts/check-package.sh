@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The examples the package ships, by file name under examples/.
-EXAMPLES="demo.rs"
+EXAMPLES="demo.rs metrics.rs"
 
 # Whether one packaged path is allowed: the library's Rust sources and Lua scripts (not
 # the simulation), the examples by name, the README, the licences, the manifest, the lock

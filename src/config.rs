@@ -351,6 +351,8 @@ pub(crate) struct Config {
     pub(crate) fencing: bool,
     /// What this client's owner records call it (`Redlock::inspect`).
     pub(crate) label: String,
+    /// Whether spans and events show resource names, or a keyed hash of them.
+    pub(crate) trace_resource_names: bool,
     /// The test seams: a planted bug and the client clock's rate (feature `mutants`).
     #[cfg(feature = "mutants")]
     pub(crate) planted: Planted,
@@ -547,6 +549,7 @@ pub(crate) type DurationSetting = Result<Duration, (String, String)>;
 ///   `safety_margin`: 5 % of the TTL
 /// - `quarantine`: on, with `ttl_max` equal to the TTL
 /// - `fencing`: off
+/// - `trace_resource_names`: off (spans and events show a hash of each resource name)
 ///
 /// # Limits
 /// Durations beyond these are refused by [`build`](Builder::build) with
@@ -595,6 +598,7 @@ pub struct Builder {
     ttl_max: Option<DurationSetting>,
     fencing: bool,
     label: String,
+    trace_resource_names: bool,
     #[cfg(feature = "mutants")]
     planted: Planted,
 }
@@ -624,6 +628,7 @@ impl fmt::Debug for Builder {
             ttl_max,
             fencing,
             label,
+            trace_resource_names,
             #[cfg(feature = "mutants")]
                 planted: _,
         } = self;
@@ -650,6 +655,7 @@ impl fmt::Debug for Builder {
             .field("ttl_max", ttl_max)
             .field("fencing", fencing)
             .field("label", label)
+            .field("trace_resource_names", trace_resource_names)
             .finish_non_exhaustive()
     }
 }
@@ -678,6 +684,7 @@ impl Default for Builder {
             ttl_max: None,
             fencing: false,
             label: String::new(),
+            trace_resource_names: false,
             #[cfg(feature = "mutants")]
             planted: Planted::default(),
         }
@@ -811,6 +818,18 @@ impl Builder {
         self
     }
 
+    /// Whether the `tracing` spans and events of this client show resource names. Defaults
+    /// to off: each name is shown as `#` and 16 hex digits, a hash of the name keyed with a
+    /// random key drawn once per process, so that the events of one lock can be told apart
+    /// and followed within one process, but the name cannot be read back nor guessed
+    /// from it, and the same name hashes differently in another process or after a
+    /// restart. Turn it on where names are not sensitive, to see them. Metrics never
+    /// carry a resource name either way (docs/observability.md in the repository).
+    pub fn trace_resource_names(mut self, on: bool) -> Self {
+        self.trace_resource_names = on;
+        self
+    }
+
     /// Whether waiting acquires subscribe to release notices and retry as soon as the
     /// holder releases, instead of only after their pause. Defaults to on; without pub/sub
     /// on a master, waiters fall back to their timers.
@@ -919,6 +938,7 @@ impl Builder {
             ttl_max,
             fencing,
             label,
+            trace_resource_names,
             #[cfg(feature = "mutants")]
             planted,
         } = self;
@@ -1053,6 +1073,7 @@ impl Builder {
             ttl_max,
             fencing,
             label,
+            trace_resource_names,
             #[cfg(feature = "mutants")]
             planted,
         })

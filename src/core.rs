@@ -16,6 +16,7 @@ use crate::cluster::Owner;
 use crate::config::Config;
 use crate::master::{Master, Op};
 use crate::quorum::{self, Bounds};
+use crate::telemetry;
 use crate::wait::Notifier;
 
 /// What every clone of a client and every lease share.
@@ -83,8 +84,10 @@ pub(crate) fn release_in_background(
         .strip_prefix(inner.config.key_prefix.as_str())
         .unwrap_or(key)
         .to_owned();
+    let shown = inner.config.trace_resource_names;
     inner.spawn(async move {
         // Wait for every target (each bounded by the node timeout) so failures are traced.
-        let _ = quorum::run(&targets, op, need, &resource, Bounds::default()).await;
+        let resource = telemetry::resource(&resource, shown);
+        let _ = quorum::run(&targets, op, need, resource, Bounds::default()).await;
     });
 }

@@ -83,6 +83,13 @@
 //!   for tests, benches and examples.
 //! - `mutants`: deliberately broken variants of the algorithm, selectable per client, with
 //!   which the chaos suite proves that its checkers catch bugs. Never use it otherwise.
+//! - `metrics`: counters and histograms through the [`metrics`](https://docs.rs/metrics)
+//!   facade (acquire time by outcome, per-master answers, leases lost, hand-offs, ...);
+//!   the application installs the exporter it wants. Their names and labels, and every
+//!   `tracing` span and event, are listed in [docs/observability.md] in the repository;
+//!   [`Builder::trace_resource_names`] says whether traces show resource names.
+//!
+//! [docs/observability.md]: https://github.com/redquorum/redquorum/blob/main/docs/observability.md
 #![doc(test(attr(deny(warnings), allow(dead_code))))]
 
 mod admin;
@@ -112,6 +119,7 @@ mod quorum;
 mod scripts;
 #[cfg(test)]
 mod sim;
+mod telemetry;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 mod wait;

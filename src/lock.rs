@@ -28,6 +28,7 @@ use crate::master::{FenceRead, Master, Op, RedisMaster, Reply};
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
 use crate::quorum::{self, Decision};
+use crate::telemetry;
 use crate::wait::{Notifier, Subscription};
 use crate::{deadline, scripts};
 
@@ -201,6 +202,7 @@ impl Builder {
     /// documented maximum (see "Limits" above), a drift factor out of range, zero attempts,
     /// or pauses that overflow.
     pub fn build(self) -> Result<Redlock, ConfigError> {
+        telemetry::describe();
         self.into_config().and_then(Redlock::from_config)
     }
 }
@@ -473,6 +475,19 @@ impl Redlock {
         resource: &str,
         options: &AcquireOptions,
     ) -> Result<Lease, Error> {
+        let (started, mut rounds) = (telemetry::start(), 0);
+        let acquired = self.acquire_rounds(resource, options, &mut rounds).await;
+        telemetry::acquire_finished(&acquired, started, rounds);
+        acquired
+    }
+
+    /// The body of [`acquire_with`](Redlock::acquire_with), counting its `rounds`.
+    async fn acquire_rounds(
+        &self,
+        resource: &str,
+        options: &AcquireOptions,
+        rounds: &mut u32,
+    ) -> Result<Lease, Error> {
         check_runtime(resource)?;
         check_resource(resource)?;
         let plan = self.plan(resource, options)?;
@@ -491,7 +506,8 @@ impl Redlock {
         // Failed attempts in a row that a release notice had woken: every waiter of the
         // lock wakes on the same notice, and on several masters they split the votes.
         let mut herd = 0u32;
-        let mut rounds = 0u32;
+        // Whether a release notice woke the attempt about to run (a hand-off if it acquires).
+        let mut noticed = false;
         // Attempts that spend the attempt budget: all but those woken by an event (the
         // holder's release notice or expiry, masters leaving quarantine). Those come from
         // what happened on the masters, not from impatience; the time budget bounds them.
@@ -500,7 +516,8 @@ impl Redlock {
         // The last error that the masters decided, for a budget that ends mid-round.
         let mut decided: Option<Error> = None;
         loop {
-            rounds += 1;
+            *rounds += 1;
+            let rounds = *rounds;
             if wake == Wake::Timer {
                 spent += 1;
             }
@@ -514,6 +531,9 @@ impl Redlock {
                             give_up_at: plan.max_hold.and_then(|m| Instant::now().checked_add(m)),
                             round_time: config.node_timeout,
                         });
+                    }
+                    if noticed {
+                        telemetry::handoff();
                     }
                     return Ok(lease);
                 }
@@ -576,10 +596,12 @@ impl Redlock {
                 return Err(wait_timeout(error, rounds));
             }
             let until = wake_at.min(plan.give_up_at);
-            tracing::trace!(%resource, rounds, "acquire attempt failed, waiting");
+            let traced = telemetry::resource(&resource, config.trace_resource_names);
+            tracing::trace!(resource = %traced, rounds, "acquire attempt failed, waiting");
+            noticed = false;
             match waiting.as_mut() {
                 Some(subscription) => {
-                    let noticed = tokio::select! {
+                    noticed = tokio::select! {
                         () = subscription.notified() => true,
                         () = tokio::time::sleep_until(until) => false,
                     };
@@ -664,7 +686,12 @@ impl Redlock {
         match outcome {
             Ok(output) => {
                 if let Err(error) = lease.release().await {
-                    tracing::warn!(%resource, %error, "release after the critical section failed");
+                    let shown = self.inner.config.trace_resource_names;
+                    tracing::warn!(
+                        resource = %telemetry::resource(resource, shown),
+                        error = %telemetry::error(&error, shown),
+                        "release after the critical section failed"
+                    );
                 }
                 Ok(output)
             }
@@ -790,7 +817,8 @@ impl Redlock {
             owner: Arc::clone(&plan.owner),
         };
         let bounds = inner.bounds(Some(plan.give_up_at));
-        let round = quorum::run(&inner.masters, Arc::new(op), inner.quorum, resource, bounds).await;
+        let traced = telemetry::resource(resource, config.trace_resource_names);
+        let round = quorum::run(&inner.masters, Arc::new(op), inner.quorum, traced, bounds).await;
         let reports = round.reports(&inner.masters);
         let drift = deadline::drift(ttl, config.drift_factor);
 
@@ -950,7 +978,8 @@ impl Redlock {
             });
             let bounds = inner.bounds(Some(deadline.min(give_up_at)));
             let started = Instant::now();
-            let round = quorum::run(&inner.masters, op, inner.quorum, resource, bounds).await;
+            let traced = telemetry::resource(resource, inner.config.trace_resource_names);
+            let round = quorum::run(&inner.masters, op, inner.quorum, traced, bounds).await;
             if round.cut && Instant::now() >= give_up_at {
                 let error = Error::new(ErrorKind::FencingFailed, &**resource)
                     .with_detail("the wait budget ran out during the fencing write-back");

@@ -42,6 +42,7 @@ use crate::fencing::FencingToken;
 use crate::lock::{Redlock, check_resource, check_runtime};
 use crate::master::{Inspected, Op, Reply};
 use crate::scripts;
+use crate::telemetry;
 
 /// Who holds a lock, as its owner record on a master says (written beside the lock by the
 /// acquiring client, with the same expiry).
@@ -731,16 +732,17 @@ impl Redlock {
             }
             let answers = ask_all(&inner, &op).await;
             let report = UnlockReport::of(name, &inner, &op, &answers);
+            let shown = inner.config.trace_resource_names;
             match &*op {
                 Op::ForceUnlock { .. } => tracing::warn!(
-                    resource = %report.resource,
+                    resource = %telemetry::resource(&report.resource, shown),
                     removed = ?report.removed(),
                     deleted = report.deleted(),
                     fence_counter = ?report.fence_counter,
                     "force-unlock: deleted whatever held the lock, and raised its fence counter"
                 ),
                 _ => tracing::warn!(
-                    resource = %report.resource,
+                    resource = %telemetry::resource(&report.resource, shown),
                     removed = ?report.removed(),
                     deleted = report.deleted(),
                     "force-unlock of one holder's value"

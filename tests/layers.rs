@@ -41,6 +41,7 @@ const LAYERS: &[&[&str]] = &[
         "fencing",
         "mutants",
         "cluster",
+        "telemetry",
     ],
 ];
 

@@ -28,6 +28,7 @@ use crate::master::Op;
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
 use crate::quorum::{self, Decision};
+use crate::telemetry;
 
 pub(crate) use watchdog::Watchdog;
 
@@ -53,6 +54,19 @@ impl fmt::Display for LostReason {
             LostReason::MaxHold => "it reached its maximum hold time",
             LostReason::Released => "it was released",
         })
+    }
+}
+
+impl LostReason {
+    /// The `reason` label of `redquorum_leases_lost_total`; `None` for a release, which is
+    /// no loss.
+    fn metric_label(self) -> Option<&'static str> {
+        match self {
+            LostReason::Expired => Some("expired"),
+            LostReason::ExtendFailed => Some("extend_failed"),
+            LostReason::MaxHold => Some("max_hold"),
+            LostReason::Released => None,
+        }
     }
 }
 
@@ -92,13 +106,21 @@ impl LeaseShared {
     }
 
     pub(crate) fn mark_lost(&self, reason: LostReason) {
-        self.state.send_if_modified(|s| {
+        let first = self.state.send_if_modified(|s| {
             let first = s.lost.is_none();
             if first {
                 s.lost = Some(reason);
             }
             first
         });
+        if let Some(label) = reason.metric_label().filter(|_| first) {
+            telemetry::lease_lost(label);
+        }
+    }
+
+    /// This lease's resource name as traces show it.
+    pub(crate) fn traced(&self) -> telemetry::Traced<'_> {
+        telemetry::resource(&self.resource, self.inner.config.trace_resource_names)
     }
 
     fn lost_error(&self, reason: LostReason) -> Error {
@@ -195,7 +217,7 @@ impl LeaseShared {
             &inner.masters,
             op,
             inner.quorum,
-            resource,
+            self.traced(),
             inner.bounds(None),
         )
         .await;
@@ -254,7 +276,7 @@ impl LeaseShared {
         // Cleared on n - quorum + 1 masters: at most quorum - 1 can still hold our value.
         // The rest finish in the background, tracked for `Redlock::shutdown`.
         let need = inner.masters.len() - inner.quorum + 1;
-        Some(quorum::run(&inner.masters, op, need, &self.resource, inner.bounds(None)).await)
+        Some(quorum::run(&inner.masters, op, need, self.traced(), inner.bounds(None)).await)
     }
 
     /// Marks the lease released now and runs the release round in a background task, so
@@ -263,6 +285,13 @@ impl LeaseShared {
     fn release_in_background(
         self: &Arc<Self>,
     ) -> Option<tokio::sync::oneshot::Receiver<Option<quorum::Round>>> {
+        telemetry::released(|| {
+            let state = self.state();
+            (
+                state.deadline,
+                state.lost.is_none().then(|| self.safety_point(&state)),
+            )
+        });
         self.mark_lost(LostReason::Released);
         let (tx, rx) = tokio::sync::oneshot::channel();
         let shared = Arc::clone(self);

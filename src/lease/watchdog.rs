@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{LeaseShared, LostReason};
+use crate::telemetry;
 
 /// When and how long a lease's watchdog extends it.
 #[derive(Debug, Clone, Copy)]
@@ -68,20 +69,28 @@ impl Watchdog {
             };
             let now = Instant::now();
             if self.give_up_at.is_some_and(|cap| now >= cap) {
-                tracing::debug!(resource = %shared.resource, "watchdog reached max_hold");
+                tracing::debug!(resource = %shared.traced(), "watchdog reached max_hold");
                 shared.mark_lost(LostReason::MaxHold);
                 return;
             }
             if now >= safety_point {
                 // Starved: the runtime did not run us before the safety point.
-                tracing::warn!(resource = %shared.resource, "watchdog ran too late to extend");
+                tracing::warn!(resource = %shared.traced(), "watchdog ran too late to extend");
                 shared.mark_lost(LostReason::Expired);
                 return;
             }
             match shared.extend(shared.ttl).await {
-                Ok(_) => last_extended = now,
+                Ok(_) => {
+                    telemetry::extended(next);
+                    last_extended = now;
+                }
                 Err(error) => {
-                    tracing::warn!(resource = %shared.resource, %error, "watchdog could not extend");
+                    let shown = shared.inner.config.trace_resource_names;
+                    tracing::warn!(
+                        resource = %shared.traced(),
+                        error = %telemetry::error(&error, shown),
+                        "watchdog could not extend"
+                    );
                     // `extend` marked the lease lost (or it was released meanwhile).
                     shared.mark_lost(LostReason::ExtendFailed);
                     return;

@@ -29,6 +29,7 @@ use tracing::field::Empty;
 
 use crate::error::{MasterError, MasterOutcome, MasterReport};
 use crate::master::{FenceOutcome, Master, Op, Reply};
+use crate::telemetry;
 pub(crate) use tally::{Decision, Tally, Vote, quorum};
 
 /// The result of one round.
@@ -184,7 +185,8 @@ pub(crate) struct Bounds<'a> {
 }
 
 /// Runs `op` on every master in `masters` concurrently and decides once `need` grants are
-/// certain or impossible (or at `bounds.until`).
+/// certain or impossible (or at `bounds.until`). `resource` is the name as traces show
+/// it (`telemetry::resource`).
 ///
 /// # Cancel safety
 /// Dropping the returned future drops the requests still in flight; requests already
@@ -194,14 +196,14 @@ pub(crate) async fn run(
     masters: &[Arc<dyn Master>],
     op: Arc<Op>,
     need: usize,
-    resource: &str,
+    resource: impl std::fmt::Display,
     bounds: Bounds<'_>,
 ) -> Round {
     let n = masters.len();
     let span = tracing::debug_span!(
         "redquorum.round",
         op = op.name(),
-        resource,
+        %resource,
         n,
         need,
         decision = Empty,
@@ -249,6 +251,7 @@ pub(crate) async fn run(
         };
         decision = tally.record(vote(&op, &reply));
         outcomes[i] = outcome(&reply);
+        telemetry::master_answered(|| masters[i].name(), op.name(), &outcomes[i]);
         replies[i] = reply.ok();
         if decision == Decision::Reached && !op.is_unguarded() {
             decision = disown(masters, &mut tally, &mut outcomes, &mut replies);
@@ -278,11 +281,12 @@ pub(crate) async fn run(
         let op_name = op.name();
         let stragglers = async move {
             while let Some((i, reply)) = in_flight.next().await {
+                let outcome = outcome(&reply);
+                telemetry::master_answered(|| &names[i], op_name, &outcome);
                 tracing::debug!(
                     master = %names[i],
                     op = op_name,
-                    "late reply after the round was decided: {}",
-                    outcome(&reply)
+                    "late reply after the round was decided: {outcome}"
                 );
             }
         };

@@ -1,0 +1,105 @@
+//! The `tracing` output of a real workload (docs/observability.md): with the default
+//! settings no span or event shows a resource name, only its keyed hash; with
+//! `trace_resource_names(true)` the names are there (which proves the capture sees them).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redquorum::{AcquireOptions, ErrorKind};
+use support::*;
+use tracing_subscriber::fmt::format::FmtSpan;
+use tracing_subscriber::util::SubscriberInitExt as _;
+
+/// Everything the subscriber writes, shared with the test.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// A resource name that appears nowhere else in the output.
+const SECRET: &str = "customer-7f3a:alice@example.com";
+
+/// Runs a workload that passes through every span and event that names a resource (the
+/// round, a waiting acquire, a watchdog reaching `max_hold`, a force-unlock, background
+/// releases) with every level captured, and returns the output.
+async fn traced_workload(shown: bool) -> String {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    // This thread only: the test's current-thread runtime runs every task of the client.
+    let _subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_span_events(FmtSpan::FULL)
+        .with_writer(move || writer.clone())
+        .finish()
+        .set_default();
+
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster)
+        .key_prefix("locks:")
+        .trace_resource_names(shown)
+        .build()
+        .unwrap();
+    let resource = format!("{SECRET}/{}", unique_key("r"));
+
+    let lease = client.acquire(&resource).await.unwrap();
+    let waiting = AcquireOptions::new().wait_timeout(Duration::from_millis(300));
+    let err = client.acquire_with(&resource, &waiting).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WaitTimeout, "{err}");
+    lease.release().await.unwrap();
+
+    let capped = AcquireOptions::new().max_hold("100ms");
+    let err = client
+        .with_lock(&resource, &capped, |_| std::future::pending::<()>())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
+
+    let _held = client.acquire(&resource).await.unwrap();
+    client.force_unlock_any(&resource).await.unwrap();
+    client.shutdown().await;
+    captured.text()
+}
+
+#[tokio::test]
+async fn by_default_no_span_or_event_shows_a_resource_name() {
+    let output = traced_workload(false).await;
+    for expected in [
+        "redquorum.round",
+        "acquire attempt failed, waiting",
+        "watchdog reached max_hold",
+        "force-unlock",
+        "resource=#",
+    ] {
+        assert!(output.contains(expected), "no {expected:?} in:\n{output}");
+    }
+    for leaked in ["customer-7f3a", "alice@example.com", "locks:"] {
+        assert!(!output.contains(leaked), "{leaked:?} in:\n{output}");
+    }
+}
+
+#[tokio::test]
+async fn with_trace_resource_names_the_names_are_shown() {
+    let output = traced_workload(true).await;
+    assert!(output.contains(SECRET), "no resource name in:\n{output}");
+    assert!(!output.contains("resource=#"), "{output}");
+}

@@ -461,7 +461,7 @@ impl RedisMaster {
         connect_timeout: Duration,
         read_vitals: bool,
     ) -> Result<Self, redis::RedisError> {
-        let client = Client::open(spec.info.clone())?;
+        let client = spec.client.clone();
         let (index, view) = place;
         Ok(Self {
             shared: Arc::new(Shared {
@@ -684,7 +684,7 @@ impl Shared {
                 .client
                 .get_multiplexed_async_connection_with_config(&config)
                 .await
-                .map_err(MasterError::from_redis)?;
+                .map_err(|e| self.connect_failed(e))?;
             let (vitals, evicts, run_id, record) = if self.read_vitals {
                 let (vitals, record) = read_vitals(&mut conn, &self.record_key).await?;
                 let evicts = Eviction::new_with(Some(vitals.misconfigured.clone().map(Arc::from)));
@@ -708,6 +708,22 @@ impl Shared {
                 format!("could not connect within {}", human(self.connect_timeout)),
             )),
         }
+    }
+
+    /// A failure to connect, with a hint when a master without TLS in its URL broke the
+    /// connection: a port that only accepts TLS closes a connection that does not speak it.
+    fn connect_failed(&self, err: redis::RedisError) -> MasterError {
+        let error = MasterError::from_redis(err);
+        let plain = matches!(
+            self.client.get_connection_info().addr(),
+            redis::ConnectionAddr::Tcp(..)
+        );
+        if plain && error.kind() == MasterErrorKind::Io {
+            return error.with_note(
+                " (if the master only accepts TLS on this port, write its URL as rediss://)",
+            );
+        }
+        error
     }
 
     /// Takes in the cluster record a connection read (docs/design.md §11), and writes it
@@ -1549,7 +1565,7 @@ impl Shared {
             .client
             .get_multiplexed_async_connection_with_config(&config);
         let mut conn = match tokio::time::timeout(self.connect_timeout, connect).await {
-            Ok(conn) => conn.map_err(MasterError::from_redis)?,
+            Ok(conn) => conn.map_err(|e| self.connect_failed(e))?,
             Err(_) => {
                 return Err(MasterError::new(
                     MasterErrorKind::Timeout,

@@ -270,7 +270,12 @@ fn tls_failure(err: &redis::RedisError) -> Option<String> {
 
     let mut cause: Option<&(dyn StdError + 'static)> = StdError::source(err);
     let mut found = None;
-    while let Some(e) = cause {
+    while let Some(mut e) = cause {
+        // The redis client keeps its causes behind an `Arc`, whose `source` would skip
+        // the error the `io::Error` wraps: look inside it.
+        if let Some(inner) = e.downcast_ref::<Arc<dyn StdError + Send + Sync>>() {
+            e = &**inner;
+        }
         if let Some(tls) = e.downcast_ref::<Tls>() {
             found = Some(tls);
             break;

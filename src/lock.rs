@@ -1165,14 +1165,22 @@ fn permanent_failure(reports: &[MasterReport], spare: usize) -> Option<(ErrorKin
     // grant, whatever the others do: retrying cannot help.
     if auth.len() + tls.len() + evicting.len() > spare {
         let mut fixes = Vec::new();
-        // Each master that failed the TLS handshake with what to change (the CA, the
-        // host name, its certificate).
+        // The masters that failed the TLS handshake, grouped by what to change (the CA,
+        // the host name, a certificate).
+        let mut handshakes: Vec<(String, Vec<&str>)> = Vec::new();
         for report in reports {
             if let MasterOutcome::Failed(e) = report.outcome()
                 && e.kind() == MasterErrorKind::Tls
             {
-                fixes.push(format!("{}: {e}", report.master()));
+                let why = e.to_string();
+                match handshakes.iter_mut().find(|(w, _)| *w == why) {
+                    Some((_, masters)) => masters.push(report.master()),
+                    None => handshakes.push((why, vec![report.master()])),
+                }
             }
+        }
+        for (why, masters) in handshakes {
+            fixes.push(format!("{}: {why}", masters.join(", ")));
         }
         if !auth.is_empty() {
             fixes.push(format!(

@@ -1260,6 +1260,7 @@ enum Pem {
 
 impl Pem {
     /// The PEM text, read from its file if it is one.
+    #[cfg(feature = "tls")]
     fn read(&self, setting: &'static str) -> Result<Vec<u8>, ConfigError> {
         match self {
             Pem::Bytes(bytes) => Ok(bytes.clone()),
@@ -1545,6 +1546,55 @@ mod tests {
         let unix = redact("redis+unix:///tmp/r.sock?user=u&pass=secret");
         assert!(!unix.contains("secret"), "{unix}");
         assert_eq!(redact("redis://:sec ret@host:1"), "redis://:***@host:1");
+    }
+
+    #[test]
+    fn rediss_urls_build_only_with_the_tls_feature() {
+        let built = Builder::new()
+            .master("rediss://127.0.0.1:7001")
+            .into_config();
+        if cfg!(feature = "tls") {
+            let config = built.unwrap();
+            assert!(is_tls(&config.masters[0].info));
+        } else {
+            let err = built.unwrap_err();
+            assert!(matches!(err, ConfigError::InvalidUrl { .. }), "{err}");
+            assert!(err.to_string().contains("`tls` feature"), "{err}");
+        }
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn tls_settings_need_the_tls_feature() {
+        let err = Builder::new()
+            .master("redis://127.0.0.1:7001")
+            .tls_ca_file("/etc/ssl/ca.pem")
+            .into_config()
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::Tls {
+                    setting: "tls_ca_file",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("`tls` feature"), "{err}");
+    }
+
+    #[test]
+    fn debug_never_shows_a_client_key() {
+        let builder = Builder::new()
+            .master("rediss://127.0.0.1:7001")
+            .tls_ca_pem("CA-PEM-TEXT")
+            .tls_client_cert_pem("CERT-PEM-TEXT", "KEY-PEM-SECRET");
+        let shown = format!("{builder:?} {builder:#?}");
+        assert!(!shown.contains("KEY-PEM-SECRET"), "{shown}");
+        assert!(shown.contains("client_key: Some(\"***\")"), "{shown}");
+        let files = Builder::new().tls_client_cert_files("/c.pem", "/k.pem");
+        assert!(format!("{files:?}").contains("/k.pem"));
     }
 
     #[test]

@@ -79,6 +79,9 @@
 //! ```
 //!
 //! # Features
+//! - `tls`: `rediss://` masters, over rustls (ring), checked against the system's roots or
+//!   the CA given with [`Builder::tls_ca_pem`]; a client certificate with
+//!   [`Builder::tls_client_cert_pem`]. With `testkit`, masters that speak TLS only.
 //! - `testkit`: starts and controls real `redis-server` processes (kill, pause, restart)
 //!   for tests, benches and examples.
 //! - `mutants`: deliberately broken variants of the algorithm, selectable per client, with

@@ -1236,7 +1236,7 @@ fn check_tls_url(url: &str, name: &str) -> Result<(), ConfigError> {
                 .to_owned(),
         });
     }
-    // docs/design.md §13: a master whose certificate is not checked can be impersonated by
+    // docs/design.md §12: a master whose certificate is not checked can be impersonated by
     // anyone on the path, who can then grant the lock to two clients at once.
     if url.contains('#') {
         return Err(ConfigError::InvalidUrl {

@@ -713,7 +713,9 @@ impl Builder {
     /// Adds one master by URL: `redis://[user:password@]host:port[/db]`,
     /// `rediss://…` (TLS, with the `tls` feature; see [`tls_ca_pem`](Builder::tls_ca_pem))
     /// or `redis+unix:///path/to/socket[?user=…&pass=…]`. A `rediss://…#insecure` URL, which
-    /// turns certificate checks off, is refused.
+    /// turns certificate checks off, is refused. A `rediss://` URL may name its master's
+    /// own PEM files, `?tls_ca_file=PATH` and `&tls_cert_file=PATH&tls_key_file=PATH`, which
+    /// take the place of the builder's CA or client certificate for that master.
     ///
     /// Masters must be independent servers (not replicas of each other). Defaults to none.
     pub fn master(mut self, url: impl AsRef<str>) -> Self {
@@ -1194,8 +1196,17 @@ fn parse_masters(urls: &[String], tls: &TlsSettings) -> Result<Vec<MasterSpec>, 
                 other: other.name.to_string(),
             });
         }
-        let client =
-            open_client(&info, certificates.as_ref()).map_err(|e| ConfigError::InvalidUrl {
+        // Files named in the URL take the place of the builder's settings for this master.
+        let own = url_tls(url, &name, &info)?;
+        let own_certificates = match &own {
+            Some(own) => own.or(tls).load().map_err(|e| ConfigError::InvalidUrl {
+                url: name.clone(),
+                reason: e.to_string(),
+            })?,
+            None => None,
+        };
+        let client = open_client(&info, own_certificates.as_ref().or(certificates.as_ref()))
+            .map_err(|e| ConfigError::InvalidUrl {
                 url: name.clone(),
                 reason: redact_message(&e.to_string(), url),
             })?;
@@ -1214,6 +1225,55 @@ fn parse_masters(urls: &[String], tls: &TlsSettings) -> Result<Vec<MasterSpec>, 
         });
     }
     Ok(specs)
+}
+
+/// The URL parameters that name TLS files for one master.
+const URL_TLS_PARAMS: [&str; 3] = ["tls_ca_file", "tls_cert_file", "tls_key_file"];
+
+/// The TLS files a master's URL names (`?tls_ca_file=…&tls_cert_file=…&tls_key_file=…`),
+/// if any: they take the place of the builder's CA or client certificate for that master.
+fn url_tls(
+    url: &str,
+    name: &str,
+    info: &ConnectionInfo,
+) -> Result<Option<TlsSettings>, ConfigError> {
+    let Ok(parsed) = url::Url::parse(url) else {
+        return Ok(None);
+    };
+    let mut files: [Option<PathBuf>; 3] = [None, None, None];
+    for (key, value) in parsed.query_pairs() {
+        if let Some(i) = URL_TLS_PARAMS.iter().position(|p| *p == key) {
+            files[i] = Some(PathBuf::from(value.into_owned()));
+        }
+    }
+    let invalid = |reason: &str| ConfigError::InvalidUrl {
+        url: name.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let [ca, cert, key] = files;
+    if ca.is_none() && cert.is_none() && key.is_none() {
+        return Ok(None);
+    }
+    if !is_tls(info) {
+        return Err(invalid(
+            "tls_ca_file, tls_cert_file and tls_key_file apply to TLS masters only: write the \
+             URL as rediss://, or remove them",
+        ));
+    }
+    let client = match (cert, key) {
+        (Some(cert), Some(key)) => Some((Pem::File(cert), Pem::File(key))),
+        (None, None) => None,
+        _ => {
+            return Err(invalid(
+                "tls_cert_file and tls_key_file go together: give both (the client certificate \
+                 and its private key), or neither",
+            ));
+        }
+    };
+    Ok(Some(TlsSettings {
+        ca: ca.map(Pem::File),
+        client,
+    }))
 }
 
 /// Whether a master is reached over TLS.
@@ -1313,6 +1373,14 @@ impl fmt::Debug for TlsSettings {
 }
 
 impl TlsSettings {
+    /// These settings, each completed by `other`'s where unset.
+    fn or(&self, other: &TlsSettings) -> TlsSettings {
+        TlsSettings {
+            ca: self.ca.clone().or_else(|| other.ca.clone()),
+            client: self.client.clone().or_else(|| other.client.clone()),
+        }
+    }
+
     fn is_set(&self) -> bool {
         self.ca.is_some() || self.client.is_some()
     }

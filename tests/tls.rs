@@ -139,6 +139,53 @@ async fn the_ca_can_be_given_as_a_file() {
 }
 
 #[tokio::test]
+async fn a_url_can_name_its_masters_own_ca_and_client_certificate() {
+    let authority = TlsAuthority::generate().unwrap();
+    let options = ServerOptions::new()
+        .tls(authority.clone())
+        .tls_auth_clients(true);
+    let cluster = Cluster::start_with(3, &options).await.unwrap();
+    let with_files = |url: &String| {
+        format!(
+            "{url}?tls_ca_file={}&tls_cert_file={}&tls_key_file={}",
+            authority.ca_file().display(),
+            authority.client_cert_file().display(),
+            authority.client_key_file().display()
+        )
+    };
+    // The URLs' files take the place of the builder's (here, a CA that signed nothing).
+    let stranger = TlsAuthority::generate().unwrap();
+    let client = Redlock::builder()
+        .quarantine(false)
+        .masters(cluster.urls().iter().map(with_files))
+        .tls_ca_pem(stranger.ca_pem())
+        .build()
+        .unwrap();
+    let lease = client.try_acquire(&unique_key("url_files")).await.unwrap();
+    assert!(
+        lease
+            .masters()
+            .iter()
+            .filter(|r| r.outcome().is_granted())
+            .count()
+            >= 2
+    );
+    lease.release().await.unwrap();
+
+    // A certificate without its key, and TLS files on a plain URL, are refused.
+    let url = &cluster.urls()[0];
+    let half = format!(
+        "{url}?tls_cert_file={}",
+        authority.client_cert_file().display()
+    );
+    let err = Redlock::builder().master(&half).build().unwrap_err();
+    assert!(err.to_string().contains("tls_key_file"), "{err}");
+    let plain = with_files(url).replacen("rediss://", "redis://", 1);
+    let err = Redlock::builder().master(&plain).build().unwrap_err();
+    assert!(err.to_string().contains("rediss://"), "{err}");
+}
+
+#[tokio::test]
 async fn a_release_notice_over_tls_wakes_the_waiter() {
     let cluster = Cluster::start_tls(3).await.unwrap();
     let holder = tls_client(&cluster).ttl("30s").build().unwrap();

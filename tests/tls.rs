@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
-use redquorum::testkit::TlsAuthority;
+use redquorum::testkit::{Mode, Proxy, TlsAuthority};
 use redquorum::{ConfigError, ErrorKind, MasterErrorKind, MasterOutcome, Redlock};
 use support::*;
 use tokio::time::Instant;
@@ -450,4 +450,47 @@ async fn the_builder_refuses_unsafe_or_useless_tls_settings() {
     );
     assert!(matches!(plain, ConfigError::Tls { .. }), "{plain}");
     assert!(plain.to_string().contains("rediss://"), "{plain}");
+}
+
+#[tokio::test]
+async fn a_handshake_the_network_stalls_stays_retryable() {
+    let cluster = Cluster::start_tls(1).await.unwrap();
+    let proxy = Proxy::for_server(cluster.server(0)).await.unwrap();
+    assert!(
+        proxy.url().starts_with("rediss://127.0.0.1:"),
+        "{}",
+        proxy.url()
+    );
+    let through = |connect_timeout: &str| {
+        Redlock::builder()
+            .quarantine(false)
+            .master(proxy.url())
+            .tls_ca_pem(cluster.tls_ca_pem().unwrap())
+            .connect_timeout(connect_timeout)
+            .node_timeout("200ms")
+            .build()
+            .unwrap()
+    };
+    // Through the proxy, TLS works end to end (the certificate names 127.0.0.1).
+    let lease = through("2s")
+        .try_acquire(&unique_key("proxied"))
+        .await
+        .unwrap();
+    lease.release().await.unwrap();
+
+    // A handshake that gets no answer is an outage, not a certificate problem.
+    proxy.set_mode(Mode::Blackhole);
+    let err = through("300ms")
+        .try_acquire(&unique_key("stalled"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NoQuorum, "{err}");
+    assert!(err.is_retryable(), "{err}");
+    match err.masters()[0].outcome() {
+        MasterOutcome::Failed(e) => {
+            assert_eq!(e.kind(), MasterErrorKind::Timeout, "{e}");
+            assert!(!e.kind().is_permanent());
+        }
+        other => panic!("{other}"),
+    }
 }

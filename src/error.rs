@@ -132,8 +132,10 @@ pub enum MasterErrorKind {
     WrongKind,
     /// The TLS handshake failed: the master's certificate is not trusted (signed by
     /// another CA than the one given, expired, or not issued for the host in its URL), the
-    /// master refused this client's certificate or asked for one, or the master does not
-    /// speak TLS on that port. Permanent until a certificate or a setting is changed.
+    /// master refused this client's certificate or asked for one, or the peer answered
+    /// something other than TLS. Permanent until a certificate or a setting is changed. A
+    /// handshake that the network breaks or stalls is [`Io`](Self::Io) or
+    /// [`Timeout`](Self::Timeout) instead.
     Tls,
 }
 
@@ -332,7 +334,7 @@ fn tls_failure(err: &redis::RedisError) -> Option<String> {
              Builder::tls_client_cert_files"
         }
         Tls::InvalidMessage(_) | Tls::InappropriateMessage { .. } => {
-            "the master does not answer in TLS on this port: use redis:// for a port without \
+            "the peer does not answer in TLS on this port: use redis:// for a port without \
              TLS, or the master's tls-port"
         }
         _ => "check the master's TLS settings and the certificates given to the builder",
@@ -396,9 +398,9 @@ pub enum ErrorKind {
     ClusterNotEmpty,
     /// So many masters failed the TLS handshake that no quorum is possible: a certificate
     /// signed by another CA than the one given to the builder, not issued for the host in
-    /// the URL, or expired; a client certificate the master refused; or a `rediss://` URL
-    /// for a port without TLS. Not retryable: the masters' reports name each master and
-    /// what to change.
+    /// the URL, or expired; a client certificate the master refused or requires; or a peer
+    /// that answered something other than TLS. Not retryable: the masters' reports name
+    /// each master and what to change.
     Tls,
 }
 

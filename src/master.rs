@@ -710,20 +710,26 @@ impl Shared {
         }
     }
 
-    /// A failure to connect, with a hint when a master without TLS in its URL broke the
-    /// connection: a port that only accepts TLS closes a connection that does not speak it.
+    /// A failure to connect, with a hint when the URL's scheme may not match the port: a
+    /// port that only accepts TLS closes a connection that does not speak it, and a port
+    /// without TLS waits for more of a handshake it reads as a command, until the timeout.
+    /// Both stay retryable: a network fault looks the same.
     fn connect_failed(&self, err: redis::RedisError) -> MasterError {
         let error = MasterError::from_redis(err);
-        let plain = matches!(
+        let tls = matches!(
             self.client.get_connection_info().addr(),
-            redis::ConnectionAddr::Tcp(..)
+            redis::ConnectionAddr::TcpTls { .. }
         );
-        if plain && error.kind() == MasterErrorKind::Io {
-            return error.with_note(
+        match (tls, error.kind()) {
+            (false, MasterErrorKind::Io) => error.with_note(
                 " (if the master only accepts TLS on this port, write its URL as rediss://)",
-            );
+            ),
+            (true, MasterErrorKind::Timeout) => error.with_note(
+                " (if the master does not speak TLS on this port, give its tls-port, or write \
+                 its URL as redis://)",
+            ),
+            _ => error,
         }
-        error
     }
 
     /// Takes in the cluster record a connection read (docs/design.md §11), and writes it

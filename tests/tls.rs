@@ -494,3 +494,29 @@ async fn a_handshake_the_network_stalls_stays_retryable() {
         other => panic!("{other}"),
     }
 }
+
+#[tokio::test]
+async fn a_tls_url_to_a_plain_port_times_out_and_says_why_it_may() {
+    // The server reads the client's hello as the start of a command and waits for more:
+    // the handshake times out, which a network fault would do too, so it stays retryable.
+    let cluster = Cluster::start(1).await.unwrap();
+    let url = cluster.server(0).url().replacen("redis://", "rediss://", 1);
+    let authority = TlsAuthority::generate().unwrap();
+    let client = Redlock::builder()
+        .quarantine(false)
+        .master(&url)
+        .tls_ca_pem(authority.ca_pem())
+        .connect_timeout("300ms")
+        .build()
+        .unwrap();
+    let err = client
+        .try_acquire(&unique_key("tls_to_plain"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NoQuorum, "{err}");
+    assert!(err.is_retryable(), "{err}");
+    assert!(
+        err.to_string().contains("does not speak TLS on this port"),
+        "{err}"
+    );
+}

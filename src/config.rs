@@ -563,6 +563,8 @@ pub(crate) type DurationSetting = Result<Duration, (String, String)>;
 ///   `safety_margin`: 5 % of the TTL
 /// - `quarantine`: on, with `ttl_max` equal to the TTL
 /// - `fencing`: off
+/// - TLS (`rediss://` masters, feature `tls`): the system's trusted roots, no client
+///   certificate
 ///
 /// # Limits
 /// Durations beyond these are refused by [`build`](Builder::build) with
@@ -840,13 +842,16 @@ impl Builder {
     /// `tls` feature and at least one `rediss://` master, or [`build`](Builder::build)
     /// fails with [`ConfigError::Tls`]; so does a PEM without a certificate.
     ///
-    /// ```
-    /// # #[cfg(feature = "tls")] {
-    /// # let ca_pem: Vec<u8> = Vec::new();
-    /// let builder = redquorum::Redlock::builder()
+    /// ```no_run
+    /// # fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ca_pem = std::fs::read("/etc/redis/tls/ca.crt")?;
+    /// let client = redquorum::Redlock::builder()
     ///     .masters(["rediss://redis-a:6380", "rediss://redis-b:6380", "rediss://redis-c:6380"])
-    ///     .tls_ca_pem(ca_pem);
-    /// # let _ = builder; }
+    ///     .tls_ca_pem(ca_pem)
+    ///     .build()?;
+    /// # let _ = client;
+    /// # Ok(())
+    /// # }
     /// ```
     pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.tls.ca = Some(Pem::Bytes(pem.into()));

@@ -520,3 +520,39 @@ async fn a_tls_url_to_a_plain_port_times_out_and_says_why_it_may() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn no_public_type_shows_the_client_key() {
+    let authority = TlsAuthority::generate().unwrap();
+    let options = ServerOptions::new()
+        .tls(authority.clone())
+        .tls_auth_clients(true);
+    let cluster = Cluster::start_with(3, &options).await.unwrap();
+    let key = String::from_utf8(authority.client_key_pem().to_vec()).unwrap();
+    // The key's base64 body, line by line: none may appear anywhere.
+    let secrets: Vec<&str> = key
+        .lines()
+        .filter(|line| !line.starts_with("-----") && line.len() > 16)
+        .collect();
+    assert!(!secrets.is_empty());
+    let builder =
+        || tls_client(&cluster).tls_client_cert_pem(authority.client_cert_pem(), key.as_str());
+    let mut shown = vec![format!("{:?}", builder()), format!("{authority:?}")];
+    shown.push(format!("{options:?}"));
+    let client = builder().build().unwrap();
+    shown.push(format!("{client:?} {client:#?}"));
+    let lease = client.acquire(&unique_key("key_debug")).await.unwrap();
+    shown.push(format!("{lease:?}"));
+    shown.push(format!("{:?}", client.check_masters().await));
+    lease.release().await.unwrap();
+    let refused = builder()
+        .tls_client_cert_pem("no certificate", key.as_str())
+        .build()
+        .unwrap_err();
+    shown.push(format!("{refused:?} {refused}"));
+    for text in &shown {
+        for secret in &secrets {
+            assert!(!text.contains(secret), "the client key shows in: {text}");
+        }
+    }
+}

@@ -24,7 +24,10 @@
 //!    [`Server::jump_clock`], which emulates a wall-clock jump by shifting lock keys'
 //!    expiry. A [`Proxy`] in front of a master delays, blackholes, resets or drops its
 //!    traffic, switchable at runtime.
-//! 5. Dropping a [`Server`] (or a [`Cluster`]) kills and reaps its process, also while a
+//! 5. With the `tls` feature, a server can speak TLS only (`ServerOptions::tls`,
+//!    `Cluster::start_tls`), with certificates generated at test time
+//!    (`TlsAuthority`); the testkit's own connections to it trust its CA.
+//! 6. Dropping a [`Server`] (or a [`Cluster`]) kills and reaps its process, also while a
 //!    test is panicking. A process that is killed abruptly (`SIGKILL` of the test binary)
 //!    cannot run `Drop`; its servers then keep running until killed by hand.
 //!

@@ -373,7 +373,7 @@ impl Server {
 
     /// Its TCP URL: `redis://127.0.0.1:PORT`, or `redis://default:PASSWORD@127.0.0.1:PORT`
     /// (password percent-encoded) when a password is set; `rediss://…` when it speaks TLS
-    /// ([`ServerOptions::tls`]).
+    /// (`ServerOptions::tls`).
     pub fn url(&self) -> String {
         let scheme = if self.is_tls() { "rediss" } else { "redis" };
         match &self.options.password {
@@ -386,7 +386,7 @@ impl Server {
         }
     }
 
-    /// Whether it speaks TLS only ([`ServerOptions::tls`]).
+    /// Whether it speaks TLS only (`ServerOptions::tls`).
     #[cfg(feature = "tls")]
     pub fn is_tls(&self) -> bool {
         self.options.tls.is_some()

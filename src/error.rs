@@ -307,7 +307,7 @@ fn tls_failure(err: &redis::RedisError) -> Option<String> {
         }
         Tls::InvalidCertificate(Cert::NotValidForName | Cert::NotValidForNameContext { .. }) => {
             "the master's certificate is not issued for the host in its URL: connect by a name \
-             or address the certificate lists, or issue it for this one"
+             or address the certificate lists, or get a certificate that names this host"
         }
         Tls::InvalidCertificate(
             Cert::Expired | Cert::ExpiredContext { .. } | Cert::NotValidYet,

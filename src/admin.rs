@@ -138,12 +138,17 @@ impl Redlock {
             .filter_map(|(name, answer)| answer.as_ref().err().map(|e| format!("{name}: {e}")))
             .collect();
         if !down.is_empty() {
-            let unfit = probe
-                .iter()
-                .any(|a| matches!(a, Err(e) if e.kind() == MasterErrorKind::Misconfigured));
-            let kind = match unfit {
-                true => ErrorKind::Misconfigured,
-                false => ErrorKind::NoQuorum,
+            let failed = |kind| {
+                probe
+                    .iter()
+                    .any(|a| matches!(a, Err(e) if e.kind() == kind))
+            };
+            let kind = if failed(MasterErrorKind::Tls) {
+                ErrorKind::Tls
+            } else if failed(MasterErrorKind::Misconfigured) {
+                ErrorKind::Misconfigured
+            } else {
+                ErrorKind::NoQuorum
             };
             return Err(Error::new(kind, subject.as_str())
                 .with_detail(format!(
@@ -209,6 +214,7 @@ impl Redlock {
         let mut surveyed = Vec::with_capacity(answers.len());
         let mut problems = Vec::new();
         let mut unfit = false;
+        let mut tls = false;
         for (answer, name) in answers.iter().zip(&names) {
             match answer {
                 Ok(Reply::Survey {
@@ -223,12 +229,15 @@ impl Redlock {
                 Ok(_) => problems.push(format!("{name}: answered something else")),
                 Err(e) => {
                     unfit |= e.kind() == MasterErrorKind::Misconfigured;
+                    tls |= e.kind() == MasterErrorKind::Tls;
                     problems.push(format!("{name}: {e}"));
                 }
             }
         }
         if !problems.is_empty() {
-            let kind = if unfit {
+            let kind = if tls {
+                ErrorKind::Tls
+            } else if unfit {
                 ErrorKind::Misconfigured
             } else {
                 ErrorKind::NoQuorum

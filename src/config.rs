@@ -9,10 +9,11 @@
 
 use std::fmt;
 use std::num::NonZeroU32;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 use tokio::time::Instant;
 
 use crate::deadline;
@@ -276,6 +277,16 @@ pub enum ConfigError {
         "fencing tokens need restart quarantine (a master that lost its counters must not vote until they are seeded again): turn quarantine back on"
     )]
     FencingNeedsQuarantine,
+    /// A TLS setting cannot be used: its file cannot be read, its PEM holds no certificate
+    /// or key, TLS settings were given for masters that do not use TLS, or this build
+    /// lacks the `tls` feature.
+    #[error("{setting}: {reason}")]
+    Tls {
+        /// Which setting, such as `tls_ca_file`.
+        setting: &'static str,
+        /// What is wrong with it and what to change.
+        reason: String,
+    },
     /// The exponential backoff's maximum is below the base delay.
     #[error("backoff max {} is below retry_delay {}: raise the maximum or lower the delay",
         human(*.max),
@@ -294,6 +305,11 @@ pub enum ConfigError {
 pub(crate) struct MasterSpec {
     pub(crate) info: ConnectionInfo,
     pub(crate) name: Arc<str>,
+    /// The redis client every connection to this master is opened with: TLS, with the
+    /// builder's CA and client certificate, for a `rediss://` master. Every connection
+    /// (lock, release notices, health probes, administration) comes from it, so none can
+    /// bypass TLS.
+    pub(crate) client: Client,
 }
 
 /// The retry policy of [`Redlock::acquire`].
@@ -550,6 +566,8 @@ pub(crate) type DurationSetting = Result<Duration, (String, String)>;
 /// - `quarantine`: on, with `ttl_max` equal to the TTL
 /// - `fencing`: off
 /// - `trace_resource_names`: off (spans and events show a hash of each resource name)
+/// - TLS (`rediss://` masters, feature `tls`): the system's trusted roots, no client
+///   certificate
 ///
 /// # Limits
 /// Durations beyond these are refused by [`build`](Builder::build) with
@@ -599,6 +617,7 @@ pub struct Builder {
     fencing: bool,
     label: String,
     trace_resource_names: bool,
+    tls: TlsSettings,
     #[cfg(feature = "mutants")]
     planted: Planted,
 }
@@ -629,6 +648,7 @@ impl fmt::Debug for Builder {
             fencing,
             label,
             trace_resource_names,
+            tls,
             #[cfg(feature = "mutants")]
                 planted: _,
         } = self;
@@ -656,6 +676,7 @@ impl fmt::Debug for Builder {
             .field("fencing", fencing)
             .field("label", label)
             .field("trace_resource_names", trace_resource_names)
+            .field("tls", tls)
             .finish_non_exhaustive()
     }
 }
@@ -685,6 +706,7 @@ impl Default for Builder {
             fencing: false,
             label: String::new(),
             trace_resource_names: false,
+            tls: TlsSettings::default(),
             #[cfg(feature = "mutants")]
             planted: Planted::default(),
         }
@@ -698,8 +720,11 @@ impl Builder {
     }
 
     /// Adds one master by URL: `redis://[user:password@]host:port[/db]`,
-    /// `rediss://…` (TLS, when the `redis` crate is built with TLS support) or
-    /// `redis+unix:///path/to/socket[?user=…&pass=…]`.
+    /// `rediss://…` (TLS, with the `tls` feature; see [`tls_ca_pem`](Builder::tls_ca_pem))
+    /// or `redis+unix:///path/to/socket[?user=…&pass=…]`. A `rediss://…#insecure` URL, which
+    /// turns certificate checks off, is refused. A `rediss://` URL may name its master's
+    /// own PEM files, `?tls_ca_file=PATH` and `&tls_cert_file=PATH&tls_key_file=PATH`, which
+    /// take the place of the builder's CA or client certificate for that master.
     ///
     /// Masters must be independent servers (not replicas of each other). Defaults to none.
     pub fn master(mut self, url: impl AsRef<str>) -> Self {
@@ -830,6 +855,59 @@ impl Builder {
         self
     }
 
+    /// The certificate authority, as PEM (one or more certificates), that the certificates
+    /// of the `rediss://` masters must chain to. It replaces the system's trusted roots for
+    /// them: only this CA is trusted. Defaults to the system's trusted roots. Needs the
+    /// `tls` feature and at least one `rediss://` master, or [`build`](Builder::build)
+    /// fails with [`ConfigError::Tls`]; so does a PEM without a certificate.
+    ///
+    /// ```no_run
+    /// # fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ca_pem = std::fs::read("/etc/redis/tls/ca.crt")?;
+    /// let client = redquorum::Redlock::builder()
+    ///     .masters(["rediss://redis-a:6380", "rediss://redis-b:6380", "rediss://redis-c:6380"])
+    ///     .tls_ca_pem(ca_pem)
+    ///     .build()?;
+    /// # let _ = client;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.ca = Some(Pem::Bytes(pem.into()));
+        self
+    }
+
+    /// As [`tls_ca_pem`](Builder::tls_ca_pem), read from a PEM file when the client is
+    /// built. Defaults to the system's trusted roots. A file that cannot be read fails
+    /// [`build`](Builder::build) with [`ConfigError::Tls`].
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls.ca = Some(Pem::File(path.into()));
+        self
+    }
+
+    /// A client certificate (PEM, the chain) and its private key (PEM: PKCS#8, PKCS#1 or
+    /// SEC1), presented to `rediss://` masters that ask for one (`tls-auth-clients`).
+    /// Defaults to none. Needs the `tls` feature. The key is never shown by `Debug`.
+    pub fn tls_client_cert_pem(
+        mut self,
+        cert: impl Into<Vec<u8>>,
+        key: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client = Some((Pem::Bytes(cert.into()), Pem::Bytes(key.into())));
+        self
+    }
+
+    /// As [`tls_client_cert_pem`](Builder::tls_client_cert_pem), read from PEM files when
+    /// the client is built. Defaults to none.
+    pub fn tls_client_cert_files(
+        mut self,
+        cert: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+    ) -> Self {
+        self.tls.client = Some((Pem::File(cert.into()), Pem::File(key.into())));
+        self
+    }
+
     /// Whether waiting acquires subscribe to release notices and retry as soon as the
     /// holder releases, instead of only after their pause. Defaults to on; without pub/sub
     /// on a master, waiters fall back to their timers.
@@ -939,6 +1017,7 @@ impl Builder {
             fencing,
             label,
             trace_resource_names,
+            tls,
             #[cfg(feature = "mutants")]
             planted,
         } = self;
@@ -948,7 +1027,7 @@ impl Builder {
             return Err(ConfigError::LabelTooLong { len: label.len() });
         }
 
-        let masters = parse_masters(&masters)?;
+        let masters = parse_masters(&masters, &tls)?;
         let ttl = deadline::whole_millis(duration("ttl", ttl)?);
         let node_timeout = duration("node_timeout", node_timeout)?;
         let connect_timeout = duration("connect_timeout", connect_timeout)?;
@@ -1115,13 +1194,15 @@ fn fits_clock(setting: &'static str, value: Option<Duration>) -> Result<(), Conf
     }
 }
 
-fn parse_masters(urls: &[String]) -> Result<Vec<MasterSpec>, ConfigError> {
+fn parse_masters(urls: &[String], tls: &TlsSettings) -> Result<Vec<MasterSpec>, ConfigError> {
     if urls.is_empty() {
         return Err(ConfigError::NoMasters);
     }
+    let certificates = tls.load()?;
     let mut specs: Vec<MasterSpec> = Vec::with_capacity(urls.len());
     for url in urls {
         let name = redact(url);
+        check_tls_url(url, &name)?;
         let info = url
             .as_str()
             .into_connection_info()
@@ -1132,9 +1213,7 @@ fn parse_masters(urls: &[String]) -> Result<Vec<MasterSpec>, ConfigError> {
         if !info.addr().is_supported() {
             return Err(ConfigError::InvalidUrl {
                 url: name,
-                reason: "TLS (rediss://) is not supported by this build of the redis client; \
-                         use redis:// or redis+unix://"
-                    .to_owned(),
+                reason: "this address is not supported on this platform; use redis://".to_owned(),
             });
         }
         if let Some(other) = specs.iter().find(|s| same_server(&s.info, &info)) {
@@ -1143,12 +1222,328 @@ fn parse_masters(urls: &[String]) -> Result<Vec<MasterSpec>, ConfigError> {
                 other: other.name.to_string(),
             });
         }
+        // Files named in the URL take the place of the builder's settings for this master.
+        let own = url_tls(url, &name, &info)?;
+        let own_certificates = match &own {
+            Some(own) => own.or(tls).load().map_err(|e| ConfigError::InvalidUrl {
+                url: name.clone(),
+                reason: e.to_string(),
+            })?,
+            None => None,
+        };
+        let client = open_client(&info, own_certificates.as_ref().or(certificates.as_ref()))
+            .map_err(|e| ConfigError::InvalidUrl {
+                url: name.clone(),
+                reason: redact_message(&e.to_string(), url),
+            })?;
         specs.push(MasterSpec {
             info,
             name: name.into(),
+            client,
+        });
+    }
+    if tls.is_set() && !specs.iter().any(|s| is_tls(&s.info)) {
+        return Err(ConfigError::Tls {
+            setting: tls.setting(),
+            reason: "given, but no master uses TLS: write the masters' URLs as \
+                     rediss://host:port, or remove the TLS settings"
+                .to_owned(),
         });
     }
     Ok(specs)
+}
+
+/// The URL parameters that name TLS files for one master.
+const URL_TLS_PARAMS: [&str; 3] = ["tls_ca_file", "tls_cert_file", "tls_key_file"];
+
+/// The TLS files a master's URL names (`?tls_ca_file=…&tls_cert_file=…&tls_key_file=…`),
+/// if any: they take the place of the builder's CA or client certificate for that master.
+fn url_tls(
+    url: &str,
+    name: &str,
+    info: &ConnectionInfo,
+) -> Result<Option<TlsSettings>, ConfigError> {
+    let Ok(parsed) = url::Url::parse(url) else {
+        return Ok(None);
+    };
+    let mut files: [Option<PathBuf>; 3] = [None, None, None];
+    for (key, value) in parsed.query_pairs() {
+        if let Some(i) = URL_TLS_PARAMS.iter().position(|p| *p == key) {
+            files[i] = Some(PathBuf::from(value.into_owned()));
+        }
+    }
+    let invalid = |reason: &str| ConfigError::InvalidUrl {
+        url: name.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let [ca, cert, key] = files;
+    if ca.is_none() && cert.is_none() && key.is_none() {
+        return Ok(None);
+    }
+    if !is_tls(info) {
+        return Err(invalid(
+            "tls_ca_file, tls_cert_file and tls_key_file apply to TLS masters only: write the \
+             URL as rediss://, or remove them",
+        ));
+    }
+    let client = match (cert, key) {
+        (Some(cert), Some(key)) => Some((Pem::File(cert), Pem::File(key))),
+        (None, None) => None,
+        _ => {
+            return Err(invalid(
+                "tls_cert_file and tls_key_file go together: give both (the client certificate \
+                 and its private key), or neither",
+            ));
+        }
+    };
+    Ok(Some(TlsSettings {
+        ca: ca.map(Pem::File),
+        client,
+    }))
+}
+
+/// Whether a master is reached over TLS.
+fn is_tls(info: &ConnectionInfo) -> bool {
+    matches!(info.addr(), ConnectionAddr::TcpTls { .. })
+}
+
+/// Refuses a TLS URL this build cannot honour, or one that turns certificate checks off,
+/// before the redis client parses it (its own message would not say what to change).
+fn check_tls_url(url: &str, name: &str) -> Result<(), ConfigError> {
+    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+    if !matches!(scheme.to_ascii_lowercase().as_str(), "rediss" | "valkeys") {
+        return Ok(());
+    }
+    if !cfg!(feature = "tls") {
+        return Err(ConfigError::InvalidUrl {
+            url: name.to_owned(),
+            reason: "TLS (rediss://) needs redquorum's `tls` feature: enable it \
+                     (features = [\"tls\"] in Cargo.toml), or use redis://"
+                .to_owned(),
+        });
+    }
+    // docs/design.md §13: a master whose certificate is not checked can be impersonated by
+    // anyone on the path, who can then grant the lock to two clients at once.
+    if url.contains('#') {
+        return Err(ConfigError::InvalidUrl {
+            url: name.to_owned(),
+            reason: "a URL fragment (such as #insecure) is not supported: #insecure would turn \
+                     off the check of the master's certificate, so anyone on the network path \
+                     could answer as the master and grant the lock twice; remove it, and give \
+                     the masters' CA with Builder::tls_ca_pem or Builder::tls_ca_file"
+                .to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// PEM text given to the builder: bytes, or a file read by [`Builder::build`].
+#[derive(Clone)]
+enum Pem {
+    Bytes(Vec<u8>),
+    File(PathBuf),
+}
+
+impl Pem {
+    /// The PEM text, read from its file if it is one.
+    #[cfg(feature = "tls")]
+    fn read(&self, setting: &'static str) -> Result<Vec<u8>, ConfigError> {
+        match self {
+            Pem::Bytes(bytes) => Ok(bytes.clone()),
+            Pem::File(path) => std::fs::read(path).map_err(|e| ConfigError::Tls {
+                setting,
+                reason: format!(
+                    "cannot read {:?} ({e}): give the path of a readable PEM file",
+                    path.display().to_string()
+                ),
+            }),
+        }
+    }
+
+    /// How `Debug` shows it: a file's path, or the size of PEM bytes, and for a private
+    /// key given as bytes nothing but that it is set.
+    fn shown(&self, secret: bool) -> String {
+        match self {
+            Pem::File(path) => format!("file {:?}", path.display().to_string()),
+            Pem::Bytes(_) if secret => "***".to_owned(),
+            Pem::Bytes(bytes) => format!("{} bytes of PEM", bytes.len()),
+        }
+    }
+}
+
+/// The TLS settings of a builder: the CA the masters' certificates must chain to, and a
+/// client certificate with its key.
+#[derive(Clone, Default)]
+struct TlsSettings {
+    ca: Option<Pem>,
+    /// The certificate chain and the private key.
+    client: Option<(Pem, Pem)>,
+}
+
+impl fmt::Debug for TlsSettings {
+    // Hand-written: a private key given as bytes is never shown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Self { ca, client } = self;
+        f.debug_struct("TlsSettings")
+            .field("ca", &ca.as_ref().map(|p| p.shown(false)))
+            .field(
+                "client_cert",
+                &client.as_ref().map(|(cert, _)| cert.shown(false)),
+            )
+            .field(
+                "client_key",
+                &client.as_ref().map(|(_, key)| key.shown(true)),
+            )
+            .finish()
+    }
+}
+
+impl TlsSettings {
+    /// These settings, each completed by `other`'s where unset.
+    fn or(&self, other: &TlsSettings) -> TlsSettings {
+        TlsSettings {
+            ca: self.ca.clone().or_else(|| other.ca.clone()),
+            client: self.client.clone().or_else(|| other.client.clone()),
+        }
+    }
+
+    fn is_set(&self) -> bool {
+        self.ca.is_some() || self.client.is_some()
+    }
+
+    /// The setting to name when the TLS settings as a whole are refused.
+    fn setting(&self) -> &'static str {
+        match (&self.ca, &self.client) {
+            (Some(Pem::File(_)), _) => "tls_ca_file",
+            (Some(Pem::Bytes(_)), _) => "tls_ca_pem",
+            (None, Some((Pem::File(_), _))) => "tls_client_cert_files",
+            (None, _) => "tls_client_cert_pem",
+        }
+    }
+
+    /// Reads and checks the settings: `None` when none is set.
+    #[cfg(feature = "tls")]
+    fn load(&self) -> Result<Option<redis::TlsCertificates>, ConfigError> {
+        use rustls::pki_types::pem::PemObject as _;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+        if !self.is_set() {
+            return Ok(None);
+        }
+        let certificates = |setting: &'static str, pem: &[u8], what: &str| {
+            let count = CertificateDer::pem_slice_iter(pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| ConfigError::Tls {
+                    setting,
+                    reason: format!("its PEM cannot be read ({e}): give {what} in PEM form"),
+                })?
+                .len();
+            if count == 0 {
+                return Err(ConfigError::Tls {
+                    setting,
+                    reason: format!(
+                        "its PEM holds no certificate (no \"BEGIN CERTIFICATE\" block): give \
+                         {what} in PEM form"
+                    ),
+                });
+            }
+            Ok(())
+        };
+        let root_cert = match &self.ca {
+            Some(ca) => {
+                let setting = if matches!(ca, Pem::File(_)) {
+                    "tls_ca_file"
+                } else {
+                    "tls_ca_pem"
+                };
+                let pem = ca.read(setting)?;
+                certificates(setting, &pem, "the CA certificate of the masters")?;
+                Some(pem)
+            }
+            None => None,
+        };
+        let client_tls = match &self.client {
+            Some((cert, key)) => {
+                let setting = if matches!(cert, Pem::File(_)) {
+                    "tls_client_cert_files"
+                } else {
+                    "tls_client_cert_pem"
+                };
+                let client_cert = cert.read(setting)?;
+                certificates(setting, &client_cert, "the client certificate")?;
+                let client_key = key.read(setting)?;
+                // The key's bytes and the parser's words about them stay out of the message.
+                if PrivateKeyDer::from_pem_slice(&client_key).is_err() {
+                    return Err(ConfigError::Tls {
+                        setting,
+                        reason: "the private key holds no PEM key (PKCS#8, PKCS#1 or SEC1): \
+                                 give the client certificate's key in PEM form"
+                            .to_owned(),
+                    });
+                }
+                Some(redis::ClientTlsConfig {
+                    client_cert,
+                    client_key,
+                })
+            }
+            None => None,
+        };
+        Ok(Some(redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        }))
+    }
+
+    /// Without the `tls` feature, any TLS setting is refused.
+    #[cfg(not(feature = "tls"))]
+    fn load(&self) -> Result<Option<std::convert::Infallible>, ConfigError> {
+        if self.is_set() {
+            return Err(ConfigError::Tls {
+                setting: self.setting(),
+                reason: "TLS needs redquorum's `tls` feature: enable it (features = [\"tls\"] \
+                         in Cargo.toml)"
+                    .to_owned(),
+            });
+        }
+        Ok(None)
+    }
+}
+
+/// The redis client of one master: with the builder's certificates for a TLS master.
+#[cfg(feature = "tls")]
+fn open_client(
+    info: &ConnectionInfo,
+    certificates: Option<&redis::TlsCertificates>,
+) -> redis::RedisResult<Client> {
+    if !is_tls(info) {
+        return Client::open(info.clone());
+    }
+    install_crypto_provider();
+    match certificates {
+        Some(certificates) => Client::build_with_tls(info.clone(), certificates.clone()),
+        None => Client::open(info.clone()),
+    }
+}
+
+/// The redis client of one master (no TLS in this build).
+#[cfg(not(feature = "tls"))]
+fn open_client(
+    info: &ConnectionInfo,
+    certificates: Option<&std::convert::Infallible>,
+) -> redis::RedisResult<Client> {
+    let _ = certificates;
+    Client::open(info.clone())
+}
+
+/// Makes ring the process's rustls crypto provider unless one is installed already. The
+/// redis client builds its TLS settings with the process's provider, and finds none (and
+/// panics) when several providers are compiled in and none was chosen.
+#[cfg(feature = "tls")]
+fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Another thread may install one meanwhile: then that one stays, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
 }
 
 /// Whether two master addresses name the same server: the same port, and the same IP
@@ -1245,6 +1640,55 @@ mod tests {
         let unix = redact("redis+unix:///tmp/r.sock?user=u&pass=secret");
         assert!(!unix.contains("secret"), "{unix}");
         assert_eq!(redact("redis://:sec ret@host:1"), "redis://:***@host:1");
+    }
+
+    #[test]
+    fn rediss_urls_build_only_with_the_tls_feature() {
+        let built = Builder::new()
+            .master("rediss://127.0.0.1:7001")
+            .into_config();
+        if cfg!(feature = "tls") {
+            let config = built.unwrap();
+            assert!(is_tls(&config.masters[0].info));
+        } else {
+            let err = built.unwrap_err();
+            assert!(matches!(err, ConfigError::InvalidUrl { .. }), "{err}");
+            assert!(err.to_string().contains("`tls` feature"), "{err}");
+        }
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn tls_settings_need_the_tls_feature() {
+        let err = Builder::new()
+            .master("redis://127.0.0.1:7001")
+            .tls_ca_file("/etc/ssl/ca.pem")
+            .into_config()
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::Tls {
+                    setting: "tls_ca_file",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("`tls` feature"), "{err}");
+    }
+
+    #[test]
+    fn debug_never_shows_a_client_key() {
+        let builder = Builder::new()
+            .master("rediss://127.0.0.1:7001")
+            .tls_ca_pem("CA-PEM-TEXT")
+            .tls_client_cert_pem("CERT-PEM-TEXT", "KEY-PEM-SECRET");
+        let shown = format!("{builder:?} {builder:#?}");
+        assert!(!shown.contains("KEY-PEM-SECRET"), "{shown}");
+        assert!(shown.contains("client_key: Some(\"***\")"), "{shown}");
+        let files = Builder::new().tls_client_cert_files("/c.pem", "/k.pem");
+        assert!(format!("{files:?}").contains("/k.pem"));
     }
 
     #[test]

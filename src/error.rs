@@ -130,18 +130,26 @@ pub enum MasterErrorKind {
     ClusterMismatch,
     /// The name holds another kind of lock than the one asked for.
     WrongKind,
+    /// The TLS handshake failed: the master's certificate is not trusted (signed by
+    /// another CA than the one given, expired, or not issued for the host in its URL), the
+    /// master refused this client's certificate or asked for one, or the peer answered
+    /// something other than TLS. Permanent until a certificate or a setting is changed. A
+    /// handshake that the network breaks or stalls is [`Io`](Self::Io) or
+    /// [`Timeout`](Self::Timeout) instead.
+    Tls,
 }
 
 impl MasterErrorKind {
     /// Whether the failure lasts until someone changes a configuration: the client's (a
     /// wrong password in the URL) or the master's (ACLs, an evicting `maxmemory-policy`).
-    /// Retrying does not help; [`Auth`](Self::Auth),
+    /// Retrying does not help; [`Auth`](Self::Auth), [`Tls`](Self::Tls),
     /// [`Misconfigured`](Self::Misconfigured), [`ClusterMismatch`](Self::ClusterMismatch)
     /// and [`WrongKind`](Self::WrongKind) are permanent.
     pub fn is_permanent(self) -> bool {
         matches!(
             self,
             MasterErrorKind::Auth
+                | MasterErrorKind::Tls
                 | MasterErrorKind::Misconfigured
                 | MasterErrorKind::ClusterMismatch
                 | MasterErrorKind::WrongKind
@@ -183,6 +191,15 @@ impl MasterError {
 
     pub(crate) fn from_redis(err: redis::RedisError) -> Self {
         use redis::ErrorKind as K;
+        #[cfg(feature = "tls")]
+        if let Some(tls) = tls_failure(&err) {
+            return Self {
+                kind: MasterErrorKind::Tls,
+                message: tls.into(),
+                source: Some(Arc::new(err)),
+                until: None,
+            };
+        }
         let kind = if err.is_connection_refusal() {
             MasterErrorKind::Refused
         } else if err.is_timeout() {
@@ -213,6 +230,12 @@ impl MasterError {
         }
     }
 
+    /// The same error with `note` added to its message.
+    pub(crate) fn with_note(mut self, note: &str) -> Self {
+        self.message = format!("{}{note}", self.message).into();
+        self
+    }
+
     /// What went wrong, coarsely.
     pub fn kind(&self) -> MasterErrorKind {
         self.kind
@@ -236,6 +259,87 @@ impl StdError for MasterError {
             .as_deref()
             .map(|e| e as &(dyn StdError + 'static))
     }
+}
+
+/// The TLS failure inside `err`, if it is one: what went wrong and what to change.
+///
+/// The rustls error travels inside the I/O error of the handshake (or, for settings the
+/// redis client refuses, as its own source). A rustls error is a fault of certificates or
+/// settings, not of the network: it does not heal by retrying.
+#[cfg(feature = "tls")]
+fn tls_failure(err: &redis::RedisError) -> Option<String> {
+    use rustls::{AlertDescription as Alert, CertificateError as Cert, Error as Tls};
+
+    let mut cause: Option<&(dyn StdError + 'static)> = StdError::source(err);
+    let mut found = None;
+    while let Some(mut e) = cause {
+        // The redis client keeps its causes behind an `Arc`, whose `source` would skip
+        // the error the `io::Error` wraps: look inside it.
+        if let Some(inner) = e.downcast_ref::<Arc<dyn StdError + Send + Sync>>() {
+            e = &**inner;
+        }
+        if let Some(tls) = e.downcast_ref::<Tls>() {
+            found = Some(tls);
+            break;
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && let Some(tls) = io.get_ref().and_then(|inner| inner.downcast_ref::<Tls>())
+        {
+            found = Some(tls);
+            break;
+        }
+        if e.downcast_ref::<rustls::pki_types::InvalidDnsNameError>()
+            .is_some()
+        {
+            return Some(format!(
+                "TLS: the host in the URL is not a valid DNS name or IP address ({err}): \
+                 fix the master's URL"
+            ));
+        }
+        cause = e.source();
+    }
+    let tls = found?;
+    let advice = match tls {
+        Tls::InvalidCertificate(Cert::UnknownIssuer | Cert::BadSignature) => {
+            "the master's certificate is not signed by a trusted CA: give the CA that signed \
+             it with Builder::tls_ca_pem or Builder::tls_ca_file (or install it in the \
+             system's trust store)"
+        }
+        Tls::InvalidCertificate(Cert::NotValidForName | Cert::NotValidForNameContext { .. }) => {
+            "the master's certificate is not issued for the host in its URL: connect by a name \
+             or address the certificate lists, or get a certificate that names this host"
+        }
+        Tls::InvalidCertificate(
+            Cert::Expired | Cert::ExpiredContext { .. } | Cert::NotValidYet,
+        )
+        | Tls::InvalidCertificate(Cert::NotValidYetContext { .. }) => {
+            "the master's certificate is outside its validity period: renew it (or fix the \
+             clock)"
+        }
+        Tls::InvalidCertificate(_) | Tls::NoCertificatesPresented => {
+            "the master's certificate cannot be used: check its certificate and the CA given \
+             to the builder"
+        }
+        Tls::AlertReceived(
+            Alert::CertificateRequired
+            | Alert::BadCertificate
+            | Alert::UnknownCA
+            | Alert::CertificateUnknown
+            | Alert::UnsupportedCertificate
+            | Alert::CertificateExpired
+            | Alert::AccessDenied,
+        ) => {
+            "the master refused this client's certificate (or wants one): give a client \
+             certificate its tls-ca-cert-file trusts with Builder::tls_client_cert_pem or \
+             Builder::tls_client_cert_files"
+        }
+        Tls::InvalidMessage(_) | Tls::InappropriateMessage { .. } => {
+            "the peer does not answer in TLS on this port: use redis:// for a port without \
+             TLS, or the master's tls-port"
+        }
+        _ => "check the master's TLS settings and the certificates given to the builder",
+    };
+    Some(format!("TLS handshake failed ({tls}): {advice}"))
 }
 
 /// What kind of failure an [`Error`] is.
@@ -292,6 +396,12 @@ pub enum ErrorKind {
     /// Nothing was written. Not retryable as it stands: let the locks expire or use a fresh
     /// prefix; the detail names each master and a key it holds.
     ClusterNotEmpty,
+    /// So many masters failed the TLS handshake that no quorum is possible: a certificate
+    /// signed by another CA than the one given to the builder, not issued for the host in
+    /// the URL, or expired; a client certificate the master refused or requires; or a peer
+    /// that answered something other than TLS. Not retryable: the masters' reports name
+    /// each master and what to change.
+    Tls,
 }
 
 /// An error from acquiring, extending or releasing a lock, with every master's outcome.
@@ -369,8 +479,9 @@ impl Error {
 
     /// Whether a later attempt can succeed: the lock was busy, masters were unreachable
     /// or still in restart quarantine, or time ran out. A lost lease, invalid options or
-    /// resource names, a missing runtime, and masters that refuse authentication or are
-    /// misconfigured are not retryable: something must change first.
+    /// resource names, a missing runtime, and masters that refuse authentication, fail
+    /// the TLS handshake or are misconfigured are not retryable: something must change
+    /// first.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self.kind,
@@ -423,6 +534,7 @@ impl fmt::Display for Error {
             ErrorKind::LeaseLost => write!(f, "lease on {r} is lost")?,
             ErrorKind::InvalidOptions => write!(f, "invalid options for {r}")?,
             ErrorKind::Auth => write!(f, "masters refused authentication for {r}")?,
+            ErrorKind::Tls => write!(f, "TLS to the masters failed for {r}")?,
             ErrorKind::InvalidResource => write!(f, "invalid resource name {r}")?,
             ErrorKind::NoRuntime => write!(f, "no tokio runtime to lock {r}")?,
             ErrorKind::NotEnoughVoters => write!(

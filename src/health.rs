@@ -745,6 +745,8 @@ fn unreachable(error: &MasterError, bound: Duration) -> String {
             "unreachable: it refused this client ({error}): fix the user and password in its \
              URL, or its ACLs"
         ),
+        // The message says what to change (the CA, the host name, the certificate).
+        MasterErrorKind::Tls => format!("unreachable over TLS: {error}"),
         MasterErrorKind::Timeout => format!(
             "unreachable: no answer within {} ({error}): check that it runs, is not paused or \
              overloaded, and that the network reaches it",
@@ -1567,6 +1569,7 @@ mod tests {
             (MasterErrorKind::Refused, "start it"),
             (MasterErrorKind::Timeout, "no answer within 300ms"),
             (MasterErrorKind::Auth, "fix the user and password"),
+            (MasterErrorKind::Tls, "unreachable over TLS: boom"),
             (MasterErrorKind::Other, "see the master's log"),
         ];
         for (kind, says) in cases {

@@ -79,6 +79,9 @@
 //! ```
 //!
 //! # Features
+//! - `tls`: `rediss://` masters, over rustls (ring), checked against the system's roots or
+//!   the CA given with [`Builder::tls_ca_pem`]; a client certificate with
+//!   [`Builder::tls_client_cert_pem`]. With `testkit`, masters that speak TLS only.
 //! - `testkit`: starts and controls real `redis-server` processes (kill, pause, restart)
 //!   for tests, benches and examples.
 //! - `mutants`: deliberately broken variants of the algorithm, selectable per client, with
@@ -88,6 +91,10 @@
 //!   the application installs the exporter it wants. Their names and labels, and every
 //!   `tracing` span and event, are listed in [docs/observability.md] in the repository;
 //!   [`Builder::trace_resource_names`] says whether traces show resource names.
+//! - `cli`: the `redquorum` command (`cargo install redquorum --features cli`): runs a
+//!   program while holding a lock and stops it before the lock can expire if the lock is
+//!   lost; inspects, force-unlocks, initialises and checks the masters. The library never
+//!   needs it.
 //!
 //! [docs/observability.md]: https://github.com/redquorum/redquorum/blob/main/docs/observability.md
 #![doc(test(attr(deny(warnings), allow(dead_code))))]

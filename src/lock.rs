@@ -433,7 +433,8 @@ impl Redlock {
     /// [`ErrorKind::ValidityExhausted`] (a quorum answered too late), or
     /// [`ErrorKind::WaitTimeout`]; each with every master's outcome in the last attempt.
     /// At once, without further attempts, when so many masters fail for a reason that
-    /// lasts that no quorum is possible: [`ErrorKind::Auth`] (a password or ACL refused)
+    /// lasts that no quorum is possible: [`ErrorKind::Auth`] (a password or ACL refused),
+    /// [`ErrorKind::Tls`] (a TLS handshake failed: an untrusted certificate, a wrong host)
     /// or [`ErrorKind::Misconfigured`] (masters that can evict lock keys never vote).
     /// Before any master is asked: [`ErrorKind::InvalidResource`] for an empty name or one
     /// longer than [`MAX_RESOURCE_LEN`](crate::limits::MAX_RESOURCE_LEN) bytes, and
@@ -1187,11 +1188,29 @@ fn permanent_failure(reports: &[MasterReport], spare: usize) -> Option<(ErrorKin
             .collect()
     };
     let auth = failed(MasterErrorKind::Auth);
+    let tls = failed(MasterErrorKind::Tls);
     let evicting = failed(MasterErrorKind::Misconfigured);
     // Failures that last until a configuration changes leave too few masters able to
     // grant, whatever the others do: retrying cannot help.
-    if auth.len() + evicting.len() > spare {
+    if auth.len() + tls.len() + evicting.len() > spare {
         let mut fixes = Vec::new();
+        // The masters that failed the TLS handshake, grouped by what to change (the CA,
+        // the host name, a certificate).
+        let mut handshakes: Vec<(String, Vec<&str>)> = Vec::new();
+        for report in reports {
+            if let MasterOutcome::Failed(e) = report.outcome()
+                && e.kind() == MasterErrorKind::Tls
+            {
+                let why = e.to_string();
+                match handshakes.iter_mut().find(|(w, _)| *w == why) {
+                    Some((_, masters)) => masters.push(report.master()),
+                    None => handshakes.push((why, vec![report.master()])),
+                }
+            }
+        }
+        for (why, masters) in handshakes {
+            fixes.push(format!("{}: {why}", masters.join(", ")));
+        }
         if !auth.is_empty() {
             fixes.push(format!(
                 "{} refused authentication: check the user and password in their URLs and \
@@ -1208,7 +1227,9 @@ fn permanent_failure(reports: &[MasterReport], spare: usize) -> Option<(ErrorKin
                 fixes.push(format!("{}: {e}", report.master()));
             }
         }
-        let kind = if auth.is_empty() {
+        let kind = if !tls.is_empty() {
+            ErrorKind::Tls
+        } else if auth.is_empty() {
             ErrorKind::Misconfigured
         } else {
             ErrorKind::Auth

@@ -461,7 +461,7 @@ impl RedisMaster {
         connect_timeout: Duration,
         read_vitals: bool,
     ) -> Result<Self, redis::RedisError> {
-        let client = Client::open(spec.info.clone())?;
+        let client = spec.client.clone();
         let (index, view) = place;
         Ok(Self {
             shared: Arc::new(Shared {
@@ -684,7 +684,7 @@ impl Shared {
                 .client
                 .get_multiplexed_async_connection_with_config(&config)
                 .await
-                .map_err(MasterError::from_redis)?;
+                .map_err(|e| self.connect_failed(e))?;
             let (vitals, evicts, run_id, record) = if self.read_vitals {
                 let (vitals, record) = read_vitals(&mut conn, &self.record_key).await?;
                 let evicts = Eviction::new_with(Some(vitals.misconfigured.clone().map(Arc::from)));
@@ -707,6 +707,28 @@ impl Shared {
                 MasterErrorKind::Timeout,
                 format!("could not connect within {}", human(self.connect_timeout)),
             )),
+        }
+    }
+
+    /// A failure to connect, with a hint when the URL's scheme may not match the port: a
+    /// port that only accepts TLS closes a connection that does not speak it, and a port
+    /// without TLS waits for more of a handshake it reads as a command, until the timeout.
+    /// Both stay retryable: a network fault looks the same.
+    fn connect_failed(&self, err: redis::RedisError) -> MasterError {
+        let error = MasterError::from_redis(err);
+        let tls = matches!(
+            self.client.get_connection_info().addr(),
+            redis::ConnectionAddr::TcpTls { .. }
+        );
+        match (tls, error.kind()) {
+            (false, MasterErrorKind::Io) => error.with_note(
+                " (if the master only accepts TLS on this port, write its URL as rediss://)",
+            ),
+            (true, MasterErrorKind::Timeout) => error.with_note(
+                " (if the master does not speak TLS on this port, give its tls-port, or write \
+                 its URL as redis://)",
+            ),
+            _ => error,
         }
     }
 
@@ -1549,7 +1571,7 @@ impl Shared {
             .client
             .get_multiplexed_async_connection_with_config(&config);
         let mut conn = match tokio::time::timeout(self.connect_timeout, connect).await {
-            Ok(conn) => conn.map_err(MasterError::from_redis)?,
+            Ok(conn) => conn.map_err(|e| self.connect_failed(e))?,
             Err(_) => {
                 return Err(MasterError::new(
                     MasterErrorKind::Timeout,

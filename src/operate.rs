@@ -768,12 +768,18 @@ impl Redlock {
         if answered >= need {
             return Ok(report);
         }
-        let wrong_kind = report.masters.iter().any(|r| {
-            matches!(r.outcome(), MasterOutcome::Failed(e) if e.kind() == MasterErrorKind::WrongKind)
-        });
-        let kind = match wrong_kind {
-            true => ErrorKind::WrongKind,
-            false => ErrorKind::NoQuorum,
+        let failed = |kind| {
+            report
+                .masters
+                .iter()
+                .any(|r| matches!(r.outcome(), MasterOutcome::Failed(e) if e.kind() == kind))
+        };
+        let kind = if failed(MasterErrorKind::WrongKind) {
+            ErrorKind::WrongKind
+        } else if failed(MasterErrorKind::Tls) {
+            ErrorKind::Tls
+        } else {
+            ErrorKind::NoQuorum
         };
         let done = match report.deleted() {
             0 => "nothing was deleted".to_owned(),

@@ -230,6 +230,7 @@ fn error_kind(kind: ErrorKind) -> &'static str {
         ErrorKind::ClusterMismatch => "cluster_mismatch",
         ErrorKind::WrongKind => "wrong_kind",
         ErrorKind::ClusterNotEmpty => "cluster_not_empty",
+        ErrorKind::Tls => "tls",
     }
 }
 
@@ -256,6 +257,7 @@ fn master_outcome(outcome: &MasterOutcome) -> &'static str {
             MasterErrorKind::Misconfigured => "misconfigured",
             MasterErrorKind::ClusterMismatch => "cluster_mismatch",
             MasterErrorKind::WrongKind => "wrong_kind",
+            MasterErrorKind::Tls => "tls",
         },
     }
 }

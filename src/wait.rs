@@ -119,13 +119,12 @@ impl Notifier {
     ) -> Self {
         let masters = masters
             .iter()
-            .filter_map(|spec| {
-                let client = Client::open(spec.info.clone()).ok()?;
-                Some(Slot {
-                    name: Arc::clone(&spec.name),
-                    client,
-                    queue: Mutex::new(None),
-                })
+            .map(|spec| Slot {
+                name: Arc::clone(&spec.name),
+                // The master's own client: TLS for a `rediss://` master, like its lock
+                // connection.
+                client: spec.client.clone(),
+                queue: Mutex::new(None),
             })
             .collect();
         Self {

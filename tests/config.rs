@@ -296,8 +296,17 @@ fn min_validity_must_fit_the_ttl() {
 }
 
 #[test]
-fn tls_urls_need_tls_support() {
-    let (err, msg) = rejected(Redlock::builder().master("rediss://127.0.0.1:7001"));
-    assert!(matches!(err, ConfigError::InvalidUrl { .. }), "{err:?}");
-    assert!(msg.contains("TLS"), "{msg}");
+fn tls_urls_need_the_tls_feature() {
+    let tls = Redlock::builder().master("rediss://127.0.0.1:7001");
+    if cfg!(feature = "tls") {
+        tls.build().unwrap();
+        // Certificate checks off are refused, whatever the build.
+        let (err, msg) = rejected(Redlock::builder().master("rediss://127.0.0.1:7001/#insecure"));
+        assert!(matches!(err, ConfigError::InvalidUrl { .. }), "{err:?}");
+        assert!(msg.contains("tls_ca_pem"), "{msg}");
+    } else {
+        let (err, msg) = rejected(tls);
+        assert!(matches!(err, ConfigError::InvalidUrl { .. }), "{err:?}");
+        assert!(msg.contains("`tls` feature"), "{msg}");
+    }
 }

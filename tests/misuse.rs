@@ -722,6 +722,18 @@ async fn no_public_type_shows_a_password() {
     let released = lease.release().await.unwrap();
     show!("ReleaseReport", debug & released);
 
+    // A client key given as PEM bytes: shown neither by the builder nor by its refusal
+    // (a certificate that is none, or a build without the `tls` feature).
+    let key = format!("-----BEGIN PRIVATE KEY-----\n{SECRET}\n-----END PRIVATE KEY-----\n");
+    let keyed = || {
+        Redlock::builder()
+            .master("rediss://127.0.0.1:1")
+            .tls_client_cert_pem("no certificate", key.as_str())
+    };
+    show!("Builder with a client key", debug & keyed());
+    let refused = keyed().build().unwrap_err();
+    show!("ConfigError (client key)", both & refused);
+
     for (name, text) in &shown {
         assert!(!text.contains(SECRET), "{name} shows the password: {text}");
     }

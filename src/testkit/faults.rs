@@ -220,7 +220,7 @@ impl Server {
         };
         let limit = COMMAND_TIMEOUT.saturating_add(stall);
         let run = async {
-            let mut conn = connect(&self.url()).await?;
+            let mut conn = connect(self.client()?).await?;
             cmd.query_async::<T>(&mut conn).await
         };
         match timeout(limit, run).await {
@@ -233,11 +233,11 @@ impl Server {
 
 /// A connection without the client library's default response timeout: the caller bounds
 /// every command itself.
-async fn connect(url: &str) -> redis::RedisResult<MultiplexedConnection> {
+async fn connect(client: redis::Client) -> redis::RedisResult<MultiplexedConnection> {
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(COMMAND_TIMEOUT))
         .set_response_timeout(None);
-    redis::Client::open(url)?
+    client
         .get_multiplexed_async_connection_with_config(&config)
         .await
 }

@@ -24,7 +24,10 @@
 //!    [`Server::jump_clock`], which emulates a wall-clock jump by shifting lock keys'
 //!    expiry. A [`Proxy`] in front of a master delays, blackholes, resets or drops its
 //!    traffic, switchable at runtime.
-//! 5. Dropping a [`Server`] (or a [`Cluster`]) kills and reaps its process, also while a
+//! 5. With the `tls` feature, a server can speak TLS only (`ServerOptions::tls`,
+//!    `Cluster::start_tls`), with certificates generated at test time
+//!    (`TlsAuthority`); the testkit's own connections to it trust its CA.
+//! 6. Dropping a [`Server`] (or a [`Cluster`]) kills and reaps its process, also while a
 //!    test is panicking. A process that is killed abruptly (`SIGKILL` of the test binary)
 //!    cannot run `Drop`; its servers then keep running until killed by hand.
 //!
@@ -66,10 +69,14 @@
 mod faults;
 mod proxy;
 mod server;
+#[cfg(feature = "tls")]
+mod tls;
 
 pub use faults::{ClockJump, Snapshot, monotonic_ns};
 pub use proxy::{Latency, Mode, Proxy, ProxyStats};
 pub use server::{Persistence, Server, ServerOptions};
+#[cfg(feature = "tls")]
+pub use tls::TlsAuthority;
 
 use std::io;
 use std::path::PathBuf;
@@ -228,6 +235,46 @@ impl Cluster {
         // `try_join_all` drops the servers already started when one fails; their `Drop` kills them.
         let servers = futures::future::try_join_all((0..n).map(|_| Server::start(options))).await?;
         Ok(Cluster { servers })
+    }
+
+    /// Starts `n` masters that speak TLS only, concurrently, with certificates of a fresh
+    /// [`TlsAuthority`] (shared by the masters) and no client certificate required. Their
+    /// URLs are `rediss://127.0.0.1:PORT`; give the client the authority's CA
+    /// ([`tls_ca_pem`](Self::tls_ca_pem) or [`tls_ca_file`](Self::tls_ca_file)). Feature
+    /// `tls`.
+    ///
+    /// # Errors
+    ///
+    /// [`TlsAuthority::generate`]'s, then as [`start_with`](Self::start_with).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future kills every master it started.
+    #[cfg(feature = "tls")]
+    pub async fn start_tls(n: usize) -> Result<Cluster, TestkitError> {
+        let options = ServerOptions::new().tls(TlsAuthority::generate()?);
+        Self::start_with(n, &options).await
+    }
+
+    /// The certificate authority of its TLS masters, if they speak TLS (that of the first
+    /// master; [`start_tls`](Self::start_tls) gives them all the same). Feature `tls`.
+    #[cfg(feature = "tls")]
+    pub fn tls(&self) -> Option<&std::sync::Arc<TlsAuthority>> {
+        self.servers.first()?.options().tls.as_ref()
+    }
+
+    /// The PEM of the CA its TLS masters' certificates chain to, if they speak TLS, for
+    /// [`Builder::tls_ca_pem`](crate::Builder::tls_ca_pem). Feature `tls`.
+    #[cfg(feature = "tls")]
+    pub fn tls_ca_pem(&self) -> Option<&[u8]> {
+        self.tls().map(|authority| authority.ca_pem())
+    }
+
+    /// The file of the CA its TLS masters' certificates chain to, if they speak TLS, for
+    /// [`Builder::tls_ca_file`](crate::Builder::tls_ca_file). Feature `tls`.
+    #[cfg(feature = "tls")]
+    pub fn tls_ca_file(&self) -> Option<PathBuf> {
+        self.tls().map(|authority| authority.ca_file())
     }
 
     /// The TCP URL of every master, in order (see [`Server::url`]).

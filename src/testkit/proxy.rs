@@ -149,6 +149,8 @@ pub struct ProxyStats {
 pub struct Proxy {
     addr: SocketAddr,
     target: SocketAddr,
+    /// Whether the target speaks TLS only: the proxy forwards the TLS bytes as they are.
+    tls: bool,
     control: watch::Sender<Control>,
     shared: Arc<Shared>,
     accept: JoinHandle<()>,
@@ -227,18 +229,23 @@ impl Proxy {
         Ok(Proxy {
             addr,
             target,
+            tls: false,
             control,
             shared,
             accept,
         })
     }
 
-    /// A proxy in front of `server`'s TCP port.
+    /// A proxy in front of `server`'s TCP port (its TLS port when it speaks TLS: the
+    /// proxy then forwards TLS, and [`url`](Self::url) is `rediss://`; the server's
+    /// certificate names `127.0.0.1`, so it is valid for the proxy's address too).
     ///
     /// # Errors
     /// As for [`start`](Self::start).
     pub async fn for_server(server: &Server) -> Result<Proxy, TestkitError> {
-        Self::start(SocketAddr::from((Ipv4Addr::LOCALHOST, server.port()))).await
+        let mut proxy = Self::start(SocketAddr::from((Ipv4Addr::LOCALHOST, server.port()))).await?;
+        proxy.tls = server.is_tls();
+        Ok(proxy)
     }
 
     /// The address clients connect to.
@@ -251,9 +258,11 @@ impl Proxy {
         self.target
     }
 
-    /// `redis://127.0.0.1:PORT` of the proxy (no password: add one if the target needs it).
+    /// `redis://127.0.0.1:PORT` of the proxy (no password: add one if the target needs it);
+    /// `rediss://` in front of a server that speaks TLS ([`for_server`](Self::for_server)).
     pub fn url(&self) -> String {
-        format!("redis://{}", self.addr)
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// The current mode.

@@ -20,6 +20,8 @@ use tempfile::TempDir;
 use tokio::time::{Instant, sleep, timeout};
 
 use super::TestkitError;
+#[cfg(feature = "tls")]
+use super::TlsAuthority;
 
 /// The environment variable naming the `redis-server` binary.
 const BINARY_ENV: &str = "REDIS_SERVER";
@@ -67,6 +69,11 @@ const MANAGED_ARGS: &[(&str, &str)] = &[
     ("--requirepass", "use ServerOptions::password"),
     ("--appendonly", "use ServerOptions::persistence"),
     ("--appendfsync", "use ServerOptions::persistence"),
+    ("--tls-port", "use ServerOptions::tls"),
+    ("--tls-cert-file", "use ServerOptions::tls"),
+    ("--tls-key-file", "use ServerOptions::tls"),
+    ("--tls-ca-cert-file", "use ServerOptions::tls"),
+    ("--tls-auth-clients", "use ServerOptions::tls_auth_clients"),
 ];
 
 /// How a server persists its data, which decides what survives [`Server::restart`]`(true)`.
@@ -98,6 +105,7 @@ pub enum Persistence {
 /// - `unix_socket`: off
 /// - `extra_args`: none
 /// - `binary`: discovered (`REDIS_SERVER`, then `PATH`)
+/// - `tls`: off (feature `tls`); `tls_auth_clients`: off
 ///
 /// # Example
 ///
@@ -127,6 +135,13 @@ pub struct ServerOptions {
     pub extra_args: Vec<String>,
     /// The `redis-server` binary to run, overriding discovery.
     pub binary: Option<PathBuf>,
+    /// The certificates of a server that speaks TLS only (feature `tls`).
+    #[cfg(feature = "tls")]
+    pub tls: Option<std::sync::Arc<TlsAuthority>>,
+    /// Whether a TLS server requires a client certificate signed by its authority
+    /// (`--tls-auth-clients yes`; feature `tls`).
+    #[cfg(feature = "tls")]
+    pub tls_auth_clients: bool,
 }
 
 impl std::fmt::Debug for ServerOptions {
@@ -138,14 +153,21 @@ impl std::fmt::Debug for ServerOptions {
             unix_socket,
             extra_args,
             binary,
+            #[cfg(feature = "tls")]
+            tls,
+            #[cfg(feature = "tls")]
+            tls_auth_clients,
         } = self;
-        f.debug_struct("ServerOptions")
-            .field("persistence", persistence)
+        let mut f = f.debug_struct("ServerOptions");
+        f.field("persistence", persistence)
             .field("password", &password.as_ref().map(|_| "***"))
             .field("unix_socket", unix_socket)
             .field("extra_args", extra_args)
-            .field("binary", binary)
-            .finish()
+            .field("binary", binary);
+        #[cfg(feature = "tls")]
+        f.field("tls", tls)
+            .field("tls_auth_clients", tls_auth_clients);
+        f.finish()
     }
 }
 
@@ -200,6 +222,30 @@ impl ServerOptions {
     #[must_use]
     pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
         self.binary = Some(path.into());
+        self
+    }
+
+    /// Speaks TLS only, with `authority`'s server certificate (for `127.0.0.1` and
+    /// `localhost`): `--port 0 --tls-port PORT` and the certificate files. [`Server::url`]
+    /// is then `rediss://127.0.0.1:PORT`, and the testkit's own connections to the server
+    /// trust the authority. Feature `tls`.
+    ///
+    /// Defaults to off.
+    #[cfg(feature = "tls")]
+    #[must_use]
+    pub fn tls(mut self, authority: std::sync::Arc<TlsAuthority>) -> Self {
+        self.tls = Some(authority);
+        self
+    }
+
+    /// With [`tls`](Self::tls), requires clients to present a certificate signed by the
+    /// authority (`--tls-auth-clients yes`); else none is asked for. Feature `tls`.
+    ///
+    /// Defaults to off.
+    #[cfg(feature = "tls")]
+    #[must_use]
+    pub fn tls_auth_clients(mut self, on: bool) -> Self {
+        self.tls_auth_clients = on;
         self
     }
 
@@ -326,16 +372,45 @@ impl Server {
     }
 
     /// Its TCP URL: `redis://127.0.0.1:PORT`, or `redis://default:PASSWORD@127.0.0.1:PORT`
-    /// (password percent-encoded) when a password is set.
+    /// (password percent-encoded) when a password is set; `rediss://…` when it speaks TLS
+    /// (`ServerOptions::tls`).
     pub fn url(&self) -> String {
+        let scheme = if self.is_tls() { "rediss" } else { "redis" };
         match &self.options.password {
             Some(password) => format!(
-                "redis://default:{}@127.0.0.1:{}",
+                "{scheme}://default:{}@127.0.0.1:{}",
                 percent_encode(password, COMPONENT),
                 self.port
             ),
-            None => format!("redis://127.0.0.1:{}", self.port),
+            None => format!("{scheme}://127.0.0.1:{}", self.port),
         }
+    }
+
+    /// Whether it speaks TLS only (`ServerOptions::tls`).
+    #[cfg(feature = "tls")]
+    pub fn is_tls(&self) -> bool {
+        self.options.tls.is_some()
+    }
+
+    /// Whether it speaks TLS only: never without the `tls` feature.
+    #[cfg(not(feature = "tls"))]
+    pub fn is_tls(&self) -> bool {
+        false
+    }
+
+    /// A redis client for its [`url`](Self::url): over TLS, trusting its authority and
+    /// presenting the authority's client certificate, when it speaks TLS. For a test's own
+    /// connections to the server (the testkit's fault commands and readiness probes use it).
+    ///
+    /// # Errors
+    ///
+    /// The redis client's, if the URL or the certificates cannot be used.
+    pub fn client(&self) -> redis::RedisResult<redis::Client> {
+        #[cfg(feature = "tls")]
+        if let Some(authority) = &self.options.tls {
+            return authority.client(&self.url());
+        }
+        redis::Client::open(self.url())
     }
 
     /// Its unix socket URL when [`ServerOptions::unix_socket`] is on:
@@ -534,8 +609,7 @@ impl Server {
     /// our process has already exited.
     async fn probe_while_alive(&self, pid: u32, budget: Duration) -> Result<bool, TestkitError> {
         let deadline = Instant::now() + budget;
-        let url = self.url();
-        let mut probe = std::pin::pin!(probe(&url, pid));
+        let mut probe = std::pin::pin!(probe(self.client(), pid));
         for _ in 0..MAX_PROBE_POLLS {
             let step = PROBE_INTERVAL.min(deadline.saturating_duration_since(Instant::now()));
             if let Ok(answer) = timeout(step, &mut probe).await {
@@ -624,9 +698,33 @@ impl Server {
     /// The command line, without the binary.
     fn args(&self) -> Vec<OsString> {
         let dir = self.dir.path();
-        let mut args: Vec<OsString> = vec![
-            "--port".into(),
-            self.port.to_string().into(),
+        let mut args: Vec<OsString> = vec!["--port".into()];
+        #[cfg(feature = "tls")]
+        if let Some(authority) = &self.options.tls {
+            // TLS only: no plain TCP port.
+            let auth_clients = if self.options.tls_auth_clients {
+                "yes"
+            } else {
+                "no"
+            };
+            args.extend([
+                "0".into(),
+                "--tls-port".into(),
+                self.port.to_string().into(),
+                "--tls-cert-file".into(),
+                authority.server_cert_file().into(),
+                "--tls-key-file".into(),
+                authority.server_key_file().into(),
+                "--tls-ca-cert-file".into(),
+                authority.ca_file().into(),
+                "--tls-auth-clients".into(),
+                auth_clients.into(),
+            ]);
+        }
+        if !self.is_tls() {
+            args.push(self.port.to_string().into());
+        }
+        args.extend([
             "--bind".into(),
             "127.0.0.1".into(),
             "--dir".into(),
@@ -641,7 +739,7 @@ impl Server {
             "local".into(),
             "--protected-mode".into(),
             "no".into(),
-        ];
+        ]);
         let persistence: &[&str] = match self.options.persistence {
             Persistence::None => &["--appendonly", "no"],
             Persistence::AofAlways => &["--appendonly", "yes", "--appendfsync", "always"],
@@ -757,12 +855,12 @@ impl LaunchFailure {
 /// Connects to the server's URL (which authenticates when a password is set) and checks
 /// that `PING` answers `PONG` and that `INFO server` reports `pid`, so the answer came from
 /// our process. Any error counts as "not ready yet"; the caller bounds the time.
-async fn probe(url: &str, pid: u32) -> bool {
+async fn probe(client: redis::RedisResult<redis::Client>, pid: u32) -> bool {
     let answered = async {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(PROBE_TIMEOUT))
             .set_response_timeout(Some(PROBE_TIMEOUT));
-        let mut conn = redis::Client::open(url)?
+        let mut conn = client?
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
         let pong: String = redis::cmd("PING").query_async(&mut conn).await?;

@@ -723,3 +723,85 @@ async fn a_client_with_other_cluster_settings_is_refused_as_misconfigured() {
         .await;
     assert_one_line_error(&output, 78, "another TTL maximum");
 }
+
+/// The command over TLS-only masters, trusting their CA by `--tls-ca`/`REDQUORUM_TLS_CA`:
+/// `init`, `run`, `--no-wait` on a held key, `inspect` and `check` work; a CA that did not
+/// sign the masters is a configuration error (78), said on one line, and the command
+/// never runs.
+#[cfg(feature = "tls")]
+#[tokio::test]
+async fn over_tls_the_command_runs_and_a_wrong_ca_is_a_configuration_error() {
+    use redquorum::testkit::TlsAuthority;
+
+    let authority = TlsAuthority::generate().unwrap();
+    let cluster = Cluster::start_with(3, &ServerOptions::new().tls(authority.clone()))
+        .await
+        .unwrap();
+    let masters = cluster.urls().join(",");
+    assert!(masters.starts_with("rediss://"), "{masters}");
+    let ca = authority.ca_file();
+    let ca = ca.to_str().unwrap();
+    let command = |ca: &str, args: &[&str]| {
+        let mut command = redquorum(&[
+            ("REDQUORUM_MASTERS", &masters),
+            ("REDQUORUM_TTL", "3s"),
+            ("REDQUORUM_NODE_TIMEOUT", "200ms"),
+        ]);
+        command.args(["--tls-ca", ca]).args(args);
+        command
+    };
+
+    let init = finish(command(ca, &["init"]).output()).await;
+    assert_eq!(init.status.code(), Some(0), "{init:?}");
+    let check = finish(command(ca, &["check"]).output()).await;
+    assert_eq!(check.status.code(), Some(0), "{check:?}");
+
+    let key = unique_key("tls");
+    let dir = scratch("tls");
+    let script = waiting_script("TERM", 3);
+    let mut args = vec!["run", key.as_str(), "--", "sh", "-c", script.as_str(), "sh"];
+    args.push(dir.to_str().unwrap());
+    let holder = command(ca, &args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = dir.join("log");
+    wait_until(PATIENCE, "the command started over TLS", || {
+        let started = stamp(&log, "start").is_some();
+        async move { started }
+    })
+    .await;
+
+    let marker = dir.join("ran");
+    let touch = [
+        "run",
+        "--no-wait",
+        &key,
+        "--",
+        "touch",
+        marker.to_str().unwrap(),
+    ];
+    let refused = finish(command(ca, &touch).output()).await;
+    assert_one_line_error(&refused, 75, "--no-wait over TLS on a held key");
+    let inspect = finish(command(ca, &["inspect", &key]).output()).await;
+    assert_eq!(inspect.status.code(), Some(0), "{inspect:?}");
+    assert!(stdout(&inspect).contains("held by"), "{inspect:?}");
+
+    // A CA that did not sign the masters' certificates: refused as configuration, not
+    // as "held by another" nor "unavailable", and the command never runs.
+    let stranger = TlsAuthority::generate().unwrap();
+    let stranger_ca = stranger.ca_file();
+    let wrong = finish(command(stranger_ca.to_str().unwrap(), &touch).output()).await;
+    assert_one_line_error(&wrong, 78, "a CA that did not sign the masters");
+    let err = stderr(&wrong);
+    assert!(err.to_lowercase().contains("certificate"), "{err}");
+    assert!(err.contains("--tls-ca"), "names the flag to fix: {err}");
+    assert!(!marker.exists(), "the command ran without the lock");
+
+    std::fs::write(dir.join("stop"), "").unwrap();
+    let held = exited(holder).await;
+    assert_eq!(held.status.code(), Some(0), "{held:?}");
+    let after = finish(command(ca, &["run", "--no-wait", &key, "--", "true"]).output()).await;
+    assert_eq!(after.status.code(), Some(0), "released over TLS: {after:?}");
+}

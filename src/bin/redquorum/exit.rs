@@ -22,7 +22,8 @@ Exit status:
   75          not acquired: the lock is held by another (--no-wait, or --wait ran out)
   77          the masters refused authentication
   78          configuration: no masters, a bad URL, duration or grace, settings that
-              differ from the cluster's record
+              differ from the cluster's record, a TLS certificate the masters or this
+              client refuse
   79          run: the lock was lost while CMD ran; CMD's group was stopped (SIGTERM,
               then SIGKILL at the lease's safety point)
   126, 127    run: CMD could not be executed, or was not found
@@ -34,6 +35,8 @@ Environment (flags override it):
   REDQUORUM_PREFIX           key prefix (default none)
   REDQUORUM_NODE_TIMEOUT     time one master may take to answer (default 50ms)
   REDQUORUM_CONNECT_TIMEOUT  time to connect to a master (default 1s)
+  REDQUORUM_TLS_CA           rediss:// masters: the CA's PEM file (default: the system's roots)
+  REDQUORUM_TLS_CERT, REDQUORUM_TLS_KEY   rediss:// masters: a client certificate and its key
   REDQUORUM_WAIT, REDQUORUM_GRACE, REDQUORUM_LABEL   run's --wait, --grace, --label";
 
 /// An exit code of the command's own.
@@ -84,16 +87,33 @@ impl Failure {
     /// settings as the library does (`ttl`, `node_timeout`: the flags `--ttl`,
     /// `--node-timeout`); the one builder method they name is given as its flag.
     pub(crate) fn config(error: &ConfigError) -> Self {
-        let message = error
-            .to_string()
-            .replace("Builder::ttl_max", "--ttl-max (REDQUORUM_TTL_MAX)");
-        Self::new(Code::Config, message)
+        Self::new(Code::Config, as_flags(&error.to_string()))
     }
 
     /// A failed operation. Its messages redact passwords.
     pub(crate) fn of(error: &Error) -> Self {
-        Self::new(code_of(error), error.to_string())
+        Self::new(code_of(error), as_flags(&error.to_string()))
     }
+}
+
+/// A library message with the builder methods it names given as this command's flags.
+fn as_flags(message: &str) -> String {
+    const FLAGS: &[(&str, &str)] = &[
+        ("Builder::ttl_max", "--ttl-max (REDQUORUM_TTL_MAX)"),
+        (
+            "Builder::tls_ca_pem or Builder::tls_ca_file",
+            "--tls-ca (REDQUORUM_TLS_CA)",
+        ),
+        (
+            "Builder::tls_client_cert_pem or Builder::tls_client_cert_files",
+            "--tls-cert and --tls-key (REDQUORUM_TLS_CERT, REDQUORUM_TLS_KEY)",
+        ),
+    ];
+    FLAGS
+        .iter()
+        .fold(message.to_owned(), |text, (method, flag)| {
+            text.replace(method, flag)
+        })
 }
 
 /// The exit code for a failed operation.
@@ -114,7 +134,9 @@ pub(crate) fn code_of(error: &Error) -> Code {
         | ErrorKind::Misconfigured
         | ErrorKind::ClusterMismatch
         | ErrorKind::WrongKind
-        | ErrorKind::ClusterNotEmpty => Code::Config,
+        | ErrorKind::ClusterNotEmpty
+        // A certificate not trusted, for another host or expired: fix the CA or the certs.
+        | ErrorKind::Tls => Code::Config,
         _ => Code::Software,
     }
 }

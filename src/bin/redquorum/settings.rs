@@ -4,6 +4,7 @@
 //! Everything about reaching the masters goes through [`Settings::builder`]: connection
 //! options (such as TLS files) are added there, once, for every subcommand.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
@@ -61,6 +62,21 @@ pub(crate) struct Settings {
         global = true
     )]
     connect_timeout: Option<String>,
+
+    /// For rediss:// masters: the CA (a PEM file) their certificates must chain to; it
+    /// replaces the system's trusted roots [default: the system's roots]. Needs a build
+    /// with the `tls` feature.
+    #[arg(long, env = "REDQUORUM_TLS_CA", value_name = "FILE", global = true)]
+    tls_ca: Option<PathBuf>,
+
+    /// For rediss:// masters that ask for a client certificate: its PEM file (the chain),
+    /// with --tls-key.
+    #[arg(long, env = "REDQUORUM_TLS_CERT", value_name = "FILE", global = true)]
+    tls_cert: Option<PathBuf>,
+
+    /// The client certificate's private key, a PEM file, with --tls-cert.
+    #[arg(long, env = "REDQUORUM_TLS_KEY", value_name = "FILE", global = true)]
+    tls_key: Option<PathBuf>,
 }
 
 /// A duration from the command line or the environment; `None` when not given.
@@ -134,6 +150,19 @@ impl Settings {
         }
         if let Some(prefix) = &self.prefix {
             builder = builder.key_prefix(prefix.clone());
+        }
+        if let Some(ca) = &self.tls_ca {
+            builder = builder.tls_ca_file(ca);
+        }
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => builder = builder.tls_client_cert_files(cert, key),
+            (None, None) => {}
+            (Some(_), None) | (None, Some(_)) => {
+                return Err(Failure::new(
+                    Code::Config,
+                    "--tls-cert and --tls-key go together: give both (REDQUORUM_TLS_CERT and REDQUORUM_TLS_KEY), or neither",
+                ));
+            }
         }
         Ok(builder)
     }

@@ -3,7 +3,8 @@
 //! command before its keys could expire, masters lost mid-run (SIGKILL before the
 //! keys expire), SIGINT forwarded and the lock released, the child's environment and
 //! exit status, leftovers of the command's group, `inspect` (table and JSON),
-//! `force-unlock --value`, `init`, `check`, and bad input with its exit codes.
+//! `force-unlock --value`, `init`, `check`, and bad input and unavailable masters with
+//! their exit codes.
 //!
 //! Child commands are `sh -c` scripts that write timestamps (Unix epoch milliseconds,
 //! `date +%s%3N`) to files; every loop in them ends by itself.
@@ -722,4 +723,38 @@ async fn a_client_with_other_cluster_settings_is_refused_as_misconfigured() {
         .output(&["--ttl-max", "6s", "run", "--no-wait", &key, "--", "true"])
         .await;
     assert_one_line_error(&output, 78, "another TTL maximum");
+}
+
+#[tokio::test]
+async fn a_wait_run_out_with_a_master_abstaining_and_one_down_is_unavailable_not_held() {
+    let mut fleet = Fleet::new().await;
+    // Master 0 loses its data and is re-admitted: it abstains for its restart quarantine
+    // (the cluster's TTL maximum, 3 s). Master 2 is down. The one voter left grants every
+    // attempt, but no quorum can: nobody holds the lock.
+    let mut conn = raw(&fleet.cluster.server(0).url()).await;
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+    let readmit = fleet.output(&["init"]).await;
+    assert_eq!(readmit.status.code(), Some(0), "{readmit:?}");
+    assert!(stdout(&readmit).contains("re-admitted"), "{readmit:?}");
+    fleet.cluster.server_mut(2).kill().unwrap();
+    let dir = scratch("abstaining");
+    let marker = dir.join("ran");
+    let key = unique_key("abstaining");
+    let output = fleet
+        .output(&[
+            "run",
+            "--wait",
+            "1s",
+            &key,
+            "--",
+            "touch",
+            marker.to_str().unwrap(),
+        ])
+        .await;
+    assert_one_line_error(&output, 69, "one master abstaining, one down");
+    let err = stderr(&output);
+    assert!(err.contains("gave up waiting"), "{err}");
+    assert!(err.contains("1 abstaining"), "{err}");
+    assert!(err.contains("0 held by another"), "{err}");
+    assert!(!marker.exists(), "the command ran without the lock");
 }

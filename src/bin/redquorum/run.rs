@@ -372,8 +372,11 @@ async fn supervise(
             reason_text(reason)
         ));
     }
-    // What the command left in its group is stopped too, before the lock is released.
-    drain_group(group, grace, kill_at, signals).await;
+    // What the command left in its group is stopped too, before the lock is released, and
+    // killed by the safety point at the latest: the command may have exited just as
+    // stopping was due (or the runtime ran late), with nothing fixed in `kill_at` yet.
+    let limit = kill_at.unwrap_or_else(|| safety_point(&handle));
+    drain_group(group, grace, limit, signals).await;
     if kill_at.is_some() {
         Ok(Ended::Stopped)
     } else {
@@ -381,22 +384,23 @@ async fn supervise(
     }
 }
 
+/// When what the command left in its group gets SIGKILL, if SIGTERM did not stop it:
+/// `grace` from `now`, but never after `limit`, and at once when `limit` has passed.
+fn drain_kill_at(now: Instant, grace: Duration, limit: Instant) -> Instant {
+    (now + grace).min(limit).max(now)
+}
+
 /// Stops what is left in `group` after the command exited: SIGTERM, then SIGKILL after
-/// `grace` (or at `kill_at`, if stopping began before), then waits a little for the
-/// killed processes to be reaped. Bounded; forwards signals meanwhile.
-async fn drain_group(
-    group: Pid,
-    grace: Duration,
-    kill_at: Option<Instant>,
-    signals: &mut Forwarded,
-) {
+/// `grace` or at `limit` (the SIGKILL fixed when stopping began, else the safety point),
+/// whichever comes first, then waits a little for the killed processes to be reaped.
+/// Bounded; forwards signals meanwhile.
+async fn drain_group(group: Pid, grace: Duration, limit: Instant, signals: &mut Forwarded) {
     if !group_alive(group) {
         return;
     }
     exit::note("the command exited, leaving processes in its group: stopping them");
     signal_group(group, Signal::SIGTERM);
-    let now = Instant::now();
-    let kill = kill_at.map_or(now + grace, |at| at.min(now + grace));
+    let kill = drain_kill_at(Instant::now(), grace, limit);
     if !wait_group_empty(group, kill, signals).await {
         signal_group(group, Signal::SIGKILL);
         if !wait_group_empty(group, Instant::now() + Duration::from_secs(1), signals).await {
@@ -426,5 +430,25 @@ fn reason_text(reason: LostReason) -> String {
     match reason {
         LostReason::ExtendFailed => "an extension was refused or reached no quorum".to_owned(),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leftovers_are_killed_by_the_limit_at_the_latest() {
+        let now = Instant::now();
+        let grace = Duration::from_millis(600);
+        // Far from the limit: the whole grace period.
+        let far = now + Duration::from_secs(5);
+        assert_eq!(drain_kill_at(now, grace, far), now + grace);
+        // The safety point (or the SIGKILL fixed before) comes first: then.
+        let near = now + Duration::from_millis(100);
+        assert_eq!(drain_kill_at(now, grace, near), near);
+        // Already past it (the command exited as stopping was due): at once.
+        let past = now.checked_sub(Duration::from_millis(50)).unwrap_or(now);
+        assert_eq!(drain_kill_at(now, grace, past), now);
     }
 }

@@ -271,6 +271,20 @@ async fn bad_input_is_one_line_with_its_exit_code() {
         );
         assert!(!marker.exists(), "{what}: the command ran");
     }
+    // A zero TTL is named as the problem, not the grace period derived from it.
+    let output = finish(
+        redquorum(&[("REDQUORUM_MASTERS", &down), ("REDQUORUM_TTL", "0s")])
+            .args(["run", "k", "--", "sh", "-c", &touch])
+            .output(),
+    )
+    .await;
+    assert_one_line_error(&output, 78, "zero TTL");
+    let err = stderr(&output);
+    assert!(
+        err.contains("ttl is zero") && !err.contains("grace"),
+        "{err}"
+    );
+    assert!(!marker.exists(), "zero TTL: the command ran");
     // Flags override the environment: a good --ttl beats a bad REDQUORUM_TTL (the
     // command then fails on the unreachable masters instead).
     let output = finish(

@@ -196,13 +196,18 @@ enum Ended {
 /// `redquorum run`.
 pub(crate) async fn run(settings: &Settings, args: RunArgs) -> Result<u8, Failure> {
     let timing = settings.timing()?;
-    let grace = grace(args.grace.as_deref(), timing)?;
-    let client = settings
-        .builder()?
-        .extend_interval(extend_interval(timing.ttl))
-        .build()
-        .map_err(|e| Failure::config(&e))?;
-    let outcome = hold_and_run(&client, &args, grace).await;
+    // The settings first: a TTL the library refuses (zero, say) is reported as such, not
+    // as a grace period that does not fit it.
+    let mut builder = settings.builder()?;
+    let interval = extend_interval(timing.ttl);
+    if !interval.is_zero() {
+        builder = builder.extend_interval(interval);
+    }
+    let client = builder.build().map_err(|e| Failure::config(&e))?;
+    let outcome = match grace(args.grace.as_deref(), timing) {
+        Ok(grace) => hold_and_run(&client, &args, grace).await,
+        Err(failure) => Err(failure),
+    };
     // Background releases (a dropped attempt, a lease) finish before the process exits.
     client.shutdown().await;
     outcome

@@ -1,7 +1,7 @@
 //! The `redquorum` command as a real process against real masters (docs/testing.md §9):
 //! mutual exclusion of two `run` loops, `--no-wait`, a force-unlock stopping a running
 //! command before its keys could expire, masters lost mid-run (SIGKILL before the
-//! keys expire), SIGINT forwarded and the lock released, the child's environment and
+//! keys expire), far masters not getting a healthy command stopped, SIGINT forwarded and the lock released, the child's environment and
 //! exit status, leftovers of the command's group, `inspect` (table and JSON),
 //! `force-unlock --value`, `init`, `check`, and bad input and unavailable masters with
 //! their exit codes.
@@ -18,6 +18,7 @@ use std::time::{Duration, SystemTime};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use redquorum::testkit::{Mode, Proxy};
 use redquorum::{Holding, Redlock, Verdict};
 use support::*;
 use tokio::process::{Child, Command};
@@ -771,4 +772,50 @@ async fn a_wait_run_out_with_a_master_abstaining_and_one_down_is_unavailable_not
     assert!(err.contains("1 abstaining"), "{err}");
     assert!(err.contains("0 held by another"), "{err}");
     assert!(!marker.exists(), "the command ran without the lock");
+}
+
+#[tokio::test]
+async fn far_masters_do_not_get_a_healthy_command_stopped() {
+    let fleet = Fleet::new().await;
+    // Every master 240 ms away (a round trip), within the 500 ms node timeout.
+    let mut proxies = Vec::new();
+    for server in fleet.cluster.servers() {
+        let proxy = Proxy::for_server(server).await.unwrap();
+        proxy.set_mode(Mode::delay(Duration::from_millis(120), Duration::ZERO));
+        proxies.push(proxy);
+    }
+    let masters: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    let dir = scratch("far");
+    let log = dir.join("log");
+    let key = unique_key("far");
+    // A grace the TTL admits (it must be under 3 s - 32 ms - 150 ms - 1 s - 500 ms =
+    // 1.318 s). The deadline counts from the start of the acquisition round, the
+    // watchdog's schedule from its end: unless the command makes up for the round, the
+    // first extension would come after `safety point - grace` and stop a healthy command.
+    let script =
+        r#"echo start $(date +%s%3N) >> "$1/log"; sleep 2.5; echo done $(date +%s%3N) >> "$1/log""#;
+    let output = finish(
+        redquorum(&[
+            ("REDQUORUM_MASTERS", &masters.join(",")),
+            ("REDQUORUM_TTL", "3s"),
+            ("REDQUORUM_NODE_TIMEOUT", "500ms"),
+        ])
+        .args([
+            "run",
+            "--grace",
+            "1200ms",
+            &key,
+            "--",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            dir.to_str().unwrap(),
+        ])
+        .output(),
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(!stderr(&output).contains("stopping"), "{output:?}");
+    assert!(stamp(&log, "done").is_some(), "the command was cut short");
 }

@@ -205,7 +205,7 @@ pub(crate) async fn run(settings: &Settings, args: RunArgs) -> Result<u8, Failur
     }
     let client = builder.build().map_err(|e| Failure::config(&e))?;
     let outcome = match grace(args.grace.as_deref(), timing) {
-        Ok(grace) => hold_and_run(&client, &args, grace).await,
+        Ok(grace) => hold_and_run(&client, &args, grace, timing).await,
         Err(failure) => Err(failure),
     };
     // Background releases (a dropped attempt, a lease) finish before the process exits.
@@ -213,7 +213,12 @@ pub(crate) async fn run(settings: &Settings, args: RunArgs) -> Result<u8, Failur
     outcome
 }
 
-async fn hold_and_run(client: &Redlock, args: &RunArgs, grace: Duration) -> Result<u8, Failure> {
+async fn hold_and_run(
+    client: &Redlock,
+    args: &RunArgs,
+    grace: Duration,
+    timing: Timing,
+) -> Result<u8, Failure> {
     // Installed before acquiring, so that a signal while waiting ends the wait rather
     // than the process (the attempt in flight is then released in the background).
     let mut signals = Forwarded::install()?;
@@ -234,6 +239,24 @@ async fn hold_and_run(client: &Redlock, args: &RunArgs, grace: Duration) -> Resu
             return Ok(u8::try_from(128 + sig as i32).unwrap_or(Code::Software.get()));
         }
     };
+    // The watchdog's schedule starts when the lease is handed over, but the deadline
+    // counts from the start of the acquisition round: a slow acquisition (far masters, a
+    // first connection, a fencing write-back) can push the first extension past `safety
+    // point - grace`, and a healthy command would be stopped. Then extend at once, so
+    // that the schedule the grace was checked against holds from here on.
+    let first_extended = Instant::now() + extend_interval(timing.ttl) + timing.node_timeout;
+    if first_extended + grace >= safety_point(&lease.handle())
+        && let Err(e) = lease.extend().await
+    {
+        let _ = lease.release().await;
+        return Err(Failure::new(
+            Code::Unavailable,
+            format!(
+                "the lock on {} was lost before the command started (it could not be extended): {e}",
+                args.key
+            ),
+        ));
+    }
     let outcome = supervise(&lease, args, grace, &mut signals).await;
     // Released only now: the command and its group are gone.
     match lease.release().await {

@@ -1,7 +1,7 @@
 //! The `redquorum` command as a real process against real masters (docs/testing.md §9):
 //! mutual exclusion of two `run` loops, `--no-wait`, a force-unlock stopping a running
 //! command before its keys could expire, masters lost mid-run (SIGKILL before the
-//! keys expire), far masters not getting a healthy command stopped, SIGINT forwarded and the lock released, the child's environment and
+//! keys expire), no extension in time (SIGKILL by the safety point), far masters not getting a healthy command stopped, SIGINT forwarded and the lock released, the child's environment and
 //! exit status, leftovers of the command's group, `inspect` (table and JSON),
 //! `force-unlock --value`, `init`, `check`, and bad input and unavailable masters with
 //! their exit codes.
@@ -490,6 +490,51 @@ while [ $i -lt 1000 ]; do date +%s%3N >> "$1/beat"; sleep 0.02; i=$((i + 1)); do
     assert!(
         last_beat < expires - 32,
         "the command still ran at {last_beat}; the keys expire at {expires}"
+    );
+}
+
+#[tokio::test]
+async fn no_extension_in_time_gets_the_command_killed_by_the_safety_point() {
+    let fleet = Fleet::new().await;
+    let key = unique_key("late");
+    let dir = scratch("late");
+    let log = dir.join("log");
+    // Ignores SIGTERM and beats every 20 ms; notes its first safety point.
+    let script = r#"trap '' TERM
+echo "$REDQUORUM_DEADLINE_MS" > "$1/deadline"
+echo start $(date +%s%3N) >> "$1/log"
+i=0
+while [ $i -lt 1000 ]; do date +%s%3N >> "$1/beat"; sleep 0.02; i=$((i + 1)); done"#;
+    let grace = Duration::from_millis(1200);
+    let run = fleet.spawn_run(&["--grace", "1200ms"], &key, script, &dir);
+    wait_until(PATIENCE, "the command started", || async {
+        stamp(&log, "start").is_some()
+    })
+    .await;
+    // `run` stopped before its first extension (due a second after the acquisition): a
+    // stopped VM, a starved runtime. It wakes between `safety point - grace` and the
+    // safety point, with the extension not made: SIGTERM, and SIGKILL at that point.
+    let pid = Pid::from_raw(run.id().unwrap() as i32);
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let safety: u64 = read(&dir.join("deadline")).trim().parse().unwrap();
+    let wake = safety - grace.as_millis() as u64 / 2;
+    tokio::time::sleep(Duration::from_millis(wake.saturating_sub(now_ms()))).await;
+    kill(pid, Signal::SIGCONT).unwrap();
+
+    let output = exited(run).await;
+    assert_eq!(output.status.code(), Some(79), "{output:?}");
+    let err = stderr(&output);
+    assert!(err.contains("not extended in time"), "{err}");
+    let last_beat: u64 = read(&dir.join("beat"))
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .next_back()
+        .expect("the command wrote heartbeats");
+    // Killed by the safety point: within the safety margin (5 % of the TTL), where no
+    // key could have expired yet.
+    assert!(
+        last_beat < safety + TTL.as_millis() as u64 / 20,
+        "the command still ran at {last_beat}; its safety point was {safety}"
     );
 }
 

@@ -673,6 +673,38 @@ async fn leftovers_in_the_commands_group_are_stopped_before_the_release() {
 }
 
 #[tokio::test]
+async fn the_lock_is_held_until_a_leftover_in_the_group_exits() {
+    let fleet = Fleet::new().await;
+    let client = fleet.client();
+    let key = unique_key("straggler");
+    let dir = scratch("straggler");
+    // The command leaves a background process and exits. On SIGTERM the process says so
+    // and lingers until the test lets it go (2 s at most; the grace is 1.5 s).
+    let script = r#"(trap 'echo term > "$1/term"; i=0; while [ ! -e "$1/go" ] && [ $i -lt 200 ]; do sleep 0.01; i=$((i + 1)); done; exit 0' TERM
+i=0
+while [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done) &"#;
+    let run = fleet.spawn_run(&["--grace", "1500ms"], &key, script, &dir);
+    wait_until(PATIENCE, "the leftover got SIGTERM", || async {
+        dir.join("term").exists()
+    })
+    .await;
+    // The command exited, but what it left still runs: the lock is still held.
+    let inspection = client.inspect(&key).await.unwrap();
+    assert!(
+        matches!(inspection.verdict(), Verdict::Held { .. }),
+        "released while the leftover ran: {inspection}"
+    );
+    std::fs::write(dir.join("go"), "").unwrap();
+    let output = exited(run).await;
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(matches!(
+        client.inspect(&key).await.unwrap().verdict(),
+        Verdict::Free
+    ));
+    client.shutdown().await;
+}
+
+#[tokio::test]
 async fn inspect_shows_the_holder_and_a_wrong_value_is_not_force_unlocked() {
     let fleet = Fleet::new().await;
     let key = unique_key("inspect");

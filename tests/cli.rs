@@ -1,7 +1,7 @@
 //! The `redquorum` command as a real process against real masters (docs/testing.md §9):
 //! mutual exclusion of two `run` loops, `--no-wait`, a force-unlock stopping a running
 //! command before its keys could expire, masters lost mid-run (SIGKILL before the
-//! keys expire), no extension in time (SIGKILL by the safety point), far masters not getting a healthy command stopped, SIGINT forwarded and the lock released, the child's environment and
+//! keys expire), a terminal stop (Ctrl-Z) not stopping run, no extension in time (SIGKILL by the safety point), far masters not getting a healthy command stopped, SIGINT forwarded and the lock released, the child's environment and
 //! exit status, leftovers of the command's group, `inspect` (table and JSON),
 //! `force-unlock --value`, `init`, `check`, and bad input and unavailable masters with
 //! their exit codes.
@@ -536,6 +536,55 @@ while [ $i -lt 1000 ]; do date +%s%3N >> "$1/beat"; sleep 0.02; i=$((i + 1)); do
         last_beat < safety + TTL.as_millis() as u64 / 20,
         "the command still ran at {last_beat}; its safety point was {safety}"
     );
+}
+
+#[tokio::test]
+async fn a_terminal_stop_does_not_stop_run_while_the_command_runs_on() {
+    let fleet = Fleet::new().await;
+    let client = fleet.client();
+    let key = unique_key("tstp");
+    let dir = scratch("tstp");
+    let log = dir.join("log");
+    let script = format!(
+        r#"echo "$REDQUORUM_DEADLINE_MS" > "$1/deadline"
+{}"#,
+        waiting_script("TERM", 0)
+    );
+    let run = fleet.spawn_run(&[], &key, &script, &dir);
+    wait_until(PATIENCE, "the command started", || async {
+        stamp(&log, "start").is_some()
+    })
+    .await;
+    let holder = client
+        .inspect(&key)
+        .await
+        .unwrap()
+        .holder()
+        .unwrap()
+        .to_owned();
+    // Ctrl-Z in a terminal: SIGTSTP to `run`'s process group, which the command is not
+    // in. Were `run` stopped, the command would run on while the lock expired.
+    let pid = run.id().unwrap();
+    kill(Pid::from_raw(pid as i32), Signal::SIGTSTP).unwrap();
+    // Past the moment the keys could have expired without an extension (the first
+    // safety point, the safety margin and the drift allowance, with room to spare).
+    let safety: u64 = read(&dir.join("deadline")).trim().parse().unwrap();
+    let expired = safety + TTL.as_millis() as u64 / 20 + 32 + 300;
+    tokio::time::sleep(Duration::from_millis(expired.saturating_sub(now_ms()))).await;
+    let stat = read(Path::new(&format!("/proc/{pid}/stat")));
+    let state = stat.rsplit(')').next().unwrap_or_default().trim();
+    assert!(!state.starts_with('T'), "run was stopped: {state}");
+    let inspection = client.inspect(&key).await.unwrap();
+    assert_eq!(inspection.holder(), Some(holder.as_str()), "{inspection}");
+
+    std::fs::write(dir.join("stop"), "").unwrap();
+    let output = exited(run).await;
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(
+        stamp(&log, "TERM").is_none(),
+        "the command was stopped: {output:?}"
+    );
+    client.shutdown().await;
 }
 
 #[tokio::test]

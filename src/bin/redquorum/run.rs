@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime};
 
 use clap::Args;
 use nix::errno::Errno;
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::{SigSet, Signal, killpg};
 use nix::unistd::Pid;
 use redquorum::{AcquireOptions, Lease, LeaseHandle, LostReason, Redlock};
 use tokio::signal::unix::{SignalKind, signal};
@@ -146,6 +146,25 @@ impl Forwarded {
             })
         });
         futures::future::select_all(waits).await.0
+    }
+}
+
+/// Holds off, for the rest of the process, the signals that would stop `redquorum`
+/// itself: a terminal's Ctrl-Z (SIGTSTP) and a background read or write (SIGTTIN,
+/// SIGTTOU). Stopped, it could no longer extend the lock while CMD, in a process group
+/// of its own and not stopped with it, runs on: the lock would expire under a running
+/// CMD. Blocked rather than handled: a blocked SIGTTOU lets the write through. Called
+/// before the runtime starts, so that every thread blocks them; CMD starts with an
+/// empty signal mask (the standard library resets it in the child).
+pub(crate) fn hold_off_job_control() {
+    let mut set = SigSet::empty();
+    for sig in [Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU] {
+        set.add(sig);
+    }
+    if let Err(e) = set.thread_block() {
+        exit::warn(&format!(
+            "cannot hold off job-control stops ({e}): a stopped redquorum lets the lock expire while the command runs"
+        ));
     }
 }
 

@@ -727,11 +727,15 @@ async fn the_lock_is_held_until_a_leftover_in_the_group_exits() {
     let client = fleet.client();
     let key = unique_key("straggler");
     let dir = scratch("straggler");
-    // The command leaves a background process and exits. On SIGTERM the process says so
-    // and lingers until the test lets it go (2 s at most; the grace is 1.5 s).
+    // The command leaves a background process and exits once that process has set its
+    // trap. On SIGTERM the process says so and lingers until the test lets it go (2 s at
+    // most; the grace is 1.5 s).
     let script = r#"(trap 'echo term > "$1/term"; i=0; while [ ! -e "$1/go" ] && [ $i -lt 200 ]; do sleep 0.01; i=$((i + 1)); done; exit 0' TERM
+echo ready > "$1/ready"
 i=0
-while [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done) &"#;
+while [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done) &
+i=0
+while [ ! -e "$1/ready" ] && [ $i -lt 400 ]; do sleep 0.01; i=$((i + 1)); done"#;
     let run = fleet.spawn_run(&["--grace", "1500ms"], &key, script, &dir);
     wait_until(PATIENCE, "the leftover got SIGTERM", || async {
         dir.join("term").exists()

@@ -1,7 +1,7 @@
 //! The `redquorum` command as a real process against real masters (docs/testing.md §9):
 //! mutual exclusion of two `run` loops, `--no-wait`, a force-unlock stopping a running
 //! command before its keys could expire, masters lost mid-run (SIGKILL before the
-//! keys expire), a terminal stop (Ctrl-Z) not stopping run, no extension in time (SIGKILL by the safety point), far masters not getting a healthy command stopped, SIGINT forwarded and the lock released, the child's environment and
+//! keys expire), a signal forwarded to a stopped command, a terminal stop (Ctrl-Z) not stopping run, no extension in time (SIGKILL by the safety point), far masters not getting a healthy command stopped, SIGINT forwarded and the lock released, the child's environment and
 //! exit status, leftovers of the command's group, `inspect` (table and JSON),
 //! `force-unlock --value`, `init`, `check`, and bad input and unavailable masters with
 //! their exit codes.
@@ -614,6 +614,58 @@ async fn sigint_reaches_the_command_and_the_lock_is_released() {
         "{inspection}"
     );
     assert!(gone_everywhere(&fleet.cluster, &key).await);
+    client.shutdown().await;
+}
+
+/// Kills a process by its PID when dropped, if it is still there.
+struct KillOnDrop(Pid);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = kill(self.0, Signal::SIGKILL);
+    }
+}
+
+#[tokio::test]
+async fn a_forwarded_signal_reaches_a_stopped_command() {
+    let fleet = Fleet::new().await;
+    let client = fleet.client();
+    let key = unique_key("stopped");
+    let dir = scratch("stopped");
+    let log = dir.join("log");
+    // The command stops itself, as one reading the terminal from its background group
+    // (SIGTTIN) is stopped: only a SIGCONT lets it act on a signal.
+    let script = r#"trap 'echo INT $(date +%s%3N) >> "$1/log"; exit 7' INT
+echo $$ > "$1/pid"
+echo start $(date +%s%3N) >> "$1/log"
+kill -STOP $$
+i=0
+while [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done"#;
+    let run = fleet.spawn_run(&[], &key, script, &dir);
+    wait_until(PATIENCE, "the command started", || async {
+        stamp(&log, "start").is_some()
+    })
+    .await;
+    let command: i32 = read(&dir.join("pid")).trim().parse().unwrap();
+    let _command = KillOnDrop(Pid::from_raw(command));
+    wait_until(PATIENCE, "the command stopped", || async {
+        let stat = read(Path::new(&format!("/proc/{command}/stat")));
+        stat.rsplit(')')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .starts_with('T')
+    })
+    .await;
+
+    kill(Pid::from_raw(run.id().unwrap() as i32), Signal::SIGINT).unwrap();
+    let output = exited(run).await;
+    assert_eq!(output.status.code(), Some(7), "{output:?}");
+    assert!(stamp(&log, "INT").is_some(), "the command never saw SIGINT");
+    assert!(matches!(
+        client.inspect(&key).await.unwrap().verdict(),
+        Verdict::Free
+    ));
     client.shutdown().await;
 }
 

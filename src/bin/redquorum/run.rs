@@ -189,13 +189,21 @@ fn epoch_millis(at: Instant) -> u128 {
         .unwrap_or(0)
 }
 
-/// Sends `sig` to the process group `group`; a group already empty is no error.
+/// Sends `sig` to the process group `group`; a group already empty is no error. Any
+/// signal but SIGKILL is followed by SIGCONT, as timeout(1) does: a stopped process (one
+/// that read the terminal from its background group, or was sent SIGSTOP) acts on it
+/// only once continued, and would otherwise hold the lock for as long as it stays
+/// stopped.
 fn signal_group(group: Pid, sig: Signal) {
-    match killpg(group, sig) {
+    let send = |sig: Signal| match killpg(group, sig) {
         Ok(()) | Err(Errno::ESRCH) => {}
         Err(e) => exit::warn(&format!(
             "cannot send {sig} to the command's process group: {e}"
         )),
+    };
+    send(sig);
+    if sig != Signal::SIGKILL {
+        send(Signal::SIGCONT);
     }
 }
 

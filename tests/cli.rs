@@ -1,10 +1,12 @@
 //! The `redquorum` command as a real process against real masters (docs/testing.md §9):
 //! mutual exclusion of two `run` loops, `--no-wait`, a force-unlock stopping a running
-//! command before its keys could expire, masters lost mid-run (SIGKILL before the
-//! keys expire), a signal forwarded to a stopped command, a terminal stop (Ctrl-Z) not stopping run, no extension in time (SIGKILL by the safety point), far masters not getting a healthy command stopped, SIGINT forwarded and the lock released, the child's environment and
-//! exit status, leftovers of the command's group, `inspect` (table and JSON),
-//! `force-unlock --value`, `init`, `check`, and bad input and unavailable masters with
-//! their exit codes.
+//! command before its keys could expire, masters lost mid-run (SIGKILL before the keys
+//! expire), a signal forwarded to a stopped command, a terminal stop (Ctrl-Z) not
+//! stopping run, no extension in time (SIGKILL by the safety point), far masters not
+//! getting a healthy command stopped, SIGINT forwarded and the lock released, the
+//! child's environment and exit status, leftovers of the command's group, `inspect`
+//! (table and JSON), `force-unlock --value`, `init`, `check`, and bad input and
+//! unavailable masters with their exit codes.
 //!
 //! Child commands are `sh -c` scripts that write timestamps (Unix epoch milliseconds,
 //! `date +%s%3N`) to files; every loop in them ends by itself.

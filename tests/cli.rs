@@ -253,6 +253,12 @@ async fn bad_input_is_one_line_with_its_exit_code() {
             78,
         ),
         (
+            "a KEY that, behind the prefix, names a record",
+            vec![("REDQUORUM_MASTERS", &down), ("REDQUORUM_PREFIX", "redq")],
+            vec!["force-unlock", "uorum:epoch", "--any"],
+            64,
+        ),
+        (
             "unreachable cluster",
             vec![("REDQUORUM_MASTERS", &down)],
             vec!["run", "--no-wait", "k", "--", "sh", "-c", &touch],

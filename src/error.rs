@@ -366,9 +366,10 @@ pub enum ErrorKind {
     /// missing ACL permissions) that no quorum is possible. Not retryable: fix the URLs or
     /// the masters' ACLs.
     Auth,
-    /// The resource name is empty or longer than
-    /// [`MAX_RESOURCE_LEN`](crate::limits::MAX_RESOURCE_LEN) bytes. Not retryable: name the
-    /// resource (a long name can be hashed).
+    /// The resource name is empty, longer than
+    /// [`MAX_RESOURCE_LEN`](crate::limits::MAX_RESOURCE_LEN) bytes, or makes a key (behind
+    /// the key prefix) that begins with `redquorum:`, where the lock's own records live.
+    /// Not retryable: name the resource (a long name can be hashed).
     InvalidResource,
     /// Called outside a tokio runtime. Not retryable: call it from inside one, with time
     /// and I/O enabled (tokio features `rt`, `time`, `net`, `macros`; `#[tokio::main]`).

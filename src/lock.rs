@@ -490,7 +490,7 @@ impl Redlock {
         rounds: &mut u32,
     ) -> Result<Lease, Error> {
         check_runtime(resource)?;
-        check_resource(resource)?;
+        check_resource(&self.inner.config.key_prefix, resource)?;
         let plan = self.plan(resource, options)?;
         let config = &self.inner.config;
         let key: Arc<str> = format!("{}{resource}", config.key_prefix).into();
@@ -1070,15 +1070,23 @@ pub(crate) fn check_runtime(resource: &str) -> Result<(), Error> {
     ))
 }
 
-/// Refuses resource names that are empty, in the crate's record namespace, or longer than
-/// [`MAX_RESOURCE_LEN`].
-pub(crate) fn check_resource(resource: &str) -> Result<(), Error> {
+/// Refuses resource names that are empty, in the crate's record namespace (alone or
+/// behind `prefix`, the key prefix), or longer than [`MAX_RESOURCE_LEN`].
+pub(crate) fn check_resource(prefix: &str, resource: &str) -> Result<(), Error> {
+    let namespace = scripts::RECORD_NAMESPACE;
+    // The key is `prefix + resource`; a prefix never starts with the namespace (the
+    // builder refuses it), but it may be the namespace's beginning ("redq").
+    let in_records = namespace
+        .strip_prefix(prefix)
+        .is_some_and(|rest| resource.starts_with(rest));
     let detail = if resource.is_empty() {
         "it is empty: name the resource to lock, such as \"orders:42\"".to_owned()
-    } else if resource.starts_with(scripts::RECORD_NAMESPACE) {
+    } else if resource.starts_with(namespace) {
+        format!("it starts with {namespace:?}, where the lock's own records live: use another name")
+    } else if in_records {
         format!(
-            "it starts with {:?}, where the lock's own records live: use another name",
-            scripts::RECORD_NAMESPACE
+            "its key, {prefix:?} followed by the name, starts with {namespace:?}, where the \
+             lock's own records live: use another name"
         )
     } else if resource.len() > MAX_RESOURCE_LEN {
         format!(
@@ -1345,6 +1353,24 @@ impl Drop for AttemptGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_resource_names_a_record_alone_or_behind_the_key_prefix() {
+        let refused = |prefix: &str, resource: &str| {
+            check_resource(prefix, resource).is_err_and(|e| e.kind() == ErrorKind::InvalidResource)
+        };
+        assert!(refused("", "redquorum:epoch"));
+        assert!(refused("locks:", "redquorum:epoch"));
+        // The prefix begins the namespace, the name ends it: the key is a record's.
+        assert!(refused("redq", "uorum:epoch"));
+        assert!(refused("redquorum", ":fence:orders"));
+        assert!(refused("r", "edquorum:cluster"));
+        // Near misses are names like any other.
+        assert!(!refused("redq", "uorum-epoch"));
+        assert!(!refused("locks:", "uorum:epoch"));
+        assert!(!refused("redquorum", "s:orders"));
+        assert!(!refused("", "orders:42"));
+    }
 
     #[test]
     fn waiters_woken_by_the_holders_expiry_do_not_all_wake_at_once() {

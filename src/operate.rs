@@ -578,7 +578,7 @@ impl Redlock {
     /// ```
     pub async fn inspect(&self, resource: &str) -> Result<Inspection, Error> {
         check_runtime(resource)?;
-        check_resource(resource)?;
+        check_resource(&self.inner.config.key_prefix, resource)?;
         let inner = &self.inner;
         let config = &inner.config;
         let key: Arc<str> = format!("{}{resource}", config.key_prefix).into();
@@ -649,7 +649,7 @@ impl Redlock {
     /// ```
     pub async fn force_unlock(&self, resource: &str, value: &str) -> Result<UnlockReport, Error> {
         check_runtime(resource)?;
-        check_resource(resource)?;
+        check_resource(&self.inner.config.key_prefix, resource)?;
         if value.is_empty() {
             return Err(Error::new(ErrorKind::InvalidOptions, resource)
                 .with_detail("the value is empty: pass the value an inspection reported"));
@@ -705,7 +705,7 @@ impl Redlock {
     /// ```
     pub async fn force_unlock_any(&self, resource: &str) -> Result<UnlockReport, Error> {
         check_runtime(resource)?;
-        check_resource(resource)?;
+        check_resource(&self.inner.config.key_prefix, resource)?;
         let key: Arc<str> = format!("{}{resource}", self.inner.config.key_prefix).into();
         let op = Op::ForceUnlock {
             channel: scripts::release_channel(&key).into(),

@@ -1,9 +1,12 @@
 //! The `redquorum` command as a real process against real masters (docs/testing.md §9):
 //! mutual exclusion of two `run` loops, `--no-wait`, a force-unlock stopping a running
-//! command before its keys could expire, masters lost mid-run (SIGKILL before the
-//! keys expire), SIGINT forwarded and the lock released, the child's environment and
-//! exit status, leftovers of the command's group, `inspect` (table and JSON),
-//! `force-unlock --value`, `init`, `check`, and bad input with its exit codes.
+//! command before its keys could expire, masters lost mid-run (SIGKILL before the keys
+//! expire), a signal forwarded to a stopped command, a terminal stop (Ctrl-Z) not
+//! stopping run, no extension in time (SIGKILL by the safety point), far masters not
+//! getting a healthy command stopped, SIGINT forwarded and the lock released, the
+//! child's environment and exit status, leftovers of the command's group, `inspect`
+//! (table and JSON), `force-unlock --value`, `init`, `check`, and bad input and
+//! unavailable masters with their exit codes.
 //!
 //! Child commands are `sh -c` scripts that write timestamps (Unix epoch milliseconds,
 //! `date +%s%3N`) to files; every loop in them ends by itself.
@@ -17,6 +20,7 @@ use std::time::{Duration, SystemTime};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use redquorum::testkit::{Mode, Proxy};
 use redquorum::{Holding, Redlock, Verdict};
 use support::*;
 use tokio::process::{Child, Command};
@@ -249,6 +253,12 @@ async fn bad_input_is_one_line_with_its_exit_code() {
             78,
         ),
         (
+            "a KEY that, behind the prefix, names a record",
+            vec![("REDQUORUM_MASTERS", &down), ("REDQUORUM_PREFIX", "redq")],
+            vec!["force-unlock", "uorum:epoch", "--any"],
+            64,
+        ),
+        (
             "unreachable cluster",
             vec![("REDQUORUM_MASTERS", &down)],
             vec!["run", "--no-wait", "k", "--", "sh", "-c", &touch],
@@ -270,6 +280,20 @@ async fn bad_input_is_one_line_with_its_exit_code() {
         );
         assert!(!marker.exists(), "{what}: the command ran");
     }
+    // A zero TTL is named as the problem, not the grace period derived from it.
+    let output = finish(
+        redquorum(&[("REDQUORUM_MASTERS", &down), ("REDQUORUM_TTL", "0s")])
+            .args(["run", "k", "--", "sh", "-c", &touch])
+            .output(),
+    )
+    .await;
+    assert_one_line_error(&output, 78, "zero TTL");
+    let err = stderr(&output);
+    assert!(
+        err.contains("ttl is zero") && !err.contains("grace"),
+        "{err}"
+    );
+    assert!(!marker.exists(), "zero TTL: the command ran");
     // Flags override the environment: a good --ttl beats a bad REDQUORUM_TTL (the
     // command then fails on the unreachable masters instead).
     let output = finish(
@@ -478,6 +502,100 @@ while [ $i -lt 1000 ]; do date +%s%3N >> "$1/beat"; sleep 0.02; i=$((i + 1)); do
 }
 
 #[tokio::test]
+async fn no_extension_in_time_gets_the_command_killed_by_the_safety_point() {
+    let fleet = Fleet::new().await;
+    let key = unique_key("late");
+    let dir = scratch("late");
+    let log = dir.join("log");
+    // Ignores SIGTERM and beats every 20 ms; notes its first safety point.
+    let script = r#"trap '' TERM
+echo "$REDQUORUM_DEADLINE_MS" > "$1/deadline"
+echo start $(date +%s%3N) >> "$1/log"
+i=0
+while [ $i -lt 1000 ]; do date +%s%3N >> "$1/beat"; sleep 0.02; i=$((i + 1)); done"#;
+    let grace = Duration::from_millis(1200);
+    let run = fleet.spawn_run(&["--grace", "1200ms"], &key, script, &dir);
+    wait_until(PATIENCE, "the command started", || async {
+        stamp(&log, "start").is_some()
+    })
+    .await;
+    // `run` stopped before its first extension (due a second after the acquisition): a
+    // stopped VM, a starved runtime. It wakes between `safety point - grace` and the
+    // safety point, with the extension not made: SIGTERM, and SIGKILL at that point.
+    let pid = Pid::from_raw(run.id().unwrap() as i32);
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let safety: u64 = read(&dir.join("deadline")).trim().parse().unwrap();
+    let wake = safety - grace.as_millis() as u64 / 2;
+    tokio::time::sleep(Duration::from_millis(wake.saturating_sub(now_ms()))).await;
+    kill(pid, Signal::SIGCONT).unwrap();
+
+    let output = exited(run).await;
+    assert_eq!(output.status.code(), Some(79), "{output:?}");
+    let err = stderr(&output);
+    assert!(err.contains("not extended in time"), "{err}");
+    let last_beat: u64 = read(&dir.join("beat"))
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .next_back()
+        .expect("the command wrote heartbeats");
+    // Killed by the safety point: within the safety margin (5 % of the TTL), where no
+    // key could have expired yet.
+    assert!(
+        last_beat < safety + TTL.as_millis() as u64 / 20,
+        "the command still ran at {last_beat}; its safety point was {safety}"
+    );
+}
+
+#[tokio::test]
+async fn a_terminal_stop_does_not_stop_run_while_the_command_runs_on() {
+    let fleet = Fleet::new().await;
+    let client = fleet.client();
+    let key = unique_key("tstp");
+    let dir = scratch("tstp");
+    let log = dir.join("log");
+    let script = format!(
+        r#"echo "$REDQUORUM_DEADLINE_MS" > "$1/deadline"
+{}"#,
+        waiting_script("TERM", 0)
+    );
+    let run = fleet.spawn_run(&[], &key, &script, &dir);
+    wait_until(PATIENCE, "the command started", || async {
+        stamp(&log, "start").is_some()
+    })
+    .await;
+    let holder = client
+        .inspect(&key)
+        .await
+        .unwrap()
+        .holder()
+        .unwrap()
+        .to_owned();
+    // Ctrl-Z in a terminal: SIGTSTP to `run`'s process group, which the command is not
+    // in. Were `run` stopped, the command would run on while the lock expired.
+    let pid = run.id().unwrap();
+    kill(Pid::from_raw(pid as i32), Signal::SIGTSTP).unwrap();
+    // Past the moment the keys could have expired without an extension (the first
+    // safety point, the safety margin and the drift allowance, with room to spare).
+    let safety: u64 = read(&dir.join("deadline")).trim().parse().unwrap();
+    let expired = safety + TTL.as_millis() as u64 / 20 + 32 + 300;
+    tokio::time::sleep(Duration::from_millis(expired.saturating_sub(now_ms()))).await;
+    let stat = read(Path::new(&format!("/proc/{pid}/stat")));
+    let state = stat.rsplit(')').next().unwrap_or_default().trim();
+    assert!(!state.starts_with('T'), "run was stopped: {state}");
+    let inspection = client.inspect(&key).await.unwrap();
+    assert_eq!(inspection.holder(), Some(holder.as_str()), "{inspection}");
+
+    std::fs::write(dir.join("stop"), "").unwrap();
+    let output = exited(run).await;
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(
+        stamp(&log, "TERM").is_none(),
+        "the command was stopped: {output:?}"
+    );
+    client.shutdown().await;
+}
+
+#[tokio::test]
 async fn sigint_reaches_the_command_and_the_lock_is_released() {
     let fleet = Fleet::new().await;
     let client = fleet.client();
@@ -504,6 +622,58 @@ async fn sigint_reaches_the_command_and_the_lock_is_released() {
         "{inspection}"
     );
     assert!(gone_everywhere(&fleet.cluster, &key).await);
+    client.shutdown().await;
+}
+
+/// Kills a process by its PID when dropped, if it is still there.
+struct KillOnDrop(Pid);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = kill(self.0, Signal::SIGKILL);
+    }
+}
+
+#[tokio::test]
+async fn a_forwarded_signal_reaches_a_stopped_command() {
+    let fleet = Fleet::new().await;
+    let client = fleet.client();
+    let key = unique_key("stopped");
+    let dir = scratch("stopped");
+    let log = dir.join("log");
+    // The command stops itself, as one reading the terminal from its background group
+    // (SIGTTIN) is stopped: only a SIGCONT lets it act on a signal.
+    let script = r#"trap 'echo INT $(date +%s%3N) >> "$1/log"; exit 7' INT
+echo $$ > "$1/pid"
+echo start $(date +%s%3N) >> "$1/log"
+kill -STOP $$
+i=0
+while [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done"#;
+    let run = fleet.spawn_run(&[], &key, script, &dir);
+    wait_until(PATIENCE, "the command started", || async {
+        stamp(&log, "start").is_some()
+    })
+    .await;
+    let command: i32 = read(&dir.join("pid")).trim().parse().unwrap();
+    let _command = KillOnDrop(Pid::from_raw(command));
+    wait_until(PATIENCE, "the command stopped", || async {
+        let stat = read(Path::new(&format!("/proc/{command}/stat")));
+        stat.rsplit(')')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .starts_with('T')
+    })
+    .await;
+
+    kill(Pid::from_raw(run.id().unwrap() as i32), Signal::SIGINT).unwrap();
+    let output = exited(run).await;
+    assert_eq!(output.status.code(), Some(7), "{output:?}");
+    assert!(stamp(&log, "INT").is_some(), "the command never saw SIGINT");
+    assert!(matches!(
+        client.inspect(&key).await.unwrap().verdict(),
+        Verdict::Free
+    ));
     client.shutdown().await;
 }
 
@@ -609,6 +779,42 @@ async fn leftovers_in_the_commands_group_are_stopped_before_the_release() {
         state.is_empty() || state.starts_with('Z'),
         "pid {pid} still runs: {state}"
     );
+}
+
+#[tokio::test]
+async fn the_lock_is_held_until_a_leftover_in_the_group_exits() {
+    let fleet = Fleet::new().await;
+    let client = fleet.client();
+    let key = unique_key("straggler");
+    let dir = scratch("straggler");
+    // The command leaves a background process and exits once that process has set its
+    // trap. On SIGTERM the process says so and lingers until the test lets it go (2 s at
+    // most; the grace is 1.5 s).
+    let script = r#"(trap 'echo term > "$1/term"; i=0; while [ ! -e "$1/go" ] && [ $i -lt 200 ]; do sleep 0.01; i=$((i + 1)); done; exit 0' TERM
+echo ready > "$1/ready"
+i=0
+while [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done) &
+i=0
+while [ ! -e "$1/ready" ] && [ $i -lt 400 ]; do sleep 0.01; i=$((i + 1)); done"#;
+    let run = fleet.spawn_run(&["--grace", "1500ms"], &key, script, &dir);
+    wait_until(PATIENCE, "the leftover got SIGTERM", || async {
+        dir.join("term").exists()
+    })
+    .await;
+    // The command exited, but what it left still runs: the lock is still held.
+    let inspection = client.inspect(&key).await.unwrap();
+    assert!(
+        matches!(inspection.verdict(), Verdict::Held { .. }),
+        "released while the leftover ran: {inspection}"
+    );
+    std::fs::write(dir.join("go"), "").unwrap();
+    let output = exited(run).await;
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(matches!(
+        client.inspect(&key).await.unwrap().verdict(),
+        Verdict::Free
+    ));
+    client.shutdown().await;
 }
 
 #[tokio::test]
@@ -722,6 +928,86 @@ async fn a_client_with_other_cluster_settings_is_refused_as_misconfigured() {
         .output(&["--ttl-max", "6s", "run", "--no-wait", &key, "--", "true"])
         .await;
     assert_one_line_error(&output, 78, "another TTL maximum");
+}
+
+#[tokio::test]
+async fn a_wait_run_out_with_a_master_abstaining_and_one_down_is_unavailable_not_held() {
+    let mut fleet = Fleet::new().await;
+    // Master 0 loses its data and is re-admitted: it abstains for its restart quarantine
+    // (the cluster's TTL maximum, 3 s). Master 2 is down. The one voter left grants every
+    // attempt, but no quorum can: nobody holds the lock.
+    let mut conn = raw(&fleet.cluster.server(0).url()).await;
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+    let readmit = fleet.output(&["init"]).await;
+    assert_eq!(readmit.status.code(), Some(0), "{readmit:?}");
+    assert!(stdout(&readmit).contains("re-admitted"), "{readmit:?}");
+    fleet.cluster.server_mut(2).kill().unwrap();
+    let dir = scratch("abstaining");
+    let marker = dir.join("ran");
+    let key = unique_key("abstaining");
+    let output = fleet
+        .output(&[
+            "run",
+            "--wait",
+            "1s",
+            &key,
+            "--",
+            "touch",
+            marker.to_str().unwrap(),
+        ])
+        .await;
+    assert_one_line_error(&output, 69, "one master abstaining, one down");
+    let err = stderr(&output);
+    assert!(err.contains("gave up waiting"), "{err}");
+    assert!(err.contains("1 abstaining"), "{err}");
+    assert!(err.contains("0 held by another"), "{err}");
+    assert!(!marker.exists(), "the command ran without the lock");
+}
+
+#[tokio::test]
+async fn far_masters_do_not_get_a_healthy_command_stopped() {
+    let fleet = Fleet::new().await;
+    // Every master 240 ms away (a round trip), within the 500 ms node timeout.
+    let mut proxies = Vec::new();
+    for server in fleet.cluster.servers() {
+        let proxy = Proxy::for_server(server).await.unwrap();
+        proxy.set_mode(Mode::delay(Duration::from_millis(120), Duration::ZERO));
+        proxies.push(proxy);
+    }
+    let masters: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    let dir = scratch("far");
+    let log = dir.join("log");
+    let key = unique_key("far");
+    // A grace the TTL admits (it must be under 3 s - 32 ms - 150 ms - 1 s - 500 ms =
+    // 1.318 s). The deadline counts from the start of the acquisition round, the
+    // watchdog's schedule from its end: unless the command makes up for the round, the
+    // first extension would come after `safety point - grace` and stop a healthy command.
+    let script =
+        r#"echo start $(date +%s%3N) >> "$1/log"; sleep 2.5; echo done $(date +%s%3N) >> "$1/log""#;
+    let output = finish(
+        redquorum(&[
+            ("REDQUORUM_MASTERS", &masters.join(",")),
+            ("REDQUORUM_TTL", "3s"),
+            ("REDQUORUM_NODE_TIMEOUT", "500ms"),
+        ])
+        .args([
+            "run",
+            "--grace",
+            "1200ms",
+            &key,
+            "--",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            dir.to_str().unwrap(),
+        ])
+        .output(),
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(!stderr(&output).contains("stopping"), "{output:?}");
+    assert!(stamp(&log, "done").is_some(), "the command was cut short");
 }
 
 /// The command over TLS-only masters, trusting their CA by `--tls-ca`/`REDQUORUM_TLS_CA`:

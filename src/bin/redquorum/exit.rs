@@ -120,8 +120,8 @@ fn as_flags(message: &str) -> String {
 pub(crate) fn code_of(error: &Error) -> Code {
     match error.kind() {
         ErrorKind::Contended => Code::TempFail,
-        // The wait budget ran out: held by another, unless the masters' failures alone
-        // ruled out a quorum in the last attempt.
+        // The wait budget ran out: held by another, unless the masters' failures and
+        // abstentions (restart quarantine) alone ruled out a quorum in the last attempt.
         ErrorKind::WaitTimeout if quorum_impossible(error) => Code::Unavailable,
         ErrorKind::WaitTimeout => Code::TempFail,
         ErrorKind::NoQuorum
@@ -154,7 +154,7 @@ fn quorum_impossible(error: &Error) -> bool {
         .filter(|m| {
             matches!(
                 m.outcome(),
-                MasterOutcome::Failed(_) | MasterOutcome::Pending
+                MasterOutcome::Failed(_) | MasterOutcome::Pending | MasterOutcome::Abstained { .. }
             )
         })
         .count();

@@ -152,6 +152,9 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => return exit::usage(&error),
     };
+    if matches!(cli.command, Command::Run(_)) {
+        run::hold_off_job_control();
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime};
 
 use clap::Args;
 use nix::errno::Errno;
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::{SigSet, Signal, killpg};
 use nix::unistd::Pid;
 use redquorum::{AcquireOptions, Lease, LeaseHandle, LostReason, Redlock};
 use tokio::signal::unix::{SignalKind, signal};
@@ -149,6 +149,25 @@ impl Forwarded {
     }
 }
 
+/// Holds off, for the rest of the process, the signals that would stop `redquorum`
+/// itself: a terminal's Ctrl-Z (SIGTSTP) and a background read or write (SIGTTIN,
+/// SIGTTOU). Stopped, it could no longer extend the lock while CMD, in a process group
+/// of its own and not stopped with it, runs on: the lock would expire under a running
+/// CMD. Blocked rather than handled: a blocked SIGTTOU lets the write through. Called
+/// before the runtime starts, so that every thread blocks them; CMD starts with an
+/// empty signal mask (the standard library resets it in the child).
+pub(crate) fn hold_off_job_control() {
+    let mut set = SigSet::empty();
+    for sig in [Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU] {
+        set.add(sig);
+    }
+    if let Err(e) = set.thread_block() {
+        exit::warn(&format!(
+            "cannot hold off job-control stops ({e}): a stopped redquorum lets the lock expire while the command runs"
+        ));
+    }
+}
+
 /// The safety point of a lease: its deadline less its safety margin.
 fn safety_point(lease: &LeaseHandle) -> Instant {
     let deadline = lease.deadline();
@@ -170,13 +189,21 @@ fn epoch_millis(at: Instant) -> u128 {
         .unwrap_or(0)
 }
 
-/// Sends `sig` to the process group `group`; a group already empty is no error.
+/// Sends `sig` to the process group `group`; a group already empty is no error. Any
+/// signal but SIGKILL is followed by SIGCONT, as timeout(1) does: a stopped process (one
+/// that read the terminal from its background group, or was sent SIGSTOP) acts on it
+/// only once continued, and would otherwise hold the lock for as long as it stays
+/// stopped.
 fn signal_group(group: Pid, sig: Signal) {
-    match killpg(group, sig) {
+    let send = |sig: Signal| match killpg(group, sig) {
         Ok(()) | Err(Errno::ESRCH) => {}
         Err(e) => exit::warn(&format!(
             "cannot send {sig} to the command's process group: {e}"
         )),
+    };
+    send(sig);
+    if sig != Signal::SIGKILL {
+        send(Signal::SIGCONT);
     }
 }
 
@@ -196,19 +223,29 @@ enum Ended {
 /// `redquorum run`.
 pub(crate) async fn run(settings: &Settings, args: RunArgs) -> Result<u8, Failure> {
     let timing = settings.timing()?;
-    let grace = grace(args.grace.as_deref(), timing)?;
-    let client = settings
-        .builder()?
-        .extend_interval(extend_interval(timing.ttl))
-        .build()
-        .map_err(|e| Failure::config(&e))?;
-    let outcome = hold_and_run(&client, &args, grace).await;
+    // The settings first: a TTL the library refuses (zero, say) is reported as such, not
+    // as a grace period that does not fit it.
+    let mut builder = settings.builder()?;
+    let interval = extend_interval(timing.ttl);
+    if !interval.is_zero() {
+        builder = builder.extend_interval(interval);
+    }
+    let client = builder.build().map_err(|e| Failure::config(&e))?;
+    let outcome = match grace(args.grace.as_deref(), timing) {
+        Ok(grace) => hold_and_run(&client, &args, grace, timing).await,
+        Err(failure) => Err(failure),
+    };
     // Background releases (a dropped attempt, a lease) finish before the process exits.
     client.shutdown().await;
     outcome
 }
 
-async fn hold_and_run(client: &Redlock, args: &RunArgs, grace: Duration) -> Result<u8, Failure> {
+async fn hold_and_run(
+    client: &Redlock,
+    args: &RunArgs,
+    grace: Duration,
+    timing: Timing,
+) -> Result<u8, Failure> {
     // Installed before acquiring, so that a signal while waiting ends the wait rather
     // than the process (the attempt in flight is then released in the background).
     let mut signals = Forwarded::install()?;
@@ -229,6 +266,24 @@ async fn hold_and_run(client: &Redlock, args: &RunArgs, grace: Duration) -> Resu
             return Ok(u8::try_from(128 + sig as i32).unwrap_or(Code::Software.get()));
         }
     };
+    // The watchdog's schedule starts when the lease is handed over, but the deadline
+    // counts from the start of the acquisition round: a slow acquisition (far masters, a
+    // first connection, a fencing write-back) can push the first extension past `safety
+    // point - grace`, and a healthy command would be stopped. Then extend at once, so
+    // that the schedule the grace was checked against holds from here on.
+    let first_extended = Instant::now() + extend_interval(timing.ttl) + timing.node_timeout;
+    if first_extended + grace >= safety_point(&lease.handle())
+        && let Err(e) = lease.extend().await
+    {
+        let _ = lease.release().await;
+        return Err(Failure::new(
+            Code::Unavailable,
+            format!(
+                "the lock on {} was lost before the command started (it could not be extended): {e}",
+                args.key
+            ),
+        ));
+    }
     let outcome = supervise(&lease, args, grace, &mut signals).await;
     // Released only now: the command and its group are gone.
     match lease.release().await {
@@ -372,8 +427,11 @@ async fn supervise(
             reason_text(reason)
         ));
     }
-    // What the command left in its group is stopped too, before the lock is released.
-    drain_group(group, grace, kill_at, signals).await;
+    // What the command left in its group is stopped too, before the lock is released, and
+    // killed by the safety point at the latest: the command may have exited just as
+    // stopping was due (or the runtime ran late), with nothing fixed in `kill_at` yet.
+    let limit = kill_at.unwrap_or_else(|| safety_point(&handle));
+    drain_group(group, grace, limit, signals).await;
     if kill_at.is_some() {
         Ok(Ended::Stopped)
     } else {
@@ -381,22 +439,23 @@ async fn supervise(
     }
 }
 
+/// When what the command left in its group gets SIGKILL, if SIGTERM did not stop it:
+/// `grace` from `now`, but never after `limit`, and at once when `limit` has passed.
+fn drain_kill_at(now: Instant, grace: Duration, limit: Instant) -> Instant {
+    (now + grace).min(limit).max(now)
+}
+
 /// Stops what is left in `group` after the command exited: SIGTERM, then SIGKILL after
-/// `grace` (or at `kill_at`, if stopping began before), then waits a little for the
-/// killed processes to be reaped. Bounded; forwards signals meanwhile.
-async fn drain_group(
-    group: Pid,
-    grace: Duration,
-    kill_at: Option<Instant>,
-    signals: &mut Forwarded,
-) {
+/// `grace` or at `limit` (the SIGKILL fixed when stopping began, else the safety point),
+/// whichever comes first, then waits a little for the killed processes to be reaped.
+/// Bounded; forwards signals meanwhile.
+async fn drain_group(group: Pid, grace: Duration, limit: Instant, signals: &mut Forwarded) {
     if !group_alive(group) {
         return;
     }
     exit::note("the command exited, leaving processes in its group: stopping them");
     signal_group(group, Signal::SIGTERM);
-    let now = Instant::now();
-    let kill = kill_at.map_or(now + grace, |at| at.min(now + grace));
+    let kill = drain_kill_at(Instant::now(), grace, limit);
     if !wait_group_empty(group, kill, signals).await {
         signal_group(group, Signal::SIGKILL);
         if !wait_group_empty(group, Instant::now() + Duration::from_secs(1), signals).await {
@@ -426,5 +485,25 @@ fn reason_text(reason: LostReason) -> String {
     match reason {
         LostReason::ExtendFailed => "an extension was refused or reached no quorum".to_owned(),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leftovers_are_killed_by_the_limit_at_the_latest() {
+        let now = Instant::now();
+        let grace = Duration::from_millis(600);
+        // Far from the limit: the whole grace period.
+        let far = now + Duration::from_secs(5);
+        assert_eq!(drain_kill_at(now, grace, far), now + grace);
+        // The safety point (or the SIGKILL fixed before) comes first: then.
+        let near = now + Duration::from_millis(100);
+        assert_eq!(drain_kill_at(now, grace, near), near);
+        // Already past it (the command exited as stopping was due): at once.
+        let past = now.checked_sub(Duration::from_millis(50)).unwrap_or(now);
+        assert_eq!(drain_kill_at(now, grace, past), now);
     }
 }

@@ -13,7 +13,8 @@ use redquorum::{ConfigError, Error, ErrorKind, MasterOutcome};
 /// The exit codes, as `--help` prints them (and the README lists them).
 pub(crate) const EXIT_CODES: &str = "\
 Exit status:
-  CMD's own   run: the command's exit status; 128 + N if it died by signal N
+  CMD's own   run: the command's exit status; 128 + N if it died by signal N, or if
+              signal N reached redquorum while it waited for the lock (CMD never ran)
   0           inspect, force-unlock, init, check: done (check: every master fit to vote)
   64          usage: an unknown flag, a missing argument, a bad KEY
   69          unavailable: no quorum of masters reachable or voting (check: a master

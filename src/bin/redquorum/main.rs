@@ -23,7 +23,7 @@
 //!
 //! | code | meaning |
 //! |---|---|
-//! | CMD's own | `run`: the command's exit status; 128 + N if it died by signal N |
+//! | CMD's own | `run`: the command's exit status; 128 + N if it died by signal N, or if signal N reached `redquorum` while it waited for the lock (CMD never ran) |
 //! | 0 | `inspect`, `force-unlock`, `init`, `check`: done (`check`: every master fit to vote) |
 //! | 64 | EX_USAGE: an unknown flag, a missing argument, a bad KEY |
 //! | 69 | EX_UNAVAILABLE: no quorum of masters reachable or voting; `check`: a master unfit to vote |

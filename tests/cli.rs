@@ -917,6 +917,11 @@ async fn check_exits_zero_when_healthy_and_69_with_a_master_stopped() {
     .await;
     assert_eq!(output.status.code(), Some(69), "{output:?}");
     assert!(stdout(&output).contains("restart quarantine"), "{output:?}");
+    // The report has nothing to change, so the reason for 69 is said on one line.
+    assert!(
+        stderr(&output).contains("3 of 3 masters cannot vote now"),
+        "{output:?}"
+    );
 }
 
 #[tokio::test]

@@ -84,10 +84,30 @@ pub(crate) async fn check(settings: &Settings) -> Result<u8, Failure> {
                 )
         });
         if report.is_healthy() && voting {
-            Ok(0)
-        } else {
-            Ok(Code::Unavailable.get())
+            return Ok(0);
         }
+        // The report may call itself healthy (nothing to change) while masters do not
+        // vote yet: say why the status is not 0.
+        let silent: Vec<&str> = report
+            .masters()
+            .iter()
+            .filter(|m| {
+                !m.is_reachable()
+                    || !m.is_healthy()
+                    || !matches!(
+                        m.quarantine(),
+                        QuarantineState::Counted | QuarantineState::Off
+                    )
+            })
+            .map(|m| m.master())
+            .collect();
+        exit::note(&format!(
+            "{} of {} masters cannot vote now ({}): see the report above",
+            silent.len(),
+            report.masters().len(),
+            silent.join(", ")
+        ));
+        Ok(Code::Unavailable.get())
     })
     .await
 }

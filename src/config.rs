@@ -1210,6 +1210,11 @@ fn parse_masters(urls: &[String], tls: &TlsSettings) -> Result<Vec<MasterSpec>, 
                 url: name.clone(),
                 reason: redact_message(&e.to_string(), url),
             })?;
+        // The parser forgives what the check above reads literally (a space before the
+        // scheme, a tab inside it): the parsed address is what counts.
+        if matches!(info.addr(), ConnectionAddr::TcpTls { insecure: true, .. }) {
+            return Err(insecure_url(&name));
+        }
         if !info.addr().is_supported() {
             return Err(ConfigError::InvalidUrl {
                 url: name,
@@ -1325,16 +1330,21 @@ fn check_tls_url(url: &str, name: &str) -> Result<(), ConfigError> {
     // docs/design.md §13: a master whose certificate is not checked can be impersonated by
     // anyone on the path, who can then grant the lock to two clients at once.
     if url.contains('#') {
-        return Err(ConfigError::InvalidUrl {
-            url: name.to_owned(),
-            reason: "a URL fragment (such as #insecure) is not supported: #insecure would turn \
-                     off the check of the master's certificate, so anyone on the network path \
-                     could answer as the master and grant the lock twice; remove it, and give \
-                     the masters' CA with Builder::tls_ca_pem or Builder::tls_ca_file"
-                .to_owned(),
-        });
+        return Err(insecure_url(name));
     }
     Ok(())
+}
+
+/// The refusal of a `rediss://` URL with a fragment, such as `#insecure`.
+fn insecure_url(name: &str) -> ConfigError {
+    ConfigError::InvalidUrl {
+        url: name.to_owned(),
+        reason: "a URL fragment (such as #insecure) is not supported: #insecure would turn off \
+                 the check of the master's certificate, so anyone on the network path could \
+                 answer as the master and grant the lock twice; remove it, and give the \
+                 masters' CA with Builder::tls_ca_pem or Builder::tls_ca_file"
+            .to_owned(),
+    }
 }
 
 /// PEM text given to the builder: bytes, or a file read by [`Builder::build`].

@@ -1441,14 +1441,13 @@ impl TlsSettings {
             return Ok(None);
         }
         let certificates = |setting: &'static str, pem: &[u8], what: &str| {
-            let count = CertificateDer::pem_slice_iter(pem)
+            let certificates = CertificateDer::pem_slice_iter(pem)
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| ConfigError::Tls {
                     setting,
                     reason: format!("its PEM cannot be read ({e}): give {what} in PEM form"),
-                })?
-                .len();
-            if count == 0 {
+                })?;
+            if certificates.is_empty() {
                 return Err(ConfigError::Tls {
                     setting,
                     reason: format!(
@@ -1457,7 +1456,7 @@ impl TlsSettings {
                     ),
                 });
             }
-            Ok(())
+            Ok(certificates)
         };
         let root_cert = match &self.ca {
             Some(ca) => {
@@ -1467,7 +1466,19 @@ impl TlsSettings {
                     "tls_ca_pem"
                 };
                 let pem = ca.read(setting)?;
-                certificates(setting, &pem, "the CA certificate of the masters")?;
+                // Each must be a certificate the masters' certificates can chain to: the redis
+                // client would refuse it without saying which setting to fix.
+                let mut roots = rustls::RootCertStore::empty();
+                for certificate in certificates(setting, &pem, "the CA certificate of the masters")?
+                {
+                    roots.add(certificate).map_err(|e| ConfigError::Tls {
+                        setting,
+                        reason: format!(
+                            "a certificate in it cannot be used as a CA ({e}): give the CA \
+                             certificate of the masters in PEM form"
+                        ),
+                    })?;
+                }
                 Some(pem)
             }
             None => None,
@@ -1480,17 +1491,20 @@ impl TlsSettings {
                     "tls_client_cert_pem"
                 };
                 let client_cert = cert.read(setting)?;
-                certificates(setting, &client_cert, "the client certificate")?;
+                let chain = certificates(setting, &client_cert, "the client certificate")?;
                 let client_key = key.read(setting)?;
                 // The key's bytes and the parser's words about them stay out of the message.
-                if PrivateKeyDer::from_pem_slice(&client_key).is_err() {
+                let Ok(parsed_key) = PrivateKeyDer::from_pem_slice(&client_key) else {
                     return Err(ConfigError::Tls {
                         setting,
                         reason: "the private key holds no PEM key (PKCS#8, PKCS#1 or SEC1): \
                                  give the client certificate's key in PEM form"
                             .to_owned(),
                     });
-                }
+                };
+                // A key of another certificate would fail every handshake, each time as a
+                // fault the redis client does not name: refuse it now.
+                check_client_key(setting, chain, parsed_key)?;
                 Some(redis::ClientTlsConfig {
                     client_cert,
                     client_key,
@@ -1517,6 +1531,42 @@ impl TlsSettings {
         }
         Ok(None)
     }
+}
+
+/// Refuses a client key that the crypto provider cannot use or that does not belong to the
+/// first certificate of `chain`. The message never shows the key.
+#[cfg(feature = "tls")]
+fn check_client_key(
+    setting: &'static str,
+    chain: Vec<rustls::pki_types::CertificateDer<'static>>,
+    key: rustls::pki_types::PrivateKeyDer<'static>,
+) -> Result<(), ConfigError> {
+    use rustls::crypto::CryptoProvider;
+
+    install_crypto_provider();
+    let ring;
+    let provider = match CryptoProvider::get_default() {
+        Some(provider) => &**provider,
+        None => {
+            ring = rustls::crypto::ring::default_provider();
+            &ring
+        }
+    };
+    rustls::sign::CertifiedKey::from_der(chain, key, provider)
+        .map(|_| ())
+        .map_err(|e| ConfigError::Tls {
+            setting,
+            reason: match e {
+                rustls::Error::InconsistentKeys(_) => "the private key does not belong to the \
+                                                       client certificate: give the key made \
+                                                       with that certificate"
+                    .to_owned(),
+                _ => format!(
+                    "the client certificate or its key cannot be used ({e}): give a \
+                     certificate in PEM form and its private key (RSA, ECDSA or Ed25519)"
+                ),
+            },
+        })
 }
 
 /// The redis client of one master: with the builder's certificates for a TLS master.

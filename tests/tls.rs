@@ -441,6 +441,43 @@ async fn the_builder_refuses_unsafe_or_useless_tls_settings() {
             .tls_client_cert_pem(authority.client_cert_pem(), "no key here"),
     );
     assert!(matches!(no_key, ConfigError::Tls { .. }), "{no_key}");
+    // A key of another certificate: every handshake would fail, so it is refused at once.
+    let stranger = TlsAuthority::generate().unwrap();
+    let mismatched = refused(
+        Redlock::builder()
+            .master(&url)
+            .tls_client_cert_files(authority.client_cert_file(), stranger.client_key_file()),
+    );
+    assert!(
+        matches!(
+            mismatched,
+            ConfigError::Tls {
+                setting: "tls_client_cert_files",
+                ..
+            }
+        ),
+        "{mismatched}"
+    );
+    assert!(
+        mismatched.to_string().contains("does not belong"),
+        "{mismatched}"
+    );
+    // A CA block that holds no certificate is named as the CA setting, not the URL.
+    let broken = refused(
+        Redlock::builder()
+            .master(&url)
+            .tls_ca_pem("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"),
+    );
+    assert!(
+        matches!(
+            broken,
+            ConfigError::Tls {
+                setting: "tls_ca_pem",
+                ..
+            }
+        ),
+        "{broken}"
+    );
 
     // TLS settings for masters without TLS: the URLs must say rediss://.
     let plain = refused(

@@ -73,6 +73,13 @@ pub mod limits {
     /// The longest owner label accepted ([`Builder::label`](crate::Builder::label)), in
     /// bytes: 256.
     pub const MAX_LABEL_LEN: usize = 256;
+
+    /// The largest PEM file read for a TLS setting ([`Builder::tls_ca_file`] and the
+    /// others), in bytes: 4 MiB, far above any CA bundle. A larger file, or a device that
+    /// never ends such as `/dev/zero`, is refused instead of read into memory.
+    ///
+    /// [`Builder::tls_ca_file`]: crate::Builder::tls_ca_file
+    pub const MAX_PEM_FILE_LEN: u64 = 4 * 1024 * 1024;
 }
 
 pub(crate) use limits::{
@@ -1360,13 +1367,35 @@ impl Pem {
     fn read(&self, setting: &'static str) -> Result<Vec<u8>, ConfigError> {
         match self {
             Pem::Bytes(bytes) => Ok(bytes.clone()),
-            Pem::File(path) => std::fs::read(path).map_err(|e| ConfigError::Tls {
-                setting,
-                reason: format!(
-                    "cannot read {:?} ({e}): give the path of a readable PEM file",
-                    path.display().to_string()
-                ),
-            }),
+            Pem::File(path) => {
+                use std::io::Read as _;
+
+                let shown = path.display().to_string();
+                let mut pem = Vec::new();
+                // One byte more than the limit tells a file at the limit from a longer one.
+                std::fs::File::open(path)
+                    .and_then(|file| {
+                        file.take(limits::MAX_PEM_FILE_LEN.saturating_add(1))
+                            .read_to_end(&mut pem)
+                    })
+                    .map_err(|e| ConfigError::Tls {
+                        setting,
+                        reason: format!(
+                            "cannot read {shown:?} ({e}): give the path of a readable PEM file"
+                        ),
+                    })?;
+                if u64::try_from(pem.len()).map_or(true, |len| len > limits::MAX_PEM_FILE_LEN) {
+                    return Err(ConfigError::Tls {
+                        setting,
+                        reason: format!(
+                            "{shown:?} is larger than {} bytes, more than any PEM file: give \
+                             the path of the PEM file itself",
+                            limits::MAX_PEM_FILE_LEN
+                        ),
+                    });
+                }
+                Ok(pem)
+            }
         }
     }
 

@@ -433,6 +433,28 @@ async fn the_builder_refuses_unsafe_or_useless_tls_settings() {
         "{missing}"
     );
 
+    // A file far too large for PEM, or a device that never ends, is not read into memory.
+    let dir = tempfile::tempdir().unwrap();
+    let huge = dir.path().join("huge.pem");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(redquorum::limits::MAX_PEM_FILE_LEN + 1)
+        .unwrap();
+    for file in [huge.as_path(), std::path::Path::new("/dev/zero")] {
+        let err = refused(Redlock::builder().master(&url).tls_ca_file(file));
+        assert!(
+            matches!(
+                err,
+                ConfigError::Tls {
+                    setting: "tls_ca_file",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("larger than"), "{err}");
+    }
+
     // A client key that is no key.
     let authority = cluster.tls().unwrap();
     let no_key = refused(

@@ -615,3 +615,37 @@ async fn no_public_type_shows_the_client_key() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_host_the_certificate_does_not_name_is_a_clear_permanent_error() {
+    // The masters' certificate names 127.0.0.1 and localhost; ::ffff:127.0.0.1 reaches the
+    // same socket, but is another address, which it does not name.
+    let cluster = Cluster::start_tls(3).await.unwrap();
+    let mapped: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|url| url.replacen("127.0.0.1", "[::ffff:127.0.0.1]", 1))
+        .collect();
+    let client = Redlock::builder()
+        .quarantine(false)
+        .masters(&mapped)
+        .tls_ca_pem(cluster.tls_ca_pem().unwrap())
+        .connect_timeout("2s")
+        .build()
+        .unwrap();
+    let err = client
+        .acquire_with(
+            &unique_key("wrong_host"),
+            &redquorum::AcquireOptions::new().wait_timeout(Duration::from_secs(60)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Tls, "{err}");
+    assert!(!err.is_retryable(), "{err}");
+    assert_eq!(err.attempts(), 1, "{err}");
+    assert!(
+        err.to_string()
+            .contains("not issued for the host in its URL"),
+        "{err}"
+    );
+}

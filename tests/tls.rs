@@ -649,3 +649,44 @@ async fn a_host_the_certificate_does_not_name_is_a_clear_permanent_error() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn a_minority_of_masters_failing_tls_leaves_the_others_to_grant() {
+    let trusted = Cluster::start_tls(2).await.unwrap();
+    let stranger = Cluster::start_tls(1).await.unwrap();
+    let mut urls = trusted.urls();
+    urls.extend(stranger.urls());
+    let client = Redlock::builder()
+        .quarantine(false)
+        .masters(&urls)
+        .tls_ca_pem(trusted.tls_ca_pem().unwrap())
+        .connect_timeout("2s")
+        .node_timeout("500ms")
+        .build()
+        .unwrap();
+    // The stranger's master is known to fail first (it then fails at once, before the
+    // others answer): its failure alone must not end the acquire.
+    let report = client.check_masters().await;
+    let third = &report.masters()[2];
+    assert!(!third.is_reachable(), "{third}");
+    assert_eq!(
+        third.error().unwrap().kind(),
+        MasterErrorKind::Tls,
+        "{third}"
+    );
+    let lease = client
+        .acquire_with(
+            &unique_key("tls_minority"),
+            &redquorum::AcquireOptions::new().wait_timeout(Duration::from_secs(10)),
+        )
+        .await
+        .unwrap();
+    let reports = lease.masters();
+    assert!(reports[0].outcome().is_granted(), "{lease:?}");
+    assert!(reports[1].outcome().is_granted(), "{lease:?}");
+    match reports[2].outcome() {
+        MasterOutcome::Failed(e) => assert_eq!(e.kind(), MasterErrorKind::Tls, "{e}"),
+        other => panic!("{}: {other}", reports[2].master()),
+    }
+    lease.release().await.unwrap();
+}

@@ -253,6 +253,12 @@ async fn init_cluster_fencing_inspect_and_force_unlock_over_tls() {
     first.release().await.unwrap();
     let second = client.try_acquire(&key).await.unwrap();
     assert!(second.fencing_token().unwrap() > token);
+    // A quorum granted it; the third master's grant may still be on its way, and the
+    // force-unlock below must find the lock on all three.
+    wait_until(Duration::from_secs(2), "held everywhere", || {
+        everywhere(&cluster, &key, Some(second.value()))
+    })
+    .await;
 
     let inspection = client.inspect(&key).await.unwrap();
     assert_eq!(inspection.holder(), Some(second.value()), "{inspection}");

@@ -73,6 +73,13 @@ pub mod limits {
     /// The longest owner label accepted ([`Builder::label`](crate::Builder::label)), in
     /// bytes: 256.
     pub const MAX_LABEL_LEN: usize = 256;
+
+    /// The largest PEM file read for a TLS setting ([`Builder::tls_ca_file`] and the
+    /// others), in bytes: 4 MiB, far above any CA bundle. A larger file, or a device that
+    /// never ends such as `/dev/zero`, is refused instead of read into memory.
+    ///
+    /// [`Builder::tls_ca_file`]: crate::Builder::tls_ca_file
+    pub const MAX_PEM_FILE_LEN: u64 = 4 * 1024 * 1024;
 }
 
 pub(crate) use limits::{
@@ -1210,6 +1217,11 @@ fn parse_masters(urls: &[String], tls: &TlsSettings) -> Result<Vec<MasterSpec>, 
                 url: name.clone(),
                 reason: redact_message(&e.to_string(), url),
             })?;
+        // The parser forgives what the check above reads literally (a space before the
+        // scheme, a tab inside it): the parsed address is what counts.
+        if matches!(info.addr(), ConnectionAddr::TcpTls { insecure: true, .. }) {
+            return Err(insecure_url(&name));
+        }
         if !info.addr().is_supported() {
             return Err(ConfigError::InvalidUrl {
                 url: name,
@@ -1325,16 +1337,21 @@ fn check_tls_url(url: &str, name: &str) -> Result<(), ConfigError> {
     // docs/design.md §13: a master whose certificate is not checked can be impersonated by
     // anyone on the path, who can then grant the lock to two clients at once.
     if url.contains('#') {
-        return Err(ConfigError::InvalidUrl {
-            url: name.to_owned(),
-            reason: "a URL fragment (such as #insecure) is not supported: #insecure would turn \
-                     off the check of the master's certificate, so anyone on the network path \
-                     could answer as the master and grant the lock twice; remove it, and give \
-                     the masters' CA with Builder::tls_ca_pem or Builder::tls_ca_file"
-                .to_owned(),
-        });
+        return Err(insecure_url(name));
     }
     Ok(())
+}
+
+/// The refusal of a `rediss://` URL with a fragment, such as `#insecure`.
+fn insecure_url(name: &str) -> ConfigError {
+    ConfigError::InvalidUrl {
+        url: name.to_owned(),
+        reason: "a URL fragment (such as #insecure) is not supported: #insecure would turn off \
+                 the check of the master's certificate, so anyone on the network path could \
+                 answer as the master and grant the lock twice; remove it, and give the \
+                 masters' CA with Builder::tls_ca_pem or Builder::tls_ca_file"
+            .to_owned(),
+    }
 }
 
 /// PEM text given to the builder: bytes, or a file read by [`Builder::build`].
@@ -1350,13 +1367,35 @@ impl Pem {
     fn read(&self, setting: &'static str) -> Result<Vec<u8>, ConfigError> {
         match self {
             Pem::Bytes(bytes) => Ok(bytes.clone()),
-            Pem::File(path) => std::fs::read(path).map_err(|e| ConfigError::Tls {
-                setting,
-                reason: format!(
-                    "cannot read {:?} ({e}): give the path of a readable PEM file",
-                    path.display().to_string()
-                ),
-            }),
+            Pem::File(path) => {
+                use std::io::Read as _;
+
+                let shown = path.display().to_string();
+                let mut pem = Vec::new();
+                // One byte more than the limit tells a file at the limit from a longer one.
+                std::fs::File::open(path)
+                    .and_then(|file| {
+                        file.take(limits::MAX_PEM_FILE_LEN.saturating_add(1))
+                            .read_to_end(&mut pem)
+                    })
+                    .map_err(|e| ConfigError::Tls {
+                        setting,
+                        reason: format!(
+                            "cannot read {shown:?} ({e}): give the path of a readable PEM file"
+                        ),
+                    })?;
+                if u64::try_from(pem.len()).map_or(true, |len| len > limits::MAX_PEM_FILE_LEN) {
+                    return Err(ConfigError::Tls {
+                        setting,
+                        reason: format!(
+                            "{shown:?} is larger than {} bytes, more than any PEM file: give \
+                             the path of the PEM file itself",
+                            limits::MAX_PEM_FILE_LEN
+                        ),
+                    });
+                }
+                Ok(pem)
+            }
         }
     }
 
@@ -1431,14 +1470,13 @@ impl TlsSettings {
             return Ok(None);
         }
         let certificates = |setting: &'static str, pem: &[u8], what: &str| {
-            let count = CertificateDer::pem_slice_iter(pem)
+            let certificates = CertificateDer::pem_slice_iter(pem)
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| ConfigError::Tls {
                     setting,
                     reason: format!("its PEM cannot be read ({e}): give {what} in PEM form"),
-                })?
-                .len();
-            if count == 0 {
+                })?;
+            if certificates.is_empty() {
                 return Err(ConfigError::Tls {
                     setting,
                     reason: format!(
@@ -1447,7 +1485,7 @@ impl TlsSettings {
                     ),
                 });
             }
-            Ok(())
+            Ok(certificates)
         };
         let root_cert = match &self.ca {
             Some(ca) => {
@@ -1457,7 +1495,19 @@ impl TlsSettings {
                     "tls_ca_pem"
                 };
                 let pem = ca.read(setting)?;
-                certificates(setting, &pem, "the CA certificate of the masters")?;
+                // Each must be a certificate the masters' certificates can chain to: the redis
+                // client would refuse it without saying which setting to fix.
+                let mut roots = rustls::RootCertStore::empty();
+                for certificate in certificates(setting, &pem, "the CA certificate of the masters")?
+                {
+                    roots.add(certificate).map_err(|e| ConfigError::Tls {
+                        setting,
+                        reason: format!(
+                            "a certificate in it cannot be used as a CA ({e}): give the CA \
+                             certificate of the masters in PEM form"
+                        ),
+                    })?;
+                }
                 Some(pem)
             }
             None => None,
@@ -1470,17 +1520,20 @@ impl TlsSettings {
                     "tls_client_cert_pem"
                 };
                 let client_cert = cert.read(setting)?;
-                certificates(setting, &client_cert, "the client certificate")?;
+                let chain = certificates(setting, &client_cert, "the client certificate")?;
                 let client_key = key.read(setting)?;
                 // The key's bytes and the parser's words about them stay out of the message.
-                if PrivateKeyDer::from_pem_slice(&client_key).is_err() {
+                let Ok(parsed_key) = PrivateKeyDer::from_pem_slice(&client_key) else {
                     return Err(ConfigError::Tls {
                         setting,
                         reason: "the private key holds no PEM key (PKCS#8, PKCS#1 or SEC1): \
                                  give the client certificate's key in PEM form"
                             .to_owned(),
                     });
-                }
+                };
+                // A key of another certificate would fail every handshake, each time as a
+                // fault the redis client does not name: refuse it now.
+                check_client_key(setting, chain, parsed_key)?;
                 Some(redis::ClientTlsConfig {
                     client_cert,
                     client_key,
@@ -1507,6 +1560,42 @@ impl TlsSettings {
         }
         Ok(None)
     }
+}
+
+/// Refuses a client key that the crypto provider cannot use or that does not belong to the
+/// first certificate of `chain`. The message never shows the key.
+#[cfg(feature = "tls")]
+fn check_client_key(
+    setting: &'static str,
+    chain: Vec<rustls::pki_types::CertificateDer<'static>>,
+    key: rustls::pki_types::PrivateKeyDer<'static>,
+) -> Result<(), ConfigError> {
+    use rustls::crypto::CryptoProvider;
+
+    install_crypto_provider();
+    let ring;
+    let provider = match CryptoProvider::get_default() {
+        Some(provider) => &**provider,
+        None => {
+            ring = rustls::crypto::ring::default_provider();
+            &ring
+        }
+    };
+    rustls::sign::CertifiedKey::from_der(chain, key, provider)
+        .map(|_| ())
+        .map_err(|e| ConfigError::Tls {
+            setting,
+            reason: match e {
+                rustls::Error::InconsistentKeys(_) => "the private key does not belong to the \
+                                                       client certificate: give the key made \
+                                                       with that certificate"
+                    .to_owned(),
+                _ => format!(
+                    "the client certificate or its key cannot be used ({e}): give a \
+                     certificate in PEM form and its private key (RSA, ECDSA or Ed25519)"
+                ),
+            },
+        })
 }
 
 /// The redis client of one master: with the builder's certificates for a TLS master.

@@ -651,4 +651,53 @@ mod tests {
         assert!(error.to_string().len() < 200, "{error}");
         assert!(format!("{error:?}").len() < 200, "{error:?}");
     }
+
+    /// Each handshake failure the testkit cannot stage (an expired certificate, one not
+    /// valid yet) is classified like those it can: permanent, saying what to change; a
+    /// network fault is not.
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_failures_are_permanent_and_say_what_to_change() {
+        use rustls::{AlertDescription as Alert, CertificateError as Cert, Error as Tls};
+
+        let cases = [
+            (
+                Tls::InvalidCertificate(Cert::UnknownIssuer),
+                "not signed by a trusted CA",
+            ),
+            (
+                Tls::InvalidCertificate(Cert::NotValidForName),
+                "not issued for the host",
+            ),
+            (
+                Tls::InvalidCertificate(Cert::Expired),
+                "outside its validity period",
+            ),
+            (
+                Tls::InvalidCertificate(Cert::NotValidYet),
+                "outside its validity period",
+            ),
+            (
+                Tls::AlertReceived(Alert::CertificateRequired),
+                "tls_client_cert",
+            ),
+            (Tls::AlertReceived(Alert::UnknownCA), "tls_client_cert"),
+            (
+                Tls::InvalidMessage(rustls::InvalidMessage::InvalidContentType),
+                "does not answer in TLS",
+            ),
+        ];
+        for (tls, says) in cases {
+            let shown = tls.to_string();
+            let io = std::io::Error::new(std::io::ErrorKind::InvalidData, tls);
+            let error = MasterError::from_redis(redis::RedisError::from(io));
+            assert_eq!(error.kind(), MasterErrorKind::Tls, "{shown}: {error}");
+            assert!(error.kind().is_permanent(), "{error}");
+            assert!(error.to_string().contains(says), "{shown}: {error}");
+        }
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        let error = MasterError::from_redis(redis::RedisError::from(reset));
+        assert_eq!(error.kind(), MasterErrorKind::Io, "{error}");
+        assert!(!error.kind().is_permanent());
+    }
 }

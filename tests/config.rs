@@ -304,6 +304,23 @@ fn tls_urls_need_the_tls_feature() {
         let (err, msg) = rejected(Redlock::builder().master("rediss://127.0.0.1:7001/#insecure"));
         assert!(matches!(err, ConfigError::InvalidUrl { .. }), "{err:?}");
         assert!(msg.contains("tls_ca_pem"), "{msg}");
+        // However it is spelled: the URL parser drops a leading space and any tab, so the
+        // parsed address, not the text, decides.
+        for url in [
+            " rediss://127.0.0.1:7001/#insecure",
+            "\trediss://127.0.0.1:7001/#insecure",
+            "redi\tss://127.0.0.1:7001/#insecure",
+            "rediss:\t//127.0.0.1:7001/#insecure",
+            "REDISS://127.0.0.1:7001/#insecure",
+            "valkeys://127.0.0.1:7001#insecure",
+        ] {
+            let (err, msg) = rejected(Redlock::builder().master(url));
+            assert!(
+                matches!(err, ConfigError::InvalidUrl { .. }),
+                "{url:?}: {err:?}"
+            );
+            assert!(msg.contains("#insecure"), "{url:?}: {msg}");
+        }
     } else {
         let (err, msg) = rejected(tls);
         assert!(matches!(err, ConfigError::InvalidUrl { .. }), "{err:?}");

@@ -253,6 +253,12 @@ async fn init_cluster_fencing_inspect_and_force_unlock_over_tls() {
     first.release().await.unwrap();
     let second = client.try_acquire(&key).await.unwrap();
     assert!(second.fencing_token().unwrap() > token);
+    // A quorum granted it; the third master's grant may still be on its way, and the
+    // force-unlock below must find the lock on all three.
+    wait_until(Duration::from_secs(2), "held everywhere", || {
+        everywhere(&cluster, &key, Some(second.value()))
+    })
+    .await;
 
     let inspection = client.inspect(&key).await.unwrap();
     assert_eq!(inspection.holder(), Some(second.value()), "{inspection}");
@@ -433,6 +439,28 @@ async fn the_builder_refuses_unsafe_or_useless_tls_settings() {
         "{missing}"
     );
 
+    // A file far too large for PEM, or a device that never ends, is not read into memory.
+    let dir = tempfile::tempdir().unwrap();
+    let huge = dir.path().join("huge.pem");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(redquorum::limits::MAX_PEM_FILE_LEN + 1)
+        .unwrap();
+    for file in [huge.as_path(), std::path::Path::new("/dev/zero")] {
+        let err = refused(Redlock::builder().master(&url).tls_ca_file(file));
+        assert!(
+            matches!(
+                err,
+                ConfigError::Tls {
+                    setting: "tls_ca_file",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("larger than"), "{err}");
+    }
+
     // A client key that is no key.
     let authority = cluster.tls().unwrap();
     let no_key = refused(
@@ -441,6 +469,43 @@ async fn the_builder_refuses_unsafe_or_useless_tls_settings() {
             .tls_client_cert_pem(authority.client_cert_pem(), "no key here"),
     );
     assert!(matches!(no_key, ConfigError::Tls { .. }), "{no_key}");
+    // A key of another certificate: every handshake would fail, so it is refused at once.
+    let stranger = TlsAuthority::generate().unwrap();
+    let mismatched = refused(
+        Redlock::builder()
+            .master(&url)
+            .tls_client_cert_files(authority.client_cert_file(), stranger.client_key_file()),
+    );
+    assert!(
+        matches!(
+            mismatched,
+            ConfigError::Tls {
+                setting: "tls_client_cert_files",
+                ..
+            }
+        ),
+        "{mismatched}"
+    );
+    assert!(
+        mismatched.to_string().contains("does not belong"),
+        "{mismatched}"
+    );
+    // A CA block that holds no certificate is named as the CA setting, not the URL.
+    let broken = refused(
+        Redlock::builder()
+            .master(&url)
+            .tls_ca_pem("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"),
+    );
+    assert!(
+        matches!(
+            broken,
+            ConfigError::Tls {
+                setting: "tls_ca_pem",
+                ..
+            }
+        ),
+        "{broken}"
+    );
 
     // TLS settings for masters without TLS: the URLs must say rediss://.
     let plain = refused(
@@ -555,4 +620,79 @@ async fn no_public_type_shows_the_client_key() {
             assert!(!text.contains(secret), "the client key shows in: {text}");
         }
     }
+}
+
+#[tokio::test]
+async fn a_host_the_certificate_does_not_name_is_a_clear_permanent_error() {
+    // The masters' certificate names 127.0.0.1 and localhost; ::ffff:127.0.0.1 reaches the
+    // same socket, but is another address, which it does not name.
+    let cluster = Cluster::start_tls(3).await.unwrap();
+    let mapped: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|url| url.replacen("127.0.0.1", "[::ffff:127.0.0.1]", 1))
+        .collect();
+    let client = Redlock::builder()
+        .quarantine(false)
+        .masters(&mapped)
+        .tls_ca_pem(cluster.tls_ca_pem().unwrap())
+        .connect_timeout("2s")
+        .build()
+        .unwrap();
+    let err = client
+        .acquire_with(
+            &unique_key("wrong_host"),
+            &redquorum::AcquireOptions::new().wait_timeout(Duration::from_secs(60)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Tls, "{err}");
+    assert!(!err.is_retryable(), "{err}");
+    assert_eq!(err.attempts(), 1, "{err}");
+    assert!(
+        err.to_string()
+            .contains("not issued for the host in its URL"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_minority_of_masters_failing_tls_leaves_the_others_to_grant() {
+    let trusted = Cluster::start_tls(2).await.unwrap();
+    let stranger = Cluster::start_tls(1).await.unwrap();
+    let mut urls = trusted.urls();
+    urls.extend(stranger.urls());
+    let client = Redlock::builder()
+        .quarantine(false)
+        .masters(&urls)
+        .tls_ca_pem(trusted.tls_ca_pem().unwrap())
+        .connect_timeout("2s")
+        .node_timeout("500ms")
+        .build()
+        .unwrap();
+    // The stranger's master is known to fail first (it then fails at once, before the
+    // others answer): its failure alone must not end the acquire.
+    let report = client.check_masters().await;
+    let third = &report.masters()[2];
+    assert!(!third.is_reachable(), "{third}");
+    assert_eq!(
+        third.error().unwrap().kind(),
+        MasterErrorKind::Tls,
+        "{third}"
+    );
+    let lease = client
+        .acquire_with(
+            &unique_key("tls_minority"),
+            &redquorum::AcquireOptions::new().wait_timeout(Duration::from_secs(10)),
+        )
+        .await
+        .unwrap();
+    let reports = lease.masters();
+    assert!(reports[0].outcome().is_granted(), "{lease:?}");
+    assert!(reports[1].outcome().is_granted(), "{lease:?}");
+    match reports[2].outcome() {
+        MasterOutcome::Failed(e) => assert_eq!(e.kind(), MasterErrorKind::Tls, "{e}"),
+        other => panic!("{}: {other}", reports[2].master()),
+    }
+    lease.release().await.unwrap();
 }

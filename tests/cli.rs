@@ -933,6 +933,12 @@ async fn a_client_with_other_cluster_settings_is_refused_as_misconfigured() {
         .output(&["--ttl-max", "6s", "run", "--no-wait", &key, "--", "true"])
         .await;
     assert_one_line_error(&output, 78, "another TTL maximum");
+    // A shorter TTL alone gives a shorter maximum too: the message names the flag.
+    let output = fleet
+        .output(&["--ttl", "2s", "run", "--no-wait", &key, "--", "true"])
+        .await;
+    assert_one_line_error(&output, 78, "a shorter TTL without the cluster's maximum");
+    assert!(stderr(&output).contains("--ttl-max"), "{output:?}");
 }
 
 #[tokio::test]

@@ -101,6 +101,12 @@ impl Failure {
 fn as_flags(message: &str) -> String {
     const FLAGS: &[(&str, &str)] = &[
         ("Builder::ttl_max", "--ttl-max (REDQUORUM_TTL_MAX)"),
+        // A cluster record's terms: the TTL maximum defaults to --ttl, so a job that
+        // shortens its TTL must give the cluster's maximum.
+        (
+            "ttl_max_ms \"",
+            "ttl_max_ms (--ttl-max, which defaults to --ttl: give the cluster's) \"",
+        ),
         (
             "Builder::tls_ca_pem or Builder::tls_ca_file",
             "--tls-ca (REDQUORUM_TLS_CA)",

@@ -28,21 +28,6 @@ async fn conn(server: &Server) -> MultiplexedConnection {
         .unwrap()
 }
 
-/// The value of `key` on `server`.
-async fn value_of(server: &Server, key: &str) -> Option<String> {
-    conn(server).await.get(key).await.unwrap()
-}
-
-/// Whether every master of `cluster` holds `value` under `key` (`None`: holds nothing).
-async fn everywhere(cluster: &Cluster, key: &str, value: Option<&str>) -> bool {
-    for server in cluster.servers() {
-        if value_of(server, key).await.as_deref() != value {
-            return false;
-        }
-    }
-    true
-}
-
 /// A client over the TLS masters of `cluster` that trusts their CA (given as PEM).
 fn tls_client(cluster: &Cluster) -> redquorum::Builder {
     client(cluster).tls_ca_pem(cluster.tls_ca_pem().unwrap())
@@ -94,7 +79,7 @@ async fn acquire_extend_and_release_over_tls() {
             >= 2
     );
     wait_until(Duration::from_secs(2), "held everywhere", || {
-        everywhere(&cluster, &key, Some(lease.value()))
+        held_everywhere(&cluster, &key, lease.value())
     })
     .await;
 
@@ -122,7 +107,7 @@ async fn acquire_extend_and_release_over_tls() {
         "{report:?}"
     );
     wait_until(Duration::from_secs(2), "released everywhere", || {
-        everywhere(&cluster, &key, None)
+        gone_everywhere(&cluster, &key)
     })
     .await;
 }
@@ -256,7 +241,7 @@ async fn init_cluster_fencing_inspect_and_force_unlock_over_tls() {
     // A quorum granted it; the third master's grant may still be on its way, and the
     // force-unlock below must find the lock on all three.
     wait_until(Duration::from_secs(2), "held everywhere", || {
-        everywhere(&cluster, &key, Some(second.value()))
+        held_everywhere(&cluster, &key, second.value())
     })
     .await;
 
@@ -264,7 +249,7 @@ async fn init_cluster_fencing_inspect_and_force_unlock_over_tls() {
     assert_eq!(inspection.holder(), Some(second.value()), "{inspection}");
     let report = client.force_unlock(&key, second.value()).await.unwrap();
     assert_eq!(report.deleted(), 3, "{report:?}");
-    assert!(everywhere(&cluster, &key, None).await);
+    assert!(gone_everywhere(&cluster, &key).await);
     drop(second);
 }
 

@@ -41,6 +41,14 @@ pub async fn get(url: &str, key: &str) -> Option<String> {
     raw(url).await.get(key).await.unwrap()
 }
 
+/// The value of `key` on `server`, over a connection of the test's own (TLS for a
+/// server started with TLS).
+pub async fn value_on(server: &Server, key: &str) -> Option<String> {
+    let client = server.client().unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    conn.get(key).await.unwrap()
+}
+
 /// Awaits `condition` by polling it every 5 ms for at most `limit`; panics with `what`
 /// if it never holds.
 pub async fn wait_until<F, Fut>(limit: Duration, what: &str, mut condition: F)
@@ -65,7 +73,7 @@ where
 /// granted, so the rest of its writes may still be on the way.
 pub async fn held_everywhere(cluster: &Cluster, key: &str, value: &str) -> bool {
     for server in cluster.servers() {
-        if get(&server.url(), key).await.as_deref() != Some(value) {
+        if value_on(server, key).await.as_deref() != Some(value) {
             return false;
         }
     }
@@ -78,7 +86,7 @@ pub async fn gone_everywhere(cluster: &Cluster, key: &str) -> bool {
         if !server.is_running() || server.is_paused() {
             continue;
         }
-        if get(&server.url(), key).await.is_some() {
+        if value_on(server, key).await.is_some() {
             return false;
         }
     }

@@ -70,6 +70,12 @@ pub mod limits {
     /// [`ErrorKind::InvalidResource`](crate::ErrorKind::InvalidResource); hash them first.
     pub const MAX_RESOURCE_LEN: usize = 1024;
 
+    /// The largest limit of a semaphore ([`Redlock::semaphore`](crate::Redlock::semaphore)),
+    /// and so the most permits one acquisition takes: 64. Every acquisition reads each of
+    /// the semaphore's slots on every master, so the cost grows with the limit; for more
+    /// concurrent holders, split the work over several semaphores.
+    pub const MAX_PERMITS: u32 = 64;
+
     /// The longest owner label accepted ([`Builder::label`](crate::Builder::label)), in
     /// bytes: 256.
     pub const MAX_LABEL_LEN: usize = 256;

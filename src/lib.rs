@@ -124,6 +124,7 @@ mod operate;
 mod quarantine;
 mod quorum;
 mod scripts;
+mod semaphore;
 #[cfg(test)]
 mod sim;
 mod telemetry;
@@ -144,6 +145,7 @@ pub use lock::{AcquireOptions, Redlock};
 #[cfg(feature = "mutants")]
 pub use mutants::Mutant;
 pub use operate::{Holding, Inspection, MasterView, OwnerInfo, UnlockReport, Verdict};
+pub use semaphore::Semaphore;
 
 /// The README's examples, compiled as doc tests.
 #[cfg(doctest)]

@@ -160,21 +160,21 @@ impl AcquireOptions {
 }
 
 /// Settings of one acquire call, resolved against the client's configuration.
-struct Plan {
-    ttl: Duration,
-    fencing: bool,
+pub(crate) struct Plan {
+    pub(crate) ttl: Duration,
+    pub(crate) fencing: bool,
     /// Attempts that may spend the budget (see `acquire_with`).
-    attempts: u32,
-    give_up_at: Instant,
-    watchdog: bool,
-    max_hold: Option<Duration>,
+    pub(crate) attempts: u32,
+    pub(crate) give_up_at: Instant,
+    pub(crate) watchdog: bool,
+    pub(crate) max_hold: Option<Duration>,
     /// Who the owner record names.
-    owner: Arc<Owner>,
+    pub(crate) owner: Arc<Owner>,
 }
 
 /// What woke a waiting acquire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Wake {
+pub(crate) enum Wake {
     /// The retry timer: the next attempt spends the attempt budget.
     Timer,
     /// Something that happened on the masters: the next attempt is free.
@@ -705,7 +705,7 @@ impl Redlock {
         }
     }
 
-    fn plan(&self, resource: &str, options: &AcquireOptions) -> Result<Plan, Error> {
+    pub(crate) fn plan(&self, resource: &str, options: &AcquireOptions) -> Result<Plan, Error> {
         let config = &self.inner.config;
         let invalid =
             |detail: String| Error::new(ErrorKind::InvalidOptions, resource).with_detail(detail);
@@ -949,7 +949,7 @@ impl Redlock {
     /// The fencing write-back (phase 2, see `fencing.rs`): raises the counters to a token
     /// starting at `token`, above every counter a master reports in conflict, until a
     /// quorum accepted one, within the lease's validity.
-    async fn fence(
+    pub(crate) async fn fence(
         &self,
         key: &Arc<str>,
         resource: &Arc<str>,
@@ -1162,10 +1162,11 @@ impl Redlock {
 /// A refusal that no quorum can outvote (docs/design.md §11): a master whose cluster record
 /// disagrees with this client's configuration (or that it reaches twice), or a name that
 /// holds another kind of lock. Its kind and the masters' own words.
-fn refusal(reports: &[MasterReport]) -> Option<(ErrorKind, String)> {
+pub(crate) fn refusal(reports: &[MasterReport]) -> Option<(ErrorKind, String)> {
     for (master_kind, kind) in [
         (MasterErrorKind::ClusterMismatch, ErrorKind::ClusterMismatch),
         (MasterErrorKind::WrongKind, ErrorKind::WrongKind),
+        (MasterErrorKind::LimitMismatch, ErrorKind::LimitMismatch),
     ] {
         // Each distinct reason once; the masters' reports name who said it.
         let mut found: Vec<String> = Vec::new();
@@ -1187,7 +1188,10 @@ fn refusal(reports: &[MasterReport]) -> Option<(ErrorKind, String)> {
 /// Failures that last until a configuration changes (authentication, evicting masters), if
 /// they alone leave too few masters able to grant: their kind and what to change. `spare`
 /// is how many masters a quorum can do without.
-fn permanent_failure(reports: &[MasterReport], spare: usize) -> Option<(ErrorKind, String)> {
+pub(crate) fn permanent_failure(
+    reports: &[MasterReport],
+    spare: usize,
+) -> Option<(ErrorKind, String)> {
     let failed = |kind: MasterErrorKind| -> Vec<&str> {
         reports
             .iter()
@@ -1250,7 +1254,7 @@ fn permanent_failure(reports: &[MasterReport], spare: usize) -> Option<(ErrorKin
 /// A random pause that spreads the waiters woken by one event over a round's time (at
 /// least a millisecond), doubling after each of up to three lost races in a row, so that
 /// the first usually wins alone instead of splitting the votes.
-fn spread(round: Duration, herd: u32) -> Duration {
+pub(crate) fn spread(round: Duration, herd: u32) -> Duration {
     round
         .max(Duration::from_millis(1))
         .saturating_mul(1 << herd.min(3))
@@ -1259,13 +1263,16 @@ fn spread(round: Duration, herd: u32) -> Duration {
 
 /// When a waiter tries again after the holder's keys expire at `free`: spread out like
 /// the waiters woken by a notice, since they all read the same expiry.
-fn holder_wake(free: Instant, now: Instant, round: Duration, herd: u32) -> Instant {
+pub(crate) fn holder_wake(free: Instant, now: Instant, round: Duration, herd: u32) -> Instant {
     free.max(now) + spread(round, herd)
 }
 
 /// The kind of a failed acquire round and, when too few masters vote, the instant enough
 /// of them vote again.
-fn failure_kind(outcomes: &[MasterOutcome], quorum: usize) -> (ErrorKind, Option<Instant>) {
+pub(crate) fn failure_kind(
+    outcomes: &[MasterOutcome],
+    quorum: usize,
+) -> (ErrorKind, Option<Instant>) {
     let n = outcomes.len();
     let denied = outcomes
         .iter()
@@ -1293,7 +1300,7 @@ fn failure_kind(outcomes: &[MasterOutcome], quorum: usize) -> (ErrorKind, Option
     (ErrorKind::NoQuorum, None)
 }
 
-fn wait_timeout(error: Error, attempts: u32) -> Error {
+pub(crate) fn wait_timeout(error: Error, attempts: u32) -> Error {
     let detail = format!(
         "wait budget used up after {attempts} attempts (last: {})",
         kind_word(error.kind())

@@ -53,6 +53,10 @@ pub(crate) enum Op {
         fence: FenceRead,
         owner: Arc<Owner>,
     },
+    /// Takes `wanted` slots of a semaphore, all or none, after checking its stored limit
+    /// (`semaphore.lua`, docs/design.md §15); also reads the data epoch, the cluster
+    /// record, the fence counters of the slots (with `fence`) and which slots are free.
+    AcquirePermits(Box<PermitsOp>),
     /// Compare-and-`PEXPIRE` (never setting a missing key again), see `extend.lua`; with
     /// `epoch`, also reads the data epoch.
     Extend {
@@ -159,6 +163,7 @@ impl Op {
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Op::AcquireChecked { .. } => "acquire",
+            Op::AcquirePermits(_) => "acquire_permits",
             Op::Fence { .. } => "fence",
             Op::Extend { .. } => "extend",
             Op::Release { .. } => "release",
@@ -172,6 +177,35 @@ impl Op {
             Op::Inspect { .. } => "inspect",
             Op::ForceUnlock { .. } => "force_unlock",
         }
+    }
+}
+
+/// The request of [`Op::AcquirePermits`].
+#[derive(Debug)]
+pub(crate) struct PermitsOp {
+    /// The semaphore's limit record.
+    pub(crate) limit_key: Arc<str>,
+    /// Every slot key, `0 .. limit`.
+    pub(crate) slots: Arc<[Arc<str>]>,
+    /// The slot keys' common beginning (slot `i` is it followed by `i`).
+    pub(crate) base: Arc<str>,
+    /// The slots to take, distinct and below the limit.
+    pub(crate) wanted: Vec<u32>,
+    pub(crate) value: Arc<str>,
+    pub(crate) ttl: Duration,
+    /// Read the wanted slots' fence counters.
+    pub(crate) fence: bool,
+    pub(crate) owner: Arc<Owner>,
+    /// The permit keys of [`Mutant::SemaphoreCountPerMaster`]: when set, the master counts
+    /// the permits it holds and sets these keys while fewer than the limit would be held.
+    #[cfg(feature = "mutants")]
+    pub(crate) counted: Option<Vec<Arc<str>>>,
+}
+
+impl PermitsOp {
+    /// The semaphore's limit, the number of slots.
+    pub(crate) fn limit(&self) -> usize {
+        self.slots.len()
     }
 }
 
@@ -214,6 +248,19 @@ pub(crate) enum Reply {
         fence: Option<u64>,
         /// When refused: how long the holder's key lives.
         holder_ttl: Option<Duration>,
+    },
+    /// The answer to `AcquirePermits`.
+    Permits {
+        /// Every wanted slot was set.
+        granted: bool,
+        epoch: EpochReport,
+        /// The wanted slots' fence counters, in the order asked, when read.
+        fences: Vec<Option<u64>>,
+        /// When refused: after how long enough slots are free on this master, if they are
+        /// held (not when other free slots suffice).
+        wait: Option<Duration>,
+        /// The slots free on this master when it answered (before granting).
+        free: Vec<u32>,
     },
     /// The answer to `Fence`.
     Fenced {
@@ -290,9 +337,10 @@ impl Reply {
     /// The epoch this reply read, if any.
     pub(crate) fn epoch(&self) -> Option<&EpochReport> {
         match self {
-            Reply::Checked { epoch, .. } | Reply::Fenced { epoch, .. } | Reply::Gone { epoch } => {
-                Some(epoch)
-            }
+            Reply::Checked { epoch, .. }
+            | Reply::Permits { epoch, .. }
+            | Reply::Fenced { epoch, .. }
+            | Reply::Gone { epoch } => Some(epoch),
             _ => None,
         }
     }
@@ -945,6 +993,7 @@ async fn run(
                 holder_ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
             })
         }
+        Op::AcquirePermits(permits) => acquire_permits(permits, conn, shared).await,
         Op::Extend {
             key,
             value,
@@ -1167,6 +1216,103 @@ async fn invoke_agreed<T: redis::FromRedisValue>(
         shared.record_changed(conn).await?;
         learnt = true;
     }
+}
+
+/// Runs `semaphore.lua` (or, planted, its per-master count) and reads its answer.
+async fn acquire_permits(
+    op: &PermitsOp,
+    conn: &mut MultiplexedConnection,
+    shared: &Shared,
+) -> Result<Reply, MasterError> {
+    type Answer = (
+        i64,
+        String,
+        String,
+        Option<Vec<String>>,
+        i64,
+        Vec<u32>,
+        Option<String>,
+    );
+    let (code, record, now, fences, wait, free, detail): Answer = invoke_agreed(
+        conn,
+        shared,
+        |a: &Answer| a.0,
+        |fingerprint| {
+            #[cfg(feature = "mutants")]
+            if let Some(keys) = &op.counted {
+                let mut call = scripts::SEMAPHORE_COUNT_PER_MASTER.key(scripts::EPOCH_KEY);
+                call.key(&*shared.record_key);
+                for key in keys {
+                    call.key(&**key);
+                }
+                call.arg(&*op.value)
+                    .arg(millis(op.ttl))
+                    .arg(new_epoch_id())
+                    .arg(fingerprint)
+                    .arg(op.limit())
+                    .arg(format!("{}c:*", op.base));
+                return call;
+            }
+            let mut call = scripts::SEMAPHORE.key(scripts::EPOCH_KEY);
+            call.key(&*shared.record_key).key(&*op.limit_key);
+            for slot in op.slots.iter() {
+                call.key(&**slot);
+            }
+            call.arg(&*op.value)
+                .arg(millis(op.ttl))
+                .arg(new_epoch_id())
+                .arg(if op.fence { "1" } else { "0" })
+                .arg(fingerprint)
+                .arg(&*op.owner.client)
+                .arg(&*op.owner.host)
+                .arg(op.owner.pid)
+                .arg(&*op.owner.label)
+                .arg(op.limit())
+                .arg(&*op.base);
+            for slot in &op.wanted {
+                call.arg(*slot);
+            }
+            call
+        },
+    )
+    .await?;
+    match code {
+        1 | 0 => {}
+        -4 => return Err(limit_mismatch(detail.as_deref(), op.limit())),
+        other => return Err(unexpected("semaphore", other)),
+    }
+    let fences = fences
+        .unwrap_or_default()
+        .iter()
+        .map(|c| match c.as_str() {
+            "" => Ok(None),
+            c => parse_number("semaphore", c).map(Some),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Reply::Permits {
+        granted: code == 1,
+        epoch: EpochReport {
+            record: Some(record),
+            now_us: parse_number("semaphore", &now)?,
+        },
+        fences,
+        wait: u64::try_from(wait).ok().map(Duration::from_millis),
+        free: free
+            .into_iter()
+            .filter(|s| (*s as usize) < op.limit())
+            .collect(),
+    })
+}
+
+/// The error of a master that holds permits of the semaphore under another limit.
+pub(crate) fn limit_mismatch(recorded: Option<&str>, ours: usize) -> MasterError {
+    MasterError::new(
+        MasterErrorKind::LimitMismatch,
+        format!(
+            "permits are held here under limit {}, not {ours}",
+            recorded.unwrap_or("another")
+        ),
+    )
 }
 
 /// A script refused this client's fingerprint again, right after the client adopted the

@@ -51,11 +51,16 @@ pub enum Mutant {
     /// `Redlock::init_cluster` bootstraps masters that hold keys under the prefix: masters
     /// that lost their keys vote at once beside others still holding a live lease's keys.
     BootstrapSkipsEmptiness,
+    /// A semaphore counts its permits on each master: a master grants while it holds fewer
+    /// than the limit, and the client takes the permits when a majority granted. Quorums
+    /// of counts do not intersect in slots: at N = 3 and limit 2, three holders can each
+    /// have a majority ({a, b}, {b, c}, {c, a}) with no master above the limit.
+    SemaphoreCountPerMaster,
 }
 
 impl Mutant {
     /// Every mutant, for suites that must run them all.
-    pub const ALL: [Mutant; 13] = [
+    pub const ALL: [Mutant; 14] = [
         Mutant::HalfQuorum,
         Mutant::IgnoreElapsed,
         Mutant::PlainDelRelease,
@@ -69,6 +74,7 @@ impl Mutant {
         Mutant::ExtendRecreates,
         Mutant::IgnoreFingerprint,
         Mutant::BootstrapSkipsEmptiness,
+        Mutant::SemaphoreCountPerMaster,
     ];
 }
 
@@ -108,6 +114,7 @@ every_variant![
     ExtendRecreates,
     IgnoreFingerprint,
     BootstrapSkipsEmptiness,
+    SemaphoreCountPerMaster,
 ];
 
 /// The test seams of one client: a planted bug, and how fast its clock runs against real

@@ -20,6 +20,18 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUI
 const ACQUIRE_LUA: &str = include_str!("acquire.lua");
 
 /// Reads (or starts) the data epoch, run with `EVAL` while connecting; see `epoch.lua`.
+/// Takes permits of a semaphore, all or none, after checking its stored limit
+/// (docs/design.md §15).
+pub(crate) static SEMAPHORE: LazyLock<Script> = LazyLock::new(|| Script::new(SEMAPHORE_LUA));
+const SEMAPHORE_LUA: &str = include_str!("semaphore.lua");
+
+/// The planted `SemaphoreCountPerMaster`: each master counts the permits it holds.
+#[cfg(feature = "mutants")]
+pub(crate) static SEMAPHORE_COUNT_PER_MASTER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(SEMAPHORE_COUNT_LUA));
+#[cfg(feature = "mutants")]
+const SEMAPHORE_COUNT_LUA: &str = include_str!("semaphore_count.lua");
+
 pub(crate) const EPOCH_SOURCE: &str = include_str!("epoch.lua");
 
 /// Writes the cluster record unless one exists; see `stamp.lua`.
@@ -51,6 +63,7 @@ pub(crate) fn master_scripts() -> Vec<&'static str> {
         RELEASE_LUA,
         EXTEND_LUA,
         ACQUIRE_LUA,
+        SEMAPHORE_LUA,
         EPOCH_SOURCE,
         FENCE_LUA,
         STAMP_LUA,
@@ -59,6 +72,8 @@ pub(crate) fn master_scripts() -> Vec<&'static str> {
     ];
     #[cfg(feature = "mutants")]
     scripts.extend(planted::SOURCES.iter().map(|s| s.as_str()));
+    #[cfg(feature = "mutants")]
+    scripts.push(SEMAPHORE_COUNT_LUA);
     scripts
 }
 
@@ -170,6 +185,13 @@ pub(crate) fn owner_key(key: &str) -> String {
 
 /// The names under which this crate keeps its own records (epoch, fence counters, owner
 /// records, the cluster record): lock keys must not start with it.
+/// The beginning of every key of semaphore `name` behind the key `prefix`: slot `i` is
+/// it followed by `i`, the limit record it followed by `limit` (docs/design.md §15). It
+/// lies in the records' namespace, which no lock name reaches.
+pub(crate) fn semaphore_base(prefix: &str, name: &str) -> String {
+    format!("{prefix}{RECORD_NAMESPACE}sem:{name}:")
+}
+
 pub(crate) const RECORD_NAMESPACE: &str = "redquorum:";
 
 /// Whether `key`, found under `prefix`, is one of this crate's records rather than a lock.

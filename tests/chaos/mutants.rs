@@ -204,6 +204,26 @@ const HUNTS: &[Hunt] = &[
         required: true,
         why: "",
     },
+    // Each master counts the permits it holds and the client takes a majority's grants:
+    // at N = 3 and limit 2, takers of one permit each reach three holders ({a, b}, {b, c},
+    // {c, a}) without any fault.
+    Hunt {
+        mutant: Mutant::SemaphoreCountPerMaster,
+        with: "",
+        checker: Checker::Holders,
+        scenario: |m| {
+            Box::pin(crate::semaphore::s30(
+                3,
+                2,
+                1,
+                true,
+                Some(m),
+                Expect::Detect(Checker::Holders),
+            ))
+        },
+        required: true,
+        why: "",
+    },
 ];
 
 /// Mutants of the public surface (a lease's extend and release paths), caught against real
@@ -405,4 +425,9 @@ async fn hunt_ignore_fingerprint() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_bootstrap_skips_emptiness() {
     hunt(Mutant::BootstrapSkipsEmptiness, "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hunt_semaphore_count_per_master() {
+    hunt(Mutant::SemaphoreCountPerMaster, "").await;
 }

@@ -16,6 +16,7 @@ const FENCED_SET: &str = include_str!("../src/scripts/fenced_set.lua");
 const STAMP: &str = include_str!("../src/scripts/stamp.lua");
 const INSPECT: &str = include_str!("../src/scripts/inspect.lua");
 const FORCE_UNLOCK: &str = include_str!("../src/scripts/force_unlock.lua");
+const SEMAPHORE: &str = include_str!("../src/scripts/semaphore.lua");
 
 #[tokio::test]
 async fn release_contract() {
@@ -305,6 +306,122 @@ async fn acquire_contract() {
         .await
         .unwrap();
     assert_eq!((ok, kind.as_deref()), (-3, Some("semaphore")));
+}
+
+type Permits = (
+    i64,
+    String,
+    String,
+    Option<Vec<String>>,
+    i64,
+    Vec<u32>,
+    Option<String>,
+);
+
+/// `semaphore.lua`: all the wanted slots or none, the free slots and when enough free up,
+/// the stored limit (written when missing, refused while permits are live under another,
+/// rewritten once none is), fence counters per slot, and the cluster fingerprint.
+#[tokio::test]
+async fn semaphore_contract() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let script = Script::new(SEMAPHORE);
+    let base = format!("redquorum:sem:{}:", unique_key("semaphore_script"));
+    let (epoch, record) = (unique_key("epoch"), unique_key("cluster"));
+    let limit_key = format!("{base}limit");
+    let slot = |i: u32| format!("{base}{i}");
+    let take = |value: &str, limit: u32, wanted: &[u32], fence: &str, fingerprint: &str| {
+        let mut call = script.key(&epoch);
+        call.key(&record).key(&limit_key);
+        for i in 0..limit {
+            call.key(slot(i));
+        }
+        call.arg(value)
+            .arg(10_000)
+            .arg("new-epoch")
+            .arg(fence)
+            .arg(fingerprint)
+            .arg("client-1")
+            .arg("host-1")
+            .arg(4242)
+            .arg("worker")
+            .arg(limit)
+            .arg(&base);
+        for w in wanted {
+            call.arg(*w);
+        }
+        call
+    };
+
+    // Granted: the slot set like SET NX PX with its owner record; the limit stored.
+    let (code, epoch_record, _, fences, wait, free, detail): Permits = take("v1", 2, &[0], "0", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        (code, fences, wait, free, detail),
+        (1, None, -3, vec![0, 1], None)
+    );
+    assert!(epoch_record.starts_with("new-epoch:"));
+    assert_eq!(get(&server.url(), &slot(0)).await.as_deref(), Some("v1"));
+    let pttl: i64 = conn.pttl(slot(0)).await.unwrap();
+    assert!(pttl > 9_000, "{pttl}");
+    let stored: String = conn.get(&limit_key).await.unwrap();
+    assert_eq!(stored, "2");
+    let limit_ttl: i64 = conn.pttl(&limit_key).await.unwrap();
+    assert_eq!(limit_ttl, -1, "the limit record has no TTL");
+    let owner = format!("redquorum:owner:{}", slot(0));
+    let who: std::collections::HashMap<String, String> = conn.hgetall(&owner).await.unwrap();
+    assert_eq!(who.get("kind").map(String::as_str), Some("permit"));
+    assert_eq!(who.get("value").map(String::as_str), Some("v1"));
+    // A held slot: refused, nothing set; another slot is free here, so no wait.
+    let (code, _, _, _, wait, free, _): Permits = take("v2", 2, &[0], "0", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((code, wait, free), (0, -3, vec![1]));
+    // Two wanted, one free: refused, and the wait is the held slot's PTTL; all or none.
+    let (code, _, _, _, wait, free, _): Permits = take("v2", 2, &[0, 1], "0", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((code, free), (0, vec![1]));
+    assert!(wait > 9_000 && wait <= 10_000, "{wait}");
+    assert_eq!(get(&server.url(), &slot(1)).await, None);
+    // With fencing: the wanted slots' counters, in order ('' for none).
+    let _: () = conn
+        .set(format!("redquorum:fence:{}", slot(1)), 41)
+        .await
+        .unwrap();
+    let (code, _, _, fences, _, _, _): Permits = take("v3", 2, &[1], "1", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((code, fences), (1, Some(vec!["41".to_owned()])));
+    // Another limit while permits are live: -4 with the stored limit, nothing touched.
+    let (code, _, _, _, _, _, detail): Permits = take("v4", 3, &[2], "0", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((code, detail.as_deref()), (-4, Some("2")));
+    assert_eq!(get(&server.url(), &slot(2)).await, None);
+    assert_eq!(conn.get::<_, String>(&limit_key).await.unwrap(), "2");
+    // No permit live any more: the next limit is stored.
+    let _: () = conn.del(&[slot(0), slot(1)]).await.unwrap();
+    let (code, _, _, _, _, free, _): Permits = take("v5", 3, &[2], "0", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((code, free), (1, vec![0, 1, 2]));
+    assert_eq!(conn.get::<_, String>(&limit_key).await.unwrap(), "3");
+    // A cluster record that disagrees: -2 with its fingerprint, nothing set.
+    let _: () = conn.hset(&record, "fingerprint", "f1").await.unwrap();
+    let (code, _, _, _, _, _, found): Permits = take("v6", 3, &[0], "0", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((code, found.as_deref()), (-2, Some("f1")));
+    assert_eq!(get(&server.url(), &slot(0)).await, None);
 }
 
 type Inspected = (
@@ -754,6 +871,11 @@ fn script_hashes_are_pinned() {
             "inspect.lua",
             INSPECT,
             "eba7d9022fffcc8b73e327cdb0cc7cf204bb2513",
+        ),
+        (
+            "semaphore.lua",
+            SEMAPHORE,
+            "9feef2990d211a97ec756b74612c891fe580c08e",
         ),
         (
             "force_unlock.lua",

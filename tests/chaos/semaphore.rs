@@ -139,7 +139,10 @@ async fn slots_left(env: &Env, name: &str) -> u64 {
         sleep(Duration::from_millis(20)).await;
         left = count().await;
     }
-    assert_eq!(left, 0, "slot keys still on the masters a TTL after the end");
+    assert_eq!(
+        left, 0,
+        "slot keys still on the masters a TTL after the end"
+    );
     first
 }
 
@@ -155,7 +158,11 @@ pub async fn s30(
     mutant: Option<Mutant>,
     expect: Expect,
 ) -> Outcome {
-    let what = if calm { "no faults" } else { "kill, pause, restart a minority" };
+    let what = if calm {
+        "no faults"
+    } else {
+        "kill, pause, restart a minority"
+    };
     let name = format!("semaphore L={limit}, 1..{most} permits, {what}");
     let mut env = Env::start(Setup::new("S30", name, expect, n)).await;
     let urls = env.urls();
@@ -257,7 +264,10 @@ pub async fn s30(
         ));
     }
     if mutant.is_none() && sections.len() < 20 {
-        env.violation(format!("too few leases ({}) to prove anything", sections.len()));
+        env.violation(format!(
+            "too few leases ({}) to prove anything",
+            sections.len()
+        ));
     }
     let left = slots_left(&env, &sem).await;
     if left > 0 {
@@ -304,7 +314,12 @@ pub async fn s30f(fencing: bool, expect: Expect) -> Outcome {
     // Each slot is a resource of the history: the overlap and fencing checkers see it.
     let slot_resources: Vec<String> = (0..limit as usize).map(|i| env.resource(i)).collect();
     let mut sections = Vec::new();
-    let held = h.semaphore(&sem, limit).unwrap().acquire_with(1, &options).await.unwrap();
+    let held = h
+        .semaphore(&sem, limit)
+        .unwrap()
+        .acquire_with(1, &options)
+        .await
+        .unwrap();
     let slot = held.permits()[0] as usize;
     let mut rec = env.history.recorder("S30f-h", slot_resources[slot].clone());
     rec.acq_start();
@@ -319,7 +334,12 @@ pub async fn s30f(fencing: bool, expect: Expect) -> Outcome {
 
     let mut others = Vec::new();
     for (i, c) in [&a, &b].into_iter().enumerate() {
-        let lease = c.semaphore(&sem, limit).unwrap().acquire_with(1, &options).await.unwrap();
+        let lease = c
+            .semaphore(&sem, limit)
+            .unwrap()
+            .acquire_with(1, &options)
+            .await
+            .unwrap();
         let s = lease.permits()[0] as usize;
         let mut r = env
             .history

@@ -22,7 +22,7 @@ use crate::config::limits::MAX_PERMITS;
 use crate::core::{Inner, random_value, release_in_background};
 use crate::error::{Error, ErrorKind, MasterOutcome, human};
 use crate::fencing::FencingToken;
-use crate::lease::{Lease, LeaseHandle, LeaseParams, Watchdog};
+use crate::lease::{Lease, LeaseHandle, LeaseKey, LeaseMode, LeaseParams, Watchdog};
 use crate::lock::{
     AcquireOptions, Plan, Redlock, Wake, check_resource, check_runtime, failure_kind, holder_wake,
     permanent_failure, refusal, spread, wait_timeout,
@@ -403,6 +403,7 @@ impl Semaphore {
         let mut guard = AttemptGuard {
             inner: Arc::clone(inner),
             keys: keys.clone(),
+            channel: Arc::clone(&shape.channel),
             value: Arc::clone(&value),
             outcomes: None,
             armed: true,
@@ -615,6 +616,7 @@ fn choose(free: &[Vec<u32>], limit: usize, k: usize) -> Vec<u32> {
 struct AttemptGuard {
     inner: Arc<Inner>,
     keys: Vec<Arc<str>>,
+    channel: Arc<str>,
     value: Arc<str>,
     /// The round's outcomes when known: masters that refused set nothing. `None`
     /// (cancelled mid-round): release everywhere.
@@ -644,9 +646,12 @@ impl Drop for AttemptGuard {
                 .collect(),
             None => self.inner.masters.clone(),
         };
-        for key in &self.keys {
-            release_in_background(&self.inner, targets.clone(), key, &self.value);
-        }
+        let keys: Vec<(Arc<str>, Arc<str>)> = self
+            .keys
+            .iter()
+            .map(|k| (Arc::clone(k), Arc::clone(&self.channel)))
+            .collect();
+        release_in_background(&self.inner, targets, &keys, &self.value);
     }
 }
 
@@ -672,7 +677,8 @@ mod tests {
 }
 
 impl Semaphore {
-    /// The lease of a granted attempt.
+    /// The lease of a granted attempt: one key per slot, each named `<name>#<slot>` and
+    /// announced on the semaphore's one release channel.
     #[allow(clippy::too_many_arguments)]
     fn lease(
         &self,
@@ -685,17 +691,27 @@ impl Semaphore {
         plan: &Plan,
     ) -> Lease {
         let inner = &self.client.inner;
-        let _ = wanted;
+        let shape = &self.shared;
+        let keys = keys
+            .into_iter()
+            .zip(wanted)
+            .zip(tokens)
+            .map(|((key, slot), token)| LeaseKey {
+                resource: format!("{}#{slot}", shape.name).into(),
+                key,
+                channel: Arc::clone(&shape.channel),
+                token,
+            })
+            .collect();
         Lease::new(
             Arc::clone(inner),
             LeaseParams {
-                key: Arc::clone(&keys[0]),
-                resource: Arc::clone(&self.shared.name),
+                keys,
+                mode: LeaseMode::Permits,
                 value,
                 ttl: plan.ttl,
                 deadline,
                 safety_margin: inner.config.safety_margin(plan.ttl),
-                token: tokens.first().copied().flatten(),
                 acquired,
             },
         )

@@ -52,7 +52,9 @@ pub fn check(sections: &[Section], limit: u32) -> Found {
             found.over += 1;
             if found.first.is_none() {
                 found.first = Some(format!(
-                    "{permits} permits held under limit {limit} at once: {s:?} began inside {open:?}"
+                    "{permits} permits held under limit {limit} at once: taker {} began {s:?} \
+                     inside {open:?}",
+                    s.client
                 ));
             }
         }

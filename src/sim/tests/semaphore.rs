@@ -65,9 +65,9 @@ fn over_admitted(held: &[Held]) -> Option<String> {
         let permits: u32 = live.iter().map(|o| o.permits).sum();
         if let Some(other) = live.iter().find(|o| o.limit != h.limit) {
             return Some(format!(
-                "at {:?}: a lease under limit {} ({:?}) is valid beside one under limit {} \
-                 ({:?})",
-                h.from, h.limit, h, other.limit, other
+                "at {:?}: client {}'s lease under limit {} ({:?}) is valid beside client {}'s \
+                 under limit {} ({:?})",
+                h.from, h.client, h.limit, h, other.client, other.limit, other
             ));
         }
         if permits > h.limit {
@@ -349,7 +349,6 @@ fn the_semaphore_checker_finds_over_admission() {
     assert!(over_admitted(&[h(1, 2, 0, 10), h(1, 2, 5, 20), h(1, 2, 9, 30)]).is_some());
     assert!(over_admitted(&[h(2, 2, 0, 10), h(1, 2, 5, 20)]).is_some());
     assert!(over_admitted(&[h(1, 2, 0, 10), h(1, 3, 5, 20)]).is_some());
-    let _ = h(1, 1, 0, 1).client;
 }
 
 /// DETECT: each master counting its permits over-admits without any fault (N = 3,

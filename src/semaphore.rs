@@ -270,6 +270,7 @@ impl Semaphore {
         let config = &self.client.inner.config;
         let k = permits as usize;
         let mut wanted = choose(&[], shape.limit as usize, k);
+        let mut repicks = 0u32;
         let mut waiting = None;
         let mut herd = 0u32;
         let mut spent = 0u32;
@@ -302,13 +303,29 @@ impl Semaphore {
                 return Err(wait_timeout(last, rounds));
             }
             decided = Some(error.clone());
-            if !error.is_retryable() || spent >= plan.attempts {
+            if !error.is_retryable() {
                 return Err(error);
             }
             if Instant::now() >= plan.give_up_at {
                 return Err(wait_timeout(error, rounds));
             }
             wanted = choose(&failed.free, shape.limit as usize, k);
+            // Refused for the slots it guessed while others are free on a quorum: try those
+            // at once, without spending an attempt (a wrong guess is no contention), a few
+            // times in a row at most.
+            let quorum = self.client.inner.quorum;
+            if error.kind() == ErrorKind::Contended
+                && repicks < MAX_REPICKS
+                && free_on_quorum(&failed.free, &wanted, quorum)
+            {
+                repicks += 1;
+                wake = Wake::Event;
+                continue;
+            }
+            repicks = 0;
+            if spent >= plan.attempts {
+                return Err(error);
+            }
             // Subscribe before the next attempt (docs/design.md §6): a release after it
             // reaches us, one before it is seen by that attempt.
             if waiting.is_none() && config.notifications && error.kind() == ErrorKind::Contended {
@@ -612,6 +629,16 @@ fn choose(free: &[Vec<u32>], limit: usize, k: usize) -> Vec<u32> {
     order
 }
 
+/// The most attempts in a row that re-pick slots reported free without spending an attempt.
+const MAX_REPICKS: u32 = 3;
+
+/// Whether each of `slots` was reported free by at least `quorum` masters.
+fn free_on_quorum(free: &[Vec<u32>], slots: &[u32], quorum: usize) -> bool {
+    slots
+        .iter()
+        .all(|slot| free.iter().filter(|f| f.contains(slot)).count() >= quorum)
+}
+
 /// Releases an attempt's slots in the background unless the attempt became a lease.
 struct AttemptGuard {
     inner: Arc<Inner>,
@@ -657,7 +684,7 @@ impl Drop for AttemptGuard {
 
 #[cfg(test)]
 mod tests {
-    use super::choose;
+    use super::{choose, free_on_quorum};
 
     #[test]
     fn the_next_slots_are_those_free_on_the_most_masters() {
@@ -673,6 +700,14 @@ mod tests {
         assert_eq!(seen, [true; 4]);
         // Slots a master reports beyond the limit are ignored.
         assert_eq!(choose(&[vec![9]], 2, 2), [0, 1]);
+    }
+
+    #[test]
+    fn slots_free_on_a_quorum_are_tried_at_once() {
+        let free = [vec![0, 2], vec![2], vec![0]];
+        assert!(free_on_quorum(&free, &[0, 2], 2));
+        assert!(!free_on_quorum(&free, &[0, 1], 2));
+        assert!(!free_on_quorum(&free, &[2], 3));
     }
 }
 

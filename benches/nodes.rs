@@ -23,6 +23,8 @@
 //! - **guarded**: the acquire of restart quarantine and of fencing tokens against the plain
 //!   acquire, on durable masters of their own (fencing needs them);
 //! - **contended**: several clients taking turns on one resource (see [`Waiting`]);
+//! - at N = 5, the **semaphore**'s acquire and release of 1 and 2 permits beside the
+//!   lock's (`semaphore.rs`, printed after the table);
 //!
 //! and once, with N = 5 (or the largest selected N of at least 3), **degraded**: acquire
 //! latency with one master paused (`SIGSTOP`) and with one killed, in cycles with the
@@ -60,6 +62,8 @@ mod model;
 mod plot;
 #[path = "nodes/report.rs"]
 mod report;
+#[path = "nodes/semaphore.rs"]
+mod semaphore;
 #[path = "nodes/targets.rs"]
 mod targets;
 #[path = "nodes/throughput.rs"]
@@ -129,6 +133,7 @@ async fn run(args: Args) -> Outcome<()> {
         .count();
     let mut progress = Progress::new(args.nodes.len() * per_n + usize::from(degraded_n.is_some()));
     let mut results = Results::default();
+    let mut family = String::new();
 
     for &n in &args.nodes {
         if per_n == 0 {
@@ -145,6 +150,9 @@ async fn run(args: Args) -> Outcome<()> {
                 budget.samples
             ));
             uncontended::run(&budget, n, &raw, &client, &mut results, &progress).await?;
+            if n == 5 {
+                family.push_str(&semaphore::run(&client, n, budget.samples).await?);
+            }
         }
         if args.runs("throughput") {
             progress.step(&format!(
@@ -186,6 +194,11 @@ async fn run(args: Args) -> Outcome<()> {
     let targets = targets::of(&results);
     let table = report::table(&machine, &results, &targets, &context);
     println!("\n{table}");
+    if !family.is_empty() {
+        println!("{family}");
+        std::fs::create_dir_all(&args.out)?;
+        std::fs::write(args.out.join("semaphore.txt"), &family)?;
+    }
 
     std::fs::create_dir_all(&args.out)?;
     let settings = format!(

@@ -405,6 +405,7 @@ impl Semaphore {
         let name: Arc<str> = Arc::clone(&shape.name);
         let value: Arc<str> = random_value().into();
         let ttl = plan.ttl;
+        #[cfg_attr(not(feature = "mutants"), allow(unused_mut))]
         let mut keys: Vec<Arc<str>> = wanted
             .iter()
             .map(|w| Arc::clone(&shape.slots[*w as usize]))
@@ -682,35 +683,6 @@ impl Drop for AttemptGuard {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::{choose, free_on_quorum};
-
-    #[test]
-    fn the_next_slots_are_those_free_on_the_most_masters() {
-        let free = [vec![0, 2, 3], vec![2, 3], vec![3, 1]];
-        assert_eq!(choose(&free, 4, 1), [3]);
-        assert_eq!(choose(&free, 4, 2), [2, 3]);
-        assert_eq!(choose(&[], 4, 4), [0, 1, 2, 3]);
-        // Ties are broken at random: over many draws, each tied slot comes first.
-        let mut seen = [false; 4];
-        for _ in 0..200 {
-            seen[choose(&[], 4, 1)[0] as usize] = true;
-        }
-        assert_eq!(seen, [true; 4]);
-        // Slots a master reports beyond the limit are ignored.
-        assert_eq!(choose(&[vec![9]], 2, 2), [0, 1]);
-    }
-
-    #[test]
-    fn slots_free_on_a_quorum_are_tried_at_once() {
-        let free = [vec![0, 2], vec![2], vec![0]];
-        assert!(free_on_quorum(&free, &[0, 2], 2));
-        assert!(!free_on_quorum(&free, &[0, 1], 2));
-        assert!(!free_on_quorum(&free, &[2], 3));
-    }
-}
-
 impl Semaphore {
     /// The lease of a granted attempt: one key per slot, each named `<name>#<slot>` and
     /// announced on the semaphore's one release channel.
@@ -750,5 +722,34 @@ impl Semaphore {
                 acquired,
             },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{choose, free_on_quorum};
+
+    #[test]
+    fn the_next_slots_are_those_free_on_the_most_masters() {
+        let free = [vec![0, 2, 3], vec![2, 3], vec![3, 1]];
+        assert_eq!(choose(&free, 4, 1), [3]);
+        assert_eq!(choose(&free, 4, 2), [2, 3]);
+        assert_eq!(choose(&[], 4, 4), [0, 1, 2, 3]);
+        // Ties are broken at random: over many draws, each tied slot comes first.
+        let mut seen = [false; 4];
+        for _ in 0..200 {
+            seen[choose(&[], 4, 1)[0] as usize] = true;
+        }
+        assert_eq!(seen, [true; 4]);
+        // Slots a master reports beyond the limit are ignored.
+        assert_eq!(choose(&[vec![9]], 2, 2), [0, 1]);
+    }
+
+    #[test]
+    fn slots_free_on_a_quorum_are_tried_at_once() {
+        let free = [vec![0, 2], vec![2], vec![0]];
+        assert!(free_on_quorum(&free, &[0, 2], 2));
+        assert!(!free_on_quorum(&free, &[0, 1], 2));
+        assert!(!free_on_quorum(&free, &[2], 3));
     }
 }

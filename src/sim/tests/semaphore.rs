@@ -278,8 +278,9 @@ fn hold_semaphore(test: &str, profile: &SemProfile, default: u64) -> (u64, u64, 
     let (runs, held, failed, mismatches, found) = search(profile, schedules(default));
     if let Some(outcome) = found {
         panic!(
-            "{test}: seed {} ({} masters): {}\nevents: {:#?}\nreplay: {SEED_ENV}={} cargo test \
+            "{test} ({}): seed {} ({} masters): {}\nevents: {:#?}\nreplay: {SEED_ENV}={} cargo test \
              --all-features --lib {test}",
+            profile.name,
             outcome.seed,
             outcome.masters,
             outcome.violation.unwrap_or_default(),
@@ -287,9 +288,10 @@ fn hold_semaphore(test: &str, profile: &SemProfile, default: u64) -> (u64, u64, 
             outcome.seed
         );
     }
-    println!(
-        "{test}: {runs} schedules, {held} leases, {failed} acquires failed ({mismatches} limit \
+    eprintln!(
+        "{test} ({}): {runs} schedules, {held} leases, {failed} acquires failed ({mismatches} limit \
          mismatches), {:.1}s",
+        profile.name,
         started.elapsed().as_secs_f64()
     );
     (runs, held, failed, mismatches)
@@ -369,7 +371,7 @@ fn semaphore_count_per_master_is_caught() {
     let (runs, _, _, _, found) = search(&profile, 0..50);
     let outcome =
         found.unwrap_or_else(|| panic!("{}: no over-admission in {runs} schedules", profile.name));
-    println!(
+    eprintln!(
         "{}: caught at seed {}: {:?}",
         profile.name, outcome.seed, outcome.violation
     );

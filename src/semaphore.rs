@@ -556,7 +556,8 @@ impl Semaphore {
                             .to_owned(),
                     ),
                     (ErrorKind::Contended, None) => Some(format!(
-                        "fewer than {} of its {} permits were free on a quorum of masters",
+                        "{} of its {} permits asked, and fewer were free on a quorum of \
+                         masters: wait for holders to release them",
                         wanted.len(),
                         shape.limit
                     )),

@@ -23,6 +23,7 @@ use crate::error::{Error, ErrorKind, MasterErrorKind, MasterOutcome, MasterRepor
 use crate::fencing::FencingToken;
 use crate::guard::Guarded;
 use crate::health::{self, HealthReport};
+use crate::held::{Held, HeldMode};
 use crate::lease::{Lease, LeaseHandle, LeaseParams, Watchdog};
 use crate::master::{FenceRead, Master, Op, RedisMaster, Reply};
 #[cfg(feature = "mutants")]
@@ -310,8 +311,10 @@ impl Redlock {
         };
         let quorum = Self::quorum_of(&config, masters.len());
         let owner = Arc::new(Owner::this_process(&config.label));
+        let held = Arc::new(Held::new(config.wait_for_own_leases));
         Self {
             inner: Arc::new(Inner {
+                held,
                 config,
                 masters,
                 quorum,
@@ -491,9 +494,13 @@ impl Redlock {
     ) -> Result<Lease, Error> {
         check_runtime(resource)?;
         check_resource(&self.inner.config.key_prefix, resource)?;
-        let plan = self.plan(resource, options)?;
         let config = &self.inner.config;
         let key: Arc<str> = format!("{}{resource}", config.key_prefix).into();
+        // This client's own lease on the key: refused before any round trip (§14).
+        self.inner
+            .held
+            .check(resource, &[&key], HeldMode::Exclusive)?;
+        let plan = self.plan(resource, options)?;
         let resource: Arc<str> = resource.into();
         let reused: Option<Arc<str>> = None;
         #[cfg(feature = "mutants")]
@@ -521,6 +528,13 @@ impl Redlock {
             let rounds = *rounds;
             if wake == Wake::Timer {
                 spent += 1;
+            }
+            if rounds > 1 {
+                // A lease of this client took the key while this call waited: waiting on
+                // would be waiting for ourselves.
+                self.inner
+                    .held
+                    .check(&resource, &[&key], HeldMode::Exclusive)?;
             }
             let value = reused.clone().unwrap_or_else(|| random_value().into());
             let started = Instant::now();
@@ -900,6 +914,7 @@ impl Redlock {
                 }
             };
             guard.disarm();
+            let claim = inner.held.claim(&[Arc::clone(key)], HeldMode::Exclusive);
             return Ok(Lease::new(
                 Arc::clone(inner),
                 LeaseParams {
@@ -912,7 +927,8 @@ impl Redlock {
                     token: token.map(FencingToken::new),
                     acquired: reports,
                 },
-            ));
+            )
+            .with_claim(claim));
         }
 
         let spare = inner.masters.len() - inner.quorum;

@@ -51,11 +51,17 @@ pub enum Mutant {
     /// `Redlock::init_cluster` bootstraps masters that hold keys under the prefix: masters
     /// that lost their keys vote at once beside others still holding a live lease's keys.
     BootstrapSkipsEmptiness,
+    /// Re-entry as a per-master hold counter (Redisson's HINCRBY): `Lease::reenter` sends
+    /// a round that sets the key again with the lease's value and a fresh TTL wherever it
+    /// is missing or ours, counts any one master's success, and moves the lease's deadline
+    /// to that round's `t0 + ttl - drift` (forgetting a loss by expiry): an extension
+    /// without a quorum, which revives a lease whose keys expired.
+    ReentryCounter,
 }
 
 impl Mutant {
     /// Every mutant, for suites that must run them all.
-    pub const ALL: [Mutant; 13] = [
+    pub const ALL: [Mutant; 14] = [
         Mutant::HalfQuorum,
         Mutant::IgnoreElapsed,
         Mutant::PlainDelRelease,
@@ -69,6 +75,7 @@ impl Mutant {
         Mutant::ExtendRecreates,
         Mutant::IgnoreFingerprint,
         Mutant::BootstrapSkipsEmptiness,
+        Mutant::ReentryCounter,
     ];
 }
 
@@ -108,6 +115,7 @@ every_variant![
     ExtendRecreates,
     IgnoreFingerprint,
     BootstrapSkipsEmptiness,
+    ReentryCounter,
 ];
 
 /// The test seams of one client: a planted bug, and how fast its clock runs against real

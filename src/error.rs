@@ -561,7 +561,7 @@ impl fmt::Display for Error {
                 "this client's configuration does not agree with its cluster's record for {r}"
             )?,
             ErrorKind::WrongKind => write!(f, "{r} holds another kind of lock")?,
-            ErrorKind::AlreadyHeld => write!(f, "lock {r} is already held by this client")?,
+            ErrorKind::AlreadyHeld => write!(f, "refused to acquire lock {r}")?,
             ErrorKind::ClusterNotEmpty => {
                 write!(
                     f,

@@ -73,13 +73,15 @@ impl Held {
                 ));
             }
             if entry.exclusive > 0 && !self.wait_for_own {
-                return Err(Error::new(ErrorKind::AlreadyHeld, resource).with_detail(format!(
-                    "this client already holds `{resource}`: re-enter with `Lease::reenter` on \
+                return Err(
+                    Error::new(ErrorKind::AlreadyHeld, resource).with_detail(format!(
+                        "this client already holds `{resource}`: re-enter with `Lease::reenter` on \
                      the lease it holds, or release that lease first (a lease holds its lock \
                      until it is released or dropped, even once lost); tasks that share this \
                      client and must queue behind each other need \
                      `Builder::wait_for_own_leases(true)`"
-                )));
+                    )),
+                );
             }
         }
         Ok(())
@@ -178,7 +180,10 @@ mod tests {
         assert_eq!(held.count("r"), (0, 2));
         let error = held.check("r", &["r"], HeldMode::Exclusive).unwrap_err();
         assert_eq!(error.kind(), ErrorKind::AlreadyHeld);
-        assert!(error.to_string().contains("upgrading a read lock"), "{error}");
+        assert!(
+            error.to_string().contains("upgrading a read lock"),
+            "{error}"
+        );
         drop(first);
         assert!(held.check("r", &["r"], HeldMode::Exclusive).is_err());
         drop(second);

@@ -157,14 +157,8 @@ impl LeaseShared {
                 epoch: inner.config.quarantine,
                 recreate: true,
             });
-            let round = quorum::run(
-                &inner.masters,
-                op,
-                1,
-                shared.traced(),
-                inner.bounds(None),
-            )
-            .await;
+            let round =
+                quorum::run(&inner.masters, op, 1, shared.traced(), inner.bounds(None)).await;
             if round.decision != quorum::Decision::Reached {
                 return;
             }

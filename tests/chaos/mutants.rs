@@ -204,6 +204,22 @@ const HUNTS: &[Hunt] = &[
         required: true,
         why: "",
     },
+    // The holder stalled past its TTL re-enters after a minority master came back empty:
+    // the counter round sets the key there, one master counts, and the expired lease is
+    // valid again while the contender holds the other two.
+    Hunt {
+        mutant: Mutant::ReentryCounter,
+        with: "",
+        checker: Checker::Overlap,
+        scenario: |m| {
+            Box::pin(crate::reentry::s26r(
+                Some(m),
+                Expect::Detect(Checker::Overlap),
+            ))
+        },
+        required: true,
+        why: "",
+    },
 ];
 
 /// Mutants of the public surface (a lease's extend and release paths), caught against real
@@ -405,4 +421,9 @@ async fn hunt_ignore_fingerprint() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_bootstrap_skips_emptiness() {
     hunt(Mutant::BootstrapSkipsEmptiness, "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hunt_reentry_counter() {
+    hunt(Mutant::ReentryCounter, "").await;
 }

@@ -140,7 +140,9 @@ pub use health::{
     Check, ClockOffset, ClusterRecord, Finding, HealthReport, MasterHealth, QuarantineState, Role,
     Severity,
 };
-pub use lease::{ExtendReport, Lease, LeaseHandle, Lost, LostReason, Reentry, ReleaseReport};
+pub use lease::{
+    ExtendReport, Lease, LeaseHandle, LeaseMode, Lost, LostReason, Reentry, ReleaseReport,
+};
 pub use lock::{AcquireOptions, Redlock};
 #[cfg(feature = "mutants")]
 pub use mutants::Mutant;

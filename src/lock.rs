@@ -24,7 +24,7 @@ use crate::fencing::FencingToken;
 use crate::guard::Guarded;
 use crate::health::{self, HealthReport};
 use crate::held::{Held, HeldMode};
-use crate::lease::{Lease, LeaseHandle, LeaseParams, Watchdog};
+use crate::lease::{Lease, LeaseHandle, LeaseKey, LeaseMode, LeaseParams, Watchdog};
 use crate::master::{FenceRead, Master, Op, RedisMaster, Reply};
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
@@ -810,7 +810,7 @@ impl Redlock {
         let ttl = plan.ttl;
         let mut guard = AttemptGuard {
             inner: Arc::clone(inner),
-            key: Arc::clone(key),
+            keys: vec![Arc::clone(key)],
             value: Arc::clone(&value),
             outcomes: None,
             armed: true,
@@ -918,13 +918,16 @@ impl Redlock {
             return Ok(Lease::new(
                 Arc::clone(inner),
                 LeaseParams {
-                    key: Arc::clone(key),
-                    resource: Arc::clone(resource),
+                    keys: vec![LeaseKey::new(
+                        Arc::clone(resource),
+                        Arc::clone(key),
+                        token.map(FencingToken::new),
+                    )],
+                    mode: LeaseMode::Exclusive,
                     value,
                     ttl,
                     deadline,
                     safety_margin: config.safety_margin(ttl),
-                    token: token.map(FencingToken::new),
                     acquired: reports,
                 },
             )
@@ -1332,7 +1335,8 @@ fn kind_word(kind: ErrorKind) -> &'static str {
 /// on failure, and when the acquire future is dropped mid-round.
 struct AttemptGuard {
     inner: Arc<Inner>,
-    key: Arc<str>,
+    /// The attempt's lock keys (one, or several for `acquire_many`).
+    keys: Vec<Arc<str>>,
     value: Arc<str>,
     /// The round's outcomes when known: masters that refused never set our value and
     /// are skipped. `None` (cancelled mid-round): release everywhere.
@@ -1362,7 +1366,12 @@ impl Drop for AttemptGuard {
                 .collect(),
             None => self.inner.masters.clone(),
         };
-        release_in_background(&self.inner, targets, &self.key, &self.value);
+        let keys: Vec<(Arc<str>, Arc<str>)> = self
+            .keys
+            .iter()
+            .map(|k| (Arc::clone(k), scripts::release_channel(k).into()))
+            .collect();
+        release_in_background(&self.inner, targets, &keys, &self.value);
     }
 }
 

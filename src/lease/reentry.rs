@@ -92,7 +92,7 @@ impl fmt::Debug for Reentry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = self.handle.shared.state();
         f.debug_struct("Reentry")
-            .field("resource", &self.handle.shared.resource)
+            .field("resource", &self.handle.shared.name)
             .field("depth", &self.depth)
             .field(
                 "remaining",
@@ -150,19 +150,24 @@ impl LeaseShared {
                 return;
             }
             let inner = &shared.inner;
-            let op = Arc::new(Op::Extend {
-                key: Arc::clone(&shared.key),
-                value: Arc::clone(&shared.value),
-                ttl: shared.ttl,
-                epoch: inner.config.quarantine,
-                recreate: true,
-            });
-            let round =
-                quorum::run(&inner.masters, op, 1, shared.traced(), inner.bounds(None)).await;
-            if round.decision != quorum::Decision::Reached {
+            let t0 = tokio::time::Instant::now();
+            let mut counted = false;
+            for key in shared.keys.iter() {
+                let op = Arc::new(Op::Extend {
+                    key: Arc::clone(&key.key),
+                    value: Arc::clone(&shared.value),
+                    ttl: shared.ttl,
+                    epoch: inner.config.quarantine,
+                    recreate: true,
+                });
+                let round =
+                    quorum::run(&inner.masters, op, 1, shared.traced(), inner.bounds(None)).await;
+                counted |= round.decision == quorum::Decision::Reached;
+            }
+            if !counted {
                 return;
             }
-            let Some(deadline) = inner.config.lease_deadline(round.t0, shared.ttl) else {
+            let Some(deadline) = inner.config.lease_deadline(t0, shared.ttl) else {
                 return;
             };
             shared.state.send_modify(|s| {

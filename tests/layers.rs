@@ -42,6 +42,7 @@ const LAYERS: &[&[&str]] = &[
         "mutants",
         "cluster",
         "telemetry",
+        "held",
     ],
 ];
 

@@ -440,8 +440,13 @@ impl Redlock {
     /// [`ErrorKind::Tls`] (a TLS handshake failed: an untrusted certificate, a wrong host)
     /// or [`ErrorKind::Misconfigured`] (masters that can evict lock keys never vote).
     /// Before any master is asked: [`ErrorKind::InvalidResource`] for an empty name or one
-    /// longer than [`MAX_RESOURCE_LEN`](crate::limits::MAX_RESOURCE_LEN) bytes, and
-    /// [`ErrorKind::NoRuntime`] when polled outside a tokio runtime.
+    /// longer than [`MAX_RESOURCE_LEN`](crate::limits::MAX_RESOURCE_LEN) bytes,
+    /// [`ErrorKind::NoRuntime`] when polled outside a tokio runtime, and
+    /// [`ErrorKind::AlreadyHeld`] when this client (or a clone) holds `resource` with a
+    /// lease it has not released or dropped: re-enter that lease with
+    /// [`Lease::reenter`] instead (unless the client was built with
+    /// [`Builder::wait_for_own_leases`], which waits for it like any holder). The same
+    /// error ends a waiting call as soon as a lease of this client takes the resource.
     ///
     /// # Cancel safety
     /// Dropping the future leaves no key behind beyond its TTL: the attempt in flight is
@@ -534,7 +539,8 @@ impl Redlock {
                 // would be waiting for ourselves.
                 self.inner
                     .held
-                    .check(&resource, &[&key], HeldMode::Exclusive)?;
+                    .check(&resource, &[&key], HeldMode::Exclusive)
+                    .map_err(|e| e.with_attempts(rounds - 1))?;
             }
             let value = reused.clone().unwrap_or_else(|| random_value().into());
             let started = Instant::now();

@@ -305,3 +305,44 @@ async fn a_child_is_lost_when_its_lease_expires() {
     );
     lease.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_waiting_acquire_ends_with_already_held_when_its_own_client_takes_the_lock() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster).build().unwrap();
+    let ours = client(&cluster)
+        .wait_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let key = unique_key("waiting");
+    let lease = holder.acquire(&key).await.unwrap();
+    // Two tasks of one client wait for another client's lock.
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let (ours, key) = (ours.clone(), key.clone());
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let result = ours.acquire(&key).await;
+                (result, started.elapsed())
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    lease.release().await.unwrap();
+    let mut kinds = Vec::new();
+    let mut leases = Vec::new();
+    for waiter in waiters {
+        let (result, took) = waiter.await.unwrap();
+        // Far from the 5 s budget: the loser does not wait for its own client's lease.
+        assert!(took < Duration::from_secs(2), "took {took:?}");
+        match result {
+            Ok(lease) => leases.push(lease),
+            Err(e) => kinds.push(e.kind()),
+        }
+    }
+    assert_eq!(leases.len(), 1, "{kinds:?}");
+    assert_eq!(kinds, [ErrorKind::AlreadyHeld]);
+    for lease in leases {
+        lease.release().await.unwrap();
+    }
+}

@@ -25,6 +25,8 @@
 //! - **contended**: several clients taking turns on one resource (see [`Waiting`]);
 //! - at N = 5, the **semaphore**'s acquire and release of 1 and 2 permits beside the
 //!   lock's (`semaphore.rs`, printed after the table);
+//! - at N = 5, with uncontended: **re-entry** (`Lease::reenter`, no round trip) beside
+//!   acquire, printed and written to `reenter.txt`;
 //!
 //! and once, with N = 5 (or the largest selected N of at least 3), **degraded**: acquire
 //! latency with one master paused (`SIGSTOP`) and with one killed, in cycles with the
@@ -60,6 +62,8 @@ mod harness;
 mod model;
 #[path = "nodes/plot.rs"]
 mod plot;
+#[path = "nodes/reenter.rs"]
+mod reenter;
 #[path = "nodes/report.rs"]
 mod report;
 #[path = "nodes/semaphore.rs"]
@@ -134,6 +138,8 @@ async fn run(args: Args) -> Outcome<()> {
     let mut progress = Progress::new(args.nodes.len() * per_n + usize::from(degraded_n.is_some()));
     let mut results = Results::default();
     let mut family = String::new();
+    // Re-entry beside acquire, at N = 5 (docs/design.md §14).
+    let mut reentry: Vec<String> = Vec::new();
 
     for &n in &args.nodes {
         if per_n == 0 {
@@ -152,6 +158,9 @@ async fn run(args: Args) -> Outcome<()> {
             uncontended::run(&budget, n, &raw, &client, &mut results, &progress).await?;
             if n == 5 {
                 family.push_str(&semaphore::run(&client, n, budget.samples).await?);
+                let line = reenter::run(&budget, n, &client).await?;
+                println!("{line}");
+                reentry.push(line);
             }
         }
         if args.runs("throughput") {
@@ -215,6 +224,7 @@ async fn run(args: Args) -> Outcome<()> {
         ("nodes.txt", table.clone()),
         ("tables.md", tables),
         ("nodes.csv", report::csv(&results)),
+        ("reenter.txt", reentry.join("\n")),
         (
             "nodes.json",
             report::json(&machine, &settings, &results, &targets)?,
@@ -226,7 +236,7 @@ async fn run(args: Args) -> Outcome<()> {
     let svg = args.out.join("nodes.svg");
     plot::draw(&svg, &machine, &results).map_err(|e| format!("drawing {}: {e}", svg.display()))?;
     println!(
-        "wrote nodes.txt, tables.md, nodes.csv, nodes.json and nodes.svg to {}",
+        "wrote nodes.txt, tables.md, nodes.csv, reenter.txt, nodes.json and nodes.svg to {}",
         args.out.display()
     );
     Ok(())

@@ -23,6 +23,7 @@ use crate::error::{Error, ErrorKind, MasterErrorKind, MasterOutcome, MasterRepor
 use crate::fencing::FencingToken;
 use crate::guard::Guarded;
 use crate::health::{self, HealthReport};
+use crate::held::{Held, HeldMode};
 use crate::lease::{Lease, LeaseHandle, LeaseKey, LeaseMode, LeaseParams, Watchdog};
 use crate::master::{FenceRead, Master, Op, RedisMaster, Reply};
 #[cfg(feature = "mutants")]
@@ -310,8 +311,10 @@ impl Redlock {
         };
         let quorum = Self::quorum_of(&config, masters.len());
         let owner = Arc::new(Owner::this_process(&config.label));
+        let held = Arc::new(Held::new(config.wait_for_own_leases));
         Self {
             inner: Arc::new(Inner {
+                held,
                 config,
                 masters,
                 quorum,
@@ -437,8 +440,13 @@ impl Redlock {
     /// [`ErrorKind::Tls`] (a TLS handshake failed: an untrusted certificate, a wrong host)
     /// or [`ErrorKind::Misconfigured`] (masters that can evict lock keys never vote).
     /// Before any master is asked: [`ErrorKind::InvalidResource`] for an empty name or one
-    /// longer than [`MAX_RESOURCE_LEN`](crate::limits::MAX_RESOURCE_LEN) bytes, and
-    /// [`ErrorKind::NoRuntime`] when polled outside a tokio runtime.
+    /// longer than [`MAX_RESOURCE_LEN`](crate::limits::MAX_RESOURCE_LEN) bytes,
+    /// [`ErrorKind::NoRuntime`] when polled outside a tokio runtime, and
+    /// [`ErrorKind::AlreadyHeld`] when this client (or a clone) holds `resource` with a
+    /// lease it has not released or dropped: re-enter that lease with
+    /// [`Lease::reenter`] instead (unless the client was built with
+    /// [`Builder::wait_for_own_leases`], which waits for it like any holder). The same
+    /// error ends a waiting call as soon as a lease of this client takes the resource.
     ///
     /// # Cancel safety
     /// Dropping the future leaves no key behind beyond its TTL: the attempt in flight is
@@ -491,9 +499,13 @@ impl Redlock {
     ) -> Result<Lease, Error> {
         check_runtime(resource)?;
         check_resource(&self.inner.config.key_prefix, resource)?;
-        let plan = self.plan(resource, options)?;
         let config = &self.inner.config;
         let key: Arc<str> = format!("{}{resource}", config.key_prefix).into();
+        // This client's own lease on the key: refused before any round trip (§14).
+        self.inner
+            .held
+            .check(resource, &[&key], HeldMode::Exclusive)?;
+        let plan = self.plan(resource, options)?;
         let resource: Arc<str> = resource.into();
         let reused: Option<Arc<str>> = None;
         #[cfg(feature = "mutants")]
@@ -521,6 +533,14 @@ impl Redlock {
             let rounds = *rounds;
             if wake == Wake::Timer {
                 spent += 1;
+            }
+            if rounds > 1 {
+                // A lease of this client took the key while this call waited: waiting on
+                // would be waiting for ourselves.
+                self.inner
+                    .held
+                    .check(&resource, &[&key], HeldMode::Exclusive)
+                    .map_err(|e| e.with_attempts(rounds - 1))?;
             }
             let value = reused.clone().unwrap_or_else(|| random_value().into());
             let started = Instant::now();
@@ -900,6 +920,7 @@ impl Redlock {
                 }
             };
             guard.disarm();
+            let claim = inner.held.claim(&[Arc::clone(key)], HeldMode::Exclusive);
             return Ok(Lease::new(
                 Arc::clone(inner),
                 LeaseParams {
@@ -915,7 +936,8 @@ impl Redlock {
                     safety_margin: config.safety_margin(ttl),
                     acquired: reports,
                 },
-            ));
+            )
+            .with_claim(claim));
         }
 
         let spare = inner.masters.len() - inner.quorum;

@@ -56,11 +56,17 @@ pub enum Mutant {
     /// of counts do not intersect in slots: at N = 3 and limit 2, three holders can each
     /// have a majority ({a, b}, {b, c}, {c, a}) with no master above the limit.
     SemaphoreCountPerMaster,
+    /// Re-entry as a per-master hold counter (Redisson's HINCRBY): `Lease::reenter` sends
+    /// a round that sets the key again with the lease's value and a fresh TTL wherever it
+    /// is missing or ours, counts any one master's success, and moves the lease's deadline
+    /// to that round's `t0 + ttl - drift` (forgetting a loss by expiry): an extension
+    /// without a quorum, which revives a lease whose keys expired.
+    ReentryCounter,
 }
 
 impl Mutant {
     /// Every mutant, for suites that must run them all.
-    pub const ALL: [Mutant; 14] = [
+    pub const ALL: [Mutant; 15] = [
         Mutant::HalfQuorum,
         Mutant::IgnoreElapsed,
         Mutant::PlainDelRelease,
@@ -75,6 +81,7 @@ impl Mutant {
         Mutant::IgnoreFingerprint,
         Mutant::BootstrapSkipsEmptiness,
         Mutant::SemaphoreCountPerMaster,
+        Mutant::ReentryCounter,
     ];
 }
 
@@ -115,6 +122,7 @@ every_variant![
     IgnoreFingerprint,
     BootstrapSkipsEmptiness,
     SemaphoreCountPerMaster,
+    ReentryCounter,
 ];
 
 /// The test seams of one client: a planted bug, and how fast its clock runs against real

@@ -22,6 +22,7 @@ use crate::config::limits::MAX_PERMITS;
 use crate::core::{Inner, random_value, release_in_background};
 use crate::error::{Error, ErrorKind, MasterOutcome, human};
 use crate::fencing::FencingToken;
+use crate::held::HeldMode;
 use crate::lease::{Lease, LeaseHandle, LeaseKey, LeaseMode, LeaseParams, Watchdog};
 use crate::lock::{
     AcquireOptions, Plan, Redlock, Wake, check_resource, check_runtime, failure_kind, holder_wake,
@@ -149,7 +150,9 @@ impl Semaphore {
     /// Before any master is asked: [`ErrorKind::InvalidOptions`] when `permits` is zero
     /// or above the limit, and [`ErrorKind::NoRuntime`] outside a tokio runtime. At once:
     /// [`ErrorKind::LimitMismatch`] when a master holds permits of this semaphore under
-    /// another limit (nothing is held then). Otherwise as [`Redlock::acquire`]:
+    /// another limit (nothing is held then); [`ErrorKind::AlreadyHeld`] when this
+    /// client's own leases hold so many permits that `permits` more could only come from
+    /// them (unless [`Builder::wait_for_own_leases`](crate::Builder::wait_for_own_leases)). Otherwise as [`Redlock::acquire`]:
     /// [`ErrorKind::Contended`] (too few free slots), [`ErrorKind::NoQuorum`],
     /// [`ErrorKind::ValidityExhausted`], [`ErrorKind::WaitTimeout`] and the permanent
     /// failures, each with every master's outcome in the last attempt.
@@ -266,10 +269,12 @@ impl Semaphore {
                 )),
             );
         }
+        // Permits only this client's own leases could free: refused before any round trip.
+        let mut own = self.own_slots(permits)?;
         let plan = self.client.plan(name, options)?;
         let config = &self.client.inner.config;
         let k = permits as usize;
-        let mut wanted = choose(&[], shape.limit as usize, k);
+        let mut wanted = choose(&[], shape.limit as usize, k, &own);
         let mut repicks = 0u32;
         let mut waiting = None;
         let mut herd = 0u32;
@@ -281,6 +286,16 @@ impl Semaphore {
             let rounds = *rounds;
             if wake == Wake::Timer {
                 spent += 1;
+            }
+            if rounds > 1 {
+                // A lease of this client may have taken slots while this call waited.
+                let now_own = self
+                    .own_slots(permits)
+                    .map_err(|e| e.with_attempts(rounds - 1))?;
+                if now_own != own {
+                    wanted = choose(&[], shape.limit as usize, k, &now_own);
+                    own = now_own;
+                }
             }
             let started = Instant::now();
             let failed = match self.attempt(&wanted, &plan).await {
@@ -309,7 +324,7 @@ impl Semaphore {
             if Instant::now() >= plan.give_up_at {
                 return Err(wait_timeout(error, rounds));
             }
-            wanted = choose(&failed.free, shape.limit as usize, k);
+            wanted = choose(&failed.free, shape.limit as usize, k, &own);
             // Refused for the slots it guessed while others are free on a quorum: try those
             // at once, without spending an attempt (a wrong guess is no contention), a few
             // times in a row at most.
@@ -540,7 +555,10 @@ impl Semaphore {
                 }
             }
             guard.disarm();
-            return Ok(self.lease(keys, wanted, value, deadline, tokens, reports, plan));
+            let claim = inner.held.claim(&keys, HeldMode::Exclusive);
+            return Ok(self
+                .lease(keys, wanted, value, deadline, tokens, reports, plan)
+                .with_claim(claim));
         }
 
         let spare = inner.masters.len() - inner.quorum;
@@ -611,9 +629,10 @@ fn free_slots(round: &Round) -> Vec<Vec<u32>> {
 }
 
 /// The `k` slots (of `limit`) to try next: those free on the most masters of the last
-/// attempt, ties broken at random so that concurrent takers spread over the slots. Never a
-/// count of permits: a slot is what each master grants or refuses (docs/design.md §15).
-fn choose(free: &[Vec<u32>], limit: usize, k: usize) -> Vec<u32> {
+/// attempt, ties broken at random so that concurrent takers spread over the slots, never
+/// one of `own` (this client's leases hold them) while others remain. Never a count of
+/// permits: a slot is what each master grants or refuses (docs/design.md §15).
+fn choose(free: &[Vec<u32>], limit: usize, k: usize, own: &[u32]) -> Vec<u32> {
     let mut score = vec![0usize; limit];
     for slots in free {
         for slot in slots {
@@ -624,8 +643,8 @@ fn choose(free: &[Vec<u32>], limit: usize, k: usize) -> Vec<u32> {
     }
     let mut order: Vec<u32> = (0..limit).filter_map(|i| u32::try_from(i).ok()).collect();
     order.shuffle(&mut rand::rng());
-    // Stable: a random order among equal scores.
-    order.sort_by_key(|slot| std::cmp::Reverse(score[*slot as usize]));
+    // Stable: a random order among equal scores, this client's own slots last.
+    order.sort_by_key(|slot| (own.contains(slot), std::cmp::Reverse(score[*slot as usize])));
     order.truncate(k);
     order.sort_unstable();
     order
@@ -685,6 +704,40 @@ impl Drop for AttemptGuard {
 }
 
 impl Semaphore {
+    /// The slots this client's own leases hold (docs/design.md §14): never worth asking
+    /// for. Empty with `Builder::wait_for_own_leases`, which waits for them instead.
+    ///
+    /// # Errors
+    /// [`ErrorKind::AlreadyHeld`] when so many are this client's own that `permits` more
+    /// could only come from its own leases: waiting would wait for itself.
+    fn own_slots(&self, permits: u32) -> Result<Vec<u32>, Error> {
+        let shape = &self.shared;
+        let held = &self.client.inner.held;
+        let own: Vec<u32> = (0..shape.limit)
+            .filter(|i| {
+                held.check(
+                    &shape.name,
+                    &[&shape.slots[*i as usize]],
+                    HeldMode::Exclusive,
+                )
+                .is_err()
+            })
+            .collect();
+        let own_count = u32::try_from(own.len()).unwrap_or(u32::MAX);
+        if own_count.saturating_add(permits) > shape.limit {
+            return Err(
+                Error::new(ErrorKind::AlreadyHeld, &*shape.name).with_detail(format!(
+                    "this client already holds {own_count} of the semaphore's {} permits, so \
+                     {permits} more could only come from its own leases: release one of them \
+                     first, or ask for fewer; tasks that share this client and must queue \
+                     behind each other need `Builder::wait_for_own_leases(true)`",
+                    shape.limit
+                )),
+            );
+        }
+        Ok(own)
+    }
+
     /// The lease of a granted attempt: one key per slot, each named `<name>#<slot>` and
     /// announced on the semaphore's one release channel.
     #[allow(clippy::too_many_arguments)]
@@ -733,17 +786,20 @@ mod tests {
     #[test]
     fn the_next_slots_are_those_free_on_the_most_masters() {
         let free = [vec![0, 2, 3], vec![2, 3], vec![3, 1]];
-        assert_eq!(choose(&free, 4, 1), [3]);
-        assert_eq!(choose(&free, 4, 2), [2, 3]);
-        assert_eq!(choose(&[], 4, 4), [0, 1, 2, 3]);
+        assert_eq!(choose(&free, 4, 1, &[]), [3]);
+        assert_eq!(choose(&free, 4, 2, &[]), [2, 3]);
+        assert_eq!(choose(&[], 4, 4, &[]), [0, 1, 2, 3]);
+        // This client's own slots come last.
+        assert_eq!(choose(&free, 4, 1, &[3]), [2]);
+        assert_eq!(choose(&[], 3, 2, &[0]), [1, 2]);
         // Ties are broken at random: over many draws, each tied slot comes first.
         let mut seen = [false; 4];
         for _ in 0..200 {
-            seen[choose(&[], 4, 1)[0] as usize] = true;
+            seen[choose(&[], 4, 1, &[])[0] as usize] = true;
         }
         assert_eq!(seen, [true; 4]);
         // Slots a master reports beyond the limit are ignored.
-        assert_eq!(choose(&[vec![9]], 2, 2), [0, 1]);
+        assert_eq!(choose(&[vec![9]], 2, 2, &[]), [0, 1]);
     }
 
     #[test]

@@ -232,6 +232,7 @@ fn error_kind(kind: ErrorKind) -> &'static str {
         ErrorKind::LimitMismatch => "limit_mismatch",
         ErrorKind::ClusterNotEmpty => "cluster_not_empty",
         ErrorKind::Tls => "tls",
+        ErrorKind::AlreadyHeld => "already_held",
     }
 }
 

@@ -44,6 +44,7 @@ const LAYERS: &[&[&str]] = &[
         "mutants",
         "cluster",
         "telemetry",
+        "held",
     ],
 ];
 

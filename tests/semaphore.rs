@@ -85,14 +85,17 @@ async fn permits_are_slots_taken_all_or_none() {
         })
         .await;
     }
-    // Two more cannot be had while one is free: nothing is taken, nothing left behind.
+    // Another client cannot have two more while one is free: nothing is taken.
+    let other = support::client(&cluster).build().unwrap();
+    let others = other.semaphore(&name, 3).unwrap();
     let once = AcquireOptions::new().attempts(1);
-    let err = semaphore.acquire_with(2, &once).await.unwrap_err();
+    let err = others.acquire_with(2, &once).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
     assert!(err.is_retryable());
-    let one = semaphore.acquire_with(1, &once).await.unwrap();
+    let one = others.acquire_with(1, &once).await.unwrap();
     let last = one.permits()[0];
     assert!(!slots.contains(&last));
+    // The last slot is another client's: contention, not this client's own.
     assert_eq!(
         semaphore.acquire_with(1, &once).await.unwrap_err().kind(),
         ErrorKind::Contended
@@ -114,7 +117,7 @@ async fn permits_are_slots_taken_all_or_none() {
         })
         .await;
     }
-    let again = semaphore.acquire_with(2, &once).await.unwrap();
+    let again = others.acquire_with(2, &once).await.unwrap();
     assert!(!again.permits().contains(&last));
     again.release().await.unwrap();
     one.release().await.unwrap();
@@ -294,4 +297,42 @@ async fn a_dropped_acquire_leaves_no_slot() {
     for i in 0..2 {
         assert!(gone_everywhere(&cluster, &slot(&name, i)).await);
     }
+}
+
+/// A client's own permits: never asked for again, and a request only its own leases could
+/// satisfy is refused at once with AlreadyHeld (or waits, with `wait_for_own_leases`).
+#[tokio::test]
+async fn own_permits_are_skipped_and_never_waited_for() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let name = unique_key("own");
+    let semaphore = client.semaphore(&name, 3).unwrap();
+    let two = semaphore.acquire(2).await.unwrap();
+    let started = tokio::time::Instant::now();
+    let err = semaphore.acquire(2).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::AlreadyHeld, "{err}");
+    assert!(!err.is_retryable());
+    assert!(err.masters().is_empty(), "no master was asked: {err}");
+    assert!(err.to_string().contains("wait_for_own_leases"), "{err}");
+    assert!(started.elapsed() < Duration::from_millis(100));
+    // One more: the slot it does not hold, at the first attempt.
+    let once = AcquireOptions::new().attempts(1);
+    for _ in 0..5 {
+        let one = semaphore.acquire_with(1, &once).await.unwrap();
+        assert!(!two.permits().contains(&one.permits()[0]));
+        one.release().await.unwrap();
+    }
+    two.release().await.unwrap();
+    // Opted out: the client queues behind its own lease.
+    let patient = support::client(&cluster)
+        .wait_for_own_leases(true)
+        .build()
+        .unwrap();
+    let shared = patient.semaphore(&name, 3).unwrap();
+    let first = shared.acquire(3).await.unwrap();
+    let waiting = tokio::spawn(async move { shared.acquire(1).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!waiting.is_finished());
+    first.release().await.unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
 }

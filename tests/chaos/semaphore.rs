@@ -154,8 +154,7 @@ async fn slots_left(env: &Env, name: &str) -> u64 {
 /// limit (HOLD); a planted bug that does is caught by the holders checker.
 pub async fn s30(
     n: usize,
-    limit: u32,
-    most: u32,
+    (limit, most, takers): (u32, u32, usize),
     calm: bool,
     mutant: Option<Mutant>,
     expect: Expect,
@@ -165,7 +164,7 @@ pub async fn s30(
     } else {
         "kill, pause, restart a minority"
     };
-    let name = format!("semaphore L={limit}, 1..{most} permits, {what}");
+    let name = format!("semaphore L={limit}, {takers} takers of 1..{most}, {what}");
     let mut env = Env::start(Setup::new("S30", name, expect, n)).await;
     let urls = env.urls();
     seed_epochs(&env.cluster).await;
@@ -176,7 +175,7 @@ pub async fn s30(
     let sections = Arc::new(Mutex::new(Vec::new()));
     let failures = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
-    for c in 0..6 {
+    for c in 0..takers {
         let client = build(Guards::RSV.apply(client_over(urls.clone()), TTL), mutant);
         tasks.push(tokio::spawn(taker(
             client,
@@ -280,12 +279,12 @@ pub async fn s30(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s30_semaphore_faults_n3() {
-    s30(3, 3, 2, false, None, Expect::Hold).await.check();
+    s30(3, (3, 2, 6), false, None, Expect::Hold).await.check();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s30_semaphore_faults_n5() {
-    s30(5, 3, 2, false, None, Expect::Hold).await.check();
+    s30(5, (3, 2, 6), false, None, Expect::Hold).await.check();
 }
 
 /// S30f: holder H takes one permit of a 2-permit semaphore and enters its critical

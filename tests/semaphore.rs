@@ -336,3 +336,23 @@ async fn own_permits_are_skipped_and_never_waited_for() {
     first.release().await.unwrap();
     waiting.await.unwrap().unwrap().release().await.unwrap();
 }
+
+/// Live permits are lock keys to `init_cluster`: masters in use by a semaphore are not
+/// bootstrapped (docs/design.md §11, §15); once the permits are gone, the limit record
+/// alone does not stop it.
+#[tokio::test]
+async fn init_cluster_refuses_masters_with_live_permits() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let held = client
+        .semaphore(&unique_key("bootstrap"), 2)
+        .unwrap()
+        .acquire(1)
+        .await
+        .unwrap();
+    let err = client.init_cluster().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ClusterNotEmpty, "{err}");
+    assert!(err.to_string().contains("redquorum:sem:"), "{err}");
+    held.release().await.unwrap();
+    client.init_cluster().await.unwrap();
+}

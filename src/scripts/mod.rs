@@ -207,9 +207,42 @@ pub(crate) fn semaphore_base(prefix: &str, name: &str) -> String {
 pub(crate) const RECORD_NAMESPACE: &str = "redquorum:";
 
 /// Whether `key`, found under `prefix`, is one of this crate's records rather than a lock.
+/// A semaphore's slot (`redquorum:sem:<name>:<digits>`) lies in the records' namespace but
+/// is a lock key: a live one is a lease in use (docs/design.md §11, §15).
 pub(crate) fn is_record_key(key: &str, prefix: &str) -> bool {
-    key.starts_with(RECORD_NAMESPACE)
-        || key
-            .strip_prefix(prefix)
-            .is_some_and(|rest| rest.starts_with(RECORD_NAMESPACE))
+    let in_namespace = |k: &str| k.starts_with(RECORD_NAMESPACE) && !is_slot_key(k);
+    in_namespace(key) || key.strip_prefix(prefix).is_some_and(in_namespace)
+}
+
+/// Whether `key` (without the key prefix) is a semaphore's slot: `redquorum:sem:` then a
+/// name, a colon and the slot's number.
+fn is_slot_key(key: &str) -> bool {
+    key.strip_prefix(RECORD_NAMESPACE)
+        .and_then(|rest| rest.strip_prefix("sem:"))
+        .and_then(|rest| rest.rsplit_once(':'))
+        .is_some_and(|(name, slot)| {
+            !name.is_empty() && !slot.is_empty() && slot.bytes().all(|b| b.is_ascii_digit())
+        })
+}
+
+#[cfg(test)]
+mod keys {
+    use super::{is_record_key, semaphore_base};
+
+    #[test]
+    fn a_semaphore_slot_is_a_lock_key_and_its_limit_a_record() {
+        for prefix in ["", "app:"] {
+            let base = semaphore_base(prefix, "jobs:a");
+            assert!(!is_record_key(&format!("{base}0"), prefix));
+            assert!(!is_record_key(&format!("{base}63"), prefix));
+            assert!(is_record_key(&format!("{base}limit"), prefix));
+            assert!(is_record_key(
+                &format!("{prefix}redquorum:owner:{base}0"),
+                prefix
+            ));
+            assert!(is_record_key(&format!("{prefix}redquorum:epoch"), prefix));
+            assert!(!is_record_key(&format!("{prefix}orders:1"), prefix));
+        }
+        assert!(is_record_key("redquorum:sem::1", ""));
+    }
 }

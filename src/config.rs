@@ -70,6 +70,12 @@ pub mod limits {
     /// [`ErrorKind::InvalidResource`](crate::ErrorKind::InvalidResource); hash them first.
     pub const MAX_RESOURCE_LEN: usize = 1024;
 
+    /// The largest limit of a semaphore ([`Redlock::semaphore`](crate::Redlock::semaphore)),
+    /// and so the most permits one acquisition takes: 64. Every acquisition reads each of
+    /// the semaphore's slots on every master, so the cost grows with the limit; for more
+    /// concurrent holders, split the work over several semaphores.
+    pub const MAX_PERMITS: u32 = 64;
+
     /// The longest owner label accepted ([`Builder::label`](crate::Builder::label)), in
     /// bytes: 256.
     pub const MAX_LABEL_LEN: usize = 256;
@@ -364,6 +370,9 @@ pub(crate) struct Config {
     pub(crate) min_validity: Duration,
     pub(crate) key_prefix: String,
     pub(crate) notifications: bool,
+    /// Whether an acquire of a resource this client holds waits (queues behind its own
+    /// lease) instead of failing at once with `AlreadyHeld` (docs/design.md §14).
+    pub(crate) wait_for_own_leases: bool,
     pub(crate) watchdog: bool,
     pub(crate) extend_interval: Option<Duration>,
     pub(crate) max_hold: Option<Duration>,
@@ -568,6 +577,8 @@ pub(crate) type DurationSetting = Result<Duration, (String, String)>;
 /// - `key_prefix`: empty, so keys are the resource names themselves and interoperate with
 ///   other Redlock clients
 /// - `notifications`: on (waiters are woken by release notices)
+/// - `wait_for_own_leases`: off (acquiring a resource this client holds fails at once
+///   with [`ErrorKind::AlreadyHeld`](crate::ErrorKind::AlreadyHeld))
 /// - `watchdog`: off; `extend_interval`: a third of the TTL; `max_hold`: none;
 ///   `safety_margin`: 5 % of the TTL
 /// - `quarantine`: on, with `ttl_max` equal to the TTL
@@ -615,6 +626,7 @@ pub struct Builder {
     min_validity: DurationSetting,
     key_prefix: String,
     notifications: bool,
+    wait_for_own_leases: bool,
     watchdog: bool,
     extend_interval: Option<DurationSetting>,
     max_hold: Option<DurationSetting>,
@@ -646,6 +658,7 @@ impl fmt::Debug for Builder {
             min_validity,
             key_prefix,
             notifications,
+            wait_for_own_leases,
             watchdog,
             extend_interval,
             max_hold,
@@ -674,6 +687,7 @@ impl fmt::Debug for Builder {
             .field("min_validity", min_validity)
             .field("key_prefix", key_prefix)
             .field("notifications", notifications)
+            .field("wait_for_own_leases", wait_for_own_leases)
             .field("watchdog", watchdog)
             .field("extend_interval", extend_interval)
             .field("max_hold", max_hold)
@@ -704,6 +718,7 @@ impl Default for Builder {
             min_validity: Ok(Duration::ZERO),
             key_prefix: String::new(),
             notifications: true,
+            wait_for_own_leases: false,
             watchdog: false,
             extend_interval: None,
             max_hold: None,
@@ -923,6 +938,21 @@ impl Builder {
         self
     }
 
+    /// Whether an acquire of a resource that this client (or a clone of it) already holds
+    /// waits for that lease like any other contender, instead of failing at once with
+    /// [`ErrorKind::AlreadyHeld`](crate::ErrorKind::AlreadyHeld). Defaults to off.
+    ///
+    /// Turn it on for an application whose tasks share one client and must queue behind
+    /// each other for the same resource. It gives up the immediate error that catches
+    /// re-entry by mistake: a task that acquires a resource it already holds then waits
+    /// for its own lease (until its wait budget runs out, or for ever behind a watchdog).
+    /// Re-entry proper is [`Lease::reenter`](crate::Lease::reenter) either way. Upgrading
+    /// a read lock to a write lock stays refused (two upgraders would deadlock).
+    pub fn wait_for_own_leases(mut self, on: bool) -> Self {
+        self.wait_for_own_leases = on;
+        self
+    }
+
     /// Whether every lease gets a watchdog that extends it while it is held (see
     /// [`Lease`](crate::Lease)). Defaults to off;
     /// [`Redlock::with_lock`](crate::Redlock::with_lock) always uses one.
@@ -1015,6 +1045,7 @@ impl Builder {
             min_validity,
             key_prefix,
             notifications,
+            wait_for_own_leases,
             watchdog,
             extend_interval,
             max_hold,
@@ -1151,6 +1182,7 @@ impl Builder {
             min_validity,
             key_prefix,
             notifications,
+            wait_for_own_leases,
             watchdog,
             extend_interval,
             max_hold,

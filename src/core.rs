@@ -14,6 +14,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::cluster::Owner;
 use crate::config::Config;
+use crate::held::Held;
 use crate::master::{Master, Op};
 use crate::quorum::{self, Bounds};
 use crate::telemetry;
@@ -27,6 +28,9 @@ pub(crate) struct Inner {
     /// Who this client's owner records name.
     pub(crate) owner: Arc<Owner>,
     pub(crate) notifier: Arc<Notifier>,
+    /// The keys this client's leases hold (docs/design.md §14): checked before every
+    /// acquire, claimed by every granted lease.
+    pub(crate) held: Arc<Held>,
     /// Releases and late replies still running in the background; [`Redlock::shutdown`]
     /// waits for them.
     pub(crate) background: TaskTracker,
@@ -61,13 +65,15 @@ pub(crate) fn random_value() -> String {
 
 /// Sends the release script to `targets` from a background task tracked for
 /// [`Redlock::shutdown`], if a runtime exists; otherwise the keys expire with their TTL.
+/// `keys` are (lock key, release channel) pairs: one key is released by the single-key
+/// script, several by the multi-key one.
 pub(crate) fn release_in_background(
     inner: &Arc<Inner>,
     targets: Vec<Arc<dyn Master>>,
-    key: &Arc<str>,
+    keys: &[(Arc<str>, Arc<str>)],
     value: &Arc<str>,
 ) {
-    if targets.is_empty() {
+    if targets.is_empty() || keys.is_empty() {
         return;
     }
     #[cfg(feature = "mutants")]
@@ -78,12 +84,16 @@ pub(crate) fn release_in_background(
     {
         return;
     }
-    let op = Arc::new(Op::release(&inner.config, key, value));
+    let op = Arc::new(Op::release_keys(&inner.config, keys, value));
     let need = targets.len();
-    let resource = key
-        .strip_prefix(inner.config.key_prefix.as_str())
-        .unwrap_or(key)
-        .to_owned();
+    let resource = keys
+        .iter()
+        .map(|(key, _)| {
+            key.strip_prefix(inner.config.key_prefix.as_str())
+                .unwrap_or(key)
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
     let shown = inner.config.trace_resource_names;
     inner.spawn(async move {
         // Wait for every target (each bounded by the node timeout) so failures are traced.

@@ -130,6 +130,9 @@ pub enum MasterErrorKind {
     ClusterMismatch,
     /// The name holds another kind of lock than the one asked for.
     WrongKind,
+    /// The master holds permits of the semaphore under another limit than this client's
+    /// (docs/design.md §15).
+    LimitMismatch,
     /// The TLS handshake failed: the master's certificate is not trusted (signed by
     /// another CA than the one given, expired, or not issued for the host in its URL), the
     /// master refused this client's certificate or asked for one, or the peer answered
@@ -153,6 +156,7 @@ impl MasterErrorKind {
                 | MasterErrorKind::Misconfigured
                 | MasterErrorKind::ClusterMismatch
                 | MasterErrorKind::WrongKind
+                | MasterErrorKind::LimitMismatch
         )
     }
 }
@@ -392,6 +396,11 @@ pub enum ErrorKind {
     /// The name holds another kind of lock (a semaphore, a read-write lock) than the one
     /// asked for. Not retryable: use another name, or the kind that holds it.
     WrongKind,
+    /// A master holds permits of the semaphore under another limit than this client's
+    /// ([`Redlock::semaphore`](crate::Redlock::semaphore)): clients of one semaphore
+    /// disagree on its limit. The attempt's grants were released and nothing is held. Not
+    /// retryable: give every client of the semaphore the same limit; the detail names both.
+    LimitMismatch,
     /// [`Redlock::init_cluster`](crate::Redlock::init_cluster) found a key under the prefix
     /// on a master of an uninitialised cluster: only brand-new masters are bootstrapped.
     /// Nothing was written. Not retryable as it stands: let the locks expire or use a fresh
@@ -403,6 +412,13 @@ pub enum ErrorKind {
     /// that answered something other than TLS. Not retryable: the masters' reports name
     /// each master and what to change.
     Tls,
+    /// This client already holds the resource, with a lease it has not released or
+    /// dropped: acquiring it again would wait for this client's own lease to run out.
+    /// Nothing was sent to any master. Not retryable: re-enter the held lease with
+    /// [`Lease::reenter`](crate::Lease::reenter), or release it first (docs/design.md §14).
+    /// Also a write acquire of a read-write lock this client holds for reading: upgrades
+    /// are refused.
+    AlreadyHeld,
 }
 
 /// An error from acquiring, extending or releasing a lock, with every master's outcome.
@@ -554,6 +570,10 @@ impl fmt::Display for Error {
                 "this client's configuration does not agree with its cluster's record for {r}"
             )?,
             ErrorKind::WrongKind => write!(f, "{r} holds another kind of lock")?,
+            ErrorKind::LimitMismatch => {
+                write!(f, "semaphore {r} is in use with another limit")?;
+            }
+            ErrorKind::AlreadyHeld => write!(f, "refused to acquire lock {r}")?,
             ErrorKind::ClusterNotEmpty => {
                 write!(
                     f,

@@ -112,6 +112,7 @@ mod error;
 mod fencing;
 mod guard;
 mod health;
+mod held;
 mod lease;
 mod lock;
 mod master;
@@ -124,6 +125,7 @@ mod operate;
 mod quarantine;
 mod quorum;
 mod scripts;
+mod semaphore;
 #[cfg(test)]
 mod sim;
 mod telemetry;
@@ -139,11 +141,14 @@ pub use health::{
     Check, ClockOffset, ClusterRecord, Finding, HealthReport, MasterHealth, QuarantineState, Role,
     Severity,
 };
-pub use lease::{ExtendReport, Lease, LeaseHandle, Lost, LostReason, ReleaseReport};
+pub use lease::{
+    ExtendReport, Lease, LeaseHandle, LeaseMode, Lost, LostReason, Reentry, ReleaseReport,
+};
 pub use lock::{AcquireOptions, Redlock};
 #[cfg(feature = "mutants")]
 pub use mutants::Mutant;
 pub use operate::{Holding, Inspection, MasterView, OwnerInfo, UnlockReport, Verdict};
+pub use semaphore::Semaphore;
 
 /// The README's examples, compiled as doc tests.
 #[cfg(doctest)]

@@ -23,7 +23,8 @@ use crate::error::{Error, ErrorKind, MasterErrorKind, MasterOutcome, MasterRepor
 use crate::fencing::FencingToken;
 use crate::guard::Guarded;
 use crate::health::{self, HealthReport};
-use crate::lease::{Lease, LeaseHandle, LeaseParams, Watchdog};
+use crate::held::{Held, HeldMode};
+use crate::lease::{Lease, LeaseHandle, LeaseKey, LeaseMode, LeaseParams, Watchdog};
 use crate::master::{FenceRead, Master, Op, RedisMaster, Reply};
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
@@ -160,21 +161,21 @@ impl AcquireOptions {
 }
 
 /// Settings of one acquire call, resolved against the client's configuration.
-struct Plan {
-    ttl: Duration,
-    fencing: bool,
+pub(crate) struct Plan {
+    pub(crate) ttl: Duration,
+    pub(crate) fencing: bool,
     /// Attempts that may spend the budget (see `acquire_with`).
-    attempts: u32,
-    give_up_at: Instant,
-    watchdog: bool,
-    max_hold: Option<Duration>,
+    pub(crate) attempts: u32,
+    pub(crate) give_up_at: Instant,
+    pub(crate) watchdog: bool,
+    pub(crate) max_hold: Option<Duration>,
     /// Who the owner record names.
-    owner: Arc<Owner>,
+    pub(crate) owner: Arc<Owner>,
 }
 
 /// What woke a waiting acquire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Wake {
+pub(crate) enum Wake {
     /// The retry timer: the next attempt spends the attempt budget.
     Timer,
     /// Something that happened on the masters: the next attempt is free.
@@ -310,8 +311,10 @@ impl Redlock {
         };
         let quorum = Self::quorum_of(&config, masters.len());
         let owner = Arc::new(Owner::this_process(&config.label));
+        let held = Arc::new(Held::new(config.wait_for_own_leases));
         Self {
             inner: Arc::new(Inner {
+                held,
                 config,
                 masters,
                 quorum,
@@ -437,8 +440,13 @@ impl Redlock {
     /// [`ErrorKind::Tls`] (a TLS handshake failed: an untrusted certificate, a wrong host)
     /// or [`ErrorKind::Misconfigured`] (masters that can evict lock keys never vote).
     /// Before any master is asked: [`ErrorKind::InvalidResource`] for an empty name or one
-    /// longer than [`MAX_RESOURCE_LEN`](crate::limits::MAX_RESOURCE_LEN) bytes, and
-    /// [`ErrorKind::NoRuntime`] when polled outside a tokio runtime.
+    /// longer than [`MAX_RESOURCE_LEN`](crate::limits::MAX_RESOURCE_LEN) bytes,
+    /// [`ErrorKind::NoRuntime`] when polled outside a tokio runtime, and
+    /// [`ErrorKind::AlreadyHeld`] when this client (or a clone) holds `resource` with a
+    /// lease it has not released or dropped: re-enter that lease with
+    /// [`Lease::reenter`] instead (unless the client was built with
+    /// [`Builder::wait_for_own_leases`], which waits for it like any holder). The same
+    /// error ends a waiting call as soon as a lease of this client takes the resource.
     ///
     /// # Cancel safety
     /// Dropping the future leaves no key behind beyond its TTL: the attempt in flight is
@@ -491,9 +499,13 @@ impl Redlock {
     ) -> Result<Lease, Error> {
         check_runtime(resource)?;
         check_resource(&self.inner.config.key_prefix, resource)?;
-        let plan = self.plan(resource, options)?;
         let config = &self.inner.config;
         let key: Arc<str> = format!("{}{resource}", config.key_prefix).into();
+        // This client's own lease on the key: refused before any round trip (§14).
+        self.inner
+            .held
+            .check(resource, &[&key], HeldMode::Exclusive)?;
+        let plan = self.plan(resource, options)?;
         let resource: Arc<str> = resource.into();
         let reused: Option<Arc<str>> = None;
         #[cfg(feature = "mutants")]
@@ -521,6 +533,14 @@ impl Redlock {
             let rounds = *rounds;
             if wake == Wake::Timer {
                 spent += 1;
+            }
+            if rounds > 1 {
+                // A lease of this client took the key while this call waited: waiting on
+                // would be waiting for ourselves.
+                self.inner
+                    .held
+                    .check(&resource, &[&key], HeldMode::Exclusive)
+                    .map_err(|e| e.with_attempts(rounds - 1))?;
             }
             let value = reused.clone().unwrap_or_else(|| random_value().into());
             let started = Instant::now();
@@ -705,7 +725,7 @@ impl Redlock {
         }
     }
 
-    fn plan(&self, resource: &str, options: &AcquireOptions) -> Result<Plan, Error> {
+    pub(crate) fn plan(&self, resource: &str, options: &AcquireOptions) -> Result<Plan, Error> {
         let config = &self.inner.config;
         let invalid =
             |detail: String| Error::new(ErrorKind::InvalidOptions, resource).with_detail(detail);
@@ -796,7 +816,7 @@ impl Redlock {
         let ttl = plan.ttl;
         let mut guard = AttemptGuard {
             inner: Arc::clone(inner),
-            key: Arc::clone(key),
+            keys: vec![Arc::clone(key)],
             value: Arc::clone(&value),
             outcomes: None,
             armed: true,
@@ -900,19 +920,24 @@ impl Redlock {
                 }
             };
             guard.disarm();
+            let claim = inner.held.claim(&[Arc::clone(key)], HeldMode::Exclusive);
             return Ok(Lease::new(
                 Arc::clone(inner),
                 LeaseParams {
-                    key: Arc::clone(key),
-                    resource: Arc::clone(resource),
+                    keys: vec![LeaseKey::new(
+                        Arc::clone(resource),
+                        Arc::clone(key),
+                        token.map(FencingToken::new),
+                    )],
+                    mode: LeaseMode::Exclusive,
                     value,
                     ttl,
                     deadline,
                     safety_margin: config.safety_margin(ttl),
-                    token: token.map(FencingToken::new),
                     acquired: reports,
                 },
-            ));
+            )
+            .with_claim(claim));
         }
 
         let spare = inner.masters.len() - inner.quorum;
@@ -949,7 +974,7 @@ impl Redlock {
     /// The fencing write-back (phase 2, see `fencing.rs`): raises the counters to a token
     /// starting at `token`, above every counter a master reports in conflict, until a
     /// quorum accepted one, within the lease's validity.
-    async fn fence(
+    pub(crate) async fn fence(
         &self,
         key: &Arc<str>,
         resource: &Arc<str>,
@@ -1162,10 +1187,11 @@ impl Redlock {
 /// A refusal that no quorum can outvote (docs/design.md §11): a master whose cluster record
 /// disagrees with this client's configuration (or that it reaches twice), or a name that
 /// holds another kind of lock. Its kind and the masters' own words.
-fn refusal(reports: &[MasterReport]) -> Option<(ErrorKind, String)> {
+pub(crate) fn refusal(reports: &[MasterReport]) -> Option<(ErrorKind, String)> {
     for (master_kind, kind) in [
         (MasterErrorKind::ClusterMismatch, ErrorKind::ClusterMismatch),
         (MasterErrorKind::WrongKind, ErrorKind::WrongKind),
+        (MasterErrorKind::LimitMismatch, ErrorKind::LimitMismatch),
     ] {
         // Each distinct reason once; the masters' reports name who said it.
         let mut found: Vec<String> = Vec::new();
@@ -1187,7 +1213,10 @@ fn refusal(reports: &[MasterReport]) -> Option<(ErrorKind, String)> {
 /// Failures that last until a configuration changes (authentication, evicting masters), if
 /// they alone leave too few masters able to grant: their kind and what to change. `spare`
 /// is how many masters a quorum can do without.
-fn permanent_failure(reports: &[MasterReport], spare: usize) -> Option<(ErrorKind, String)> {
+pub(crate) fn permanent_failure(
+    reports: &[MasterReport],
+    spare: usize,
+) -> Option<(ErrorKind, String)> {
     let failed = |kind: MasterErrorKind| -> Vec<&str> {
         reports
             .iter()
@@ -1250,7 +1279,7 @@ fn permanent_failure(reports: &[MasterReport], spare: usize) -> Option<(ErrorKin
 /// A random pause that spreads the waiters woken by one event over a round's time (at
 /// least a millisecond), doubling after each of up to three lost races in a row, so that
 /// the first usually wins alone instead of splitting the votes.
-fn spread(round: Duration, herd: u32) -> Duration {
+pub(crate) fn spread(round: Duration, herd: u32) -> Duration {
     round
         .max(Duration::from_millis(1))
         .saturating_mul(1 << herd.min(3))
@@ -1259,13 +1288,16 @@ fn spread(round: Duration, herd: u32) -> Duration {
 
 /// When a waiter tries again after the holder's keys expire at `free`: spread out like
 /// the waiters woken by a notice, since they all read the same expiry.
-fn holder_wake(free: Instant, now: Instant, round: Duration, herd: u32) -> Instant {
+pub(crate) fn holder_wake(free: Instant, now: Instant, round: Duration, herd: u32) -> Instant {
     free.max(now) + spread(round, herd)
 }
 
 /// The kind of a failed acquire round and, when too few masters vote, the instant enough
 /// of them vote again.
-fn failure_kind(outcomes: &[MasterOutcome], quorum: usize) -> (ErrorKind, Option<Instant>) {
+pub(crate) fn failure_kind(
+    outcomes: &[MasterOutcome],
+    quorum: usize,
+) -> (ErrorKind, Option<Instant>) {
     let n = outcomes.len();
     let denied = outcomes
         .iter()
@@ -1293,7 +1325,7 @@ fn failure_kind(outcomes: &[MasterOutcome], quorum: usize) -> (ErrorKind, Option
     (ErrorKind::NoQuorum, None)
 }
 
-fn wait_timeout(error: Error, attempts: u32) -> Error {
+pub(crate) fn wait_timeout(error: Error, attempts: u32) -> Error {
     let detail = format!(
         "wait budget used up after {attempts} attempts (last: {})",
         kind_word(error.kind())
@@ -1316,7 +1348,8 @@ fn kind_word(kind: ErrorKind) -> &'static str {
 /// on failure, and when the acquire future is dropped mid-round.
 struct AttemptGuard {
     inner: Arc<Inner>,
-    key: Arc<str>,
+    /// The attempt's lock keys (one, or several for `acquire_many`).
+    keys: Vec<Arc<str>>,
     value: Arc<str>,
     /// The round's outcomes when known: masters that refused never set our value and
     /// are skipped. `None` (cancelled mid-round): release everywhere.
@@ -1346,7 +1379,12 @@ impl Drop for AttemptGuard {
                 .collect(),
             None => self.inner.masters.clone(),
         };
-        release_in_background(&self.inner, targets, &self.key, &self.value);
+        let keys: Vec<(Arc<str>, Arc<str>)> = self
+            .keys
+            .iter()
+            .map(|k| (Arc::clone(k), scripts::release_channel(k).into()))
+            .collect();
+        release_in_background(&self.inner, targets, &keys, &self.value);
     }
 }
 

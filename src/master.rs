@@ -53,6 +53,10 @@ pub(crate) enum Op {
         fence: FenceRead,
         owner: Arc<Owner>,
     },
+    /// Takes `wanted` slots of a semaphore, all or none, after checking its stored limit
+    /// (`semaphore.lua`, docs/design.md §15); also reads the data epoch, the cluster
+    /// record, the fence counters of the slots (with `fence`) and which slots are free.
+    AcquirePermits(Box<PermitsOp>),
     /// Compare-and-`PEXPIRE` (never setting a missing key again), see `extend.lua`; with
     /// `epoch`, also reads the data epoch.
     Extend {
@@ -63,6 +67,16 @@ pub(crate) enum Op {
         /// `true` plants [`Mutant::ExtendRecreates`]: a missing key is set again.
         #[cfg(feature = "mutants")]
         recreate: bool,
+    },
+    /// Compare-and-`PEXPIRE` of every key of a lease over several keys, all or none (see
+    /// `extend_many.lua`): granted only where every key holds `value`; a master where any
+    /// key is missing or held by another value extends none of them. With `epoch`, also
+    /// reads the data epoch. Answered as [`Op::Extend`] is.
+    ExtendMany {
+        keys: Vec<Arc<str>>,
+        value: Arc<str>,
+        ttl: Duration,
+        epoch: bool,
     },
     /// Fencing write-back: raise the counter to `token` where the lock is ours and the
     /// counter is below it, see `fence.lua`.
@@ -80,6 +94,15 @@ pub(crate) enum Op {
         key: Arc<str>,
         value: Arc<str>,
         channel: Arc<str>,
+    },
+    /// Compare-and-delete of every key of a lease over several keys, each key's release
+    /// notice on its channel (`channels`, in the order of `keys`), see `release_many.lua`.
+    /// Answered [`Reply::Granted`] where a key was deleted, else [`Reply::HeldByOther`]
+    /// where one holds another value, else [`Reply::Missing`].
+    ReleaseMany {
+        keys: Vec<Arc<str>>,
+        value: Arc<str>,
+        channels: Vec<Arc<str>>,
     },
     /// A plain `DEL key`: only [`Mutant::PlainDelRelease`] sends it.
     #[cfg(feature = "mutants")]
@@ -110,8 +133,13 @@ pub(crate) enum Op {
 }
 
 impl Op {
-    /// The release of `value` under `key`, as configured.
-    pub(crate) fn release(config: &Config, key: &Arc<str>, value: &Arc<str>) -> Op {
+    /// The release of `value` under `key`, with its notice on `channel`, as configured.
+    pub(crate) fn release(
+        config: &Config,
+        key: &Arc<str>,
+        value: &Arc<str>,
+        channel: &Arc<str>,
+    ) -> Op {
         #[cfg(feature = "mutants")]
         if config.planted.is(Mutant::PlainDelRelease) {
             return Op::ReleaseUnchecked {
@@ -123,14 +151,31 @@ impl Op {
         Op::Release {
             key: Arc::clone(key),
             value: Arc::clone(value),
-            channel: scripts::release_channel(key).into(),
+            channel: Arc::clone(channel),
+        }
+    }
+
+    /// The release of `value` under every key of `keys` (key, channel): the single-key
+    /// release ([`Op::release`]) for one key, [`Op::ReleaseMany`] for several.
+    pub(crate) fn release_keys(
+        config: &Config,
+        keys: &[(Arc<str>, Arc<str>)],
+        value: &Arc<str>,
+    ) -> Op {
+        match keys {
+            [(key, channel)] => Op::release(config, key, value, channel),
+            keys => Op::ReleaseMany {
+                keys: keys.iter().map(|(k, _)| Arc::clone(k)).collect(),
+                value: Arc::clone(value),
+                channels: keys.iter().map(|(_, c)| Arc::clone(c)).collect(),
+            },
         }
     }
 
     /// Whether this op releases a lock: it succeeds wherever the key is no longer ours.
     pub(crate) fn is_release(&self) -> bool {
         match self {
-            Op::Release { .. } => true,
+            Op::Release { .. } | Op::ReleaseMany { .. } => true,
             #[cfg(feature = "mutants")]
             Op::ReleaseUnchecked { .. } => true,
             _ => false,
@@ -159,9 +204,10 @@ impl Op {
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Op::AcquireChecked { .. } => "acquire",
+            Op::AcquirePermits(_) => "acquire_permits",
             Op::Fence { .. } => "fence",
-            Op::Extend { .. } => "extend",
-            Op::Release { .. } => "release",
+            Op::Extend { .. } | Op::ExtendMany { .. } => "extend",
+            Op::Release { .. } | Op::ReleaseMany { .. } => "release",
             #[cfg(feature = "mutants")]
             Op::ReleaseUnchecked { .. } => "release",
             Op::Survey => "survey",
@@ -172,6 +218,35 @@ impl Op {
             Op::Inspect { .. } => "inspect",
             Op::ForceUnlock { .. } => "force_unlock",
         }
+    }
+}
+
+/// The request of [`Op::AcquirePermits`].
+#[derive(Debug)]
+pub(crate) struct PermitsOp {
+    /// The semaphore's limit record.
+    pub(crate) limit_key: Arc<str>,
+    /// Every slot key, `0 .. limit`.
+    pub(crate) slots: Arc<[Arc<str>]>,
+    /// The slot keys' common beginning (slot `i` is it followed by `i`).
+    pub(crate) base: Arc<str>,
+    /// The slots to take, distinct and below the limit.
+    pub(crate) wanted: Vec<u32>,
+    pub(crate) value: Arc<str>,
+    pub(crate) ttl: Duration,
+    /// Read the wanted slots' fence counters.
+    pub(crate) fence: bool,
+    pub(crate) owner: Arc<Owner>,
+    /// The permit keys of [`Mutant::SemaphoreCountPerMaster`]: when set, the master counts
+    /// the permits it holds and sets these keys while fewer than the limit would be held.
+    #[cfg(feature = "mutants")]
+    pub(crate) counted: Option<Vec<Arc<str>>>,
+}
+
+impl PermitsOp {
+    /// The semaphore's limit, the number of slots.
+    pub(crate) fn limit(&self) -> usize {
+        self.slots.len()
     }
 }
 
@@ -214,6 +289,19 @@ pub(crate) enum Reply {
         fence: Option<u64>,
         /// When refused: how long the holder's key lives.
         holder_ttl: Option<Duration>,
+    },
+    /// The answer to `AcquirePermits`.
+    Permits {
+        /// Every wanted slot was set.
+        granted: bool,
+        epoch: EpochReport,
+        /// The wanted slots' fence counters, in the order asked, when read.
+        fences: Vec<Option<u64>>,
+        /// When refused: after how long enough slots are free on this master, if they are
+        /// held (not when other free slots suffice).
+        wait: Option<Duration>,
+        /// The slots free on this master when it answered (before granting).
+        free: Vec<u32>,
     },
     /// The answer to `Fence`.
     Fenced {
@@ -290,9 +378,10 @@ impl Reply {
     /// The epoch this reply read, if any.
     pub(crate) fn epoch(&self) -> Option<&EpochReport> {
         match self {
-            Reply::Checked { epoch, .. } | Reply::Fenced { epoch, .. } | Reply::Gone { epoch } => {
-                Some(epoch)
-            }
+            Reply::Checked { epoch, .. }
+            | Reply::Permits { epoch, .. }
+            | Reply::Fenced { epoch, .. }
+            | Reply::Gone { epoch } => Some(epoch),
             _ => None,
         }
     }
@@ -945,6 +1034,7 @@ async fn run(
                 holder_ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
             })
         }
+        Op::AcquirePermits(permits) => acquire_permits(permits, conn, shared).await,
         Op::Extend {
             key,
             value,
@@ -990,18 +1080,48 @@ async fn run(
                 record,
                 now_us: parse_number("extend", &now)?,
             };
-            Ok(match (granted, *epoch) {
-                (None, false) => Reply::Missing,
-                (None, true) => Reply::Gone { epoch: report },
-                (Some(true), false) => Reply::Granted,
-                (Some(false), false) => Reply::HeldByOther,
-                (Some(granted), true) => Reply::Checked {
-                    granted,
-                    epoch: report,
-                    fence: None,
-                    holder_ttl: None,
+            Ok(extended(granted, *epoch, report))
+        }
+        Op::ExtendMany {
+            keys,
+            value,
+            ttl,
+            epoch,
+        } => {
+            type Answer = (i64, Option<String>, String, Option<String>);
+            let (code, record, now, _): Answer = invoke_agreed(
+                conn,
+                shared,
+                |a: &Answer| a.0,
+                |fingerprint| {
+                    let mut call = scripts::EXTEND_MANY.prepare_invoke();
+                    call.key(scripts::EPOCH_KEY).key(&*shared.record_key);
+                    for key in keys {
+                        call.key(&**key).key(scripts::owner_key(key));
+                    }
+                    call.arg(&**value)
+                        .arg(millis(*ttl))
+                        .arg(if *epoch {
+                            new_epoch_id()
+                        } else {
+                            String::new()
+                        })
+                        .arg(fingerprint);
+                    call
                 },
-            })
+            )
+            .await?;
+            let granted = match code {
+                1 => Some(true),
+                0 => None,
+                -1 => Some(false),
+                other => return Err(unexpected("extend", other)),
+            };
+            let report = EpochReport {
+                record,
+                now_us: parse_number("extend", &now)?,
+            };
+            Ok(extended(granted, *epoch, report))
         }
         Op::Fence {
             key, value, token, ..
@@ -1053,6 +1173,31 @@ async fn run(
                 -1 => Ok(Reply::HeldByOther),
                 other => Err(unexpected("release", other)),
             }
+        }
+        Op::ReleaseMany {
+            keys,
+            value,
+            channels,
+        } => {
+            let mut call = scripts::RELEASE_MANY.prepare_invoke();
+            for key in keys {
+                call.key(&**key).key(scripts::owner_key(key));
+            }
+            call.arg(&**value);
+            for channel in channels {
+                call.arg(&**channel);
+            }
+            let (deleted, _missing, held): (i64, i64, i64) = call
+                .invoke_async(conn)
+                .await
+                .map_err(MasterError::from_redis)?;
+            Ok(if deleted > 0 {
+                Reply::Granted
+            } else if held > 0 {
+                Reply::HeldByOther
+            } else {
+                Reply::Missing
+            })
         }
         #[cfg(feature = "mutants")]
         Op::ReleaseUnchecked { key } => delete(key, conn).await,
@@ -1142,6 +1287,23 @@ async fn run(
     }
 }
 
+/// The reply to an extension: `granted` is `Some(true)` extended, `Some(false)` held by
+/// another value, `None` missing; with `epoch`, the reply carries the epoch read.
+fn extended(granted: Option<bool>, epoch: bool, report: EpochReport) -> Reply {
+    match (granted, epoch) {
+        (None, false) => Reply::Missing,
+        (None, true) => Reply::Gone { epoch: report },
+        (Some(true), false) => Reply::Granted,
+        (Some(false), false) => Reply::HeldByOther,
+        (Some(granted), true) => Reply::Checked {
+            granted,
+            epoch: report,
+            fence: None,
+            holder_ttl: None,
+        },
+    }
+}
+
 /// Runs a lock script that checks the cluster record (−2 when the caller's fingerprint is
 /// not the master's): `call` builds the invocation around the fingerprint this client
 /// knows, and `code` reads the answer's code. When the record was written after this client
@@ -1167,6 +1329,103 @@ async fn invoke_agreed<T: redis::FromRedisValue>(
         shared.record_changed(conn).await?;
         learnt = true;
     }
+}
+
+/// Runs `semaphore.lua` (or, planted, its per-master count) and reads its answer.
+async fn acquire_permits(
+    op: &PermitsOp,
+    conn: &mut MultiplexedConnection,
+    shared: &Shared,
+) -> Result<Reply, MasterError> {
+    type Answer = (
+        i64,
+        String,
+        String,
+        Option<Vec<String>>,
+        i64,
+        Vec<u32>,
+        Option<String>,
+    );
+    let (code, record, now, fences, wait, free, detail): Answer = invoke_agreed(
+        conn,
+        shared,
+        |a: &Answer| a.0,
+        |fingerprint| {
+            #[cfg(feature = "mutants")]
+            if let Some(keys) = &op.counted {
+                let mut call = scripts::SEMAPHORE_COUNT_PER_MASTER.key(scripts::EPOCH_KEY);
+                call.key(&*shared.record_key);
+                for key in keys {
+                    call.key(&**key);
+                }
+                call.arg(&*op.value)
+                    .arg(millis(op.ttl))
+                    .arg(new_epoch_id())
+                    .arg(fingerprint)
+                    .arg(op.limit())
+                    .arg(format!("{}c:*", op.base));
+                return call;
+            }
+            let mut call = scripts::SEMAPHORE.key(scripts::EPOCH_KEY);
+            call.key(&*shared.record_key).key(&*op.limit_key);
+            for slot in op.slots.iter() {
+                call.key(&**slot);
+            }
+            call.arg(&*op.value)
+                .arg(millis(op.ttl))
+                .arg(new_epoch_id())
+                .arg(if op.fence { "1" } else { "0" })
+                .arg(fingerprint)
+                .arg(&*op.owner.client)
+                .arg(&*op.owner.host)
+                .arg(op.owner.pid)
+                .arg(&*op.owner.label)
+                .arg(op.limit())
+                .arg(&*op.base);
+            for slot in &op.wanted {
+                call.arg(*slot);
+            }
+            call
+        },
+    )
+    .await?;
+    match code {
+        1 | 0 => {}
+        -4 => return Err(limit_mismatch(detail.as_deref(), op.limit())),
+        other => return Err(unexpected("semaphore", other)),
+    }
+    let fences = fences
+        .unwrap_or_default()
+        .iter()
+        .map(|c| match c.as_str() {
+            "" => Ok(None),
+            c => parse_number("semaphore", c).map(Some),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Reply::Permits {
+        granted: code == 1,
+        epoch: EpochReport {
+            record: Some(record),
+            now_us: parse_number("semaphore", &now)?,
+        },
+        fences,
+        wait: u64::try_from(wait).ok().map(Duration::from_millis),
+        free: free
+            .into_iter()
+            .filter(|s| (*s as usize) < op.limit())
+            .collect(),
+    })
+}
+
+/// The error of a master that holds permits of the semaphore under another limit.
+pub(crate) fn limit_mismatch(recorded: Option<&str>, ours: usize) -> MasterError {
+    MasterError::new(
+        MasterErrorKind::LimitMismatch,
+        format!(
+            "permits are held here under limit {}, not {ours}",
+            recorded.unwrap_or("another")
+        ),
+    )
 }
 
 /// A script refused this client's fingerprint again, right after the client adopted the

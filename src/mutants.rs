@@ -51,11 +51,22 @@ pub enum Mutant {
     /// `Redlock::init_cluster` bootstraps masters that hold keys under the prefix: masters
     /// that lost their keys vote at once beside others still holding a live lease's keys.
     BootstrapSkipsEmptiness,
+    /// A semaphore counts its permits on each master: a master grants while it holds fewer
+    /// than the limit, and the client takes the permits when a majority granted. Quorums
+    /// of counts do not intersect in slots: at N = 3 and limit 2, three holders can each
+    /// have a majority ({a, b}, {b, c}, {c, a}) with no master above the limit.
+    SemaphoreCountPerMaster,
+    /// Re-entry as a per-master hold counter (Redisson's HINCRBY): `Lease::reenter` sends
+    /// a round that sets the key again with the lease's value and a fresh TTL wherever it
+    /// is missing or ours, counts any one master's success, and moves the lease's deadline
+    /// to that round's `t0 + ttl - drift` (forgetting a loss by expiry): an extension
+    /// without a quorum, which revives a lease whose keys expired.
+    ReentryCounter,
 }
 
 impl Mutant {
     /// Every mutant, for suites that must run them all.
-    pub const ALL: [Mutant; 13] = [
+    pub const ALL: [Mutant; 15] = [
         Mutant::HalfQuorum,
         Mutant::IgnoreElapsed,
         Mutant::PlainDelRelease,
@@ -69,6 +80,8 @@ impl Mutant {
         Mutant::ExtendRecreates,
         Mutant::IgnoreFingerprint,
         Mutant::BootstrapSkipsEmptiness,
+        Mutant::SemaphoreCountPerMaster,
+        Mutant::ReentryCounter,
     ];
 }
 
@@ -108,6 +121,8 @@ every_variant![
     ExtendRecreates,
     IgnoreFingerprint,
     BootstrapSkipsEmptiness,
+    SemaphoreCountPerMaster,
+    ReentryCounter,
 ];
 
 /// The test seams of one client: a planted bug, and how fast its clock runs against real

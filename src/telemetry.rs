@@ -229,8 +229,10 @@ fn error_kind(kind: ErrorKind) -> &'static str {
         ErrorKind::Misconfigured => "misconfigured",
         ErrorKind::ClusterMismatch => "cluster_mismatch",
         ErrorKind::WrongKind => "wrong_kind",
+        ErrorKind::LimitMismatch => "limit_mismatch",
         ErrorKind::ClusterNotEmpty => "cluster_not_empty",
         ErrorKind::Tls => "tls",
+        ErrorKind::AlreadyHeld => "already_held",
     }
 }
 
@@ -257,6 +259,7 @@ fn master_outcome(outcome: &MasterOutcome) -> &'static str {
             MasterErrorKind::Misconfigured => "misconfigured",
             MasterErrorKind::ClusterMismatch => "cluster_mismatch",
             MasterErrorKind::WrongKind => "wrong_kind",
+            MasterErrorKind::LimitMismatch => "limit_mismatch",
             MasterErrorKind::Tls => "tls",
         },
     }

@@ -4,7 +4,7 @@
 
 use redquorum::{
     AcquireOptions, Builder, ConfigError, Error, ExtendReport, FencingToken, Lease, LeaseHandle,
-    Lost, MasterReport, Redlock, ReleaseReport,
+    Lost, MasterReport, Redlock, ReleaseReport, Semaphore,
 };
 
 fn assert_send<T: Send>(_: &T) {}
@@ -23,6 +23,7 @@ fn types_are_send_and_sync() {
     assert_send_sync::<ReleaseReport>();
     assert_send_sync::<ExtendReport>();
     assert_send_sync::<FencingToken>();
+    assert_send_sync::<Semaphore>();
     fn send_static<T: Send + 'static>() {}
     send_static::<Lost>();
 }
@@ -40,6 +41,16 @@ async fn futures_are_send() {
         &client.with_lock("k", &AcquireOptions::new(), |lease| async move {
             lease.remaining()
         }),
+    );
+    let semaphore = client.semaphore("s", 2).unwrap();
+    assert_send(&semaphore.acquire(1));
+    assert_send(&semaphore.acquire_with(1, &AcquireOptions::new()));
+    assert_send(
+        &semaphore.with_permits(
+            1,
+            &AcquireOptions::new(),
+            |lease| async move { lease.permits() },
+        ),
     );
 }
 

@@ -25,6 +25,8 @@ use syn::visit::{self, Visit};
 const LAYERS: &[&[&str]] = &[
     &["lib", "bench_internals"],
     &["admin", "operate"],
+    // The lock family's facades: above `lock`, whose acquire settings and helpers they use.
+    &["semaphore"],
     &["lock"],
     &["lease"],
     &["core"],
@@ -42,6 +44,7 @@ const LAYERS: &[&[&str]] = &[
         "mutants",
         "cluster",
         "telemetry",
+        "held",
     ],
 ];
 

@@ -116,6 +116,11 @@ impl Capture {
 
 /// Three masters that vote at once (bootstrapped), and a client over them with restart
 /// quarantine on, as users run it.
+/// Another client over `cluster`, with the settings of [`voting_cluster`]'s.
+fn second_client(cluster: &Cluster) -> Redlock {
+    client(cluster).quarantine(true).build().unwrap()
+}
+
 async fn voting_cluster() -> (Cluster, Redlock) {
     let cluster = Cluster::start(3).await.unwrap();
     let client = client(&cluster).quarantine(true).build().unwrap();
@@ -129,8 +134,11 @@ async fn a_busy_lock_counts_a_contended_acquire_and_each_masters_answer() {
     let (cluster, client) = voting_cluster().await;
     let key = unique_key("busy");
 
+    // The contender is another client: this one would be refused at once (AlreadyHeld),
+    // without a round to count.
+    let contender = second_client(&cluster);
     let lease = client.acquire(&key).await.unwrap();
-    let err = client.try_acquire(&key).await.unwrap_err();
+    let err = contender.try_acquire(&key).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
     let left = lease.remaining();
     lease.release().await.unwrap();

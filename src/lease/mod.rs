@@ -5,6 +5,7 @@
 //! Layer: above the core and the round, below the facade (docs/design.md §10); it must not
 //! use `lock.rs`.
 
+mod reentry;
 mod watchdog;
 
 use std::fmt;
@@ -24,12 +25,14 @@ use crate::core::Inner;
 use crate::deadline;
 use crate::error::{Error, ErrorKind, MasterOutcome, MasterReport, human};
 use crate::fencing::FencingToken;
+use crate::held::Claim;
 use crate::master::Op;
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
 use crate::quorum::{self, Decision};
-use crate::telemetry;
+use crate::{scripts, telemetry};
 
+pub use reentry::Reentry;
 pub(crate) use watchdog::Watchdog;
 
 /// Why a lease is lost; see [`Lease`] for the exact moments.
@@ -77,15 +80,61 @@ pub(crate) struct LeaseState {
     pub(crate) lost: Option<LostReason>,
 }
 
+/// What a lease holds: the exclusive lock of one resource, a read or a write lock, or
+/// permits of a semaphore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LeaseMode {
+    /// The exclusive lock of one resource or of several
+    /// ([`Redlock::acquire`](crate::Redlock::acquire),
+    /// `Redlock::acquire_many`).
+    Exclusive,
+    /// A read lock: shared with other readers.
+    Read,
+    /// A write lock: exclusive of readers and writers.
+    Write,
+    /// Permits of a semaphore.
+    Permits,
+}
+
+/// One key a lease holds on the masters (docs/design.md §4, §14).
+#[derive(Debug, Clone)]
+pub(crate) struct LeaseKey {
+    /// The resource's name, without the key prefix.
+    pub(crate) resource: Arc<str>,
+    /// The key on the masters.
+    pub(crate) key: Arc<str>,
+    /// Where the release of this key is announced to waiters.
+    pub(crate) channel: Arc<str>,
+    /// This key's fencing token, when acquired with fencing.
+    pub(crate) token: Option<FencingToken>,
+}
+
+impl LeaseKey {
+    /// The key of `resource` under `key`, announced on its own release channel.
+    pub(crate) fn new(resource: Arc<str>, key: Arc<str>, token: Option<FencingToken>) -> Self {
+        let channel = scripts::release_channel(&key).into();
+        Self {
+            resource,
+            key,
+            channel,
+            token,
+        }
+    }
+}
+
 /// What every handle to one lease shares.
 pub(crate) struct LeaseShared {
     pub(crate) inner: Arc<Inner>,
-    pub(crate) key: Arc<str>,
-    pub(crate) resource: Arc<str>,
+    /// Every key the lease holds, never empty; sorted by key for several.
+    pub(crate) keys: Arc<[LeaseKey]>,
+    pub(crate) mode: LeaseMode,
+    /// The lease's name in errors and traces: its resource, or its resources joined.
+    pub(crate) name: Arc<str>,
+    /// One value for every key of the lease.
     pub(crate) value: Arc<str>,
     pub(crate) ttl: Duration,
     pub(crate) safety_margin: Duration,
-    pub(crate) token: Option<FencingToken>,
     pub(crate) state: watch::Sender<LeaseState>,
     /// Serialises extend and release, so that no extension reaches a master after the
     /// release did (docs/design.md I8). Holds "released".
@@ -120,17 +169,55 @@ impl LeaseShared {
 
     /// This lease's resource name as traces show it.
     pub(crate) fn traced(&self) -> telemetry::Traced<'_> {
-        telemetry::resource(&self.resource, self.inner.config.trace_resource_names)
+        telemetry::resource(&self.name, self.inner.config.trace_resource_names)
     }
 
     fn lost_error(&self, reason: LostReason) -> Error {
-        Error::new(ErrorKind::LeaseLost, &*self.resource).with_detail(reason.to_string())
+        Error::new(ErrorKind::LeaseLost, &*self.name).with_detail(reason.to_string())
+    }
+
+    /// The first key (the only one of a single-key lease).
+    fn first(&self) -> Option<&LeaseKey> {
+        self.keys.first()
+    }
+
+    /// The extension of every key to `ttl`: the single-key script for one key (exactly as
+    /// a mutex always extended), the all-or-none multi-key script for several, so that a
+    /// master counts only if it extended every key (docs/design.md §14).
+    fn extend_op(&self, ttl: Duration) -> Op {
+        let inner = &self.inner;
+        match &*self.keys {
+            [one] => Op::Extend {
+                key: Arc::clone(&one.key),
+                value: Arc::clone(&self.value),
+                ttl,
+                epoch: inner.config.quarantine,
+                #[cfg(feature = "mutants")]
+                recreate: inner.config.planted.is(Mutant::ExtendRecreates),
+            },
+            keys => Op::ExtendMany {
+                keys: keys.iter().map(|k| Arc::clone(&k.key)).collect(),
+                value: Arc::clone(&self.value),
+                ttl,
+                epoch: inner.config.quarantine,
+            },
+        }
+    }
+
+    /// The release of every key, each announced on its channel.
+    fn release_op(&self) -> Op {
+        let keys: Vec<(Arc<str>, Arc<str>)> = self
+            .keys
+            .iter()
+            .map(|k| (Arc::clone(&k.key), Arc::clone(&k.channel)))
+            .collect();
+        Op::release_keys(&self.inner.config, &keys, &self.value)
     }
 
     /// One extension round; see [`LeaseHandle::extend_with`].
     pub(crate) async fn extend(self: &Arc<Self>, ttl: Duration) -> Result<ExtendReport, Error> {
         let inner = &self.inner;
-        let resource = &*self.resource;
+        let resource = &*self.name;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::new(ErrorKind::NoRuntime, resource).with_detail(
                 "extend must be called inside a tokio runtime (features rt, time, net)",
@@ -167,7 +254,7 @@ impl LeaseShared {
     /// The extension round itself, under the extend/release lock.
     async fn extend_round(&self, ttl: Duration) -> Result<ExtendReport, Error> {
         let inner = &self.inner;
-        let resource = &*self.resource;
+        let resource = &*self.name;
         let released = self.ops.lock().await;
         if *released {
             return Err(self.lost_error(LostReason::Released));
@@ -205,14 +292,7 @@ impl LeaseShared {
                 shrink
             });
         }
-        let op = Arc::new(Op::Extend {
-            key: Arc::clone(&self.key),
-            value: Arc::clone(&self.value),
-            ttl,
-            epoch: inner.config.quarantine,
-            #[cfg(feature = "mutants")]
-            recreate: inner.config.planted.is(Mutant::ExtendRecreates),
-        });
+        let op = Arc::new(self.extend_op(ttl));
         let round = quorum::run(
             &inner.masters,
             op,
@@ -272,7 +352,7 @@ impl LeaseShared {
         *released = true;
         self.mark_lost(LostReason::Released);
         let inner = &self.inner;
-        let op = Arc::new(Op::release(&inner.config, &self.key, &self.value));
+        let op = Arc::new(self.release_op());
         // Cleared on n - quorum + 1 masters: at most quorum - 1 can still hold our value.
         // The rest finish in the background, tracked for `Redlock::shutdown`.
         let need = inner.masters.len() - inner.quorum + 1;
@@ -322,7 +402,7 @@ impl fmt::Debug for LeaseHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = self.shared.state();
         f.debug_struct("LeaseHandle")
-            .field("resource", &self.shared.resource)
+            .field("resource", &self.shared.name)
             .field(
                 "remaining",
                 &state.deadline.saturating_duration_since(Instant::now()),
@@ -333,14 +413,47 @@ impl fmt::Debug for LeaseHandle {
 }
 
 impl LeaseHandle {
-    /// The locked resource's name (without the key prefix).
+    /// The locked resource's name (without the key prefix); for a lease over several
+    /// resources, the first of [`resources`](LeaseHandle::resources).
     pub fn resource(&self) -> &str {
-        &self.shared.resource
+        self.shared.first().map_or("", |k| &k.resource)
     }
 
-    /// The key on the masters (`key_prefix` + resource).
+    /// Every resource this lease holds, in the order their keys were locked (sorted for
+    /// `Redlock::acquire_many`); one for a single lock.
+    pub fn resources(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        self.shared.keys.iter().map(|k| &*k.resource)
+    }
+
+    /// The key on the masters (`key_prefix` + resource); for a lease over several
+    /// resources, the first one's.
     pub fn key(&self) -> &str {
-        &self.shared.key
+        self.shared.first().map_or("", |k| &k.key)
+    }
+
+    /// What this lease holds: an exclusive lock, a read or write lock, or permits.
+    pub fn mode(&self) -> LeaseMode {
+        self.shared.mode
+    }
+
+    /// The semaphore slots this lease holds, one per permit, in increasing order
+    /// ([`Semaphore::acquire`](crate::Semaphore::acquire)); empty for any other lease.
+    pub fn permits(&self) -> Vec<u32> {
+        if self.shared.mode != LeaseMode::Permits {
+            return Vec::new();
+        }
+        // A slot's key ends with its number (docs/design.md §15).
+        self.shared
+            .keys
+            .iter()
+            .filter_map(|k| k.key.rsplit(':').next()?.parse().ok())
+            .collect()
+    }
+
+    /// Every key this lease holds, for the lock family's facades.
+    #[allow(dead_code, reason = "for the facades of other lock types")]
+    pub(crate) fn lease_keys(&self) -> &[LeaseKey] {
+        &self.shared.keys
     }
 
     /// The random value identifying this acquisition on the masters.
@@ -374,8 +487,20 @@ impl LeaseHandle {
 
     /// The fencing token of this acquisition, when it was acquired with fencing on: larger
     /// than the token of every earlier acquisition of the resource. Extensions keep it.
+    /// For a lease over several resources, the token of the first
+    /// ([`fencing_tokens`](LeaseHandle::fencing_tokens) has each one's).
     pub fn fencing_token(&self) -> Option<FencingToken> {
-        self.shared.token
+        self.shared.first().and_then(|k| k.token)
+    }
+
+    /// Each resource's fencing token, when acquired with fencing on: one counter per
+    /// resource, so each token is larger than that of every earlier acquisition of *its*
+    /// resource. Empty without fencing.
+    pub fn fencing_tokens(&self) -> impl Iterator<Item = (&str, FencingToken)> + '_ {
+        self.shared
+            .keys
+            .iter()
+            .filter_map(|k| k.token.map(|t| (&*k.resource, t)))
     }
 
     /// How long before the deadline the lease counts as lost.
@@ -519,6 +644,14 @@ impl Future for Lost {
 /// that work aborted on the signal stops while the lock is still held. [`lost`](LeaseHandle::lost)
 /// resolves at that moment and [`is_lost`](LeaseHandle::is_lost) says so synchronously.
 ///
+/// # Several keys
+/// A lease over several resources (`Redlock::acquire_many`)
+/// is extended and released with one request per master over all its keys. An extension
+/// counts on a master only if it extended **every** key there: a master where any key is
+/// missing or held by another value extends none of them and counts as refusing, so the
+/// lease's new deadline rests only on masters that hold all of its keys (docs/design.md
+/// §14). The release deletes each key that still holds the lease's value.
+///
 /// # Watchdog
 /// With the watchdog on (`Builder::watchdog`, [`AcquireOptions::watchdog`](crate::AcquireOptions::watchdog),
 /// and always in [`Redlock::with_lock`](crate::Redlock::with_lock)), a background task
@@ -545,13 +678,16 @@ pub struct Lease {
     handle: LeaseHandle,
     acquired: Vec<MasterReport>,
     released: bool,
+    /// This lease's entry in its client's held keys (docs/design.md §14), until it is
+    /// released or dropped: a loss alone leaves it, since the keys may still be held.
+    claim: Option<Claim>,
 }
 
 impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = self.shared().state();
         f.debug_struct("Lease")
-            .field("resource", &self.shared().resource)
+            .field("resource", &self.shared().name)
             .field(
                 "remaining",
                 &state.deadline.saturating_duration_since(Instant::now()),
@@ -620,28 +756,36 @@ impl ReleaseReport {
 
 /// How a new lease is set up.
 pub(crate) struct LeaseParams {
-    pub(crate) key: Arc<str>,
-    pub(crate) resource: Arc<str>,
+    /// Every key, at least one.
+    pub(crate) keys: Vec<LeaseKey>,
+    pub(crate) mode: LeaseMode,
     pub(crate) value: Arc<str>,
     pub(crate) ttl: Duration,
     pub(crate) deadline: Instant,
     pub(crate) safety_margin: Duration,
-    pub(crate) token: Option<FencingToken>,
     pub(crate) acquired: Vec<MasterReport>,
 }
 
 impl Lease {
     pub(crate) fn new(inner: Arc<Inner>, params: LeaseParams) -> Self {
         let LeaseParams {
-            key,
-            resource,
+            keys,
+            mode,
             value,
             ttl,
             deadline,
             safety_margin,
-            token,
             acquired,
         } = params;
+        let name: Arc<str> = match &*keys {
+            [one] => Arc::clone(&one.resource),
+            keys => keys
+                .iter()
+                .map(|k| &*k.resource)
+                .collect::<Vec<_>>()
+                .join(", ")
+                .into(),
+        };
         let (state, _) = watch::channel(LeaseState {
             deadline,
             lost: None,
@@ -650,19 +794,27 @@ impl Lease {
             handle: LeaseHandle {
                 shared: Arc::new(LeaseShared {
                     inner,
-                    key,
-                    resource,
+                    keys: keys.into(),
+                    mode,
+                    name,
                     value,
                     ttl,
                     safety_margin,
-                    token,
                     state,
                     ops: tokio::sync::Mutex::new(false),
                 }),
             },
             acquired,
             released: false,
+            claim: None,
         }
+    }
+
+    /// Makes `claim` this lease's entry in its client's held keys, dropped when the lease
+    /// is released or dropped.
+    pub(crate) fn with_claim(mut self, claim: Claim) -> Self {
+        self.claim = Some(claim);
+        self
     }
 
     fn shared(&self) -> &Arc<LeaseShared> {
@@ -702,6 +854,8 @@ impl Lease {
     /// waiting for its report. [`Redlock::shutdown`](crate::Redlock::shutdown) waits for it.
     pub async fn release(mut self) -> Result<ReleaseReport, Error> {
         self.released = true;
+        // Released from here on, for the client too: it may acquire the resource again.
+        self.claim = None;
         let shared = Arc::clone(self.shared());
         let overrun = Instant::now()
             .checked_duration_since(shared.state().deadline)
@@ -721,12 +875,10 @@ impl Lease {
             None => match shared.release_in_background() {
                 Some(round) => round.await.ok().flatten(),
                 None => {
-                    return Err(
-                        Error::new(ErrorKind::NoRuntime, &*shared.resource).with_detail(
-                            "release must be called inside a tokio runtime; the lock expires \
+                    return Err(Error::new(ErrorKind::NoRuntime, &*shared.name).with_detail(
+                        "release must be called inside a tokio runtime; the lock expires \
                              with its TTL",
-                        ),
-                    );
+                    ));
                 }
             },
         };
@@ -746,7 +898,7 @@ impl Lease {
             .iter()
             .filter(|o| matches!(o, MasterOutcome::Failed(_) | MasterOutcome::Pending))
             .count();
-        Err(Error::new(ErrorKind::NoQuorum, &*shared.resource)
+        Err(Error::new(ErrorKind::NoQuorum, &*shared.name)
             .with_detail(format!(
                 "{failed} of {n} masters could not be reached, so the lock may stay held until its TTL runs out"
             ))

@@ -70,6 +70,11 @@ impl Round {
                     holder_ttl,
                     ..
                 } => *holder_ttl,
+                Reply::Permits {
+                    granted: false,
+                    wait,
+                    ..
+                } => *wait,
                 _ => None,
             })
             .collect();
@@ -114,6 +119,7 @@ fn vote(op: &Op, reply: &Result<Reply, MasterError>) -> Vote {
             Ok(
                 Reply::Granted
                 | Reply::Checked { granted: true, .. }
+                | Reply::Permits { granted: true, .. }
                 | Reply::Fenced {
                     outcome: FenceOutcome::Written,
                     ..
@@ -134,6 +140,7 @@ fn outcome(reply: &Result<Reply, MasterError>) -> MasterOutcome {
         Ok(
             Reply::Granted
             | Reply::Checked { granted: true, .. }
+            | Reply::Permits { granted: true, .. }
             | Reply::Fenced {
                 outcome: FenceOutcome::Written,
                 ..
@@ -142,6 +149,7 @@ fn outcome(reply: &Result<Reply, MasterError>) -> MasterOutcome {
         Ok(
             Reply::HeldByOther
             | Reply::Checked { granted: false, .. }
+            | Reply::Permits { granted: false, .. }
             | Reply::Fenced {
                 outcome: FenceOutcome::NotOurs,
                 ..

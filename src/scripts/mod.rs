@@ -15,11 +15,33 @@ const RELEASE_LUA: &str = include_str!("release.lua");
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
 const EXTEND_LUA: &str = include_str!("extend.lua");
 
+/// Compare-and-PEXPIRE of every key of a lease over several keys, all or none; see
+/// `extend_many.lua`.
+pub(crate) static EXTEND_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_MANY_LUA));
+const EXTEND_MANY_LUA: &str = include_str!("extend_many.lua");
+
+/// Compare-and-delete of every key of a lease over several keys, each with its release
+/// notice; see `release_many.lua`.
+pub(crate) static RELEASE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_MANY_LUA));
+const RELEASE_MANY_LUA: &str = include_str!("release_many.lua");
+
 /// `SET NX PX` reading the data epoch and the fence counter; see `acquire.lua`.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 const ACQUIRE_LUA: &str = include_str!("acquire.lua");
 
 /// Reads (or starts) the data epoch, run with `EVAL` while connecting; see `epoch.lua`.
+/// Takes permits of a semaphore, all or none, after checking its stored limit
+/// (docs/design.md §15).
+pub(crate) static SEMAPHORE: LazyLock<Script> = LazyLock::new(|| Script::new(SEMAPHORE_LUA));
+const SEMAPHORE_LUA: &str = include_str!("semaphore.lua");
+
+/// The planted `SemaphoreCountPerMaster`: each master counts the permits it holds.
+#[cfg(feature = "mutants")]
+pub(crate) static SEMAPHORE_COUNT_PER_MASTER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(SEMAPHORE_COUNT_LUA));
+#[cfg(feature = "mutants")]
+const SEMAPHORE_COUNT_LUA: &str = include_str!("semaphore_count.lua");
+
 pub(crate) const EPOCH_SOURCE: &str = include_str!("epoch.lua");
 
 /// Writes the cluster record unless one exists; see `stamp.lua`.
@@ -51,14 +73,19 @@ pub(crate) fn master_scripts() -> Vec<&'static str> {
         RELEASE_LUA,
         EXTEND_LUA,
         ACQUIRE_LUA,
+        SEMAPHORE_LUA,
         EPOCH_SOURCE,
         FENCE_LUA,
         STAMP_LUA,
         INSPECT_LUA,
         FORCE_UNLOCK_LUA,
+        EXTEND_MANY_LUA,
+        RELEASE_MANY_LUA,
     ];
     #[cfg(feature = "mutants")]
     scripts.extend(planted::SOURCES.iter().map(|s| s.as_str()));
+    #[cfg(feature = "mutants")]
+    scripts.push(SEMAPHORE_COUNT_LUA);
     scripts
 }
 
@@ -170,12 +197,52 @@ pub(crate) fn owner_key(key: &str) -> String {
 
 /// The names under which this crate keeps its own records (epoch, fence counters, owner
 /// records, the cluster record): lock keys must not start with it.
+/// The beginning of every key of semaphore `name` behind the key `prefix`: slot `i` is
+/// it followed by `i`, the limit record it followed by `limit` (docs/design.md §15). It
+/// lies in the records' namespace, which no lock name reaches.
+pub(crate) fn semaphore_base(prefix: &str, name: &str) -> String {
+    format!("{prefix}{RECORD_NAMESPACE}sem:{name}:")
+}
+
 pub(crate) const RECORD_NAMESPACE: &str = "redquorum:";
 
 /// Whether `key`, found under `prefix`, is one of this crate's records rather than a lock.
+/// A semaphore's slot (`redquorum:sem:<name>:<digits>`) lies in the records' namespace but
+/// is a lock key: a live one is a lease in use (docs/design.md §11, §15).
 pub(crate) fn is_record_key(key: &str, prefix: &str) -> bool {
-    key.starts_with(RECORD_NAMESPACE)
-        || key
-            .strip_prefix(prefix)
-            .is_some_and(|rest| rest.starts_with(RECORD_NAMESPACE))
+    let in_namespace = |k: &str| k.starts_with(RECORD_NAMESPACE) && !is_slot_key(k);
+    in_namespace(key) || key.strip_prefix(prefix).is_some_and(in_namespace)
+}
+
+/// Whether `key` (without the key prefix) is a semaphore's slot: `redquorum:sem:` then a
+/// name, a colon and the slot's number.
+fn is_slot_key(key: &str) -> bool {
+    key.strip_prefix(RECORD_NAMESPACE)
+        .and_then(|rest| rest.strip_prefix("sem:"))
+        .and_then(|rest| rest.rsplit_once(':'))
+        .is_some_and(|(name, slot)| {
+            !name.is_empty() && !slot.is_empty() && slot.bytes().all(|b| b.is_ascii_digit())
+        })
+}
+
+#[cfg(test)]
+mod keys {
+    use super::{is_record_key, semaphore_base};
+
+    #[test]
+    fn a_semaphore_slot_is_a_lock_key_and_its_limit_a_record() {
+        for prefix in ["", "app:"] {
+            let base = semaphore_base(prefix, "jobs:a");
+            assert!(!is_record_key(&format!("{base}0"), prefix));
+            assert!(!is_record_key(&format!("{base}63"), prefix));
+            assert!(is_record_key(&format!("{base}limit"), prefix));
+            assert!(is_record_key(
+                &format!("{prefix}redquorum:owner:{base}0"),
+                prefix
+            ));
+            assert!(is_record_key(&format!("{prefix}redquorum:epoch"), prefix));
+            assert!(!is_record_key(&format!("{prefix}orders:1"), prefix));
+        }
+        assert!(is_record_key("redquorum:sem::1", ""));
+    }
 }

@@ -394,6 +394,10 @@ impl Inner {
         {
             (_, Answer::Reply(reply), _) => Ok(reply),
             (_, Answer::RecordDiffers, _) => Err(self.record_changed(incarnation).await),
+            (_, Answer::LimitDiffers { stored, ours }, _) => Err(crate::master::limit_mismatch(
+                Some(&stored.to_string()),
+                ours,
+            )),
             _ => Err(protocol()),
         }
     }

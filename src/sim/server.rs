@@ -96,6 +96,11 @@ pub(super) enum Answer {
     /// The acquire or extend script found a cluster fingerprint other than the caller's
     /// (their code -2).
     RecordDiffers,
+    /// `semaphore.lua` found permits live under another limit (its code -4).
+    LimitDiffers {
+        stored: usize,
+        ours: usize,
+    },
     /// The cluster record, if any.
     Record(Option<Box<Record>>),
 }
@@ -120,6 +125,8 @@ struct Data {
     epoch: Option<String>,
     /// The cluster record (`redquorum:cluster`, no TTL), as `stamp.lua` wrote it.
     record: Option<Record>,
+    /// Semaphores' limit records (no TTL), by key.
+    limits: BTreeMap<String, usize>,
 }
 
 impl Data {
@@ -530,6 +537,12 @@ impl SimServer {
                 }
             }
             Request::ReadRecord => Answer::Record(data.record.clone().map(Box::new)),
+            Request::Op(op, caller)
+                if let Some((stored, ours)) = limit_differs(data, op, caller, now_us) =>
+            {
+                data.epoch_or_create(&mut fresh_id, now_us);
+                Answer::LimitDiffers { stored, ours }
+            }
             Request::Op(op, caller) => match apply_as(data, op, caller, now_us, fresh_id) {
                 // `INFO server` gives a survey the process's run_id.
                 Some(Reply::Survey { record, epoch, .. }) => Answer::Reply(Reply::Survey {
@@ -555,6 +568,12 @@ fn describe(request: &Request, trace: &Trace) -> String {
         Op::AcquireChecked {
             key, value, fence, ..
         } => format!("acquire {key} {} ({fence:?})", short(value)),
+        Op::AcquirePermits(p) => format!(
+            "acquire permits {:?} of {} {}",
+            p.wanted,
+            p.base,
+            short(&p.value)
+        ),
         Op::Extend { key, value, .. } => {
             format!("extend {key} {}{}", short(value), recreating(op))
         }
@@ -562,6 +581,12 @@ fn describe(request: &Request, trace: &Trace) -> String {
             key, value, token, ..
         } => format!("fence {key} {} T={token}{}", short(value), max_write(op)),
         Op::Release { key, value, .. } => format!("release {key} {}", short(value)),
+        Op::ExtendMany { keys, value, .. } => {
+            format!("extend {} {}", keys.join(","), short(value))
+        }
+        Op::ReleaseMany { keys, value, .. } => {
+            format!("release {} {}", keys.join(","), short(value))
+        }
         #[cfg(feature = "mutants")]
         Op::ReleaseUnchecked { key } => format!("DEL {key}"),
         Op::Survey | Op::Scan { .. } | Op::Stamp { .. } | Op::Claim { .. } | Op::Unclaim { .. } => {
@@ -604,6 +629,12 @@ fn outcome(answer: &Answer) -> String {
             if v.bootstrapped { ", bootstrapped" } else { "" }
         ),
         Answer::RecordDiffers => "the cluster record differs".to_owned(),
+        Answer::LimitDiffers { stored, ours } => {
+            format!("permits held under limit {stored}, not {ours}")
+        }
+        Answer::Reply(Reply::Permits { granted, free, .. }) => {
+            format!("granted={granted} free={free:?}")
+        }
         Answer::Record(record) => format!(
             "cluster record {:?}",
             record.as_ref().map(|r| &r.fingerprint)
@@ -642,8 +673,8 @@ fn apply_as(
     mut fresh_id: impl FnMut() -> String,
 ) -> Option<Reply> {
     let reads_epoch = match op {
-        Op::AcquireChecked { .. } => Some(true),
-        Op::Extend { epoch, .. } => Some(*epoch),
+        Op::AcquireChecked { .. } | Op::AcquirePermits(_) => Some(true),
+        Op::Extend { epoch, .. } | Op::ExtendMany { epoch, .. } => Some(*epoch),
         _ => None,
     };
     if let Some(reads_epoch) = reads_epoch {
@@ -656,6 +687,39 @@ fn apply_as(
         }
     }
     Some(apply(data, op, now_us, fresh_id))
+}
+
+/// `semaphore.lua`'s check of the stored limit, for a caller whose fingerprint agrees with
+/// the record: the stored limit and the caller's when permits are live under another.
+/// Without live permits the record takes the caller's limit.
+fn limit_differs(data: &mut Data, op: &Op, caller: &str, now_us: u64) -> Option<(usize, usize)> {
+    let Op::AcquirePermits(p) = op else {
+        return None;
+    };
+    #[cfg(feature = "mutants")]
+    if p.counted.is_some() {
+        return None;
+    }
+    if data.record.as_ref().map_or("", |r| r.fingerprint.as_str()) != caller {
+        return None;
+    }
+    let ours = p.limit();
+    match data.limits.get(&*p.limit_key).copied() {
+        Some(stored) if stored == ours => None,
+        Some(stored) => {
+            let live =
+                (0..stored.min(64)).any(|i| data.live(&format!("{}{i}", p.base), now_us).is_some());
+            if live {
+                return Some((stored, ours));
+            }
+            data.limits.insert(p.limit_key.to_string(), ours);
+            None
+        }
+        None => {
+            data.limits.insert(p.limit_key.to_string(), ours);
+            None
+        }
+    }
 }
 
 /// Executes one op on `data` at server time `now_us`, exactly as the master would, for a
@@ -700,6 +764,82 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 holder_ttl,
             }
         }
+        // semaphore.lua, past its comparisons of fingerprints (`apply_as`) and of the
+        // stored limit (`limit_differs`)
+        Op::AcquirePermits(p) => {
+            let record = data.epoch_or_create(fresh_id, now_us);
+            let epoch = EpochReport {
+                record: Some(record),
+                now_us,
+            };
+            #[cfg(feature = "mutants")]
+            if let Some(keys) = &p.counted {
+                let pattern = format!("{}c:", p.base);
+                let live: Vec<Arc<str>> = data
+                    .locks
+                    .keys()
+                    .filter(|k| k.starts_with(&pattern))
+                    .cloned()
+                    .collect();
+                let held = live
+                    .iter()
+                    .filter(|k| data.live(k, now_us).is_some())
+                    .count();
+                let granted = held + keys.len() <= p.limit();
+                if granted {
+                    for key in keys {
+                        data.set(key, &p.value, p.ttl, now_us);
+                    }
+                }
+                return Reply::Permits {
+                    granted,
+                    epoch,
+                    fences: Vec::new(),
+                    wait: None,
+                    free: Vec::new(),
+                };
+            }
+            let mut free = Vec::new();
+            let mut held = Vec::new();
+            for (i, slot) in p.slots.iter().enumerate() {
+                match data.pttl(slot, now_us) {
+                    None => free.extend(u32::try_from(i).ok()),
+                    Some(pttl) => held.push(pttl),
+                }
+            }
+            let taken = p.wanted.iter().any(|w| !free.contains(w));
+            if taken {
+                held.sort_unstable();
+                let wait = p
+                    .wanted
+                    .len()
+                    .checked_sub(free.len())
+                    .filter(|short| *short > 0)
+                    .and_then(|short| held.get(short - 1).copied());
+                return Reply::Permits {
+                    granted: false,
+                    epoch,
+                    fences: Vec::new(),
+                    wait,
+                    free,
+                };
+            }
+            let mut fences = Vec::new();
+            for w in &p.wanted {
+                let slot = &p.slots[*w as usize];
+                data.set(slot, &p.value, p.ttl, now_us);
+                if p.fence {
+                    fences.push(data.fences.get(&scripts::fence_key(slot)).copied());
+                }
+            }
+            Reply::Permits {
+                granted: true,
+                epoch,
+                fences,
+                wait: None,
+                free,
+            }
+        }
         // extend.lua, past its comparison of fingerprints (`apply_as`)
         Op::Extend {
             key,
@@ -740,6 +880,70 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                     fence: None,
                     holder_ttl: None,
                 },
+            }
+        }
+        // extend_many.lua, past its comparison of fingerprints (`apply_as`): every key or
+        // none
+        Op::ExtendMany {
+            keys,
+            value,
+            ttl,
+            epoch,
+        } => {
+            let record_read = *epoch;
+            let record = epoch.then(|| data.epoch_or_create(fresh_id, now_us));
+            let mut missing = false;
+            let mut held = false;
+            for key in keys {
+                match data.live(key, now_us) {
+                    Some(current) if current == *value => {}
+                    Some(_) => held = true,
+                    None => missing = true,
+                }
+            }
+            let granted = if held {
+                Some(false)
+            } else if missing {
+                None
+            } else {
+                for key in keys {
+                    data.set(key, value, *ttl, now_us);
+                }
+                Some(true)
+            };
+            let epoch = EpochReport { record, now_us };
+            match (granted, record_read) {
+                (None, false) => Reply::Missing,
+                (None, true) => Reply::Gone { epoch },
+                (Some(true), false) => Reply::Granted,
+                (Some(false), false) => Reply::HeldByOther,
+                (Some(granted), true) => Reply::Checked {
+                    granted,
+                    epoch,
+                    fence: None,
+                    holder_ttl: None,
+                },
+            }
+        }
+        // release_many.lua (the release notices have no subscriber in the simulation)
+        Op::ReleaseMany { keys, value, .. } => {
+            let (mut deleted, mut held) = (0, 0);
+            for key in keys {
+                match data.live(key, now_us) {
+                    Some(current) if current == *value => {
+                        data.locks.remove(&**key);
+                        deleted += 1;
+                    }
+                    Some(_) => held += 1,
+                    None => {}
+                }
+            }
+            if deleted > 0 {
+                Reply::Granted
+            } else if held > 0 {
+                Reply::HeldByOther
+            } else {
+                Reply::Missing
             }
         }
         // fence.lua (which does not read TIME: the reply's clock is 0, as in master.rs)
@@ -1110,6 +1314,43 @@ mod tests {
             assert_eq!(apply(&mut d, &del, T0, id), Reply::Granted);
             assert_eq!(apply(&mut d, &del, T0, id), Reply::Missing);
         }
+    }
+
+    #[test]
+    fn extend_many_extends_every_key_or_none_and_release_many_deletes_ours() {
+        let mut d = Data::default();
+        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+        d.set(&a, &"v".into(), 100 * MS, T0);
+        d.set(&b, &"w".into(), 100 * MS, T0);
+        let ext = Op::ExtendMany {
+            keys: vec![Arc::clone(&a), Arc::clone(&b)],
+            value: "v".into(),
+            ttl: 500 * MS,
+            epoch: false,
+        };
+        // `b` is another value's: nothing is extended, `a` expires as it would have.
+        assert_eq!(apply(&mut d, &ext, T0, id), Reply::HeldByOther);
+        assert_eq!(d.pttl(&a, T0), Some(100 * MS));
+        d.locks.remove(&*b);
+        assert_eq!(apply(&mut d, &ext, T0, id), Reply::Missing);
+        assert_eq!(d.pttl(&a, T0), Some(100 * MS));
+        assert_eq!(d.live(&b, T0), None, "a missing key is never set again");
+        d.set(&b, &"v".into(), 100 * MS, T0);
+        assert_eq!(apply(&mut d, &ext, T0, id), Reply::Granted);
+        assert_eq!(d.pttl(&a, T0), Some(500 * MS));
+        assert_eq!(d.pttl(&b, T0), Some(500 * MS));
+        let rel = |v: &str| Op::ReleaseMany {
+            keys: vec![Arc::clone(&a), Arc::clone(&b)],
+            value: v.into(),
+            channels: vec!["ca".into(), "cb".into()],
+        };
+        d.set(&b, &"w".into(), 100 * MS, T0);
+        assert_eq!(apply(&mut d, &rel("x"), T0, id), Reply::HeldByOther);
+        assert_eq!(apply(&mut d, &rel("v"), T0, id), Reply::Granted);
+        assert_eq!(d.live(&a, T0), None);
+        assert_eq!(d.live(&b, T0).as_deref(), Some("w"));
+        d.locks.remove(&*b);
+        assert_eq!(apply(&mut d, &rel("v"), T0, id), Reply::Missing);
     }
 
     #[test]

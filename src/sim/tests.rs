@@ -35,6 +35,8 @@ const COUNT_ENV: &str = "REDQUORUM_SIM_SCHEDULES";
 const MS: Duration = Duration::from_millis(1);
 
 mod cluster;
+mod reentry;
+mod semaphore;
 
 /// Crashes with and without data, stopped masters, a flush, slow and lost messages, and
 /// holders that pause past their deadline: everything the protections must absorb.
@@ -48,6 +50,7 @@ const HOSTILE: Faults = Faults {
     drop_p: 0.08,
     slow_p: 0.08,
     client_pause: 0.15,
+    reentry: 0.0,
     force_unlocks: 0,
     rolling: None,
 };
@@ -884,6 +887,8 @@ mod mutants {
             Mutant::BootstrapSkipsEmptiness => {
                 Ok("bootstrap_skipping_emptiness_is_caught_by_a_master_that_lost_its_keys")
             }
+            Mutant::SemaphoreCountPerMaster => Ok("semaphore_count_per_master_is_caught"),
+            Mutant::ReentryCounter => Ok("reentry_counter_is_caught"),
         }
     }
 
@@ -894,6 +899,8 @@ mod mutants {
             include_str!("tests.rs"),
             include_str!("cancel.rs"),
             include_str!("tests/cluster.rs"),
+            include_str!("tests/semaphore.rs"),
+            include_str!("tests/reentry.rs"),
         ];
         for test in &hunted {
             assert!(

@@ -36,6 +36,8 @@ pub enum Checker {
     FencedStorage,
     /// An acquire call took longer than the scenario's bound.
     SlowAcquire,
+    /// A semaphore's holders held more permits at one instant than its limit.
+    Holders,
 }
 
 impl Checker {
@@ -45,6 +47,7 @@ impl Checker {
             Checker::Tokens => "tokens",
             Checker::FencedStorage => "fenced",
             Checker::SlowAcquire => "slow_acq",
+            Checker::Holders => "holders",
         }
     }
 }
@@ -284,6 +287,9 @@ pub struct Outcome {
     pub keys_left: u64,
     /// Scenario-specific violations (see [`Env::violation`]).
     pub violations_noted: u64,
+    /// Instants at which a semaphore's holders held more permits than its limit (see
+    /// [`Env::over_admitted`]).
+    pub over_admitted: u64,
     /// Checker 3: writes applied at the fenced register but lost (`applied − final`).
     pub fenced_lost: u64,
     /// Checker 3: fenced reads and writes refused for a stale token.
@@ -316,6 +322,7 @@ impl Outcome {
             + self.liveness
             + self.slow
             + self.violations_noted
+            + self.over_admitted
     }
 
     /// What the fencing checkers (3 and 4) found.
@@ -330,6 +337,7 @@ impl Outcome {
             Checker::Tokens => self.token_violations > 0,
             Checker::FencedStorage => self.fenced_lost > 0,
             Checker::SlowAcquire => self.slow > 0,
+            Checker::Holders => self.over_admitted > 0,
         }
     }
 
@@ -407,6 +415,7 @@ pub struct Env {
     started: Instant,
     notes: Vec<String>,
     violations: u64,
+    over_admitted: u64,
     resources: Vec<String>,
     /// Workers spawned so far: each gets the next number, so names stay unique when a
     /// scenario spawns more than one group.
@@ -466,6 +475,7 @@ impl Env {
             started: Instant::now(),
             notes: Vec::new(),
             violations: 0,
+            over_admitted: 0,
             resources: Vec::new(),
             workers: 0,
         }
@@ -657,12 +667,22 @@ impl Env {
         out.keys_left = self.keys_left(checks.keys_may_expire).await;
         out.notes.append(&mut self.notes);
         out.violations_noted += self.violations;
+        out.over_admitted += self.over_admitted;
         out.expect = Some(self.setup.expect);
         out.seed = self.seed;
         out.line = self.line(&out);
         eprintln!("[chaos] {}", out.line);
         append_report(&out.line);
         out
+    }
+
+    /// Records what the semaphore checker found: `found` instants with more permits held
+    /// than the limit, the first described by `what`.
+    pub fn over_admitted(&mut self, found: u64, what: impl Into<String>) {
+        if found > 0 {
+            self.over_admitted += found;
+            self.notes.push(format!("OVER-ADMITTED: {}", what.into()));
+        }
     }
 
     /// Records a scenario-specific violation (counted with the checkers').
@@ -769,6 +789,9 @@ impl Env {
             self.started.elapsed().as_secs_f64(),
             self.seed,
         );
+        if out.over_admitted > 0 {
+            let _ = write!(line, " over_admitted={}", out.over_admitted);
+        }
         if out.violations_noted > 0 {
             let _ = write!(line, " other_viol={}", out.violations_noted);
         }

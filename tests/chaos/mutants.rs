@@ -204,6 +204,42 @@ const HUNTS: &[Hunt] = &[
         required: true,
         why: "",
     },
+    // Each master counts the permits it holds and the client takes a majority's grants:
+    // at N = 3 and limit 2, takers of one permit each reach three holders ({a, b}, {b, c},
+    // {c, a}) without any fault. It takes holders of a bare majority and several racers for
+    // the places a release frees, so twelve takers race.
+    Hunt {
+        mutant: Mutant::SemaphoreCountPerMaster,
+        with: "",
+        checker: Checker::Holders,
+        scenario: |m| {
+            Box::pin(crate::semaphore::s30(
+                3,
+                (2, 1, 12),
+                true,
+                Some(m),
+                Expect::Detect(Checker::Holders),
+            ))
+        },
+        required: true,
+        why: "",
+    },
+    // The holder stalled past its TTL re-enters after a minority master came back empty:
+    // the counter round sets the key there, one master counts, and the expired lease is
+    // valid again while the contender holds the other two.
+    Hunt {
+        mutant: Mutant::ReentryCounter,
+        with: "",
+        checker: Checker::Overlap,
+        scenario: |m| {
+            Box::pin(crate::reentry::s26r(
+                Some(m),
+                Expect::Detect(Checker::Overlap),
+            ))
+        },
+        required: true,
+        why: "",
+    },
 ];
 
 /// Mutants of the public surface (a lease's extend and release paths), caught against real
@@ -405,4 +441,14 @@ async fn hunt_ignore_fingerprint() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_bootstrap_skips_emptiness() {
     hunt(Mutant::BootstrapSkipsEmptiness, "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hunt_semaphore_count_per_master() {
+    hunt(Mutant::SemaphoreCountPerMaster, "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hunt_reentry_counter() {
+    hunt(Mutant::ReentryCounter, "").await;
 }

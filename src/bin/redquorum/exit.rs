@@ -141,6 +141,7 @@ pub(crate) fn code_of(error: &Error) -> Code {
         | ErrorKind::Misconfigured
         | ErrorKind::ClusterMismatch
         | ErrorKind::WrongKind
+        | ErrorKind::LimitMismatch
         | ErrorKind::ClusterNotEmpty
         // A certificate not trusted, for another host or expired: fix the CA or the certs.
         | ErrorKind::Tls => Code::Config,

@@ -1,0 +1,78 @@
+-- Take permits of a semaphore (docs/design.md §15): set k chosen slot keys, each as by
+-- `SET slot value NX PX ttl`, all of them or none, after the same data epoch and cluster
+-- record checks as acquire.lua, and after checking the semaphore's stored limit.
+-- KEYS[1] epoch record, KEYS[2] cluster record, KEYS[3] the semaphore's limit record,
+-- KEYS[4 .. 3 + limit] the slot keys 0 .. limit - 1
+-- ARGV[1] value, ARGV[2] ttl ms, ARGV[3] id for a new epoch, ARGV[4] fence: '0' ignore,
+-- '1' read, ARGV[5] the caller's cluster fingerprint ('' when it knows no record),
+-- ARGV[6] client id, ARGV[7] host, ARGV[8] process id, ARGV[9] label, ARGV[10] the limit,
+-- ARGV[11] the slot keys' common beginning (slot i is that followed by i),
+-- ARGV[12 ..] the wanted slots (0-based, distinct, below the limit)
+-- Returns {code, epoch record, server time us, fence counters of the wanted slots ('' for
+--          none) or false, pttl after which enough slots are free here or -3,
+--          the free slots here (0-based), detail or false}
+-- code: 1 granted every wanted slot, 0 some wanted slot is held, -2 the cluster record's
+-- fingerprint differs (detail: the record's fingerprint, or false), -4 permits are live
+-- here under another limit (detail: that limit)
+-- The limit record has no TTL. It changes only while no permit is live on this master:
+-- every live slot key lies below the recorded limit, so checking those slots suffices.
+local t = redis.call('TIME')
+local now = t[1] .. string.format('%06d', t[2])
+local epoch = redis.call('GET', KEYS[1])
+if not epoch then
+  epoch = ARGV[3] .. ':' .. now
+  redis.call('SET', KEYS[1], epoch)
+end
+local recorded = redis.call('HGET', KEYS[2], 'fingerprint')
+if (recorded or '') ~= ARGV[5] then
+  return {-2, epoch, now, false, -3, {}, recorded}
+end
+local limit = tonumber(ARGV[10])
+local stored = tonumber(redis.call('GET', KEYS[3]) or '')
+if stored ~= limit then
+  if stored then
+    for i = 0, math.min(stored, 64) - 1 do
+      if redis.call('EXISTS', ARGV[11] .. i) == 1 then
+        return {-4, epoch, now, false, -3, {}, tostring(stored)}
+      end
+    end
+  end
+  redis.call('SET', KEYS[3], ARGV[10])
+end
+local free = {}
+local held = {}
+for i = 1, limit do
+  local pttl = redis.call('PTTL', KEYS[3 + i])
+  if pttl == -2 then
+    free[#free + 1] = i - 1
+  else
+    held[#held + 1] = pttl
+  end
+end
+local wanted = #ARGV - 11
+for j = 12, #ARGV do
+  if redis.call('EXISTS', KEYS[4 + tonumber(ARGV[j])]) == 1 then
+    local short = wanted - #free
+    local wait = -3
+    if short > 0 then
+      table.sort(held)
+      wait = held[short] or -3
+    end
+    return {0, epoch, now, false, wait, free, false}
+  end
+end
+local fences = {}
+local ms = t[1] .. string.format('%03d', math.floor(t[2] / 1000))
+for j = 12, #ARGV do
+  local slot = KEYS[4 + tonumber(ARGV[j])]
+  local owner = 'redquorum:owner:' .. slot
+  redis.call('SET', slot, ARGV[1], 'PX', ARGV[2])
+  redis.call('DEL', owner)
+  redis.call('HSET', owner, 'kind', 'permit', 'value', ARGV[1], 'client', ARGV[6],
+    'host', ARGV[7], 'pid', ARGV[8], 'label', ARGV[9], 'acquired_ms', ms)
+  redis.call('PEXPIRE', owner, ARGV[2])
+  if ARGV[4] == '1' then
+    fences[#fences + 1] = redis.call('GET', 'redquorum:fence:' .. slot) or ''
+  end
+end
+return {1, epoch, now, ARGV[4] == '1' and fences or false, -3, free, false}

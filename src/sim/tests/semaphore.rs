@@ -1,0 +1,378 @@
+//! The semaphore in the simulation (docs/design.md §15): clients taking 1..k permits of
+//! one semaphore while masters crash (with or without their data), restart and pause, and
+//! holders pause past their deadline. The checker: at no instant do valid leases hold more
+//! permits than the limit, and leases valid at one instant all gave the same limit (a
+//! client with another limit is refused while permits are held).
+
+use super::*;
+
+use rand::RngExt;
+use tokio::time::Instant;
+
+use crate::{AcquireOptions, Redlock};
+
+/// A semaphore profile.
+#[derive(Debug, Clone, Copy)]
+struct SemProfile {
+    name: &'static str,
+    masters: &'static [usize],
+    /// The limits clients are configured with (one drawn per client).
+    limits: &'static [u32],
+    mutant: Option<Mutant>,
+    /// Crashes, restarts (durable or empty) and pauses of a minority of masters.
+    faults: bool,
+    /// The chance that a holder pauses past its deadline.
+    client_pause: f64,
+    clients: (usize, usize),
+    /// The most permits one acquisition asks for.
+    most: u32,
+}
+
+/// One lease, valid from `from` to `to`.
+#[derive(Debug, Clone)]
+struct Held {
+    client: usize,
+    limit: u32,
+    permits: u32,
+    from: Duration,
+    to: Duration,
+}
+
+#[derive(Debug, Default)]
+struct SemBook {
+    held: Vec<Held>,
+    failed: u64,
+    mismatches: u64,
+    events: Vec<(Duration, String)>,
+}
+
+#[derive(Debug)]
+struct SemOutcome {
+    seed: u64,
+    masters: usize,
+    book: SemBook,
+    violation: Option<String>,
+}
+
+/// The first instant at which the valid leases hold more permits than their limit, or
+/// leases given different limits are valid together.
+fn over_admitted(held: &[Held]) -> Option<String> {
+    let mut starts: Vec<&Held> = held.iter().filter(|h| h.from < h.to).collect();
+    starts.sort_by_key(|h| h.from);
+    for (i, h) in starts.iter().enumerate() {
+        // Every lease valid at h's start: started before (or with) it, not yet ended.
+        let live: Vec<&&Held> = starts[..=i].iter().filter(|o| o.to > h.from).collect();
+        let permits: u32 = live.iter().map(|o| o.permits).sum();
+        if let Some(other) = live.iter().find(|o| o.limit != h.limit) {
+            return Some(format!(
+                "at {:?}: client {}'s lease under limit {} ({:?}) is valid beside client {}'s \
+                 under limit {} ({:?})",
+                h.from, h.client, h.limit, h, other.client, other.limit, other
+            ));
+        }
+        if permits > h.limit {
+            return Some(format!(
+                "at {:?}: {permits} permits held under limit {}: {live:#?}",
+                h.from, h.limit
+            ));
+        }
+    }
+    None
+}
+
+fn run(profile: &SemProfile, seed: u64) -> SemOutcome {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime");
+    let (masters, book) = runtime.block_on(drive(profile, seed));
+    drop(runtime);
+    let violation = over_admitted(&book.held);
+    SemOutcome {
+        seed,
+        masters,
+        book,
+        violation,
+    }
+}
+
+async fn drive(profile: &SemProfile, seed: u64) -> (usize, SemBook) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let n = profile.masters[rng.random_range(0..profile.masters.len())];
+    let ttl = Duration::from_millis(rng.random_range(200..=600));
+    let clock = Clock::start();
+    let servers: Vec<Arc<SimServer>> = (0..n)
+        .map(|m| Arc::new(SimServer::new(m, rng.random_bool(0.5), clock)))
+        .collect();
+    let sends = Arc::new(SendLog::default());
+    let book = Arc::new(std::sync::Mutex::new(SemBook::default()));
+    let clients = rng.random_range(profile.clients.0..=profile.clients.1);
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let spec = ClientSpec {
+            ttl,
+            node_timeout: 20 * MS,
+            attempts: 1000,
+            retry_delay: ttl / 8,
+            quarantine: true,
+            fencing: false,
+            mutant: profile.mutant,
+            net: NetParams {
+                delay: (MS, 3 * MS),
+                slow_p: if profile.faults { 0.03 } else { 0.0 },
+                slow_max: ttl / 4,
+                drop_p: if profile.faults { 0.02 } else { 0.0 },
+            },
+        };
+        let links = |m: usize| StdRng::seed_from_u64(seed ^ ((c as u64 + 1) << 32) ^ m as u64);
+        let (client, _) = world::build_client(&spec, &servers, links, &sends);
+        let limit = profile.limits[rng.random_range(0..profile.limits.len())];
+        let crng = StdRng::seed_from_u64(seed.wrapping_mul(31).wrapping_add(c as u64));
+        tasks.push(tokio::spawn(semaphore_client(
+            client,
+            c,
+            limit,
+            profile.most,
+            profile.client_pause,
+            ttl,
+            clock,
+            crng,
+            Arc::clone(&book),
+        )));
+    }
+    let nemesis = profile.faults.then(|| {
+        let servers = servers.clone();
+        let mut nrng = StdRng::seed_from_u64(!seed);
+        let book = Arc::clone(&book);
+        tokio::spawn(async move {
+            // A minority at a time: one master of 3, up to two of 5.
+            let minority = (n - 1) / 2;
+            for _ in 0..4 {
+                tokio::time::sleep(ttl.mul_f64(nrng.random_range(0.2..2.0))).await;
+                let chosen: Vec<usize> = (0..nrng.random_range(1..=minority))
+                    .map(|_| nrng.random_range(0..n))
+                    .collect();
+                let crash = nrng.random_bool(0.6);
+                for &m in &chosen {
+                    match crash {
+                        true => {
+                            servers[m].crash();
+                        }
+                        false => {
+                            servers[m].pause(true);
+                        }
+                    }
+                }
+                let at = clock.at(Instant::now());
+                let what = if crash { "crash" } else { "pause" };
+                lock(&book).events.push((at, format!("{what} {chosen:?}")));
+                tokio::time::sleep(ttl.mul_f64(nrng.random_range(0.1..1.5))).await;
+                for &m in &chosen {
+                    servers[m].restart();
+                    servers[m].pause(false);
+                }
+            }
+        })
+    });
+    let all = futures::future::join_all(tasks);
+    let finished = tokio::time::timeout(world::HORIZON, all).await;
+    if let Some(nemesis) = nemesis {
+        nemesis.abort();
+    }
+    if let Ok(joined) = finished {
+        for result in joined {
+            if let Err(e) = result {
+                std::panic::resume_unwind(e.into_panic());
+            }
+        }
+    }
+    let book = std::mem::take(&mut *lock(&book));
+    (n, book)
+}
+
+fn lock(book: &std::sync::Mutex<SemBook>) -> std::sync::MutexGuard<'_, SemBook> {
+    book.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn semaphore_client(
+    client: Redlock,
+    c: usize,
+    limit: u32,
+    most: u32,
+    client_pause: f64,
+    ttl: Duration,
+    clock: Clock,
+    mut rng: StdRng,
+    book: Arc<std::sync::Mutex<SemBook>>,
+) {
+    let semaphore = client.semaphore("s", limit).unwrap();
+    let options = AcquireOptions::new().wait_timeout(ttl * 3);
+    for _ in 0..6 {
+        let k = rng.random_range(1..=most.min(limit));
+        match semaphore.acquire_with(k, &options).await {
+            Ok(lease) => {
+                let from = clock.at(Instant::now());
+                let deadline = clock.at(lease.deadline());
+                let hold = if rng.random_bool(client_pause) {
+                    // Paused past the deadline: the lease's validity ends there anyway.
+                    (deadline + ttl / 2).saturating_sub(from)
+                } else {
+                    lease.remaining().mul_f64(rng.random_range(0.0..0.5))
+                };
+                tokio::time::sleep(hold).await;
+                let released = clock.at(Instant::now());
+                lock(&book).held.push(Held {
+                    client: c,
+                    limit,
+                    permits: k,
+                    from,
+                    to: released.min(deadline),
+                });
+                let _ = lease.release().await;
+            }
+            Err(e) => {
+                let mut book = lock(&book);
+                book.failed += 1;
+                if e.kind() == ErrorKind::LimitMismatch {
+                    assert!(!e.is_retryable(), "{e}");
+                    book.mismatches += 1;
+                }
+            }
+        }
+        tokio::time::sleep(ttl.mul_f64(rng.random_range(0.0..0.3))).await;
+    }
+}
+
+/// Runs `schedules` seeds of `profile` from `first`; the first violation, if any.
+fn search(
+    profile: &SemProfile,
+    seeds: impl Iterator<Item = u64>,
+) -> (u64, u64, u64, u64, Option<SemOutcome>) {
+    let (mut runs, mut held, mut failed, mut mismatches) = (0, 0, 0, 0);
+    for seed in seeds {
+        let outcome = run(profile, seed);
+        runs += 1;
+        held += outcome.book.held.len() as u64;
+        failed += outcome.book.failed;
+        mismatches += outcome.book.mismatches;
+        if outcome.violation.is_some() {
+            return (runs, held, failed, mismatches, Some(outcome));
+        }
+    }
+    (runs, held, failed, mismatches, None)
+}
+
+fn schedules(default: u64) -> Box<dyn Iterator<Item = u64>> {
+    match replaying() {
+        Some(seed) => Box::new(std::iter::once(seed)),
+        None => Box::new(0..parse(COUNT_ENV).unwrap_or(default)),
+    }
+}
+
+/// HOLD: `profile` stays within its limit in every schedule.
+fn hold_semaphore(test: &str, profile: &SemProfile, default: u64) -> (u64, u64, u64, u64) {
+    let started = std::time::Instant::now();
+    let (runs, held, failed, mismatches, found) = search(profile, schedules(default));
+    if let Some(outcome) = found {
+        panic!(
+            "{test} ({}): seed {} ({} masters): {}\nevents: {:#?}\nreplay: {SEED_ENV}={} cargo test \
+             --all-features --lib {test}",
+            profile.name,
+            outcome.seed,
+            outcome.masters,
+            outcome.violation.unwrap_or_default(),
+            outcome.book.events,
+            outcome.seed
+        );
+    }
+    eprintln!(
+        "{test} ({}): {runs} schedules, {held} leases, {failed} acquires failed ({mismatches} limit \
+         mismatches), {:.1}s",
+        profile.name,
+        started.elapsed().as_secs_f64()
+    );
+    (runs, held, failed, mismatches)
+}
+
+const ONE_LIMIT: SemProfile = SemProfile {
+    name: "semaphore under faults",
+    masters: &[3, 5],
+    limits: &[3],
+    mutant: None,
+    faults: true,
+    client_pause: 0.1,
+    clients: (3, 6),
+    most: 2,
+};
+
+#[test]
+fn semaphore_holds_its_limit_under_faults() {
+    let (_, held, _, _) = hold_semaphore(
+        "sim::tests::semaphore::semaphore_holds_its_limit_under_faults",
+        &ONE_LIMIT,
+        16,
+    );
+    assert!(held > 40, "too few leases to prove anything: {held}");
+}
+
+/// Clients that disagree on the limit (2 or 3): while permits are held under one, clients
+/// with the other are refused, so leases of both limits are never valid together.
+#[test]
+fn semaphore_clients_with_different_limits_never_hold_together() {
+    let profile = SemProfile {
+        name: "semaphore with two limits",
+        limits: &[2, 3],
+        ..ONE_LIMIT
+    };
+    let (_, held, _, mismatches) = hold_semaphore(
+        "sim::tests::semaphore::semaphore_clients_with_different_limits_never_hold_together",
+        &profile,
+        16,
+    );
+    assert!(held > 40, "too few leases: {held}");
+    assert!(mismatches > 0, "no client was refused for its limit");
+}
+
+/// The checker fires: a history with three permits held under limit 2, and one mixing
+/// limits.
+#[test]
+fn the_semaphore_checker_finds_over_admission() {
+    let h = |permits, limit, from, to| Held {
+        client: 0,
+        limit,
+        permits,
+        from: from * MS,
+        to: to * MS,
+    };
+    assert!(over_admitted(&[h(1, 2, 0, 10), h(1, 2, 5, 20), h(1, 2, 10, 30)]).is_none());
+    assert!(over_admitted(&[h(1, 2, 0, 10), h(1, 2, 5, 20), h(1, 2, 9, 30)]).is_some());
+    assert!(over_admitted(&[h(2, 2, 0, 10), h(1, 2, 5, 20)]).is_some());
+    assert!(over_admitted(&[h(1, 2, 0, 10), h(1, 3, 5, 20)]).is_some());
+}
+
+/// DETECT: each master counting its permits over-admits without any fault (N = 3,
+/// limit 2: three holders with {a, b}, {b, c}, {c, a}).
+#[cfg(feature = "mutants")]
+#[test]
+fn semaphore_count_per_master_is_caught() {
+    let profile = SemProfile {
+        name: "semaphore counting per master",
+        masters: &[3],
+        limits: &[2],
+        mutant: Some(Mutant::SemaphoreCountPerMaster),
+        faults: false,
+        client_pause: 0.0,
+        clients: (4, 6),
+        most: 1,
+    };
+    let (runs, _, _, _, found) = search(&profile, 0..50);
+    let outcome =
+        found.unwrap_or_else(|| panic!("{}: no over-admission in {runs} schedules", profile.name));
+    eprintln!(
+        "{}: caught at seed {}: {:?}",
+        profile.name, outcome.seed, outcome.violation
+    );
+}

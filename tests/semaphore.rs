@@ -1,0 +1,358 @@
+//! The semaphore against real masters (docs/design.md §15): bad input, the stored limit,
+//! all-or-none slots, extension, release, fencing per slot, waiting, cancellation.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redquorum::limits::MAX_PERMITS;
+use redquorum::{AcquireOptions, ErrorKind, LeaseMode, MasterErrorKind, MasterOutcome};
+use support::*;
+
+/// The key of slot `i` of semaphore `name` (no key prefix).
+fn slot(name: &str, i: u32) -> String {
+    format!("redquorum:sem:{name}:{i}")
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_at_once() {
+    let cluster = Cluster::start(1).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    for limit in [0, MAX_PERMITS + 1] {
+        let err = client.semaphore("s", limit).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidOptions, "{err}");
+        assert!(!err.is_retryable());
+        assert!(err.to_string().contains("1 to 64"), "{err}");
+    }
+    for name in ["", "redquorum:epoch"] {
+        let err = client.semaphore(name, 2).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidResource, "{err}");
+        assert!(!err.is_retryable());
+    }
+    let long = "x".repeat(2000);
+    assert_eq!(
+        client.semaphore(&long, 2).unwrap_err().kind(),
+        ErrorKind::InvalidResource
+    );
+    let semaphore = client.semaphore(&unique_key("bad_input"), 3).unwrap();
+    assert_eq!((semaphore.limit(), semaphore.name().is_empty()), (3, false));
+    for permits in [0, 4] {
+        let err = semaphore.acquire(permits).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidOptions, "{err}");
+        assert!(!err.is_retryable());
+        assert!(err.to_string().contains("ask for 1 to 3"), "{err}");
+        assert!(err.masters().is_empty(), "no master was asked: {err}");
+    }
+    let err = semaphore
+        .acquire_with(1, &AcquireOptions::new().attempts(0))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidOptions, "{err}");
+}
+
+/// At most `limit` permits: the last ones wait or fail, all or none; each lease's slots
+/// are set on every master, extended together, and released together.
+#[tokio::test]
+async fn permits_are_slots_taken_all_or_none() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let name = unique_key("slots");
+    let semaphore = client.semaphore(&name, 3).unwrap();
+    let two = semaphore.acquire(2).await.unwrap();
+    assert_eq!(two.mode(), LeaseMode::Permits);
+    let slots = two.permits();
+    assert_eq!(slots.len(), 2);
+    assert!(
+        slots.iter().all(|s| *s < 3) && slots[0] < slots[1],
+        "{slots:?}"
+    );
+    let resources: Vec<&str> = two.resources().collect();
+    assert_eq!(
+        resources,
+        [
+            format!("{name}#{}", slots[0]),
+            format!("{name}#{}", slots[1])
+        ]
+    );
+    for s in &slots {
+        let key = slot(&name, *s);
+        wait_until(Duration::from_secs(2), "slots set everywhere", || {
+            held_everywhere(&cluster, &key, two.value())
+        })
+        .await;
+    }
+    // Another client cannot have two more while one is free: nothing is taken.
+    let other = support::client(&cluster).build().unwrap();
+    let others = other.semaphore(&name, 3).unwrap();
+    let once = AcquireOptions::new().attempts(1);
+    let err = others.acquire_with(2, &once).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
+    assert!(err.is_retryable());
+    let one = others.acquire_with(1, &once).await.unwrap();
+    let last = one.permits()[0];
+    assert!(!slots.contains(&last));
+    // The last slot is another client's: contention, not this client's own.
+    assert_eq!(
+        semaphore.acquire_with(1, &once).await.unwrap_err().kind(),
+        ErrorKind::Contended
+    );
+    // Extension covers every slot of the lease.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let report = two.extend_with(Duration::from_secs(5)).await.unwrap();
+    assert!(report.deadline() > tokio::time::Instant::now() + Duration::from_secs(4));
+    let mut conn = raw(&cluster.urls()[0]).await;
+    for s in &slots {
+        let pttl: i64 = conn.pttl(slot(&name, *s)).await.unwrap();
+        assert!(pttl > 4_800, "slot {s}: {pttl}");
+    }
+    two.release().await.unwrap();
+    for s in &slots {
+        let key = slot(&name, *s);
+        wait_until(Duration::from_secs(2), "slots released", || {
+            gone_everywhere(&cluster, &key)
+        })
+        .await;
+    }
+    let again = others.acquire_with(2, &once).await.unwrap();
+    assert!(!again.permits().contains(&last));
+    again.release().await.unwrap();
+    one.release().await.unwrap();
+    // A non-semaphore lease has no permits.
+    let lock = client.acquire(&unique_key("plain")).await.unwrap();
+    assert!(lock.permits().is_empty());
+    lock.release().await.unwrap();
+}
+
+/// A client with another limit is refused while permits are held under the stored one,
+/// and holds nothing; once none is held, its limit is stored.
+#[tokio::test]
+async fn another_limit_is_refused_while_permits_are_held() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let two = client(&cluster).build().unwrap();
+    let three = client(&cluster).build().unwrap();
+    let name = unique_key("limits");
+    let held = two.semaphore(&name, 2).unwrap().acquire(1).await.unwrap();
+    let other = three.semaphore(&name, 3).unwrap();
+    let err = other.acquire(1).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LimitMismatch, "{err}");
+    assert!(!err.is_retryable());
+    let text = err.to_string();
+    assert!(
+        text.contains("limit 2") && text.contains("limit 3") && text.contains("same limit"),
+        "{text}"
+    );
+    assert!(err.masters().iter().any(|r| matches!(
+        r.outcome(),
+        MasterOutcome::Failed(e) if e.kind() == MasterErrorKind::LimitMismatch
+    )));
+    for i in 0..3 {
+        if i != held.permits()[0] {
+            assert!(
+                gone_everywhere(&cluster, &slot(&name, i)).await,
+                "slot {i} taken"
+            );
+        }
+    }
+    held.release().await.unwrap();
+    let now_three = other.acquire(3).await.unwrap();
+    let mut conn = raw(&cluster.urls()[1]).await;
+    let stored: String = conn
+        .get(format!("redquorum:sem:{name}:limit"))
+        .await
+        .unwrap();
+    assert_eq!(stored, "3");
+    now_three.release().await.unwrap();
+}
+
+/// A waiter is woken by a release, well before the holder's TTL.
+#[tokio::test]
+async fn a_release_wakes_a_waiter() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster).ttl("10s").build().unwrap();
+    let waiter = client(&cluster)
+        .ttl("10s")
+        .retry_delay("5s")
+        .retry_jitter("0s")
+        .build()
+        .unwrap();
+    let name = unique_key("wake");
+    let held = holder
+        .semaphore(&name, 1)
+        .unwrap()
+        .acquire(1)
+        .await
+        .unwrap();
+    let semaphore = waiter.semaphore(&name, 1).unwrap();
+    let waiting = tokio::spawn(async move {
+        let started = tokio::time::Instant::now();
+        let lease = semaphore.acquire(1).await.unwrap();
+        (started.elapsed(), lease)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.release().await.unwrap();
+    let (waited, lease) = waiting.await.unwrap();
+    assert!(
+        waited < Duration::from_secs(3),
+        "woken by the release: {waited:?}"
+    );
+    lease.release().await.unwrap();
+}
+
+/// With fencing, each slot has its own counter and token, growing per slot.
+#[tokio::test]
+async fn fencing_gives_each_slot_its_token() {
+    let cluster = Cluster::start_with(3, &ServerOptions::new().persistence(Persistence::AofAlways))
+        .await
+        .unwrap();
+    let client = client(&cluster)
+        .quarantine(true)
+        .fencing(true)
+        .ttl("2s")
+        .build()
+        .unwrap();
+    client.init_cluster().await.unwrap();
+    let name = unique_key("fenced");
+    let semaphore = client.semaphore(&name, 2).unwrap();
+    let first = semaphore.acquire(2).await.unwrap();
+    let tokens: Vec<(String, u64)> = first
+        .fencing_tokens()
+        .map(|(r, t)| (r.to_owned(), t.get()))
+        .collect();
+    assert_eq!(tokens.len(), 2, "{tokens:?}");
+    first.release().await.unwrap();
+    let second = semaphore.acquire(2).await.unwrap();
+    for (resource, token) in second.fencing_tokens() {
+        let before = tokens.iter().find(|(r, _)| r == resource).unwrap().1;
+        assert!(token.get() > before, "{resource}: {token:?} after {before}");
+    }
+    second.release().await.unwrap();
+}
+
+/// `with_permits` holds the permits while the work runs and releases them after.
+#[tokio::test]
+async fn with_permits_runs_and_releases() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let name = unique_key("scoped");
+    let semaphore = client.semaphore(&name, 2).unwrap();
+    let inside = Arc::new(AtomicU32::new(0));
+    let seen = Arc::clone(&inside);
+    let slots = semaphore
+        .with_permits(2, &AcquireOptions::new(), |lease| async move {
+            seen.store(lease.permits().len() as u32, Ordering::SeqCst);
+            lease.permits()
+        })
+        .await
+        .unwrap();
+    assert_eq!(inside.load(Ordering::SeqCst), 2);
+    for s in slots {
+        let key = slot(&name, s);
+        wait_until(Duration::from_secs(2), "released after the work", || {
+            gone_everywhere(&cluster, &key)
+        })
+        .await;
+    }
+}
+
+/// Dropping the acquire future after each poll leaves no slot behind beyond the
+/// background release: every slot key is gone long before its TTL.
+#[tokio::test]
+async fn a_dropped_acquire_leaves_no_slot() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).ttl("30s").build().unwrap();
+    let name = unique_key("cancel");
+    let semaphore = client.semaphore(&name, 2).unwrap();
+    for k in 1..=12 {
+        // The future lives in this block only: it is dropped at the block's end.
+        let done = {
+            let mut acquire = std::pin::pin!(semaphore.acquire(2));
+            let mut done = None;
+            for _ in 0..k {
+                if let std::task::Poll::Ready(r) = futures::poll!(acquire.as_mut()) {
+                    done = Some(r);
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            done
+        };
+        if let Some(lease) = done {
+            lease.unwrap().release().await.unwrap();
+            break;
+        }
+        for i in 0..2 {
+            let key = slot(&name, i);
+            wait_until(
+                Duration::from_secs(3),
+                "a cancelled attempt's slots released",
+                || gone_everywhere(&cluster, &key),
+            )
+            .await;
+        }
+    }
+    for i in 0..2 {
+        assert!(gone_everywhere(&cluster, &slot(&name, i)).await);
+    }
+}
+
+/// A client's own permits: never asked for again, and a request only its own leases could
+/// satisfy is refused at once with AlreadyHeld (or waits, with `wait_for_own_leases`).
+#[tokio::test]
+async fn own_permits_are_skipped_and_never_waited_for() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let name = unique_key("own");
+    let semaphore = client.semaphore(&name, 3).unwrap();
+    let two = semaphore.acquire(2).await.unwrap();
+    let started = tokio::time::Instant::now();
+    let err = semaphore.acquire(2).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::AlreadyHeld, "{err}");
+    assert!(!err.is_retryable());
+    assert!(err.masters().is_empty(), "no master was asked: {err}");
+    assert!(err.to_string().contains("wait_for_own_leases"), "{err}");
+    assert!(started.elapsed() < Duration::from_millis(100));
+    // One more: the slot it does not hold, at the first attempt.
+    let once = AcquireOptions::new().attempts(1);
+    for _ in 0..5 {
+        let one = semaphore.acquire_with(1, &once).await.unwrap();
+        assert!(!two.permits().contains(&one.permits()[0]));
+        one.release().await.unwrap();
+    }
+    two.release().await.unwrap();
+    // Opted out: the client queues behind its own lease.
+    let patient = support::client(&cluster)
+        .wait_for_own_leases(true)
+        .build()
+        .unwrap();
+    let shared = patient.semaphore(&name, 3).unwrap();
+    let first = shared.acquire(3).await.unwrap();
+    let waiting = tokio::spawn(async move { shared.acquire(1).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!waiting.is_finished());
+    first.release().await.unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
+}
+
+/// Live permits are lock keys to `init_cluster`: masters in use by a semaphore are not
+/// bootstrapped (docs/design.md §11, §15); once the permits are gone, the limit record
+/// alone does not stop it.
+#[tokio::test]
+async fn init_cluster_refuses_masters_with_live_permits() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let held = client
+        .semaphore(&unique_key("bootstrap"), 2)
+        .unwrap()
+        .acquire(1)
+        .await
+        .unwrap();
+    let err = client.init_cluster().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ClusterNotEmpty, "{err}");
+    assert!(err.to_string().contains("redquorum:sem:"), "{err}");
+    held.release().await.unwrap();
+    client.init_cluster().await.unwrap();
+}

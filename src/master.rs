@@ -53,6 +53,23 @@ pub(crate) enum Op {
         fence: FenceRead,
         owner: Arc<Owner>,
     },
+    /// Several locks at once, all or none (`acquire_many.lua`): every key set as by `SET
+    /// key value NX PX ttl` with its owner record where all of them are free, none where
+    /// any is held; with the same epoch, cluster record and kind checks as
+    /// [`Op::AcquireChecked`], each key's fence counter read (fencing) and each held key's
+    /// `PTTL`. `keys` are sorted.
+    AcquireMany {
+        keys: Vec<Arc<str>>,
+        value: Arc<str>,
+        ttl: Duration,
+        /// Read the fence counters ([`FenceRead::Read`]) or not.
+        fence: FenceRead,
+        owner: Arc<Owner>,
+        /// `true` plants [`Mutant::ManyPartialVote`]: each free key is granted on its
+        /// own, and the master says granted if it granted any.
+        #[cfg(feature = "mutants")]
+        partial: bool,
+    },
     /// Compare-and-`PEXPIRE` (never setting a missing key again), see `extend.lua`; with
     /// `epoch`, also reads the data epoch.
     Extend {
@@ -199,7 +216,7 @@ impl Op {
     /// The operation's name in traces.
     pub(crate) fn name(&self) -> &'static str {
         match self {
-            Op::AcquireChecked { .. } => "acquire",
+            Op::AcquireChecked { .. } | Op::AcquireMany { .. } => "acquire",
             Op::Fence { .. } => "fence",
             Op::Extend { .. } | Op::ExtendMany { .. } => "extend",
             Op::Release { .. } | Op::ReleaseMany { .. } => "release",
@@ -254,6 +271,18 @@ pub(crate) enum Reply {
         /// The fence counter, when read and present.
         fence: Option<u64>,
         /// When refused: how long the holder's key lives.
+        holder_ttl: Option<Duration>,
+    },
+    /// The answer to `AcquireMany`.
+    CheckedMany {
+        /// Every key set (none where this is `false`).
+        granted: bool,
+        epoch: EpochReport,
+        /// Each key's fence counter, when read and present, in the order of the keys.
+        fences: Vec<Option<u64>>,
+        /// Each key: whether another value held it.
+        held: Vec<bool>,
+        /// When refused: how long the longest-held of the held keys lives.
         holder_ttl: Option<Duration>,
     },
     /// The answer to `Fence`.
@@ -331,9 +360,10 @@ impl Reply {
     /// The epoch this reply read, if any.
     pub(crate) fn epoch(&self) -> Option<&EpochReport> {
         match self {
-            Reply::Checked { epoch, .. } | Reply::Fenced { epoch, .. } | Reply::Gone { epoch } => {
-                Some(epoch)
-            }
+            Reply::Checked { epoch, .. }
+            | Reply::CheckedMany { epoch, .. }
+            | Reply::Fenced { epoch, .. }
+            | Reply::Gone { epoch } => Some(epoch),
             _ => None,
         }
     }
@@ -984,6 +1014,101 @@ async fn run(
                 },
                 fence: counter.map(|c| parse_number("acquire", &c)).transpose()?,
                 holder_ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+            })
+        }
+        Op::AcquireMany {
+            keys,
+            value,
+            ttl,
+            fence,
+            owner,
+            ..
+        } => {
+            let script = &*scripts::ACQUIRE_MANY;
+            #[cfg(feature = "mutants")]
+            let script = match op {
+                Op::AcquireMany { partial: true, .. } => &*scripts::ACQUIRE_MANY_PARTIAL,
+                _ => script,
+            };
+            let mode = match fence {
+                FenceRead::Skip => "0",
+                _ => "1",
+            };
+            type Answer = (
+                i64,
+                String,
+                String,
+                Vec<Option<String>>,
+                Vec<i64>,
+                Option<String>,
+            );
+            let (code, record, now, counters, pttls, detail): Answer = invoke_agreed(
+                conn,
+                shared,
+                |a: &Answer| a.0,
+                |fingerprint| {
+                    let mut call = script.prepare_invoke();
+                    call.key(scripts::EPOCH_KEY).key(&*shared.record_key);
+                    for key in keys {
+                        call.key(&**key)
+                            .key(scripts::fence_key(key))
+                            .key(scripts::owner_key(key));
+                    }
+                    call.arg(&**value)
+                        .arg(millis(*ttl))
+                        .arg(new_epoch_id())
+                        .arg(mode)
+                        .arg(fingerprint)
+                        .arg(&*owner.client)
+                        .arg(&*owner.host)
+                        .arg(owner.pid)
+                        .arg(&*owner.label);
+                    call
+                },
+            )
+            .await?;
+            match code {
+                1 | 0 => {}
+                -3 => return Err(wrong_kind(detail.as_deref())),
+                other => return Err(unexpected("acquire_many", other)),
+            }
+            if counters.len() != keys.len() || pttls.len() != keys.len() {
+                return Err(MasterError::new(
+                    MasterErrorKind::Protocol,
+                    format!(
+                        "acquire_many answered for {} keys of {}",
+                        pttls.len(),
+                        keys.len()
+                    ),
+                ));
+            }
+            let fences = counters
+                .iter()
+                .map(|c| {
+                    c.as_deref()
+                        .map(|c| parse_number("acquire_many", c))
+                        .transpose()
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let held: Vec<bool> = pttls.iter().map(|p| *p != -3).collect();
+            // The longest-held key frees last; a held key without expiry frees never.
+            let holder_ttl = pttls
+                .iter()
+                .filter(|p| **p != -3)
+                .map(|p| u64::try_from(*p).ok().map(Duration::from_millis))
+                .try_fold(None, |longest: Option<Duration>, ttl| {
+                    ttl.map(|t| Some(longest.map_or(t, |l| l.max(t))))
+                })
+                .flatten();
+            Ok(Reply::CheckedMany {
+                granted: code == 1,
+                epoch: EpochReport {
+                    record: Some(record),
+                    now_us: parse_number("acquire_many", &now)?,
+                },
+                fences,
+                held,
+                holder_ttl: holder_ttl.filter(|_| code != 1),
             })
         }
         Op::Extend {

@@ -51,11 +51,15 @@ pub enum Mutant {
     /// `Redlock::init_cluster` bootstraps masters that hold keys under the prefix: masters
     /// that lost their keys vote at once beside others still holding a live lease's keys.
     BootstrapSkipsEmptiness,
+    /// `Redlock::acquire_many` counts a master's vote although it granted only some of the
+    /// keys: each master grants every free key on its own and says granted if it granted
+    /// any, so two callers can each count a quorum on a key they share.
+    ManyPartialVote,
 }
 
 impl Mutant {
     /// Every mutant, for suites that must run them all.
-    pub const ALL: [Mutant; 13] = [
+    pub const ALL: [Mutant; 14] = [
         Mutant::HalfQuorum,
         Mutant::IgnoreElapsed,
         Mutant::PlainDelRelease,
@@ -69,6 +73,7 @@ impl Mutant {
         Mutant::ExtendRecreates,
         Mutant::IgnoreFingerprint,
         Mutant::BootstrapSkipsEmptiness,
+        Mutant::ManyPartialVote,
     ];
 }
 
@@ -108,6 +113,7 @@ every_variant![
     ExtendRecreates,
     IgnoreFingerprint,
     BootstrapSkipsEmptiness,
+    ManyPartialVote,
 ];
 
 /// The test seams of one client: a planted bug, and how fast its clock runs against real

@@ -428,6 +428,11 @@ impl LeaseHandle {
         self.shared.first().map_or("", |k| &k.key)
     }
 
+    /// The lease's name in errors and traces: its resource, or its resources joined.
+    pub(crate) fn name(&self) -> &str {
+        &self.shared.name
+    }
+
     /// What this lease holds: an exclusive lock, a read or write lock, or permits.
     pub fn mode(&self) -> LeaseMode {
         self.shared.mode

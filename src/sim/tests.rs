@@ -35,6 +35,7 @@ const COUNT_ENV: &str = "REDQUORUM_SIM_SCHEDULES";
 const MS: Duration = Duration::from_millis(1);
 
 mod cluster;
+mod many;
 
 /// Crashes with and without data, stopped masters, a flush, slow and lost messages, and
 /// holders that pause past their deadline: everything the protections must absorb.
@@ -69,6 +70,7 @@ const PROTECTED: Profile = Profile {
     mutant: None,
     faults: HOSTILE,
     cluster: None,
+    many: false,
 };
 
 /// Every protection on, and masters that keep their data.
@@ -136,6 +138,7 @@ const EMPTY_RESTARTS_NO_QUARANTINE: Profile = Profile {
         ..HOSTILE
     },
     cluster: None,
+    many: false,
 };
 
 fn parse(var: &str) -> Option<u64> {
@@ -849,6 +852,7 @@ mod mutants {
         mutant: None,
         faults: DURABLE,
         cluster: None,
+        many: false,
     };
 
     /// Which test catches each mutant, or why the simulation cannot express it. The match
@@ -884,6 +888,7 @@ mod mutants {
             Mutant::BootstrapSkipsEmptiness => {
                 Ok("bootstrap_skipping_emptiness_is_caught_by_a_master_that_lost_its_keys")
             }
+            Mutant::ManyPartialVote => Ok("many_partial_vote_is_caught"),
         }
     }
 
@@ -894,6 +899,7 @@ mod mutants {
             include_str!("tests.rs"),
             include_str!("cancel.rs"),
             include_str!("tests/cluster.rs"),
+            include_str!("tests/many.rs"),
         ];
         for test in &hunted {
             assert!(

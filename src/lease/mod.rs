@@ -84,7 +84,7 @@ pub(crate) struct LeaseState {
 pub enum LeaseMode {
     /// The exclusive lock of one resource or of several
     /// ([`Redlock::acquire`](crate::Redlock::acquire),
-    /// `Redlock::acquire_many`).
+    /// [`Redlock::acquire_many`](crate::Redlock::acquire_many)).
     Exclusive,
     /// A read lock: shared with other readers.
     Read,
@@ -417,7 +417,7 @@ impl LeaseHandle {
     }
 
     /// Every resource this lease holds, in the order their keys were locked (sorted for
-    /// `Redlock::acquire_many`); one for a single lock.
+    /// [`Redlock::acquire_many`](crate::Redlock::acquire_many)); one for a single lock.
     pub fn resources(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
         self.shared.keys.iter().map(|k| &*k.resource)
     }
@@ -633,7 +633,7 @@ impl Future for Lost {
 /// resolves at that moment and [`is_lost`](LeaseHandle::is_lost) says so synchronously.
 ///
 /// # Several keys
-/// A lease over several resources (`Redlock::acquire_many`)
+/// A lease over several resources ([`Redlock::acquire_many`](crate::Redlock::acquire_many))
 /// is extended and released with one request per master over all its keys. An extension
 /// counts on a master only if it extended **every** key there: a master where any key is
 /// missing or held by another value extends none of them and counts as refusing, so the

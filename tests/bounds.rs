@@ -4,7 +4,7 @@
 
 use redquorum::{
     AcquireOptions, Builder, ConfigError, Error, ExtendReport, FencingToken, Lease, LeaseHandle,
-    Lost, MasterReport, Redlock, ReleaseReport,
+    LeaseMode, Lost, MasterReport, Redlock, ReleaseReport,
 };
 
 fn assert_send<T: Send>(_: &T) {}
@@ -23,6 +23,7 @@ fn types_are_send_and_sync() {
     assert_send_sync::<ReleaseReport>();
     assert_send_sync::<ExtendReport>();
     assert_send_sync::<FencingToken>();
+    assert_send_sync::<LeaseMode>();
     fn send_static<T: Send + 'static>() {}
     send_static::<Lost>();
 }
@@ -38,6 +39,13 @@ async fn futures_are_send() {
     assert_send(&client.acquire_with("k", &AcquireOptions::new()));
     assert_send(
         &client.with_lock("k", &AcquireOptions::new(), |lease| async move {
+            lease.remaining()
+        }),
+    );
+    assert_send(&client.acquire_many(&["a", "b"]));
+    assert_send(&client.acquire_many_with(&["a", "b"], &AcquireOptions::new()));
+    assert_send(
+        &client.with_lock_many(&["a", "b"], &AcquireOptions::new(), |lease| async move {
             lease.remaining()
         }),
     );

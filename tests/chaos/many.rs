@@ -192,11 +192,6 @@ async fn s26_several_resources_under_faults_n3() {
     s26(3, None, Expect::Hold).await.check();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s26_several_resources_under_faults_n5() {
-    s26(5, None, Expect::Hold).await.check();
-}
-
 /// S27: a client process holding `{x, y}` is frozen inside its critical section (after
 /// reading both counters) past its TTL; a contender takes `y` alone meanwhile; the frozen
 /// one wakes up and writes both. As for one resource (S12), every lease lock fails this:

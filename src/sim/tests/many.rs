@@ -27,8 +27,8 @@ const MANY_DURABLE: Profile = Profile {
 #[test]
 fn several_resources_at_once_hold() {
     let share = Share {
-        fixed: 100,
-        rotating: 60,
+        fixed: 40,
+        rotating: 20,
     };
     let held = hold(
         "several_resources_at_once_hold",
@@ -56,8 +56,8 @@ fn several_resources_at_once_hold() {
 #[test]
 fn several_resources_on_durable_masters_hold() {
     let share = Share {
-        fixed: 80,
-        rotating: 40,
+        fixed: 30,
+        rotating: 10,
     };
     let held = hold(
         "several_resources_on_durable_masters_hold",

@@ -93,10 +93,14 @@ impl Recorder {
     /// This recorder's resource's token in `lease` (one of several for a lease over
     /// several resources).
     fn token_in(&self, lease: &redquorum::Lease) -> Option<u64> {
-        lease
-            .fencing_tokens()
-            .find(|(r, _)| *r == self.resource)
-            .map(|(_, t)| t.get())
+        match lease.resources().len() {
+            1 => lease.fencing_token(),
+            _ => lease
+                .fencing_tokens()
+                .find(|(r, _)| *r == self.resource)
+                .map(|(_, t)| t),
+        }
+        .map(|t| t.get())
     }
 
     pub fn acq_fail(&mut self, error: &redquorum::Error) {

@@ -23,7 +23,7 @@ use crate::error::{Error, ErrorKind, MasterErrorKind, MasterOutcome, MasterRepor
 use crate::fencing::FencingToken;
 use crate::guard::Guarded;
 use crate::health::{self, HealthReport};
-use crate::lease::{Lease, LeaseHandle, LeaseKey, LeaseMode, LeaseParams, Watchdog};
+use crate::lease::{Lease, LeaseHandle, LeaseKey, LeaseMode, LeaseParams, Watchdog, list_name};
 use crate::master::{FenceRead, Master, Op, RedisMaster, Reply};
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
@@ -1520,12 +1520,7 @@ impl Target {
     /// The locks of every resource of `resources`, keys sorted; refuses an empty list, a
     /// resource listed twice, more than [`MAX_RESOURCES`], and any name `acquire` refuses.
     fn many(config: &Config, resources: &[&str]) -> Result<Self, Error> {
-        let listed = match resources {
-            many if many.len() > 4 => {
-                format!("{}, … ({} in all)", many[..3].join(", "), many.len())
-            }
-            few => few.join(", "),
-        };
+        let listed = list_name(resources);
         let invalid = |detail: String| {
             Err(Error::new(ErrorKind::InvalidResource, listed.as_str()).with_detail(detail))
         };
@@ -1555,12 +1550,7 @@ impl Target {
                 "{twice:?} is listed twice: list each resource once"
             ));
         }
-        let name = keys
-            .iter()
-            .map(|(r, _)| &**r)
-            .collect::<Vec<_>>()
-            .join(", ")
-            .into();
+        let name = list_name(&keys.iter().map(|(r, _)| &**r).collect::<Vec<_>>()).into();
         Ok(Self { keys, name })
     }
 

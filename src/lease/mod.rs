@@ -120,6 +120,21 @@ impl LeaseKey {
     }
 }
 
+/// The name of a lease over `resources` in errors and traces: the names joined, or for a
+/// long list the first three and the count.
+pub(crate) fn list_name(resources: &[&str]) -> String {
+    const SHORT: usize = 4;
+    const LONG_NAMES: usize = 200;
+    let joined_len: usize = resources.iter().map(|r| r.len() + 2).sum();
+    match resources {
+        few if few.len() <= SHORT && joined_len <= LONG_NAMES => few.join(", "),
+        many => {
+            let first: Vec<&str> = many.iter().take(3).copied().collect();
+            format!("{}, … ({} in all)", first.join(", "), many.len())
+        }
+    }
+}
+
 /// What every handle to one lease shares.
 pub(crate) struct LeaseShared {
     pub(crate) inner: Arc<Inner>,
@@ -764,12 +779,7 @@ impl Lease {
         } = params;
         let name: Arc<str> = match &*keys {
             [one] => Arc::clone(&one.resource),
-            keys => keys
-                .iter()
-                .map(|k| &*k.resource)
-                .collect::<Vec<_>>()
-                .join(", ")
-                .into(),
+            keys => list_name(&keys.iter().map(|k| &*k.resource).collect::<Vec<_>>()).into(),
         };
         let (state, _) = watch::channel(LeaseState {
             deadline,

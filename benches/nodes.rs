@@ -30,7 +30,9 @@
 //!
 //! and once, with N = 5 (or the largest selected N of at least 3), **degraded**: acquire
 //! latency with one master paused (`SIGSTOP`) and with one killed, in cycles with the
-//! healthy cluster. Baseline, limit and library run in interleaved blocks, so all of them see
+//! healthy cluster; and **family**: acquire and release latency of each type of the lock
+//! family (`acquire_many` of 2 and of 8 resources) against the mutex, in interleaved
+//! blocks. Baseline, limit and library run in interleaved blocks, so all of them see
 //! the same machine load. Every figure is printed absolute and as a ratio to its baseline;
 //! the table, a CSV, a JSON file, an SVG plot and the markdown tables (`tables.md`, which
 //! `scripts/bench-readme.sh` splices into `docs/benchmarks.md`, and its latency table into
@@ -40,7 +42,7 @@
 //!
 //! This file parses the flags and runs the scenarios; under `nodes/`, `args.rs` holds the
 //! flags and the budget, one module per scenario measures it (`uncontended.rs`,
-//! `throughput.rs`, `guarded.rs`, `contended.rs`, `degraded.rs`) with the helpers they
+//! `throughput.rs`, `guarded.rs`, `contended.rs`, `degraded.rs`, `family.rs`) with the helpers they
 //! share in `harness.rs`, `targets.rs` judges the run, `model.rs` holds its figures, and
 //! `report.rs` and `plot.rs` write them out.
 
@@ -54,6 +56,8 @@ mod args;
 mod contended;
 #[path = "nodes/degraded.rs"]
 mod degraded;
+#[path = "nodes/family.rs"]
+mod family;
 #[path = "nodes/guarded.rs"]
 mod guarded;
 #[path = "nodes/harness.rs"]
@@ -135,7 +139,12 @@ async fn run(args: Args) -> Outcome<()> {
         .iter()
         .filter(|s| args.runs(s))
         .count();
-    let mut progress = Progress::new(args.nodes.len() * per_n + usize::from(degraded_n.is_some()));
+    let family_n = args.family_n();
+    let mut progress = Progress::new(
+        args.nodes.len() * per_n
+            + usize::from(degraded_n.is_some())
+            + usize::from(family_n.is_some()),
+    );
     let mut results = Results::default();
     let mut family = String::new();
     // Re-entry beside acquire, at N = 5 (docs/design.md §14).
@@ -194,6 +203,13 @@ async fn run(args: Args) -> Outcome<()> {
             "N={n}: degraded, one master paused or killed, in cycles"
         ));
         degraded::run(&budget, n, &mut results, &progress).await?;
+    }
+    if let Some(n) = family_n {
+        progress.step(&format!(
+            "N={n}: the lock family against the mutex, {} samples each",
+            budget.samples / 2
+        ));
+        family::run(&budget, n, &mut results, &progress).await?;
     }
     progress.finish();
 

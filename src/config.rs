@@ -75,6 +75,11 @@ pub mod limits {
     /// the semaphore's slots on every master, so the cost grows with the limit; for more
     /// concurrent holders, split the work over several semaphores.
     pub const MAX_PERMITS: u32 = 64;
+    /// The most resources one [`Redlock::acquire_many`](crate::Redlock::acquire_many) locks
+    /// at once: 64. Every key is one more `SET` in one script on every master, which blocks
+    /// the master while it runs; a longer list is refused with
+    /// [`ErrorKind::InvalidResource`](crate::ErrorKind::InvalidResource).
+    pub const MAX_RESOURCES: usize = 64;
 
     /// The longest owner label accepted ([`Builder::label`](crate::Builder::label)), in
     /// bytes: 256.
@@ -89,8 +94,8 @@ pub mod limits {
 }
 
 pub(crate) use limits::{
-    MAX_CONNECT_TIMEOUT, MAX_LABEL_LEN, MAX_MAX_HOLD, MAX_NODE_TIMEOUT, MAX_RESOURCE_LEN, MAX_TTL,
-    MAX_WAIT_TIMEOUT,
+    MAX_CONNECT_TIMEOUT, MAX_LABEL_LEN, MAX_MAX_HOLD, MAX_NODE_TIMEOUT, MAX_RESOURCE_LEN,
+    MAX_RESOURCES, MAX_TTL, MAX_WAIT_TIMEOUT,
 };
 
 /// A duration given either as a [`Duration`] or as a human-readable string such as

@@ -86,14 +86,19 @@ pub(crate) fn release_in_background(
     }
     let op = Arc::new(Op::release_keys(&inner.config, keys, value));
     let need = targets.len();
-    let resource = keys
+    // The resources as traces name them: a long list by its first three and its count.
+    let names: Vec<&str> = keys
         .iter()
+        .take(3)
         .map(|(key, _)| {
             key.strip_prefix(inner.config.key_prefix.as_str())
                 .unwrap_or(key)
         })
-        .collect::<Vec<_>>()
-        .join(", ");
+        .collect();
+    let resource = match keys.len() {
+        n if n > 3 => format!("{}, … ({n} in all)", names.join(", ")),
+        _ => names.join(", "),
+    };
     let shown = inner.config.trace_resource_names;
     inner.spawn(async move {
         // Wait for every target (each bounded by the node timeout) so failures are traced.

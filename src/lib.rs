@@ -28,6 +28,9 @@
 //!   work of unknown length.
 //! - [`Redlock::acquire`] returns a [`Lease`] to release yourself; its documentation says
 //!   exactly when a lease is valid and when it is lost. [`Builder`] lists every setting.
+//! - [`Redlock::acquire_many`] and [`Redlock::with_lock_many`] lock several resources at
+//!   once, all or none, as one lease; callers that list them in different orders cannot
+//!   deadlock.
 //! - **Fencing**, where a late write would do damage: acquire with
 //!   [`Builder::fencing`] or [`AcquireOptions::fencing`], and have the storage check each
 //!   lease's [`FencingToken`] ([`fenced_set`] for Redis-backed data; a

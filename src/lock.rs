@@ -17,14 +17,14 @@ use crate::core::{Inner, random_value, release_in_background};
 use crate::cluster::{Owner, Terms, View};
 use crate::config::{
     Builder, Config, ConfigError, DurationSetting, IntoDuration, MAX_LABEL_LEN, MAX_MAX_HOLD,
-    MAX_RESOURCE_LEN, MAX_WAIT_TIMEOUT, at_most, duration,
+    MAX_RESOURCE_LEN, MAX_RESOURCES, MAX_WAIT_TIMEOUT, at_most, duration,
 };
 use crate::error::{Error, ErrorKind, MasterErrorKind, MasterOutcome, MasterReport, human};
 use crate::fencing::FencingToken;
 use crate::guard::Guarded;
 use crate::health::{self, HealthReport};
 use crate::held::{Held, HeldMode};
-use crate::lease::{Lease, LeaseHandle, LeaseKey, LeaseMode, LeaseParams, Watchdog};
+use crate::lease::{Lease, LeaseHandle, LeaseKey, LeaseMode, LeaseParams, Watchdog, list_name};
 use crate::master::{FenceRead, Master, Op, RedisMaster, Reply};
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
@@ -185,8 +185,11 @@ pub(crate) enum Wake {
 /// A failed attempt, with what a waiter needs to know.
 struct Failed {
     error: Error,
-    /// When enough of the holder's keys expire for a quorum to be free, if known.
+    /// When enough of the holder's keys expire for a quorum to be free, if known; for
+    /// several keys, when the longest-held of them is free.
     holder_free_at: Option<Instant>,
+    /// Of several keys, which ones some master found held (empty for one key).
+    held: Vec<bool>,
     /// The wait budget ended the round before the masters decided it.
     cut: bool,
 }
@@ -499,14 +502,25 @@ impl Redlock {
     ) -> Result<Lease, Error> {
         check_runtime(resource)?;
         check_resource(&self.inner.config.key_prefix, resource)?;
+        let plan = self.plan(resource, options)?;
+        let target = Target::one(&self.inner.config, resource);
+        self.acquire_target(&target, &plan, rounds).await
+    }
+
+    /// The acquire loop over `target`'s keys (docs/design.md §3, §6, §14): attempts until
+    /// one succeeds or the plan's budgets run out, waiting for the holders in between.
+    async fn acquire_target(
+        &self,
+        target: &Target,
+        plan: &Plan,
+        rounds: &mut u32,
+    ) -> Result<Lease, Error> {
         let config = &self.inner.config;
-        let key: Arc<str> = format!("{}{resource}", config.key_prefix).into();
-        // This client's own lease on the key: refused before any round trip (§14).
+        let keys: Vec<&str> = target.keys.iter().map(|(_, key)| &**key).collect();
+        // This client's own lease on a key: refused before any round trip (§14).
         self.inner
             .held
-            .check(resource, &[&key], HeldMode::Exclusive)?;
-        let plan = self.plan(resource, options)?;
-        let resource: Arc<str> = resource.into();
+            .check(&target.name, &keys, HeldMode::Exclusive)?;
         let reused: Option<Arc<str>> = None;
         #[cfg(feature = "mutants")]
         let reused = reused.or_else(|| {
@@ -515,7 +529,8 @@ impl Redlock {
                 .is(Mutant::ReuseValue)
                 .then(|| random_value().into())
         });
-        let mut waiting: Option<Subscription> = None;
+        // The release notices waited for: none until an attempt found the lock held.
+        let mut waiting: Vec<Subscription> = Vec::new();
         // Failed attempts in a row that a release notice had woken: every waiter of the
         // lock wakes on the same notice, and on several masters they split the votes.
         let mut herd = 0u32;
@@ -539,12 +554,12 @@ impl Redlock {
                 // would be waiting for ourselves.
                 self.inner
                     .held
-                    .check(&resource, &[&key], HeldMode::Exclusive)
+                    .check(&target.name, &keys, HeldMode::Exclusive)
                     .map_err(|e| e.with_attempts(rounds - 1))?;
             }
             let value = reused.clone().unwrap_or_else(|| random_value().into());
             let started = Instant::now();
-            let failed = match self.attempt(&key, &resource, value, &plan).await {
+            let failed = match self.attempt(target, value, plan).await {
                 Ok(lease) => {
                     if plan.watchdog {
                         lease.start_watchdog(Watchdog {
@@ -576,11 +591,15 @@ impl Redlock {
             }
             // Subscribe before the next attempt: a release after it reaches us, and one
             // before the subscription took effect is seen by that attempt (wait.rs).
-            if waiting.is_none() && config.notifications && error.kind() == ErrorKind::Contended {
-                let channel = scripts::release_channel(&key).into();
-                let subscribe = self.inner.notifier.subscribe(channel);
+            if waiting.is_empty() && config.notifications && error.kind() == ErrorKind::Contended {
+                let subscribe = futures::future::join_all(
+                    target
+                        .channels(&failed.held)
+                        .into_iter()
+                        .map(|channel| self.inner.notifier.subscribe(channel)),
+                );
                 match tokio::time::timeout_at(plan.give_up_at, subscribe).await {
-                    Ok(subscription) => waiting = Some(subscription),
+                    Ok(subscriptions) => waiting = subscriptions,
                     Err(_) => return Err(wait_timeout(error, rounds)),
                 }
                 wake = Wake::Timer;
@@ -604,7 +623,7 @@ impl Redlock {
                     wake_at = voters_at;
                     reason = Wake::Event;
                 }
-            } else if waiting.is_some()
+            } else if !waiting.is_empty()
                 && let Some(free) = failed.holder_free_at
             {
                 let free = holder_wake(free, now, round, herd);
@@ -613,17 +632,21 @@ impl Redlock {
                     reason = Wake::Event;
                 }
             }
-            if wake_at >= plan.give_up_at && waiting.is_none() {
+            if wake_at >= plan.give_up_at && waiting.is_empty() {
                 return Err(wait_timeout(error, rounds));
             }
             let until = wake_at.min(plan.give_up_at);
-            let traced = telemetry::resource(&resource, config.trace_resource_names);
+            let traced = telemetry::resource(&target.name, config.trace_resource_names);
             tracing::trace!(resource = %traced, rounds, "acquire attempt failed, waiting");
             noticed = false;
-            match waiting.as_mut() {
-                Some(subscription) => {
+            match waiting.as_mut_slice() {
+                [] => {
+                    tokio::time::sleep_until(until).await;
+                    wake = reason;
+                }
+                subscriptions => {
                     noticed = tokio::select! {
-                        () = subscription.notified() => true,
+                        () = notified(subscriptions) => true,
                         () = tokio::time::sleep_until(until) => false,
                     };
                     if noticed {
@@ -636,10 +659,6 @@ impl Redlock {
                         herd = 0;
                         wake = reason;
                     }
-                }
-                None => {
-                    tokio::time::sleep_until(until).await;
-                    wake = reason;
                 }
             }
             if Instant::now() >= plan.give_up_at {
@@ -698,6 +717,18 @@ impl Redlock {
     {
         let options = options.clone().watchdog(true);
         let lease = self.acquire_with(resource, &options).await?;
+        self.hold(lease, work).await
+    }
+
+    /// Runs `work` while `lease` holds (see [`with_lock`](Redlock::with_lock)), then
+    /// releases it.
+    async fn hold<F, Fut, T>(&self, lease: Lease, work: F) -> Result<T, Error>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let name = lease.name().to_owned();
+        let resource = name.as_str();
         let lost = lease.lost();
         let outcome = tokio::select! {
             biased;
@@ -723,6 +754,128 @@ impl Redlock {
                 Err(error)
             }
         }
+    }
+
+    /// Acquires the locks on every resource of `resources` at once, all or none
+    /// (docs/design.md §14): one lease over all of them, valid, extended and released as
+    /// the lock of one resource is.
+    ///
+    /// Each master runs one script over all the keys, sorted, that sets every key or none;
+    /// its vote counts only if it set them all. An attempt that does not win a quorum
+    /// releases whatever it set, everywhere, before waiting: no caller ever holds some of
+    /// the resources while waiting for the others, so callers that list the same resources
+    /// in different orders cannot deadlock. Waiting works as for
+    /// [`acquire`](Redlock::acquire): woken by the release of any key that was held, or
+    /// when the longest-held of them expires.
+    ///
+    /// The resources lock the same keys as [`acquire`](Redlock::acquire) of each one: a
+    /// client holding `"x"` alone keeps out one that asks for `["x", "y"]`, and the
+    /// reverse. With fencing, each resource gets its own token
+    /// ([`fencing_tokens`](LeaseHandle::fencing_tokens)), from its own counter.
+    ///
+    /// ```no_run
+    /// # async fn run(client: redquorum::Redlock) -> Result<(), redquorum::Error> {
+    /// // Move stock between two warehouses: both are locked, or neither.
+    /// let lease = client.acquire_many(&["stock:paris", "stock:lyon"]).await?;
+    /// assert_eq!(lease.resources().collect::<Vec<_>>(), ["stock:lyon", "stock:paris"]);
+    /// // ... the transfer, finished well within lease.remaining() ...
+    /// lease.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As for [`acquire`](Redlock::acquire); [`ErrorKind::Contended`] when any of the
+    /// resources is held on too many masters. Before any master is asked,
+    /// [`ErrorKind::InvalidResource`] for an empty list, a resource listed twice, more
+    /// than [`MAX_RESOURCES`](crate::limits::MAX_RESOURCES) resources, or a name that
+    /// [`acquire`](Redlock::acquire) refuses.
+    ///
+    /// # Cancel safety
+    /// As for [`acquire`](Redlock::acquire): dropping the future releases every key of
+    /// the attempt in flight on every master, in the background.
+    pub async fn acquire_many(&self, resources: &[&str]) -> Result<Lease, Error> {
+        self.acquire_many_with(resources, &AcquireOptions::default())
+            .await
+    }
+
+    /// Acquires the locks on every resource of `resources` at once with per-call options;
+    /// see [`acquire_many`](Redlock::acquire_many) and
+    /// [`acquire_with`](Redlock::acquire_with).
+    ///
+    /// # Errors
+    /// As for [`acquire_many`](Redlock::acquire_many) and
+    /// [`acquire_with`](Redlock::acquire_with).
+    ///
+    /// # Cancel safety
+    /// As for [`acquire_many`](Redlock::acquire_many).
+    pub async fn acquire_many_with(
+        &self,
+        resources: &[&str],
+        options: &AcquireOptions,
+    ) -> Result<Lease, Error> {
+        let (started, mut rounds) = (telemetry::start(), 0);
+        let acquired = self
+            .acquire_many_rounds(resources, options, &mut rounds)
+            .await;
+        telemetry::acquire_finished(&acquired, started, rounds);
+        acquired
+    }
+
+    /// The body of [`acquire_many_with`](Redlock::acquire_many_with).
+    async fn acquire_many_rounds(
+        &self,
+        resources: &[&str],
+        options: &AcquireOptions,
+        rounds: &mut u32,
+    ) -> Result<Lease, Error> {
+        let target = Target::many(&self.inner.config, resources)?;
+        check_runtime(&target.name)?;
+        let plan = self.plan(&target.name, options)?;
+        self.acquire_target(&target, &plan, rounds).await
+    }
+
+    /// Runs `work` while holding the locks on every resource of `resources`, and releases
+    /// them afterwards: [`with_lock`](Redlock::with_lock) over
+    /// [`acquire_many_with`](Redlock::acquire_many_with). The watchdog extends every key
+    /// while `work` runs; `work` is dropped the moment the lease is lost.
+    ///
+    /// ```no_run
+    /// # async fn run(client: redquorum::Redlock) -> Result<(), redquorum::Error> {
+    /// use redquorum::AcquireOptions;
+    ///
+    /// let options = AcquireOptions::new().wait_timeout("5s");
+    /// let moved = client
+    ///     .with_lock_many(&["account:1", "account:2"], &options, |lease| async move {
+    ///         // Debit one account, credit the other: both are ours until this returns.
+    ///         lease.resources().count()
+    ///     })
+    ///     .await?;
+    /// assert_eq!(moved, 2);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// Whatever [`acquire_many_with`](Redlock::acquire_many_with) returns when the locks
+    /// cannot be taken, and [`ErrorKind::LeaseLost`] when the lease is lost while `work`
+    /// runs.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops `work` and releases every key in the background.
+    pub async fn with_lock_many<F, Fut, T>(
+        &self,
+        resources: &[&str],
+        options: &AcquireOptions,
+        work: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let options = options.clone().watchdog(true);
+        let lease = self.acquire_many_with(resources, &options).await?;
+        self.hold(lease, work).await
     }
 
     pub(crate) fn plan(&self, resource: &str, options: &AcquireOptions) -> Result<Plan, Error> {
@@ -806,17 +959,17 @@ impl Redlock {
     /// One acquire attempt: the acquire round and, with fencing, the write-back.
     async fn attempt(
         &self,
-        key: &Arc<str>,
-        resource: &Arc<str>,
+        target: &Target,
         value: Arc<str>,
         plan: &Plan,
     ) -> Result<Lease, Failed> {
         let inner = &self.inner;
         let config = &inner.config;
         let ttl = plan.ttl;
+        let resource = &target.name;
         let mut guard = AttemptGuard {
             inner: Arc::clone(inner),
-            keys: vec![Arc::clone(key)],
+            keys: target.keys.iter().map(|(_, key)| Arc::clone(key)).collect(),
             value: Arc::clone(&value),
             outcomes: None,
             armed: true,
@@ -830,12 +983,26 @@ impl Redlock {
             (FenceRead::Read, true) => FenceRead::IncrementWhenGranted,
             (fence, _) => fence,
         };
-        let op = Op::AcquireChecked {
-            key: Arc::clone(key),
-            value: Arc::clone(&value),
-            ttl,
-            fence,
-            owner: Arc::clone(&plan.owner),
+        let op = match &*target.keys {
+            [(_, key)] => Op::AcquireChecked {
+                key: Arc::clone(key),
+                value: Arc::clone(&value),
+                ttl,
+                fence,
+                owner: Arc::clone(&plan.owner),
+            },
+            keys => Op::AcquireMany {
+                keys: keys.iter().map(|(_, key)| Arc::clone(key)).collect(),
+                value: Arc::clone(&value),
+                ttl,
+                fence: match plan.fencing {
+                    false => FenceRead::Skip,
+                    true => FenceRead::Read,
+                },
+                owner: Arc::clone(&plan.owner),
+                #[cfg(feature = "mutants")]
+                partial: config.planted.is(Mutant::ManyPartialVote),
+            },
         };
         let bounds = inner.bounds(Some(plan.give_up_at));
         let traced = telemetry::resource(resource, config.trace_resource_names);
@@ -852,6 +1019,7 @@ impl Redlock {
                     .with_detail(detail)
                     .with_masters(reports),
                 holder_free_at: None,
+                held: Vec::new(),
                 cut: false,
             });
         }
@@ -881,54 +1049,82 @@ impl Redlock {
                         .with_detail(detail)
                         .with_masters(reports),
                     holder_free_at: None,
+                    held: Vec::new(),
                     cut: false,
                 });
             };
-            let token = match fence {
-                FenceRead::Skip => None,
+            let tokens = match (fence, &*target.keys) {
+                (FenceRead::Skip, _) => vec![None; target.keys.len()],
                 #[cfg(feature = "mutants")]
-                FenceRead::IncrementWhenGranted => Some(round.fence_counters().max().unwrap_or(0)),
-                FenceRead::Read => {
-                    let first = round.fence_counters().max().unwrap_or(0).saturating_add(1);
-                    match self
-                        .fence(
+                (FenceRead::IncrementWhenGranted, [_]) => {
+                    vec![Some(round.fence_counters().max().unwrap_or(0))]
+                }
+                (_, keys) => {
+                    // One counter per key, each written back on its own (docs/design.md
+                    // §8, §14); the write-backs of several keys run at once.
+                    let first = |i: usize| match keys {
+                        [_] => round.fence_counters().max(),
+                        _ => round.fence_counters_of(i).max(),
+                    };
+                    let write_backs = keys.iter().enumerate().map(|(i, (resource, key))| {
+                        self.fence(
                             key,
                             resource,
                             &value,
-                            first,
+                            first(i).unwrap_or(0).saturating_add(1),
                             (deadline, least),
                             plan.give_up_at,
                         )
-                        .await
-                    {
-                        Ok(token) => Some(token),
-                        Err((error, cut)) => {
-                            guard.outcomes = Some(round.outcomes);
-                            // Cut by the wait budget: what the acquire round said is the
-                            // more useful report.
-                            let error = match cut {
-                                true => error.with_masters(reports),
-                                false => error,
-                            };
-                            return Err(Failed {
-                                error,
-                                holder_free_at: None,
-                                cut,
-                            });
+                    });
+                    let mut tokens = Vec::with_capacity(keys.len());
+                    for written in futures::future::join_all(write_backs).await {
+                        match written {
+                            Ok(token) => tokens.push(Some(token)),
+                            Err((error, cut)) => {
+                                guard.outcomes = Some(round.outcomes);
+                                // Cut by the wait budget: what the acquire round said is
+                                // the more useful report.
+                                let error = match cut {
+                                    true => error.with_masters(reports),
+                                    false => error,
+                                };
+                                return Err(Failed {
+                                    error,
+                                    holder_free_at: None,
+                                    held: Vec::new(),
+                                    cut,
+                                });
+                            }
                         }
                     }
+                    tokens
                 }
             };
             guard.disarm();
-            let claim = inner.held.claim(&[Arc::clone(key)], HeldMode::Exclusive);
-            return Ok(Lease::new(
-                Arc::clone(inner),
-                LeaseParams {
-                    keys: vec![LeaseKey::new(
+            let claim = inner.held.claim(
+                &target
+                    .keys
+                    .iter()
+                    .map(|(_, k)| Arc::clone(k))
+                    .collect::<Vec<_>>(),
+                HeldMode::Exclusive,
+            );
+            let keys = target
+                .keys
+                .iter()
+                .zip(tokens)
+                .map(|((resource, key), token)| {
+                    LeaseKey::new(
                         Arc::clone(resource),
                         Arc::clone(key),
                         token.map(FencingToken::new),
-                    )],
+                    )
+                })
+                .collect();
+            return Ok(Lease::new(
+                Arc::clone(inner),
+                LeaseParams {
+                    keys,
                     mode: LeaseMode::Exclusive,
                     value,
                     ttl,
@@ -956,6 +1152,10 @@ impl Redlock {
         let holder_free_at = round
             .holder_free_in(inner.quorum)
             .and_then(|d| round.t0.checked_add(d));
+        let held = match target.keys.len() {
+            1 => Vec::new(),
+            n => round.held_keys(n),
+        };
         guard.outcomes = Some(round.outcomes);
         let mut error = Error::new(kind, &**resource).with_masters(reports);
         if let Some(detail) = detail {
@@ -967,6 +1167,7 @@ impl Redlock {
         Err(Failed {
             error,
             holder_free_at,
+            held,
             cut: round.cut,
         })
     }
@@ -1341,6 +1542,87 @@ fn kind_word(kind: ErrorKind) -> &'static str {
         ErrorKind::NotEnoughVoters => "too few masters vote yet",
         ErrorKind::FencingFailed => "no fencing token confirmed",
         _ => "failed",
+    }
+}
+
+/// What one acquire call locks: one resource, or several.
+struct Target {
+    /// (resource, key on the masters) pairs: one, or several sorted by key.
+    keys: Vec<(Arc<str>, Arc<str>)>,
+    /// The name in errors and traces: the resource, or the resources joined.
+    name: Arc<str>,
+}
+
+impl Target {
+    /// The locks of every resource of `resources`, keys sorted; refuses an empty list, a
+    /// resource listed twice, more than [`MAX_RESOURCES`], and any name `acquire` refuses.
+    fn many(config: &Config, resources: &[&str]) -> Result<Self, Error> {
+        let listed = list_name(resources);
+        let invalid = |detail: String| {
+            Err(Error::new(ErrorKind::InvalidResource, listed.as_str()).with_detail(detail))
+        };
+        if resources.is_empty() {
+            return invalid(
+                "the list of resources is empty: name at least one resource to lock".into(),
+            );
+        }
+        if resources.len() > MAX_RESOURCES {
+            return invalid(format!(
+                "{} resources listed, more than MAX_RESOURCES ({MAX_RESOURCES}): lock fewer at \
+                 once, or lock one resource that stands for the group",
+                resources.len()
+            ));
+        }
+        for resource in resources {
+            check_resource(&config.key_prefix, resource)?;
+        }
+        let mut keys: Vec<(Arc<str>, Arc<str>)> = resources
+            .iter()
+            .map(|r| (Arc::from(*r), format!("{}{r}", config.key_prefix).into()))
+            .collect();
+        keys.sort_unstable_by(|a, b| a.1.cmp(&b.1));
+        if let Some(pair) = keys.windows(2).find(|w| w[0].1 == w[1].1) {
+            let twice = &pair[0].0;
+            return invalid(format!(
+                "{twice:?} is listed twice: list each resource once"
+            ));
+        }
+        let name = list_name(&keys.iter().map(|(r, _)| &**r).collect::<Vec<_>>()).into();
+        Ok(Self { keys, name })
+    }
+
+    /// The lock of `resource` alone.
+    fn one(config: &Config, resource: &str) -> Self {
+        let key: Arc<str> = format!("{}{resource}", config.key_prefix).into();
+        let resource: Arc<str> = resource.into();
+        Self {
+            keys: vec![(Arc::clone(&resource), key)],
+            name: resource,
+        }
+    }
+
+    /// The release channels to wait on after an attempt found the lock held: those of the
+    /// keys found `held` (all of them when none is known).
+    fn channels(&self, held: &[bool]) -> Vec<Arc<str>> {
+        let known = held.iter().any(|h| *h);
+        self.keys
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !known || held.get(*i).copied().unwrap_or(false))
+            .map(|(_, (_, key))| scripts::release_channel(key).into())
+            .collect()
+    }
+}
+
+/// Resolves at the next release notice of any of `subscriptions`.
+async fn notified(subscriptions: &mut [Subscription]) {
+    match subscriptions {
+        [] => std::future::pending().await,
+        [one] => one.notified().await,
+        many => {
+            let each = many.iter_mut().map(|s| Box::pin(s.notified()));
+            let _ = futures::future::select_all(each).await;
+        }
     }
 }
 

@@ -57,6 +57,23 @@ pub(crate) enum Op {
     /// (`semaphore.lua`, docs/design.md §15); also reads the data epoch, the cluster
     /// record, the fence counters of the slots (with `fence`) and which slots are free.
     AcquirePermits(Box<PermitsOp>),
+    /// Several locks at once, all or none (`acquire_many.lua`): every key set as by `SET
+    /// key value NX PX ttl` with its owner record where all of them are free, none where
+    /// any is held; with the same epoch, cluster record and kind checks as
+    /// [`Op::AcquireChecked`], each key's fence counter read (fencing) and each held key's
+    /// `PTTL`. `keys` are sorted.
+    AcquireMany {
+        keys: Vec<Arc<str>>,
+        value: Arc<str>,
+        ttl: Duration,
+        /// Read the fence counters ([`FenceRead::Read`]) or not.
+        fence: FenceRead,
+        owner: Arc<Owner>,
+        /// `true` plants [`Mutant::ManyPartialVote`]: each free key is granted on its
+        /// own, and the master says granted if it granted any.
+        #[cfg(feature = "mutants")]
+        partial: bool,
+    },
     /// Compare-and-`PEXPIRE` (never setting a missing key again), see `extend.lua`; with
     /// `epoch`, also reads the data epoch.
     Extend {
@@ -203,7 +220,7 @@ impl Op {
     /// The operation's name in traces.
     pub(crate) fn name(&self) -> &'static str {
         match self {
-            Op::AcquireChecked { .. } => "acquire",
+            Op::AcquireChecked { .. } | Op::AcquireMany { .. } => "acquire",
             Op::AcquirePermits(_) => "acquire_permits",
             Op::Fence { .. } => "fence",
             Op::Extend { .. } | Op::ExtendMany { .. } => "extend",
@@ -303,6 +320,18 @@ pub(crate) enum Reply {
         /// The slots free on this master when it answered (before granting).
         free: Vec<u32>,
     },
+    /// The answer to `AcquireMany`.
+    CheckedMany {
+        /// Every key set (none where this is `false`).
+        granted: bool,
+        epoch: EpochReport,
+        /// Each key's fence counter, when read and present, in the order of the keys.
+        fences: Vec<Option<u64>>,
+        /// Each key: whether another value held it.
+        held: Vec<bool>,
+        /// When refused: how long the longest-held of the held keys lives.
+        holder_ttl: Option<Duration>,
+    },
     /// The answer to `Fence`.
     Fenced {
         outcome: FenceOutcome,
@@ -380,6 +409,7 @@ impl Reply {
         match self {
             Reply::Checked { epoch, .. }
             | Reply::Permits { epoch, .. }
+            | Reply::CheckedMany { epoch, .. }
             | Reply::Fenced { epoch, .. }
             | Reply::Gone { epoch } => Some(epoch),
             _ => None,
@@ -1035,6 +1065,101 @@ async fn run(
             })
         }
         Op::AcquirePermits(permits) => acquire_permits(permits, conn, shared).await,
+        Op::AcquireMany {
+            keys,
+            value,
+            ttl,
+            fence,
+            owner,
+            ..
+        } => {
+            let script = &*scripts::ACQUIRE_MANY;
+            #[cfg(feature = "mutants")]
+            let script = match op {
+                Op::AcquireMany { partial: true, .. } => &*scripts::ACQUIRE_MANY_PARTIAL,
+                _ => script,
+            };
+            let mode = match fence {
+                FenceRead::Skip => "0",
+                _ => "1",
+            };
+            type Answer = (
+                i64,
+                String,
+                String,
+                Vec<Option<String>>,
+                Vec<i64>,
+                Option<String>,
+            );
+            let (code, record, now, counters, pttls, detail): Answer = invoke_agreed(
+                conn,
+                shared,
+                |a: &Answer| a.0,
+                |fingerprint| {
+                    let mut call = script.prepare_invoke();
+                    call.key(scripts::EPOCH_KEY).key(&*shared.record_key);
+                    for key in keys {
+                        call.key(&**key)
+                            .key(scripts::fence_key(key))
+                            .key(scripts::owner_key(key));
+                    }
+                    call.arg(&**value)
+                        .arg(millis(*ttl))
+                        .arg(new_epoch_id())
+                        .arg(mode)
+                        .arg(fingerprint)
+                        .arg(&*owner.client)
+                        .arg(&*owner.host)
+                        .arg(owner.pid)
+                        .arg(&*owner.label);
+                    call
+                },
+            )
+            .await?;
+            match code {
+                1 | 0 => {}
+                -3 => return Err(wrong_kind(detail.as_deref())),
+                other => return Err(unexpected("acquire_many", other)),
+            }
+            if counters.len() != keys.len() || pttls.len() != keys.len() {
+                return Err(MasterError::new(
+                    MasterErrorKind::Protocol,
+                    format!(
+                        "acquire_many answered for {} keys of {}",
+                        pttls.len(),
+                        keys.len()
+                    ),
+                ));
+            }
+            let fences = counters
+                .iter()
+                .map(|c| {
+                    c.as_deref()
+                        .map(|c| parse_number("acquire_many", c))
+                        .transpose()
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let held: Vec<bool> = pttls.iter().map(|p| *p != -3).collect();
+            // The longest-held key frees last; a held key without expiry frees never.
+            let holder_ttl = pttls
+                .iter()
+                .filter(|p| **p != -3)
+                .map(|p| u64::try_from(*p).ok().map(Duration::from_millis))
+                .try_fold(None, |longest: Option<Duration>, ttl| {
+                    ttl.map(|t| Some(longest.map_or(t, |l| l.max(t))))
+                })
+                .flatten();
+            Ok(Reply::CheckedMany {
+                granted: code == 1,
+                epoch: EpochReport {
+                    record: Some(record),
+                    now_us: parse_number("acquire_many", &now)?,
+                },
+                fences,
+                held,
+                holder_ttl: holder_ttl.filter(|_| code != 1),
+            })
+        }
         Op::Extend {
             key,
             value,

@@ -62,11 +62,15 @@ pub enum Mutant {
     /// to that round's `t0 + ttl - drift` (forgetting a loss by expiry): an extension
     /// without a quorum, which revives a lease whose keys expired.
     ReentryCounter,
+    /// `Redlock::acquire_many` counts a master's vote although it granted only some of the
+    /// keys: each master grants every free key on its own and says granted if it granted
+    /// any, so two callers can each count a quorum on a key they share.
+    ManyPartialVote,
 }
 
 impl Mutant {
     /// Every mutant, for suites that must run them all.
-    pub const ALL: [Mutant; 15] = [
+    pub const ALL: [Mutant; 16] = [
         Mutant::HalfQuorum,
         Mutant::IgnoreElapsed,
         Mutant::PlainDelRelease,
@@ -82,6 +86,7 @@ impl Mutant {
         Mutant::BootstrapSkipsEmptiness,
         Mutant::SemaphoreCountPerMaster,
         Mutant::ReentryCounter,
+        Mutant::ManyPartialVote,
     ];
 }
 
@@ -123,6 +128,7 @@ every_variant![
     BootstrapSkipsEmptiness,
     SemaphoreCountPerMaster,
     ReentryCounter,
+    ManyPartialVote,
 ];
 
 /// The test seams of one client: a planted bug, and how fast its clock runs against real

@@ -4,7 +4,7 @@
 
 use redquorum::{
     AcquireOptions, Builder, ConfigError, Error, ExtendReport, FencingToken, Lease, LeaseHandle,
-    Lost, MasterReport, Redlock, ReleaseReport, Semaphore,
+    LeaseMode, Lost, MasterReport, Redlock, ReleaseReport, Semaphore,
 };
 
 fn assert_send<T: Send>(_: &T) {}
@@ -24,6 +24,7 @@ fn types_are_send_and_sync() {
     assert_send_sync::<ExtendReport>();
     assert_send_sync::<FencingToken>();
     assert_send_sync::<Semaphore>();
+    assert_send_sync::<LeaseMode>();
     fn send_static<T: Send + 'static>() {}
     send_static::<Lost>();
 }
@@ -51,6 +52,13 @@ async fn futures_are_send() {
             &AcquireOptions::new(),
             |lease| async move { lease.permits() },
         ),
+    );
+    assert_send(&client.acquire_many(&["a", "b"]));
+    assert_send(&client.acquire_many_with(&["a", "b"], &AcquireOptions::new()));
+    assert_send(
+        &client.with_lock_many(&["a", "b"], &AcquireOptions::new(), |lease| async move {
+            lease.remaining()
+        }),
     );
 }
 

@@ -285,6 +285,39 @@ async fn waiting_for_a_held_lock() {
     holder.release().await.unwrap();
 }
 
+/// acquire_many on free resources: a dropped call leaves no key of any resource; a
+/// completed one holds every key on a quorum until its deadline.
+#[tokio::test]
+async fn acquiring_several_resources() {
+    let rig = Rig::new().await;
+    let completed = matrix("acquire_many", |k| {
+        let rig = &rig;
+        async move {
+            let (x, y) = (unique_key("many_x"), unique_key("many_y"));
+            let list = [y.as_str(), x.as_str()];
+            let out = poll_then_drop(rig.client.acquire_many(&list), k).await;
+            rig.settle().await;
+            let done = out.is_some();
+            if let Some(result) = out {
+                let lease = result.unwrap();
+                let quorum = rig.urls.len() / 2 + 1;
+                for key in [&x, &y] {
+                    let held = rig.expiries(key, lease.value()).await;
+                    let backed = held.iter().filter(|at| **at >= lease.deadline()).count();
+                    assert!(backed >= quorum, "{key} held by {backed} masters only");
+                }
+                lease.release().await.unwrap();
+            }
+            for key in [&x, &y] {
+                rig.assert_left_only(key, None, "acquire_many").await;
+            }
+            done
+        }
+    })
+    .await;
+    assert!(completed > 2, "completed too early to be cut mid-round");
+}
+
 /// with_lock: dropped before, during or after the work, the lock is released and stays
 /// released (its watchdog stops).
 #[tokio::test]

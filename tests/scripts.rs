@@ -19,6 +19,7 @@ const FORCE_UNLOCK: &str = include_str!("../src/scripts/force_unlock.lua");
 const SEMAPHORE: &str = include_str!("../src/scripts/semaphore.lua");
 const EXTEND_MANY: &str = include_str!("../src/scripts/extend_many.lua");
 const RELEASE_MANY: &str = include_str!("../src/scripts/release_many.lua");
+const ACQUIRE_MANY: &str = include_str!("../src/scripts/acquire_many.lua");
 
 #[tokio::test]
 async fn release_contract() {
@@ -345,6 +346,94 @@ async fn release_many_contract() {
 }
 
 type Acquired = (i64, String, String, Option<String>, i64, Option<String>);
+type AcquiredMany = (
+    i64,
+    String,
+    String,
+    Vec<Option<String>>,
+    Vec<i64>,
+    Option<String>,
+);
+
+/// Several locks at once: every key set with its owner record, or none where any is held,
+/// each held key's `PTTL` and each counter reported; the same checks as `acquire.lua`.
+#[tokio::test]
+async fn acquire_many_contract() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let script = Script::new(ACQUIRE_MANY);
+    let keys = [unique_key("am_a"), unique_key("am_b")];
+    let fences = [unique_key("fence_a"), unique_key("fence_b")];
+    let owners = [unique_key("owner_a"), unique_key("owner_b")];
+    let (epoch, record) = (unique_key("epoch"), unique_key("cluster"));
+    let acquire = |value: &'static str, fingerprint: &str| {
+        let mut call = script.prepare_invoke();
+        call.key(&epoch).key(&record);
+        for i in 0..2 {
+            call.key(&keys[i]).key(&fences[i]).key(&owners[i]);
+        }
+        call.arg(value)
+            .arg(10_000)
+            .arg("e1")
+            .arg("1")
+            .arg(fingerprint)
+            .arg("client")
+            .arg("host")
+            .arg(7)
+            .arg("label");
+        call
+    };
+    let _: () = conn.set(&fences[1], "41").await.unwrap();
+    // Both free: 1, both set with owner records, the counters read.
+    let (code, seen, _, counters, pttls, _): AcquiredMany =
+        acquire("mine", "").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(code, 1);
+    assert!(seen.starts_with("e1:"), "{seen}");
+    assert_eq!(counters, [None, Some("41".to_owned())]);
+    assert_eq!(pttls, [-3, -3]);
+    for (key, owner) in keys.iter().zip(&owners) {
+        assert_eq!(get(&server.url(), key).await.as_deref(), Some("mine"));
+        let kind: Option<String> = conn.hget(owner, "kind").await.unwrap();
+        assert_eq!(kind.as_deref(), Some("lock"));
+        let pttl: i64 = conn.pttl(owner).await.unwrap();
+        assert!(pttl > 5_000, "{pttl}");
+    }
+    // One held by another value: 0, the other not set, the held one's PTTL reported.
+    let _: () = conn.del(&keys[0]).await.unwrap();
+    let _: () = conn.del(&owners[0]).await.unwrap();
+    let (code, _, _, _, pttls, _): AcquiredMany =
+        acquire("other", "").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(code, 0);
+    assert_eq!(pttls[0], -3);
+    assert!(pttls[1] > 5_000, "{pttls:?}");
+    assert_eq!(get(&server.url(), &keys[0]).await, None);
+    // Another kind of lock under a name: -3 with its kind, nothing set.
+    let _: () = conn.hset(&owners[1], "kind", "semaphore").await.unwrap();
+    let (code, _, _, _, _, detail): AcquiredMany =
+        acquire("other", "").invoke_async(&mut conn).await.unwrap();
+    assert_eq!((code, detail.as_deref()), (-3, Some("semaphore")));
+    let _: () = conn.del(&keys[1]).await.unwrap();
+    let _: () = conn.hset(&keys[1], "f", "v").await.unwrap();
+    let (code, _, _, _, _, detail): AcquiredMany =
+        acquire("other", "").invoke_async(&mut conn).await.unwrap();
+    assert_eq!((code, detail.as_deref()), (-3, Some("hash")));
+    assert_eq!(get(&server.url(), &keys[0]).await, None);
+    // A cluster record that disagrees: -2 with its fingerprint, nothing set.
+    let _: () = conn.del(&keys[1]).await.unwrap();
+    let _: () = conn.del(&owners[1]).await.unwrap();
+    let _: () = conn.hset(&record, "fingerprint", "f1").await.unwrap();
+    let (code, _, _, _, _, found): AcquiredMany = acquire("other", "f2")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((code, found.as_deref()), (-2, Some("f1")));
+    assert_eq!(get(&server.url(), &keys[0]).await, None);
+    let (code, _, _, _, _, _): AcquiredMany = acquire("other", "f1")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(code, 1);
+}
 
 #[tokio::test]
 async fn acquire_contract() {
@@ -983,10 +1072,11 @@ async fn connecting_loads_every_script() {
         .arg(Script::new(FORCE_UNLOCK).get_hash())
         .arg(Script::new(EXTEND_MANY).get_hash())
         .arg(Script::new(RELEASE_MANY).get_hash())
+        .arg(Script::new(ACQUIRE_MANY).get_hash())
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(loaded, [true; 10]);
+    assert_eq!(loaded, [true; 11]);
     lease.release().await.unwrap();
 }
 

@@ -66,16 +66,17 @@ pub(crate) struct Args {
 }
 
 const USAGE: &str = "usage: cargo bench --bench nodes -- [--quick] [--nodes 1,3,5,7,9] \
-                     [--only uncontended,throughput,guarded,contended,degraded] \
+                     [--only uncontended,throughput,guarded,contended,degraded,family] \
                      [--runtime multi|current] [--out DIR]";
 
 /// The scenarios, in the order they run.
-const SCENARIOS: [&str; 5] = [
+const SCENARIOS: [&str; 6] = [
     "uncontended",
     "throughput",
     "guarded",
     "contended",
     "degraded",
+    "family",
 ];
 
 impl Args {
@@ -170,6 +171,20 @@ impl Args {
         if !self.runs("degraded") {
             return None;
         }
+        self.one_n()
+    }
+
+    /// Where the lock family is measured: as the degraded scenario, at N = 5 or the largest
+    /// selected N of at least 3.
+    pub(crate) fn family_n(&self) -> Option<usize> {
+        if !self.runs("family") {
+            return None;
+        }
+        self.one_n()
+    }
+
+    /// N = 5, or the largest selected N of at least 3.
+    fn one_n(&self) -> Option<usize> {
         if self.nodes.contains(&DEGRADED_N) {
             return Some(DEGRADED_N);
         }

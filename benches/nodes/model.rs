@@ -51,6 +51,8 @@ pub(crate) enum Scenario {
     Degraded,
     /// Restart quarantine's checked acquire and fencing, against the plain acquire.
     Guarded,
+    /// The lock family's types, against the mutex.
+    Family,
 }
 
 impl Scenario {
@@ -62,6 +64,7 @@ impl Scenario {
             Scenario::Contended => "contended",
             Scenario::Degraded => "degraded",
             Scenario::Guarded => "guarded",
+            Scenario::Family => "family",
         }
     }
 }

@@ -488,6 +488,44 @@ pub(crate) fn markdown(
         }
     }
 
+    let family: Vec<&Row> = results
+        .rows
+        .iter()
+        .filter(|r| r.scenario == Scenario::Family && r.metric == Metric::Acquire)
+        .collect();
+    if !family.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n### The lock family: p50 / p99 µs, a fresh set of resources each time\n\n\
+             | N | lock | acquire | p50 ÷ mutex | release | p50 ÷ mutex |\n\
+             |---|---|---|---|---|---|"
+        );
+        for acquire in family {
+            let release = results.rows.iter().find(|r| {
+                r.scenario == Scenario::Family
+                    && r.metric == Metric::Release
+                    && r.n == acquire.n
+                    && r.condition == acquire.condition
+            });
+            let p50 = |r: Option<&Row>| {
+                r.and_then(|r| r.versus.as_ref())
+                    .and_then(|v| v.latency)
+                    .map(|l| l[0])
+            };
+            let what = acquire.label.trim_end_matches(" acquire");
+            let _ = writeln!(
+                out,
+                "| {} | {what} ({}) | {} | {} | {} | {} |",
+                acquire.n,
+                acquire.condition,
+                p50_p99(Some(acquire)),
+                mx(p50(Some(acquire))),
+                p50_p99(release),
+                mx(p50(release)),
+            );
+        }
+    }
+
     let contended: Vec<usize> = results
         .rows
         .iter()
@@ -604,6 +642,7 @@ pub(crate) fn missing_tables(results: &Results, tables: &str) -> Vec<&'static st
         Scenario::Guarded => Some("\n### Quarantine and fencing"),
         Scenario::Contended => Some("\n### Contended"),
         Scenario::Degraded => Some("\n### One master of "),
+        Scenario::Family => Some("\n### The lock family"),
     };
     let mut missing: Vec<&'static str> = results
         .rows

@@ -87,7 +87,7 @@ pub(crate) struct LeaseState {
 pub enum LeaseMode {
     /// The exclusive lock of one resource or of several
     /// ([`Redlock::acquire`](crate::Redlock::acquire),
-    /// `Redlock::acquire_many`).
+    /// [`Redlock::acquire_many`](crate::Redlock::acquire_many)).
     Exclusive,
     /// A read lock: shared with other readers.
     Read,
@@ -119,6 +119,21 @@ impl LeaseKey {
             key,
             channel,
             token,
+        }
+    }
+}
+
+/// The name of a lease over `resources` in errors and traces: the names joined, or for a
+/// long list the first three and the count.
+pub(crate) fn list_name(resources: &[&str]) -> String {
+    const SHORT: usize = 4;
+    const LONG_NAMES: usize = 200;
+    let joined_len: usize = resources.iter().map(|r| r.len() + 2).sum();
+    match resources {
+        few if few.len() <= SHORT && joined_len <= LONG_NAMES => few.join(", "),
+        many => {
+            let first: Vec<&str> = many.iter().take(3).copied().collect();
+            format!("{}, … ({} in all)", first.join(", "), many.len())
         }
     }
 }
@@ -420,7 +435,7 @@ impl LeaseHandle {
     }
 
     /// Every resource this lease holds, in the order their keys were locked (sorted for
-    /// `Redlock::acquire_many`); one for a single lock.
+    /// [`Redlock::acquire_many`](crate::Redlock::acquire_many)); one for a single lock.
     pub fn resources(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
         self.shared.keys.iter().map(|k| &*k.resource)
     }
@@ -429,6 +444,11 @@ impl LeaseHandle {
     /// resources, the first one's.
     pub fn key(&self) -> &str {
         self.shared.first().map_or("", |k| &k.key)
+    }
+
+    /// The lease's name in errors and traces: its resource, or its resources joined.
+    pub(crate) fn name(&self) -> &str {
+        &self.shared.name
     }
 
     /// What this lease holds: an exclusive lock, a read or write lock, or permits.
@@ -645,7 +665,7 @@ impl Future for Lost {
 /// resolves at that moment and [`is_lost`](LeaseHandle::is_lost) says so synchronously.
 ///
 /// # Several keys
-/// A lease over several resources (`Redlock::acquire_many`)
+/// A lease over several resources ([`Redlock::acquire_many`](crate::Redlock::acquire_many))
 /// is extended and released with one request per master over all its keys. An extension
 /// counts on a master only if it extended **every** key there: a master where any key is
 /// missing or held by another value extends none of them and counts as refusing, so the
@@ -779,12 +799,7 @@ impl Lease {
         } = params;
         let name: Arc<str> = match &*keys {
             [one] => Arc::clone(&one.resource),
-            keys => keys
-                .iter()
-                .map(|k| &*k.resource)
-                .collect::<Vec<_>>()
-                .join(", ")
-                .into(),
+            keys => list_name(&keys.iter().map(|k| &*k.resource).collect::<Vec<_>>()).into(),
         };
         let (state, _) = watch::channel(LeaseState {
             deadline,

@@ -69,6 +69,11 @@ impl Round {
                     granted: false,
                     holder_ttl,
                     ..
+                }
+                | Reply::CheckedMany {
+                    granted: false,
+                    holder_ttl,
+                    ..
                 } => *holder_ttl,
                 Reply::Permits {
                     granted: false,
@@ -80,6 +85,28 @@ impl Round {
             .collect();
         ttls.sort_unstable();
         ttls.get(must_free).copied()
+    }
+
+    /// Every fence counter of the `index`-th key that the replies to an `AcquireMany`
+    /// reported.
+    pub(crate) fn fence_counters_of(&self, index: usize) -> impl Iterator<Item = u64> + '_ {
+        self.replies.iter().flatten().filter_map(move |r| match r {
+            Reply::CheckedMany { fences, .. } => fences.get(index).copied().flatten(),
+            _ => None,
+        })
+    }
+
+    /// Which keys of an `AcquireMany` some master reported held by another value.
+    pub(crate) fn held_keys(&self, keys: usize) -> Vec<bool> {
+        let mut any = vec![false; keys];
+        for reply in self.replies.iter().flatten() {
+            if let Reply::CheckedMany { held, .. } = reply {
+                for (seen, held) in any.iter_mut().zip(held) {
+                    *seen |= *held;
+                }
+            }
+        }
+        any
     }
 
     /// Every fence counter the replies reported: read in an acquire, or in conflict with
@@ -120,6 +147,7 @@ fn vote(op: &Op, reply: &Result<Reply, MasterError>) -> Vote {
                 Reply::Granted
                 | Reply::Checked { granted: true, .. }
                 | Reply::Permits { granted: true, .. }
+                | Reply::CheckedMany { granted: true, .. }
                 | Reply::Fenced {
                     outcome: FenceOutcome::Written,
                     ..
@@ -141,6 +169,7 @@ fn outcome(reply: &Result<Reply, MasterError>) -> MasterOutcome {
             Reply::Granted
             | Reply::Checked { granted: true, .. }
             | Reply::Permits { granted: true, .. }
+            | Reply::CheckedMany { granted: true, .. }
             | Reply::Fenced {
                 outcome: FenceOutcome::Written,
                 ..
@@ -150,6 +179,7 @@ fn outcome(reply: &Result<Reply, MasterError>) -> MasterOutcome {
             Reply::HeldByOther
             | Reply::Checked { granted: false, .. }
             | Reply::Permits { granted: false, .. }
+            | Reply::CheckedMany { granted: false, .. }
             | Reply::Fenced {
                 outcome: FenceOutcome::NotOurs,
                 ..

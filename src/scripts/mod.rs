@@ -29,6 +29,10 @@ const RELEASE_MANY_LUA: &str = include_str!("release_many.lua");
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 const ACQUIRE_LUA: &str = include_str!("acquire.lua");
 
+/// Several locks at once, all or none; see `acquire_many.lua`.
+pub(crate) static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_MANY_LUA));
+const ACQUIRE_MANY_LUA: &str = include_str!("acquire_many.lua");
+
 /// Reads (or starts) the data epoch, run with `EVAL` while connecting; see `epoch.lua`.
 /// Takes permits of a semaphore, all or none, after checking its stored limit
 /// (docs/design.md §15).
@@ -81,6 +85,7 @@ pub(crate) fn master_scripts() -> Vec<&'static str> {
         FORCE_UNLOCK_LUA,
         EXTEND_MANY_LUA,
         RELEASE_MANY_LUA,
+        ACQUIRE_MANY_LUA,
     ];
     #[cfg(feature = "mutants")]
     scripts.extend(planted::SOURCES.iter().map(|s| s.as_str()));
@@ -120,11 +125,22 @@ mod planted {
         )
     });
 
-    pub(super) static SOURCES: LazyLock<[String; 3]> = LazyLock::new(|| {
+    /// `acquire_many.lua` granting each free key on its own and answering granted if it
+    /// granted any: the partial vote of `Mutant::ManyPartialVote`.
+    pub(super) static ACQUIRE_MANY_PARTIAL: LazyLock<String> = LazyLock::new(|| {
+        changed(
+            super::ACQUIRE_MANY_LUA,
+            "  if all and pttls[i] == -3 then",
+            "  if pttls[i] == -3 then",
+        )
+    });
+
+    pub(super) static SOURCES: LazyLock<[String; 4]> = LazyLock::new(|| {
         [
             ACQUIRE_ONE_ROUND_TOKEN.clone(),
             FENCE_MAX_WRITE.clone(),
             EXTEND_RECREATES.clone(),
+            ACQUIRE_MANY_PARTIAL.clone(),
         ]
     });
 
@@ -149,6 +165,11 @@ pub(crate) static ACQUIRE_ONE_ROUND_TOKEN: LazyLock<Script> =
 pub(crate) static FENCE_MAX_WRITE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&planted::FENCE_MAX_WRITE));
 
+/// [`ACQUIRE_MANY`] with a partial vote (`Mutant::ManyPartialVote`).
+#[cfg(feature = "mutants")]
+pub(crate) static ACQUIRE_MANY_PARTIAL: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&planted::ACQUIRE_MANY_PARTIAL));
+
 /// [`EXTEND`] setting a missing key again (`Mutant::ExtendRecreates`).
 #[cfg(feature = "mutants")]
 pub(crate) static EXTEND_RECREATES: LazyLock<Script> =
@@ -165,6 +186,10 @@ mod tests {
             ),
             (&*super::planted::FENCE_MAX_WRITE, super::FENCE_LUA),
             (&*super::planted::EXTEND_RECREATES, super::EXTEND_LUA),
+            (
+                &*super::planted::ACQUIRE_MANY_PARTIAL,
+                super::ACQUIRE_MANY_LUA,
+            ),
         ] {
             assert!(
                 !planted.is_empty(),

@@ -79,7 +79,7 @@ pub(super) struct SendLog {
 
 impl SendLog {
     fn note(&self, op: &Op) {
-        if let Op::AcquireChecked { value, .. } = op {
+        if let Op::AcquireChecked { value, .. } | Op::AcquireMany { value, .. } = op {
             self.first
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)

@@ -577,6 +577,14 @@ fn describe(request: &Request, trace: &Trace) -> String {
         Op::Extend { key, value, .. } => {
             format!("extend {key} {}{}", short(value), recreating(op))
         }
+        Op::AcquireMany {
+            keys, value, fence, ..
+        } => format!(
+            "acquire {} {} ({fence:?}){}",
+            keys.join(","),
+            short(value),
+            partial(op)
+        ),
         Op::Fence {
             key, value, token, ..
         } => format!("fence {key} {} T={token}{}", short(value), max_write(op)),
@@ -602,6 +610,17 @@ fn recreating(op: &Op) -> &'static str {
     #[cfg(feature = "mutants")]
     if let Op::Extend { recreate: true, .. } = op {
         return " (re-creating)";
+    }
+    let _ = op;
+    ""
+}
+
+/// Whether a multi-key acquire votes on a partial grant (`Mutant::ManyPartialVote`), for
+/// traces.
+fn partial(op: &Op) -> &'static str {
+    #[cfg(feature = "mutants")]
+    if let Op::AcquireMany { partial: true, .. } = op {
+        return " (partial vote)";
     }
     let _ = op;
     ""
@@ -673,7 +692,7 @@ fn apply_as(
     mut fresh_id: impl FnMut() -> String,
 ) -> Option<Reply> {
     let reads_epoch = match op {
-        Op::AcquireChecked { .. } | Op::AcquirePermits(_) => Some(true),
+        Op::AcquireChecked { .. } | Op::AcquirePermits(_) | Op::AcquireMany { .. } => Some(true),
         Op::Extend { epoch, .. } | Op::ExtendMany { epoch, .. } => Some(*epoch),
         _ => None,
     };
@@ -880,6 +899,53 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                     fence: None,
                     holder_ttl: None,
                 },
+            }
+        }
+        // acquire_many.lua, past its comparison of fingerprints (`apply_as`): every key or
+        // none (the planted partial vote grants each free key and says granted if any was)
+        Op::AcquireMany {
+            keys,
+            value,
+            ttl,
+            fence,
+            ..
+        } => {
+            #[cfg(feature = "mutants")]
+            let partial = matches!(op, Op::AcquireMany { partial: true, .. });
+            #[cfg(not(feature = "mutants"))]
+            let partial = false;
+            let record = data.epoch_or_create(fresh_id, now_us);
+            let mut fences = Vec::with_capacity(keys.len());
+            let mut held = Vec::with_capacity(keys.len());
+            let mut holder_ttl: Option<Duration> = None;
+            for key in keys {
+                fences.push(match fence {
+                    FenceRead::Skip => None,
+                    _ => data.fences.get(&scripts::fence_key(key)).copied(),
+                });
+                let ttl = data.pttl(key, now_us);
+                held.push(ttl.is_some());
+                if let Some(ttl) = ttl {
+                    holder_ttl = Some(holder_ttl.map_or(ttl, |l| l.max(ttl)));
+                }
+            }
+            let all = !held.iter().any(|h| *h);
+            let mut granted = false;
+            for (key, held) in keys.iter().zip(&held) {
+                if !held && (all || partial) {
+                    data.set(key, value, *ttl, now_us);
+                    granted = true;
+                }
+            }
+            Reply::CheckedMany {
+                granted,
+                epoch: EpochReport {
+                    record: Some(record),
+                    now_us,
+                },
+                fences,
+                held,
+                holder_ttl: if granted { None } else { holder_ttl },
             }
         }
         // extend_many.lua, past its comparison of fingerprints (`apply_as`): every key or

@@ -35,6 +35,7 @@ const COUNT_ENV: &str = "REDQUORUM_SIM_SCHEDULES";
 const MS: Duration = Duration::from_millis(1);
 
 mod cluster;
+mod many;
 mod reentry;
 mod semaphore;
 
@@ -72,6 +73,7 @@ const PROTECTED: Profile = Profile {
     mutant: None,
     faults: HOSTILE,
     cluster: None,
+    many: false,
 };
 
 /// Every protection on, and masters that keep their data.
@@ -139,6 +141,7 @@ const EMPTY_RESTARTS_NO_QUARANTINE: Profile = Profile {
         ..HOSTILE
     },
     cluster: None,
+    many: false,
 };
 
 fn parse(var: &str) -> Option<u64> {
@@ -852,6 +855,7 @@ mod mutants {
         mutant: None,
         faults: DURABLE,
         cluster: None,
+        many: false,
     };
 
     /// Which test catches each mutant, or why the simulation cannot express it. The match
@@ -889,6 +893,7 @@ mod mutants {
             }
             Mutant::SemaphoreCountPerMaster => Ok("semaphore_count_per_master_is_caught"),
             Mutant::ReentryCounter => Ok("reentry_counter_is_caught"),
+            Mutant::ManyPartialVote => Ok("many_partial_vote_is_caught"),
         }
     }
 
@@ -901,6 +906,7 @@ mod mutants {
             include_str!("tests/cluster.rs"),
             include_str!("tests/semaphore.rs"),
             include_str!("tests/reentry.rs"),
+            include_str!("tests/many.rs"),
         ];
         for test in &hunted {
             assert!(

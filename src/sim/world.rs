@@ -52,6 +52,10 @@ pub(super) struct Profile {
     /// An initialised cluster among more masters, and clients configured otherwise; `None`:
     /// every client lists every master, and no record is written.
     pub(super) cluster: Option<ClusterPlan>,
+    /// Clients that lock several resources at once (`acquire_many`) among clients that
+    /// lock one: each cycle locks `{r0}`, `{r1}`, `{r0, r1}` or `{r1, r0}`, over two
+    /// resources.
+    pub(super) many: bool,
 }
 
 /// A cluster record written by `init_cluster` before the clients start, on the first
@@ -233,6 +237,9 @@ impl Schedule {
         let masters = members + profile.cluster.map_or(0, |c| c.extra);
         let clients = rng.random_range(2..=5);
         let resources = rng.random_range(1..=2);
+        // Several resources at once need two of them (drawn all the same, so that the
+        // other draws stay as in the profiles without).
+        let resources = if profile.many { 2 } else { resources };
         let ttl = Duration::from_millis(rng.random_range(300..=1000));
         let node_timeout = Duration::from_millis(rng.random_range(20..=50));
         let slow_max = if rng.random_bool(0.2) {
@@ -616,6 +623,8 @@ struct World {
     reentry: f64,
     /// The clients go on past their cycles until then (rolling restarts).
     busy_until: Duration,
+    /// Clients lock several resources at once in some cycles (`Profile::many`).
+    many: bool,
     servers: Vec<Arc<SimServer>>,
     sends: Arc<SendLog>,
     /// Masters log their ops here; lease events then name their values as the log does.
@@ -646,7 +655,7 @@ impl World {
             .first_send(lease.value())
             .map_or(at, |i| self.clock.at(i));
         let deadline = self.clock.at(lease.deadline());
-        let token = lease.fencing_token().map(|t| t.get());
+        let token = token_of(lease, resource);
         let mut book = self.book();
         let id = book.leases.len();
         book.leases.push(LeaseRecord::new(
@@ -924,6 +933,7 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> Book {
         client_pause: profile.faults.client_pause,
         reentry: profile.faults.reentry,
         busy_until: schedule.busy_until(profile),
+        many: profile.many,
         servers,
         sends: Arc::new(SendLog::default()),
         trace: trace.clone(),
@@ -1149,12 +1159,25 @@ async fn client_task(
     while cycle < plan.cycles || world.now() < world.busy_until {
         cycle += 1;
         tokio::time::sleep(ttl.mul_f64(rng.random_range(0.0..=0.5))).await;
-        let resource = rng.random_range(0..world.resources);
-        let name = format!("r{resource}");
-        let acquired = if rng.random_bool(0.25) {
-            lock.try_acquire(&name).await
-        } else {
-            lock.acquire(&name).await
+        // With several resources at once: {r0}, {r1}, {r0, r1} or {r1, r0}.
+        let listed: Vec<usize> = match world.many {
+            false => vec![rng.random_range(0..world.resources)],
+            true => match rng.random_range(0..4) {
+                0 => vec![0],
+                1 => vec![1],
+                2 => vec![0, 1],
+                _ => vec![1, 0],
+            },
+        };
+        let names: Vec<String> = listed.iter().map(|r| format!("r{r}")).collect();
+        let name = names.join(",");
+        let acquired = match names.as_slice() {
+            [one] if rng.random_bool(0.25) => lock.try_acquire(one).await,
+            [one] => lock.acquire(one).await,
+            many => {
+                let many: Vec<&str> = many.iter().map(String::as_str).collect();
+                lock.acquire_many(&many).await
+            }
         };
         let lease = match acquired {
             Ok(lease) => lease,
@@ -1173,9 +1196,17 @@ async fn client_task(
                 continue;
             }
         };
-        let id = world.acquired(c, resource, &lease);
-        critical_section(&world, &mut rng, c, (id, resource), &lease).await;
-        world.released(id);
+        // One record per resource the lease holds: the checkers judge each resource alone.
+        let mut held: Vec<(usize, usize)> = Vec::with_capacity(listed.len());
+        let mut sorted = listed.clone();
+        sorted.sort_unstable();
+        for resource in sorted {
+            held.push((world.acquired(c, resource, &lease), resource));
+        }
+        critical_section(&world, &mut rng, c, &held, &lease).await;
+        for (id, _) in &held {
+            world.released(*id);
+        }
         let _ = lease.release().await;
     }
 }
@@ -1186,17 +1217,30 @@ async fn critical_section(
     world: &World,
     rng: &mut StdRng,
     c: usize,
-    (id, resource): (usize, usize),
+    held: &[(usize, usize)],
     lease: &Lease,
 ) {
-    let token = lease.fencing_token().map(|t| t.get());
-    let read = token.and_then(|t| world.fenced_read(resource, t));
+    let id = held.first().map_or(0, |(id, _)| *id);
+    let ids = held
+        .iter()
+        .map(|(id, _)| format!("#{id}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    // Each resource's register, read and written with that resource's token.
+    let reads: Vec<(usize, usize, Option<u64>, Option<u64>)> = held
+        .iter()
+        .map(|&(id, resource)| {
+            let token = token_of(lease, resource);
+            let read = token.and_then(|t| world.fenced_read(resource, t));
+            (id, resource, token, read)
+        })
+        .collect();
     let paused = rng.random_bool(world.client_pause);
     if paused {
         let overrun = world.ttl.mul_f64(rng.random_range(0.01..=1.0));
         world.book().stats.client_pauses += 1;
         world.event(format!(
-            "c{c} pauses inside lease #{id} until {} past its deadline",
+            "c{c} pauses inside lease {ids} until {} past its deadline",
             ms(overrun)
         ));
         tokio::time::sleep(lease.remaining() + overrun).await;
@@ -1204,7 +1248,11 @@ async fn critical_section(
         tokio::time::sleep(lease.remaining().mul_f64(rng.random_range(0.0..=0.6))).await;
         if rng.random_bool(0.3) {
             match lease.extend().await {
-                Ok(report) => world.extended(id, report.deadline()),
+                Ok(report) => {
+                    for (id, _) in held {
+                        world.extended(*id, report.deadline());
+                    }
+                }
                 Err(e) => {
                     world.book().stats.extend_failed += 1;
                     world.event(format!("lease #{id} not extended: {:?}", e.kind()));
@@ -1214,10 +1262,12 @@ async fn critical_section(
         }
     }
     if world.reentry > 0.0 && rng.random_bool(world.reentry) {
-        reenter(world, rng, c, id, lease, paused).await;
+        reenter(world, rng, c, held, lease, paused).await;
     }
-    if let (Some(token), Some(read)) = (token, read) {
-        world.fenced_write(id, resource, token, read);
+    for (id, resource, token, read) in reads {
+        if let (Some(token), Some(read)) = (token, read) {
+            world.fenced_write(id, resource, token, read);
+        }
     }
 }
 
@@ -1229,7 +1279,7 @@ async fn reenter(
     world: &World,
     rng: &mut StdRng,
     c: usize,
-    id: usize,
+    held: &[(usize, usize)],
     lease: &Lease,
     paused: bool,
 ) {
@@ -1242,16 +1292,32 @@ async fn reenter(
             book.stats.reentries_after_pause += 1;
         }
     }
+    let id = held.first().map_or(0, |(id, _)| *id);
     world.event(format!("c{c} re-enters lease #{id}"));
     tokio::time::sleep(world.ttl / 10).await;
     if child.is_lost() {
         return;
     }
     if child.deadline() > before {
-        world.extended(id, child.deadline());
+        for (id, _) in held {
+            world.extended(*id, child.deadline());
+        }
     }
     tokio::time::sleep(child.remaining().mul_f64(rng.random_range(0.0..=0.6))).await;
     child.release();
+}
+
+/// The fencing token `lease` holds for resource `r{resource}`.
+fn token_of(lease: &Lease, resource: usize) -> Option<u64> {
+    let name = format!("r{resource}");
+    match lease.resources().len() {
+        1 => lease.fencing_token(),
+        _ => lease
+            .fencing_tokens()
+            .find(|(r, _)| *r == name)
+            .map(|(_, t)| t),
+    }
+    .map(|t| t.get())
 }
 
 /// Applies the schedule's faults at their times.

@@ -4,7 +4,9 @@
 //!
 //! It makes `--count` acquisitions of `--resource`; each critical section reads a counter
 //! on the checker store (`--store`), works for `--hold-ms`, writes the counter back, and
-//! releases. Every event goes to stdout as one JSON line (see `event.rs`), flushed at once,
+//! releases. `--resource x,y` locks several resources at once (`acquire_many`): each
+//! event is then written once per resource, and each resource's counter (and register,
+//! with its own token) is read and written. Every event goes to stdout as one JSON line (see `event.rs`), flushed at once,
 //! stamped with `CLOCK_MONOTONIC` so the suite can merge it with its own history.
 //!
 //! ```text
@@ -154,6 +156,18 @@ impl Out {
     }
 }
 
+/// Every resource's writer: the events of a lease over several resources are written once
+/// per resource.
+struct Outs(Vec<Out>);
+
+impl Outs {
+    fn emit(&self, op: Op, deadline_ns: Option<u64>, detail: &str) -> Result<(), String> {
+        self.0
+            .iter()
+            .try_for_each(|out| out.emit(op, deadline_ns, detail))
+    }
+}
+
 async fn run(args: Args) -> Result<(), String> {
     let client = Redlock::builder()
         .quarantine(args.quarantine)
@@ -172,66 +186,90 @@ async fn run(args: Args) -> Result<(), String> {
         .get_multiplexed_async_connection()
         .await
         .map_err(|e| e.to_string())?;
-    let key = format!("{}:counter", args.resource);
-    let mut out = Out {
-        client: args.client.clone(),
-        resource: args.resource.clone(),
-        attempt: 0,
-        value: String::new(),
-        token: None,
-    };
+    let resources: Vec<&str> = args.resource.split(',').collect();
+    let mut outs = Outs(
+        resources
+            .iter()
+            .map(|r| Out {
+                client: args.client.clone(),
+                resource: (*r).to_owned(),
+                attempt: 0,
+                value: String::new(),
+                token: None,
+            })
+            .collect(),
+    );
     for _ in 0..args.count {
-        out.attempt += 1;
-        out.value.clear();
-        out.token = None;
-        out.emit(Op::AcqStart, None, "")?;
-        let lease = match client.acquire(&args.resource).await {
+        for out in &mut outs.0 {
+            out.attempt += 1;
+            out.value.clear();
+            out.token = None;
+        }
+        outs.emit(Op::AcqStart, None, "")?;
+        let acquired = match resources.as_slice() {
+            [one] => client.acquire(one).await,
+            many => client.acquire_many(many).await,
+        };
+        let lease = match acquired {
             Ok(lease) => lease,
             Err(e) => {
-                out.emit(Op::AcqFail, None, &format!("{:?}", e.kind()))?;
+                outs.emit(Op::AcqFail, None, &format!("{:?}", e.kind()))?;
                 continue;
             }
         };
-        out.value = lease.value().to_owned();
-        out.token = lease.fencing_token().map(|t| t.get());
+        for out in &mut outs.0 {
+            out.value = lease.value().to_owned();
+            out.token = lease
+                .fencing_tokens()
+                .find(|(r, _)| *r == out.resource)
+                .map(|(_, t)| t.get());
+        }
         let now = monotonic_ns().map_err(|e| e.to_string())?;
-        out.emit(
+        outs.emit(
             Op::AcqOk,
             Some(now + lease.remaining().as_nanos() as u64),
             "",
         )?;
-        out.emit(Op::CsStart, None, "")?;
-        let v: Option<u64> = store.get(&key).await.map_err(|e| e.to_string())?;
-        let fenced_read = match out.token {
-            Some(token) => Some(
-                fenced::read(&mut store, &args.resource, token)
-                    .await
-                    .map_err(|e| e.to_string())?,
-            ),
-            None => None,
-        };
+        outs.emit(Op::CsStart, None, "")?;
+        // Each resource's counter and (with a token) fenced register.
+        let mut reads = Vec::with_capacity(outs.0.len());
+        for out in &outs.0 {
+            let key = format!("{}:counter", out.resource);
+            let v: Option<u64> = store.get(&key).await.map_err(|e| e.to_string())?;
+            let fenced_read = match out.token {
+                Some(token) => Some(
+                    fenced::read(&mut store, &out.resource, token)
+                        .await
+                        .map_err(|e| e.to_string())?,
+                ),
+                None => None,
+            };
+            reads.push((key, v, fenced_read));
+        }
         let child = args.reenter.then(|| lease.reenter());
-        out.emit(Op::CsRead, None, "")?;
+        outs.emit(Op::CsRead, None, "")?;
         tokio::time::sleep(args.hold).await;
         let expired = match &child {
             Some(child) => child.is_expired(),
             None => lease.is_expired(),
         };
-        if args.check_deadline && expired {
-            let detail = match fenced_read {
-                None => "abandoned",
-                Some(Some(_)) => "abandoned fenced",
-                Some(None) => "abandoned fenced-refused",
-            };
-            out.emit(Op::CsEnd, None, detail)?;
-        } else {
+        let mut details = Vec::with_capacity(outs.0.len());
+        for (out, (key, v, fenced_read)) in outs.0.iter().zip(reads) {
+            if args.check_deadline && expired {
+                details.push(match fenced_read {
+                    None => "abandoned",
+                    Some(Some(_)) => "abandoned fenced",
+                    Some(None) => "abandoned fenced-refused",
+                });
+                continue;
+            }
             let () = store
                 .set(&key, v.unwrap_or(0) + 1)
                 .await
                 .map_err(|e| e.to_string())?;
-            let detail = match (fenced_read, out.token) {
+            details.push(match (fenced_read, out.token) {
                 (Some(Some(read)), Some(token)) => {
-                    let applied = fenced::write(&mut store, &args.resource, token, read + 1)
+                    let applied = fenced::write(&mut store, &out.resource, token, read + 1)
                         .await
                         .map_err(|e| e.to_string())?;
                     if applied {
@@ -242,7 +280,9 @@ async fn run(args: Args) -> Result<(), String> {
                 }
                 (Some(_), _) => "done fenced-refused",
                 (None, _) => "done",
-            };
+            });
+        }
+        for (out, detail) in outs.0.iter().zip(details) {
             out.emit(Op::CsEnd, None, detail)?;
         }
         if let Some(child) = child {
@@ -252,7 +292,7 @@ async fn run(args: Args) -> Result<(), String> {
             Ok(report) => format!("released:{}", report.released()),
             Err(e) => format!("{:?}", e.kind()),
         };
-        out.emit(Op::Rel, None, &detail)?;
+        outs.emit(Op::Rel, None, &detail)?;
     }
     Ok(())
 }

@@ -12,7 +12,8 @@ use crate::event::Op;
 use crate::harness::*;
 use crate::process::ClientProcess;
 
-fn args(urls: &[String], store: &str, resource: &str, extra: &[(&str, String)]) -> Vec<String> {
+/// The command line of a client process; `resource` may list several, comma-separated.
+pub fn args(urls: &[String], store: &str, resource: &str, extra: &[(&str, String)]) -> Vec<String> {
     let mut out = vec![
         "--masters".to_owned(),
         urls.join(","),

@@ -73,7 +73,7 @@ impl Recorder {
     /// Records `acq_ok` for `lease`, its deadline translated to the monotonic clock.
     pub fn acq_ok(&mut self, lease: &redquorum::Lease) {
         self.value = lease.value().to_owned();
-        self.token = lease.fencing_token().map(|t| t.get());
+        self.token = self.token_in(lease);
         let deadline = now_ns() + lease.remaining().as_nanos() as u64;
         self.record(Op::AcqOk, Some(deadline), "");
     }
@@ -83,11 +83,24 @@ impl Recorder {
     /// Returns the deadline recorded (ns).
     pub fn acq_ok_at_rate(&mut self, lease: &redquorum::Lease, rate: f64) -> u64 {
         self.value = lease.value().to_owned();
-        self.token = lease.fencing_token().map(|t| t.get());
+        self.token = self.token_in(lease);
         let remaining = lease.remaining().as_nanos() as f64 / rate;
         let deadline = now_ns() + remaining as u64;
         self.record(Op::AcqOk, Some(deadline), "");
         deadline
+    }
+
+    /// This recorder's resource's token in `lease` (one of several for a lease over
+    /// several resources).
+    fn token_in(&self, lease: &redquorum::Lease) -> Option<u64> {
+        match lease.resources().len() {
+            1 => lease.fencing_token(),
+            _ => lease
+                .fencing_tokens()
+                .find(|(r, _)| *r == self.resource)
+                .map(|(_, t)| t),
+        }
+        .map(|t| t.get())
     }
 
     pub fn acq_fail(&mut self, error: &redquorum::Error) {

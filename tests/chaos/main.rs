@@ -34,6 +34,7 @@ mod contention;
 mod crash;
 mod faults;
 mod known_bugs;
+mod many;
 mod mutants;
 mod network;
 mod pause;

@@ -240,6 +240,22 @@ const HUNTS: &[Hunt] = &[
         required: true,
         why: "",
     },
+    // A client of `{x, y}` counts every master where `y` was free, although `x` is held
+    // there by a client of `{x}`: both hold `x`.
+    Hunt {
+        mutant: Mutant::ManyPartialVote,
+        with: "",
+        checker: Checker::Overlap,
+        scenario: |m| {
+            Box::pin(crate::many::s28(
+                3,
+                Some(m),
+                Expect::Detect(Checker::Overlap),
+            ))
+        },
+        required: true,
+        why: "",
+    },
 ];
 
 /// Mutants of the public surface (a lease's extend and release paths), caught against real
@@ -451,4 +467,9 @@ async fn hunt_semaphore_count_per_master() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_reentry_counter() {
     hunt(Mutant::ReentryCounter, "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hunt_many_partial_vote() {
+    hunt(Mutant::ManyPartialVote, "").await;
 }

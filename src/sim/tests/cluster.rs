@@ -121,6 +121,7 @@ const AGREEMENT: Profile = Profile {
         extra: 2,
         mismatched: 0.4,
     }),
+    many: false,
 };
 
 /// What the clients configured otherwise did over the fixed seeds.

@@ -63,6 +63,7 @@ const REENTRY_PLAIN: Profile = Profile {
         ..DURABLE
     },
     cluster: None,
+    many: false,
 };
 
 #[test]

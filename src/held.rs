@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::error::{Error, ErrorKind};
+use crate::error::{Error, ErrorKind, ShortName};
 
 /// How a lease holds a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,9 +73,12 @@ impl Held {
                 ));
             }
             if entry.exclusive > 0 && !self.wait_for_own {
+                // The name as `Error`'s Display writes it: shortened when long, and hidden
+                // with it in traces that hide resource names.
+                let name = ShortName(resource);
                 return Err(
                     Error::new(ErrorKind::AlreadyHeld, resource).with_detail(format!(
-                        "this client already holds `{resource}`: re-enter with `Lease::reenter` on \
+                        "this client already holds {name}: re-enter with `Lease::reenter` on \
                      the lease it holds, or release that lease first (a lease holds its lock \
                      until it is released or dropped, even once lost); tasks that share this \
                      client and must queue behind each other need \

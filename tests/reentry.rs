@@ -72,7 +72,7 @@ async fn acquiring_a_held_resource_fails_at_once_without_asking_a_master() {
     let text = error.to_string();
     assert!(
         text.contains(&format!(
-            "this client already holds `{key}`: re-enter with `Lease::reenter`"
+            "this client already holds {key:?}: re-enter with `Lease::reenter`"
         )),
         "{text}"
     );
@@ -120,6 +120,22 @@ async fn acquiring_a_held_resource_fails_at_once_without_asking_a_master() {
     lease.release().await.unwrap();
     // Released: the client may take it again.
     client.acquire(&key).await.unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_long_held_name_is_shortened_in_the_refusal() {
+    let cluster = Cluster::start(1).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let name = format!("{}:{}", unique_key("long"), "ü".repeat(400));
+    let lease = client.acquire(&name).await.unwrap();
+    let error = client.try_acquire(&name).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::AlreadyHeld, "{error}");
+    for text in [error.to_string(), format!("{error:?}")] {
+        assert!(!text.contains(&name), "the whole name: {text}");
+        assert!(text.len() < 700, "{} bytes: {text}", text.len());
+        assert!(text.contains("Lease::reenter"), "{text}");
+    }
+    lease.release().await.unwrap();
 }
 
 #[tokio::test]

@@ -446,7 +446,8 @@ impl Redlock {
     /// lease it has not released or dropped: re-enter that lease with
     /// [`Lease::reenter`] instead (unless the client was built with
     /// [`Builder::wait_for_own_leases`], which waits for it like any holder). The same
-    /// error ends a waiting call as soon as a lease of this client takes the resource.
+    /// error ends a waiting call at its next attempt (within one retry pause) once a lease
+    /// of this client took the resource meanwhile.
     ///
     /// # Cancel safety
     /// Dropping the future leaves no key behind beyond its TTL: the attempt in flight is

@@ -38,6 +38,9 @@ pub(crate) struct Held {
     keys: Mutex<HashMap<Arc<str>, Entry>>,
     /// `Builder::wait_for_own_leases`: only upgrades are refused.
     wait_for_own: bool,
+    /// Told of every new claim, so that an acquire waiting for a key learns at once when
+    /// a lease of its own client took it ([`Held::taken`]).
+    claimed: tokio::sync::Notify,
 }
 
 impl Held {
@@ -45,6 +48,27 @@ impl Held {
         Self {
             keys: Mutex::default(),
             wait_for_own,
+            claimed: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Resolves once a lease of this client holds `key` exclusively, when that refuses an
+    /// acquire of it ([`Held::check`]); never when this client waits for its own leases.
+    /// A waiting acquire races its sleep with this, so that it ends with `AlreadyHeld` as
+    /// soon as its own client took the key, not at its next attempt.
+    pub(crate) async fn taken(&self, key: &str) {
+        if self.wait_for_own {
+            return std::future::pending().await;
+        }
+        loop {
+            let notified = self.claimed.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the look: a claim made after it wakes us.
+            notified.as_mut().enable();
+            if self.keys().get(key).is_some_and(|e| e.exclusive > 0) {
+                return;
+            }
+            notified.await;
         }
     }
 
@@ -100,6 +124,8 @@ impl Held {
                 HeldMode::Shared => entry.shared += 1,
             }
         }
+        drop(held);
+        self.claimed.notify_waiters();
         Claim {
             held: Arc::clone(self),
             keys: keys.to_vec(),

@@ -446,8 +446,7 @@ impl Redlock {
     /// lease it has not released or dropped: re-enter that lease with
     /// [`Lease::reenter`] instead (unless the client was built with
     /// [`Builder::wait_for_own_leases`], which waits for it like any holder). The same
-    /// error ends a waiting call at its next attempt (within one retry pause) once a lease
-    /// of this client took the resource meanwhile.
+    /// error ends a waiting call as soon as a lease of this client takes the resource.
     ///
     /// # Cancel safety
     /// Dropping the future leaves no key behind beyond its TTL: the attempt in flight is
@@ -626,6 +625,8 @@ impl Redlock {
                     noticed = tokio::select! {
                         () = subscription.notified() => true,
                         () = tokio::time::sleep_until(until) => false,
+                        // Refused at the top of the loop (§14).
+                        () = self.inner.held.taken(&key) => false,
                     };
                     if noticed {
                         let pause = spread();
@@ -639,7 +640,11 @@ impl Redlock {
                     }
                 }
                 None => {
-                    tokio::time::sleep_until(until).await;
+                    tokio::select! {
+                        () = tokio::time::sleep_until(until) => {}
+                        // Refused at the top of the loop (§14).
+                        () = self.inner.held.taken(&key) => {}
+                    }
                     wake = reason;
                 }
             }

@@ -950,7 +950,9 @@ impl Builder {
     /// Turn it on for an application whose tasks share one client and must queue behind
     /// each other for the same resource. It gives up the immediate error that catches
     /// re-entry by mistake: a task that acquires a resource it already holds then waits
-    /// for its own lease (until its wait budget runs out, or for ever behind a watchdog).
+    /// for its own lease to run out, and behind a watchdog (which keeps the lease) until
+    /// its wait budget runs out, ending with
+    /// [`ErrorKind::WaitTimeout`](crate::ErrorKind::WaitTimeout).
     /// Re-entry proper is [`Lease::reenter`](crate::Lease::reenter) either way. Upgrading
     /// a read lock to a write lock stays refused (two upgraders would deadlock).
     pub fn wait_for_own_leases(mut self, on: bool) -> Self {

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::error::{Error, ErrorKind};
+use crate::error::{Error, ErrorKind, ShortName};
 
 /// How a lease holds a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +38,9 @@ pub(crate) struct Held {
     keys: Mutex<HashMap<Arc<str>, Entry>>,
     /// `Builder::wait_for_own_leases`: only upgrades are refused.
     wait_for_own: bool,
+    /// Told of every new claim, so that an acquire waiting for a key learns at once when
+    /// a lease of its own client took it ([`Held::taken`]).
+    claimed: tokio::sync::Notify,
 }
 
 impl Held {
@@ -45,6 +48,32 @@ impl Held {
         Self {
             keys: Mutex::default(),
             wait_for_own,
+            claimed: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Resolves once a lease of this client holds one of `keys` exclusively, when that
+    /// refuses an acquire of it ([`Held::check`]); never when this client waits for its own leases.
+    /// A waiting acquire races its sleep with this, so that it ends with `AlreadyHeld` as
+    /// soon as its own client took the key, not at its next attempt.
+    pub(crate) async fn taken(&self, keys: &[&str]) {
+        if self.wait_for_own {
+            return std::future::pending().await;
+        }
+        loop {
+            let notified = self.claimed.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the look: a claim made after it wakes us.
+            notified.as_mut().enable();
+            let taken = {
+                let held = self.keys();
+                keys.iter()
+                    .any(|key| held.get(*key).is_some_and(|e| e.exclusive > 0))
+            };
+            if taken {
+                return;
+            }
+            notified.await;
         }
     }
 
@@ -73,9 +102,12 @@ impl Held {
                 ));
             }
             if entry.exclusive > 0 && !self.wait_for_own {
+                // The name as `Error`'s Display writes it: shortened when long, and hidden
+                // with it in traces that hide resource names.
+                let name = ShortName(resource);
                 return Err(
                     Error::new(ErrorKind::AlreadyHeld, resource).with_detail(format!(
-                        "this client already holds `{resource}`: re-enter with `Lease::reenter` on \
+                        "this client already holds {name}: re-enter with `Lease::reenter` on \
                      the lease it holds, or release that lease first (a lease holds its lock \
                      until it is released or dropped, even once lost); tasks that share this \
                      client and must queue behind each other need \
@@ -97,6 +129,8 @@ impl Held {
                 HeldMode::Shared => entry.shared += 1,
             }
         }
+        drop(held);
+        self.claimed.notify_waiters();
         Claim {
             held: Arc::clone(self),
             keys: keys.to_vec(),

@@ -641,13 +641,19 @@ impl Redlock {
             noticed = false;
             match waiting.as_mut_slice() {
                 [] => {
-                    tokio::time::sleep_until(until).await;
+                    tokio::select! {
+                        () = tokio::time::sleep_until(until) => {}
+                        // Refused at the top of the loop (§14).
+                        () = self.inner.held.taken(&keys) => {}
+                    }
                     wake = reason;
                 }
                 subscriptions => {
                     noticed = tokio::select! {
                         () = notified(subscriptions) => true,
                         () = tokio::time::sleep_until(until) => false,
+                        // Refused at the top of the loop (§14).
+                        () = self.inner.held.taken(&keys) => false,
                     };
                     if noticed {
                         let pause = spread();

@@ -72,7 +72,7 @@ async fn acquiring_a_held_resource_fails_at_once_without_asking_a_master() {
     let text = error.to_string();
     assert!(
         text.contains(&format!(
-            "this client already holds `{key}`: re-enter with `Lease::reenter`"
+            "this client already holds {key:?}: re-enter with `Lease::reenter`"
         )),
         "{text}"
     );
@@ -120,6 +120,22 @@ async fn acquiring_a_held_resource_fails_at_once_without_asking_a_master() {
     lease.release().await.unwrap();
     // Released: the client may take it again.
     client.acquire(&key).await.unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_long_held_name_is_shortened_in_the_refusal() {
+    let cluster = Cluster::start(1).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let name = format!("{}:{}", unique_key("long"), "ü".repeat(400));
+    let lease = client.acquire(&name).await.unwrap();
+    let error = client.try_acquire(&name).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::AlreadyHeld, "{error}");
+    for text in [error.to_string(), format!("{error:?}")] {
+        assert!(!text.contains(&name), "the whole name: {text}");
+        assert!(text.len() < 700, "{} bytes: {text}", text.len());
+        assert!(text.contains("Lease::reenter"), "{text}");
+    }
+    lease.release().await.unwrap();
 }
 
 #[tokio::test]
@@ -345,4 +361,42 @@ async fn a_waiting_acquire_ends_with_already_held_when_its_own_client_takes_the_
     for lease in leases {
         lease.release().await.unwrap();
     }
+}
+
+#[tokio::test]
+async fn a_waiting_acquire_is_refused_as_soon_as_its_own_client_takes_the_lock() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster).build().unwrap();
+    // No release notices and a long fixed pause: between attempts only the registry can
+    // wake the waiter.
+    let ours = client(&cluster)
+        .notifications(false)
+        .retry_delay(Duration::from_secs(3))
+        .retry_jitter(Duration::ZERO)
+        .wait_timeout(Duration::from_secs(8))
+        .build()
+        .unwrap();
+    let key = unique_key("woken");
+    let lease = holder.acquire(&key).await.unwrap();
+    let waiter = {
+        let (ours, key) = (ours.clone(), key.clone());
+        tokio::spawn(async move { ours.acquire(&key).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    lease.release().await.unwrap();
+    let mine = ours.try_acquire(&key).await.unwrap();
+    let took = Instant::now();
+    let error = tokio::time::timeout(Duration::from_secs(6), waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::AlreadyHeld, "{error}");
+    // Far less than the 3 s pause it was sleeping.
+    assert!(
+        took.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        took.elapsed()
+    );
+    mine.release().await.unwrap();
 }

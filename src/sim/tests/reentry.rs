@@ -25,8 +25,8 @@ const REENTRY: Profile = Profile {
 #[test]
 fn reentry_holds() {
     let share = Share {
-        fixed: 60,
-        rotating: 60,
+        fixed: 30,
+        rotating: 30,
     };
     let held = hold(
         "reentry::reentry_holds",
@@ -69,8 +69,8 @@ const REENTRY_PLAIN: Profile = Profile {
 #[test]
 fn reentry_on_plain_redlock_holds() {
     let share = Share {
-        fixed: 60,
-        rotating: 60,
+        fixed: 40,
+        rotating: 20,
     };
     let held = hold(
         "reentry::reentry_on_plain_redlock_holds",

@@ -43,9 +43,13 @@ async fn every_key_is_locked_under_one_value_sorted_and_released_together() {
         })
         .await;
     }
-    // Single locks of either resource are refused meanwhile.
-    let err = client.try_acquire(&b).await.unwrap_err();
+    // Single locks of either resource are refused meanwhile: by the masters to another
+    // client, at once to this one (its own lease holds the key).
+    let other = support::client(&cluster).build().unwrap();
+    let err = other.try_acquire(&b).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Contended);
+    let err = client.try_acquire(&b).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::AlreadyHeld);
     let report = lease.release().await.unwrap();
     assert!(report.released() >= 2, "{report:?}");
     none_left(&cluster, &[&a, &b]).await;

@@ -971,6 +971,7 @@ impl Redlock {
                 break;
             }
             let op = Arc::new(Op::Fence {
+                counter: scripts::fence_key(key).into(),
                 key: Arc::clone(key),
                 value: Arc::clone(value),
                 token,

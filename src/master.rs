@@ -64,9 +64,28 @@ pub(crate) enum Op {
         #[cfg(feature = "mutants")]
         recreate: bool,
     },
+    /// Acquires a read-write lock in `mode` (`rw_acquire.lua`), checking the cluster
+    /// record and reading the data epoch, the lock's fence counter and, when refused, how
+    /// long the holders that refused it live (docs/design.md §16). `key` is the writer key.
+    RwAcquire {
+        key: Arc<str>,
+        value: Arc<str>,
+        ttl: Duration,
+        fence: FenceRead,
+        owner: Arc<Owner>,
+        mode: RwMode,
+        /// `true` plants [`Mutant::ReaderIgnoresIntent`].
+        #[cfg(feature = "mutants")]
+        ignore_intent: bool,
+    },
+    /// Turns the write lease holding `value` under `key` into its reader key with the
+    /// writer key's remaining expiry, and publishes the release notice (`rw_downgrade.lua`).
+    RwDowngrade { key: Arc<str>, value: Arc<str> },
     /// Fencing write-back: raise the counter to `token` where the lock is ours and the
-    /// counter is below it, see `fence.lua`.
+    /// counter is below it, see `fence.lua`. `key` holds the value (a read lease's reader
+    /// key); `counter` is the lock's fence counter.
     Fence {
+        counter: Arc<str>,
         key: Arc<str>,
         value: Arc<str>,
         token: u64,
@@ -159,6 +178,11 @@ impl Op {
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Op::AcquireChecked { .. } => "acquire",
+            Op::RwAcquire {
+                mode: RwMode::Read, ..
+            } => "acquire_read",
+            Op::RwAcquire { .. } => "acquire_write",
+            Op::RwDowngrade { .. } => "downgrade",
             Op::Fence { .. } => "fence",
             Op::Extend { .. } => "extend",
             Op::Release { .. } => "release",
@@ -173,6 +197,19 @@ impl Op {
             Op::ForceUnlock { .. } => "force_unlock",
         }
     }
+}
+
+/// The mode of a read-write lock acquisition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RwMode {
+    /// A reader: granted with no writer key and no live writer intent.
+    Read,
+    /// A writer: granted with no writer key and no live reader; while readers are there,
+    /// it sets `intent` (one id per acquire call) for `intent_ttl`.
+    Write {
+        intent: Arc<str>,
+        intent_ttl: Duration,
+    },
 }
 
 /// What `AcquireChecked` reads of the fence counter.
@@ -1003,8 +1040,120 @@ async fn run(
                 },
             })
         }
+        Op::RwAcquire {
+            key,
+            value,
+            ttl,
+            fence,
+            owner,
+            mode,
+            ..
+        } => {
+            let script = &*scripts::RW_ACQUIRE;
+            #[cfg(feature = "mutants")]
+            let script = match op {
+                Op::RwAcquire {
+                    ignore_intent: true,
+                    ..
+                } => &*scripts::RW_ACQUIRE_IGNORES_INTENT,
+                _ => script,
+            };
+            let fence = match fence {
+                FenceRead::Skip => "0",
+                _ => "1",
+            };
+            let (letter, intent, intent_ttl) = match mode {
+                RwMode::Read => ("r", "", 0),
+                RwMode::Write { intent, intent_ttl } => ("w", &**intent, millis(*intent_ttl)),
+            };
+            type Answer = (i64, String, String, Option<String>, i64, Option<String>);
+            let (code, record, now, counter, pttl, detail): Answer = invoke_agreed(
+                conn,
+                shared,
+                |a: &Answer| a.0,
+                |fingerprint| {
+                    let mut call = script.key(&**key);
+                    call.key(scripts::EPOCH_KEY)
+                        .key(scripts::fence_key(key))
+                        .key(&*shared.record_key)
+                        .key(scripts::owner_key(key))
+                        .key(scripts::reader_index_key(key))
+                        .key(scripts::intent_key(key))
+                        .key(scripts::reader_prefix(key))
+                        .arg(&**value)
+                        .arg(millis(*ttl))
+                        .arg(new_epoch_id())
+                        .arg(fence)
+                        .arg(fingerprint)
+                        .arg(&*owner.client)
+                        .arg(&*owner.host)
+                        .arg(owner.pid)
+                        .arg(&*owner.label)
+                        .arg(letter)
+                        .arg(intent)
+                        .arg(intent_ttl)
+                        .arg(crate::config::limits::MAX_READERS);
+                    call
+                },
+            )
+            .await?;
+            match code {
+                1 | 0 => {}
+                -3 => return Err(wrong_kind(detail.as_deref())),
+                other => return Err(unexpected("acquire", other)),
+            }
+            Ok(Reply::Checked {
+                granted: code == 1,
+                epoch: EpochReport {
+                    record: Some(record),
+                    now_us: parse_number("acquire", &now)?,
+                },
+                fence: counter.map(|c| parse_number("acquire", &c)).transpose()?,
+                holder_ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+            })
+        }
+        Op::RwDowngrade { key, value } => {
+            type Answer = (i64, Option<String>, String, Option<String>);
+            let (code, record, now, _): Answer = invoke_agreed(
+                conn,
+                shared,
+                |a: &Answer| a.0,
+                |fingerprint| {
+                    let mut call = scripts::RW_DOWNGRADE.key(&**key);
+                    call.key(scripts::EPOCH_KEY)
+                        .key(&*shared.record_key)
+                        .key(scripts::owner_key(key))
+                        .key(scripts::reader_index_key(key))
+                        .key(scripts::reader_key(key, value))
+                        .arg(&**value)
+                        .arg(new_epoch_id())
+                        .arg(fingerprint)
+                        .arg(scripts::release_channel(key));
+                    call
+                },
+            )
+            .await?;
+            let epoch = EpochReport {
+                record,
+                now_us: parse_number("downgrade", &now)?,
+            };
+            match code {
+                1 | -1 => Ok(Reply::Checked {
+                    granted: code == 1,
+                    epoch,
+                    fence: None,
+                    holder_ttl: None,
+                }),
+                0 => Ok(Reply::Gone { epoch }),
+                other => Err(unexpected("downgrade", other)),
+            }
+        }
         Op::Fence {
-            key, value, token, ..
+            counter,
+            key,
+            value,
+            token,
+            ..
         } => {
             let script = &*scripts::FENCE;
             #[cfg(feature = "mutants")]
@@ -1014,7 +1163,7 @@ async fn run(
             };
             let (code, before, record): (i64, Option<String>, Option<String>) = script
                 .key(&**key)
-                .key(scripts::fence_key(key))
+                .key(&**counter)
                 .key(scripts::EPOCH_KEY)
                 .key(scripts::owner_key(key))
                 .arg(&**value)

@@ -51,11 +51,15 @@ pub enum Mutant {
     /// `Redlock::init_cluster` bootstraps masters that hold keys under the prefix: masters
     /// that lost their keys vote at once beside others still holding a live lease's keys.
     BootstrapSkipsEmptiness,
+    /// A read-write lock grants a reader while a writer's intent is live: a stream of
+    /// overlapping readers keeps a waiting writer out for as long as it lasts (starvation,
+    /// not a breach of exclusion; docs/design.md §16).
+    ReaderIgnoresIntent,
 }
 
 impl Mutant {
     /// Every mutant, for suites that must run them all.
-    pub const ALL: [Mutant; 13] = [
+    pub const ALL: [Mutant; 14] = [
         Mutant::HalfQuorum,
         Mutant::IgnoreElapsed,
         Mutant::PlainDelRelease,
@@ -69,6 +73,7 @@ impl Mutant {
         Mutant::ExtendRecreates,
         Mutant::IgnoreFingerprint,
         Mutant::BootstrapSkipsEmptiness,
+        Mutant::ReaderIgnoresIntent,
     ];
 }
 
@@ -108,6 +113,7 @@ every_variant![
     ExtendRecreates,
     IgnoreFingerprint,
     BootstrapSkipsEmptiness,
+    ReaderIgnoresIntent,
 ];
 
 /// The test seams of one client: a planted bug, and how fast its clock runs against real

@@ -19,6 +19,15 @@ const EXTEND_LUA: &str = include_str!("extend.lua");
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 const ACQUIRE_LUA: &str = include_str!("acquire.lua");
 
+/// Acquires a read-write lock in one mode; see `rw_acquire.lua`.
+pub(crate) static RW_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_ACQUIRE_LUA));
+const RW_ACQUIRE_LUA: &str = include_str!("rw_acquire.lua");
+
+/// Turns a write lease into a read lease; see `rw_downgrade.lua`.
+pub(crate) static RW_DOWNGRADE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(RW_DOWNGRADE_LUA));
+const RW_DOWNGRADE_LUA: &str = include_str!("rw_downgrade.lua");
+
 /// Reads (or starts) the data epoch, run with `EVAL` while connecting; see `epoch.lua`.
 pub(crate) const EPOCH_SOURCE: &str = include_str!("epoch.lua");
 
@@ -56,6 +65,8 @@ pub(crate) fn master_scripts() -> Vec<&'static str> {
         STAMP_LUA,
         INSPECT_LUA,
         FORCE_UNLOCK_LUA,
+        RW_ACQUIRE_LUA,
+        RW_DOWNGRADE_LUA,
     ];
     #[cfg(feature = "mutants")]
     scripts.extend(planted::SOURCES.iter().map(|s| s.as_str()));
@@ -93,11 +104,22 @@ mod planted {
         )
     });
 
-    pub(super) static SOURCES: LazyLock<[String; 3]> = LazyLock::new(|| {
+    /// `rw_acquire.lua` granting a reader while a writer's intent is live:
+    /// `Mutant::ReaderIgnoresIntent`.
+    pub(super) static RW_ACQUIRE_IGNORES_INTENT: LazyLock<String> = LazyLock::new(|| {
+        changed(
+            super::RW_ACQUIRE_LUA,
+            "  elseif intent > 0 then",
+            "  elseif false then",
+        )
+    });
+
+    pub(super) static SOURCES: LazyLock<[String; 4]> = LazyLock::new(|| {
         [
             ACQUIRE_ONE_ROUND_TOKEN.clone(),
             FENCE_MAX_WRITE.clone(),
             EXTEND_RECREATES.clone(),
+            RW_ACQUIRE_IGNORES_INTENT.clone(),
         ]
     });
 
@@ -127,6 +149,11 @@ pub(crate) static FENCE_MAX_WRITE: LazyLock<Script> =
 pub(crate) static EXTEND_RECREATES: LazyLock<Script> =
     LazyLock::new(|| Script::new(&planted::EXTEND_RECREATES));
 
+/// [`RW_ACQUIRE`] letting readers in past a writer's intent (`Mutant::ReaderIgnoresIntent`).
+#[cfg(feature = "mutants")]
+pub(crate) static RW_ACQUIRE_IGNORES_INTENT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&planted::RW_ACQUIRE_IGNORES_INTENT));
+
 #[cfg(all(test, feature = "mutants"))]
 mod tests {
     #[test]
@@ -138,6 +165,10 @@ mod tests {
             ),
             (&*super::planted::FENCE_MAX_WRITE, super::FENCE_LUA),
             (&*super::planted::EXTEND_RECREATES, super::EXTEND_LUA),
+            (
+                &*super::planted::RW_ACQUIRE_IGNORES_INTENT,
+                super::RW_ACQUIRE_LUA,
+            ),
         ] {
             assert!(
                 !planted.is_empty(),
@@ -166,6 +197,29 @@ pub(crate) fn fence_key(key: &str) -> String {
 /// The owner record of a lock key (who holds it, since when), with the lock's expiry.
 pub(crate) fn owner_key(key: &str) -> String {
     format!("redquorum:owner:{key}")
+}
+
+/// The owner record's `kind` of a read-write lock (docs/design.md §16).
+pub(crate) const RWLOCK_KIND: &str = "rwlock";
+
+/// The set of a read-write lock's reader values (docs/design.md §16).
+pub(crate) fn reader_index_key(key: &str) -> String {
+    format!("redquorum:rw:{key}:readers")
+}
+
+/// The prefix of a read-write lock's reader keys: a reader's key is this and its value.
+pub(crate) fn reader_prefix(key: &str) -> String {
+    format!("redquorum:rw:{key}:reader:")
+}
+
+/// The key of one reader of a read-write lock, holding `value`, with its own expiry.
+pub(crate) fn reader_key(key: &str, value: &str) -> String {
+    format!("{}{value}", reader_prefix(key))
+}
+
+/// The writer-intent key of a read-write lock: while it lives, no new reader is granted.
+pub(crate) fn intent_key(key: &str) -> String {
+    format!("redquorum:rw:{key}:intent")
 }
 
 /// The names under which this crate keeps its own records (epoch, fence counters, owner

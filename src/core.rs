@@ -78,11 +78,24 @@ pub(crate) fn release_in_background(
     {
         return;
     }
-    let op = Arc::new(Op::release(&inner.config, key, value));
+    release_op_in_background(inner, targets, Op::release(&inner.config, key, value));
+}
+
+/// Sends `op`, a release, to `targets` from a background task tracked for
+/// [`Redlock::shutdown`], as [`release_in_background`] does.
+pub(crate) fn release_op_in_background(inner: &Arc<Inner>, targets: Vec<Arc<dyn Master>>, op: Op) {
+    if targets.is_empty() {
+        return;
+    }
+    let key = match &op {
+        Op::Release { key, .. } => Arc::clone(key),
+        _ => "".into(),
+    };
+    let op = Arc::new(op);
     let need = targets.len();
     let resource = key
         .strip_prefix(inner.config.key_prefix.as_str())
-        .unwrap_or(key)
+        .unwrap_or(&key)
         .to_owned();
     let shown = inner.config.trace_resource_names;
     inner.spawn(async move {

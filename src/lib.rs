@@ -123,6 +123,7 @@ mod mutants;
 mod operate;
 mod quarantine;
 mod quorum;
+mod rwlock;
 mod scripts;
 #[cfg(test)]
 mod sim;
@@ -139,8 +140,9 @@ pub use health::{
     Check, ClockOffset, ClusterRecord, Finding, HealthReport, MasterHealth, QuarantineState, Role,
     Severity,
 };
-pub use lease::{ExtendReport, Lease, LeaseHandle, Lost, LostReason, ReleaseReport};
+pub use lease::{ExtendReport, Lease, LeaseHandle, LeaseMode, Lost, LostReason, ReleaseReport};
 pub use lock::{AcquireOptions, Redlock};
+pub use rwlock::RwLock;
 #[cfg(feature = "mutants")]
 pub use mutants::Mutant;
 pub use operate::{Holding, Inspection, MasterView, OwnerInfo, UnlockReport, Verdict};

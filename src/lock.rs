@@ -23,8 +23,8 @@ use crate::error::{Error, ErrorKind, MasterErrorKind, MasterOutcome, MasterRepor
 use crate::fencing::FencingToken;
 use crate::guard::Guarded;
 use crate::health::{self, HealthReport};
-use crate::lease::{Lease, LeaseHandle, LeaseParams, Watchdog};
-use crate::master::{FenceRead, Master, Op, RedisMaster, Reply};
+use crate::lease::{Lease, LeaseHandle, LeaseMode, LeaseParams, Watchdog};
+use crate::master::{FenceRead, Master, Op, RedisMaster, Reply, RwMode};
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
 use crate::quorum::{self, Decision};
@@ -476,8 +476,20 @@ impl Redlock {
         resource: &str,
         options: &AcquireOptions,
     ) -> Result<Lease, Error> {
+        self.acquire_shaped(resource, options, Shape::Mutex).await
+    }
+
+    /// Acquires `resource` as `shape` says: the body of every acquire call.
+    pub(crate) async fn acquire_shaped(
+        &self,
+        resource: &str,
+        options: &AcquireOptions,
+        shape: Shape,
+    ) -> Result<Lease, Error> {
         let (started, mut rounds) = (telemetry::start(), 0);
-        let acquired = self.acquire_rounds(resource, options, &mut rounds).await;
+        let acquired = self
+            .acquire_rounds(resource, options, &shape, &mut rounds)
+            .await;
         telemetry::acquire_finished(&acquired, started, rounds);
         acquired
     }
@@ -487,6 +499,7 @@ impl Redlock {
         &self,
         resource: &str,
         options: &AcquireOptions,
+        shape: &Shape,
         rounds: &mut u32,
     ) -> Result<Lease, Error> {
         check_runtime(resource)?;
@@ -494,6 +507,25 @@ impl Redlock {
         let plan = self.plan(resource, options)?;
         let config = &self.inner.config;
         let key: Arc<str> = format!("{}{resource}", config.key_prefix).into();
+        // A writer's intent (docs/design.md §16): one id for the whole call, refreshed by
+        // each attempt while readers hold the lock, cleared when the call ends without the
+        // lock (returned or dropped) so that readers need not wait for it to expire.
+        let shape = match shape {
+            Shape::Write { .. } => &Shape::Write {
+                intent: random_value().into(),
+                intent_ttl: plan.ttl,
+            },
+            other => other,
+        };
+        let intent_guard = match shape {
+            Shape::Write { intent, .. } => Some(IntentGuard {
+                inner: Arc::clone(&self.inner),
+                key: Arc::clone(&key),
+                intent: Arc::clone(intent),
+                armed: true,
+            }),
+            _ => None,
+        };
         let resource: Arc<str> = resource.into();
         let reused: Option<Arc<str>> = None;
         #[cfg(feature = "mutants")]
@@ -524,8 +556,11 @@ impl Redlock {
             }
             let value = reused.clone().unwrap_or_else(|| random_value().into());
             let started = Instant::now();
-            let failed = match self.attempt(&key, &resource, value, &plan).await {
+            let failed = match self.attempt(&key, &resource, value, &plan, shape).await {
                 Ok(lease) => {
+                    if let Some(guard) = intent_guard {
+                        guard.disarm();
+                    }
                     if plan.watchdog {
                         lease.start_watchdog(Watchdog {
                             interval: config.extend_interval(plan.ttl),
@@ -590,6 +625,17 @@ impl Redlock {
                 let free = holder_wake(free, now, round, herd);
                 if free < wake_at {
                     wake_at = free;
+                    reason = Wake::Event;
+                }
+            }
+            // A waiting writer refreshes its intent well before it expires: each attempt
+            // sets it again where readers still hold the lock (docs/design.md §16).
+            if let Shape::Write { intent_ttl, .. } = shape
+                && error.kind() == ErrorKind::Contended
+            {
+                let refresh = now + *intent_ttl / 3;
+                if refresh < wake_at {
+                    wake_at = refresh;
                     reason = Wake::Event;
                 }
             }
@@ -790,13 +836,19 @@ impl Redlock {
         resource: &Arc<str>,
         value: Arc<str>,
         plan: &Plan,
+        shape: &Shape,
     ) -> Result<Lease, Failed> {
         let inner = &self.inner;
         let config = &inner.config;
         let ttl = plan.ttl;
+        // The key that holds this attempt's value: a reader's own key, or the lock key.
+        let held: Arc<str> = match shape {
+            Shape::Read => scripts::reader_key(key, &value).into(),
+            Shape::Mutex | Shape::Write { .. } => Arc::clone(key),
+        };
         let mut guard = AttemptGuard {
             inner: Arc::clone(inner),
-            key: Arc::clone(key),
+            key: Arc::clone(&held),
             value: Arc::clone(&value),
             outcomes: None,
             armed: true,
@@ -810,12 +862,30 @@ impl Redlock {
             (FenceRead::Read, true) => FenceRead::IncrementWhenGranted,
             (fence, _) => fence,
         };
-        let op = Op::AcquireChecked {
-            key: Arc::clone(key),
-            value: Arc::clone(&value),
-            ttl,
-            fence,
-            owner: Arc::clone(&plan.owner),
+        let op = match shape {
+            Shape::Mutex => Op::AcquireChecked {
+                key: Arc::clone(key),
+                value: Arc::clone(&value),
+                ttl,
+                fence,
+                owner: Arc::clone(&plan.owner),
+            },
+            Shape::Read | Shape::Write { .. } => Op::RwAcquire {
+                key: Arc::clone(key),
+                value: Arc::clone(&value),
+                ttl,
+                fence,
+                owner: Arc::clone(&plan.owner),
+                mode: match shape {
+                    Shape::Write { intent, intent_ttl } => RwMode::Write {
+                        intent: Arc::clone(intent),
+                        intent_ttl: *intent_ttl,
+                    },
+                    _ => RwMode::Read,
+                },
+                #[cfg(feature = "mutants")]
+                ignore_intent: config.planted.is(Mutant::ReaderIgnoresIntent),
+            },
         };
         let bounds = inner.bounds(Some(plan.give_up_at));
         let traced = telemetry::resource(resource, config.trace_resource_names);
@@ -872,7 +942,7 @@ impl Redlock {
                     let first = round.fence_counters().max().unwrap_or(0).saturating_add(1);
                     match self
                         .fence(
-                            key,
+                            (&held, key),
                             resource,
                             &value,
                             first,
@@ -903,7 +973,9 @@ impl Redlock {
             return Ok(Lease::new(
                 Arc::clone(inner),
                 LeaseParams {
-                    key: Arc::clone(key),
+                    channel: scripts::release_channel(key).into(),
+                    mode: shape.mode(),
+                    key: held,
                     resource: Arc::clone(resource),
                     value,
                     ttl,
@@ -951,7 +1023,7 @@ impl Redlock {
     /// quorum accepted one, within the lease's validity.
     async fn fence(
         &self,
-        key: &Arc<str>,
+        (key, lock): (&Arc<str>, &Arc<str>),
         resource: &Arc<str>,
         value: &Arc<str>,
         mut token: u64,
@@ -971,7 +1043,7 @@ impl Redlock {
                 break;
             }
             let op = Arc::new(Op::Fence {
-                counter: scripts::fence_key(key).into(),
+                counter: scripts::fence_key(lock).into(),
                 key: Arc::clone(key),
                 value: Arc::clone(value),
                 token,
@@ -1310,6 +1382,72 @@ fn kind_word(kind: ErrorKind) -> &'static str {
         ErrorKind::NotEnoughVoters => "too few masters vote yet",
         ErrorKind::FencingFailed => "no fencing token confirmed",
         _ => "failed",
+    }
+}
+
+/// What an acquire call takes: a mutex, or a read-write lock in one mode
+/// (docs/design.md §16).
+#[derive(Debug, Clone)]
+pub(crate) enum Shape {
+    Mutex,
+    Read,
+    /// A writer; the intent's id and TTL are chosen per call by `acquire_rounds`.
+    Write {
+        intent: Arc<str>,
+        intent_ttl: Duration,
+    },
+}
+
+impl Shape {
+    /// A writer, its intent still to be chosen.
+    pub(crate) fn write() -> Self {
+        Shape::Write {
+            intent: "".into(),
+            intent_ttl: Duration::ZERO,
+        }
+    }
+
+    fn mode(&self) -> LeaseMode {
+        match self {
+            Shape::Mutex => LeaseMode::Exclusive,
+            Shape::Read => LeaseMode::Read,
+            Shape::Write { .. } => LeaseMode::Write,
+        }
+    }
+}
+
+/// Clears a writer's intent in the background (compare-and-delete, publishing the release
+/// notice so that readers it held back wake) unless the call acquired the lock, whose
+/// grant cleared it already.
+struct IntentGuard {
+    inner: Arc<Inner>,
+    key: Arc<str>,
+    intent: Arc<str>,
+    armed: bool,
+}
+
+impl IntentGuard {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for IntentGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let intent: Arc<str> = scripts::intent_key(&self.key).into();
+        let channel: Arc<str> = scripts::release_channel(&self.key).into();
+        crate::core::release_op_in_background(
+            &self.inner,
+            self.inner.masters.clone(),
+            Op::Release {
+                key: intent,
+                value: Arc::clone(&self.intent),
+                channel,
+            },
+        );
     }
 }
 

@@ -70,6 +70,33 @@ impl LostReason {
     }
 }
 
+/// What kind of lock a lease holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LeaseMode {
+    /// A mutex: [`Redlock::acquire`](crate::Redlock::acquire) and its kin.
+    Exclusive,
+    /// A read lease of a read-write lock ([`RwLock::read`](crate::RwLock::read)), shared
+    /// with other readers.
+    Read,
+    /// A write lease of a read-write lock ([`RwLock::write`](crate::RwLock::write)),
+    /// exclusive of readers and writers.
+    Write,
+    /// Permits of a semaphore.
+    Permits,
+}
+
+impl fmt::Display for LeaseMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LeaseMode::Exclusive => "exclusive",
+            LeaseMode::Read => "read",
+            LeaseMode::Write => "write",
+            LeaseMode::Permits => "permits",
+        })
+    }
+}
+
 /// A lease's validity as last established.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LeaseState {
@@ -86,6 +113,12 @@ pub(crate) struct LeaseShared {
     pub(crate) ttl: Duration,
     pub(crate) safety_margin: Duration,
     pub(crate) token: Option<FencingToken>,
+    /// Where its release publishes the release notice (the lock's channel, whatever key
+    /// holds the value).
+    pub(crate) channel: Arc<str>,
+    pub(crate) mode: LeaseMode,
+    /// The watchdog, once started: a downgraded lease starts it again.
+    watchdog: std::sync::OnceLock<Watchdog>,
     pub(crate) state: watch::Sender<LeaseState>,
     /// Serialises extend and release, so that no extension reaches a master after the
     /// release did (docs/design.md I8). Holds "released".
@@ -272,11 +305,104 @@ impl LeaseShared {
         *released = true;
         self.mark_lost(LostReason::Released);
         let inner = &self.inner;
-        let op = Arc::new(Op::release(&inner.config, &self.key, &self.value));
+        let op = Arc::new(self.release_op());
         // Cleared on n - quorum + 1 masters: at most quorum - 1 can still hold our value.
         // The rest finish in the background, tracked for `Redlock::shutdown`.
         let need = inner.masters.len() - inner.quorum + 1;
         Some(quorum::run(&inner.masters, op, need, self.traced(), inner.bounds(None)).await)
+    }
+
+    /// The release of this lease's key, publishing on its lock's channel.
+    fn release_op(&self) -> Op {
+        let mut op = Op::release(&self.inner.config, &self.key, &self.value);
+        if let Op::Release { channel, .. } = &mut op {
+            *channel = Arc::clone(&self.channel);
+        }
+        op
+    }
+
+    /// The downgrade round (see [`Lease::downgrade`]), under the extend/release lock; on
+    /// failure both forms of the lease are released in the background.
+    async fn downgrade(self: &Arc<Self>) -> Result<Lease, Error> {
+        let inner = &self.inner;
+        let resource = &*self.resource;
+        let reader: Arc<str> = crate::scripts::reader_key(&self.key, &self.value).into();
+        let release_both = || {
+            for key in [&self.key, &reader] {
+                crate::core::release_op_in_background(
+                    inner,
+                    inner.masters.clone(),
+                    Op::Release {
+                        key: Arc::clone(key),
+                        value: Arc::clone(&self.value),
+                        channel: Arc::clone(&self.channel),
+                    },
+                );
+            }
+        };
+        let mut released = self.ops.lock().await;
+        if *released {
+            return Err(self.lost_error(LostReason::Released));
+        }
+        *released = true;
+        let before = self.state();
+        if let Some(reason) = before.lost {
+            drop(released);
+            release_both();
+            return Err(self.lost_error(reason));
+        }
+        if Instant::now() >= self.safety_point(&before) {
+            self.mark_lost(LostReason::Expired);
+            drop(released);
+            release_both();
+            return Err(self.lost_error(LostReason::Expired));
+        }
+        // No extension of the write lease runs from here: the watchdog stops.
+        self.mark_lost(LostReason::Released);
+        let op = Arc::new(Op::RwDowngrade {
+            key: Arc::clone(&self.key),
+            value: Arc::clone(&self.value),
+        });
+        let round = quorum::run(
+            &inner.masters,
+            op,
+            inner.quorum,
+            self.traced(),
+            inner.bounds(Some(before.deadline)),
+        )
+        .await;
+        drop(released);
+        let reports = round.reports(&inner.masters);
+        let valid = deadline::validity_left(before.deadline, Instant::now(), self.safety_margin);
+        if round.decision != Decision::Reached || valid.is_none() {
+            release_both();
+            let detail = match round.decision {
+                Decision::Reached => "a quorum converted the write lease too late to leave any validity",
+                _ => "no quorum converted the write lease: it is lost, and released on every master",
+            };
+            return Err(Error::new(ErrorKind::LeaseLost, resource)
+                .with_detail(detail)
+                .with_masters(reports));
+        }
+        let lease = Lease::new(
+            Arc::clone(inner),
+            LeaseParams {
+                key: reader,
+                channel: Arc::clone(&self.channel),
+                mode: LeaseMode::Read,
+                resource: Arc::clone(&self.resource),
+                value: Arc::clone(&self.value),
+                ttl: self.ttl,
+                deadline: before.deadline,
+                safety_margin: self.safety_margin,
+                token: self.token,
+                acquired: reports,
+            },
+        );
+        if let Some(watchdog) = self.watchdog.get() {
+            lease.start_watchdog(*watchdog);
+        }
+        Ok(lease)
     }
 
     /// Marks the lease released now and runs the release round in a background task, so
@@ -341,6 +467,12 @@ impl LeaseHandle {
     /// The key on the masters (`key_prefix` + resource).
     pub fn key(&self) -> &str {
         &self.shared.key
+    }
+
+    /// What kind of lock this lease holds: a mutex, a read or write lease of a read-write
+    /// lock, or semaphore permits.
+    pub fn mode(&self) -> LeaseMode {
+        self.shared.mode
     }
 
     /// The random value identifying this acquisition on the masters.
@@ -621,6 +753,8 @@ impl ReleaseReport {
 /// How a new lease is set up.
 pub(crate) struct LeaseParams {
     pub(crate) key: Arc<str>,
+    pub(crate) channel: Arc<str>,
+    pub(crate) mode: LeaseMode,
     pub(crate) resource: Arc<str>,
     pub(crate) value: Arc<str>,
     pub(crate) ttl: Duration,
@@ -634,6 +768,8 @@ impl Lease {
     pub(crate) fn new(inner: Arc<Inner>, params: LeaseParams) -> Self {
         let LeaseParams {
             key,
+            channel,
+            mode,
             resource,
             value,
             ttl,
@@ -656,6 +792,9 @@ impl Lease {
                     ttl,
                     safety_margin,
                     token,
+                    channel,
+                    mode,
+                    watchdog: std::sync::OnceLock::new(),
                     state,
                     ops: tokio::sync::Mutex::new(false),
                 }),
@@ -671,7 +810,85 @@ impl Lease {
 
     /// Starts the watchdog for this lease.
     pub(crate) fn start_watchdog(&self, watchdog: Watchdog) {
-        watchdog.spawn(self.shared());
+        if self.shared().watchdog.set(watchdog).is_ok() {
+            watchdog.spawn(self.shared());
+        }
+    }
+
+    /// Turns a write lease of a read-write lock into a read lease, in one round
+    /// (docs/design.md §16): on each master where the writer key still holds this lease's
+    /// value, it becomes this lease's reader key with the writer key's remaining expiry,
+    /// and waiting readers are notified. Needs a quorum. The read lease keeps the
+    /// deadline, the fencing token and the watchdog (if one runs); this `Lease`'s handles
+    /// report it lost ([`LostReason::Released`]), the returned one's follow the read lease.
+    ///
+    /// There is no upgrade: a reader that wants to write releases its read lease and
+    /// acquires a write lease (two readers upgrading at once would each wait for the
+    /// other).
+    ///
+    /// ```no_run
+    /// # async fn run(client: redquorum::Redlock) -> Result<(), redquorum::Error> {
+    /// let config = client.rwlock("config");
+    /// let write = config.write().await?;
+    /// // ... publish the new configuration ...
+    /// let read = write.downgrade().await?; // readers may come in; no writer can
+    /// // ... check what was published ...
+    /// read.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidOptions`] for a lease that is not a write lease (a read lease,
+    /// a mutex or semaphore lease): nothing is sent to the masters and nothing released,
+    /// so that lease stays held until its TTL runs out, unextended. Check
+    /// [`LeaseHandle::mode`] first. [`ErrorKind::LeaseLost`] when the lease was lost or released before, or
+    /// when no quorum converted it with validity left: the lease is then lost, and both
+    /// its writer and reader keys are released on every master in the background.
+    /// [`ErrorKind::NoRuntime`] outside a tokio runtime.
+    ///
+    /// # Cancel safety
+    /// The round runs in a background task from the first poll: dropping the future drops
+    /// the read lease it would have returned, which releases it in the background (and a
+    /// failed downgrade releases both forms), so nothing stays held beyond its TTL.
+    pub async fn downgrade(mut self) -> Result<Lease, Error> {
+        let shared = Arc::clone(self.shared());
+        let resource = &*shared.resource;
+        if shared.mode != LeaseMode::Write {
+            // Nothing is sent and nothing released: the lease is left as it is on the
+            // masters, to expire with its TTL (its watchdog stops with it).
+            self.released = true;
+            return Err(
+                Error::new(ErrorKind::InvalidOptions, resource).with_detail(format!(
+                    "only a write lease of a read-write lock can be downgraded, and this is \
+                     a{} {} lease; nothing was released: it stays held until its TTL runs out \
+                     (check LeaseHandle::mode first, and release a lease you do not downgrade)",
+                    if shared.mode == LeaseMode::Exclusive { "n" } else { "" },
+                    shared.mode
+                )),
+            );
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::new(ErrorKind::NoRuntime, resource)
+                .with_detail("downgrade must be called inside a tokio runtime"));
+        }
+        // From here this lease's drop must not release: the task owns both forms.
+        self.released = true;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let task = Arc::clone(&shared);
+        let spawned = shared.inner.spawn(async move {
+            let _ = tx.send(task.downgrade().await);
+        });
+        if !spawned {
+            self.released = false;
+            return Err(Error::new(ErrorKind::NoRuntime, resource)
+                .with_detail("downgrade must be called inside a tokio runtime"));
+        }
+        match rx.await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(Error::new(ErrorKind::LeaseLost, resource)
+                .with_detail("the runtime stopped before the downgrade was decided")),
+        }
     }
 
     /// A handle to this lease, for a critical section or a watcher.

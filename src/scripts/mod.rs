@@ -199,9 +199,6 @@ pub(crate) fn owner_key(key: &str) -> String {
     format!("redquorum:owner:{key}")
 }
 
-/// The owner record's `kind` of a read-write lock (docs/design.md §16).
-pub(crate) const RWLOCK_KIND: &str = "rwlock";
-
 /// The set of a read-write lock's reader values (docs/design.md §16).
 pub(crate) fn reader_index_key(key: &str) -> String {
     format!("redquorum:rw:{key}:readers")

@@ -35,6 +35,7 @@ const COUNT_ENV: &str = "REDQUORUM_SIM_SCHEDULES";
 const MS: Duration = Duration::from_millis(1);
 
 mod cluster;
+mod rwlock;
 
 /// Crashes with and without data, stopped masters, a flush, slow and lost messages, and
 /// holders that pause past their deadline: everything the protections must absorb.
@@ -884,6 +885,9 @@ mod mutants {
             Mutant::BootstrapSkipsEmptiness => {
                 Ok("bootstrap_skipping_emptiness_is_caught_by_a_master_that_lost_its_keys")
             }
+            // Starvation, not a breach of exclusion: the read-write profile's starvation
+            // checker (`tests/rwlock.rs`).
+            Mutant::ReaderIgnoresIntent => Ok("reader_ignoring_intent_is_caught"),
         }
     }
 
@@ -894,6 +898,7 @@ mod mutants {
             include_str!("tests.rs"),
             include_str!("cancel.rs"),
             include_str!("tests/cluster.rs"),
+            include_str!("tests/rwlock.rs"),
         ];
         for test in &hunted {
             assert!(

@@ -1,0 +1,3 @@
+//! The read-write lock in the simulation.
+
+use super::*;

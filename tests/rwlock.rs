@@ -1,0 +1,293 @@
+//! The read-write lock against real masters: shared readers, exclusive writers, the
+//! writer's intent, downgrade, fencing, kinds and bad input (docs/design.md §16).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redquorum::{AcquireOptions, ErrorKind, LeaseMode, Redlock};
+use support::*;
+use tokio::time::Instant;
+
+fn once() -> AcquireOptions {
+    AcquireOptions::new().attempts(1)
+}
+
+#[tokio::test]
+async fn readers_share_writers_exclude_and_each_reader_has_its_own_key() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let lock = client.rwlock(&unique_key("rw"));
+    let a = lock.read().await.unwrap();
+    let b = lock.read().await.unwrap();
+    assert_eq!(a.mode(), LeaseMode::Read);
+    assert_ne!(a.key(), b.key(), "each reader has a key of its own");
+    let err = lock.write_with(&once()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
+    // Each reader key has its own expiry, and holds the reader's value.
+    for server in cluster.servers() {
+        let mut conn = raw(&server.url()).await;
+        for lease in [&a, &b] {
+            let pttl: i64 = conn.pttl(lease.key()).await.unwrap();
+            assert!(pttl > 0 && pttl <= 5000, "{pttl}");
+        }
+    }
+    a.release().await.unwrap();
+    // One reader left: still no writer.
+    let err = lock.write_with(&once()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
+    b.release().await.unwrap();
+    let w = lock.write_with(&once()).await.unwrap();
+    assert_eq!(w.mode(), LeaseMode::Write);
+    let err = lock.read_with(&once()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
+    let err = lock.write_with(&once()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
+    w.release().await.unwrap();
+    lock.read_with(&once()).await.unwrap().release().await.unwrap();
+}
+
+/// A waiting writer's intent keeps new readers out; the writer gets in as soon as the
+/// reader that held the lock leaves (its release notice wakes the writer).
+#[tokio::test]
+async fn a_waiting_writer_stops_new_readers_and_gets_in_when_the_reader_leaves() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let name = unique_key("intent");
+    let lock = client.rwlock(&name);
+    let reader = lock.read().await.unwrap();
+    let writer = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.write().await }
+    });
+    // Await the intent on every master rather than sleeping.
+    let intent = format!("redquorum:rw:{name}:intent");
+    wait_until(Duration::from_secs(5), "the writer's intent is set", || {
+        let (urls, intent) = (cluster.urls(), intent.clone());
+        async move {
+            for url in urls {
+                let exists: bool = raw(&url).await.exists(&intent).await.unwrap();
+                if !exists {
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await;
+    let err = lock.read_with(&once()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contended, "a reader got past the intent: {err}");
+    let released = Instant::now();
+    reader.release().await.unwrap();
+    let w = writer.await.unwrap().unwrap();
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "the writer waited {:?} after the reader left",
+        released.elapsed()
+    );
+    // Granted: its intent is gone.
+    for url in cluster.urls() {
+        let exists: bool = raw(&url).await.exists(&intent).await.unwrap();
+        assert!(!exists);
+    }
+    w.release().await.unwrap();
+}
+
+/// Writers are not starved: readers keep coming, each overlapping the next, and a writer
+/// that starts waiting gets in within a bound (the readers' hold time plus a round), not
+/// when the stream stops.
+#[tokio::test]
+async fn a_stream_of_overlapping_readers_does_not_starve_a_writer() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).ttl("1s").build().unwrap();
+    let lock = client.rwlock(&unique_key("starve"));
+    let hold = Duration::from_millis(150);
+    let stream_for = Duration::from_secs(4);
+    let readers = tokio::spawn({
+        let lock = lock.clone();
+        async move {
+            let end = Instant::now() + stream_for;
+            let mut granted = 0u32;
+            let mut tasks = Vec::new();
+            while Instant::now() < end {
+                let lock = lock.clone();
+                tasks.push(tokio::spawn(async move {
+                    let opts = AcquireOptions::new().wait_timeout("3s");
+                    if let Ok(lease) = lock.read_with(&opts).await {
+                        tokio::time::sleep(hold).await;
+                        lease.release().await.unwrap();
+                        true
+                    } else {
+                        false
+                    }
+                }));
+                tokio::time::sleep(hold / 3).await;
+            }
+            for task in tasks {
+                granted += u32::from(task.await.unwrap());
+            }
+            granted
+        }
+    });
+    tokio::time::sleep(hold).await;
+    let started = Instant::now();
+    let w = lock
+        .write_with(&AcquireOptions::new().wait_timeout("3s"))
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    w.release().await.unwrap();
+    assert!(
+        waited < Duration::from_secs(1),
+        "the writer waited {waited:?} behind readers that hold {hold:?} each"
+    );
+    assert!(readers.await.unwrap() > 3, "the readers did not overlap");
+}
+
+#[tokio::test]
+async fn downgrade_keeps_deadline_and_token_and_lets_readers_in() {
+    let cluster = Cluster::start_with(3, &ServerOptions::new().persistence(Persistence::AofAlways))
+        .await
+        .unwrap();
+    for url in cluster.urls() {
+        let _: () = raw(&url).await.set("redquorum:epoch", "seed:1000000").await.unwrap();
+    }
+    let client = client(&cluster)
+        .quarantine(true)
+        .fencing(true)
+        .ttl("2s")
+        .build()
+        .unwrap();
+    let name = unique_key("down");
+    let lock = client.rwlock(&name);
+    let w = lock.write().await.unwrap();
+    let (deadline, token) = (w.deadline(), w.fencing_token().unwrap());
+    let handle = w.handle();
+    let r = w.downgrade().await.unwrap();
+    assert_eq!(r.mode(), LeaseMode::Read);
+    assert_eq!(r.deadline(), deadline);
+    assert_eq!(r.fencing_token(), Some(token));
+    assert!(handle.is_lost(), "the write lease's handles follow it, not the read lease");
+    for server in cluster.servers() {
+        assert_eq!(value_on(server, &name).await, None, "the writer key is gone");
+        assert_eq!(value_on(server, r.key()).await.as_deref(), Some(r.value()));
+    }
+    // Readers share it now; writers still wait. Tokens keep rising across modes.
+    let other = lock.read_with(&once()).await.unwrap();
+    assert!(other.fencing_token().unwrap() > token);
+    let err = lock.write_with(&once()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
+    // The read lease extends and releases its own reader key only.
+    r.extend().await.unwrap();
+    let later = other.fencing_token().unwrap();
+    r.release().await.unwrap();
+    for server in cluster.servers() {
+        assert_eq!(value_on(server, other.key()).await.as_deref(), Some(other.value()));
+    }
+    other.release().await.unwrap();
+    let w = lock.write_with(&once()).await.unwrap();
+    assert!(w.fencing_token().unwrap() > later, "a writer after a reader has a later token");
+    w.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn downgrading_a_read_or_mutex_lease_is_refused_and_releases_nothing() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let name = unique_key("nodown");
+    let read = client.rwlock(&name).read().await.unwrap();
+    let key = read.key().to_owned();
+    let err = read.downgrade().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidOptions);
+    assert!(!err.is_retryable());
+    assert!(err.to_string().contains("only a write lease"), "{err}");
+    assert!(err.to_string().contains("nothing was released"), "{err}");
+    client.shutdown().await;
+    assert!(held_everywhere_any(&cluster, &key).await, "the read lease was released");
+    let mutex = client.acquire(&unique_key("mutex")).await.unwrap();
+    let mkey = mutex.key().to_owned();
+    let err = mutex.downgrade().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidOptions);
+    assert!(err.to_string().contains("an exclusive lease"), "{err}");
+    client.shutdown().await;
+    assert!(held_everywhere_any(&cluster, &mkey).await);
+}
+
+/// Whether every master has some value under `key`.
+async fn held_everywhere_any(cluster: &Cluster, key: &str) -> bool {
+    for server in cluster.servers() {
+        if value_on(server, key).await.is_none() {
+            return false;
+        }
+    }
+    true
+}
+
+#[tokio::test]
+async fn a_mutex_and_a_rwlock_on_one_name_refuse_each_other() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let name = unique_key("kinds");
+    let read = client.rwlock(&name).read().await.unwrap();
+    let err = client.try_acquire(&name).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
+    assert!(!err.is_retryable());
+    read.release().await.unwrap();
+    let w = client.rwlock(&name).write().await.unwrap();
+    let err = client.try_acquire(&name).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
+    w.release().await.unwrap();
+
+    let other = unique_key("kinds");
+    let mutex = client.acquire(&other).await.unwrap();
+    for attempt in [client.rwlock(&other).read_with(&once()).await, client.rwlock(&other).write_with(&once()).await] {
+        let err = attempt.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
+    }
+    mutex.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_names_are_refused_with_what_to_change() {
+    let cluster = Cluster::start(1).await.unwrap();
+    let client: Redlock = client(&cluster).build().unwrap();
+    for name in ["", "redquorum:rw:x"] {
+        let err = client.rwlock(name).read().await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidResource, "{err}");
+        let err = client.rwlock(name).write().await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidResource, "{err}");
+        assert!(!err.is_retryable());
+    }
+}
+
+/// A dropped write attempt clears its intent at once, so readers need not wait for it
+/// to expire; dropped attempts leave no key beyond their TTL.
+#[tokio::test]
+async fn a_dropped_writer_clears_its_intent() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let name = unique_key("dropped");
+    let lock = client.rwlock(&name);
+    let reader = lock.read().await.unwrap();
+    let intent = format!("redquorum:rw:{name}:intent");
+    let writing = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.write().await }
+    });
+    wait_until(Duration::from_secs(5), "the writer's intent is set", || {
+        let (url, intent) = (cluster.urls()[0].clone(), intent.clone());
+        async move { raw(&url).await.exists(&intent).await.unwrap() }
+    })
+    .await;
+    writing.abort();
+    let _ = writing.await;
+    client.shutdown().await;
+    for url in cluster.urls() {
+        let exists: bool = raw(&url).await.exists(&intent).await.unwrap();
+        assert!(!exists, "the dropped writer's intent is still there");
+    }
+    lock.read_with(&once()).await.unwrap().release().await.unwrap();
+    reader.release().await.unwrap();
+}

@@ -95,55 +95,77 @@ async fn a_waiting_writer_stops_new_readers_and_gets_in_when_the_reader_leaves()
     w.release().await.unwrap();
 }
 
+/// How long a writer waits behind a stream of overlapping readers (each holds `HOLD`, a
+/// new one every third of that, for `STREAM`), the writer starting once the stream runs;
+/// and how many readers the stream admitted.
+const HOLD: Duration = Duration::from_millis(150);
+const STREAM: Duration = Duration::from_millis(2500);
+
+async fn writer_behind_readers(builder: redquorum::Builder) -> (Duration, u32) {
+    let client = builder.ttl("1s").build().unwrap();
+    let lock = client.rwlock(&unique_key("starve"));
+    let readers = tokio::spawn({
+        let lock = lock.clone();
+        async move {
+            let end = Instant::now() + STREAM;
+            let mut tasks = Vec::new();
+            while Instant::now() < end {
+                let lock = lock.clone();
+                tasks.push(tokio::spawn(async move {
+                    let opts = AcquireOptions::new().wait_timeout("3s");
+                    let Ok(lease) = lock.read_with(&opts).await else {
+                        return 0;
+                    };
+                    tokio::time::sleep(HOLD).await;
+                    lease.release().await.unwrap();
+                    1
+                }));
+                tokio::time::sleep(HOLD / 3).await;
+            }
+            let mut granted = 0u32;
+            for task in tasks {
+                granted += task.await.unwrap();
+            }
+            granted
+        }
+    });
+    tokio::time::sleep(HOLD).await;
+    let started = Instant::now();
+    let w = lock
+        .write_with(&AcquireOptions::new().wait_timeout("4s"))
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    w.release().await.unwrap();
+    (waited, readers.await.unwrap())
+}
+
 /// Writers are not starved: readers keep coming, each overlapping the next, and a writer
 /// that starts waiting gets in within a bound (the readers' hold time plus a round), not
 /// when the stream stops.
 #[tokio::test]
 async fn a_stream_of_overlapping_readers_does_not_starve_a_writer() {
     let cluster = Cluster::start(3).await.unwrap();
-    let client = client(&cluster).ttl("1s").build().unwrap();
-    let lock = client.rwlock(&unique_key("starve"));
-    let hold = Duration::from_millis(150);
-    let stream_for = Duration::from_secs(4);
-    let readers = tokio::spawn({
-        let lock = lock.clone();
-        async move {
-            let end = Instant::now() + stream_for;
-            let mut granted = 0u32;
-            let mut tasks = Vec::new();
-            while Instant::now() < end {
-                let lock = lock.clone();
-                tasks.push(tokio::spawn(async move {
-                    let opts = AcquireOptions::new().wait_timeout("3s");
-                    if let Ok(lease) = lock.read_with(&opts).await {
-                        tokio::time::sleep(hold).await;
-                        lease.release().await.unwrap();
-                        true
-                    } else {
-                        false
-                    }
-                }));
-                tokio::time::sleep(hold / 3).await;
-            }
-            for task in tasks {
-                granted += u32::from(task.await.unwrap());
-            }
-            granted
-        }
-    });
-    tokio::time::sleep(hold).await;
-    let started = Instant::now();
-    let w = lock
-        .write_with(&AcquireOptions::new().wait_timeout("3s"))
-        .await
-        .unwrap();
-    let waited = started.elapsed();
-    w.release().await.unwrap();
+    let (waited, readers) = writer_behind_readers(client(&cluster)).await;
     assert!(
         waited < Duration::from_secs(1),
-        "the writer waited {waited:?} behind readers that hold {hold:?} each"
+        "the writer waited {waited:?} behind readers that hold {HOLD:?} each"
     );
-    assert!(readers.await.unwrap() > 3, "the readers did not overlap");
+    assert!(readers > 3, "the readers did not overlap");
+}
+
+/// The starvation check fires: readers let in past the writer's intent (the planted
+/// `ReaderIgnoresIntent`) keep the writer out until the stream ends.
+#[cfg(feature = "mutants")]
+#[tokio::test]
+async fn readers_ignoring_the_intent_starve_the_writer() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let builder = client(&cluster).mutant(redquorum::Mutant::ReaderIgnoresIntent);
+    let (waited, _) = writer_behind_readers(builder).await;
+    assert!(
+        waited >= Duration::from_secs(1),
+        "the writer got in after {waited:?} although readers ignore its intent"
+    );
 }
 
 #[tokio::test]

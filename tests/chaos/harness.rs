@@ -36,6 +36,9 @@ pub enum Checker {
     FencedStorage,
     /// An acquire call took longer than the scenario's bound.
     SlowAcquire,
+    /// A writer of a read-write lock did not get in within its bound behind a stream of
+    /// overlapping readers.
+    Starvation,
 }
 
 impl Checker {
@@ -45,6 +48,7 @@ impl Checker {
             Checker::Tokens => "tokens",
             Checker::FencedStorage => "fenced",
             Checker::SlowAcquire => "slow_acq",
+            Checker::Starvation => "starved",
         }
     }
 }
@@ -284,6 +288,8 @@ pub struct Outcome {
     pub keys_left: u64,
     /// Scenario-specific violations (see [`Env::violation`]).
     pub violations_noted: u64,
+    /// Writers kept out beyond their bound (see [`Env::starved`]).
+    pub starved: u64,
     /// Checker 3: writes applied at the fenced register but lost (`applied − final`).
     pub fenced_lost: u64,
     /// Checker 3: fenced reads and writes refused for a stale token.
@@ -316,6 +322,7 @@ impl Outcome {
             + self.liveness
             + self.slow
             + self.violations_noted
+            + self.starved
     }
 
     /// What the fencing checkers (3 and 4) found.
@@ -330,6 +337,7 @@ impl Outcome {
             Checker::Tokens => self.token_violations > 0,
             Checker::FencedStorage => self.fenced_lost > 0,
             Checker::SlowAcquire => self.slow > 0,
+            Checker::Starvation => self.starved > 0,
         }
     }
 
@@ -407,6 +415,7 @@ pub struct Env {
     started: Instant,
     notes: Vec<String>,
     violations: u64,
+    starved: u64,
     resources: Vec<String>,
     /// Workers spawned so far: each gets the next number, so names stay unique when a
     /// scenario spawns more than one group.
@@ -466,6 +475,7 @@ impl Env {
             started: Instant::now(),
             notes: Vec::new(),
             violations: 0,
+            starved: 0,
             resources: Vec::new(),
             workers: 0,
         }
@@ -657,12 +667,19 @@ impl Env {
         out.keys_left = self.keys_left(checks.keys_may_expire).await;
         out.notes.append(&mut self.notes);
         out.violations_noted += self.violations;
+        out.starved += self.starved;
         out.expect = Some(self.setup.expect);
         out.seed = self.seed;
         out.line = self.line(&out);
         eprintln!("[chaos] {}", out.line);
         append_report(&out.line);
         out
+    }
+
+    /// Records a writer kept out beyond its bound (the starvation checker).
+    pub fn starved(&mut self, what: impl Into<String>) {
+        self.starved += 1;
+        self.notes.push(format!("STARVED: {}", what.into()));
     }
 
     /// Records a scenario-specific violation (counted with the checkers').
@@ -771,6 +788,9 @@ impl Env {
         );
         if out.violations_noted > 0 {
             let _ = write!(line, " other_viol={}", out.violations_noted);
+        }
+        if out.starved > 0 {
+            let _ = write!(line, " starved={}", out.starved);
         }
         if out.tokens > 0 || out.fenced_ops > 0 || out.refused > 0 {
             let _ = write!(

@@ -39,4 +39,5 @@ mod network;
 mod pause;
 mod release;
 mod restart;
+mod rwlock;
 mod unlock;

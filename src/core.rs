@@ -61,13 +61,15 @@ pub(crate) fn random_value() -> String {
 
 /// Sends the release script to `targets` from a background task tracked for
 /// [`Redlock::shutdown`], if a runtime exists; otherwise the keys expire with their TTL.
+/// `keys` are (lock key, release channel) pairs: one key is released by the single-key
+/// script, several by the multi-key one.
 pub(crate) fn release_in_background(
     inner: &Arc<Inner>,
     targets: Vec<Arc<dyn Master>>,
-    key: &Arc<str>,
+    keys: &[(Arc<str>, Arc<str>)],
     value: &Arc<str>,
 ) {
-    if targets.is_empty() {
+    if targets.is_empty() || keys.is_empty() {
         return;
     }
     #[cfg(feature = "mutants")]
@@ -78,25 +80,16 @@ pub(crate) fn release_in_background(
     {
         return;
     }
-    release_op_in_background(inner, targets, Op::release(&inner.config, key, value));
-}
-
-/// Sends `op`, a release, to `targets` from a background task tracked for
-/// [`Redlock::shutdown`], as [`release_in_background`] does.
-pub(crate) fn release_op_in_background(inner: &Arc<Inner>, targets: Vec<Arc<dyn Master>>, op: Op) {
-    if targets.is_empty() {
-        return;
-    }
-    let key = match &op {
-        Op::Release { key, .. } => Arc::clone(key),
-        _ => "".into(),
-    };
-    let op = Arc::new(op);
+    let op = Arc::new(Op::release_keys(&inner.config, keys, value));
     let need = targets.len();
-    let resource = key
-        .strip_prefix(inner.config.key_prefix.as_str())
-        .unwrap_or(&key)
-        .to_owned();
+    let resource = keys
+        .iter()
+        .map(|(key, _)| {
+            key.strip_prefix(inner.config.key_prefix.as_str())
+                .unwrap_or(key)
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
     let shown = inner.config.trace_resource_names;
     inner.spawn(async move {
         // Wait for every target (each bounded by the node timeout) so failures are traced.

@@ -23,7 +23,7 @@ use crate::error::{Error, ErrorKind, MasterErrorKind, MasterOutcome, MasterRepor
 use crate::fencing::FencingToken;
 use crate::guard::Guarded;
 use crate::health::{self, HealthReport};
-use crate::lease::{Lease, LeaseHandle, LeaseMode, LeaseParams, Watchdog};
+use crate::lease::{Lease, LeaseHandle, LeaseKey, LeaseMode, LeaseParams, Watchdog};
 use crate::master::{FenceRead, Master, Op, RedisMaster, Reply, RwMode};
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
@@ -848,7 +848,7 @@ impl Redlock {
         };
         let mut guard = AttemptGuard {
             inner: Arc::clone(inner),
-            key: Arc::clone(&held),
+            keys: vec![Arc::clone(&held)],
             value: Arc::clone(&value),
             outcomes: None,
             armed: true,
@@ -973,15 +973,21 @@ impl Redlock {
             return Ok(Lease::new(
                 Arc::clone(inner),
                 LeaseParams {
-                    channel: scripts::release_channel(key).into(),
+                    // A read lease's key is its reader key; its release notice goes on
+                    // the lock's channel, where writers wait (docs/design.md §16).
+                    keys: vec![LeaseKey {
+                        key: held,
+                        ..LeaseKey::new(
+                            Arc::clone(resource),
+                            Arc::clone(key),
+                            token.map(FencingToken::new),
+                        )
+                    }],
                     mode: shape.mode(),
-                    key: held,
-                    resource: Arc::clone(resource),
                     value,
                     ttl,
                     deadline,
                     safety_margin: config.safety_margin(ttl),
-                    token: token.map(FencingToken::new),
                     acquired: reports,
                 },
             ));
@@ -1439,14 +1445,11 @@ impl Drop for IntentGuard {
         }
         let intent: Arc<str> = scripts::intent_key(&self.key).into();
         let channel: Arc<str> = scripts::release_channel(&self.key).into();
-        crate::core::release_op_in_background(
+        release_in_background(
             &self.inner,
             self.inner.masters.clone(),
-            Op::Release {
-                key: intent,
-                value: Arc::clone(&self.intent),
-                channel,
-            },
+            &[(intent, channel)],
+            &self.intent,
         );
     }
 }
@@ -1455,7 +1458,8 @@ impl Drop for IntentGuard {
 /// on failure, and when the acquire future is dropped mid-round.
 struct AttemptGuard {
     inner: Arc<Inner>,
-    key: Arc<str>,
+    /// The attempt's lock keys (one, or several for `acquire_many`).
+    keys: Vec<Arc<str>>,
     value: Arc<str>,
     /// The round's outcomes when known: masters that refused never set our value and
     /// are skipped. `None` (cancelled mid-round): release everywhere.
@@ -1485,7 +1489,12 @@ impl Drop for AttemptGuard {
                 .collect(),
             None => self.inner.masters.clone(),
         };
-        release_in_background(&self.inner, targets, &self.key, &self.value);
+        let keys: Vec<(Arc<str>, Arc<str>)> = self
+            .keys
+            .iter()
+            .map(|k| (Arc::clone(k), scripts::release_channel(k).into()))
+            .collect();
+        release_in_background(&self.inner, targets, &keys, &self.value);
     }
 }
 

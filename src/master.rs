@@ -81,6 +81,16 @@ pub(crate) enum Op {
     /// Turns the write lease holding `value` under `key` into its reader key with the
     /// writer key's remaining expiry, and publishes the release notice (`rw_downgrade.lua`).
     RwDowngrade { key: Arc<str>, value: Arc<str> },
+    /// Compare-and-`PEXPIRE` of every key of a lease over several keys, all or none (see
+    /// `extend_many.lua`): granted only where every key holds `value`; a master where any
+    /// key is missing or held by another value extends none of them. With `epoch`, also
+    /// reads the data epoch. Answered as [`Op::Extend`] is.
+    ExtendMany {
+        keys: Vec<Arc<str>>,
+        value: Arc<str>,
+        ttl: Duration,
+        epoch: bool,
+    },
     /// Fencing write-back: raise the counter to `token` where the lock is ours and the
     /// counter is below it, see `fence.lua`. `key` holds the value (a read lease's reader
     /// key); `counter` is the lock's fence counter.
@@ -99,6 +109,15 @@ pub(crate) enum Op {
         key: Arc<str>,
         value: Arc<str>,
         channel: Arc<str>,
+    },
+    /// Compare-and-delete of every key of a lease over several keys, each key's release
+    /// notice on its channel (`channels`, in the order of `keys`), see `release_many.lua`.
+    /// Answered [`Reply::Granted`] where a key was deleted, else [`Reply::HeldByOther`]
+    /// where one holds another value, else [`Reply::Missing`].
+    ReleaseMany {
+        keys: Vec<Arc<str>>,
+        value: Arc<str>,
+        channels: Vec<Arc<str>>,
     },
     /// A plain `DEL key`: only [`Mutant::PlainDelRelease`] sends it.
     #[cfg(feature = "mutants")]
@@ -129,8 +148,13 @@ pub(crate) enum Op {
 }
 
 impl Op {
-    /// The release of `value` under `key`, as configured.
-    pub(crate) fn release(config: &Config, key: &Arc<str>, value: &Arc<str>) -> Op {
+    /// The release of `value` under `key`, with its notice on `channel`, as configured.
+    pub(crate) fn release(
+        config: &Config,
+        key: &Arc<str>,
+        value: &Arc<str>,
+        channel: &Arc<str>,
+    ) -> Op {
         #[cfg(feature = "mutants")]
         if config.planted.is(Mutant::PlainDelRelease) {
             return Op::ReleaseUnchecked {
@@ -142,14 +166,31 @@ impl Op {
         Op::Release {
             key: Arc::clone(key),
             value: Arc::clone(value),
-            channel: scripts::release_channel(key).into(),
+            channel: Arc::clone(channel),
+        }
+    }
+
+    /// The release of `value` under every key of `keys` (key, channel): the single-key
+    /// release ([`Op::release`]) for one key, [`Op::ReleaseMany`] for several.
+    pub(crate) fn release_keys(
+        config: &Config,
+        keys: &[(Arc<str>, Arc<str>)],
+        value: &Arc<str>,
+    ) -> Op {
+        match keys {
+            [(key, channel)] => Op::release(config, key, value, channel),
+            keys => Op::ReleaseMany {
+                keys: keys.iter().map(|(k, _)| Arc::clone(k)).collect(),
+                value: Arc::clone(value),
+                channels: keys.iter().map(|(_, c)| Arc::clone(c)).collect(),
+            },
         }
     }
 
     /// Whether this op releases a lock: it succeeds wherever the key is no longer ours.
     pub(crate) fn is_release(&self) -> bool {
         match self {
-            Op::Release { .. } => true,
+            Op::Release { .. } | Op::ReleaseMany { .. } => true,
             #[cfg(feature = "mutants")]
             Op::ReleaseUnchecked { .. } => true,
             _ => false,
@@ -184,8 +225,8 @@ impl Op {
             Op::RwAcquire { .. } => "acquire_write",
             Op::RwDowngrade { .. } => "downgrade",
             Op::Fence { .. } => "fence",
-            Op::Extend { .. } => "extend",
-            Op::Release { .. } => "release",
+            Op::Extend { .. } | Op::ExtendMany { .. } => "extend",
+            Op::Release { .. } | Op::ReleaseMany { .. } => "release",
             #[cfg(feature = "mutants")]
             Op::ReleaseUnchecked { .. } => "release",
             Op::Survey => "survey",
@@ -1027,18 +1068,48 @@ async fn run(
                 record,
                 now_us: parse_number("extend", &now)?,
             };
-            Ok(match (granted, *epoch) {
-                (None, false) => Reply::Missing,
-                (None, true) => Reply::Gone { epoch: report },
-                (Some(true), false) => Reply::Granted,
-                (Some(false), false) => Reply::HeldByOther,
-                (Some(granted), true) => Reply::Checked {
-                    granted,
-                    epoch: report,
-                    fence: None,
-                    holder_ttl: None,
+            Ok(extended(granted, *epoch, report))
+        }
+        Op::ExtendMany {
+            keys,
+            value,
+            ttl,
+            epoch,
+        } => {
+            type Answer = (i64, Option<String>, String, Option<String>);
+            let (code, record, now, _): Answer = invoke_agreed(
+                conn,
+                shared,
+                |a: &Answer| a.0,
+                |fingerprint| {
+                    let mut call = scripts::EXTEND_MANY.prepare_invoke();
+                    call.key(scripts::EPOCH_KEY).key(&*shared.record_key);
+                    for key in keys {
+                        call.key(&**key).key(scripts::owner_key(key));
+                    }
+                    call.arg(&**value)
+                        .arg(millis(*ttl))
+                        .arg(if *epoch {
+                            new_epoch_id()
+                        } else {
+                            String::new()
+                        })
+                        .arg(fingerprint);
+                    call
                 },
-            })
+            )
+            .await?;
+            let granted = match code {
+                1 => Some(true),
+                0 => None,
+                -1 => Some(false),
+                other => return Err(unexpected("extend", other)),
+            };
+            let report = EpochReport {
+                record,
+                now_us: parse_number("extend", &now)?,
+            };
+            Ok(extended(granted, *epoch, report))
         }
         Op::RwAcquire {
             key,
@@ -1203,6 +1274,31 @@ async fn run(
                 other => Err(unexpected("release", other)),
             }
         }
+        Op::ReleaseMany {
+            keys,
+            value,
+            channels,
+        } => {
+            let mut call = scripts::RELEASE_MANY.prepare_invoke();
+            for key in keys {
+                call.key(&**key).key(scripts::owner_key(key));
+            }
+            call.arg(&**value);
+            for channel in channels {
+                call.arg(&**channel);
+            }
+            let (deleted, _missing, held): (i64, i64, i64) = call
+                .invoke_async(conn)
+                .await
+                .map_err(MasterError::from_redis)?;
+            Ok(if deleted > 0 {
+                Reply::Granted
+            } else if held > 0 {
+                Reply::HeldByOther
+            } else {
+                Reply::Missing
+            })
+        }
         #[cfg(feature = "mutants")]
         Op::ReleaseUnchecked { key } => delete(key, conn).await,
         Op::Survey => survey(conn, shared).await,
@@ -1288,6 +1384,23 @@ async fn run(
                 (other, _) => Err(unexpected("force_unlock", other)),
             }
         }
+    }
+}
+
+/// The reply to an extension: `granted` is `Some(true)` extended, `Some(false)` held by
+/// another value, `None` missing; with `epoch`, the reply carries the epoch read.
+fn extended(granted: Option<bool>, epoch: bool, report: EpochReport) -> Reply {
+    match (granted, epoch) {
+        (None, false) => Reply::Missing,
+        (None, true) => Reply::Gone { epoch: report },
+        (Some(true), false) => Reply::Granted,
+        (Some(false), false) => Reply::HeldByOther,
+        (Some(granted), true) => Reply::Checked {
+            granted,
+            epoch: report,
+            fence: None,
+            holder_ttl: None,
+        },
     }
 }
 

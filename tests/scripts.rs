@@ -16,6 +16,8 @@ const FENCED_SET: &str = include_str!("../src/scripts/fenced_set.lua");
 const STAMP: &str = include_str!("../src/scripts/stamp.lua");
 const INSPECT: &str = include_str!("../src/scripts/inspect.lua");
 const FORCE_UNLOCK: &str = include_str!("../src/scripts/force_unlock.lua");
+const EXTEND_MANY: &str = include_str!("../src/scripts/extend_many.lua");
+const RELEASE_MANY: &str = include_str!("../src/scripts/release_many.lua");
 
 #[tokio::test]
 async fn release_contract() {
@@ -182,6 +184,163 @@ async fn extend_contract() {
         .await
         .unwrap();
     assert_eq!((code, found), (-2, None));
+}
+
+/// The extension of several keys is all or none: one key missing or held by another value
+/// and no key is extended, so a master that holds only some of a lease's keys never counts.
+#[tokio::test]
+async fn extend_many_contract() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let script = Script::new(EXTEND_MANY);
+    let keys = [unique_key("many_a"), unique_key("many_b")];
+    let owners = [unique_key("owner_a"), unique_key("owner_b")];
+    let (epoch, record) = (unique_key("epoch"), unique_key("cluster"));
+    let extend = |epoch_id: &'static str, fingerprint: &str| {
+        let mut call = script.prepare_invoke();
+        call.key(&epoch).key(&record);
+        for (key, owner) in keys.iter().zip(&owners) {
+            call.key(key).key(owner);
+        }
+        call.arg("mine").arg(60_000).arg(epoch_id).arg(fingerprint);
+        call
+    };
+    let short_ttls = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        let keys = keys.clone();
+        async move {
+            let mut all = Vec::new();
+            for k in &keys {
+                let pttl: i64 = conn.pttl(k).await.unwrap();
+                all.push(pttl <= 1000);
+            }
+            all
+        }
+    };
+
+    // Every key ours: 1, every TTL and owner record reset.
+    for (key, owner) in keys.iter().zip(&owners) {
+        let _: () = conn.pset_ex(key, "mine", 1000).await.unwrap();
+        let _: () = conn.hset(owner, "value", "mine").await.unwrap();
+        let _: () = conn.pexpire(owner, 1000).await.unwrap();
+    }
+    let (code, seen, _, _): Extended = extend("", "").invoke_async(&mut conn).await.unwrap();
+    assert_eq!((code, seen), (1, None));
+    for k in keys.iter().chain(&owners) {
+        let pttl: i64 = conn.pttl(k).await.unwrap();
+        assert!(pttl > 50_000, "{k}: {pttl}");
+    }
+    // One key held by another value: -1, and the key that is ours is not extended.
+    let _: () = conn.pset_ex(&keys[0], "mine", 1000).await.unwrap();
+    let _: () = conn.pset_ex(&keys[1], "theirs", 1000).await.unwrap();
+    let (code, seen, _, _): Extended = extend("e1", "").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(code, -1);
+    assert!(seen.unwrap().starts_with("e1:"));
+    assert_eq!(short_ttls(&mut conn).await, [true, true]);
+    assert_eq!(
+        get(&server.url(), &keys[1]).await.as_deref(),
+        Some("theirs")
+    );
+    // One key missing: 0, nothing extended, the missing key not set again.
+    let _: () = conn.del(&keys[1]).await.unwrap();
+    let (code, _, _, _): Extended = extend("", "").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(code, 0);
+    assert_eq!(get(&server.url(), &keys[1]).await, None);
+    let pttl: i64 = conn.pttl(&keys[0]).await.unwrap();
+    assert!(pttl <= 1000, "{pttl}");
+    // A cluster record that disagrees: -2 with its fingerprint, nothing extended.
+    let _: () = conn.pset_ex(&keys[1], "mine", 1000).await.unwrap();
+    let _: () = conn.hset(&record, "fingerprint", "f1").await.unwrap();
+    let (code, _, _, found): Extended = extend("", "f2").invoke_async(&mut conn).await.unwrap();
+    assert_eq!((code, found.as_deref()), (-2, Some("f1")));
+    assert_eq!(short_ttls(&mut conn).await, [true, true]);
+    let (code, _, _, _): Extended = extend("", "f1").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(code, 1);
+}
+
+/// The release of several keys deletes each one that is ours (with its owner record) and
+/// announces each on its own channel; others' keys are left alone.
+#[tokio::test]
+async fn release_many_contract() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let script = Script::new(RELEASE_MANY);
+    let keys = [
+        unique_key("rel_a"),
+        unique_key("rel_b"),
+        unique_key("rel_c"),
+    ];
+    let owners = [
+        unique_key("own_a"),
+        unique_key("own_b"),
+        unique_key("own_c"),
+    ];
+    let channels: Vec<String> = keys
+        .iter()
+        .map(|k| format!("redquorum:released:{k}"))
+        .collect();
+    let release = || {
+        let mut call = script.prepare_invoke();
+        for (key, owner) in keys.iter().zip(&owners) {
+            call.key(key).key(owner);
+        }
+        call.arg("mine");
+        for channel in &channels {
+            call.arg(channel);
+        }
+        call
+    };
+    let mut sub = redis::Client::open(server.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    for channel in &channels {
+        sub.subscribe(channel).await.unwrap();
+    }
+    // a and c ours (with owner records), b someone else's.
+    for i in [0, 2] {
+        let _: () = conn.pset_ex(&keys[i], "mine", 10_000).await.unwrap();
+        let _: () = conn.hset(&owners[i], "value", "mine").await.unwrap();
+    }
+    let _: () = conn.pset_ex(&keys[1], "theirs", 10_000).await.unwrap();
+    let counts: (i64, i64, i64) = release().invoke_async(&mut conn).await.unwrap();
+    assert_eq!(counts, (2, 0, 1));
+    for i in [0, 2] {
+        assert_eq!(get(&server.url(), &keys[i]).await, None);
+        let exists: bool = conn.exists(&owners[i]).await.unwrap();
+        assert!(!exists, "the owner record goes with its lock");
+    }
+    assert_eq!(
+        get(&server.url(), &keys[1]).await.as_deref(),
+        Some("theirs")
+    );
+    let mut heard = Vec::new();
+    {
+        use futures::StreamExt;
+        let mut messages = sub.on_message();
+        for _ in 0..2 {
+            let msg = tokio::time::timeout(std::time::Duration::from_secs(2), messages.next())
+                .await
+                .unwrap()
+                .unwrap();
+            heard.push((
+                msg.get_channel_name().to_owned(),
+                msg.get_payload::<String>().unwrap(),
+            ));
+        }
+    }
+    heard.sort();
+    assert_eq!(
+        heard,
+        [
+            (channels[0].clone(), keys[0].clone()),
+            (channels[2].clone(), keys[2].clone())
+        ]
+    );
+    // Again: nothing of ours left.
+    let counts: (i64, i64, i64) = release().invoke_async(&mut conn).await.unwrap();
+    assert_eq!(counts, (0, 2, 1));
 }
 
 type Acquired = (i64, String, String, Option<String>, i64, Option<String>);
@@ -705,10 +864,12 @@ async fn connecting_loads_every_script() {
         .arg(Script::new(STAMP).get_hash())
         .arg(Script::new(INSPECT).get_hash())
         .arg(Script::new(FORCE_UNLOCK).get_hash())
+        .arg(Script::new(EXTEND_MANY).get_hash())
+        .arg(Script::new(RELEASE_MANY).get_hash())
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(loaded, [true; 8]);
+    assert_eq!(loaded, [true; 10]);
     lease.release().await.unwrap();
 }
 
@@ -759,6 +920,16 @@ fn script_hashes_are_pinned() {
             "force_unlock.lua",
             FORCE_UNLOCK,
             "5b10aef332b2e29f15e2e82f9cf3ee1d862e34b6",
+        ),
+        (
+            "extend_many.lua",
+            EXTEND_MANY,
+            "014361513fee7a85cd3e1cae00426ccedd8e7cd7",
+        ),
+        (
+            "release_many.lua",
+            RELEASE_MANY,
+            "399540d6d42e7b75844fecbc60441258753ca443",
         ),
     ];
     for (name, source, hash) in pinned {

@@ -28,7 +28,7 @@ use crate::master::Op;
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
 use crate::quorum::{self, Decision};
-use crate::telemetry;
+use crate::{scripts, telemetry};
 
 pub(crate) use watchdog::Watchdog;
 
@@ -70,22 +70,6 @@ impl LostReason {
     }
 }
 
-/// What kind of lock a lease holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum LeaseMode {
-    /// A mutex: [`Redlock::acquire`](crate::Redlock::acquire) and its kin.
-    Exclusive,
-    /// A read lease of a read-write lock ([`RwLock::read`](crate::RwLock::read)), shared
-    /// with other readers.
-    Read,
-    /// A write lease of a read-write lock ([`RwLock::write`](crate::RwLock::write)),
-    /// exclusive of readers and writers.
-    Write,
-    /// Permits of a semaphore.
-    Permits,
-}
-
 impl fmt::Display for LeaseMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -104,19 +88,61 @@ pub(crate) struct LeaseState {
     pub(crate) lost: Option<LostReason>,
 }
 
+/// What a lease holds: the exclusive lock of one resource, a read or a write lock, or
+/// permits of a semaphore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LeaseMode {
+    /// The exclusive lock of one resource or of several
+    /// ([`Redlock::acquire`](crate::Redlock::acquire),
+    /// `Redlock::acquire_many`).
+    Exclusive,
+    /// A read lock: shared with other readers.
+    Read,
+    /// A write lock: exclusive of readers and writers.
+    Write,
+    /// Permits of a semaphore.
+    Permits,
+}
+
+/// One key a lease holds on the masters (docs/design.md §4, §14).
+#[derive(Debug, Clone)]
+pub(crate) struct LeaseKey {
+    /// The resource's name, without the key prefix.
+    pub(crate) resource: Arc<str>,
+    /// The key on the masters.
+    pub(crate) key: Arc<str>,
+    /// Where the release of this key is announced to waiters.
+    pub(crate) channel: Arc<str>,
+    /// This key's fencing token, when acquired with fencing.
+    pub(crate) token: Option<FencingToken>,
+}
+
+impl LeaseKey {
+    /// The key of `resource` under `key`, announced on its own release channel.
+    pub(crate) fn new(resource: Arc<str>, key: Arc<str>, token: Option<FencingToken>) -> Self {
+        let channel = scripts::release_channel(&key).into();
+        Self {
+            resource,
+            key,
+            channel,
+            token,
+        }
+    }
+}
+
 /// What every handle to one lease shares.
 pub(crate) struct LeaseShared {
     pub(crate) inner: Arc<Inner>,
-    pub(crate) key: Arc<str>,
-    pub(crate) resource: Arc<str>,
+    /// Every key the lease holds, never empty; sorted by key for several.
+    pub(crate) keys: Arc<[LeaseKey]>,
+    pub(crate) mode: LeaseMode,
+    /// The lease's name in errors and traces: its resource, or its resources joined.
+    pub(crate) name: Arc<str>,
+    /// One value for every key of the lease.
     pub(crate) value: Arc<str>,
     pub(crate) ttl: Duration,
     pub(crate) safety_margin: Duration,
-    pub(crate) token: Option<FencingToken>,
-    /// Where its release publishes the release notice (the lock's channel, whatever key
-    /// holds the value).
-    pub(crate) channel: Arc<str>,
-    pub(crate) mode: LeaseMode,
     /// The watchdog, once started: a downgraded lease starts it again.
     watchdog: std::sync::OnceLock<Watchdog>,
     pub(crate) state: watch::Sender<LeaseState>,
@@ -153,17 +179,55 @@ impl LeaseShared {
 
     /// This lease's resource name as traces show it.
     pub(crate) fn traced(&self) -> telemetry::Traced<'_> {
-        telemetry::resource(&self.resource, self.inner.config.trace_resource_names)
+        telemetry::resource(&self.name, self.inner.config.trace_resource_names)
     }
 
     fn lost_error(&self, reason: LostReason) -> Error {
-        Error::new(ErrorKind::LeaseLost, &*self.resource).with_detail(reason.to_string())
+        Error::new(ErrorKind::LeaseLost, &*self.name).with_detail(reason.to_string())
+    }
+
+    /// The first key (the only one of a single-key lease).
+    fn first(&self) -> Option<&LeaseKey> {
+        self.keys.first()
+    }
+
+    /// The extension of every key to `ttl`: the single-key script for one key (exactly as
+    /// a mutex always extended), the all-or-none multi-key script for several, so that a
+    /// master counts only if it extended every key (docs/design.md §14).
+    fn extend_op(&self, ttl: Duration) -> Op {
+        let inner = &self.inner;
+        match &*self.keys {
+            [one] => Op::Extend {
+                key: Arc::clone(&one.key),
+                value: Arc::clone(&self.value),
+                ttl,
+                epoch: inner.config.quarantine,
+                #[cfg(feature = "mutants")]
+                recreate: inner.config.planted.is(Mutant::ExtendRecreates),
+            },
+            keys => Op::ExtendMany {
+                keys: keys.iter().map(|k| Arc::clone(&k.key)).collect(),
+                value: Arc::clone(&self.value),
+                ttl,
+                epoch: inner.config.quarantine,
+            },
+        }
+    }
+
+    /// The release of every key, each announced on its channel.
+    fn release_op(&self) -> Op {
+        let keys: Vec<(Arc<str>, Arc<str>)> = self
+            .keys
+            .iter()
+            .map(|k| (Arc::clone(&k.key), Arc::clone(&k.channel)))
+            .collect();
+        Op::release_keys(&self.inner.config, &keys, &self.value)
     }
 
     /// One extension round; see [`LeaseHandle::extend_with`].
     pub(crate) async fn extend(self: &Arc<Self>, ttl: Duration) -> Result<ExtendReport, Error> {
         let inner = &self.inner;
-        let resource = &*self.resource;
+        let resource = &*self.name;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::new(ErrorKind::NoRuntime, resource).with_detail(
                 "extend must be called inside a tokio runtime (features rt, time, net)",
@@ -200,7 +264,7 @@ impl LeaseShared {
     /// The extension round itself, under the extend/release lock.
     async fn extend_round(&self, ttl: Duration) -> Result<ExtendReport, Error> {
         let inner = &self.inner;
-        let resource = &*self.resource;
+        let resource = &*self.name;
         let released = self.ops.lock().await;
         if *released {
             return Err(self.lost_error(LostReason::Released));
@@ -238,14 +302,7 @@ impl LeaseShared {
                 shrink
             });
         }
-        let op = Arc::new(Op::Extend {
-            key: Arc::clone(&self.key),
-            value: Arc::clone(&self.value),
-            ttl,
-            epoch: inner.config.quarantine,
-            #[cfg(feature = "mutants")]
-            recreate: inner.config.planted.is(Mutant::ExtendRecreates),
-        });
+        let op = Arc::new(self.extend_op(ttl));
         let round = quorum::run(
             &inner.masters,
             op,
@@ -312,31 +369,29 @@ impl LeaseShared {
         Some(quorum::run(&inner.masters, op, need, self.traced(), inner.bounds(None)).await)
     }
 
-    /// The release of this lease's key, publishing on its lock's channel.
-    fn release_op(&self) -> Op {
-        let mut op = Op::release(&self.inner.config, &self.key, &self.value);
-        if let Op::Release { channel, .. } = &mut op {
-            *channel = Arc::clone(&self.channel);
-        }
-        op
-    }
-
     /// The downgrade round (see [`Lease::downgrade`]), under the extend/release lock; on
     /// failure both forms of the lease are released in the background.
     async fn downgrade(self: &Arc<Self>) -> Result<Lease, Error> {
         let inner = &self.inner;
-        let resource = &*self.resource;
-        let reader: Arc<str> = crate::scripts::reader_key(&self.key, &self.value).into();
+        let resource = &*self.name;
+        let Some(writer) = self.first().cloned() else {
+            return Err(self.lost_error(LostReason::Released));
+        };
+        let reader = LeaseKey {
+            key: scripts::reader_key(&writer.key, &self.value).into(),
+            ..writer.clone()
+        };
         let release_both = || {
-            for key in [&self.key, &reader] {
-                crate::core::release_op_in_background(
+            let keys = [
+                (Arc::clone(&writer.key), Arc::clone(&writer.channel)),
+                (Arc::clone(&reader.key), Arc::clone(&reader.channel)),
+            ];
+            for key in keys {
+                crate::core::release_in_background(
                     inner,
                     inner.masters.clone(),
-                    Op::Release {
-                        key: Arc::clone(key),
-                        value: Arc::clone(&self.value),
-                        channel: Arc::clone(&self.channel),
-                    },
+                    &[key],
+                    &self.value,
                 );
             }
         };
@@ -360,7 +415,7 @@ impl LeaseShared {
         // No extension of the write lease runs from here: the watchdog stops.
         self.mark_lost(LostReason::Released);
         let op = Arc::new(Op::RwDowngrade {
-            key: Arc::clone(&self.key),
+            key: Arc::clone(&writer.key),
             value: Arc::clone(&self.value),
         });
         let round = quorum::run(
@@ -387,15 +442,12 @@ impl LeaseShared {
         let lease = Lease::new(
             Arc::clone(inner),
             LeaseParams {
-                key: reader,
-                channel: Arc::clone(&self.channel),
+                keys: vec![reader],
                 mode: LeaseMode::Read,
-                resource: Arc::clone(&self.resource),
                 value: Arc::clone(&self.value),
                 ttl: self.ttl,
                 deadline: before.deadline,
                 safety_margin: self.safety_margin,
-                token: self.token,
                 acquired: reports,
             },
         );
@@ -448,7 +500,7 @@ impl fmt::Debug for LeaseHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = self.shared.state();
         f.debug_struct("LeaseHandle")
-            .field("resource", &self.shared.resource)
+            .field("resource", &self.shared.name)
             .field(
                 "remaining",
                 &state.deadline.saturating_duration_since(Instant::now()),
@@ -459,20 +511,33 @@ impl fmt::Debug for LeaseHandle {
 }
 
 impl LeaseHandle {
-    /// The locked resource's name (without the key prefix).
+    /// The locked resource's name (without the key prefix); for a lease over several
+    /// resources, the first of [`resources`](LeaseHandle::resources).
     pub fn resource(&self) -> &str {
-        &self.shared.resource
+        self.shared.first().map_or("", |k| &k.resource)
     }
 
-    /// The key on the masters (`key_prefix` + resource).
+    /// Every resource this lease holds, in the order their keys were locked (sorted for
+    /// `Redlock::acquire_many`); one for a single lock.
+    pub fn resources(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        self.shared.keys.iter().map(|k| &*k.resource)
+    }
+
+    /// The key on the masters (`key_prefix` + resource); for a lease over several
+    /// resources, the first one's.
     pub fn key(&self) -> &str {
-        &self.shared.key
+        self.shared.first().map_or("", |k| &k.key)
     }
 
-    /// What kind of lock this lease holds: a mutex, a read or write lease of a read-write
-    /// lock, or semaphore permits.
+    /// What this lease holds: an exclusive lock, a read or write lock, or permits.
     pub fn mode(&self) -> LeaseMode {
         self.shared.mode
+    }
+
+    /// Every key this lease holds, for the lock family's facades.
+    #[allow(dead_code, reason = "for the facades of other lock types")]
+    pub(crate) fn lease_keys(&self) -> &[LeaseKey] {
+        &self.shared.keys
     }
 
     /// The random value identifying this acquisition on the masters.
@@ -506,8 +571,20 @@ impl LeaseHandle {
 
     /// The fencing token of this acquisition, when it was acquired with fencing on: larger
     /// than the token of every earlier acquisition of the resource. Extensions keep it.
+    /// For a lease over several resources, the token of the first
+    /// ([`fencing_tokens`](LeaseHandle::fencing_tokens) has each one's).
     pub fn fencing_token(&self) -> Option<FencingToken> {
-        self.shared.token
+        self.shared.first().and_then(|k| k.token)
+    }
+
+    /// Each resource's fencing token, when acquired with fencing on: one counter per
+    /// resource, so each token is larger than that of every earlier acquisition of *its*
+    /// resource. Empty without fencing.
+    pub fn fencing_tokens(&self) -> impl Iterator<Item = (&str, FencingToken)> + '_ {
+        self.shared
+            .keys
+            .iter()
+            .filter_map(|k| k.token.map(|t| (&*k.resource, t)))
     }
 
     /// How long before the deadline the lease counts as lost.
@@ -651,6 +728,14 @@ impl Future for Lost {
 /// that work aborted on the signal stops while the lock is still held. [`lost`](LeaseHandle::lost)
 /// resolves at that moment and [`is_lost`](LeaseHandle::is_lost) says so synchronously.
 ///
+/// # Several keys
+/// A lease over several resources (`Redlock::acquire_many`)
+/// is extended and released with one request per master over all its keys. An extension
+/// counts on a master only if it extended **every** key there: a master where any key is
+/// missing or held by another value extends none of them and counts as refusing, so the
+/// lease's new deadline rests only on masters that hold all of its keys (docs/design.md
+/// §14). The release deletes each key that still holds the lease's value.
+///
 /// # Watchdog
 /// With the watchdog on (`Builder::watchdog`, [`AcquireOptions::watchdog`](crate::AcquireOptions::watchdog),
 /// and always in [`Redlock::with_lock`](crate::Redlock::with_lock)), a background task
@@ -683,7 +768,7 @@ impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = self.shared().state();
         f.debug_struct("Lease")
-            .field("resource", &self.shared().resource)
+            .field("resource", &self.shared().name)
             .field(
                 "remaining",
                 &state.deadline.saturating_duration_since(Instant::now()),
@@ -752,32 +837,36 @@ impl ReleaseReport {
 
 /// How a new lease is set up.
 pub(crate) struct LeaseParams {
-    pub(crate) key: Arc<str>,
-    pub(crate) channel: Arc<str>,
+    /// Every key, at least one.
+    pub(crate) keys: Vec<LeaseKey>,
     pub(crate) mode: LeaseMode,
-    pub(crate) resource: Arc<str>,
     pub(crate) value: Arc<str>,
     pub(crate) ttl: Duration,
     pub(crate) deadline: Instant,
     pub(crate) safety_margin: Duration,
-    pub(crate) token: Option<FencingToken>,
     pub(crate) acquired: Vec<MasterReport>,
 }
 
 impl Lease {
     pub(crate) fn new(inner: Arc<Inner>, params: LeaseParams) -> Self {
         let LeaseParams {
-            key,
-            channel,
+            keys,
             mode,
-            resource,
             value,
             ttl,
             deadline,
             safety_margin,
-            token,
             acquired,
         } = params;
+        let name: Arc<str> = match &*keys {
+            [one] => Arc::clone(&one.resource),
+            keys => keys
+                .iter()
+                .map(|k| &*k.resource)
+                .collect::<Vec<_>>()
+                .join(", ")
+                .into(),
+        };
         let (state, _) = watch::channel(LeaseState {
             deadline,
             lost: None,
@@ -786,14 +875,12 @@ impl Lease {
             handle: LeaseHandle {
                 shared: Arc::new(LeaseShared {
                     inner,
-                    key,
-                    resource,
+                    keys: keys.into(),
+                    mode,
+                    name,
                     value,
                     ttl,
                     safety_margin,
-                    token,
-                    channel,
-                    mode,
                     watchdog: std::sync::OnceLock::new(),
                     state,
                     ops: tokio::sync::Mutex::new(false),
@@ -853,7 +940,7 @@ impl Lease {
     /// failed downgrade releases both forms), so nothing stays held beyond its TTL.
     pub async fn downgrade(mut self) -> Result<Lease, Error> {
         let shared = Arc::clone(self.shared());
-        let resource = &*shared.resource;
+        let resource = &*shared.name;
         if shared.mode != LeaseMode::Write {
             // Nothing is sent and nothing released: the lease is left as it is on the
             // masters, to expire with its TTL (its watchdog stops with it).
@@ -938,12 +1025,10 @@ impl Lease {
             None => match shared.release_in_background() {
                 Some(round) => round.await.ok().flatten(),
                 None => {
-                    return Err(
-                        Error::new(ErrorKind::NoRuntime, &*shared.resource).with_detail(
-                            "release must be called inside a tokio runtime; the lock expires \
+                    return Err(Error::new(ErrorKind::NoRuntime, &*shared.name).with_detail(
+                        "release must be called inside a tokio runtime; the lock expires \
                              with its TTL",
-                        ),
-                    );
+                    ));
                 }
             },
         };
@@ -963,7 +1048,7 @@ impl Lease {
             .iter()
             .filter(|o| matches!(o, MasterOutcome::Failed(_) | MasterOutcome::Pending))
             .count();
-        Err(Error::new(ErrorKind::NoQuorum, &*shared.resource)
+        Err(Error::new(ErrorKind::NoQuorum, &*shared.name)
             .with_detail(format!(
                 "{failed} of {n} masters could not be reached, so the lock may stay held until its TTL runs out"
             ))

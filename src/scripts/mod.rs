@@ -15,6 +15,16 @@ const RELEASE_LUA: &str = include_str!("release.lua");
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
 const EXTEND_LUA: &str = include_str!("extend.lua");
 
+/// Compare-and-PEXPIRE of every key of a lease over several keys, all or none; see
+/// `extend_many.lua`.
+pub(crate) static EXTEND_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_MANY_LUA));
+const EXTEND_MANY_LUA: &str = include_str!("extend_many.lua");
+
+/// Compare-and-delete of every key of a lease over several keys, each with its release
+/// notice; see `release_many.lua`.
+pub(crate) static RELEASE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_MANY_LUA));
+const RELEASE_MANY_LUA: &str = include_str!("release_many.lua");
+
 /// `SET NX PX` reading the data epoch and the fence counter; see `acquire.lua`.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 const ACQUIRE_LUA: &str = include_str!("acquire.lua");
@@ -67,6 +77,8 @@ pub(crate) fn master_scripts() -> Vec<&'static str> {
         FORCE_UNLOCK_LUA,
         RW_ACQUIRE_LUA,
         RW_DOWNGRADE_LUA,
+        EXTEND_MANY_LUA,
+        RELEASE_MANY_LUA,
     ];
     #[cfg(feature = "mutants")]
     scripts.extend(planted::SOURCES.iter().map(|s| s.as_str()));

@@ -571,6 +571,12 @@ fn describe(request: &Request, trace: &Trace) -> String {
         },
         Op::RwDowngrade { key, value } => format!("downgrade {key} {}", short(value)),
         Op::Release { key, value, .. } => format!("release {key} {}", short(value)),
+        Op::ExtendMany { keys, value, .. } => {
+            format!("extend {} {}", keys.join(","), short(value))
+        }
+        Op::ReleaseMany { keys, value, .. } => {
+            format!("release {} {}", keys.join(","), short(value))
+        }
         #[cfg(feature = "mutants")]
         Op::ReleaseUnchecked { key } => format!("DEL {key}"),
         Op::Survey | Op::Scan { .. } | Op::Stamp { .. } | Op::Claim { .. } | Op::Unclaim { .. } => {
@@ -652,7 +658,7 @@ fn apply_as(
 ) -> Option<Reply> {
     let reads_epoch = match op {
         Op::AcquireChecked { .. } | Op::RwAcquire { .. } | Op::RwDowngrade { .. } => Some(true),
-        Op::Extend { epoch, .. } => Some(*epoch),
+        Op::Extend { epoch, .. } | Op::ExtendMany { epoch, .. } => Some(*epoch),
         _ => None,
     };
     if let Some(reads_epoch) = reads_epoch {
@@ -749,6 +755,70 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                     fence: None,
                     holder_ttl: None,
                 },
+            }
+        }
+        // extend_many.lua, past its comparison of fingerprints (`apply_as`): every key or
+        // none
+        Op::ExtendMany {
+            keys,
+            value,
+            ttl,
+            epoch,
+        } => {
+            let record_read = *epoch;
+            let record = epoch.then(|| data.epoch_or_create(fresh_id, now_us));
+            let mut missing = false;
+            let mut held = false;
+            for key in keys {
+                match data.live(key, now_us) {
+                    Some(current) if current == *value => {}
+                    Some(_) => held = true,
+                    None => missing = true,
+                }
+            }
+            let granted = if held {
+                Some(false)
+            } else if missing {
+                None
+            } else {
+                for key in keys {
+                    data.set(key, value, *ttl, now_us);
+                }
+                Some(true)
+            };
+            let epoch = EpochReport { record, now_us };
+            match (granted, record_read) {
+                (None, false) => Reply::Missing,
+                (None, true) => Reply::Gone { epoch },
+                (Some(true), false) => Reply::Granted,
+                (Some(false), false) => Reply::HeldByOther,
+                (Some(granted), true) => Reply::Checked {
+                    granted,
+                    epoch,
+                    fence: None,
+                    holder_ttl: None,
+                },
+            }
+        }
+        // release_many.lua (the release notices have no subscriber in the simulation)
+        Op::ReleaseMany { keys, value, .. } => {
+            let (mut deleted, mut held) = (0, 0);
+            for key in keys {
+                match data.live(key, now_us) {
+                    Some(current) if current == *value => {
+                        data.locks.remove(&**key);
+                        deleted += 1;
+                    }
+                    Some(_) => held += 1,
+                    None => {}
+                }
+            }
+            if deleted > 0 {
+                Reply::Granted
+            } else if held > 0 {
+                Reply::HeldByOther
+            } else {
+                Reply::Missing
             }
         }
         // fence.lua (which does not read TIME: the reply's clock is 0, as in master.rs)
@@ -1243,6 +1313,43 @@ mod tests {
             assert_eq!(apply(&mut d, &del, T0, id), Reply::Granted);
             assert_eq!(apply(&mut d, &del, T0, id), Reply::Missing);
         }
+    }
+
+    #[test]
+    fn extend_many_extends_every_key_or_none_and_release_many_deletes_ours() {
+        let mut d = Data::default();
+        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+        d.set(&a, &"v".into(), 100 * MS, T0);
+        d.set(&b, &"w".into(), 100 * MS, T0);
+        let ext = Op::ExtendMany {
+            keys: vec![Arc::clone(&a), Arc::clone(&b)],
+            value: "v".into(),
+            ttl: 500 * MS,
+            epoch: false,
+        };
+        // `b` is another value's: nothing is extended, `a` expires as it would have.
+        assert_eq!(apply(&mut d, &ext, T0, id), Reply::HeldByOther);
+        assert_eq!(d.pttl(&a, T0), Some(100 * MS));
+        d.locks.remove(&*b);
+        assert_eq!(apply(&mut d, &ext, T0, id), Reply::Missing);
+        assert_eq!(d.pttl(&a, T0), Some(100 * MS));
+        assert_eq!(d.live(&b, T0), None, "a missing key is never set again");
+        d.set(&b, &"v".into(), 100 * MS, T0);
+        assert_eq!(apply(&mut d, &ext, T0, id), Reply::Granted);
+        assert_eq!(d.pttl(&a, T0), Some(500 * MS));
+        assert_eq!(d.pttl(&b, T0), Some(500 * MS));
+        let rel = |v: &str| Op::ReleaseMany {
+            keys: vec![Arc::clone(&a), Arc::clone(&b)],
+            value: v.into(),
+            channels: vec!["ca".into(), "cb".into()],
+        };
+        d.set(&b, &"w".into(), 100 * MS, T0);
+        assert_eq!(apply(&mut d, &rel("x"), T0, id), Reply::HeldByOther);
+        assert_eq!(apply(&mut d, &rel("v"), T0, id), Reply::Granted);
+        assert_eq!(d.live(&a, T0), None);
+        assert_eq!(d.live(&b, T0).as_deref(), Some("w"));
+        d.locks.remove(&*b);
+        assert_eq!(apply(&mut d, &rel("v"), T0, id), Reply::Missing);
     }
 
     #[test]

@@ -313,3 +313,34 @@ async fn a_dropped_writer_clears_its_intent() {
     lock.read_with(&once()).await.unwrap().release().await.unwrap();
     reader.release().await.unwrap();
 }
+
+/// At most `MAX_READERS` readers hold one lock; the next waits (refused once as
+/// contended). A reader whose key expired no longer counts: the index is pruned.
+#[tokio::test]
+async fn readers_are_capped_and_expired_readers_leave_the_index() {
+    let cluster = Cluster::start(1).await.unwrap();
+    let client = client(&cluster).ttl("1s").build().unwrap();
+    let name = unique_key("cap");
+    let lock = client.rwlock(&name);
+    let mut leases = Vec::new();
+    for _ in 0..redquorum::limits::MAX_READERS {
+        leases.push(lock.read_with(&once()).await.unwrap());
+    }
+    let err = lock.read_with(&once()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
+    // One reader's key disappears (as by expiry): the next reader takes its place, and the
+    // index forgets the dead one.
+    let gone = leases.pop().unwrap();
+    let mut conn = raw(&cluster.urls()[0]).await;
+    let _: () = conn.del(gone.key()).await.unwrap();
+    let next = lock.read_with(&once()).await.unwrap();
+    let index = format!("redquorum:rw:{name}:readers");
+    let members: Vec<String> = conn.smembers(&index).await.unwrap();
+    assert_eq!(members.len(), redquorum::limits::MAX_READERS);
+    assert!(!members.contains(&gone.value().to_owned()));
+    let index_ttl: i64 = conn.pttl(&index).await.unwrap();
+    assert!(index_ttl > 0, "the index lives no longer than its readers: {index_ttl}");
+    drop(gone);
+    drop(next);
+    client.shutdown().await;
+}

@@ -18,6 +18,8 @@ const INSPECT: &str = include_str!("../src/scripts/inspect.lua");
 const FORCE_UNLOCK: &str = include_str!("../src/scripts/force_unlock.lua");
 const EXTEND_MANY: &str = include_str!("../src/scripts/extend_many.lua");
 const RELEASE_MANY: &str = include_str!("../src/scripts/release_many.lua");
+const RW_ACQUIRE: &str = include_str!("../src/scripts/rw_acquire.lua");
+const RW_DOWNGRADE: &str = include_str!("../src/scripts/rw_downgrade.lua");
 
 #[tokio::test]
 async fn release_contract() {
@@ -889,7 +891,7 @@ fn script_hashes_are_pinned() {
         (
             "acquire.lua",
             ACQUIRE,
-            "1069c3653f79259b00b649113d3e1653cf614140",
+            "b7e7c1efcf60316d8c9d6e326080acce65bf3f87",
         ),
         (
             "fence.lua",
@@ -930,6 +932,16 @@ fn script_hashes_are_pinned() {
             "release_many.lua",
             RELEASE_MANY,
             "399540d6d42e7b75844fecbc60441258753ca443",
+        ),
+        (
+            "rw_acquire.lua",
+            RW_ACQUIRE,
+            "278b62f8e03de31dfc8be14f20fdda826a4a867a",
+        ),
+        (
+            "rw_downgrade.lua",
+            RW_DOWNGRADE,
+            "ff4f92ec4775e3b02d9cd45b9555aac3f2f7a44c",
         ),
     ];
     for (name, source, hash) in pinned {

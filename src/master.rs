@@ -78,6 +78,16 @@ pub(crate) enum Op {
         #[cfg(feature = "mutants")]
         ignore_intent: bool,
     },
+    /// Extends a read lease: compare-and-`PEXPIRE` of the reader key `key`, as `Extend`
+    /// does (answered as it is), keeping the reader index `index` alive at least as long
+    /// where it extended (`rw_extend_read.lua`).
+    ExtendRead {
+        key: Arc<str>,
+        index: Arc<str>,
+        value: Arc<str>,
+        ttl: Duration,
+        epoch: bool,
+    },
     /// Turns the write lease holding `value` under `key` into its reader key with the
     /// writer key's remaining expiry, and publishes the release notice (`rw_downgrade.lua`).
     RwDowngrade { key: Arc<str>, value: Arc<str> },
@@ -225,7 +235,7 @@ impl Op {
             Op::RwAcquire { .. } => "acquire_write",
             Op::RwDowngrade { .. } => "downgrade",
             Op::Fence { .. } => "fence",
-            Op::Extend { .. } | Op::ExtendMany { .. } => "extend",
+            Op::Extend { .. } | Op::ExtendMany { .. } | Op::ExtendRead { .. } => "extend",
             Op::Release { .. } | Op::ReleaseMany { .. } => "release",
             #[cfg(feature = "mutants")]
             Op::ReleaseUnchecked { .. } => "release",
@@ -1182,6 +1192,47 @@ async fn run(
                 fence: counter.map(|c| parse_number("acquire", &c)).transpose()?,
                 holder_ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
             })
+        }
+        Op::ExtendRead {
+            key,
+            index,
+            value,
+            ttl,
+            epoch,
+        } => {
+            type Answer = (i64, Option<String>, String, Option<String>);
+            let (code, record, now, _): Answer = invoke_agreed(
+                conn,
+                shared,
+                |a: &Answer| a.0,
+                |fingerprint| {
+                    let mut call = scripts::RW_EXTEND_READ.key(&**key);
+                    call.key(scripts::EPOCH_KEY)
+                        .key(&*shared.record_key)
+                        .key(&**index)
+                        .arg(&**value)
+                        .arg(millis(*ttl))
+                        .arg(if *epoch {
+                            new_epoch_id()
+                        } else {
+                            String::new()
+                        })
+                        .arg(fingerprint);
+                    call
+                },
+            )
+            .await?;
+            let granted = match code {
+                1 => Some(true),
+                0 => None,
+                -1 => Some(false),
+                other => return Err(unexpected("extend", other)),
+            };
+            let report = EpochReport {
+                record,
+                now_us: parse_number("extend", &now)?,
+            };
+            Ok(extended(granted, *epoch, report))
         }
         Op::RwDowngrade { key, value } => {
             type Answer = (i64, Option<String>, String, Option<String>);

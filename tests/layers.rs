@@ -25,6 +25,7 @@ use syn::visit::{self, Visit};
 const LAYERS: &[&[&str]] = &[
     &["lib", "bench_internals"],
     &["admin", "operate"],
+    &["rwlock"],
     &["lock"],
     &["lease"],
     &["core"],

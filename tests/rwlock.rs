@@ -344,3 +344,28 @@ async fn readers_are_capped_and_expired_readers_leave_the_index() {
     drop(next);
     client.shutdown().await;
 }
+
+/// A read lease extended past the TTL it was granted with stays visible to writers: its
+/// extension keeps the reader index alive as long as its key.
+#[tokio::test]
+async fn an_extended_reader_keeps_writers_out() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).ttl("1s").ttl_max("3s").build().unwrap();
+    let name = unique_key("extended");
+    let lock = client.rwlock(&name);
+    let read = lock.read().await.unwrap();
+    read.extend_with(Duration::from_secs(3)).await.unwrap();
+    let index = format!("redquorum:rw:{name}:readers");
+    for url in cluster.urls() {
+        let pttl: i64 = raw(&url).await.pttl(&index).await.unwrap();
+        assert!(pttl > 2000, "the index expires before its reader: {pttl} ms");
+    }
+    // Even with the index lost, an extension puts the reader back in it.
+    for url in cluster.urls() {
+        let _: () = raw(&url).await.del(&index).await.unwrap();
+    }
+    read.extend().await.unwrap();
+    let err = lock.write_with(&once()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
+    read.release().await.unwrap();
+}

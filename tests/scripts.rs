@@ -20,6 +20,7 @@ const EXTEND_MANY: &str = include_str!("../src/scripts/extend_many.lua");
 const RELEASE_MANY: &str = include_str!("../src/scripts/release_many.lua");
 const RW_ACQUIRE: &str = include_str!("../src/scripts/rw_acquire.lua");
 const RW_DOWNGRADE: &str = include_str!("../src/scripts/rw_downgrade.lua");
+const RW_EXTEND_READ: &str = include_str!("../src/scripts/rw_extend_read.lua");
 
 #[tokio::test]
 async fn release_contract() {
@@ -942,6 +943,11 @@ fn script_hashes_are_pinned() {
             "rw_downgrade.lua",
             RW_DOWNGRADE,
             "ff4f92ec4775e3b02d9cd45b9555aac3f2f7a44c",
+        ),
+        (
+            "rw_extend_read.lua",
+            RW_EXTEND_READ,
+            "c0935fb4dfeb2899ca2fe025a87ccf66fa377c40",
         ),
     ];
     for (name, source, hash) in pinned {

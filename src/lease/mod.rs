@@ -197,6 +197,18 @@ impl LeaseShared {
     fn extend_op(&self, ttl: Duration) -> Op {
         let inner = &self.inner;
         match &*self.keys {
+            // A read lease keeps its lock's reader index alive with its own key, so that
+            // writers keep seeing it (docs/design.md §16).
+            [one] if self.mode == LeaseMode::Read => Op::ExtendRead {
+                key: Arc::clone(&one.key),
+                index: scripts::reader_index_key(
+                    scripts::lock_of_reader(&one.key, &self.value).unwrap_or_default(),
+                )
+                .into(),
+                value: Arc::clone(&self.value),
+                ttl,
+                epoch: inner.config.quarantine,
+            },
             [one] => Op::Extend {
                 key: Arc::clone(&one.key),
                 value: Arc::clone(&self.value),

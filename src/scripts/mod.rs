@@ -33,6 +33,11 @@ const ACQUIRE_LUA: &str = include_str!("acquire.lua");
 pub(crate) static RW_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_ACQUIRE_LUA));
 const RW_ACQUIRE_LUA: &str = include_str!("rw_acquire.lua");
 
+/// Extends a read lease, keeping the reader index alive; see `rw_extend_read.lua`.
+pub(crate) static RW_EXTEND_READ: LazyLock<Script> =
+    LazyLock::new(|| Script::new(RW_EXTEND_READ_LUA));
+const RW_EXTEND_READ_LUA: &str = include_str!("rw_extend_read.lua");
+
 /// Turns a write lease into a read lease; see `rw_downgrade.lua`.
 pub(crate) static RW_DOWNGRADE: LazyLock<Script> =
     LazyLock::new(|| Script::new(RW_DOWNGRADE_LUA));
@@ -77,6 +82,7 @@ pub(crate) fn master_scripts() -> Vec<&'static str> {
         FORCE_UNLOCK_LUA,
         RW_ACQUIRE_LUA,
         RW_DOWNGRADE_LUA,
+        RW_EXTEND_READ_LUA,
         EXTEND_MANY_LUA,
         RELEASE_MANY_LUA,
     ];
@@ -214,6 +220,14 @@ pub(crate) fn owner_key(key: &str) -> String {
 /// The set of a read-write lock's reader values (docs/design.md §16).
 pub(crate) fn reader_index_key(key: &str) -> String {
     format!("redquorum:rw:{key}:readers")
+}
+
+/// The lock key of a read-write lock's reader key holding `value` (the inverse of
+/// [`reader_key`]), if `key` is one.
+pub(crate) fn lock_of_reader<'a>(key: &'a str, value: &str) -> Option<&'a str> {
+    key.strip_prefix("redquorum:rw:")?
+        .strip_suffix(value)?
+        .strip_suffix(":reader:")
 }
 
 /// The prefix of a read-write lock's reader keys: a reader's key is this and its value.

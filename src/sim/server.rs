@@ -570,6 +570,7 @@ fn describe(request: &Request, trace: &Trace) -> String {
             RwMode::Write { .. } => format!("acquire-write {key} {}", short(value)),
         },
         Op::RwDowngrade { key, value } => format!("downgrade {key} {}", short(value)),
+        Op::ExtendRead { key, value, .. } => format!("extend {key} {}", short(value)),
         Op::Release { key, value, .. } => format!("release {key} {}", short(value)),
         Op::ExtendMany { keys, value, .. } => {
             format!("extend {} {}", keys.join(","), short(value))
@@ -658,7 +659,9 @@ fn apply_as(
 ) -> Option<Reply> {
     let reads_epoch = match op {
         Op::AcquireChecked { .. } | Op::RwAcquire { .. } | Op::RwDowngrade { .. } => Some(true),
-        Op::Extend { epoch, .. } | Op::ExtendMany { epoch, .. } => Some(*epoch),
+        Op::Extend { epoch, .. } | Op::ExtendMany { epoch, .. } | Op::ExtendRead { epoch, .. } => {
+            Some(*epoch)
+        }
         _ => None,
     };
     if let Some(reads_epoch) = reads_epoch {
@@ -906,6 +909,27 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 holder_ttl,
             }
         }
+        // rw_extend_read.lua: extend.lua on the reader key; the model's reader index is the
+        // set of live reader keys, kept alive with them.
+        Op::ExtendRead {
+            key,
+            value,
+            ttl,
+            epoch,
+            ..
+        } => apply(
+            data,
+            &Op::Extend {
+                key: Arc::clone(key),
+                value: Arc::clone(value),
+                ttl: *ttl,
+                epoch: *epoch,
+                #[cfg(feature = "mutants")]
+                recreate: false,
+            },
+            now_us,
+            fresh_id,
+        ),
         // rw_downgrade.lua, past its comparison of fingerprints (`apply_as`)
         Op::RwDowngrade { key, value } => {
             let record = data.epoch_or_create(fresh_id, now_us);

@@ -23,6 +23,8 @@
 //! - **guarded**: the acquire of restart quarantine and of fencing tokens against the plain
 //!   acquire, on durable masters of their own (fencing needs them);
 //! - **contended**: several clients taking turns on one resource (see [`Waiting`]);
+//! - at N = 5, with uncontended: **re-entry** (`Lease::reenter`, no round trip) beside
+//!   acquire, printed and written to `reenter.txt`;
 //!
 //! and once, with N = 5 (or the largest selected N of at least 3), **degraded**: acquire
 //! latency with one master paused (`SIGSTOP`) and with one killed, in cycles with the
@@ -58,6 +60,8 @@ mod harness;
 mod model;
 #[path = "nodes/plot.rs"]
 mod plot;
+#[path = "nodes/reenter.rs"]
+mod reenter;
 #[path = "nodes/report.rs"]
 mod report;
 #[path = "nodes/targets.rs"]
@@ -129,6 +133,8 @@ async fn run(args: Args) -> Outcome<()> {
         .count();
     let mut progress = Progress::new(args.nodes.len() * per_n + usize::from(degraded_n.is_some()));
     let mut results = Results::default();
+    // Re-entry beside acquire, at N = 5 (docs/design.md §14).
+    let mut reentry: Vec<String> = Vec::new();
 
     for &n in &args.nodes {
         if per_n == 0 {
@@ -145,6 +151,11 @@ async fn run(args: Args) -> Outcome<()> {
                 budget.samples
             ));
             uncontended::run(&budget, n, &raw, &client, &mut results, &progress).await?;
+            if n == 5 {
+                let line = reenter::run(&budget, n, &client).await?;
+                println!("{line}");
+                reentry.push(line);
+            }
         }
         if args.runs("throughput") {
             progress.step(&format!(
@@ -202,6 +213,7 @@ async fn run(args: Args) -> Outcome<()> {
         ("nodes.txt", table.clone()),
         ("tables.md", tables),
         ("nodes.csv", report::csv(&results)),
+        ("reenter.txt", reentry.join("\n")),
         (
             "nodes.json",
             report::json(&machine, &settings, &results, &targets)?,
@@ -213,7 +225,7 @@ async fn run(args: Args) -> Outcome<()> {
     let svg = args.out.join("nodes.svg");
     plot::draw(&svg, &machine, &results).map_err(|e| format!("drawing {}: {e}", svg.display()))?;
     println!(
-        "wrote nodes.txt, tables.md, nodes.csv, nodes.json and nodes.svg to {}",
+        "wrote nodes.txt, tables.md, nodes.csv, reenter.txt, nodes.json and nodes.svg to {}",
         args.out.display()
     );
     Ok(())

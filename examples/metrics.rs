@@ -102,6 +102,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .retry_delay("2s")
         .retry_jitter("20ms")
         .wait_timeout("20s")
+        // The workers below share this client and queue for one lock: they wait for each
+        // other's leases instead of failing at once with AlreadyHeld.
+        .wait_for_own_leases(true)
         .build()?;
     // Brand-new masters: say so, so that they vote at once (no restart quarantine wait).
     client.init_cluster().await?;

@@ -369,6 +369,9 @@ pub(crate) struct Config {
     pub(crate) min_validity: Duration,
     pub(crate) key_prefix: String,
     pub(crate) notifications: bool,
+    /// Whether an acquire of a resource this client holds waits (queues behind its own
+    /// lease) instead of failing at once with `AlreadyHeld` (docs/design.md §14).
+    pub(crate) wait_for_own_leases: bool,
     pub(crate) watchdog: bool,
     pub(crate) extend_interval: Option<Duration>,
     pub(crate) max_hold: Option<Duration>,
@@ -573,6 +576,8 @@ pub(crate) type DurationSetting = Result<Duration, (String, String)>;
 /// - `key_prefix`: empty, so keys are the resource names themselves and interoperate with
 ///   other Redlock clients
 /// - `notifications`: on (waiters are woken by release notices)
+/// - `wait_for_own_leases`: off (acquiring a resource this client holds fails at once
+///   with [`ErrorKind::AlreadyHeld`](crate::ErrorKind::AlreadyHeld))
 /// - `watchdog`: off; `extend_interval`: a third of the TTL; `max_hold`: none;
 ///   `safety_margin`: 5 % of the TTL
 /// - `quarantine`: on, with `ttl_max` equal to the TTL
@@ -620,6 +625,7 @@ pub struct Builder {
     min_validity: DurationSetting,
     key_prefix: String,
     notifications: bool,
+    wait_for_own_leases: bool,
     watchdog: bool,
     extend_interval: Option<DurationSetting>,
     max_hold: Option<DurationSetting>,
@@ -651,6 +657,7 @@ impl fmt::Debug for Builder {
             min_validity,
             key_prefix,
             notifications,
+            wait_for_own_leases,
             watchdog,
             extend_interval,
             max_hold,
@@ -679,6 +686,7 @@ impl fmt::Debug for Builder {
             .field("min_validity", min_validity)
             .field("key_prefix", key_prefix)
             .field("notifications", notifications)
+            .field("wait_for_own_leases", wait_for_own_leases)
             .field("watchdog", watchdog)
             .field("extend_interval", extend_interval)
             .field("max_hold", max_hold)
@@ -709,6 +717,7 @@ impl Default for Builder {
             min_validity: Ok(Duration::ZERO),
             key_prefix: String::new(),
             notifications: true,
+            wait_for_own_leases: false,
             watchdog: false,
             extend_interval: None,
             max_hold: None,
@@ -928,6 +937,21 @@ impl Builder {
         self
     }
 
+    /// Whether an acquire of a resource that this client (or a clone of it) already holds
+    /// waits for that lease like any other contender, instead of failing at once with
+    /// [`ErrorKind::AlreadyHeld`](crate::ErrorKind::AlreadyHeld). Defaults to off.
+    ///
+    /// Turn it on for an application whose tasks share one client and must queue behind
+    /// each other for the same resource. It gives up the immediate error that catches
+    /// re-entry by mistake: a task that acquires a resource it already holds then waits
+    /// for its own lease (until its wait budget runs out, or for ever behind a watchdog).
+    /// Re-entry proper is [`Lease::reenter`](crate::Lease::reenter) either way. Upgrading
+    /// a read lock to a write lock stays refused (two upgraders would deadlock).
+    pub fn wait_for_own_leases(mut self, on: bool) -> Self {
+        self.wait_for_own_leases = on;
+        self
+    }
+
     /// Whether every lease gets a watchdog that extends it while it is held (see
     /// [`Lease`](crate::Lease)). Defaults to off;
     /// [`Redlock::with_lock`](crate::Redlock::with_lock) always uses one.
@@ -1020,6 +1044,7 @@ impl Builder {
             min_validity,
             key_prefix,
             notifications,
+            wait_for_own_leases,
             watchdog,
             extend_interval,
             max_hold,
@@ -1156,6 +1181,7 @@ impl Builder {
             min_validity,
             key_prefix,
             notifications,
+            wait_for_own_leases,
             watchdog,
             extend_interval,
             max_hold,

@@ -14,6 +14,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::cluster::Owner;
 use crate::config::Config;
+use crate::held::Held;
 use crate::master::{Master, Op};
 use crate::quorum::{self, Bounds};
 use crate::telemetry;
@@ -27,6 +28,9 @@ pub(crate) struct Inner {
     /// Who this client's owner records name.
     pub(crate) owner: Arc<Owner>,
     pub(crate) notifier: Arc<Notifier>,
+    /// The keys this client's leases hold (docs/design.md §14): checked before every
+    /// acquire, claimed by every granted lease.
+    pub(crate) held: Arc<Held>,
     /// Releases and late replies still running in the background; [`Redlock::shutdown`]
     /// waits for them.
     pub(crate) background: TaskTracker,

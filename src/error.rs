@@ -403,6 +403,13 @@ pub enum ErrorKind {
     /// that answered something other than TLS. Not retryable: the masters' reports name
     /// each master and what to change.
     Tls,
+    /// This client already holds the resource, with a lease it has not released or
+    /// dropped: acquiring it again would wait for this client's own lease to run out.
+    /// Nothing was sent to any master. Not retryable: re-enter the held lease with
+    /// [`Lease::reenter`](crate::Lease::reenter), or release it first (docs/design.md §14).
+    /// Also a write acquire of a read-write lock this client holds for reading: upgrades
+    /// are refused.
+    AlreadyHeld,
 }
 
 /// An error from acquiring, extending or releasing a lock, with every master's outcome.
@@ -554,6 +561,7 @@ impl fmt::Display for Error {
                 "this client's configuration does not agree with its cluster's record for {r}"
             )?,
             ErrorKind::WrongKind => write!(f, "{r} holds another kind of lock")?,
+            ErrorKind::AlreadyHeld => write!(f, "refused to acquire lock {r}")?,
             ErrorKind::ClusterNotEmpty => {
                 write!(
                     f,

@@ -112,6 +112,7 @@ mod error;
 mod fencing;
 mod guard;
 mod health;
+mod held;
 mod lease;
 mod lock;
 mod master;
@@ -140,7 +141,9 @@ pub use health::{
     Check, ClockOffset, ClusterRecord, Finding, HealthReport, MasterHealth, QuarantineState, Role,
     Severity,
 };
-pub use lease::{ExtendReport, Lease, LeaseHandle, LeaseMode, Lost, LostReason, ReleaseReport};
+pub use lease::{
+    ExtendReport, Lease, LeaseHandle, LeaseMode, Lost, LostReason, Reentry, ReleaseReport,
+};
 pub use lock::{AcquireOptions, Redlock};
 pub use rwlock::RwLock;
 #[cfg(feature = "mutants")]

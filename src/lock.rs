@@ -23,6 +23,7 @@ use crate::error::{Error, ErrorKind, MasterErrorKind, MasterOutcome, MasterRepor
 use crate::fencing::FencingToken;
 use crate::guard::Guarded;
 use crate::health::{self, HealthReport};
+use crate::held::{Held, HeldMode};
 use crate::lease::{Lease, LeaseHandle, LeaseKey, LeaseMode, LeaseParams, Watchdog};
 use crate::master::{FenceRead, Master, Op, RedisMaster, Reply, RwMode};
 #[cfg(feature = "mutants")]
@@ -310,8 +311,10 @@ impl Redlock {
         };
         let quorum = Self::quorum_of(&config, masters.len());
         let owner = Arc::new(Owner::this_process(&config.label));
+        let held = Arc::new(Held::new(config.wait_for_own_leases));
         Self {
             inner: Arc::new(Inner {
+                held,
                 config,
                 masters,
                 quorum,
@@ -504,9 +507,13 @@ impl Redlock {
     ) -> Result<Lease, Error> {
         check_runtime(resource)?;
         check_resource(&self.inner.config.key_prefix, resource)?;
-        let plan = self.plan(resource, options)?;
         let config = &self.inner.config;
         let key: Arc<str> = format!("{}{resource}", config.key_prefix).into();
+        // This client's own lease on the key: refused before any round trip (§14); a write
+        // acquire of a lock it reads is an upgrade, refused too (§16).
+        let held_mode = shape.held_mode();
+        self.inner.held.check(resource, &[&key], held_mode)?;
+        let plan = self.plan(resource, options)?;
         // A writer's intent (docs/design.md §16): one id for the whole call, refreshed by
         // each attempt while readers hold the lock, cleared when the call ends without the
         // lock (returned or dropped) so that readers need not wait for it to expire.
@@ -553,6 +560,11 @@ impl Redlock {
             let rounds = *rounds;
             if wake == Wake::Timer {
                 spent += 1;
+            }
+            if rounds > 1 {
+                // A lease of this client took the key while this call waited: waiting on
+                // would be waiting for ourselves.
+                self.inner.held.check(&resource, &[&key], held_mode)?;
             }
             let value = reused.clone().unwrap_or_else(|| random_value().into());
             let started = Instant::now();
@@ -970,6 +982,7 @@ impl Redlock {
                 }
             };
             guard.disarm();
+            let claim = inner.held.claim(&[Arc::clone(key)], shape.held_mode());
             return Ok(Lease::new(
                 Arc::clone(inner),
                 LeaseParams {
@@ -990,7 +1003,8 @@ impl Redlock {
                     safety_margin: config.safety_margin(ttl),
                     acquired: reports,
                 },
-            ));
+            )
+            .with_claim(claim));
         }
 
         let spare = inner.masters.len() - inner.quorum;
@@ -1410,6 +1424,14 @@ impl Shape {
         Shape::Write {
             intent: "".into(),
             intent_ttl: Duration::ZERO,
+        }
+    }
+
+    /// How a lease of this shape holds its lock's key in the client's registry.
+    fn held_mode(&self) -> HeldMode {
+        match self {
+            Shape::Read => HeldMode::Shared,
+            Shape::Mutex | Shape::Write { .. } => HeldMode::Exclusive,
         }
     }
 

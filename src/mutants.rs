@@ -51,6 +51,12 @@ pub enum Mutant {
     /// `Redlock::init_cluster` bootstraps masters that hold keys under the prefix: masters
     /// that lost their keys vote at once beside others still holding a live lease's keys.
     BootstrapSkipsEmptiness,
+    /// Re-entry as a per-master hold counter (Redisson's HINCRBY): `Lease::reenter` sends
+    /// a round that sets the key again with the lease's value and a fresh TTL wherever it
+    /// is missing or ours, counts any one master's success, and moves the lease's deadline
+    /// to that round's `t0 + ttl - drift` (forgetting a loss by expiry): an extension
+    /// without a quorum, which revives a lease whose keys expired.
+    ReentryCounter,
     /// A read-write lock grants a reader while a writer's intent is live: a stream of
     /// overlapping readers keeps a waiting writer out for as long as it lasts (starvation,
     /// not a breach of exclusion; docs/design.md §16).
@@ -59,7 +65,7 @@ pub enum Mutant {
 
 impl Mutant {
     /// Every mutant, for suites that must run them all.
-    pub const ALL: [Mutant; 14] = [
+    pub const ALL: [Mutant; 15] = [
         Mutant::HalfQuorum,
         Mutant::IgnoreElapsed,
         Mutant::PlainDelRelease,
@@ -73,6 +79,7 @@ impl Mutant {
         Mutant::ExtendRecreates,
         Mutant::IgnoreFingerprint,
         Mutant::BootstrapSkipsEmptiness,
+        Mutant::ReentryCounter,
         Mutant::ReaderIgnoresIntent,
     ];
 }
@@ -113,6 +120,7 @@ every_variant![
     ExtendRecreates,
     IgnoreFingerprint,
     BootstrapSkipsEmptiness,
+    ReentryCounter,
     ReaderIgnoresIntent,
 ];
 

@@ -231,6 +231,7 @@ fn error_kind(kind: ErrorKind) -> &'static str {
         ErrorKind::WrongKind => "wrong_kind",
         ErrorKind::ClusterNotEmpty => "cluster_not_empty",
         ErrorKind::Tls => "tls",
+        ErrorKind::AlreadyHeld => "already_held",
     }
 }
 

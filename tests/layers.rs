@@ -43,6 +43,7 @@ const LAYERS: &[&[&str]] = &[
         "mutants",
         "cluster",
         "telemetry",
+        "held",
     ],
 ];
 

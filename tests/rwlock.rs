@@ -15,16 +15,30 @@ fn once() -> AcquireOptions {
     AcquireOptions::new().attempts(1)
 }
 
+/// Another client over `cluster`, with the test settings.
+fn super_client(cluster: &Cluster) -> Redlock {
+    client(cluster).build().unwrap()
+}
+
+/// Another client over `cluster`, with further settings.
+fn client_with(cluster: &Cluster, adjust: impl FnOnce(redquorum::Builder) -> redquorum::Builder) -> Redlock {
+    adjust(client(cluster)).build().unwrap()
+}
+
 #[tokio::test]
 async fn readers_share_writers_exclude_and_each_reader_has_its_own_key() {
     let cluster = Cluster::start(3).await.unwrap();
     let client = client(&cluster).build().unwrap();
-    let lock = client.rwlock(&unique_key("rw"));
+    // Writers on a client of their own: this client's write while it reads is an upgrade.
+    let writers = super_client(&cluster);
+    let name = unique_key("rw");
+    let lock = client.rwlock(&name);
+    let writer = writers.rwlock(&name);
     let a = lock.read().await.unwrap();
     let b = lock.read().await.unwrap();
     assert_eq!(a.mode(), LeaseMode::Read);
     assert_ne!(a.key(), b.key(), "each reader has a key of its own");
-    let err = lock.write_with(&once()).await.unwrap_err();
+    let err = writer.write_with(&once()).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
     // Each reader key has its own expiry, and holds the reader's value.
     for server in cluster.servers() {
@@ -36,10 +50,10 @@ async fn readers_share_writers_exclude_and_each_reader_has_its_own_key() {
     }
     a.release().await.unwrap();
     // One reader left: still no writer.
-    let err = lock.write_with(&once()).await.unwrap_err();
+    let err = writer.write_with(&once()).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
     b.release().await.unwrap();
-    let w = lock.write_with(&once()).await.unwrap();
+    let w = writer.write_with(&once()).await.unwrap();
     assert_eq!(w.mode(), LeaseMode::Write);
     let err = lock.read_with(&once()).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
@@ -59,7 +73,7 @@ async fn a_waiting_writer_stops_new_readers_and_gets_in_when_the_reader_leaves()
     let lock = client.rwlock(&name);
     let reader = lock.read().await.unwrap();
     let writer = tokio::spawn({
-        let lock = lock.clone();
+        let lock = super_client(&cluster).rwlock(&name);
         async move { lock.write().await }
     });
     // Await the intent on every master rather than sleeping.
@@ -101,9 +115,11 @@ async fn a_waiting_writer_stops_new_readers_and_gets_in_when_the_reader_leaves()
 const HOLD: Duration = Duration::from_millis(150);
 const STREAM: Duration = Duration::from_millis(2500);
 
-async fn writer_behind_readers(builder: redquorum::Builder) -> (Duration, u32) {
-    let client = builder.ttl("1s").build().unwrap();
-    let lock = client.rwlock(&unique_key("starve"));
+async fn writer_behind_readers(builder: impl Fn() -> redquorum::Builder) -> (Duration, u32) {
+    let client = builder().ttl("1s").build().unwrap();
+    let name = unique_key("starve");
+    let lock = client.rwlock(&name);
+    let writer = builder().ttl("1s").build().unwrap().rwlock(&name);
     let readers = tokio::spawn({
         let lock = lock.clone();
         async move {
@@ -131,7 +147,7 @@ async fn writer_behind_readers(builder: redquorum::Builder) -> (Duration, u32) {
     });
     tokio::time::sleep(HOLD).await;
     let started = Instant::now();
-    let w = lock
+    let w = writer
         .write_with(&AcquireOptions::new().wait_timeout("4s"))
         .await
         .unwrap();
@@ -146,7 +162,7 @@ async fn writer_behind_readers(builder: redquorum::Builder) -> (Duration, u32) {
 #[tokio::test]
 async fn a_stream_of_overlapping_readers_does_not_starve_a_writer() {
     let cluster = Cluster::start(3).await.unwrap();
-    let (waited, readers) = writer_behind_readers(client(&cluster)).await;
+    let (waited, readers) = writer_behind_readers(|| client(&cluster)).await;
     assert!(
         waited < Duration::from_secs(1),
         "the writer waited {waited:?} behind readers that hold {HOLD:?} each"
@@ -160,7 +176,7 @@ async fn a_stream_of_overlapping_readers_does_not_starve_a_writer() {
 #[tokio::test]
 async fn readers_ignoring_the_intent_starve_the_writer() {
     let cluster = Cluster::start(3).await.unwrap();
-    let builder = client(&cluster).mutant(redquorum::Mutant::ReaderIgnoresIntent);
+    let builder = || client(&cluster).mutant(redquorum::Mutant::ReaderIgnoresIntent);
     let (waited, _) = writer_behind_readers(builder).await;
     assert!(
         waited >= Duration::from_secs(1),
@@ -199,7 +215,11 @@ async fn downgrade_keeps_deadline_and_token_and_lets_readers_in() {
     // Readers share it now; writers still wait. Tokens keep rising across modes.
     let other = lock.read_with(&once()).await.unwrap();
     assert!(other.fencing_token().unwrap() > token);
+    // This client now reads: its write would be an upgrade; another client's waits.
     let err = lock.write_with(&once()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::AlreadyHeld, "{err}");
+    let writers = client_with(&cluster, |b| b.quarantine(true).fencing(true).ttl("2s"));
+    let err = writers.rwlock(&name).write_with(&once()).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
     // The read lease extends and releases its own reader key only.
     r.extend().await.unwrap();
@@ -252,19 +272,23 @@ async fn a_mutex_and_a_rwlock_on_one_name_refuse_each_other() {
     let cluster = Cluster::start(3).await.unwrap();
     let client = client(&cluster).build().unwrap();
     let name = unique_key("kinds");
+    // The masters refuse the other kind (another client: this one would refuse its own
+    // held name before asking them).
+    let stranger = super_client(&cluster);
     let read = client.rwlock(&name).read().await.unwrap();
-    let err = client.try_acquire(&name).await.unwrap_err();
+    let err = stranger.try_acquire(&name).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
     assert!(!err.is_retryable());
     read.release().await.unwrap();
     let w = client.rwlock(&name).write().await.unwrap();
-    let err = client.try_acquire(&name).await.unwrap_err();
+    let err = stranger.try_acquire(&name).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
     w.release().await.unwrap();
 
     let other = unique_key("kinds");
     let mutex = client.acquire(&other).await.unwrap();
-    for attempt in [client.rwlock(&other).read_with(&once()).await, client.rwlock(&other).write_with(&once()).await] {
+    let lock = stranger.rwlock(&other);
+    for attempt in [lock.read_with(&once()).await, lock.write_with(&once()).await] {
         let err = attempt.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
     }
@@ -295,7 +319,7 @@ async fn a_dropped_writer_clears_its_intent() {
     let reader = lock.read().await.unwrap();
     let intent = format!("redquorum:rw:{name}:intent");
     let writing = tokio::spawn({
-        let lock = lock.clone();
+        let lock = super_client(&cluster).rwlock(&name);
         async move { lock.write().await }
     });
     wait_until(Duration::from_secs(5), "the writer's intent is set", || {
@@ -365,7 +389,46 @@ async fn an_extended_reader_keeps_writers_out() {
         let _: () = raw(&url).await.del(&index).await.unwrap();
     }
     read.extend().await.unwrap();
-    let err = lock.write_with(&once()).await.unwrap_err();
+    let err = super_client(&cluster)
+        .rwlock(&name)
+        .write_with(&once())
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
     read.release().await.unwrap();
+}
+
+/// The client's registry of held keys: reads share, a write while reading is an upgrade
+/// (refused at once, also when the client waits for its own leases), a second write is a
+/// re-entry; a downgraded lease holds the lock for reading.
+#[tokio::test]
+async fn the_client_refuses_an_upgrade_and_its_own_second_writer() {
+    let cluster = Cluster::start(1).await.unwrap();
+    for wait_for_own in [false, true] {
+        let client = client_with(&cluster, |b| b.wait_for_own_leases(wait_for_own));
+        let lock = client.rwlock(&unique_key("held"));
+        let a = lock.read().await.unwrap();
+        let b = lock.read_with(&once()).await.unwrap();
+        let started = Instant::now();
+        let err = lock.write().await.unwrap_err();
+        assert!(started.elapsed() < Duration::from_millis(100), "the upgrade waited");
+        assert_eq!(err.kind(), ErrorKind::AlreadyHeld, "{err}");
+        assert!(!err.is_retryable());
+        assert!(err.to_string().contains("upgrading a read lock"), "{err}");
+        a.release().await.unwrap();
+        drop(b);
+        client.shutdown().await;
+        let w = lock.write().await.unwrap();
+        if !wait_for_own {
+            let err = lock.write_with(&once()).await.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::AlreadyHeld, "{err}");
+            assert!(err.to_string().contains("re-enter"), "{err}");
+        }
+        let r = w.downgrade().await.unwrap();
+        let err = lock.write_with(&once()).await.unwrap_err();
+        assert!(err.to_string().contains("upgrading a read lock"), "{err}");
+        lock.read_with(&once()).await.unwrap().release().await.unwrap();
+        r.release().await.unwrap();
+        lock.write_with(&once()).await.unwrap().release().await.unwrap();
+    }
 }

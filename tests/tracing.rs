@@ -54,9 +54,12 @@ async fn traced_workload(shown: bool) -> String {
         .set_default();
 
     let cluster = Cluster::start(3).await.unwrap();
+    // The waiting acquire below queues behind this client's own lease: without the opt-out
+    // it would fail at once with AlreadyHeld and trace no wait.
     let client = client(&cluster)
         .key_prefix("locks:")
         .trace_resource_names(shown)
+        .wait_for_own_leases(true)
         .build()
         .unwrap();
     let resource = format!("{SECRET}/{}", unique_key("r"));

@@ -5,6 +5,7 @@
 //! Layer: above the core and the round, below the facade (docs/design.md §10); it must not
 //! use `lock.rs`.
 
+mod reentry;
 mod watchdog;
 
 use std::fmt;
@@ -24,12 +25,14 @@ use crate::core::Inner;
 use crate::deadline;
 use crate::error::{Error, ErrorKind, MasterOutcome, MasterReport, human};
 use crate::fencing::FencingToken;
+use crate::held::Claim;
 use crate::master::Op;
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
 use crate::quorum::{self, Decision};
 use crate::{scripts, telemetry};
 
+pub use reentry::Reentry;
 pub(crate) use watchdog::Watchdog;
 
 /// Why a lease is lost; see [`Lease`] for the exact moments.
@@ -466,7 +469,12 @@ impl LeaseShared {
         if let Some(watchdog) = self.watchdog.get() {
             lease.start_watchdog(*watchdog);
         }
-        Ok(lease)
+        // The client now holds the lock for reading (docs/design.md §14, §16); the write
+        // lease's exclusive entry goes with it.
+        let claim = inner
+            .held
+            .claim(&[Arc::clone(&writer.key)], crate::held::HeldMode::Shared);
+        Ok(lease.with_claim(claim))
     }
 
     /// Marks the lease released now and runs the release round in a background task, so
@@ -774,6 +782,9 @@ pub struct Lease {
     handle: LeaseHandle,
     acquired: Vec<MasterReport>,
     released: bool,
+    /// This lease's entry in its client's held keys (docs/design.md §14), until it is
+    /// released or dropped: a loss alone leaves it, since the keys may still be held.
+    claim: Option<Claim>,
 }
 
 impl fmt::Debug for Lease {
@@ -900,7 +911,15 @@ impl Lease {
             },
             acquired,
             released: false,
+            claim: None,
         }
+    }
+
+    /// Makes `claim` this lease's entry in its client's held keys, dropped when the lease
+    /// is released or dropped.
+    pub(crate) fn with_claim(mut self, claim: Claim) -> Self {
+        self.claim = Some(claim);
+        self
     }
 
     fn shared(&self) -> &Arc<LeaseShared> {
@@ -1018,6 +1037,8 @@ impl Lease {
     /// waiting for its report. [`Redlock::shutdown`](crate::Redlock::shutdown) waits for it.
     pub async fn release(mut self) -> Result<ReleaseReport, Error> {
         self.released = true;
+        // Released from here on, for the client too: it may acquire the resource again.
+        self.claim = None;
         let shared = Arc::clone(self.shared());
         let overrun = Instant::now()
             .checked_duration_since(shared.state().deadline)

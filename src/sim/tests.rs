@@ -35,6 +35,7 @@ const COUNT_ENV: &str = "REDQUORUM_SIM_SCHEDULES";
 const MS: Duration = Duration::from_millis(1);
 
 mod cluster;
+mod reentry;
 mod rwlock;
 
 /// Crashes with and without data, stopped masters, a flush, slow and lost messages, and
@@ -49,6 +50,7 @@ const HOSTILE: Faults = Faults {
     drop_p: 0.08,
     slow_p: 0.08,
     client_pause: 0.15,
+    reentry: 0.0,
     force_unlocks: 0,
     rolling: None,
 };
@@ -885,6 +887,7 @@ mod mutants {
             Mutant::BootstrapSkipsEmptiness => {
                 Ok("bootstrap_skipping_emptiness_is_caught_by_a_master_that_lost_its_keys")
             }
+            Mutant::ReentryCounter => Ok("reentry_counter_is_caught"),
             // Starvation, not a breach of exclusion: the read-write profile's starvation
             // checker (`tests/rwlock.rs`).
             Mutant::ReaderIgnoresIntent => Ok("reader_ignoring_intent_is_caught"),
@@ -898,6 +901,7 @@ mod mutants {
             include_str!("tests.rs"),
             include_str!("cancel.rs"),
             include_str!("tests/cluster.rs"),
+            include_str!("tests/reentry.rs"),
             include_str!("tests/rwlock.rs"),
         ];
         for test in &hunted {

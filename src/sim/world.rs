@@ -122,6 +122,10 @@ pub(super) struct Faults {
     pub(super) slow_p: f64,
     /// The chance that a holder pauses past its deadline inside a critical section.
     pub(super) client_pause: f64,
+    /// The chance that a holder re-enters its lease inside the critical section (after its
+    /// work or its pause past the deadline) and relies on what the re-entry says of the
+    /// lease (docs/design.md §14).
+    pub(super) reentry: f64,
     /// Most force-unlocks: an operator deletes a resource's lock key on every running
     /// master, whatever it holds, and raises its fence counter (`force_unlock_any`).
     pub(super) force_unlocks: u32,
@@ -496,6 +500,9 @@ pub(super) struct Stats {
     pub(super) extended: u64,
     pub(super) extend_failed: u64,
     pub(super) client_pauses: u64,
+    /// Re-entries inside critical sections, and those made after a pause past the deadline.
+    pub(super) reentries: u64,
+    pub(super) reentries_after_pause: u64,
     pub(super) crashes: u64,
     pub(super) empty_restarts: u64,
     pub(super) flushes: u64,
@@ -520,6 +527,8 @@ impl AddAssign for Stats {
         self.extended += o.extended;
         self.extend_failed += o.extend_failed;
         self.client_pauses += o.client_pauses;
+        self.reentries += o.reentries;
+        self.reentries_after_pause += o.reentries_after_pause;
         self.crashes += o.crashes;
         self.empty_restarts += o.empty_restarts;
         self.flushes += o.flushes;
@@ -540,7 +549,8 @@ impl fmt::Display for Stats {
             "{} schedules, {:.0}s virtual: {} leases ({} acquires failed), {} extensions ({} failed), \
              {} client pauses past the deadline; {} crashes ({} restarted empty), {} flushes, \
              {} clock jumps, {} force-unlocks of valid leases, {} keys of valid leases lost; \
-             {} fenced writes ({} stale ones refused); {} unfinished",
+             {} fenced writes ({} stale ones refused); {} unfinished; {} re-entries ({} after \
+             a pause)",
             self.schedules,
             self.virtual_time.as_secs_f64(),
             self.acquired,
@@ -557,6 +567,8 @@ impl fmt::Display for Stats {
             self.fenced_writes,
             self.fenced_rejections,
             self.unfinished,
+            self.reentries,
+            self.reentries_after_pause,
         )
     }
 }
@@ -601,6 +613,7 @@ struct World {
     ttl: Duration,
     resources: usize,
     client_pause: f64,
+    reentry: f64,
     /// The clients go on past their cycles until then (rolling restarts).
     busy_until: Duration,
     servers: Vec<Arc<SimServer>>,
@@ -909,6 +922,7 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> Book {
         ttl: schedule.ttl,
         resources: schedule.resources,
         client_pause: profile.faults.client_pause,
+        reentry: profile.faults.reentry,
         busy_until: schedule.busy_until(profile),
         servers,
         sends: Arc::new(SendLog::default()),
@@ -1177,7 +1191,8 @@ async fn critical_section(
 ) {
     let token = lease.fencing_token().map(|t| t.get());
     let read = token.and_then(|t| world.fenced_read(resource, t));
-    if rng.random_bool(world.client_pause) {
+    let paused = rng.random_bool(world.client_pause);
+    if paused {
         let overrun = world.ttl.mul_f64(rng.random_range(0.01..=1.0));
         world.book().stats.client_pauses += 1;
         world.event(format!(
@@ -1198,9 +1213,45 @@ async fn critical_section(
             tokio::time::sleep(lease.remaining().mul_f64(rng.random_range(0.0..=0.6))).await;
         }
     }
+    if world.reentry > 0.0 && rng.random_bool(world.reentry) {
+        reenter(world, rng, c, id, lease, paused).await;
+    }
     if let (Some(token), Some(read)) = (token, read) {
         world.fenced_write(id, resource, token, read);
     }
+}
+
+/// Re-enters `lease` inside its critical section, works a little under the re-entry, and
+/// if the re-entry says the lease is still valid, works on under it for a while: a
+/// deadline it moved is the validity the holder then relies on. Re-entry never asks a
+/// master, so without a planted bug it moves nothing.
+async fn reenter(
+    world: &World,
+    rng: &mut StdRng,
+    c: usize,
+    id: usize,
+    lease: &Lease,
+    paused: bool,
+) {
+    let before = lease.deadline();
+    let child = lease.reenter();
+    {
+        let mut book = world.book();
+        book.stats.reentries += 1;
+        if paused {
+            book.stats.reentries_after_pause += 1;
+        }
+    }
+    world.event(format!("c{c} re-enters lease #{id}"));
+    tokio::time::sleep(world.ttl / 10).await;
+    if child.is_lost() {
+        return;
+    }
+    if child.deadline() > before {
+        world.extended(id, child.deadline());
+    }
+    tokio::time::sleep(child.remaining().mul_f64(rng.random_range(0.0..=0.6))).await;
+    child.release();
 }
 
 /// Applies the schedule's faults at their times.

@@ -11,8 +11,12 @@
 //! redquorum-chaos-client --client p1 --masters redis://127.0.0.1:7001,... \
 //!     --store redis://127.0.0.1:7100 --resource r [--ttl-ms 1000] [--node-timeout-ms 50]
 //!     [--attempts 20] [--retry-delay-ms 10] [--retry-jitter-ms 10] [--count 1]
-//!     [--hold-ms 0] [--check-deadline] [--quarantine] [--fencing]
+//!     [--hold-ms 0] [--check-deadline] [--quarantine] [--fencing] [--reenter]
 //! ```
+//!
+//! `--reenter` re-enters each lease right after the reads (`Lease::reenter`) and works,
+//! checks the deadline (`--check-deadline`) and writes under the re-entry guard, which is
+//! left before the lease is released.
 //!
 //! `--quarantine` turns restart quarantine on (with `ttl_max` the TTL); `--fencing` also
 //! asks for fencing tokens, and each critical section then also makes a fenced read and a
@@ -53,6 +57,7 @@ struct Args {
     check_deadline: bool,
     quarantine: bool,
     fencing: bool,
+    reenter: bool,
 }
 
 fn parse(mut raw: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -71,6 +76,7 @@ fn parse(mut raw: impl Iterator<Item = String>) -> Result<Args, String> {
         check_deadline: false,
         quarantine: false,
         fencing: false,
+        reenter: false,
     };
     let millis = |v: &str| {
         v.parse::<u64>()
@@ -90,6 +96,10 @@ fn parse(mut raw: impl Iterator<Item = String>) -> Result<Args, String> {
             "--fencing" => {
                 args.quarantine = true;
                 args.fencing = true;
+                continue;
+            }
+            "--reenter" => {
+                args.reenter = true;
                 continue;
             }
             _ => {}
@@ -200,9 +210,14 @@ async fn run(args: Args) -> Result<(), String> {
             ),
             None => None,
         };
+        let child = args.reenter.then(|| lease.reenter());
         out.emit(Op::CsRead, None, "")?;
         tokio::time::sleep(args.hold).await;
-        if args.check_deadline && lease.is_expired() {
+        let expired = match &child {
+            Some(child) => child.is_expired(),
+            None => lease.is_expired(),
+        };
+        if args.check_deadline && expired {
             let detail = match fenced_read {
                 None => "abandoned",
                 Some(Some(_)) => "abandoned fenced",
@@ -229,6 +244,9 @@ async fn run(args: Args) -> Result<(), String> {
                 (None, _) => "done",
             };
             out.emit(Op::CsEnd, None, detail)?;
+        }
+        if let Some(child) = child {
+            child.release();
         }
         let detail = match lease.release().await {
             Ok(report) => format!("released:{}", report.released()),

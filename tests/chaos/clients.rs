@@ -42,11 +42,28 @@ pub async fn s12(n: usize, expect: Expect) -> Outcome {
 /// so the fresh processes vote at once; the frozen client's write must then be refused at
 /// the fenced register.
 pub async fn s12_with(n: usize, expect: Expect, guards: Guards) -> Outcome {
+    frozen_inside("S12", n, expect, guards, false).await
+}
+
+/// S12 as `code`, the client re-entering its lease (`--reenter`) before it is frozen when
+/// `reenter` is set, so that it wakes up and writes under the re-entry guard (S26f).
+pub async fn frozen_inside(
+    code: &'static str,
+    n: usize,
+    expect: Expect,
+    guards: Guards,
+    reenter: bool,
+) -> Outcome {
+    let inside = if reenter {
+        "its re-entered section"
+    } else {
+        "its section"
+    };
     let name = format!(
-        "client SIGSTOPped inside its section past the TTL{}",
+        "client SIGSTOPped inside {inside} past the TTL{}",
         guards.label()
     );
-    let mut setup = Setup::new("S12", name, expect, n);
+    let mut setup = Setup::new(code, name, expect, n);
     if guards.fencing {
         setup = setup.persistence(Persistence::AofAlways);
     }
@@ -66,8 +83,11 @@ pub async fn s12_with(n: usize, expect: Expect, guards: Guards) -> Outcome {
     } else if guards.quarantine {
         extra.push(("--quarantine", String::new()));
     }
+    if reenter {
+        extra.push(("--reenter", String::new()));
+    }
     let client = ClientProcess::spawn(
-        "S12-proc",
+        &format!("{code}-proc"),
         &args(&urls, &env.store.url(), &resource, &extra),
         &env.history,
     );
@@ -87,7 +107,7 @@ pub async fn s12_with(n: usize, expect: Expect, guards: Guards) -> Outcome {
         None,
     );
     let mut store = env.store().await;
-    let rec = env.history.recorder("S12-contender", &resource);
+    let rec = env.history.recorder(format!("{code}-contender"), &resource);
     match enter(&contender, rec, &mut store).await {
         Ok(h) => {
             client.resume();

@@ -37,6 +37,7 @@ mod known_bugs;
 mod mutants;
 mod network;
 mod pause;
+mod reentry;
 mod release;
 mod restart;
 mod rwlock;

@@ -204,6 +204,22 @@ const HUNTS: &[Hunt] = &[
         required: true,
         why: "",
     },
+    // The holder stalled past its TTL re-enters after a minority master came back empty:
+    // the counter round sets the key there, one master counts, and the expired lease is
+    // valid again while the contender holds the other two.
+    Hunt {
+        mutant: Mutant::ReentryCounter,
+        with: "",
+        checker: Checker::Overlap,
+        scenario: |m| {
+            Box::pin(crate::reentry::s26r(
+                Some(m),
+                Expect::Detect(Checker::Overlap),
+            ))
+        },
+        required: true,
+        why: "",
+    },
     // Readers let in past a waiting writer's intent: a stream of overlapping readers keeps
     // the writer out. The intent is about starvation, not exclusion: only the starvation
     // checker can see it.
@@ -422,6 +438,11 @@ async fn hunt_ignore_fingerprint() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_bootstrap_skips_emptiness() {
     hunt(Mutant::BootstrapSkipsEmptiness, "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hunt_reentry_counter() {
+    hunt(Mutant::ReentryCounter, "").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -228,7 +228,13 @@ pub async fn rw3(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
     let hold = Duration::from_millis(150);
     let stream = phase().max(Duration::from_millis(2500));
     let clients: Vec<Redlock> = (0..3).map(|_| build(client_over(urls.clone()).retry_attempts(10_000).wait_timeout(stream * 2), mutant)).collect();
-    for client in &clients {
+    let writer = build(
+        client_over(urls.clone())
+            .retry_attempts(10_000)
+            .wait_timeout(stream * 2),
+        mutant,
+    );
+    for client in clients.iter().chain([&writer]) {
         warm(client, &env.prefix).await;
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -255,7 +261,8 @@ pub async fn rw3(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
         }));
         i += 1;
         if writing.is_none() && Instant::now() >= writer_at {
-            let client = clients[0].clone();
+            // A client of its own: a client's write while it reads is an upgrade.
+            let client = writer.clone();
             let mut rec = env.history.recorder("RW3-writer", resource.clone());
             writing = Some(tokio::spawn(async move {
                 let started = Instant::now();

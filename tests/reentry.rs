@@ -1,0 +1,307 @@
+//! Re-entry and the held-key registry against real masters (docs/design.md §14): an
+//! acquire of a resource the client holds fails at once without a round trip, re-entry
+//! never talks to a master, and only the outermost guard releases.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use redquorum::{AcquireOptions, ErrorKind, LostReason};
+use support::*;
+use tokio::time::Instant;
+
+/// Every command of the masters that a lock operation sends (scripts, their fallbacks and
+/// release-notice subscriptions), summed over `cluster`: `INFO commandstats` calls.
+async fn lock_commands(cluster: &Cluster) -> u64 {
+    let mut total = 0;
+    for url in cluster.urls() {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut raw(&url).await)
+            .await
+            .unwrap();
+        for line in info.lines() {
+            let Some((name, stats)) = line.split_once(':') else {
+                continue;
+            };
+            let counted = [
+                "evalsha",
+                "eval",
+                "script",
+                "set",
+                "get",
+                "del",
+                "pexpire",
+                "subscribe",
+                "publish",
+            ];
+            if !counted.iter().any(|c| name == format!("cmdstat_{c}")) {
+                continue;
+            }
+            let calls = stats
+                .split(',')
+                .find_map(|f| f.strip_prefix("calls="))
+                .and_then(|c| c.parse::<u64>().ok())
+                .unwrap();
+            total += calls;
+        }
+    }
+    total
+}
+
+#[tokio::test]
+async fn acquiring_a_held_resource_fails_at_once_without_asking_a_master() {
+    let mut cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster)
+        .wait_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let key = unique_key("held");
+    let lease = client.acquire(&key).await.unwrap();
+    // A clone shares the registry.
+    let clone = client.clone();
+    let before = lock_commands(&cluster).await;
+    let started = Instant::now();
+    let error = clone.acquire(&key).await.unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(error.kind(), ErrorKind::AlreadyHeld, "{error}");
+    assert!(!error.is_retryable(), "{error}");
+    let text = error.to_string();
+    assert!(
+        text.contains(&format!(
+            "this client already holds `{key}`: re-enter with `Lease::reenter`"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("wait_for_own_leases"), "{text}");
+    assert!(error.masters().is_empty(), "{error:?}");
+    assert_eq!(
+        lock_commands(&cluster).await,
+        before,
+        "a refused acquire sent something to the masters"
+    );
+    // Far less than one round trip's bound (the node timeout, 200 ms).
+    assert!(took < Duration::from_millis(50), "took {took:?}");
+
+    // With every master stopped, a round could not even start: still immediate.
+    for i in 0..3 {
+        cluster.server_mut(i).pause().unwrap();
+    }
+    let started = Instant::now();
+    for call in 0..3 {
+        let error = match call {
+            0 => client.try_acquire(&key).await,
+            1 => client.acquire(&key).await,
+            _ => {
+                let options = AcquireOptions::new().wait_timeout("3s").fencing(false);
+                client.acquire_with(&key, &options).await
+            }
+        }
+        .unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::AlreadyHeld, "{error}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(50),
+        "{:?}",
+        started.elapsed()
+    );
+    // with_lock takes the same path.
+    let error = client
+        .with_lock(&key, &AcquireOptions::new(), |_| async {})
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::AlreadyHeld, "{error}");
+    for i in 0..3 {
+        cluster.server_mut(i).resume().unwrap();
+    }
+    lease.release().await.unwrap();
+    // Released: the client may take it again.
+    client.acquire(&key).await.unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn another_client_waits_and_a_lost_lease_still_counts_as_held_until_dropped() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let ttl = Duration::from_millis(500);
+    let holder = client(&cluster).ttl(ttl).build().unwrap();
+    let other = client(&cluster).ttl(ttl).build().unwrap();
+    let key = unique_key("lost");
+    let lease = holder.acquire(&key).await.unwrap();
+    // The registry is per client: another client contends through the masters.
+    let error = other.try_acquire(&key).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Contended, "{error}");
+
+    lease.lost().await;
+    assert!(lease.is_lost());
+    // Lost, not released: its keys may still be on the masters, and the client is told.
+    let error = holder.try_acquire(&key).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::AlreadyHeld, "{error}");
+    drop(lease);
+    let lease = holder
+        .acquire_with(&key, &AcquireOptions::new().wait_timeout("3s"))
+        .await
+        .unwrap();
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn inside_with_lock_the_same_resource_is_refused_not_waited_for() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let key = unique_key("nested");
+    let inner = client.clone();
+    let nested = key.clone();
+    let kind = client
+        .with_lock(&key, &AcquireOptions::new(), |handle| async move {
+            assert!(!handle.is_lost());
+            inner.acquire(&nested).await.unwrap_err().kind()
+        })
+        .await
+        .unwrap();
+    assert_eq!(kind, ErrorKind::AlreadyHeld);
+}
+
+#[tokio::test]
+async fn with_the_opt_out_tasks_of_one_client_queue_behind_each_other() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster)
+        .wait_for_own_leases(true)
+        .wait_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let key = unique_key("queue");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let (client, key) = (client.clone(), key.clone());
+        let (inside, most) = (Arc::clone(&inside), Arc::clone(&most));
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..3 {
+                let lease = client.acquire(&key).await.unwrap();
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                lease.release().await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        1,
+        "two tasks held the lock at once"
+    );
+
+    // The opt-out waits for its own lease: with a short budget, a timeout, not AlreadyHeld.
+    let lease = client.acquire(&key).await.unwrap();
+    let options = AcquireOptions::new().wait_timeout("150ms");
+    let error = client.acquire_with(&key, &options).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::WaitTimeout, "{error}");
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn children_share_the_lease_release_nothing_and_are_lost_after_the_outermost_release() {
+    // Durable masters whose data epochs started long ago vote at once, with fencing.
+    let options = ServerOptions::new().persistence(Persistence::AofAlways);
+    let cluster = Cluster::start_with(3, &options).await.unwrap();
+    for url in cluster.urls() {
+        let _: () =
+            redis::AsyncCommands::set(&mut raw(&url).await, "redquorum:epoch", "seed:1000000")
+                .await
+                .unwrap();
+    }
+    let client = client(&cluster)
+        .quarantine(true)
+        .fencing(true)
+        .build()
+        .unwrap();
+    let key = unique_key("children");
+    let lease = client.acquire(&key).await.unwrap();
+    let value = get(&cluster.urls()[0], &key).await.unwrap();
+    wait_until(Duration::from_secs(2), "held everywhere", || {
+        held_everywhere(&cluster, &key, &value)
+    })
+    .await;
+    let before = lock_commands(&cluster).await;
+    let child = lease.reenter();
+    let grandchild = child.reenter();
+    assert_eq!((child.depth(), grandchild.depth()), (1, 2));
+    assert_eq!(child.deadline(), lease.deadline());
+    assert_eq!(grandchild.fencing_token(), lease.fencing_token());
+    assert!(lease.fencing_token().is_some());
+    assert_eq!(child.resource(), key);
+    // Leaving and dropping children touches no master and releases nothing.
+    grandchild.release();
+    drop(lease.reenter());
+    assert_eq!(
+        lock_commands(&cluster).await,
+        before,
+        "re-entry asked a master"
+    );
+    assert!(held_everywhere(&cluster, &key, &value).await);
+    assert!(!child.is_lost());
+
+    // An extension through the lease moves every child's deadline.
+    let extended = lease.extend().await.unwrap();
+    assert_eq!(child.deadline(), extended.deadline());
+
+    // The outermost release releases, with a child alive; the child reports the loss.
+    let lost = child.lost();
+    lease.release().await.unwrap();
+    assert_eq!(child.lost_reason(), Some(LostReason::Released));
+    assert!(child.is_lost() && child.is_expired());
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(1), lost).await,
+        Ok(LostReason::Released)
+    );
+    wait_until(Duration::from_secs(2), "released everywhere", || {
+        gone_everywhere(&cluster, &key)
+    })
+    .await;
+    // A child's extension cannot revive it.
+    assert_eq!(
+        child.extend().await.unwrap_err().kind(),
+        ErrorKind::LeaseLost
+    );
+    // The client may take the resource again while the old child lives on.
+    let again = client.acquire(&key).await.unwrap();
+    assert!(!again.is_lost() && child.is_lost());
+    drop(child);
+    // Dropping the outermost guard releases too, and its children see it.
+    let child = again.reenter();
+    drop(again);
+    assert_eq!(child.lost_reason(), Some(LostReason::Released));
+    wait_until(Duration::from_secs(2), "dropped lease released", || {
+        gone_everywhere(&cluster, &key)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_child_is_lost_when_its_lease_expires() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).ttl("400ms").build().unwrap();
+    let key = unique_key("child_expires");
+    let lease = client.acquire(&key).await.unwrap();
+    let child = lease.reenter();
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(2), child.lost()).await,
+        Ok(LostReason::Expired)
+    );
+    assert!(lease.is_lost());
+    assert_eq!(child.lost_reason(), Some(LostReason::Expired));
+    let debug = format!("{child:?}");
+    assert!(
+        debug.contains("Reentry") && debug.contains("depth"),
+        "{debug}"
+    );
+    lease.release().await.unwrap();
+}

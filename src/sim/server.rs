@@ -122,6 +122,10 @@ struct Data {
     epoch: Option<String>,
     /// The cluster record (`redquorum:cluster`, no TTL), as `stamp.lua` wrote it.
     record: Option<Record>,
+    /// A planted fault of the model (not of the product): `rw_acquire.lua` grants a
+    /// reader whatever the writer key holds, to show that the read-write checker catches
+    /// a reader overlapping a writer. Kept with the data so crashes keep it.
+    reader_ignores_writer: bool,
 }
 
 impl Data {
@@ -400,6 +404,11 @@ impl SimServer {
             trace.push(format!("m{}: force-unlock {key} (held {held})", self.index));
         }
         Some(held)
+    }
+
+    /// Plants the model's fault [`Data::reader_ignores_writer`].
+    pub(super) fn plant_reader_ignores_writer(&self) {
+        self.lock().data.reader_ignores_writer = true;
     }
 
     /// Moves the server's wall clock by `delta_us` (forward when positive): lock keys then
@@ -865,7 +874,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             let intent = data.pttl(&intent_key, now_us).filter(|p| !p.is_zero());
             let (granted, holder_ttl) = match mode {
                 RwMode::Read => {
-                    if writer.is_some() {
+                    if writer.is_some() && !data.reader_ignores_writer {
                         (false, writer)
                     } else if intent.is_some() && !ignore_intent {
                         (false, intent)

@@ -113,8 +113,9 @@ async fn bootstrap(servers: &[Arc<SimServer>], spec: &ClientSpec) {
     assert_eq!(init.outcome, crate::InitOutcome::Bootstrapped, "{init}");
 }
 
-/// One schedule of mixed readers and writers among faults; returns the leases.
-fn rw_schedule(seed: u64, faults: RwFaults) -> (usize, Vec<RwRecord>) {
+/// One schedule of mixed readers and writers among faults; returns the leases. With
+/// `planted`, the masters' model grants readers past the writer key.
+fn rw_schedule(seed: u64, faults: RwFaults, planted: bool) -> (usize, Vec<RwRecord>) {
     let mut rng = StdRng::seed_from_u64(seed);
     let n = if rng.random_bool(0.5) { 3 } else { 5 };
     let clients = rng.random_range(3..=5usize);
@@ -128,6 +129,11 @@ fn rw_schedule(seed: u64, faults: RwFaults) -> (usize, Vec<RwRecord>) {
         let clock = Clock::start();
         let servers: Vec<Arc<SimServer>> =
             (0..n).map(|m| Arc::new(SimServer::new(m, true, clock))).collect();
+        if planted {
+            for server in &servers {
+                server.plant_reader_ignores_writer();
+            }
+        }
         let spec = rw_spec(ttl, faults.net, None);
         bootstrap(&servers, &spec).await;
         let sends = Arc::new(SendLog::default());
@@ -266,7 +272,7 @@ fn rw_hold(test: &str, share: Share, faults: RwFaults) {
     let (seeds, _) = hold_seeds(test, share);
     let (mut leases, mut reads, mut writes, mut downgrades, mut overlapping) = (0, 0, 0, 0, 0);
     for seed in seeds.iter().copied() {
-        let (n, records) = rw_schedule(seed, faults);
+        let (n, records) = rw_schedule(seed, faults, false);
         if let Some(v) = rw_violation(&records) {
             panic!("{test}: N={n}: {v}\n{records:#?}\n{}", replay(test, seed));
         }
@@ -342,6 +348,22 @@ fn the_rw_checker_finds_a_writer_overlapping_a_reader() {
     assert!(rw_violation(&[read(0, 0, 10, 1), write(1, 5, 15, 2)]).is_some());
     assert!(rw_violation(&[write(0, 0, 10, 1), write(1, 10, 15, 1)]).is_some());
     assert!(rw_violation(&[write(0, 0, 10, 2), read(1, 11, 15, 1)]).is_some());
+}
+
+/// The exclusion checker catches readers granted past the writer key (a fault planted in
+/// the masters' model): within a few schedules, a read lease valid while a write lease is.
+#[test]
+fn readers_ignoring_the_writer_key_are_caught_by_the_exclusion_checker() {
+    let test = "rwlock::readers_ignoring_the_writer_key_are_caught_by_the_exclusion_checker";
+    for seed in detect_seeds(10) {
+        let (_, records) = rw_schedule(seed, RW_FAULTS, true);
+        if let Some(v) = rw_violation(&records) {
+            assert!(v.starts_with("overlap"), "{v}");
+            eprintln!("{test}: found at seed {seed}: {v}");
+            return;
+        }
+    }
+    panic!("{test}: the exclusion checker found nothing");
 }
 
 /// A writer behind a stream of overlapping readers (a new one every `hold / 3`, each

@@ -23,6 +23,8 @@
 //! - **guarded**: the acquire of restart quarantine and of fencing tokens against the plain
 //!   acquire, on durable masters of their own (fencing needs them);
 //! - **contended**: several clients taking turns on one resource (see [`Waiting`]);
+//! - at N = 5, with uncontended: the **read-write lock**'s read and write acquire and
+//!   release beside the mutex's, printed and written to `rwlock.txt`;
 //! - at N = 5, with uncontended: **re-entry** (`Lease::reenter`, no round trip) beside
 //!   acquire, printed and written to `reenter.txt`;
 //!
@@ -64,6 +66,8 @@ mod plot;
 mod reenter;
 #[path = "nodes/report.rs"]
 mod report;
+#[path = "nodes/rwlock.rs"]
+mod rwlock;
 #[path = "nodes/targets.rs"]
 mod targets;
 #[path = "nodes/throughput.rs"]
@@ -131,6 +135,8 @@ async fn run(args: Args) -> Outcome<()> {
         .iter()
         .filter(|s| args.runs(s))
         .count();
+    // The read-write lock beside the mutex, at N = 5 (docs/design.md §16).
+    let mut rw: Vec<String> = Vec::new();
     let mut progress = Progress::new(args.nodes.len() * per_n + usize::from(degraded_n.is_some()));
     let mut results = Results::default();
     // Re-entry beside acquire, at N = 5 (docs/design.md §14).
@@ -151,6 +157,11 @@ async fn run(args: Args) -> Outcome<()> {
                 budget.samples
             ));
             uncontended::run(&budget, n, &raw, &client, &mut results, &progress).await?;
+            if n == 5 {
+                let line = rwlock::run(&budget, n, &client).await?;
+                println!("{line}");
+                rw.push(line);
+            }
             if n == 5 {
                 let line = reenter::run(&budget, n, &client).await?;
                 println!("{line}");
@@ -213,6 +224,7 @@ async fn run(args: Args) -> Outcome<()> {
         ("nodes.txt", table.clone()),
         ("tables.md", tables),
         ("nodes.csv", report::csv(&results)),
+        ("rwlock.txt", rw.join("\n")),
         ("reenter.txt", reentry.join("\n")),
         (
             "nodes.json",

@@ -145,10 +145,10 @@ pub use lease::{
     ExtendReport, Lease, LeaseHandle, LeaseMode, Lost, LostReason, Reentry, ReleaseReport,
 };
 pub use lock::{AcquireOptions, Redlock};
-pub use rwlock::RwLock;
 #[cfg(feature = "mutants")]
 pub use mutants::Mutant;
 pub use operate::{Holding, Inspection, MasterView, OwnerInfo, UnlockReport, Verdict};
+pub use rwlock::RwLock;
 
 /// The README's examples, compiled as doc tests.
 #[cfg(doctest)]

@@ -155,11 +155,7 @@ impl RwLock {
     ///
     /// # Cancel safety
     /// Dropping the future drops `work` and releases the lease in the background.
-    pub async fn with_read<F, Fut, T>(
-        &self,
-        options: &AcquireOptions,
-        work: F,
-    ) -> Result<T, Error>
+    pub async fn with_read<F, Fut, T>(&self, options: &AcquireOptions, work: F) -> Result<T, Error>
     where
         F: FnOnce(LeaseHandle) -> Fut,
         Fut: Future<Output = T>,
@@ -176,11 +172,7 @@ impl RwLock {
     ///
     /// # Cancel safety
     /// As for [`with_read`](RwLock::with_read).
-    pub async fn with_write<F, Fut, T>(
-        &self,
-        options: &AcquireOptions,
-        work: F,
-    ) -> Result<T, Error>
+    pub async fn with_write<F, Fut, T>(&self, options: &AcquireOptions, work: F) -> Result<T, Error>
     where
         F: FnOnce(LeaseHandle) -> Fut,
         Fut: Future<Output = T>,

@@ -21,7 +21,10 @@ fn super_client(cluster: &Cluster) -> Redlock {
 }
 
 /// Another client over `cluster`, with further settings.
-fn client_with(cluster: &Cluster, adjust: impl FnOnce(redquorum::Builder) -> redquorum::Builder) -> Redlock {
+fn client_with(
+    cluster: &Cluster,
+    adjust: impl FnOnce(redquorum::Builder) -> redquorum::Builder,
+) -> Redlock {
     adjust(client(cluster)).build().unwrap()
 }
 
@@ -60,7 +63,12 @@ async fn readers_share_writers_exclude_and_each_reader_has_its_own_key() {
     let err = lock.write_with(&once()).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
     w.release().await.unwrap();
-    lock.read_with(&once()).await.unwrap().release().await.unwrap();
+    lock.read_with(&once())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }
 
 /// A waiting writer's intent keeps new readers out; the writer gets in as soon as the
@@ -92,7 +100,11 @@ async fn a_waiting_writer_stops_new_readers_and_gets_in_when_the_reader_leaves()
     })
     .await;
     let err = lock.read_with(&once()).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Contended, "a reader got past the intent: {err}");
+    assert_eq!(
+        err.kind(),
+        ErrorKind::Contended,
+        "a reader got past the intent: {err}"
+    );
     let released = Instant::now();
     reader.release().await.unwrap();
     let w = writer.await.unwrap().unwrap();
@@ -190,7 +202,11 @@ async fn downgrade_keeps_deadline_and_token_and_lets_readers_in() {
         .await
         .unwrap();
     for url in cluster.urls() {
-        let _: () = raw(&url).await.set("redquorum:epoch", "seed:1000000").await.unwrap();
+        let _: () = raw(&url)
+            .await
+            .set("redquorum:epoch", "seed:1000000")
+            .await
+            .unwrap();
     }
     let client = client(&cluster)
         .quarantine(true)
@@ -207,9 +223,16 @@ async fn downgrade_keeps_deadline_and_token_and_lets_readers_in() {
     assert_eq!(r.mode(), LeaseMode::Read);
     assert_eq!(r.deadline(), deadline);
     assert_eq!(r.fencing_token(), Some(token));
-    assert!(handle.is_lost(), "the write lease's handles follow it, not the read lease");
+    assert!(
+        handle.is_lost(),
+        "the write lease's handles follow it, not the read lease"
+    );
     for server in cluster.servers() {
-        assert_eq!(value_on(server, &name).await, None, "the writer key is gone");
+        assert_eq!(
+            value_on(server, &name).await,
+            None,
+            "the writer key is gone"
+        );
         assert_eq!(value_on(server, r.key()).await.as_deref(), Some(r.value()));
     }
     // Readers share it now; writers still wait. Tokens keep rising across modes.
@@ -226,11 +249,17 @@ async fn downgrade_keeps_deadline_and_token_and_lets_readers_in() {
     let later = other.fencing_token().unwrap();
     r.release().await.unwrap();
     for server in cluster.servers() {
-        assert_eq!(value_on(server, other.key()).await.as_deref(), Some(other.value()));
+        assert_eq!(
+            value_on(server, other.key()).await.as_deref(),
+            Some(other.value())
+        );
     }
     other.release().await.unwrap();
     let w = lock.write_with(&once()).await.unwrap();
-    assert!(w.fencing_token().unwrap() > later, "a writer after a reader has a later token");
+    assert!(
+        w.fencing_token().unwrap() > later,
+        "a writer after a reader has a later token"
+    );
     w.release().await.unwrap();
 }
 
@@ -247,7 +276,10 @@ async fn downgrading_a_read_or_mutex_lease_is_refused_and_releases_nothing() {
     assert!(err.to_string().contains("only a write lease"), "{err}");
     assert!(err.to_string().contains("nothing was released"), "{err}");
     client.shutdown().await;
-    assert!(held_everywhere_any(&cluster, &key).await, "the read lease was released");
+    assert!(
+        held_everywhere_any(&cluster, &key).await,
+        "the read lease was released"
+    );
     let mutex = client.acquire(&unique_key("mutex")).await.unwrap();
     let mkey = mutex.key().to_owned();
     let err = mutex.downgrade().await.unwrap_err();
@@ -288,7 +320,10 @@ async fn a_mutex_and_a_rwlock_on_one_name_refuse_each_other() {
     let other = unique_key("kinds");
     let mutex = client.acquire(&other).await.unwrap();
     let lock = stranger.rwlock(&other);
-    for attempt in [lock.read_with(&once()).await, lock.write_with(&once()).await] {
+    for attempt in [
+        lock.read_with(&once()).await,
+        lock.write_with(&once()).await,
+    ] {
         let err = attempt.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
     }
@@ -334,7 +369,12 @@ async fn a_dropped_writer_clears_its_intent() {
         let exists: bool = raw(&url).await.exists(&intent).await.unwrap();
         assert!(!exists, "the dropped writer's intent is still there");
     }
-    lock.read_with(&once()).await.unwrap().release().await.unwrap();
+    lock.read_with(&once())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     reader.release().await.unwrap();
 }
 
@@ -363,7 +403,10 @@ async fn readers_are_capped_and_expired_readers_leave_the_index() {
     assert_eq!(members.len(), redquorum::limits::MAX_READERS);
     assert!(!members.contains(&gone.value().to_owned()));
     let index_ttl: i64 = conn.pttl(&index).await.unwrap();
-    assert!(index_ttl > 0, "the index lives no longer than its readers: {index_ttl}");
+    assert!(
+        index_ttl > 0,
+        "the index lives no longer than its readers: {index_ttl}"
+    );
     drop(gone);
     drop(next);
     client.shutdown().await;
@@ -382,7 +425,10 @@ async fn an_extended_reader_keeps_writers_out() {
     let index = format!("redquorum:rw:{name}:readers");
     for url in cluster.urls() {
         let pttl: i64 = raw(&url).await.pttl(&index).await.unwrap();
-        assert!(pttl > 2000, "the index expires before its reader: {pttl} ms");
+        assert!(
+            pttl > 2000,
+            "the index expires before its reader: {pttl} ms"
+        );
     }
     // Even with the index lost, an extension puts the reader back in it.
     for url in cluster.urls() {
@@ -411,7 +457,10 @@ async fn the_client_refuses_an_upgrade_and_its_own_second_writer() {
         let b = lock.read_with(&once()).await.unwrap();
         let started = Instant::now();
         let err = lock.write().await.unwrap_err();
-        assert!(started.elapsed() < Duration::from_millis(100), "the upgrade waited");
+        assert!(
+            started.elapsed() < Duration::from_millis(100),
+            "the upgrade waited"
+        );
         assert_eq!(err.kind(), ErrorKind::AlreadyHeld, "{err}");
         assert!(!err.is_retryable());
         assert!(err.to_string().contains("upgrading a read lock"), "{err}");
@@ -427,8 +476,18 @@ async fn the_client_refuses_an_upgrade_and_its_own_second_writer() {
         let r = w.downgrade().await.unwrap();
         let err = lock.write_with(&once()).await.unwrap_err();
         assert!(err.to_string().contains("upgrading a read lock"), "{err}");
-        lock.read_with(&once()).await.unwrap().release().await.unwrap();
+        lock.read_with(&once())
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
         r.release().await.unwrap();
-        lock.write_with(&once()).await.unwrap().release().await.unwrap();
+        lock.write_with(&once())
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
     }
 }

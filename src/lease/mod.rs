@@ -447,8 +447,12 @@ impl LeaseShared {
         if round.decision != Decision::Reached || valid.is_none() {
             release_both();
             let detail = match round.decision {
-                Decision::Reached => "a quorum converted the write lease too late to leave any validity",
-                _ => "no quorum converted the write lease: it is lost, and released on every master",
+                Decision::Reached => {
+                    "a quorum converted the write lease too late to leave any validity"
+                }
+                _ => {
+                    "no quorum converted the write lease: it is lost, and released on every master"
+                }
             };
             return Err(Error::new(ErrorKind::LeaseLost, resource)
                 .with_detail(detail)
@@ -981,7 +985,11 @@ impl Lease {
                     "only a write lease of a read-write lock can be downgraded, and this is \
                      a{} {} lease; nothing was released: it stays held until its TTL runs out \
                      (check LeaseHandle::mode first, and release a lease you do not downgrade)",
-                    if shared.mode == LeaseMode::Exclusive { "n" } else { "" },
+                    if shared.mode == LeaseMode::Exclusive {
+                        "n"
+                    } else {
+                        ""
+                    },
                     shared.mode
                 )),
             );

@@ -39,8 +39,7 @@ pub(crate) static RW_EXTEND_READ: LazyLock<Script> =
 const RW_EXTEND_READ_LUA: &str = include_str!("rw_extend_read.lua");
 
 /// Turns a write lease into a read lease; see `rw_downgrade.lua`.
-pub(crate) static RW_DOWNGRADE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(RW_DOWNGRADE_LUA));
+pub(crate) static RW_DOWNGRADE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_DOWNGRADE_LUA));
 const RW_DOWNGRADE_LUA: &str = include_str!("rw_downgrade.lua");
 
 /// Reads (or starts) the data epoch, run with `EVAL` while connecting; see `epoch.lua`.

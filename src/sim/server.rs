@@ -859,7 +859,10 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             let prefix = scripts::reader_prefix(key);
             let readers: Vec<Arc<str>> = data
                 .locks
-                .range::<str, _>((std::ops::Bound::Included(prefix.as_str()), std::ops::Bound::Unbounded))
+                .range::<str, _>((
+                    std::ops::Bound::Included(prefix.as_str()),
+                    std::ops::Bound::Unbounded,
+                ))
                 .take_while(|(k, _)| k.starts_with(&prefix))
                 .map(|(k, _)| Arc::clone(k))
                 .collect();

@@ -165,8 +165,7 @@ pub fn overlaps(history: &[Event]) -> Vec<Overlap> {
             if latest.is_none_or(|prev| s.end_or_open() > prev.end_or_open()) {
                 latest = Some(s);
             }
-            if !read && latest_exclusive.is_none_or(|prev| s.end_or_open() > prev.end_or_open())
-            {
+            if !read && latest_exclusive.is_none_or(|prev| s.end_or_open() > prev.end_or_open()) {
                 latest_exclusive = Some(s);
             }
         }
@@ -770,6 +769,10 @@ mod tests {
         ];
         let found = overlaps(&reader_inside);
         assert_eq!(found.len(), 2, "{found:?}");
-        assert!(found.iter().any(|o| o.later == ("b".to_owned(), 1) && o.earlier == ("w".to_owned(), 1)));
+        assert!(
+            found
+                .iter()
+                .any(|o| o.later == ("b".to_owned(), 1) && o.earlier == ("w".to_owned(), 1))
+        );
     }
 }

@@ -19,7 +19,13 @@ use crate::history::Recorder;
 
 /// One rw client until stopped: a read (3 in 5) or a write lease, its section, sometimes a
 /// downgrade and a read section after it, release.
-async fn rw_worker(client: Redlock, mut rec: Recorder, store_url: String, stop: Arc<AtomicBool>, seed: u64) {
+async fn rw_worker(
+    client: Redlock,
+    mut rec: Recorder,
+    store_url: String,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) {
     let mut rng = Rng::new(seed);
     let mut store = crate::support::raw(&store_url).await;
     let lock = client.rwlock(rec.resource());
@@ -29,7 +35,11 @@ async fn rw_worker(client: Redlock, mut rec: Recorder, store_url: String, stop: 
         }
         let write = rng.below(5) < 2;
         rec.acq_start();
-        let acquired = if write { lock.write().await } else { lock.read().await };
+        let acquired = if write {
+            lock.write().await
+        } else {
+            lock.read().await
+        };
         let lease = match acquired {
             Ok(lease) => lease,
             Err(e) => {
@@ -40,7 +50,14 @@ async fn rw_worker(client: Redlock, mut rec: Recorder, store_url: String, stop: 
         };
         if write {
             rec.acq_ok_mode(&lease, "write");
-            critical_section(&mut rec, &lease, &mut store, Cs::Short(Duration::from_millis(10)), &mut rng).await;
+            critical_section(
+                &mut rec,
+                &lease,
+                &mut store,
+                Cs::Short(Duration::from_millis(10)),
+                &mut rng,
+            )
+            .await;
             if rng.below(4) == 0 {
                 match lease.downgrade().await {
                     Ok(read) => {
@@ -64,7 +81,11 @@ async fn rw_worker(client: Redlock, mut rec: Recorder, store_url: String, stop: 
 
 /// A read section: a fenced read when the lease has a token (so the register knows the
 /// reader's token), a short wait, no write.
-async fn read_section(rec: &mut Recorder, store: &mut redis::aio::MultiplexedConnection, rng: &mut Rng) {
+async fn read_section(
+    rec: &mut Recorder,
+    store: &mut redis::aio::MultiplexedConnection,
+    rng: &mut Rng,
+) {
     rec.cs_start();
     let _ = fenced_read(rec, store).await;
     sleep(rng.between(Duration::ZERO, Duration::from_millis(15))).await;
@@ -77,9 +98,17 @@ fn spawn_rw(env: &mut Env, k: usize, client: impl Fn(usize) -> Redlock) -> Worke
     let resource = env.resource(0);
     let mut tasks = Vec::new();
     for i in 0..k {
-        let rec = env.history.recorder(format!("{}-rw{i}", env.setup.code), resource.clone());
+        let rec = env
+            .history
+            .recorder(format!("{}-rw{i}", env.setup.code), resource.clone());
         let seed = env.rng.next_u64();
-        tasks.push(tokio::spawn(rw_worker(client(i), rec, env.store.url(), Arc::clone(&stop), seed)));
+        tasks.push(tokio::spawn(rw_worker(
+            client(i),
+            rec,
+            env.store.url(),
+            Arc::clone(&stop),
+            seed,
+        )));
     }
     Workers::from_parts(stop, tasks)
 }
@@ -88,8 +117,13 @@ fn spawn_rw(env: &mut Env, k: usize, client: impl Fn(usize) -> Redlock) -> Worke
 /// quarantine) while one master of a minority is killed and restarted empty, then another
 /// stopped and continued.
 pub async fn rw1(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
-    let setup = Setup::new("RW1", "rwlock: kill, restart, pause a minority [RSV+F]", expect, n)
-        .persistence(Persistence::AofAlways);
+    let setup = Setup::new(
+        "RW1",
+        "rwlock: kill, restart, pause a minority [RSV+F]",
+        expect,
+        n,
+    )
+    .persistence(Persistence::AofAlways);
     let mut env = Env::start(setup).await;
     seed_epochs(&env.cluster).await;
     let urls = env.urls();
@@ -103,7 +137,11 @@ pub async fn rw1(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
     for &i in &victims {
         env.cluster.server_mut(i).kill().unwrap();
     }
-    sleep(env.rng.between(Duration::from_millis(100), Duration::from_millis(400))).await;
+    sleep(
+        env.rng
+            .between(Duration::from_millis(100), Duration::from_millis(400)),
+    )
+    .await;
     for &i in &victims {
         env.cluster.server_mut(i).restart(false).await.unwrap();
     }
@@ -111,11 +149,17 @@ pub async fn rw1(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
     for &i in &paused {
         env.cluster.server_mut(i).pause().unwrap();
     }
-    sleep(env.rng.between(Duration::from_millis(100), Duration::from_millis(400))).await;
+    sleep(
+        env.rng
+            .between(Duration::from_millis(100), Duration::from_millis(400)),
+    )
+    .await;
     for &i in &paused {
         env.cluster.server_mut(i).resume().unwrap();
     }
-    env.note(format!("killed and restarted empty {victims:?}, paused {paused:?}"));
+    env.note(format!(
+        "killed and restarted empty {victims:?}, paused {paused:?}"
+    ));
     env.mark_heal();
     sleep(phase().saturating_sub(at).max(Duration::from_millis(800))).await;
     env.finish(workers, Checks::default()).await
@@ -145,7 +189,10 @@ pub async fn rw2(n: usize, expect: Expect, guards: Guards) -> Outcome {
     let ttl = Duration::from_millis(600);
     let builder = || {
         build(
-            guards.apply(client_over(urls.clone()).ttl(ttl).wait_timeout(ttl * 3), ttl),
+            guards.apply(
+                client_over(urls.clone()).ttl(ttl).wait_timeout(ttl * 3),
+                ttl,
+            ),
             None,
         )
     };
@@ -197,15 +244,25 @@ pub async fn rw2(n: usize, expect: Expect, guards: Guards) -> Outcome {
 }
 
 /// A read (`write` false) or write lease of `resource`.
-async fn reader_or_writer(client: &Redlock, resource: &str, write: bool) -> Result<redquorum::Lease, redquorum::Error> {
+async fn reader_or_writer(
+    client: &Redlock,
+    resource: &str,
+    write: bool,
+) -> Result<redquorum::Lease, redquorum::Error> {
     let lock = client.rwlock(resource);
     let options = AcquireOptions::new().watchdog(false);
-    if write { lock.write_with(&options).await } else { lock.read_with(&options).await }
+    if write {
+        lock.write_with(&options).await
+    } else {
+        lock.read_with(&options).await
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rw2_writer_frozen_past_its_ttl_n3() {
-    rw2(3, Expect::Detect(Checker::Overlap), Guards::BR).await.check();
+    rw2(3, Expect::Detect(Checker::Overlap), Guards::BR)
+        .await
+        .check();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -221,13 +278,27 @@ const WRITER_BOUND: Duration = Duration::from_millis(1_000);
 /// overlap); a writer that starts among them must get in within `WRITER_BOUND`, not
 /// when the stream stops. The stream lasts at least 2.5 s.
 pub async fn rw3(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
-    let setup = Setup::new("RW3", "rwlock: a writer behind a stream of readers", expect, n);
+    let setup = Setup::new(
+        "RW3",
+        "rwlock: a writer behind a stream of readers",
+        expect,
+        n,
+    );
     let mut env = Env::start(setup).await;
     let resource = env.resource(0);
     let urls = env.urls();
     let hold = Duration::from_millis(150);
     let stream = phase().max(Duration::from_millis(2500));
-    let clients: Vec<Redlock> = (0..3).map(|_| build(client_over(urls.clone()).retry_attempts(10_000).wait_timeout(stream * 2), mutant)).collect();
+    let clients: Vec<Redlock> = (0..3)
+        .map(|_| {
+            build(
+                client_over(urls.clone())
+                    .retry_attempts(10_000)
+                    .wait_timeout(stream * 2),
+                mutant,
+            )
+        })
+        .collect();
     let writer = build(
         client_over(urls.clone())
             .retry_attempts(10_000)
@@ -292,7 +363,10 @@ pub async fn rw3(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
     };
     match waited {
         Some(w) if w <= WRITER_BOUND => {
-            env.note(format!("the writer got in after {} ms among {i} readers", w.as_millis()));
+            env.note(format!(
+                "the writer got in after {} ms among {i} readers",
+                w.as_millis()
+            ));
         }
         Some(w) => env.starved(format!(
             "the writer waited {} ms behind readers (bound {} ms)",
@@ -301,7 +375,8 @@ pub async fn rw3(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
         )),
         None => env.starved("the writer never got in"),
     }
-    env.finish(Workers::from_parts(stop, tasks), Checks::default()).await
+    env.finish(Workers::from_parts(stop, tasks), Checks::default())
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -52,14 +52,22 @@ fn rw_violation(records: &[RwRecord]) -> Option<String> {
             let (Some(ta), Some(tb)) = (a.lease.token, b.lease.token) else {
                 continue;
             };
-            if a.lease.id == b.lease.id || b.from == Some(a.lease.id) || a.from == Some(b.lease.id) {
+            if a.lease.id == b.lease.id || b.from == Some(a.lease.id) || a.from == Some(b.lease.id)
+            {
                 continue;
             }
             if ta == tb {
-                return Some(format!("leases {} and {} share token {ta}", a.lease.id, b.lease.id));
+                return Some(format!(
+                    "leases {} and {} share token {ta}",
+                    a.lease.id, b.lease.id
+                ));
             }
             // Downgraded leases keep their write lease's token and times.
-            if a.from.is_none() && b.from.is_none() && a.lease.acquired < b.lease.attempt_start && tb < ta {
+            if a.from.is_none()
+                && b.from.is_none()
+                && a.lease.acquired < b.lease.attempt_start
+                && tb < ta
+            {
                 return Some(format!(
                     "lease {} (token {tb}) began after lease {} (token {ta}) was acquired",
                     b.lease.id, a.lease.id
@@ -127,8 +135,9 @@ fn rw_schedule(seed: u64, faults: RwFaults, planted: bool) -> (usize, Vec<RwReco
         .expect("a current-thread runtime");
     let records = runtime.block_on(async move {
         let clock = Clock::start();
-        let servers: Vec<Arc<SimServer>> =
-            (0..n).map(|m| Arc::new(SimServer::new(m, true, clock))).collect();
+        let servers: Vec<Arc<SimServer>> = (0..n)
+            .map(|m| Arc::new(SimServer::new(m, true, clock)))
+            .collect();
         if planted {
             for server in &servers {
                 server.plant_reader_ignores_writer();
@@ -149,7 +158,14 @@ fn rw_schedule(seed: u64, faults: RwFaults, planted: bool) -> (usize, Vec<RwReco
                 &sends,
             );
             let rng = StdRng::seed_from_u64(rng.random());
-            tasks.push(tokio::spawn(rw_client(client, c, rng, Arc::clone(&book), (clock, horizon, ttl), faults.client_pause)));
+            tasks.push(tokio::spawn(rw_client(
+                client,
+                c,
+                rng,
+                Arc::clone(&book),
+                (clock, horizon, ttl),
+                faults.client_pause,
+            )));
         }
         let mut fault_rng = StdRng::seed_from_u64(rng.random());
         let outage_servers = servers.clone();
@@ -157,7 +173,9 @@ fn rw_schedule(seed: u64, faults: RwFaults, planted: bool) -> (usize, Vec<RwReco
             let minority = (n - 1) / 2;
             for _ in 0..faults.outages {
                 tokio::time::sleep(ttl.mul_f64(fault_rng.random_range(0.5..2.0))).await;
-                let down: Vec<usize> = (0..minority).map(|_| fault_rng.random_range(0..n)).collect();
+                let down: Vec<usize> = (0..minority)
+                    .map(|_| fault_rng.random_range(0..n))
+                    .collect();
                 let crash = fault_rng.random_bool(0.5);
                 for &m in &down {
                     if crash {
@@ -211,13 +229,21 @@ async fn rw_client(
         let write = rng.random_bool(0.4);
         let options = AcquireOptions::new().wait_timeout(ttl * 3);
         let started = tokio::time::Instant::now();
-        let acquired = if write { lock.write_with(&options).await } else { lock.read_with(&options).await };
+        let acquired = if write {
+            lock.write_with(&options).await
+        } else {
+            lock.read_with(&options).await
+        };
         let Ok(first) = acquired else {
             continue;
         };
         assert_eq!(
             first.mode(),
-            if write { LeaseMode::Write } else { LeaseMode::Read }
+            if write {
+                LeaseMode::Write
+            } else {
+                LeaseMode::Read
+            }
         );
         let record = |lease: &crate::Lease, from: Option<usize>, attempt, write| RwRecord {
             lease: LeaseRecord::new(
@@ -288,7 +314,10 @@ fn rw_hold(test: &str, share: Share, faults: RwFaults) {
                     && records[i + 1..].iter().any(|b| {
                         !b.write
                             && a.lease.validity().iter().any(|&(af, at)| {
-                                b.lease.validity().iter().any(|&(bf, bt)| af < bt && bf < at)
+                                b.lease
+                                    .validity()
+                                    .iter()
+                                    .any(|&(bf, bt)| af < bt && bf < at)
                             })
                     })
             })
@@ -300,7 +329,10 @@ fn rw_hold(test: &str, share: Share, faults: RwFaults) {
         seeds.len()
     );
     // The dangerous situations are reached: readers overlap, writers and downgrades occur.
-    assert!(writes > 0 && downgrades > 0 && overlapping > 0, "{test}: too calm");
+    assert!(
+        writes > 0 && downgrades > 0 && overlapping > 0,
+        "{test}: too calm"
+    );
 }
 
 /// Mixed readers and writers, extending and downgrading, while a minority of masters
@@ -327,7 +359,10 @@ fn the_rw_checker_finds_a_writer_overlapping_a_reader() {
             id,
             id,
             0,
-            (Duration::from_millis(from_ms), Duration::from_millis(from_ms)),
+            (
+                Duration::from_millis(from_ms),
+                Duration::from_millis(from_ms),
+            ),
             Duration::from_millis(to_ms),
             Some(token),
         );
@@ -439,7 +474,9 @@ fn starved(mutant: Option<Mutant>, seed: u64) -> Option<String> {
         .expect("a current-thread runtime");
     match runtime.block_on(writer_behind_readers(mutant, seed)) {
         Some(waited) if waited <= STARVATION_BOUND => None,
-        Some(waited) => Some(format!("the writer waited {waited:?}, beyond {STARVATION_BOUND:?}")),
+        Some(waited) => Some(format!(
+            "the writer waited {waited:?}, beyond {STARVATION_BOUND:?}"
+        )),
         None => Some("the writer never got in".to_owned()),
     }
 }
@@ -449,7 +486,13 @@ fn starved(mutant: Option<Mutant>, seed: u64) -> Option<String> {
 #[test]
 fn a_writer_behind_a_stream_of_readers_gets_in_within_its_bound() {
     let test = "rwlock::a_writer_behind_a_stream_of_readers_gets_in_within_its_bound";
-    let (seeds, _) = hold_seeds(test, Share { fixed: 4, rotating: 2 });
+    let (seeds, _) = hold_seeds(
+        test,
+        Share {
+            fixed: 4,
+            rotating: 2,
+        },
+    );
     for seed in seeds {
         if let Some(why) = starved(None, seed) {
             panic!("{test}: {why}\n{}", replay(test, seed));
@@ -466,7 +509,10 @@ fn reader_ignoring_intent_is_caught() {
     let test = "rwlock::reader_ignoring_intent_is_caught";
     for seed in detect_seeds(4) {
         if let Some(why) = starved(Some(Mutant::ReaderIgnoresIntent), seed) {
-            eprintln!("{test}: found at seed {seed}: {why}\n{}", replay(test, seed));
+            eprintln!(
+                "{test}: found at seed {seed}: {why}\n{}",
+                replay(test, seed)
+            );
             return;
         }
     }

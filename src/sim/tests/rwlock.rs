@@ -195,8 +195,7 @@ fn rw_schedule(seed: u64, faults: RwFaults, planted: bool) -> (usize, Vec<RwReco
             task.await.unwrap();
         }
         outages.await.unwrap();
-        let records = book.lock().unwrap().clone();
-        records
+        book.lock().unwrap().clone()
     });
     (n, records)
 }

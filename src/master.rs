@@ -1180,7 +1180,7 @@ async fn run(
             .await?;
             match code {
                 1 | 0 => {}
-                -3 => return Err(wrong_kind(detail.as_deref())),
+                -3 => return Err(wrong_kind_for_rwlock(detail.as_deref())),
                 other => return Err(unexpected("acquire", other)),
             }
             Ok(Reply::Checked {
@@ -1493,12 +1493,29 @@ fn refused_again() -> MasterError {
 
 /// The error of a lock script that found another kind of lock under the name.
 fn wrong_kind(found: Option<&str>) -> MasterError {
+    let found = match found {
+        Some("rwlock") => Some("read-write lock"),
+        other => other,
+    };
     MasterError::new(
         MasterErrorKind::WrongKind,
         format!(
             "the name holds a {} here, not a lock: use another name",
             found.unwrap_or("value of another kind")
         ),
+    )
+}
+
+/// The error of `rw_acquire.lua` finding another kind of lock under the name.
+fn wrong_kind_for_rwlock(found: Option<&str>) -> MasterError {
+    let found = match found {
+        Some("lock") => "mutex (a lock taken with acquire)",
+        Some(other) => other,
+        None => "value of another kind",
+    };
+    MasterError::new(
+        MasterErrorKind::WrongKind,
+        format!("the name holds a {found} here, not a read-write lock: use another name"),
     )
 }
 

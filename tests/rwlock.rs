@@ -311,6 +311,7 @@ async fn a_mutex_and_a_rwlock_on_one_name_refuse_each_other() {
     let err = stranger.try_acquire(&name).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
     assert!(!err.is_retryable());
+    assert!(err.to_string().contains("holds a read-write lock"), "{err}");
     read.release().await.unwrap();
     let w = client.rwlock(&name).write().await.unwrap();
     let err = stranger.try_acquire(&name).await.unwrap_err();
@@ -326,6 +327,7 @@ async fn a_mutex_and_a_rwlock_on_one_name_refuse_each_other() {
     ] {
         let err = attempt.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
+        assert!(err.to_string().contains("not a read-write lock"), "{err}");
     }
     mutex.release().await.unwrap();
 }

@@ -237,7 +237,7 @@ async fn run(args: Args) -> Outcome<()> {
     let svg = args.out.join("nodes.svg");
     plot::draw(&svg, &machine, &results).map_err(|e| format!("drawing {}: {e}", svg.display()))?;
     println!(
-        "wrote nodes.txt, tables.md, nodes.csv, reenter.txt, nodes.json and nodes.svg to {}",
+        "wrote nodes.txt, tables.md, nodes.csv, reenter.txt, rwlock.txt, nodes.json and nodes.svg to {}",
         args.out.display()
     );
     Ok(())

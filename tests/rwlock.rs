@@ -493,3 +493,53 @@ async fn the_client_refuses_an_upgrade_and_its_own_second_writer() {
             .unwrap();
     }
 }
+
+/// A downgrade that no quorum confirms loses the lease and releases both its forms: the
+/// writer key where it still was, the reader key where the master converted it.
+#[tokio::test]
+async fn a_failed_downgrade_loses_the_lease_and_releases_both_forms() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let name = unique_key("downfail");
+    let w = client.rwlock(&name).write().await.unwrap();
+    let reader = format!("redquorum:rw:{name}:reader:{}", w.value());
+    // Two masters lose the writer key (as after an operator's delete).
+    for url in &cluster.urls()[..2] {
+        let _: () = raw(url).await.del(&name).await.unwrap();
+    }
+    let handle = w.handle();
+    let err = w.downgrade().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
+    assert!(err.to_string().contains("no quorum converted"), "{err}");
+    assert!(handle.is_lost());
+    client.shutdown().await;
+    for server in cluster.servers() {
+        assert_eq!(value_on(server, &name).await, None);
+        assert_eq!(value_on(server, &reader).await, None);
+    }
+    // The lock is free again, for this client too.
+    client
+        .rwlock(&name)
+        .write()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+/// The handle and its futures can move between tasks.
+#[test]
+fn the_handle_and_its_futures_are_send() {
+    fn send<T: Send>(_: &T) {}
+    fn shared<T: Send + Sync + Clone + std::fmt::Debug + 'static>() {}
+    shared::<redquorum::RwLock>();
+    let client = Redlock::builder()
+        .masters(["redis://127.0.0.1:1"])
+        .build()
+        .unwrap();
+    let lock = client.rwlock("x");
+    send(&lock.read());
+    send(&lock.write());
+    send(&lock.with_read(&AcquireOptions::new(), |_| async {}));
+}

@@ -543,3 +543,59 @@ fn the_handle_and_its_futures_are_send() {
     send(&lock.write());
     send(&lock.with_read(&AcquireOptions::new(), |_| async {}));
 }
+
+/// Cancel safety: read and write futures dropped after each of their polls leave no
+/// writer key, reader key or intent once the client's background work is done (the
+/// index, if left, has an expiry).
+#[tokio::test]
+async fn acquire_futures_dropped_after_each_poll_leave_nothing_behind() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let name = unique_key("dropped-polls");
+    // A reader of another client holds the lock, so writers wait (and set their intent).
+    let holder = super_client(&cluster);
+    let held = holder.rwlock(&name).read().await.unwrap();
+    for k in 0..10 {
+        for write in [false, true] {
+            let lock = client.rwlock(&name);
+            let mut fut: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>> = if write {
+                Box::pin(async move { lock.write().await })
+            } else {
+                Box::pin(async move { lock.read().await })
+            };
+            for _ in 0..k {
+                if futures::poll!(&mut fut).is_ready() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            drop(fut);
+        }
+    }
+    client.shutdown().await;
+    for url in cluster.urls() {
+        let mut conn = raw(&url).await;
+        let readers: Vec<String> = conn
+            .keys(format!("redquorum:rw:{name}:reader:*"))
+            .await
+            .unwrap();
+        assert_eq!(
+            readers,
+            vec![held.key().to_owned()],
+            "only the holder reads"
+        );
+        let intent: bool = conn
+            .exists(format!("redquorum:rw:{name}:intent"))
+            .await
+            .unwrap();
+        assert!(!intent, "a dropped writer's intent is left");
+        let writer: bool = conn.exists(&name).await.unwrap();
+        assert!(!writer, "a dropped writer's key is left");
+        let index_ttl: i64 = conn
+            .pttl(format!("redquorum:rw:{name}:readers"))
+            .await
+            .unwrap();
+        assert!(index_ttl > 0, "{index_ttl}");
+    }
+    held.release().await.unwrap();
+}

@@ -25,6 +25,8 @@
 //! - **contended**: several clients taking turns on one resource (see [`Waiting`]);
 //! - at N = 5, the **semaphore**'s acquire and release of 1 and 2 permits beside the
 //!   lock's (`semaphore.rs`, printed after the table);
+//! - at N = 5, with uncontended: the **read-write lock**'s read and write acquire and
+//!   release beside the mutex's, printed and written to `rwlock.txt`;
 //! - at N = 5, with uncontended: **re-entry** (`Lease::reenter`, no round trip) beside
 //!   acquire, printed and written to `reenter.txt`;
 //!
@@ -70,6 +72,8 @@ mod plot;
 mod reenter;
 #[path = "nodes/report.rs"]
 mod report;
+#[path = "nodes/rwlock.rs"]
+mod rwlock;
 #[path = "nodes/semaphore.rs"]
 mod semaphore;
 #[path = "nodes/targets.rs"]
@@ -145,6 +149,8 @@ async fn run(args: Args) -> Outcome<()> {
             + usize::from(degraded_n.is_some())
             + usize::from(family_n.is_some()),
     );
+    // The read-write lock beside the mutex, at N = 5 (docs/design.md §16).
+    let mut rw: Vec<String> = Vec::new();
     let mut results = Results::default();
     let mut family = String::new();
     // Re-entry beside acquire, at N = 5 (docs/design.md §14).
@@ -167,6 +173,9 @@ async fn run(args: Args) -> Outcome<()> {
             uncontended::run(&budget, n, &raw, &client, &mut results, &progress).await?;
             if n == 5 {
                 family.push_str(&semaphore::run(&client, n, budget.samples).await?);
+                let line = rwlock::run(&budget, n, &client).await?;
+                println!("{line}");
+                rw.push(line);
                 let line = reenter::run(&budget, n, &client).await?;
                 println!("{line}");
                 reentry.push(line);
@@ -240,6 +249,7 @@ async fn run(args: Args) -> Outcome<()> {
         ("nodes.txt", table.clone()),
         ("tables.md", tables),
         ("nodes.csv", report::csv(&results)),
+        ("rwlock.txt", rw.join("\n")),
         ("reenter.txt", reentry.join("\n")),
         (
             "nodes.json",
@@ -252,7 +262,7 @@ async fn run(args: Args) -> Outcome<()> {
     let svg = args.out.join("nodes.svg");
     plot::draw(&svg, &machine, &results).map_err(|e| format!("drawing {}: {e}", svg.display()))?;
     println!(
-        "wrote nodes.txt, tables.md, nodes.csv, reenter.txt, nodes.json and nodes.svg to {}",
+        "wrote nodes.txt, tables.md, nodes.csv, reenter.txt, rwlock.txt, nodes.json and nodes.svg to {}",
         args.out.display()
     );
     Ok(())

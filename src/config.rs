@@ -91,6 +91,11 @@ pub mod limits {
     ///
     /// [`Builder::tls_ca_file`]: crate::Builder::tls_ca_file
     pub const MAX_PEM_FILE_LEN: u64 = 4 * 1024 * 1024;
+
+    /// The most readers one read-write lock admits at once on a master: 64. A reader
+    /// beyond them waits as it would for a writer. The writer's script visits every
+    /// reader of the lock, so the bound keeps it short (docs/design.md §16).
+    pub const MAX_READERS: usize = 64;
 }
 
 pub(crate) use limits::{

@@ -21,7 +21,6 @@ pub(crate) enum HeldMode {
     /// key, a read-write lock held for writing.
     Exclusive,
     /// Beside other shared holders of this client: a read-write lock held for reading.
-    #[allow(dead_code, reason = "only read leases hold keys shared")]
     Shared,
 }
 

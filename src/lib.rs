@@ -36,6 +36,9 @@
 //!   lease's [`FencingToken`] ([`fenced_set`] for Redis-backed data; a
 //!   `WHERE fence <= $token` condition in SQL). Tokens count only durable masters
 //!   (`appendonly yes`, `appendfsync always`).
+//! - **Many readers or one writer**: [`Redlock::rwlock`] gives an [`RwLock`] whose read
+//!   leases are shared and whose write lease is exclusive, both on a quorum of masters;
+//!   a waiting writer is not starved by a stream of readers.
 //!
 //! # Guarantees, and what they rest on
 //! Two clients never hold valid leases on the same resource at once, provided that
@@ -127,6 +130,7 @@ mod mutants;
 mod operate;
 mod quarantine;
 mod quorum;
+mod rwlock;
 mod scripts;
 mod semaphore;
 #[cfg(test)]
@@ -151,6 +155,7 @@ pub use lock::{AcquireOptions, Redlock};
 #[cfg(feature = "mutants")]
 pub use mutants::Mutant;
 pub use operate::{Holding, Inspection, MasterView, OwnerInfo, UnlockReport, Verdict};
+pub use rwlock::RwLock;
 pub use semaphore::Semaphore;
 
 /// The README's examples, compiled as doc tests.

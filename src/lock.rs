@@ -25,7 +25,7 @@ use crate::guard::Guarded;
 use crate::health::{self, HealthReport};
 use crate::held::{Held, HeldMode};
 use crate::lease::{Lease, LeaseHandle, LeaseKey, LeaseMode, LeaseParams, Watchdog, list_name};
-use crate::master::{FenceRead, Master, Op, RedisMaster, Reply};
+use crate::master::{FenceRead, Master, Op, RedisMaster, Reply, RwMode};
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
 use crate::quorum::{self, Decision};
@@ -487,8 +487,20 @@ impl Redlock {
         resource: &str,
         options: &AcquireOptions,
     ) -> Result<Lease, Error> {
+        self.acquire_shaped(resource, options, Shape::Mutex).await
+    }
+
+    /// Acquires `resource` as `shape` says: the body of every acquire call.
+    pub(crate) async fn acquire_shaped(
+        &self,
+        resource: &str,
+        options: &AcquireOptions,
+        shape: Shape,
+    ) -> Result<Lease, Error> {
         let (started, mut rounds) = (telemetry::start(), 0);
-        let acquired = self.acquire_rounds(resource, options, &mut rounds).await;
+        let acquired = self
+            .acquire_rounds(resource, options, &shape, &mut rounds)
+            .await;
         telemetry::acquire_finished(&acquired, started, rounds);
         acquired
     }
@@ -498,12 +510,22 @@ impl Redlock {
         &self,
         resource: &str,
         options: &AcquireOptions,
+        shape: &Shape,
         rounds: &mut u32,
     ) -> Result<Lease, Error> {
         check_runtime(resource)?;
         check_resource(&self.inner.config.key_prefix, resource)?;
         let plan = self.plan(resource, options)?;
-        let target = Target::one(&self.inner.config, resource);
+        // A writer's intent (docs/design.md §16): one id for the whole call, refreshed by
+        // each attempt while readers hold the lock.
+        let shape = match shape {
+            Shape::Write { .. } => Shape::Write {
+                intent: random_value().into(),
+                intent_ttl: plan.ttl,
+            },
+            other => other.clone(),
+        };
+        let target = Target::one(&self.inner.config, resource, shape);
         self.acquire_target(&target, &plan, rounds).await
     }
 
@@ -517,10 +539,22 @@ impl Redlock {
     ) -> Result<Lease, Error> {
         let config = &self.inner.config;
         let keys: Vec<&str> = target.keys.iter().map(|(_, key)| &**key).collect();
-        // This client's own lease on a key: refused before any round trip (§14).
-        self.inner
-            .held
-            .check(&target.name, &keys, HeldMode::Exclusive)?;
+        // This client's own lease on a key: refused before any round trip (§14); a write
+        // acquire of a lock it reads is an upgrade, refused too (§16).
+        let held_mode = target.shape.held_mode();
+        self.inner.held.check(&target.name, &keys, held_mode)?;
+        // A writer's intent (docs/design.md §16), chosen once per call: cleared when the
+        // call ends without the lock (returned or dropped) so that readers need not wait
+        // for it to expire.
+        let intent_guard = match (&target.shape, target.keys.first()) {
+            (Shape::Write { intent, .. }, Some((_, key))) => Some(IntentGuard {
+                inner: Arc::clone(&self.inner),
+                key: Arc::clone(key),
+                intent: Arc::clone(intent),
+                armed: true,
+            }),
+            _ => None,
+        };
         let reused: Option<Arc<str>> = None;
         #[cfg(feature = "mutants")]
         let reused = reused.or_else(|| {
@@ -554,13 +588,16 @@ impl Redlock {
                 // would be waiting for ourselves.
                 self.inner
                     .held
-                    .check(&target.name, &keys, HeldMode::Exclusive)
+                    .check(&target.name, &keys, held_mode)
                     .map_err(|e| e.with_attempts(rounds - 1))?;
             }
             let value = reused.clone().unwrap_or_else(|| random_value().into());
             let started = Instant::now();
             let failed = match self.attempt(target, value, plan).await {
                 Ok(lease) => {
+                    if let Some(guard) = intent_guard {
+                        guard.disarm();
+                    }
                     if plan.watchdog {
                         lease.start_watchdog(Watchdog {
                             interval: config.extend_interval(plan.ttl),
@@ -629,6 +666,17 @@ impl Redlock {
                 let free = holder_wake(free, now, round, herd);
                 if free < wake_at {
                     wake_at = free;
+                    reason = Wake::Event;
+                }
+            }
+            // A waiting writer refreshes its intent well before it expires: each attempt
+            // sets it again where readers still hold the lock (docs/design.md §16).
+            if let Shape::Write { intent_ttl, .. } = &target.shape
+                && error.kind() == ErrorKind::Contended
+            {
+                let refresh = now + *intent_ttl / 3;
+                if refresh < wake_at {
+                    wake_at = refresh;
                     reason = Wake::Event;
                 }
             }
@@ -973,9 +1021,18 @@ impl Redlock {
         let config = &inner.config;
         let ttl = plan.ttl;
         let resource = &target.name;
+        let shape = &target.shape;
+        // The key that holds this attempt's value: a reader's own key, or the lock key.
+        let holding: Option<Arc<str>> = match (shape, &*target.keys) {
+            (Shape::Read, [(_, key)]) => Some(scripts::reader_key(key, &value).into()),
+            _ => None,
+        };
         let mut guard = AttemptGuard {
             inner: Arc::clone(inner),
-            keys: target.keys.iter().map(|(_, key)| Arc::clone(key)).collect(),
+            keys: match &holding {
+                Some(reader) => vec![Arc::clone(reader)],
+                None => target.keys.iter().map(|(_, key)| Arc::clone(key)).collect(),
+            },
             value: Arc::clone(&value),
             outcomes: None,
             armed: true,
@@ -989,15 +1046,31 @@ impl Redlock {
             (FenceRead::Read, true) => FenceRead::IncrementWhenGranted,
             (fence, _) => fence,
         };
-        let op = match &*target.keys {
-            [(_, key)] => Op::AcquireChecked {
+        let op = match (shape, &*target.keys) {
+            (Shape::Read | Shape::Write { .. }, [(_, key)]) => Op::RwAcquire {
+                key: Arc::clone(key),
+                value: Arc::clone(&value),
+                ttl,
+                fence,
+                owner: Arc::clone(&plan.owner),
+                mode: match shape {
+                    Shape::Write { intent, intent_ttl } => RwMode::Write {
+                        intent: Arc::clone(intent),
+                        intent_ttl: *intent_ttl,
+                    },
+                    _ => RwMode::Read,
+                },
+                #[cfg(feature = "mutants")]
+                ignore_intent: config.planted.is(Mutant::ReaderIgnoresIntent),
+            },
+            (_, [(_, key)]) => Op::AcquireChecked {
                 key: Arc::clone(key),
                 value: Arc::clone(&value),
                 ttl,
                 fence,
                 owner: Arc::clone(&plan.owner),
             },
-            keys => Op::AcquireMany {
+            (_, keys) => Op::AcquireMany {
                 keys: keys.iter().map(|(_, key)| Arc::clone(key)).collect(),
                 value: Arc::clone(&value),
                 ttl,
@@ -1073,8 +1146,10 @@ impl Redlock {
                         _ => round.fence_counters_of(i).max(),
                     };
                     let write_backs = keys.iter().enumerate().map(|(i, (resource, key))| {
+                        // A reader writes back through its own key; the counter is the
+                        // lock's (docs/design.md §16).
                         self.fence(
-                            key,
+                            (holding.as_ref().unwrap_or(key), key),
                             resource,
                             &value,
                             first(i).unwrap_or(0).saturating_add(1),
@@ -1113,25 +1188,34 @@ impl Redlock {
                     .iter()
                     .map(|(_, k)| Arc::clone(k))
                     .collect::<Vec<_>>(),
-                HeldMode::Exclusive,
+                shape.held_mode(),
             );
             let keys = target
                 .keys
                 .iter()
                 .zip(tokens)
                 .map(|((resource, key), token)| {
-                    LeaseKey::new(
+                    let lock = LeaseKey::new(
                         Arc::clone(resource),
                         Arc::clone(key),
                         token.map(FencingToken::new),
-                    )
+                    );
+                    // A read lease's key is its reader key; its release notice goes on the
+                    // lock's channel, where writers wait (docs/design.md §16).
+                    match &holding {
+                        Some(reader) => LeaseKey {
+                            key: Arc::clone(reader),
+                            ..lock
+                        },
+                        None => lock,
+                    }
                 })
                 .collect();
             return Ok(Lease::new(
                 Arc::clone(inner),
                 LeaseParams {
                     keys,
-                    mode: LeaseMode::Exclusive,
+                    mode: shape.mode(),
                     value,
                     ttl,
                     deadline,
@@ -1183,7 +1267,7 @@ impl Redlock {
     /// quorum accepted one, within the lease's validity.
     pub(crate) async fn fence(
         &self,
-        key: &Arc<str>,
+        (key, lock): (&Arc<str>, &Arc<str>),
         resource: &Arc<str>,
         value: &Arc<str>,
         mut token: u64,
@@ -1203,6 +1287,7 @@ impl Redlock {
                 break;
             }
             let op = Arc::new(Op::Fence {
+                counter: scripts::fence_key(lock).into(),
                 key: Arc::clone(key),
                 value: Arc::clone(value),
                 token,
@@ -1557,6 +1642,8 @@ struct Target {
     keys: Vec<(Arc<str>, Arc<str>)>,
     /// The name in errors and traces: the resource, or the resources joined.
     name: Arc<str>,
+    /// A mutex (one key or several), or a read-write lock in one mode (one key).
+    shape: Shape,
 }
 
 impl Target {
@@ -1594,16 +1681,21 @@ impl Target {
             ));
         }
         let name = list_name(&keys.iter().map(|(r, _)| &**r).collect::<Vec<_>>()).into();
-        Ok(Self { keys, name })
+        Ok(Self {
+            keys,
+            name,
+            shape: Shape::Mutex,
+        })
     }
 
-    /// The lock of `resource` alone.
-    fn one(config: &Config, resource: &str) -> Self {
+    /// The lock of `resource` alone, taken as `shape` says.
+    fn one(config: &Config, resource: &str, shape: Shape) -> Self {
         let key: Arc<str> = format!("{}{resource}", config.key_prefix).into();
         let resource: Arc<str> = resource.into();
         Self {
             keys: vec![(Arc::clone(&resource), key)],
             name: resource,
+            shape,
         }
     }
 
@@ -1629,6 +1721,77 @@ async fn notified(subscriptions: &mut [Subscription]) {
             let each = many.iter_mut().map(|s| Box::pin(s.notified()));
             let _ = futures::future::select_all(each).await;
         }
+    }
+}
+
+/// What an acquire call takes: a mutex, or a read-write lock in one mode
+/// (docs/design.md §16).
+#[derive(Debug, Clone)]
+pub(crate) enum Shape {
+    Mutex,
+    Read,
+    /// A writer; the intent's id and TTL are chosen per call by `acquire_rounds`.
+    Write {
+        intent: Arc<str>,
+        intent_ttl: Duration,
+    },
+}
+
+impl Shape {
+    /// A writer, its intent still to be chosen.
+    pub(crate) fn write() -> Self {
+        Shape::Write {
+            intent: "".into(),
+            intent_ttl: Duration::ZERO,
+        }
+    }
+
+    /// How a lease of this shape holds its lock's key in the client's registry.
+    fn held_mode(&self) -> HeldMode {
+        match self {
+            Shape::Read => HeldMode::Shared,
+            Shape::Mutex | Shape::Write { .. } => HeldMode::Exclusive,
+        }
+    }
+
+    fn mode(&self) -> LeaseMode {
+        match self {
+            Shape::Mutex => LeaseMode::Exclusive,
+            Shape::Read => LeaseMode::Read,
+            Shape::Write { .. } => LeaseMode::Write,
+        }
+    }
+}
+
+/// Clears a writer's intent in the background (compare-and-delete, publishing the release
+/// notice so that readers it held back wake) unless the call acquired the lock, whose
+/// grant cleared it already.
+struct IntentGuard {
+    inner: Arc<Inner>,
+    key: Arc<str>,
+    intent: Arc<str>,
+    armed: bool,
+}
+
+impl IntentGuard {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for IntentGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let intent: Arc<str> = scripts::intent_key(&self.key).into();
+        let channel: Arc<str> = scripts::release_channel(&self.key).into();
+        release_in_background(
+            &self.inner,
+            self.inner.masters.clone(),
+            &[(intent, channel)],
+            &self.intent,
+        );
     }
 }
 

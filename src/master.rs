@@ -85,6 +85,33 @@ pub(crate) enum Op {
         #[cfg(feature = "mutants")]
         recreate: bool,
     },
+    /// Acquires a read-write lock in `mode` (`rw_acquire.lua`), checking the cluster
+    /// record and reading the data epoch, the lock's fence counter and, when refused, how
+    /// long the holders that refused it live (docs/design.md §16). `key` is the writer key.
+    RwAcquire {
+        key: Arc<str>,
+        value: Arc<str>,
+        ttl: Duration,
+        fence: FenceRead,
+        owner: Arc<Owner>,
+        mode: RwMode,
+        /// `true` plants [`Mutant::ReaderIgnoresIntent`].
+        #[cfg(feature = "mutants")]
+        ignore_intent: bool,
+    },
+    /// Extends a read lease: compare-and-`PEXPIRE` of the reader key `key`, as `Extend`
+    /// does (answered as it is), keeping the reader index `index` alive at least as long
+    /// where it extended (`rw_extend_read.lua`).
+    ExtendRead {
+        key: Arc<str>,
+        index: Arc<str>,
+        value: Arc<str>,
+        ttl: Duration,
+        epoch: bool,
+    },
+    /// Turns the write lease holding `value` under `key` into its reader key with the
+    /// writer key's remaining expiry, and publishes the release notice (`rw_downgrade.lua`).
+    RwDowngrade { key: Arc<str>, value: Arc<str> },
     /// Compare-and-`PEXPIRE` of every key of a lease over several keys, all or none (see
     /// `extend_many.lua`): granted only where every key holds `value`; a master where any
     /// key is missing or held by another value extends none of them. With `epoch`, also
@@ -96,8 +123,10 @@ pub(crate) enum Op {
         epoch: bool,
     },
     /// Fencing write-back: raise the counter to `token` where the lock is ours and the
-    /// counter is below it, see `fence.lua`.
+    /// counter is below it, see `fence.lua`. `key` holds the value (a read lease's reader
+    /// key); `counter` is the lock's fence counter.
     Fence {
+        counter: Arc<str>,
         key: Arc<str>,
         value: Arc<str>,
         token: u64,
@@ -222,8 +251,13 @@ impl Op {
         match self {
             Op::AcquireChecked { .. } | Op::AcquireMany { .. } => "acquire",
             Op::AcquirePermits(_) => "acquire_permits",
+            Op::RwAcquire {
+                mode: RwMode::Read, ..
+            } => "acquire_read",
+            Op::RwAcquire { .. } => "acquire_write",
+            Op::RwDowngrade { .. } => "downgrade",
             Op::Fence { .. } => "fence",
-            Op::Extend { .. } | Op::ExtendMany { .. } => "extend",
+            Op::Extend { .. } | Op::ExtendMany { .. } | Op::ExtendRead { .. } => "extend",
             Op::Release { .. } | Op::ReleaseMany { .. } => "release",
             #[cfg(feature = "mutants")]
             Op::ReleaseUnchecked { .. } => "release",
@@ -265,6 +299,19 @@ impl PermitsOp {
     pub(crate) fn limit(&self) -> usize {
         self.slots.len()
     }
+}
+
+/// The mode of a read-write lock acquisition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RwMode {
+    /// A reader: granted with no writer key and no live writer intent.
+    Read,
+    /// A writer: granted with no writer key and no live reader; while readers are there,
+    /// it sets `intent` (one id per acquire call) for `intent_ttl`.
+    Write {
+        intent: Arc<str>,
+        intent_ttl: Duration,
+    },
 }
 
 /// What `AcquireChecked` reads of the fence counter.
@@ -1248,8 +1295,161 @@ async fn run(
             };
             Ok(extended(granted, *epoch, report))
         }
+        Op::RwAcquire {
+            key,
+            value,
+            ttl,
+            fence,
+            owner,
+            mode,
+            ..
+        } => {
+            let script = &*scripts::RW_ACQUIRE;
+            #[cfg(feature = "mutants")]
+            let script = match op {
+                Op::RwAcquire {
+                    ignore_intent: true,
+                    ..
+                } => &*scripts::RW_ACQUIRE_IGNORES_INTENT,
+                _ => script,
+            };
+            let fence = match fence {
+                FenceRead::Skip => "0",
+                _ => "1",
+            };
+            let (letter, intent, intent_ttl) = match mode {
+                RwMode::Read => ("r", "", 0),
+                RwMode::Write { intent, intent_ttl } => ("w", &**intent, millis(*intent_ttl)),
+            };
+            type Answer = (i64, String, String, Option<String>, i64, Option<String>);
+            let (code, record, now, counter, pttl, detail): Answer = invoke_agreed(
+                conn,
+                shared,
+                |a: &Answer| a.0,
+                |fingerprint| {
+                    let mut call = script.key(&**key);
+                    call.key(scripts::EPOCH_KEY)
+                        .key(scripts::fence_key(key))
+                        .key(&*shared.record_key)
+                        .key(scripts::owner_key(key))
+                        .key(scripts::reader_index_key(key))
+                        .key(scripts::intent_key(key))
+                        .key(scripts::reader_prefix(key))
+                        .arg(&**value)
+                        .arg(millis(*ttl))
+                        .arg(new_epoch_id())
+                        .arg(fence)
+                        .arg(fingerprint)
+                        .arg(&*owner.client)
+                        .arg(&*owner.host)
+                        .arg(owner.pid)
+                        .arg(&*owner.label)
+                        .arg(letter)
+                        .arg(intent)
+                        .arg(intent_ttl)
+                        .arg(crate::config::limits::MAX_READERS);
+                    call
+                },
+            )
+            .await?;
+            match code {
+                1 | 0 => {}
+                -3 => return Err(wrong_kind_for_rwlock(detail.as_deref())),
+                other => return Err(unexpected("acquire", other)),
+            }
+            Ok(Reply::Checked {
+                granted: code == 1,
+                epoch: EpochReport {
+                    record: Some(record),
+                    now_us: parse_number("acquire", &now)?,
+                },
+                fence: counter.map(|c| parse_number("acquire", &c)).transpose()?,
+                holder_ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+            })
+        }
+        Op::ExtendRead {
+            key,
+            index,
+            value,
+            ttl,
+            epoch,
+        } => {
+            type Answer = (i64, Option<String>, String, Option<String>);
+            let (code, record, now, _): Answer = invoke_agreed(
+                conn,
+                shared,
+                |a: &Answer| a.0,
+                |fingerprint| {
+                    let mut call = scripts::RW_EXTEND_READ.key(&**key);
+                    call.key(scripts::EPOCH_KEY)
+                        .key(&*shared.record_key)
+                        .key(&**index)
+                        .arg(&**value)
+                        .arg(millis(*ttl))
+                        .arg(if *epoch {
+                            new_epoch_id()
+                        } else {
+                            String::new()
+                        })
+                        .arg(fingerprint);
+                    call
+                },
+            )
+            .await?;
+            let granted = match code {
+                1 => Some(true),
+                0 => None,
+                -1 => Some(false),
+                other => return Err(unexpected("extend", other)),
+            };
+            let report = EpochReport {
+                record,
+                now_us: parse_number("extend", &now)?,
+            };
+            Ok(extended(granted, *epoch, report))
+        }
+        Op::RwDowngrade { key, value } => {
+            type Answer = (i64, Option<String>, String, Option<String>);
+            let (code, record, now, _): Answer = invoke_agreed(
+                conn,
+                shared,
+                |a: &Answer| a.0,
+                |fingerprint| {
+                    let mut call = scripts::RW_DOWNGRADE.key(&**key);
+                    call.key(scripts::EPOCH_KEY)
+                        .key(&*shared.record_key)
+                        .key(scripts::owner_key(key))
+                        .key(scripts::reader_index_key(key))
+                        .key(scripts::reader_key(key, value))
+                        .arg(&**value)
+                        .arg(new_epoch_id())
+                        .arg(fingerprint)
+                        .arg(scripts::release_channel(key));
+                    call
+                },
+            )
+            .await?;
+            let epoch = EpochReport {
+                record,
+                now_us: parse_number("downgrade", &now)?,
+            };
+            match code {
+                1 | -1 => Ok(Reply::Checked {
+                    granted: code == 1,
+                    epoch,
+                    fence: None,
+                    holder_ttl: None,
+                }),
+                0 => Ok(Reply::Gone { epoch }),
+                other => Err(unexpected("downgrade", other)),
+            }
+        }
         Op::Fence {
-            key, value, token, ..
+            counter,
+            key,
+            value,
+            token,
+            ..
         } => {
             let script = &*scripts::FENCE;
             #[cfg(feature = "mutants")]
@@ -1259,7 +1459,7 @@ async fn run(
             };
             let (code, before, record): (i64, Option<String>, Option<String>) = script
                 .key(&**key)
-                .key(scripts::fence_key(key))
+                .key(&**counter)
                 .key(scripts::EPOCH_KEY)
                 .key(scripts::owner_key(key))
                 .arg(&**value)
@@ -1564,12 +1764,29 @@ fn refused_again() -> MasterError {
 
 /// The error of a lock script that found another kind of lock under the name.
 fn wrong_kind(found: Option<&str>) -> MasterError {
+    let found = match found {
+        Some("rwlock") => Some("read-write lock"),
+        other => other,
+    };
     MasterError::new(
         MasterErrorKind::WrongKind,
         format!(
             "the name holds a {} here, not a lock: use another name",
             found.unwrap_or("value of another kind")
         ),
+    )
+}
+
+/// The error of `rw_acquire.lua` finding another kind of lock under the name.
+fn wrong_kind_for_rwlock(found: Option<&str>) -> MasterError {
+    let found = match found {
+        Some("lock") => "mutex (a lock taken with acquire)",
+        Some(other) => other,
+        None => "value of another kind",
+    };
+    MasterError::new(
+        MasterErrorKind::WrongKind,
+        format!("the name holds a {found} here, not a read-write lock: use another name"),
     )
 }
 

@@ -66,11 +66,15 @@ pub enum Mutant {
     /// keys: each master grants every free key on its own and says granted if it granted
     /// any, so two callers can each count a quorum on a key they share.
     ManyPartialVote,
+    /// A read-write lock grants a reader while a writer's intent is live: a stream of
+    /// overlapping readers keeps a waiting writer out for as long as it lasts (starvation,
+    /// not a breach of exclusion; docs/design.md §16).
+    ReaderIgnoresIntent,
 }
 
 impl Mutant {
     /// Every mutant, for suites that must run them all.
-    pub const ALL: [Mutant; 16] = [
+    pub const ALL: [Mutant; 17] = [
         Mutant::HalfQuorum,
         Mutant::IgnoreElapsed,
         Mutant::PlainDelRelease,
@@ -87,6 +91,7 @@ impl Mutant {
         Mutant::SemaphoreCountPerMaster,
         Mutant::ReentryCounter,
         Mutant::ManyPartialVote,
+        Mutant::ReaderIgnoresIntent,
     ];
 }
 
@@ -129,6 +134,7 @@ every_variant![
     SemaphoreCountPerMaster,
     ReentryCounter,
     ManyPartialVote,
+    ReaderIgnoresIntent,
 ];
 
 /// The test seams of one client: a planted bug, and how fast its clock runs against real

@@ -527,7 +527,7 @@ impl Semaphore {
                 });
                 let writes = keys.iter().zip(firsts).map(|(key, first)| {
                     self.client.fence(
-                        key,
+                        (key, key),
                         &name,
                         &value,
                         first,

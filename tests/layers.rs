@@ -26,7 +26,7 @@ const LAYERS: &[&[&str]] = &[
     &["lib", "bench_internals"],
     &["admin", "operate"],
     // The lock family's facades: above `lock`, whose acquire settings and helpers they use.
-    &["semaphore"],
+    &["semaphore", "rwlock"],
     &["lock"],
     &["lease"],
     &["core"],

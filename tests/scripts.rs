@@ -20,6 +20,9 @@ const SEMAPHORE: &str = include_str!("../src/scripts/semaphore.lua");
 const EXTEND_MANY: &str = include_str!("../src/scripts/extend_many.lua");
 const RELEASE_MANY: &str = include_str!("../src/scripts/release_many.lua");
 const ACQUIRE_MANY: &str = include_str!("../src/scripts/acquire_many.lua");
+const RW_ACQUIRE: &str = include_str!("../src/scripts/rw_acquire.lua");
+const RW_DOWNGRADE: &str = include_str!("../src/scripts/rw_downgrade.lua");
+const RW_EXTEND_READ: &str = include_str!("../src/scripts/rw_extend_read.lua");
 
 #[tokio::test]
 async fn release_contract() {
@@ -1096,7 +1099,7 @@ fn script_hashes_are_pinned() {
         (
             "acquire.lua",
             ACQUIRE,
-            "1069c3653f79259b00b649113d3e1653cf614140",
+            "b7e7c1efcf60316d8c9d6e326080acce65bf3f87",
         ),
         (
             "fence.lua",
@@ -1142,6 +1145,21 @@ fn script_hashes_are_pinned() {
             "release_many.lua",
             RELEASE_MANY,
             "399540d6d42e7b75844fecbc60441258753ca443",
+        ),
+        (
+            "rw_acquire.lua",
+            RW_ACQUIRE,
+            "278b62f8e03de31dfc8be14f20fdda826a4a867a",
+        ),
+        (
+            "rw_downgrade.lua",
+            RW_DOWNGRADE,
+            "ff4f92ec4775e3b02d9cd45b9555aac3f2f7a44c",
+        ),
+        (
+            "rw_extend_read.lua",
+            RW_EXTEND_READ,
+            "c0935fb4dfeb2899ca2fe025a87ccf66fa377c40",
         ),
     ];
     for (name, source, hash) in pinned {

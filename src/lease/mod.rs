@@ -73,6 +73,17 @@ impl LostReason {
     }
 }
 
+impl fmt::Display for LeaseMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LeaseMode::Exclusive => "exclusive",
+            LeaseMode::Read => "read",
+            LeaseMode::Write => "write",
+            LeaseMode::Permits => "permits",
+        })
+    }
+}
+
 /// A lease's validity as last established.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LeaseState {
@@ -150,6 +161,8 @@ pub(crate) struct LeaseShared {
     pub(crate) value: Arc<str>,
     pub(crate) ttl: Duration,
     pub(crate) safety_margin: Duration,
+    /// The watchdog, once started: a downgraded lease starts it again.
+    watchdog: std::sync::OnceLock<Watchdog>,
     pub(crate) state: watch::Sender<LeaseState>,
     /// Serialises extend and release, so that no extension reaches a master after the
     /// release did (docs/design.md I8). Holds "released".
@@ -202,6 +215,18 @@ impl LeaseShared {
     fn extend_op(&self, ttl: Duration) -> Op {
         let inner = &self.inner;
         match &*self.keys {
+            // A read lease keeps its lock's reader index alive with its own key, so that
+            // writers keep seeing it (docs/design.md §16).
+            [one] if self.mode == LeaseMode::Read => Op::ExtendRead {
+                key: Arc::clone(&one.key),
+                index: scripts::reader_index_key(
+                    scripts::lock_of_reader(&one.key, &self.value).unwrap_or_default(),
+                )
+                .into(),
+                value: Arc::clone(&self.value),
+                ttl,
+                epoch: inner.config.quarantine,
+            },
             [one] => Op::Extend {
                 key: Arc::clone(&one.key),
                 value: Arc::clone(&self.value),
@@ -372,6 +397,103 @@ impl LeaseShared {
         // The rest finish in the background, tracked for `Redlock::shutdown`.
         let need = inner.masters.len() - inner.quorum + 1;
         Some(quorum::run(&inner.masters, op, need, self.traced(), inner.bounds(None)).await)
+    }
+
+    /// The downgrade round (see [`Lease::downgrade`]), under the extend/release lock; on
+    /// failure both forms of the lease are released in the background.
+    async fn downgrade(self: &Arc<Self>) -> Result<Lease, Error> {
+        let inner = &self.inner;
+        let resource = &*self.name;
+        let Some(writer) = self.first().cloned() else {
+            return Err(self.lost_error(LostReason::Released));
+        };
+        let reader = LeaseKey {
+            key: scripts::reader_key(&writer.key, &self.value).into(),
+            ..writer.clone()
+        };
+        let release_both = || {
+            let keys = [
+                (Arc::clone(&writer.key), Arc::clone(&writer.channel)),
+                (Arc::clone(&reader.key), Arc::clone(&reader.channel)),
+            ];
+            for key in keys {
+                crate::core::release_in_background(
+                    inner,
+                    inner.masters.clone(),
+                    &[key],
+                    &self.value,
+                );
+            }
+        };
+        let mut released = self.ops.lock().await;
+        if *released {
+            return Err(self.lost_error(LostReason::Released));
+        }
+        *released = true;
+        let before = self.state();
+        if let Some(reason) = before.lost {
+            drop(released);
+            release_both();
+            return Err(self.lost_error(reason));
+        }
+        if Instant::now() >= self.safety_point(&before) {
+            self.mark_lost(LostReason::Expired);
+            drop(released);
+            release_both();
+            return Err(self.lost_error(LostReason::Expired));
+        }
+        // No extension of the write lease runs from here: the watchdog stops.
+        self.mark_lost(LostReason::Released);
+        let op = Arc::new(Op::RwDowngrade {
+            key: Arc::clone(&writer.key),
+            value: Arc::clone(&self.value),
+        });
+        let round = quorum::run(
+            &inner.masters,
+            op,
+            inner.quorum,
+            self.traced(),
+            inner.bounds(Some(before.deadline)),
+        )
+        .await;
+        drop(released);
+        let reports = round.reports(&inner.masters);
+        let valid = deadline::validity_left(before.deadline, Instant::now(), self.safety_margin);
+        if round.decision != Decision::Reached || valid.is_none() {
+            release_both();
+            let detail = match round.decision {
+                Decision::Reached => {
+                    "a quorum converted the write lease too late to leave any validity"
+                }
+                _ => {
+                    "no quorum converted the write lease: it is lost, and released on every master"
+                }
+            };
+            return Err(Error::new(ErrorKind::LeaseLost, resource)
+                .with_detail(detail)
+                .with_masters(reports));
+        }
+        let lease = Lease::new(
+            Arc::clone(inner),
+            LeaseParams {
+                keys: vec![reader],
+                mode: LeaseMode::Read,
+                value: Arc::clone(&self.value),
+                ttl: self.ttl,
+                deadline: before.deadline,
+                safety_margin: self.safety_margin,
+                acquired: reports,
+            },
+        );
+        if let Some(watchdog) = self.watchdog.get() {
+            lease.start_watchdog(*watchdog);
+        }
+        // The client now holds the lock for reading (docs/design.md §14, §16); the write
+        // lease's exclusive entry goes with it.
+        let claim = inner
+            .held
+            .claim(&[Arc::clone(&writer.key)], crate::held::HeldMode::Shared);
+        Ok(lease.with_claim(claim))
     }
 
     /// Marks the lease released now and runs the release round in a background task, so
@@ -815,6 +937,7 @@ impl Lease {
                     value,
                     ttl,
                     safety_margin,
+                    watchdog: std::sync::OnceLock::new(),
                     state,
                     ops: tokio::sync::Mutex::new(false),
                 }),
@@ -838,7 +961,89 @@ impl Lease {
 
     /// Starts the watchdog for this lease.
     pub(crate) fn start_watchdog(&self, watchdog: Watchdog) {
-        watchdog.spawn(self.shared());
+        if self.shared().watchdog.set(watchdog).is_ok() {
+            watchdog.spawn(self.shared());
+        }
+    }
+
+    /// Turns a write lease of a read-write lock into a read lease, in one round
+    /// (docs/design.md §16): on each master where the writer key still holds this lease's
+    /// value, it becomes this lease's reader key with the writer key's remaining expiry,
+    /// and waiting readers are notified. Needs a quorum. The read lease keeps the
+    /// deadline, the fencing token and the watchdog (if one runs); this `Lease`'s handles
+    /// report it lost ([`LostReason::Released`]), the returned one's follow the read lease.
+    ///
+    /// There is no upgrade: a reader that wants to write releases its read lease and
+    /// acquires a write lease (two readers upgrading at once would each wait for the
+    /// other).
+    ///
+    /// ```no_run
+    /// # async fn run(client: redquorum::Redlock) -> Result<(), redquorum::Error> {
+    /// let config = client.rwlock("config");
+    /// let write = config.write().await?;
+    /// // ... publish the new configuration ...
+    /// let read = write.downgrade().await?; // readers may come in; no writer can
+    /// // ... check what was published ...
+    /// read.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidOptions`] for a lease that is not a write lease (a read lease,
+    /// a mutex or semaphore lease): nothing is sent to the masters and nothing released,
+    /// so that lease stays held until its TTL runs out, unextended. Check
+    /// [`LeaseHandle::mode`] first. [`ErrorKind::LeaseLost`] when the lease was lost or released before, or
+    /// when no quorum converted it with validity left: the lease is then lost, and both
+    /// its writer and reader keys are released on every master in the background.
+    /// [`ErrorKind::NoRuntime`] outside a tokio runtime.
+    ///
+    /// # Cancel safety
+    /// The round runs in a background task from the first poll: dropping the future drops
+    /// the read lease it would have returned, which releases it in the background (and a
+    /// failed downgrade releases both forms), so nothing stays held beyond its TTL.
+    pub async fn downgrade(mut self) -> Result<Lease, Error> {
+        let shared = Arc::clone(self.shared());
+        let resource = &*shared.name;
+        if shared.mode != LeaseMode::Write {
+            // Nothing is sent and nothing released: the lease is left as it is on the
+            // masters, to expire with its TTL (its watchdog stops with it).
+            self.released = true;
+            return Err(
+                Error::new(ErrorKind::InvalidOptions, resource).with_detail(format!(
+                    "only a write lease of a read-write lock can be downgraded, and this is \
+                     a{} {} lease; nothing was released: it stays held until its TTL runs out \
+                     (check LeaseHandle::mode first, and release a lease you do not downgrade)",
+                    if shared.mode == LeaseMode::Exclusive {
+                        "n"
+                    } else {
+                        ""
+                    },
+                    shared.mode
+                )),
+            );
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::new(ErrorKind::NoRuntime, resource)
+                .with_detail("downgrade must be called inside a tokio runtime"));
+        }
+        // From here this lease's drop must not release: the task owns both forms.
+        self.released = true;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let task = Arc::clone(&shared);
+        let spawned = shared.inner.spawn(async move {
+            let _ = tx.send(task.downgrade().await);
+        });
+        if !spawned {
+            self.released = false;
+            return Err(Error::new(ErrorKind::NoRuntime, resource)
+                .with_detail("downgrade must be called inside a tokio runtime"));
+        }
+        match rx.await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(Error::new(ErrorKind::LeaseLost, resource)
+                .with_detail("the runtime stopped before the downgrade was decided")),
+        }
     }
 
     /// A handle to this lease, for a critical section or a watcher.

@@ -27,7 +27,7 @@ if kind ~= 'none' and kind ~= 'string' then
   return {-3, epoch, now, false, -3, kind}
 end
 local owned = redis.call('HGET', KEYS[5], 'kind')
-if kind == 'string' and owned and owned ~= 'lock' then
+if owned and owned ~= 'lock' then
   return {-3, epoch, now, false, -3, owned}
 end
 local ok = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])

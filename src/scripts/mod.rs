@@ -32,6 +32,18 @@ const ACQUIRE_LUA: &str = include_str!("acquire.lua");
 /// Several locks at once, all or none; see `acquire_many.lua`.
 pub(crate) static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_MANY_LUA));
 const ACQUIRE_MANY_LUA: &str = include_str!("acquire_many.lua");
+/// Acquires a read-write lock in one mode; see `rw_acquire.lua`.
+pub(crate) static RW_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_ACQUIRE_LUA));
+const RW_ACQUIRE_LUA: &str = include_str!("rw_acquire.lua");
+
+/// Extends a read lease, keeping the reader index alive; see `rw_extend_read.lua`.
+pub(crate) static RW_EXTEND_READ: LazyLock<Script> =
+    LazyLock::new(|| Script::new(RW_EXTEND_READ_LUA));
+const RW_EXTEND_READ_LUA: &str = include_str!("rw_extend_read.lua");
+
+/// Turns a write lease into a read lease; see `rw_downgrade.lua`.
+pub(crate) static RW_DOWNGRADE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_DOWNGRADE_LUA));
+const RW_DOWNGRADE_LUA: &str = include_str!("rw_downgrade.lua");
 
 /// Reads (or starts) the data epoch, run with `EVAL` while connecting; see `epoch.lua`.
 /// Takes permits of a semaphore, all or none, after checking its stored limit
@@ -83,6 +95,9 @@ pub(crate) fn master_scripts() -> Vec<&'static str> {
         STAMP_LUA,
         INSPECT_LUA,
         FORCE_UNLOCK_LUA,
+        RW_ACQUIRE_LUA,
+        RW_DOWNGRADE_LUA,
+        RW_EXTEND_READ_LUA,
         EXTEND_MANY_LUA,
         RELEASE_MANY_LUA,
         ACQUIRE_MANY_LUA,
@@ -135,12 +150,23 @@ mod planted {
         )
     });
 
-    pub(super) static SOURCES: LazyLock<[String; 4]> = LazyLock::new(|| {
+    /// `rw_acquire.lua` granting a reader while a writer's intent is live:
+    /// `Mutant::ReaderIgnoresIntent`.
+    pub(super) static RW_ACQUIRE_IGNORES_INTENT: LazyLock<String> = LazyLock::new(|| {
+        changed(
+            super::RW_ACQUIRE_LUA,
+            "  elseif intent > 0 then",
+            "  elseif false then",
+        )
+    });
+
+    pub(super) static SOURCES: LazyLock<[String; 5]> = LazyLock::new(|| {
         [
             ACQUIRE_ONE_ROUND_TOKEN.clone(),
             FENCE_MAX_WRITE.clone(),
             EXTEND_RECREATES.clone(),
             ACQUIRE_MANY_PARTIAL.clone(),
+            RW_ACQUIRE_IGNORES_INTENT.clone(),
         ]
     });
 
@@ -175,6 +201,11 @@ pub(crate) static ACQUIRE_MANY_PARTIAL: LazyLock<Script> =
 pub(crate) static EXTEND_RECREATES: LazyLock<Script> =
     LazyLock::new(|| Script::new(&planted::EXTEND_RECREATES));
 
+/// [`RW_ACQUIRE`] letting readers in past a writer's intent (`Mutant::ReaderIgnoresIntent`).
+#[cfg(feature = "mutants")]
+pub(crate) static RW_ACQUIRE_IGNORES_INTENT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&planted::RW_ACQUIRE_IGNORES_INTENT));
+
 #[cfg(all(test, feature = "mutants"))]
 mod tests {
     #[test]
@@ -189,6 +220,10 @@ mod tests {
             (
                 &*super::planted::ACQUIRE_MANY_PARTIAL,
                 super::ACQUIRE_MANY_LUA,
+            ),
+            (
+                &*super::planted::RW_ACQUIRE_IGNORES_INTENT,
+                super::RW_ACQUIRE_LUA,
             ),
         ] {
             assert!(
@@ -218,6 +253,34 @@ pub(crate) fn fence_key(key: &str) -> String {
 /// The owner record of a lock key (who holds it, since when), with the lock's expiry.
 pub(crate) fn owner_key(key: &str) -> String {
     format!("redquorum:owner:{key}")
+}
+
+/// The set of a read-write lock's reader values (docs/design.md §16).
+pub(crate) fn reader_index_key(key: &str) -> String {
+    format!("redquorum:rw:{key}:readers")
+}
+
+/// The lock key of a read-write lock's reader key holding `value` (the inverse of
+/// [`reader_key`]), if `key` is one.
+pub(crate) fn lock_of_reader<'a>(key: &'a str, value: &str) -> Option<&'a str> {
+    key.strip_prefix("redquorum:rw:")?
+        .strip_suffix(value)?
+        .strip_suffix(":reader:")
+}
+
+/// The prefix of a read-write lock's reader keys: a reader's key is this and its value.
+pub(crate) fn reader_prefix(key: &str) -> String {
+    format!("redquorum:rw:{key}:reader:")
+}
+
+/// The key of one reader of a read-write lock, holding `value`, with its own expiry.
+pub(crate) fn reader_key(key: &str, value: &str) -> String {
+    format!("{}{value}", reader_prefix(key))
+}
+
+/// The writer-intent key of a read-write lock: while it lives, no new reader is granted.
+pub(crate) fn intent_key(key: &str) -> String {
+    format!("redquorum:rw:{key}:intent")
 }
 
 /// The names under which this crate keeps its own records (epoch, fence counters, owner

@@ -13,7 +13,9 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::cluster::Record;
-use crate::master::{EpochReport, FenceOutcome, FenceRead, Inspected, Op, Reply, StampOutcome};
+use crate::master::{
+    EpochReport, FenceOutcome, FenceRead, Inspected, Op, Reply, RwMode, StampOutcome,
+};
 use crate::quarantine::{Epoch, Vitals};
 use crate::scripts;
 
@@ -127,6 +129,10 @@ struct Data {
     record: Option<Record>,
     /// Semaphores' limit records (no TTL), by key.
     limits: BTreeMap<String, usize>,
+    /// A planted fault of the model (not of the product): `rw_acquire.lua` grants a
+    /// reader whatever the writer key holds, to show that the read-write checker catches
+    /// a reader overlapping a writer. Kept with the data so crashes keep it.
+    reader_ignores_writer: bool,
 }
 
 impl Data {
@@ -407,6 +413,11 @@ impl SimServer {
         Some(held)
     }
 
+    /// Plants the model's fault [`Data::reader_ignores_writer`].
+    pub(super) fn plant_reader_ignores_writer(&self) {
+        self.lock().data.reader_ignores_writer = true;
+    }
+
     /// Moves the server's wall clock by `delta_us` (forward when positive): lock keys then
     /// expire that much earlier or later, as on a real master.
     pub(super) fn jump_clock(&self, delta_us: i64) {
@@ -588,6 +599,14 @@ fn describe(request: &Request, trace: &Trace) -> String {
         Op::Fence {
             key, value, token, ..
         } => format!("fence {key} {} T={token}{}", short(value), max_write(op)),
+        Op::RwAcquire {
+            key, value, mode, ..
+        } => match mode {
+            RwMode::Read => format!("acquire-read {key} {}", short(value)),
+            RwMode::Write { .. } => format!("acquire-write {key} {}", short(value)),
+        },
+        Op::RwDowngrade { key, value } => format!("downgrade {key} {}", short(value)),
+        Op::ExtendRead { key, value, .. } => format!("extend {key} {}", short(value)),
         Op::Release { key, value, .. } => format!("release {key} {}", short(value)),
         Op::ExtendMany { keys, value, .. } => {
             format!("extend {} {}", keys.join(","), short(value))
@@ -692,8 +711,14 @@ fn apply_as(
     mut fresh_id: impl FnMut() -> String,
 ) -> Option<Reply> {
     let reads_epoch = match op {
-        Op::AcquireChecked { .. } | Op::AcquirePermits(_) | Op::AcquireMany { .. } => Some(true),
-        Op::Extend { epoch, .. } | Op::ExtendMany { epoch, .. } => Some(*epoch),
+        Op::AcquireChecked { .. }
+        | Op::AcquirePermits(_)
+        | Op::AcquireMany { .. }
+        | Op::RwAcquire { .. }
+        | Op::RwDowngrade { .. } => Some(true),
+        Op::Extend { epoch, .. } | Op::ExtendMany { epoch, .. } | Op::ExtendRead { epoch, .. } => {
+            Some(*epoch)
+        }
         _ => None,
     };
     if let Some(reads_epoch) = reads_epoch {
@@ -1013,8 +1038,155 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             }
         }
         // fence.lua (which does not read TIME: the reply's clock is 0, as in master.rs)
+        // rw_acquire.lua, past its comparison of fingerprints (`apply_as`); the model keeps
+        // no owner records, so the kind checks are not modelled, and its reader index is
+        // the set of live reader keys (the script's index, pruned as it reads it).
+        Op::RwAcquire {
+            key,
+            value,
+            ttl,
+            fence,
+            mode,
+            ..
+        } => {
+            #[cfg(feature = "mutants")]
+            let ignore_intent = matches!(
+                op,
+                Op::RwAcquire {
+                    ignore_intent: true,
+                    ..
+                }
+            );
+            #[cfg(not(feature = "mutants"))]
+            let ignore_intent = false;
+            let record = data.epoch_or_create(fresh_id, now_us);
+            let prefix = scripts::reader_prefix(key);
+            let readers: Vec<Arc<str>> = data
+                .locks
+                .range::<str, _>((
+                    std::ops::Bound::Included(prefix.as_str()),
+                    std::ops::Bound::Unbounded,
+                ))
+                .take_while(|(k, _)| k.starts_with(&prefix))
+                .map(|(k, _)| Arc::clone(k))
+                .collect();
+            let mut lives = Vec::new();
+            for reader in &readers {
+                if let Some(p) = data.pttl(reader, now_us) {
+                    lives.push(p);
+                }
+            }
+            let writer = data.pttl(key, now_us);
+            let intent_key: Arc<str> = scripts::intent_key(key).into();
+            let intent = data.pttl(&intent_key, now_us).filter(|p| !p.is_zero());
+            let (granted, holder_ttl) = match mode {
+                RwMode::Read => {
+                    if writer.is_some() && !data.reader_ignores_writer {
+                        (false, writer)
+                    } else if intent.is_some() && !ignore_intent {
+                        (false, intent)
+                    } else if lives.len() >= crate::config::limits::MAX_READERS {
+                        (false, lives.iter().min().copied())
+                    } else {
+                        let reader: Arc<str> = scripts::reader_key(key, value).into();
+                        data.set(&reader, value, *ttl, now_us);
+                        (true, None)
+                    }
+                }
+                RwMode::Write {
+                    intent: id,
+                    intent_ttl,
+                } => {
+                    if writer.is_some() {
+                        (false, writer)
+                    } else if !lives.is_empty() {
+                        data.set(&intent_key, id, *intent_ttl, now_us);
+                        (false, lives.iter().max().copied())
+                    } else {
+                        data.set(key, value, *ttl, now_us);
+                        if data.live(&intent_key, now_us).as_deref() == Some(&**id) {
+                            data.locks.remove(&*intent_key);
+                        }
+                        (true, None)
+                    }
+                }
+            };
+            let counter = match fence {
+                FenceRead::Skip => None,
+                _ => data.fences.get(&scripts::fence_key(key)).copied(),
+            };
+            Reply::Checked {
+                granted,
+                epoch: EpochReport {
+                    record: Some(record),
+                    now_us,
+                },
+                fence: counter,
+                holder_ttl,
+            }
+        }
+        // rw_extend_read.lua: extend.lua on the reader key; the model's reader index is the
+        // set of live reader keys, kept alive with them.
+        Op::ExtendRead {
+            key,
+            value,
+            ttl,
+            epoch,
+            ..
+        } => apply(
+            data,
+            &Op::Extend {
+                key: Arc::clone(key),
+                value: Arc::clone(value),
+                ttl: *ttl,
+                epoch: *epoch,
+                #[cfg(feature = "mutants")]
+                recreate: false,
+            },
+            now_us,
+            fresh_id,
+        ),
+        // rw_downgrade.lua, past its comparison of fingerprints (`apply_as`)
+        Op::RwDowngrade { key, value } => {
+            let record = data.epoch_or_create(fresh_id, now_us);
+            let epoch = EpochReport {
+                record: Some(record),
+                now_us,
+            };
+            match data.live(key, now_us) {
+                None => Reply::Gone { epoch },
+                Some(current) if current != *value => Reply::Checked {
+                    granted: false,
+                    epoch,
+                    fence: None,
+                    holder_ttl: None,
+                },
+                Some(_) => {
+                    let expires_us = data.locks.get(&**key).map_or(now_us, |e| e.expires_us);
+                    let reader: Arc<str> = scripts::reader_key(key, value).into();
+                    data.locks.remove(&**key);
+                    data.locks.insert(
+                        reader,
+                        Entry {
+                            value: Arc::clone(value),
+                            expires_us,
+                        },
+                    );
+                    Reply::Checked {
+                        granted: true,
+                        epoch,
+                        fence: None,
+                        holder_ttl: None,
+                    }
+                }
+            }
+        }
         Op::Fence {
-            key, value, token, ..
+            counter,
+            key,
+            value,
+            token,
+            ..
         } => {
             // The max-write mutant also accepts a counter equal to the token.
             #[cfg(feature = "mutants")]
@@ -1032,7 +1204,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                     epoch,
                 };
             }
-            let fence_key = scripts::fence_key(key);
+            let fence_key = counter.to_string();
             let before = data.fences.get(&fence_key).copied();
             let c = before.unwrap_or(0);
             if c < *token || (equal_ok && c == *token) {
@@ -1186,6 +1358,7 @@ mod tests {
         #[cfg(not(feature = "mutants"))]
         assert!(strict, "a max-write needs the mutants feature");
         Op::Fence {
+            counter: scripts::fence_key("k").into(),
             key: "k".into(),
             value: value.into(),
             token,

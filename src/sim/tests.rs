@@ -37,6 +37,7 @@ const MS: Duration = Duration::from_millis(1);
 mod cluster;
 mod many;
 mod reentry;
+mod rwlock;
 mod semaphore;
 
 /// Crashes with and without data, stopped masters, a flush, slow and lost messages, and
@@ -894,6 +895,9 @@ mod mutants {
             Mutant::SemaphoreCountPerMaster => Ok("semaphore_count_per_master_is_caught"),
             Mutant::ReentryCounter => Ok("reentry_counter_is_caught"),
             Mutant::ManyPartialVote => Ok("many_partial_vote_is_caught"),
+            // Starvation, not a breach of exclusion: the read-write profile's starvation
+            // checker (`tests/rwlock.rs`).
+            Mutant::ReaderIgnoresIntent => Ok("reader_ignoring_intent_is_caught"),
         }
     }
 
@@ -907,6 +911,7 @@ mod mutants {
             include_str!("tests/semaphore.rs"),
             include_str!("tests/reentry.rs"),
             include_str!("tests/many.rs"),
+            include_str!("tests/rwlock.rs"),
         ];
         for test in &hunted {
             assert!(

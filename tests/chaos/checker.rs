@@ -134,27 +134,39 @@ pub struct Overlap {
 }
 
 /// Checker 1: mutual exclusion. Per resource, sections sorted by start; a violation is a
-/// section starting before the latest end seen so far.
+/// section starting before the latest end seen so far. Sections of read leases of a
+/// read-write lock (their `acq_ok` says `read`) may overlap each other, never another
+/// section: a read section is checked against the latest end of the other sections, any
+/// other section against the latest end of all.
 pub fn overlaps(history: &[Event]) -> Vec<Overlap> {
+    let reads: std::collections::BTreeSet<(&str, u64)> = history
+        .iter()
+        .filter(|e| e.op == Op::AcqOk && e.detail.starts_with("read"))
+        .map(|e| (e.client.as_str(), e.attempt))
+        .collect();
     let mut found = Vec::new();
     for (resource, list) in sections(history) {
         let mut latest: Option<&Section> = None;
+        let mut latest_exclusive: Option<&Section> = None;
         for s in &list {
-            if let Some(prev) = latest {
-                if s.start < prev.end_or_open() {
-                    let end = s.end_or_open().min(prev.end_or_open());
-                    found.push(Overlap {
-                        resource: resource.clone(),
-                        earlier: (prev.client.clone(), prev.attempt),
-                        later: (s.client.clone(), s.attempt),
-                        by_ns: end.saturating_sub(s.start),
-                    });
-                }
-                if s.end_or_open() > prev.end_or_open() {
-                    latest = Some(s);
-                }
-            } else {
+            let read = reads.contains(&(s.client.as_str(), s.attempt));
+            let against = if read { latest_exclusive } else { latest };
+            if let Some(prev) = against
+                && s.start < prev.end_or_open()
+            {
+                let end = s.end_or_open().min(prev.end_or_open());
+                found.push(Overlap {
+                    resource: resource.clone(),
+                    earlier: (prev.client.clone(), prev.attempt),
+                    later: (s.client.clone(), s.attempt),
+                    by_ns: end.saturating_sub(s.start),
+                });
+            }
+            if latest.is_none_or(|prev| s.end_or_open() > prev.end_or_open()) {
                 latest = Some(s);
+            }
+            if !read && latest_exclusive.is_none_or(|prev| s.end_or_open() > prev.end_or_open()) {
+                latest_exclusive = Some(s);
             }
         }
     }
@@ -716,5 +728,51 @@ mod tests {
         let mut h = section("a", 1, 0, 10);
         h.extend(section("b", 1, 20, 10));
         assert_eq!(tokens(&h), TokenReport::default());
+    }
+
+    fn read_ok(client: &str, attempt: u64, t_ms: u64) -> Event {
+        Event {
+            detail: "read".into(),
+            ..ev(client, attempt, Op::AcqOk, t_ms)
+        }
+    }
+
+    #[test]
+    fn read_sections_overlap_each_other_but_no_writer() {
+        // Two readers overlapping: clean.
+        let readers = vec![
+            read_ok("a", 1, 0),
+            ev("a", 1, Op::CsStart, 1),
+            read_ok("b", 1, 2),
+            ev("b", 1, Op::CsStart, 3),
+            ev("a", 1, Op::CsEnd, 10),
+            ev("b", 1, Op::CsEnd, 12),
+        ];
+        assert!(overlaps(&readers).is_empty());
+        // A writer starting inside a reader's section: caught.
+        let mut writer_inside = readers.clone();
+        writer_inside.extend([ev("w", 1, Op::CsStart, 11), ev("w", 1, Op::CsEnd, 20)]);
+        let found = overlaps(&writer_inside);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].later, ("w".to_owned(), 1));
+        // A reader starting inside a writer's section: caught, even when another reader's
+        // section that began earlier and ends later hides the writer's end.
+        let reader_inside = vec![
+            read_ok("a", 1, 0),
+            ev("a", 1, Op::CsStart, 1),
+            ev("w", 1, Op::CsStart, 2),
+            ev("w", 1, Op::CsEnd, 8),
+            read_ok("b", 1, 4),
+            ev("b", 1, Op::CsStart, 5),
+            ev("b", 1, Op::CsEnd, 6),
+            ev("a", 1, Op::CsEnd, 30),
+        ];
+        let found = overlaps(&reader_inside);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(
+            found
+                .iter()
+                .any(|o| o.later == ("b".to_owned(), 1) && o.earlier == ("w".to_owned(), 1))
+        );
     }
 }

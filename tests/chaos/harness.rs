@@ -38,6 +38,9 @@ pub enum Checker {
     SlowAcquire,
     /// A semaphore's holders held more permits at one instant than its limit.
     Holders,
+    /// A writer of a read-write lock did not get in within its bound behind a stream of
+    /// overlapping readers.
+    Starvation,
 }
 
 impl Checker {
@@ -48,6 +51,7 @@ impl Checker {
             Checker::FencedStorage => "fenced",
             Checker::SlowAcquire => "slow_acq",
             Checker::Holders => "holders",
+            Checker::Starvation => "starved",
         }
     }
 }
@@ -290,6 +294,8 @@ pub struct Outcome {
     /// Instants at which a semaphore's holders held more permits than its limit (see
     /// [`Env::over_admitted`]).
     pub over_admitted: u64,
+    /// Writers kept out beyond their bound (see [`Env::starved`]).
+    pub starved: u64,
     /// Checker 3: writes applied at the fenced register but lost (`applied − final`).
     pub fenced_lost: u64,
     /// Checker 3: fenced reads and writes refused for a stale token.
@@ -323,6 +329,7 @@ impl Outcome {
             + self.slow
             + self.violations_noted
             + self.over_admitted
+            + self.starved
     }
 
     /// What the fencing checkers (3 and 4) found.
@@ -338,6 +345,7 @@ impl Outcome {
             Checker::FencedStorage => self.fenced_lost > 0,
             Checker::SlowAcquire => self.slow > 0,
             Checker::Holders => self.over_admitted > 0,
+            Checker::Starvation => self.starved > 0,
         }
     }
 
@@ -416,6 +424,7 @@ pub struct Env {
     notes: Vec<String>,
     violations: u64,
     over_admitted: u64,
+    starved: u64,
     resources: Vec<String>,
     /// Workers spawned so far: each gets the next number, so names stay unique when a
     /// scenario spawns more than one group.
@@ -476,6 +485,7 @@ impl Env {
             notes: Vec::new(),
             violations: 0,
             over_admitted: 0,
+            starved: 0,
             resources: Vec::new(),
             workers: 0,
         }
@@ -668,6 +678,7 @@ impl Env {
         out.notes.append(&mut self.notes);
         out.violations_noted += self.violations;
         out.over_admitted += self.over_admitted;
+        out.starved += self.starved;
         out.expect = Some(self.setup.expect);
         out.seed = self.seed;
         out.line = self.line(&out);
@@ -683,6 +694,12 @@ impl Env {
             self.over_admitted += found;
             self.notes.push(format!("OVER-ADMITTED: {}", what.into()));
         }
+    }
+
+    /// Records a writer kept out beyond its bound (the starvation checker).
+    pub fn starved(&mut self, what: impl Into<String>) {
+        self.starved += 1;
+        self.notes.push(format!("STARVED: {}", what.into()));
     }
 
     /// Records a scenario-specific violation (counted with the checkers').
@@ -794,6 +811,9 @@ impl Env {
         }
         if out.violations_noted > 0 {
             let _ = write!(line, " other_viol={}", out.violations_noted);
+        }
+        if out.starved > 0 {
+            let _ = write!(line, " starved={}", out.starved);
         }
         if out.tokens > 0 || out.fenced_ops > 0 || out.refused > 0 {
             let _ = write!(

@@ -103,6 +103,33 @@ impl Recorder {
         .map(|t| t.get())
     }
 
+    /// [`acq_ok`](Self::acq_ok) for a lease of a read-write lock, recording its mode
+    /// (`read` or `write`): checker 1 lets read sections overlap each other.
+    pub fn acq_ok_mode(&mut self, lease: &redquorum::Lease, mode: &str) {
+        self.value = lease.value().to_owned();
+        self.token = lease.fencing_token().map(|t| t.get());
+        let deadline = now_ns() + lease.remaining().as_nanos() as u64;
+        self.record(Op::AcqOk, Some(deadline), mode);
+    }
+
+    /// A write lease turned into a read lease (`Lease::downgrade`): a new acquisition of
+    /// mode `read downgraded`, without a token of its own (it keeps the write lease's,
+    /// which checker 4 has seen already).
+    pub fn downgraded(&mut self, lease: &redquorum::Lease) {
+        self.attempt += 1;
+        self.value = lease.value().to_owned();
+        self.token = None;
+        let deadline = now_ns() + lease.remaining().as_nanos() as u64;
+        self.record(Op::AcqStart, None, "");
+        self.record(Op::AcqOk, Some(deadline), "read downgraded");
+    }
+
+    /// The end of a read section: it read, and wrote nothing (checker 2 counts only
+    /// sections that wrote).
+    pub fn cs_end_read(&mut self) {
+        self.record(Op::CsEnd, None, "read");
+    }
+
     pub fn acq_fail(&mut self, error: &redquorum::Error) {
         self.record(Op::AcqFail, None, &format!("{:?}", error.kind()));
     }

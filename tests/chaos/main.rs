@@ -41,5 +41,6 @@ mod pause;
 mod reentry;
 mod release;
 mod restart;
+mod rwlock;
 mod semaphore;
 mod unlock;

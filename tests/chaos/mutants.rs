@@ -256,6 +256,23 @@ const HUNTS: &[Hunt] = &[
         required: true,
         why: "",
     },
+    // Readers let in past a waiting writer's intent: a stream of overlapping readers keeps
+    // the writer out. The intent is about starvation, not exclusion: only the starvation
+    // checker can see it.
+    Hunt {
+        mutant: Mutant::ReaderIgnoresIntent,
+        with: "",
+        checker: Checker::Starvation,
+        scenario: |m| {
+            Box::pin(crate::rwlock::rw3(
+                3,
+                Some(m),
+                Expect::Detect(Checker::Starvation),
+            ))
+        },
+        required: true,
+        why: "",
+    },
 ];
 
 /// Mutants of the public surface (a lease's extend and release paths), caught against real
@@ -472,4 +489,9 @@ async fn hunt_reentry_counter() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_many_partial_vote() {
     hunt(Mutant::ManyPartialVote, "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hunt_reader_ignores_intent() {
+    hunt(Mutant::ReaderIgnoresIntent, "").await;
 }

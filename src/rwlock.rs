@@ -1,0 +1,216 @@
+//! The read-write lock: many readers or one writer, each mode on a quorum of masters
+//! (docs/design.md §16).
+//!
+//! Layer: the facade, beside `lock.rs` (docs/design.md §10); nothing in the crate uses it.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::error::{Error, ErrorKind};
+use crate::lease::{Lease, LeaseHandle};
+use crate::lock::{AcquireOptions, Redlock, Shape};
+use crate::telemetry;
+
+/// A read-write lock on one name: any number of readers at once, or one writer alone.
+///
+/// Made by [`Redlock::rwlock`]; cheap to clone. Each mode is granted by a quorum of
+/// masters, with the validity, extension, watchdog, waiting and fencing rules of the
+/// mutex: a [`Lease`] of mode [`LeaseMode::Read`](crate::LeaseMode::Read) or
+/// [`LeaseMode::Write`](crate::LeaseMode::Write). On each master a reader has a key of
+/// its own, with its own expiry, so a reader that dies frees its place within its TTL
+/// whatever the others do.
+///
+/// A writer that waits for readers to leave sets a short-lived *intent* that keeps new
+/// readers out, so a stream of overlapping readers cannot starve it; readers that hold
+/// the lock keep it until they release it. At most
+/// [`MAX_READERS`](crate::limits::MAX_READERS) readers hold one lock at once; more
+/// wait. A write lease can be turned into a read lease ([`Lease::downgrade`]); a read
+/// lease cannot be upgraded (release it, then write).
+///
+/// The name is a lock name of its own kind: a mutex ([`Redlock::acquire`]) on the same
+/// name is refused with [`ErrorKind::WrongKind`], and so is this lock on a name a mutex
+/// holds.
+///
+/// ```no_run
+/// # async fn run(client: redquorum::Redlock) -> Result<(), redquorum::Error> {
+/// use redquorum::AcquireOptions;
+///
+/// let prices = client.rwlock("prices");
+/// // Many readers at once:
+/// let read = prices.read().await?;
+/// // ... read the prices, well within read.remaining() ...
+/// read.release().await?;
+///
+/// // One writer, with the watchdog extending its lease while the work runs:
+/// prices
+///     .with_write(&AcquireOptions::new(), |lease| async move {
+///         // ... rewrite the prices; lease.fencing_token() orders writes at the storage ...
+///         let _ = lease;
+///     })
+///     .await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RwLock {
+    client: Redlock,
+    name: Arc<str>,
+}
+
+impl fmt::Debug for RwLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = self.client.inner.config.trace_resource_names;
+        f.debug_struct("RwLock")
+            .field("name", &telemetry::resource(&self.name, shown).to_string())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Redlock {
+    /// A read-write lock on `name`; see [`RwLock`]. Nothing is sent to the masters, and
+    /// the name is checked when the lock is first acquired (as a resource name is).
+    pub fn rwlock(&self, name: &str) -> RwLock {
+        RwLock {
+            client: self.clone(),
+            name: name.into(),
+        }
+    }
+}
+
+impl RwLock {
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Acquires a read lease with the client's defaults; see [`read_with`](RwLock::read_with).
+    ///
+    /// # Errors
+    /// As for [`read_with`](RwLock::read_with).
+    ///
+    /// # Cancel safety
+    /// As for [`read_with`](RwLock::read_with).
+    pub async fn read(&self) -> Result<Lease, Error> {
+        self.read_with(&AcquireOptions::default()).await
+    }
+
+    /// Acquires a read lease: granted on each master where no writer holds the lock and
+    /// no waiting writer's intent is live, by a quorum of them. Waits as
+    /// [`Redlock::acquire_with`] does (woken by the writer's release notice, or when its
+    /// key or intent expires).
+    ///
+    /// # Errors
+    /// As for [`Redlock::acquire_with`], among them [`ErrorKind::WaitTimeout`] when a
+    /// writer kept the lock past the wait budget, [`ErrorKind::WrongKind`] when the name
+    /// holds a mutex, and [`ErrorKind::InvalidResource`] for a name that cannot be a
+    /// lock's.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves no reader key behind beyond its TTL: the attempt in
+    /// flight is released on every master in the background.
+    pub async fn read_with(&self, options: &AcquireOptions) -> Result<Lease, Error> {
+        self.client
+            .acquire_shaped(&self.name, options, Shape::Read)
+            .await
+    }
+
+    /// Acquires a write lease with the client's defaults; see
+    /// [`write_with`](RwLock::write_with).
+    ///
+    /// # Errors
+    /// As for [`write_with`](RwLock::write_with).
+    ///
+    /// # Cancel safety
+    /// As for [`write_with`](RwLock::write_with).
+    pub async fn write(&self) -> Result<Lease, Error> {
+        self.write_with(&AcquireOptions::default()).await
+    }
+
+    /// Acquires a write lease: granted on each master where neither a writer nor a live
+    /// reader holds the lock, by a quorum of them. While readers hold it, each attempt sets
+    /// the writer's intent (for one TTL), which keeps new readers out; the waiting writer
+    /// tries again at least every third of its TTL, so the intent does not lapse while it
+    /// waits, and clears it when it gives up or is dropped.
+    ///
+    /// # Errors
+    /// As for [`read_with`](RwLock::read_with).
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves no writer key behind beyond its TTL, and clears the
+    /// writer's intent in the background (it expires within one TTL otherwise).
+    pub async fn write_with(&self, options: &AcquireOptions) -> Result<Lease, Error> {
+        self.client
+            .acquire_shaped(&self.name, options, Shape::write())
+            .await
+    }
+
+    /// Runs `work` holding a read lease, released afterwards; as
+    /// [`Redlock::with_lock`] does for a mutex (watchdog on, `work` dropped when the lease
+    /// is lost).
+    ///
+    /// # Errors
+    /// As for [`read_with`](RwLock::read_with), and [`ErrorKind::LeaseLost`] when the
+    /// lease is lost while `work` runs.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops `work` and releases the lease in the background.
+    pub async fn with_read<F, Fut, T>(&self, options: &AcquireOptions, work: F) -> Result<T, Error>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let lease = self.read_with(&options.clone().watchdog(true)).await?;
+        self.run(lease, work).await
+    }
+
+    /// Runs `work` holding a write lease, released afterwards; see
+    /// [`with_read`](RwLock::with_read).
+    ///
+    /// # Errors
+    /// As for [`with_read`](RwLock::with_read).
+    ///
+    /// # Cancel safety
+    /// As for [`with_read`](RwLock::with_read).
+    pub async fn with_write<F, Fut, T>(&self, options: &AcquireOptions, work: F) -> Result<T, Error>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let lease = self.write_with(&options.clone().watchdog(true)).await?;
+        self.run(lease, work).await
+    }
+
+    /// Races `work` with the lease's loss, then releases the lease.
+    async fn run<F, Fut, T>(&self, lease: Lease, work: F) -> Result<T, Error>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let lost = lease.lost();
+        let outcome = tokio::select! {
+            biased;
+            reason = lost => Err(reason),
+            output = work(lease.handle()) => Ok(output),
+        };
+        match outcome {
+            Ok(output) => {
+                if let Err(error) = lease.release().await {
+                    let shown = self.client.inner.config.trace_resource_names;
+                    tracing::warn!(
+                        resource = %telemetry::resource(&self.name, shown),
+                        error = %telemetry::error(&error, shown),
+                        "release after the critical section failed"
+                    );
+                }
+                Ok(output)
+            }
+            Err(reason) => {
+                let error = Error::new(ErrorKind::LeaseLost, &*self.name)
+                    .with_detail(format!("the critical section was aborted: {reason}"));
+                let _ = lease.release().await;
+                Err(error)
+            }
+        }
+    }
+}

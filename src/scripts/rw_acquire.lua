@@ -1,0 +1,99 @@
+-- Acquire a read-write lock in one mode (docs/design.md §16), with the data epoch, the
+-- cluster record and the fence counter read exactly as `acquire.lua` reads them.
+-- KEYS[1] writer key (the lock key), KEYS[2] epoch record, KEYS[3] fence counter (one per
+-- lock, shared by writers and readers), KEYS[4] cluster record, KEYS[5] owner record (kind
+-- 'rwlock'), KEYS[6] reader index (a set of reader values), KEYS[7] writer intent,
+-- KEYS[8] prefix of the reader keys (a reader's key is this prefix and its value)
+-- ARGV[1] value, ARGV[2] ttl ms, ARGV[3] id for a new epoch, ARGV[4] fence: '0' ignore,
+-- '1' read, ARGV[5] the caller's cluster fingerprint ('' when it knows no record),
+-- ARGV[6] client id, ARGV[7] host, ARGV[8] process id, ARGV[9] label,
+-- ARGV[10] mode: 'r' read, 'w' write, ARGV[11] the writer's intent id (one per acquire
+-- call), ARGV[12] intent ttl ms, ARGV[13] the most readers a lock admits
+-- Returns {code, epoch record, server time us, fence counter or false,
+--          holder's pttl or -3, detail or false}
+-- code: 1 granted, 0 refused (held, or readers present), -2 the cluster record's
+-- fingerprint differs (detail: the record's fingerprint, or false), -3 the name holds
+-- another kind of lock (detail: its kind)
+local t = redis.call('TIME')
+local now = t[1] .. string.format('%06d', t[2])
+local epoch = redis.call('GET', KEYS[2])
+if not epoch then
+  epoch = ARGV[3] .. ':' .. now
+  redis.call('SET', KEYS[2], epoch)
+end
+local recorded = redis.call('HGET', KEYS[4], 'fingerprint')
+if (recorded or '') ~= ARGV[5] then
+  return {-2, epoch, now, false, -3, recorded}
+end
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'none' and kind ~= 'string' then
+  return {-3, epoch, now, false, -3, kind}
+end
+local owned = redis.call('HGET', KEYS[5], 'kind')
+if owned and owned ~= 'rwlock' then
+  return {-3, epoch, now, false, -3, owned}
+end
+if kind == 'string' and not owned then
+  return {-3, epoch, now, false, -3, 'lock'}
+end
+-- Live readers, pruning the index of those that expired.
+local live, longest, shortest = 0, -3, -3
+for _, reader in ipairs(redis.call('SMEMBERS', KEYS[6])) do
+  local p = redis.call('PTTL', KEYS[8] .. reader)
+  if p < 0 then
+    redis.call('SREM', KEYS[6], reader)
+  else
+    live = live + 1
+    if p > longest then longest = p end
+    if shortest < 0 or p < shortest then shortest = p end
+  end
+end
+local ttl = tonumber(ARGV[2])
+local granted = false
+local pttl = -3
+if ARGV[10] == 'r' then
+  local intent = redis.call('PTTL', KEYS[7])
+  if kind == 'string' then
+    pttl = redis.call('PTTL', KEYS[1])
+  elseif intent > 0 then
+    pttl = intent
+  elseif live >= tonumber(ARGV[13]) then
+    pttl = shortest
+  else
+    redis.call('SET', KEYS[8] .. ARGV[1], ARGV[1], 'PX', ARGV[2])
+    redis.call('SADD', KEYS[6], ARGV[1])
+    if redis.call('PTTL', KEYS[6]) < ttl then
+      redis.call('PEXPIRE', KEYS[6], ARGV[2])
+    end
+    granted = true
+  end
+else
+  if kind == 'string' then
+    pttl = redis.call('PTTL', KEYS[1])
+  elseif live > 0 then
+    redis.call('SET', KEYS[7], ARGV[11], 'PX', ARGV[12])
+    pttl = longest
+  else
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    if redis.call('GET', KEYS[7]) == ARGV[11] then
+      redis.call('DEL', KEYS[7])
+    end
+    granted = true
+  end
+end
+local fence = false
+if ARGV[4] == '1' then
+  fence = redis.call('GET', KEYS[3])
+end
+if granted then
+  redis.call('HSET', KEYS[5], 'kind', 'rwlock')
+  if ARGV[10] == 'w' then
+    redis.call('HSET', KEYS[5], 'value', ARGV[1], 'client', ARGV[6], 'host', ARGV[7],
+      'pid', ARGV[8], 'label', ARGV[9],
+      'acquired_ms', t[1] .. string.format('%03d', math.floor(t[2] / 1000)))
+  end
+  if redis.call('PTTL', KEYS[5]) < ttl then
+    redis.call('PEXPIRE', KEYS[5], ARGV[2])
+  end
+end
+return {granted and 1 or 0, epoch, now, fence, pttl, false}

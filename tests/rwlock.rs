@@ -1,0 +1,601 @@
+//! The read-write lock against real masters: shared readers, exclusive writers, the
+//! writer's intent, downgrade, fencing, kinds and bad input (docs/design.md §16).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redquorum::{AcquireOptions, ErrorKind, LeaseMode, Redlock};
+use support::*;
+use tokio::time::Instant;
+
+fn once() -> AcquireOptions {
+    AcquireOptions::new().attempts(1)
+}
+
+/// Another client over `cluster`, with the test settings.
+fn super_client(cluster: &Cluster) -> Redlock {
+    client(cluster).build().unwrap()
+}
+
+/// Another client over `cluster`, with further settings.
+fn client_with(
+    cluster: &Cluster,
+    adjust: impl FnOnce(redquorum::Builder) -> redquorum::Builder,
+) -> Redlock {
+    adjust(client(cluster)).build().unwrap()
+}
+
+#[tokio::test]
+async fn readers_share_writers_exclude_and_each_reader_has_its_own_key() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    // Writers on a client of their own: this client's write while it reads is an upgrade.
+    let writers = super_client(&cluster);
+    let name = unique_key("rw");
+    let lock = client.rwlock(&name);
+    let writer = writers.rwlock(&name);
+    let a = lock.read().await.unwrap();
+    let b = lock.read().await.unwrap();
+    assert_eq!(a.mode(), LeaseMode::Read);
+    assert_ne!(a.key(), b.key(), "each reader has a key of its own");
+    let err = writer.write_with(&once()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
+    // Each reader key has its own expiry, and holds the reader's value.
+    for server in cluster.servers() {
+        let mut conn = raw(&server.url()).await;
+        for lease in [&a, &b] {
+            let pttl: i64 = conn.pttl(lease.key()).await.unwrap();
+            assert!(pttl > 0 && pttl <= 5000, "{pttl}");
+        }
+    }
+    a.release().await.unwrap();
+    // One reader left: still no writer.
+    let err = writer.write_with(&once()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
+    b.release().await.unwrap();
+    let w = writer.write_with(&once()).await.unwrap();
+    assert_eq!(w.mode(), LeaseMode::Write);
+    let err = lock.read_with(&once()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
+    let err = lock.write_with(&once()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
+    w.release().await.unwrap();
+    lock.read_with(&once())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+/// A waiting writer's intent keeps new readers out; the writer gets in as soon as the
+/// reader that held the lock leaves (its release notice wakes the writer).
+#[tokio::test]
+async fn a_waiting_writer_stops_new_readers_and_gets_in_when_the_reader_leaves() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let name = unique_key("intent");
+    let lock = client.rwlock(&name);
+    let reader = lock.read().await.unwrap();
+    let writer = tokio::spawn({
+        let lock = super_client(&cluster).rwlock(&name);
+        async move { lock.write().await }
+    });
+    // Await the intent on every master rather than sleeping.
+    let intent = format!("redquorum:rw:{name}:intent");
+    wait_until(Duration::from_secs(5), "the writer's intent is set", || {
+        let (urls, intent) = (cluster.urls(), intent.clone());
+        async move {
+            for url in urls {
+                let exists: bool = raw(&url).await.exists(&intent).await.unwrap();
+                if !exists {
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await;
+    let err = lock.read_with(&once()).await.unwrap_err();
+    assert_eq!(
+        err.kind(),
+        ErrorKind::Contended,
+        "a reader got past the intent: {err}"
+    );
+    let released = Instant::now();
+    reader.release().await.unwrap();
+    let w = writer.await.unwrap().unwrap();
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "the writer waited {:?} after the reader left",
+        released.elapsed()
+    );
+    // Granted: its intent is gone.
+    for url in cluster.urls() {
+        let exists: bool = raw(&url).await.exists(&intent).await.unwrap();
+        assert!(!exists);
+    }
+    w.release().await.unwrap();
+}
+
+/// How long a writer waits behind a stream of overlapping readers (each holds `HOLD`, a
+/// new one every third of that, for `STREAM`), the writer starting once the stream runs;
+/// and how many readers the stream admitted.
+const HOLD: Duration = Duration::from_millis(150);
+const STREAM: Duration = Duration::from_millis(2500);
+
+async fn writer_behind_readers(builder: impl Fn() -> redquorum::Builder) -> (Duration, u32) {
+    let client = builder().ttl("1s").build().unwrap();
+    let name = unique_key("starve");
+    let lock = client.rwlock(&name);
+    let writer = builder().ttl("1s").build().unwrap().rwlock(&name);
+    let readers = tokio::spawn({
+        let lock = lock.clone();
+        async move {
+            let end = Instant::now() + STREAM;
+            let mut tasks = Vec::new();
+            while Instant::now() < end {
+                let lock = lock.clone();
+                tasks.push(tokio::spawn(async move {
+                    let opts = AcquireOptions::new().wait_timeout("3s");
+                    let Ok(lease) = lock.read_with(&opts).await else {
+                        return 0;
+                    };
+                    tokio::time::sleep(HOLD).await;
+                    lease.release().await.unwrap();
+                    1
+                }));
+                tokio::time::sleep(HOLD / 3).await;
+            }
+            let mut granted = 0u32;
+            for task in tasks {
+                granted += task.await.unwrap();
+            }
+            granted
+        }
+    });
+    tokio::time::sleep(HOLD).await;
+    let started = Instant::now();
+    let w = writer
+        .write_with(&AcquireOptions::new().wait_timeout("4s"))
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    w.release().await.unwrap();
+    (waited, readers.await.unwrap())
+}
+
+/// Writers are not starved: readers keep coming, each overlapping the next, and a writer
+/// that starts waiting gets in within a bound (the readers' hold time plus a round), not
+/// when the stream stops.
+#[tokio::test]
+async fn a_stream_of_overlapping_readers_does_not_starve_a_writer() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let (waited, readers) = writer_behind_readers(|| client(&cluster)).await;
+    assert!(
+        waited < Duration::from_secs(1),
+        "the writer waited {waited:?} behind readers that hold {HOLD:?} each"
+    );
+    assert!(readers > 3, "the readers did not overlap");
+}
+
+/// The starvation check fires: readers let in past the writer's intent (the planted
+/// `ReaderIgnoresIntent`) keep the writer out until the stream ends.
+#[cfg(feature = "mutants")]
+#[tokio::test]
+async fn readers_ignoring_the_intent_starve_the_writer() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let builder = || client(&cluster).mutant(redquorum::Mutant::ReaderIgnoresIntent);
+    let (waited, _) = writer_behind_readers(builder).await;
+    assert!(
+        waited >= Duration::from_secs(1),
+        "the writer got in after {waited:?} although readers ignore its intent"
+    );
+}
+
+#[tokio::test]
+async fn downgrade_keeps_deadline_and_token_and_lets_readers_in() {
+    let cluster = Cluster::start_with(3, &ServerOptions::new().persistence(Persistence::AofAlways))
+        .await
+        .unwrap();
+    for url in cluster.urls() {
+        let _: () = raw(&url)
+            .await
+            .set("redquorum:epoch", "seed:1000000")
+            .await
+            .unwrap();
+    }
+    let client = client(&cluster)
+        .quarantine(true)
+        .fencing(true)
+        .ttl("2s")
+        .build()
+        .unwrap();
+    let name = unique_key("down");
+    let lock = client.rwlock(&name);
+    let w = lock.write().await.unwrap();
+    let (deadline, token) = (w.deadline(), w.fencing_token().unwrap());
+    let handle = w.handle();
+    let r = w.downgrade().await.unwrap();
+    assert_eq!(r.mode(), LeaseMode::Read);
+    assert_eq!(r.deadline(), deadline);
+    assert_eq!(r.fencing_token(), Some(token));
+    assert!(
+        handle.is_lost(),
+        "the write lease's handles follow it, not the read lease"
+    );
+    for server in cluster.servers() {
+        assert_eq!(
+            value_on(server, &name).await,
+            None,
+            "the writer key is gone"
+        );
+        assert_eq!(value_on(server, r.key()).await.as_deref(), Some(r.value()));
+    }
+    // Readers share it now; writers still wait. Tokens keep rising across modes.
+    let other = lock.read_with(&once()).await.unwrap();
+    assert!(other.fencing_token().unwrap() > token);
+    // This client now reads: its write would be an upgrade; another client's waits.
+    let err = lock.write_with(&once()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::AlreadyHeld, "{err}");
+    let writers = client_with(&cluster, |b| b.quarantine(true).fencing(true).ttl("2s"));
+    let err = writers.rwlock(&name).write_with(&once()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
+    // The read lease extends and releases its own reader key only.
+    r.extend().await.unwrap();
+    let later = other.fencing_token().unwrap();
+    r.release().await.unwrap();
+    for server in cluster.servers() {
+        assert_eq!(
+            value_on(server, other.key()).await.as_deref(),
+            Some(other.value())
+        );
+    }
+    other.release().await.unwrap();
+    let w = lock.write_with(&once()).await.unwrap();
+    assert!(
+        w.fencing_token().unwrap() > later,
+        "a writer after a reader has a later token"
+    );
+    w.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn downgrading_a_read_or_mutex_lease_is_refused_and_releases_nothing() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let name = unique_key("nodown");
+    let read = client.rwlock(&name).read().await.unwrap();
+    let key = read.key().to_owned();
+    let err = read.downgrade().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidOptions);
+    assert!(!err.is_retryable());
+    assert!(err.to_string().contains("only a write lease"), "{err}");
+    assert!(err.to_string().contains("nothing was released"), "{err}");
+    client.shutdown().await;
+    assert!(
+        held_everywhere_any(&cluster, &key).await,
+        "the read lease was released"
+    );
+    let mutex = client.acquire(&unique_key("mutex")).await.unwrap();
+    let mkey = mutex.key().to_owned();
+    let err = mutex.downgrade().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidOptions);
+    assert!(err.to_string().contains("an exclusive lease"), "{err}");
+    client.shutdown().await;
+    assert!(held_everywhere_any(&cluster, &mkey).await);
+}
+
+/// Whether every master has some value under `key`.
+async fn held_everywhere_any(cluster: &Cluster, key: &str) -> bool {
+    for server in cluster.servers() {
+        if value_on(server, key).await.is_none() {
+            return false;
+        }
+    }
+    true
+}
+
+#[tokio::test]
+async fn a_mutex_and_a_rwlock_on_one_name_refuse_each_other() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let name = unique_key("kinds");
+    // The masters refuse the other kind (another client: this one would refuse its own
+    // held name before asking them).
+    let stranger = super_client(&cluster);
+    let read = client.rwlock(&name).read().await.unwrap();
+    let err = stranger.try_acquire(&name).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
+    assert!(!err.is_retryable());
+    assert!(err.to_string().contains("holds a read-write lock"), "{err}");
+    read.release().await.unwrap();
+    let w = client.rwlock(&name).write().await.unwrap();
+    let err = stranger.try_acquire(&name).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
+    w.release().await.unwrap();
+
+    let other = unique_key("kinds");
+    let mutex = client.acquire(&other).await.unwrap();
+    let lock = stranger.rwlock(&other);
+    for attempt in [
+        lock.read_with(&once()).await,
+        lock.write_with(&once()).await,
+    ] {
+        let err = attempt.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
+        assert!(err.to_string().contains("not a read-write lock"), "{err}");
+    }
+    mutex.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_names_are_refused_with_what_to_change() {
+    let cluster = Cluster::start(1).await.unwrap();
+    let client: Redlock = client(&cluster).build().unwrap();
+    for name in ["", "redquorum:rw:x"] {
+        let err = client.rwlock(name).read().await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidResource, "{err}");
+        let err = client.rwlock(name).write().await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidResource, "{err}");
+        assert!(!err.is_retryable());
+    }
+}
+
+/// A dropped write attempt clears its intent at once, so readers need not wait for it
+/// to expire; dropped attempts leave no key beyond their TTL.
+#[tokio::test]
+async fn a_dropped_writer_clears_its_intent() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let name = unique_key("dropped");
+    let lock = client.rwlock(&name);
+    let reader = lock.read().await.unwrap();
+    let intent = format!("redquorum:rw:{name}:intent");
+    let writing = tokio::spawn({
+        let lock = super_client(&cluster).rwlock(&name);
+        async move { lock.write().await }
+    });
+    wait_until(Duration::from_secs(5), "the writer's intent is set", || {
+        let (url, intent) = (cluster.urls()[0].clone(), intent.clone());
+        async move { raw(&url).await.exists(&intent).await.unwrap() }
+    })
+    .await;
+    writing.abort();
+    let _ = writing.await;
+    client.shutdown().await;
+    for url in cluster.urls() {
+        let exists: bool = raw(&url).await.exists(&intent).await.unwrap();
+        assert!(!exists, "the dropped writer's intent is still there");
+    }
+    lock.read_with(&once())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    reader.release().await.unwrap();
+}
+
+/// At most `MAX_READERS` readers hold one lock; the next waits (refused once as
+/// contended). A reader whose key expired no longer counts: the index is pruned.
+#[tokio::test]
+async fn readers_are_capped_and_expired_readers_leave_the_index() {
+    let cluster = Cluster::start(1).await.unwrap();
+    let client = client(&cluster).ttl("1s").build().unwrap();
+    let name = unique_key("cap");
+    let lock = client.rwlock(&name);
+    let mut leases = Vec::new();
+    for _ in 0..redquorum::limits::MAX_READERS {
+        leases.push(lock.read_with(&once()).await.unwrap());
+    }
+    let err = lock.read_with(&once()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
+    // One reader's key disappears (as by expiry): the next reader takes its place, and the
+    // index forgets the dead one.
+    let gone = leases.pop().unwrap();
+    let mut conn = raw(&cluster.urls()[0]).await;
+    let _: () = conn.del(gone.key()).await.unwrap();
+    let next = lock.read_with(&once()).await.unwrap();
+    let index = format!("redquorum:rw:{name}:readers");
+    let members: Vec<String> = conn.smembers(&index).await.unwrap();
+    assert_eq!(members.len(), redquorum::limits::MAX_READERS);
+    assert!(!members.contains(&gone.value().to_owned()));
+    let index_ttl: i64 = conn.pttl(&index).await.unwrap();
+    assert!(
+        index_ttl > 0,
+        "the index lives no longer than its readers: {index_ttl}"
+    );
+    drop(gone);
+    drop(next);
+    client.shutdown().await;
+}
+
+/// A read lease extended past the TTL it was granted with stays visible to writers: its
+/// extension keeps the reader index alive as long as its key.
+#[tokio::test]
+async fn an_extended_reader_keeps_writers_out() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).ttl("1s").ttl_max("3s").build().unwrap();
+    let name = unique_key("extended");
+    let lock = client.rwlock(&name);
+    let read = lock.read().await.unwrap();
+    read.extend_with(Duration::from_secs(3)).await.unwrap();
+    let index = format!("redquorum:rw:{name}:readers");
+    for url in cluster.urls() {
+        let pttl: i64 = raw(&url).await.pttl(&index).await.unwrap();
+        assert!(
+            pttl > 2000,
+            "the index expires before its reader: {pttl} ms"
+        );
+    }
+    // Even with the index lost, an extension puts the reader back in it.
+    for url in cluster.urls() {
+        let _: () = raw(&url).await.del(&index).await.unwrap();
+    }
+    read.extend().await.unwrap();
+    let err = super_client(&cluster)
+        .rwlock(&name)
+        .write_with(&once())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
+    read.release().await.unwrap();
+}
+
+/// The client's registry of held keys: reads share, a write while reading is an upgrade
+/// (refused at once, also when the client waits for its own leases), a second write is a
+/// re-entry; a downgraded lease holds the lock for reading.
+#[tokio::test]
+async fn the_client_refuses_an_upgrade_and_its_own_second_writer() {
+    let cluster = Cluster::start(1).await.unwrap();
+    for wait_for_own in [false, true] {
+        let client = client_with(&cluster, |b| b.wait_for_own_leases(wait_for_own));
+        let lock = client.rwlock(&unique_key("held"));
+        let a = lock.read().await.unwrap();
+        let b = lock.read_with(&once()).await.unwrap();
+        let started = Instant::now();
+        let err = lock.write().await.unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_millis(100),
+            "the upgrade waited"
+        );
+        assert_eq!(err.kind(), ErrorKind::AlreadyHeld, "{err}");
+        assert!(!err.is_retryable());
+        assert!(err.to_string().contains("upgrading a read lock"), "{err}");
+        a.release().await.unwrap();
+        drop(b);
+        client.shutdown().await;
+        let w = lock.write().await.unwrap();
+        if !wait_for_own {
+            let err = lock.write_with(&once()).await.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::AlreadyHeld, "{err}");
+            assert!(err.to_string().contains("re-enter"), "{err}");
+        }
+        let r = w.downgrade().await.unwrap();
+        let err = lock.write_with(&once()).await.unwrap_err();
+        assert!(err.to_string().contains("upgrading a read lock"), "{err}");
+        lock.read_with(&once())
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        r.release().await.unwrap();
+        lock.write_with(&once())
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+}
+
+/// A downgrade that no quorum confirms loses the lease and releases both its forms: the
+/// writer key where it still was, the reader key where the master converted it.
+#[tokio::test]
+async fn a_failed_downgrade_loses_the_lease_and_releases_both_forms() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let name = unique_key("downfail");
+    let w = client.rwlock(&name).write().await.unwrap();
+    let reader = format!("redquorum:rw:{name}:reader:{}", w.value());
+    // Two masters lose the writer key (as after an operator's delete).
+    for url in &cluster.urls()[..2] {
+        let _: () = raw(url).await.del(&name).await.unwrap();
+    }
+    let handle = w.handle();
+    let err = w.downgrade().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
+    assert!(err.to_string().contains("no quorum converted"), "{err}");
+    assert!(handle.is_lost());
+    client.shutdown().await;
+    for server in cluster.servers() {
+        assert_eq!(value_on(server, &name).await, None);
+        assert_eq!(value_on(server, &reader).await, None);
+    }
+    // The lock is free again, for this client too.
+    client
+        .rwlock(&name)
+        .write()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+/// The handle and its futures can move between tasks.
+#[test]
+fn the_handle_and_its_futures_are_send() {
+    fn send<T: Send>(_: &T) {}
+    fn shared<T: Send + Sync + Clone + std::fmt::Debug + 'static>() {}
+    shared::<redquorum::RwLock>();
+    let client = Redlock::builder()
+        .masters(["redis://127.0.0.1:1"])
+        .build()
+        .unwrap();
+    let lock = client.rwlock("x");
+    send(&lock.read());
+    send(&lock.write());
+    send(&lock.with_read(&AcquireOptions::new(), |_| async {}));
+}
+
+/// Cancel safety: read and write futures dropped after each of their polls leave no
+/// writer key, reader key or intent once the client's background work is done (the
+/// index, if left, has an expiry).
+#[tokio::test]
+async fn acquire_futures_dropped_after_each_poll_leave_nothing_behind() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let name = unique_key("dropped-polls");
+    // A reader of another client holds the lock, so writers wait (and set their intent).
+    let holder = super_client(&cluster);
+    let held = holder.rwlock(&name).read().await.unwrap();
+    for k in 0..10 {
+        for write in [false, true] {
+            let lock = client.rwlock(&name);
+            let mut fut: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>> = if write {
+                Box::pin(async move { lock.write().await })
+            } else {
+                Box::pin(async move { lock.read().await })
+            };
+            for _ in 0..k {
+                if futures::poll!(&mut fut).is_ready() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            drop(fut);
+        }
+    }
+    client.shutdown().await;
+    for url in cluster.urls() {
+        let mut conn = raw(&url).await;
+        let readers: Vec<String> = conn
+            .keys(format!("redquorum:rw:{name}:reader:*"))
+            .await
+            .unwrap();
+        assert_eq!(
+            readers,
+            vec![held.key().to_owned()],
+            "only the holder reads"
+        );
+        let intent: bool = conn
+            .exists(format!("redquorum:rw:{name}:intent"))
+            .await
+            .unwrap();
+        assert!(!intent, "a dropped writer's intent is left");
+        let writer: bool = conn.exists(&name).await.unwrap();
+        assert!(!writer, "a dropped writer's key is left");
+        let index_ttl: i64 = conn
+            .pttl(format!("redquorum:rw:{name}:readers"))
+            .await
+            .unwrap();
+        assert!(index_ttl > 0, "{index_ttl}");
+    }
+    held.release().await.unwrap();
+}

@@ -148,7 +148,7 @@ pub use lock::{AcquireOptions, Redlock};
 #[cfg(feature = "mutants")]
 pub use mutants::Mutant;
 pub use operate::{Holding, Inspection, MasterView, OwnerInfo, UnlockReport, Verdict};
-pub use semaphore::Semaphore;
+pub use semaphore::{LimitReplaced, Semaphore};
 
 /// The README's examples, compiled as doc tests.
 #[cfg(doctest)]

@@ -568,6 +568,9 @@ fn describe(request: &Request, trace: &Trace) -> String {
         Op::AcquireChecked {
             key, value, fence, ..
         } => format!("acquire {key} {} ({fence:?})", short(value)),
+        Op::AcquirePermits(p) if p.replace => {
+            format!("replace the limit of {} with {}", p.base, p.limit())
+        }
         Op::AcquirePermits(p) => format!(
             "acquire permits {:?} of {} {}",
             p.wanted,

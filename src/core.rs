@@ -54,6 +54,7 @@ impl Inner {
         Bounds {
             until,
             tracker: Some(&self.background),
+            every: false,
         }
     }
 }

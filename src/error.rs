@@ -130,7 +130,7 @@ pub enum MasterErrorKind {
     ClusterMismatch,
     /// The name holds another kind of lock than the one asked for.
     WrongKind,
-    /// The master holds permits of the semaphore under another limit than this client's
+    /// The master stores another limit for the semaphore than this client's
     /// (docs/design.md §15).
     LimitMismatch,
     /// The TLS handshake failed: the master's certificate is not trusted (signed by
@@ -396,10 +396,12 @@ pub enum ErrorKind {
     /// The name holds another kind of lock (a semaphore, a read-write lock) than the one
     /// asked for. Not retryable: use another name, or the kind that holds it.
     WrongKind,
-    /// A master holds permits of the semaphore under another limit than this client's
-    /// ([`Redlock::semaphore`](crate::Redlock::semaphore)): clients of one semaphore
-    /// disagree on its limit. The attempt's grants were released and nothing is held. Not
-    /// retryable: give every client of the semaphore the same limit; the detail names both.
+    /// A master stores another limit for the semaphore than this client's
+    /// ([`Redlock::semaphore`](crate::Redlock::semaphore)), whether permits are held or
+    /// not: clients of one semaphore disagree on its limit. The attempt's grants were
+    /// released and nothing is held. Not retryable: give this client the stored limit (the
+    /// detail names both), or change the stored one with
+    /// [`Semaphore::replace_limit`](crate::Semaphore::replace_limit).
     LimitMismatch,
     /// [`Redlock::init_cluster`](crate::Redlock::init_cluster) found a key under the prefix
     /// on a master of an uninitialised cluster: only brand-new masters are bootstrapped.
@@ -571,7 +573,7 @@ impl fmt::Display for Error {
             )?,
             ErrorKind::WrongKind => write!(f, "{r} holds another kind of lock")?,
             ErrorKind::LimitMismatch => {
-                write!(f, "semaphore {r} is in use with another limit")?;
+                write!(f, "semaphore {r} has another limit")?;
             }
             ErrorKind::AlreadyHeld => write!(f, "refused to acquire lock {r}")?,
             ErrorKind::ClusterNotEmpty => {

@@ -156,7 +156,7 @@ pub use lock::{AcquireOptions, Redlock};
 pub use mutants::Mutant;
 pub use operate::{Holding, Inspection, MasterView, OwnerInfo, UnlockReport, Verdict};
 pub use rwlock::RwLock;
-pub use semaphore::Semaphore;
+pub use semaphore::{LimitReplaced, Semaphore};
 
 /// The README's examples, compiled as doc tests.
 #[cfg(doctest)]

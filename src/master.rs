@@ -283,6 +283,9 @@ pub(crate) struct PermitsOp {
     pub(crate) base: Arc<str>,
     /// The slots to take, distinct and below the limit.
     pub(crate) wanted: Vec<u32>,
+    /// Store the limit in place of another instead of taking slots: granted where no
+    /// permit is live (docs/design.md §15).
+    pub(crate) replace: bool,
     pub(crate) value: Arc<str>,
     pub(crate) ttl: Duration,
     /// Read the wanted slots' fence counters.
@@ -1706,7 +1709,8 @@ async fn acquire_permits(
                 .arg(op.owner.pid)
                 .arg(&*op.owner.label)
                 .arg(op.limit())
-                .arg(&*op.base);
+                .arg(&*op.base)
+                .arg(if op.replace { "limit" } else { "take" });
             for slot in &op.wanted {
                 call.arg(*slot);
             }
@@ -1747,7 +1751,7 @@ pub(crate) fn limit_mismatch(recorded: Option<&str>, ours: usize) -> MasterError
     MasterError::new(
         MasterErrorKind::LimitMismatch,
         format!(
-            "permits are held here under limit {}, not {ours}",
+            "the semaphore's limit stored here is {}, not {ours}",
             recorded.unwrap_or("another")
         ),
     )

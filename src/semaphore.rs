@@ -43,10 +43,10 @@ use crate::{deadline, scripts, telemetry};
 /// [`LeaseHandle::permits`] names the slots it holds.
 ///
 /// The limit is stored with the semaphore on each master, written by the first
-/// acquisition that finds none there. While a permit is held on a master, that master
-/// refuses a client that gives another limit ([`ErrorKind::LimitMismatch`]); once no
-/// permit is held there, the next acquisition's limit is stored. Give every client of a
-/// semaphore the same limit.
+/// acquisition that finds none there, and kept: a master refuses every client that gives
+/// another limit ([`ErrorKind::LimitMismatch`]), whether permits are held or not. Give
+/// every client of a semaphore the same limit; change it with
+/// [`replace_limit`](Semaphore::replace_limit).
 ///
 /// Cheap to clone; made by [`Redlock::semaphore`].
 ///
@@ -149,8 +149,8 @@ impl Semaphore {
     /// # Errors
     /// Before any master is asked: [`ErrorKind::InvalidOptions`] when `permits` is zero
     /// or above the limit, and [`ErrorKind::NoRuntime`] outside a tokio runtime. At once:
-    /// [`ErrorKind::LimitMismatch`] when a master holds permits of this semaphore under
-    /// another limit (nothing is held then); [`ErrorKind::AlreadyHeld`] when this
+    /// [`ErrorKind::LimitMismatch`] when a master stores another limit for this semaphore
+    /// (nothing is held then; see [`replace_limit`](Semaphore::replace_limit)); [`ErrorKind::AlreadyHeld`] when this
     /// client's own leases hold so many permits that `permits` more could only come from
     /// them (unless [`Builder::wait_for_own_leases`](crate::Builder::wait_for_own_leases)). Otherwise as [`Redlock::acquire`]:
     /// [`ErrorKind::Contended`] (too few free slots), [`ErrorKind::NoQuorum`],
@@ -181,6 +181,87 @@ impl Semaphore {
         let acquired = self.acquire_rounds(permits, options, &mut rounds).await;
         telemetry::acquire_finished(&acquired, started, rounds);
         acquired
+    }
+
+    /// Stores this handle's limit on the masters in place of another one: the explicit
+    /// way to change a semaphore's limit (docs/design.md §15).
+    ///
+    /// A master keeps the limit its semaphore was first used with, and refuses every
+    /// acquisition that gives another ([`ErrorKind::LimitMismatch`]), idle or not. This
+    /// rewrites that record on each master where no permit is live, and leaves it on the
+    /// masters where permits are held under it (those refuse, as holders of a mutex do),
+    /// so the permits held under the old limit and those taken under the new one are
+    /// never valid together. Run it with the new limit once the old one's holders are
+    /// gone, and again until [`LimitReplaced::everywhere`]: a master that still stores
+    /// the old limit refuses every acquisition under the new one. Takes no permit.
+    ///
+    /// ```no_run
+    /// # async fn run(client: redquorum::Redlock) -> Result<(), redquorum::Error> {
+    /// // The exports semaphore had limit 4; from now on it has 6.
+    /// let exports = client.semaphore("exports", 6)?;
+    /// let replaced = exports.replace_limit().await?;
+    /// if !replaced.everywhere() {
+    ///     eprintln!("limit 6 stored on {} masters only: retry once permits are released",
+    ///         replaced.stored_on());
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoRuntime`] outside a tokio runtime; [`ErrorKind::ClusterMismatch`]
+    /// when a master's cluster record disagrees with the client's. A master that holds
+    /// permits, fails or is in restart quarantine is not an error: it is reported in
+    /// [`LimitReplaced::masters`] and not counted.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the limit stored on some masters and not others, as
+    /// a partial result does; running it again completes it.
+    pub async fn replace_limit(&self) -> Result<LimitReplaced, Error> {
+        let shape = &self.shared;
+        let name = &*shape.name;
+        check_runtime(name)?;
+        let inner = &self.client.inner;
+        let plan = self.client.plan(name, &AcquireOptions::default())?;
+        let op = Op::AcquirePermits(Box::new(PermitsOp {
+            limit_key: Arc::clone(&shape.limit_key),
+            slots: Arc::clone(&shape.slots),
+            base: Arc::clone(&shape.base),
+            wanted: Vec::new(),
+            replace: true,
+            value: random_value().into(),
+            ttl: plan.ttl,
+            fence: false,
+            owner: Arc::clone(&plan.owner),
+            #[cfg(feature = "mutants")]
+            counted: None,
+        }));
+        let traced = telemetry::resource(name, inner.config.trace_resource_names);
+        // Every master's answer is wanted, not just a quorum's.
+        let n = inner.masters.len();
+        let bounds = quorum::Bounds {
+            every: true,
+            ..inner.bounds(None)
+        };
+        let round = quorum::run(&inner.masters, Arc::new(op), n, traced, bounds).await;
+        let reports = round.reports(&inner.masters);
+        if let Some((kind, detail)) = refusal(&reports) {
+            return Err(Error::new(kind, name)
+                .with_detail(detail)
+                .with_masters(reports));
+        }
+        let stored = round
+            .outcomes
+            .iter()
+            .filter(|o| matches!(o, MasterOutcome::Granted))
+            .count();
+        Ok(LimitReplaced {
+            limit: shape.limit,
+            stored,
+            quorum: inner.quorum,
+            n,
+            masters: reports,
+        })
     }
 
     /// Runs `work` while holding `permits` permits, and releases them afterwards, as
@@ -449,6 +530,7 @@ impl Semaphore {
             slots: Arc::clone(&shape.slots),
             base: Arc::clone(&shape.base),
             wanted: wanted.to_vec(),
+            replace: false,
             value: Arc::clone(&value),
             ttl,
             fence: fencing,
@@ -469,8 +551,9 @@ impl Semaphore {
             let detail = match kind {
                 ErrorKind::LimitMismatch => format!(
                     "{detail}; this client gives limit {}: give every client of semaphore \
-                     {name:?} the same limit (the stored one changes only once no permit is \
-                     held under it)",
+                     {name:?} the stored limit, or change the stored one with \
+                     `Semaphore::replace_limit` (it takes effect on each master once no \
+                     permit is held there)",
                     shape.limit
                 ),
                 _ => detail,
@@ -602,6 +685,46 @@ impl Semaphore {
             free,
             cut,
         })
+    }
+}
+
+/// What [`Semaphore::replace_limit`] did: on how many masters the new limit is stored.
+#[derive(Debug, Clone)]
+pub struct LimitReplaced {
+    limit: u32,
+    stored: usize,
+    quorum: usize,
+    n: usize,
+    masters: Vec<crate::error::MasterReport>,
+}
+
+impl LimitReplaced {
+    /// The limit asked for.
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// How many masters store it now (those that vote: a master in restart quarantine is
+    /// not counted).
+    pub fn stored_on(&self) -> usize {
+        self.stored
+    }
+
+    /// Whether a quorum of masters store it: permits under it can be granted once every
+    /// master that answers stores it.
+    pub fn took_quorum(&self) -> bool {
+        self.stored >= self.quorum
+    }
+
+    /// Whether every master stores it: no master refuses acquisitions under it any more.
+    pub fn everywhere(&self) -> bool {
+        self.stored == self.n
+    }
+
+    /// Each master's outcome: granted where the limit is stored, held by another where
+    /// permits are live under the old limit, failed or abstaining otherwise.
+    pub fn masters(&self) -> &[crate::error::MasterReport] {
+        &self.masters
     }
 }
 

@@ -570,8 +570,9 @@ type Permits = (
 );
 
 /// `semaphore.lua`: all the wanted slots or none, the free slots and when enough free up,
-/// the stored limit (written when missing, refused while permits are live under another,
-/// rewritten once none is), fence counters per slot, and the cluster fingerprint.
+/// the stored limit (written when missing, refused whenever another is given, rewritten by
+/// a 'limit' call only while no permit is live), fence counters per slot, and the cluster
+/// fingerprint.
 #[tokio::test]
 async fn semaphore_contract() {
     let server = Server::start(&ServerOptions::new()).await.unwrap();
@@ -581,7 +582,7 @@ async fn semaphore_contract() {
     let (epoch, record) = (unique_key("epoch"), unique_key("cluster"));
     let limit_key = format!("{base}limit");
     let slot = |i: u32| format!("{base}{i}");
-    let take = |value: &str, limit: u32, wanted: &[u32], fence: &str, fingerprint: &str| {
+    let call = |mode: &str, value: &str, limit: u32, wanted: &[u32], fence: &str, fp: &str| {
         let mut call = script.key(&epoch);
         call.key(&record).key(&limit_key);
         for i in 0..limit {
@@ -591,18 +592,23 @@ async fn semaphore_contract() {
             .arg(10_000)
             .arg("new-epoch")
             .arg(fence)
-            .arg(fingerprint)
+            .arg(fp)
             .arg("client-1")
             .arg("host-1")
             .arg(4242)
             .arg("worker")
             .arg(limit)
-            .arg(&base);
+            .arg(&base)
+            .arg(mode);
         for w in wanted {
             call.arg(*w);
         }
         call
     };
+    let take = |value: &str, limit: u32, wanted: &[u32], fence: &str, fp: &str| {
+        call("take", value, limit, wanted, fence, fp)
+    };
+    let replace = |limit: u32| call("limit", "-", limit, &[], "0", "");
 
     // Granted: the slot set like SET NX PX with its owner record; the limit stored.
     let (code, epoch_record, _, fences, wait, free, detail): Permits = take("v1", 2, &[0], "0", "")
@@ -657,14 +663,31 @@ async fn semaphore_contract() {
     assert_eq!((code, detail.as_deref()), (-4, Some("2")));
     assert_eq!(get(&server.url(), &slot(2)).await, None);
     assert_eq!(conn.get::<_, String>(&limit_key).await.unwrap(), "2");
-    // No permit live any more: the next limit is stored.
+    // Replacing the limit while a permit is live: refused (0, the stored limit), kept.
+    let (code, _, _, _, _, _, detail): Permits = replace(3).invoke_async(&mut conn).await.unwrap();
+    assert_eq!((code, detail.as_deref()), (0, Some("2")));
+    assert_eq!(conn.get::<_, String>(&limit_key).await.unwrap(), "2");
+    // No permit live any more: another limit is still refused (the record is sticky)...
     let _: () = conn.del(&[slot(0), slot(1)]).await.unwrap();
+    let (code, _, _, _, _, _, detail): Permits = take("v5", 3, &[2], "0", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((code, detail.as_deref()), (-4, Some("2")));
+    assert_eq!(get(&server.url(), &slot(2)).await, None);
+    assert_eq!(conn.get::<_, String>(&limit_key).await.unwrap(), "2");
+    // ... until a 'limit' call replaces it, which takes no slot.
+    let (code, _, _, _, _, _, detail): Permits = replace(3).invoke_async(&mut conn).await.unwrap();
+    assert_eq!((code, detail), (1, None));
+    assert_eq!(conn.get::<_, String>(&limit_key).await.unwrap(), "3");
+    for i in 0..3 {
+        assert_eq!(get(&server.url(), &slot(i)).await, None);
+    }
     let (code, _, _, _, _, free, _): Permits = take("v5", 3, &[2], "0", "")
         .invoke_async(&mut conn)
         .await
         .unwrap();
     assert_eq!((code, free), (1, vec![0, 1, 2]));
-    assert_eq!(conn.get::<_, String>(&limit_key).await.unwrap(), "3");
     // A cluster record that disagrees: -2 with its fingerprint, nothing set.
     let _: () = conn.hset(&record, "fingerprint", "f1").await.unwrap();
     let (code, _, _, _, _, _, found): Permits = take("v6", 3, &[0], "0", "")
@@ -1129,7 +1152,7 @@ fn script_hashes_are_pinned() {
         (
             "semaphore.lua",
             SEMAPHORE,
-            "9feef2990d211a97ec756b74612c891fe580c08e",
+            "975313c7b8fe9bbd55e9d788d4514f926a767819",
         ),
         (
             "force_unlock.lua",

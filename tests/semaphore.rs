@@ -128,7 +128,7 @@ async fn permits_are_slots_taken_all_or_none() {
 }
 
 /// A client with another limit is refused while permits are held under the stored one,
-/// and holds nothing; once none is held, its limit is stored.
+/// and holds nothing; the explicit replacement is refused too while they are held.
 #[tokio::test]
 async fn another_limit_is_refused_while_permits_are_held() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -138,17 +138,7 @@ async fn another_limit_is_refused_while_permits_are_held() {
     let held = two.semaphore(&name, 2).unwrap().acquire(1).await.unwrap();
     let other = three.semaphore(&name, 3).unwrap();
     let err = other.acquire(1).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::LimitMismatch, "{err}");
-    assert!(!err.is_retryable());
-    let text = err.to_string();
-    assert!(
-        text.contains("limit 2") && text.contains("limit 3") && text.contains("same limit"),
-        "{text}"
-    );
-    assert!(err.masters().iter().any(|r| matches!(
-        r.outcome(),
-        MasterOutcome::Failed(e) if e.kind() == MasterErrorKind::LimitMismatch
-    )));
+    assert_mismatch(&err, 2, 3);
     for i in 0..3 {
         if i != held.permits()[0] {
             assert!(
@@ -157,15 +147,102 @@ async fn another_limit_is_refused_while_permits_are_held() {
             );
         }
     }
+    // The explicit change is refused on every master that holds the permit.
+    let replaced = other.replace_limit().await.unwrap();
+    assert_eq!(
+        (
+            replaced.stored_on(),
+            replaced.took_quorum(),
+            replaced.everywhere()
+        ),
+        (0, false, false),
+        "{replaced:?}"
+    );
+    assert!(
+        replaced
+            .masters()
+            .iter()
+            .all(|r| matches!(r.outcome(), MasterOutcome::HeldByOther)),
+        "{replaced:?}"
+    );
+    assert_eq!(stored_limits(&cluster, &name).await, ["2", "2", "2"]);
     held.release().await.unwrap();
-    let now_three = other.acquire(3).await.unwrap();
-    let mut conn = raw(&cluster.urls()[1]).await;
-    let stored: String = conn
-        .get(format!("redquorum:sem:{name}:limit"))
-        .await
-        .unwrap();
-    assert_eq!(stored, "3");
-    now_three.release().await.unwrap();
+}
+
+/// The stored limit is sticky: an idle semaphore stored with limit 3 still refuses a client
+/// with 5; `replace_limit` then stores 5, after which that client is served and the one
+/// with 3 is refused.
+#[tokio::test]
+async fn an_idle_semaphore_keeps_its_limit_until_replaced() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let clients = client(&cluster).build().unwrap();
+    let name = unique_key("sticky");
+    let three = clients.semaphore(&name, 3).unwrap();
+    three.acquire(2).await.unwrap().release().await.unwrap();
+    assert_eq!(stored_limits(&cluster, &name).await, ["3", "3", "3"]);
+    // Idle now: no permit is live anywhere, and still the client with 5 is refused.
+    let five = clients.semaphore(&name, 5).unwrap();
+    let err = five.acquire(1).await.unwrap_err();
+    assert_mismatch(&err, 3, 5);
+    assert!(err.to_string().contains("replace_limit"), "{err}");
+    for i in 0..5 {
+        assert!(gone_everywhere(&cluster, &slot(&name, i)).await, "slot {i}");
+    }
+    assert_eq!(stored_limits(&cluster, &name).await, ["3", "3", "3"]);
+    // The explicit change: stored everywhere, no permit taken.
+    let replaced = five.replace_limit().await.unwrap();
+    assert_eq!(
+        (
+            replaced.limit(),
+            replaced.stored_on(),
+            replaced.took_quorum(),
+            replaced.everywhere()
+        ),
+        (5, 3, true, true),
+        "{replaced:?}"
+    );
+    assert_eq!(stored_limits(&cluster, &name).await, ["5", "5", "5"]);
+    for i in 0..5 {
+        assert!(gone_everywhere(&cluster, &slot(&name, i)).await, "slot {i}");
+    }
+    // Again: nothing to change, still reported as stored everywhere.
+    assert!(five.replace_limit().await.unwrap().everywhere());
+    let all = five.acquire(5).await.unwrap();
+    assert_eq!(all.permits().len(), 5);
+    all.release().await.unwrap();
+    let err = three.acquire(1).await.unwrap_err();
+    assert_mismatch(&err, 5, 3);
+}
+
+/// `err` is a LimitMismatch naming the `stored` limit and the client's `ours`.
+fn assert_mismatch(err: &redquorum::Error, stored: u32, ours: u32) {
+    assert_eq!(err.kind(), ErrorKind::LimitMismatch, "{err}");
+    assert!(!err.is_retryable());
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("limit stored here is {stored}"))
+            && text.contains(&format!("gives limit {ours}"))
+            && text.contains("replace_limit"),
+        "{text}"
+    );
+    assert!(err.masters().iter().any(|r| matches!(
+        r.outcome(),
+        MasterOutcome::Failed(e) if e.kind() == MasterErrorKind::LimitMismatch
+    )));
+}
+
+/// The limit record of semaphore `name` on each master.
+async fn stored_limits(cluster: &Cluster, name: &str) -> Vec<String> {
+    let mut stored = Vec::new();
+    for url in cluster.urls() {
+        let mut conn = raw(&url).await;
+        let limit: Option<String> = conn
+            .get(format!("redquorum:sem:{name}:limit"))
+            .await
+            .unwrap();
+        stored.push(limit.unwrap_or_default());
+    }
+    stored
 }
 
 /// A waiter is woken by a release, well before the holder's TTL.

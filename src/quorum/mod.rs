@@ -220,6 +220,9 @@ pub(crate) struct Bounds<'a> {
     pub(crate) until: Option<Instant>,
     /// Tracks the task that collects late replies, so that a shutdown can wait for it.
     pub(crate) tracker: Option<&'a TaskTracker>,
+    /// Wait for every master's answer (each within its node timeout) even once decided,
+    /// so that the outcomes report every master.
+    pub(crate) every: bool,
 }
 
 /// Runs `op` on every master in `masters` concurrently and decides once `need` grants are
@@ -269,7 +272,7 @@ pub(crate) async fn run(
     let mut bound = std::pin::pin!(futures::future::OptionFuture::from(
         bounds.until.map(tokio::time::sleep_until)
     ));
-    while decision == Decision::Pending {
+    while decision == Decision::Pending || (bounds.every && !in_flight.is_empty()) {
         let next = if bounds.until.is_some() {
             tokio::select! {
                 biased;

@@ -7,15 +7,19 @@
 -- '1' read, ARGV[5] the caller's cluster fingerprint ('' when it knows no record),
 -- ARGV[6] client id, ARGV[7] host, ARGV[8] process id, ARGV[9] label, ARGV[10] the limit,
 -- ARGV[11] the slot keys' common beginning (slot i is that followed by i),
--- ARGV[12 ..] the wanted slots (0-based, distinct, below the limit)
+-- ARGV[12] 'take' (take the wanted slots) or 'limit' (store the limit, take nothing),
+-- ARGV[13 ..] the wanted slots (0-based, distinct, below the limit)
 -- Returns {code, epoch record, server time us, fence counters of the wanted slots ('' for
 --          none) or false, pttl after which enough slots are free here or -3,
 --          the free slots here (0-based), detail or false}
--- code: 1 granted every wanted slot, 0 some wanted slot is held, -2 the cluster record's
--- fingerprint differs (detail: the record's fingerprint, or false), -4 permits are live
--- here under another limit (detail: that limit)
--- The limit record has no TTL. It changes only while no permit is live on this master:
--- every live slot key lies below the recorded limit, so checking those slots suffices.
+-- code: 1 granted every wanted slot ('limit': the record holds the limit now), 0 some
+-- wanted slot is held ('limit': a permit is live here under the stored limit, detail: that
+-- limit), -2 the cluster record's fingerprint differs (detail: the record's fingerprint, or
+-- false), -4 ('take') the stored limit is another (detail: that limit)
+-- The limit record has no TTL. A 'take' writes it only where it is missing and is refused
+-- wherever it differs; only a 'limit' rewrites it, and only while no permit is live on
+-- this master: every live slot key lies below the recorded limit, so checking those slots
+-- suffices (docs/design.md §15).
 local t = redis.call('TIME')
 local now = t[1] .. string.format('%06d', t[2])
 local epoch = redis.call('GET', KEYS[1])
@@ -29,15 +33,23 @@ if (recorded or '') ~= ARGV[5] then
 end
 local limit = tonumber(ARGV[10])
 local stored = tonumber(redis.call('GET', KEYS[3]) or '')
-if stored ~= limit then
-  if stored then
-    for i = 0, math.min(stored, 64) - 1 do
-      if redis.call('EXISTS', ARGV[11] .. i) == 1 then
-        return {-4, epoch, now, false, -3, {}, tostring(stored)}
+if ARGV[12] == 'limit' then
+  if stored ~= limit then
+    if stored then
+      for i = 0, math.min(stored, 64) - 1 do
+        if redis.call('EXISTS', ARGV[11] .. i) == 1 then
+          return {0, epoch, now, false, -3, {}, tostring(stored)}
+        end
       end
     end
+    redis.call('SET', KEYS[3], ARGV[10])
   end
+  return {1, epoch, now, false, -3, {}, false}
+end
+if not stored then
   redis.call('SET', KEYS[3], ARGV[10])
+elseif stored ~= limit then
+  return {-4, epoch, now, false, -3, {}, tostring(stored)}
 end
 local free = {}
 local held = {}
@@ -49,8 +61,8 @@ for i = 1, limit do
     held[#held + 1] = pttl
   end
 end
-local wanted = #ARGV - 11
-for j = 12, #ARGV do
+local wanted = #ARGV - 12
+for j = 13, #ARGV do
   if redis.call('EXISTS', KEYS[4 + tonumber(ARGV[j])]) == 1 then
     local short = wanted - #free
     local wait = -3
@@ -63,7 +75,7 @@ for j = 12, #ARGV do
 end
 local fences = {}
 local ms = t[1] .. string.format('%03d', math.floor(t[2] / 1000))
-for j = 12, #ARGV do
+for j = 13, #ARGV do
   local slot = KEYS[4 + tonumber(ARGV[j])]
   local owner = 'redquorum:owner:' .. slot
   redis.call('SET', slot, ARGV[1], 'PX', ARGV[2])

@@ -549,7 +549,7 @@ impl SimServer {
             }
             Request::ReadRecord => Answer::Record(data.record.clone().map(Box::new)),
             Request::Op(op, caller)
-                if let Some((stored, ours)) = limit_differs(data, op, caller, now_us) =>
+                if let Some((stored, ours)) = limit_differs(data, op, caller) =>
             {
                 data.epoch_or_create(&mut fresh_id, now_us);
                 Answer::LimitDiffers { stored, ours }
@@ -579,6 +579,9 @@ fn describe(request: &Request, trace: &Trace) -> String {
         Op::AcquireChecked {
             key, value, fence, ..
         } => format!("acquire {key} {} ({fence:?})", short(value)),
+        Op::AcquirePermits(p) if p.replace => {
+            format!("replace the limit of {} with {}", p.base, p.limit())
+        }
         Op::AcquirePermits(p) => format!(
             "acquire permits {:?} of {} {}",
             p.wanted,
@@ -668,7 +671,7 @@ fn outcome(answer: &Answer) -> String {
         ),
         Answer::RecordDiffers => "the cluster record differs".to_owned(),
         Answer::LimitDiffers { stored, ours } => {
-            format!("permits held under limit {stored}, not {ours}")
+            format!("the stored limit is {stored}, not {ours}")
         }
         Answer::Reply(Reply::Permits { granted, free, .. }) => {
             format!("granted={granted} free={free:?}")
@@ -733,10 +736,11 @@ fn apply_as(
     Some(apply(data, op, now_us, fresh_id))
 }
 
-/// `semaphore.lua`'s check of the stored limit, for a caller whose fingerprint agrees with
-/// the record: the stored limit and the caller's when permits are live under another.
-/// Without live permits the record takes the caller's limit.
-fn limit_differs(data: &mut Data, op: &Op, caller: &str, now_us: u64) -> Option<(usize, usize)> {
+/// `semaphore.lua`'s check of the stored limit when taking slots, for a caller whose
+/// fingerprint agrees with the record: the stored limit and the caller's when they differ
+/// (live permits or not: the record is sticky). A missing record takes the caller's limit.
+/// Replacing the limit is `apply`'s (docs/design.md §15).
+fn limit_differs(data: &mut Data, op: &Op, caller: &str) -> Option<(usize, usize)> {
     let Op::AcquirePermits(p) = op else {
         return None;
     };
@@ -744,21 +748,13 @@ fn limit_differs(data: &mut Data, op: &Op, caller: &str, now_us: u64) -> Option<
     if p.counted.is_some() {
         return None;
     }
-    if data.record.as_ref().map_or("", |r| r.fingerprint.as_str()) != caller {
+    if p.replace || data.record.as_ref().map_or("", |r| r.fingerprint.as_str()) != caller {
         return None;
     }
     let ours = p.limit();
     match data.limits.get(&*p.limit_key).copied() {
         Some(stored) if stored == ours => None,
-        Some(stored) => {
-            let live =
-                (0..stored.min(64)).any(|i| data.live(&format!("{}{i}", p.base), now_us).is_some());
-            if live {
-                return Some((stored, ours));
-            }
-            data.limits.insert(p.limit_key.to_string(), ours);
-            None
-        }
+        Some(stored) => Some((stored, ours)),
         None => {
             data.limits.insert(p.limit_key.to_string(), ours);
             None
@@ -816,6 +812,26 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 record: Some(record),
                 now_us,
             };
+            if p.replace {
+                // Stores the limit where no permit is live under the stored one (the
+                // 'limit' call); takes nothing.
+                let ours = p.limit();
+                let granted = match data.limits.get(&*p.limit_key).copied() {
+                    Some(stored) if stored != ours => (0..stored.min(64))
+                        .all(|i| data.live(&format!("{}{i}", p.base), now_us).is_none()),
+                    _ => true,
+                };
+                if granted {
+                    data.limits.insert(p.limit_key.to_string(), ours);
+                }
+                return Reply::Permits {
+                    granted,
+                    epoch,
+                    fences: Vec::new(),
+                    wait: None,
+                    free: Vec::new(),
+                };
+            }
             #[cfg(feature = "mutants")]
             if let Some(keys) = &p.counted {
                 let pattern = format!("{}c:", p.base);

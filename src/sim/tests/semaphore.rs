@@ -2,7 +2,8 @@
 //! one semaphore while masters crash (with or without their data), restart and pause, and
 //! holders pause past their deadline. The checker: at no instant do valid leases hold more
 //! permits than the limit, and leases valid at one instant all gave the same limit (a
-//! client with another limit is refused while permits are held).
+//! client with another limit than the stored one is refused; refused clients may replace
+//! the stored limit with theirs, which masters holding permits refuse).
 
 use super::*;
 
@@ -43,6 +44,8 @@ struct SemBook {
     held: Vec<Held>,
     failed: u64,
     mismatches: u64,
+    /// Replacements of the stored limit that a quorum took.
+    replaced: u64,
     events: Vec<(Duration, String)>,
 }
 
@@ -234,11 +237,23 @@ async fn semaphore_client(
                 let _ = lease.release().await;
             }
             Err(e) => {
-                let mut book = lock(&book);
-                book.failed += 1;
-                if e.kind() == ErrorKind::LimitMismatch {
+                let mismatch = e.kind() == ErrorKind::LimitMismatch;
+                {
+                    let mut book = lock(&book);
+                    book.failed += 1;
+                    book.mismatches += u64::from(mismatch);
+                }
+                if mismatch {
                     assert!(!e.is_retryable(), "{e}");
-                    book.mismatches += 1;
+                    // Half the refused clients change the semaphore's limit to theirs.
+                    if rng.random_bool(0.5)
+                        && let Ok(replaced) = semaphore.replace_limit().await
+                    {
+                        let at = clock.at(Instant::now());
+                        let mut book = lock(&book);
+                        book.events.push((at, format!("client {c}: {replaced:?}")));
+                        book.replaced += u64::from(replaced.took_quorum());
+                    }
                 }
             }
         }
@@ -250,19 +265,20 @@ async fn semaphore_client(
 fn search(
     profile: &SemProfile,
     seeds: impl Iterator<Item = u64>,
-) -> (u64, u64, u64, u64, Option<SemOutcome>) {
-    let (mut runs, mut held, mut failed, mut mismatches) = (0, 0, 0, 0);
+) -> (u64, u64, u64, u64, u64, Option<SemOutcome>) {
+    let (mut runs, mut held, mut failed, mut mismatches, mut replaced) = (0, 0, 0, 0, 0);
     for seed in seeds {
         let outcome = run(profile, seed);
         runs += 1;
         held += outcome.book.held.len() as u64;
         failed += outcome.book.failed;
         mismatches += outcome.book.mismatches;
+        replaced += outcome.book.replaced;
         if outcome.violation.is_some() {
-            return (runs, held, failed, mismatches, Some(outcome));
+            return (runs, held, failed, mismatches, replaced, Some(outcome));
         }
     }
-    (runs, held, failed, mismatches, None)
+    (runs, held, failed, mismatches, replaced, None)
 }
 
 fn schedules(default: u64) -> Box<dyn Iterator<Item = u64>> {
@@ -273,9 +289,9 @@ fn schedules(default: u64) -> Box<dyn Iterator<Item = u64>> {
 }
 
 /// HOLD: `profile` stays within its limit in every schedule.
-fn hold_semaphore(test: &str, profile: &SemProfile, default: u64) -> (u64, u64, u64, u64) {
+fn hold_semaphore(test: &str, profile: &SemProfile, default: u64) -> (u64, u64, u64, u64, u64) {
     let started = std::time::Instant::now();
-    let (runs, held, failed, mismatches, found) = search(profile, schedules(default));
+    let (runs, held, failed, mismatches, replaced, found) = search(profile, schedules(default));
     if let Some(outcome) = found {
         panic!(
             "{test} ({}): seed {} ({} masters): {}\nevents: {:#?}\nreplay: {SEED_ENV}={} cargo test \
@@ -290,11 +306,11 @@ fn hold_semaphore(test: &str, profile: &SemProfile, default: u64) -> (u64, u64, 
     }
     eprintln!(
         "{test} ({}): {runs} schedules, {held} leases, {failed} acquires failed ({mismatches} limit \
-         mismatches), {:.1}s",
+         mismatches, {replaced} limits replaced on a quorum), {:.1}s",
         profile.name,
         started.elapsed().as_secs_f64()
     );
-    (runs, held, failed, mismatches)
+    (runs, held, failed, mismatches, replaced)
 }
 
 const ONE_LIMIT: SemProfile = SemProfile {
@@ -310,7 +326,7 @@ const ONE_LIMIT: SemProfile = SemProfile {
 
 #[test]
 fn semaphore_holds_its_limit_under_faults() {
-    let (_, held, _, _) = hold_semaphore(
+    let (_, held, _, _, _) = hold_semaphore(
         "sim::tests::semaphore::semaphore_holds_its_limit_under_faults",
         &ONE_LIMIT,
         16,
@@ -318,8 +334,9 @@ fn semaphore_holds_its_limit_under_faults() {
     assert!(held > 40, "too few leases to prove anything: {held}");
 }
 
-/// Clients that disagree on the limit (2 or 3): while permits are held under one, clients
-/// with the other are refused, so leases of both limits are never valid together.
+/// Clients that disagree on the limit (2 or 3): clients with another limit than the stored
+/// one are refused, and half of them replace it with theirs (refused by masters where
+/// permits are live), so leases of both limits are never valid together.
 #[test]
 fn semaphore_clients_with_different_limits_never_hold_together() {
     let profile = SemProfile {
@@ -327,13 +344,14 @@ fn semaphore_clients_with_different_limits_never_hold_together() {
         limits: &[2, 3],
         ..ONE_LIMIT
     };
-    let (_, held, _, mismatches) = hold_semaphore(
+    let (_, held, _, mismatches, replaced) = hold_semaphore(
         "sim::tests::semaphore::semaphore_clients_with_different_limits_never_hold_together",
         &profile,
         16,
     );
     assert!(held > 40, "too few leases: {held}");
     assert!(mismatches > 0, "no client was refused for its limit");
+    assert!(replaced > 0, "no limit was replaced");
 }
 
 /// The checker fires: a history with three permits held under limit 2, and one mixing
@@ -368,7 +386,7 @@ fn semaphore_count_per_master_is_caught() {
         clients: (4, 6),
         most: 1,
     };
-    let (runs, _, _, _, found) = search(&profile, 0..50);
+    let (runs, _, _, _, _, found) = search(&profile, 0..50);
     let outcome =
         found.unwrap_or_else(|| panic!("{}: no over-admission in {runs} schedules", profile.name));
     eprintln!(

@@ -166,6 +166,37 @@ async fn a_waiter_also_wakes_on_a_key_found_held_later() {
     lease.release().await.unwrap();
 }
 
+/// A name of the list that holds another kind of lock: `WrongKind`, not retryable, and the
+/// message says which name, nothing set; the longest list allowed is locked and released.
+#[tokio::test]
+async fn a_name_of_another_kind_is_named_and_the_longest_list_is_locked() {
+    let cluster = Cluster::start(1).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let names: Vec<String> = (0..MAX_RESOURCES)
+        .map(|i| unique_key(&format!("longest{i}")))
+        .collect();
+    let list: Vec<&str> = names.iter().map(String::as_str).collect();
+    let lease = client.acquire_many(&list).await.unwrap();
+    assert_eq!(lease.resources().len(), MAX_RESOURCES);
+    lease.release().await.unwrap();
+    none_left(&cluster, &list).await;
+    let odd = &names[17];
+    let mut conn = raw(&cluster.urls()[0]).await;
+    let _: () = conn.set(odd, "v").await.unwrap();
+    let owner = format!("redquorum:owner:{odd}");
+    let _: () = conn.hset(&owner, "kind", "semaphore").await.unwrap();
+    let err = client
+        .acquire_many_with(&list, &AcquireOptions::new().attempts(1))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
+    assert!(!err.is_retryable(), "{err}");
+    assert!(err.to_string().contains(odd.as_str()), "{err}");
+    assert!(err.to_string().contains("semaphore"), "{err}");
+    let others: Vec<&str> = list.iter().copied().filter(|n| *n != odd).collect();
+    none_left(&cluster, &others).await;
+}
+
 /// Two clients list the same two resources in opposite orders and contend in a loop: no
 /// hold-and-wait, so both finish every cycle, and never hold a resource at once.
 #[tokio::test]

@@ -563,8 +563,10 @@ impl Redlock {
                 .is(Mutant::ReuseValue)
                 .then(|| random_value().into())
         });
-        // The release notices waited for: none until an attempt found the lock held.
+        // The release notices waited for: none until an attempt found the lock held; of
+        // several keys, those of every key an attempt found held (`subscribed` names them).
         let mut waiting: Vec<Subscription> = Vec::new();
+        let mut subscribed: Vec<Arc<str>> = Vec::new();
         // Failed attempts in a row that a release notice had woken: every waiter of the
         // lock wakes on the same notice, and on several masters they split the votes.
         let mut herd = 0u32;
@@ -627,16 +629,27 @@ impl Redlock {
                 return Err(wait_timeout(error, rounds));
             }
             // Subscribe before the next attempt: a release after it reaches us, and one
-            // before the subscription took effect is seen by that attempt (wait.rs).
-            if waiting.is_empty() && config.notifications && error.kind() == ErrorKind::Contended {
-                let subscribe = futures::future::join_all(
-                    target
+            // before the subscription took effect is seen by that attempt (wait.rs). Of
+            // several keys, the one that keeps us out may change from attempt to attempt:
+            // each key found held for the first time is subscribed to then (§14).
+            let fresh: Vec<Arc<str>> =
+                match config.notifications && error.kind() == ErrorKind::Contended {
+                    true => target
                         .channels(&failed.held)
+                        .into_iter()
+                        .filter(|channel| !subscribed.contains(channel))
+                        .collect(),
+                    false => Vec::new(),
+                };
+            if !fresh.is_empty() {
+                subscribed.extend(fresh.iter().cloned());
+                let subscribe = futures::future::join_all(
+                    fresh
                         .into_iter()
                         .map(|channel| self.inner.notifier.subscribe(channel)),
                 );
                 match tokio::time::timeout_at(plan.give_up_at, subscribe).await {
-                    Ok(subscriptions) => waiting = subscriptions,
+                    Ok(subscriptions) => waiting.extend(subscriptions),
                     Err(_) => return Err(wait_timeout(error, rounds)),
                 }
                 wake = Wake::Timer;

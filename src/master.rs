@@ -1168,7 +1168,18 @@ async fn run(
             .await?;
             match code {
                 1 | 0 => {}
-                -3 => return Err(wrong_kind(detail.as_deref())),
+                -3 => {
+                    // Which of the keys holds another kind: the script's fifth element.
+                    let at = pttls
+                        .first()
+                        .and_then(|i| usize::try_from(*i).ok())
+                        .and_then(|i| i.checked_sub(1))
+                        .and_then(|i| keys.get(i));
+                    return Err(match at {
+                        Some(key) => wrong_kind_at(key, detail.as_deref()),
+                        None => wrong_kind(detail.as_deref()),
+                    });
+                }
                 other => return Err(unexpected("acquire_many", other)),
             }
             if counters.len() != keys.len() || pttls.len() != keys.len() {
@@ -1791,6 +1802,18 @@ fn wrong_kind_for_rwlock(found: Option<&str>) -> MasterError {
     MasterError::new(
         MasterErrorKind::WrongKind,
         format!("the name holds a {found} here, not a read-write lock: use another name"),
+    )
+}
+
+/// [`wrong_kind`] for one key of several (`acquire_many.lua`): names the key, so that
+/// the caller of a long list knows which name to change.
+fn wrong_kind_at(key: &str, found: Option<&str>) -> MasterError {
+    MasterError::new(
+        MasterErrorKind::WrongKind,
+        format!(
+            "the name {key:?} holds a {} here, not a lock: use another name",
+            found.unwrap_or("value of another kind")
+        ),
     )
 }
 

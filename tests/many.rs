@@ -108,6 +108,99 @@ async fn a_waiter_wakes_when_the_held_key_is_released() {
     lease.release().await.unwrap();
 }
 
+/// How many masters of `cluster` have a subscriber on the release channel of `key`.
+async fn subscribed_on(cluster: &Cluster, key: &str) -> usize {
+    let channel = format!("redquorum:released:{key}");
+    let mut n = 0;
+    for url in cluster.urls() {
+        let mut conn = raw(&url).await;
+        let (_, subscribers): (String, i64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(&channel)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        n += usize::from(subscribers > 0);
+    }
+    n
+}
+
+/// The key that keeps a waiter out changes between attempts: `x` held first, then, once
+/// `x` is released, `y`. The waiter also waits on `y`'s release notice, and takes both
+/// as soon as `y` is released, not at its retry timer or `y`'s expiry.
+#[tokio::test]
+async fn a_waiter_also_wakes_on_a_key_found_held_later() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let first = client(&cluster).ttl("20s").build().unwrap();
+    let second = client(&cluster).ttl("20s").build().unwrap();
+    let waiter = client(&cluster)
+        .ttl("10s")
+        .retry_delay(Duration::from_secs(15))
+        .build()
+        .unwrap();
+    let (x, y) = (unique_key("later_x"), unique_key("later_y"));
+    let on_x = first.acquire(&x).await.unwrap();
+    let (x2, y2) = (x.clone(), y.clone());
+    let waiting = tokio::spawn(async move {
+        let options = AcquireOptions::new().wait_timeout("18s");
+        waiter.acquire_many_with(&[&x2, &y2], &options).await
+    });
+    wait_until(Duration::from_secs(5), "the waiter waits on x", || {
+        let (cluster, x) = (&cluster, &x);
+        async move { subscribed_on(cluster, x).await >= 2 }
+    })
+    .await;
+    let on_y = second.acquire(&y).await.unwrap();
+    on_x.release().await.unwrap();
+    // Woken by `x`'s release, the waiter finds `y` held: it must now wait on `y` too.
+    wait_until(Duration::from_secs(5), "the waiter waits on y", || {
+        let (cluster, y) = (&cluster, &y);
+        async move { subscribed_on(cluster, y).await >= 2 }
+    })
+    .await;
+    assert!(!waiting.is_finished());
+    let released = Instant::now();
+    on_y.release().await.unwrap();
+    let lease = waiting.await.unwrap().unwrap();
+    assert!(
+        released.elapsed() < Duration::from_secs(3),
+        "woke after {:?}, not by y's release notice",
+        released.elapsed()
+    );
+    lease.release().await.unwrap();
+}
+
+/// A name of the list that holds another kind of lock: `WrongKind`, not retryable, and the
+/// message says which name, nothing set; the longest list allowed is locked and released.
+#[tokio::test]
+async fn a_name_of_another_kind_is_named_and_the_longest_list_is_locked() {
+    let cluster = Cluster::start(1).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let names: Vec<String> = (0..MAX_RESOURCES)
+        .map(|i| unique_key(&format!("longest{i}")))
+        .collect();
+    let list: Vec<&str> = names.iter().map(String::as_str).collect();
+    let lease = client.acquire_many(&list).await.unwrap();
+    assert_eq!(lease.resources().len(), MAX_RESOURCES);
+    lease.release().await.unwrap();
+    none_left(&cluster, &list).await;
+    let odd = &names[17];
+    let mut conn = raw(&cluster.urls()[0]).await;
+    let _: () = conn.set(odd, "v").await.unwrap();
+    let owner = format!("redquorum:owner:{odd}");
+    let _: () = conn.hset(&owner, "kind", "semaphore").await.unwrap();
+    let err = client
+        .acquire_many_with(&list, &AcquireOptions::new().attempts(1))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
+    assert!(!err.is_retryable(), "{err}");
+    assert!(err.to_string().contains(odd.as_str()), "{err}");
+    assert!(err.to_string().contains("semaphore"), "{err}");
+    let others: Vec<&str> = list.iter().copied().filter(|n| *n != odd).collect();
+    none_left(&cluster, &others).await;
+}
+
 /// Two clients list the same two resources in opposite orders and contend in a loop: no
 /// hold-and-wait, so both finish every cycle, and never hold a resource at once.
 #[tokio::test]

@@ -412,14 +412,16 @@ async fn acquire_many_contract() {
     assert_eq!(get(&server.url(), &keys[0]).await, None);
     // Another kind of lock under a name: -3 with its kind, nothing set.
     let _: () = conn.hset(&owners[1], "kind", "semaphore").await.unwrap();
-    let (code, _, _, _, _, detail): AcquiredMany =
+    let (code, _, _, _, at, detail): AcquiredMany =
         acquire("other", "").invoke_async(&mut conn).await.unwrap();
     assert_eq!((code, detail.as_deref()), (-3, Some("semaphore")));
+    assert_eq!(at, [2], "the position of the name of another kind");
     let _: () = conn.del(&keys[1]).await.unwrap();
     let _: () = conn.hset(&keys[1], "f", "v").await.unwrap();
-    let (code, _, _, _, _, detail): AcquiredMany =
+    let (code, _, _, _, at, detail): AcquiredMany =
         acquire("other", "").invoke_async(&mut conn).await.unwrap();
     assert_eq!((code, detail.as_deref()), (-3, Some("hash")));
+    assert_eq!(at, [2], "the position of the name of another kind");
     assert_eq!(get(&server.url(), &keys[0]).await, None);
     // A cluster record that disagrees: -2 with its fingerprint, nothing set.
     let _: () = conn.del(&keys[1]).await.unwrap();

@@ -12,7 +12,8 @@
 --          each lock's holder's pttl or -3 where it was free, detail or false}
 -- code: 1 granted every lock, 0 held (some lock holds another value; none granted), -2 the
 -- cluster record's fingerprint differs (detail: the record's fingerprint, or false when
--- there is no record), -3 a name holds another kind of lock (detail: its kind)
+-- there is no record), -3 a name holds another kind of lock (detail: its kind; the fifth
+-- element then holds only that lock's position in the list, from 1)
 local t = redis.call('TIME')
 local now = t[1] .. string.format('%06d', t[2])
 local epoch = redis.call('GET', KEYS[1])
@@ -31,11 +32,11 @@ for i = 1, n do
   local key, owner = KEYS[3 * i], KEYS[3 * i + 2]
   local kind = redis.call('TYPE', key)['ok']
   if kind ~= 'none' and kind ~= 'string' then
-    return {-3, epoch, now, {}, {}, kind}
+    return {-3, epoch, now, {}, {i}, kind}
   end
   local owned = redis.call('HGET', owner, 'kind')
   if kind == 'string' and owned and owned ~= 'lock' then
-    return {-3, epoch, now, {}, {}, owned}
+    return {-3, epoch, now, {}, {i}, owned}
   end
   fences[i] = false
   if ARGV[4] == '1' then

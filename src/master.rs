@@ -84,6 +84,9 @@ pub(crate) enum Op {
     ExtendRead {
         key: Arc<str>,
         index: Arc<str>,
+        /// The lock's owner record, which marks the name as a read-write lock: kept alive
+        /// at least as long as the reader key (docs/design.md §16).
+        owner: Arc<str>,
         value: Arc<str>,
         ttl: Duration,
         epoch: bool,
@@ -1196,6 +1199,7 @@ async fn run(
         Op::ExtendRead {
             key,
             index,
+            owner,
             value,
             ttl,
             epoch,
@@ -1210,6 +1214,7 @@ async fn run(
                     call.key(scripts::EPOCH_KEY)
                         .key(&*shared.record_key)
                         .key(&**index)
+                        .key(&**owner)
                         .arg(&**value)
                         .arg(millis(*ttl))
                         .arg(if *epoch {

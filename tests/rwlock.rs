@@ -446,6 +446,31 @@ async fn an_extended_reader_keeps_writers_out() {
     read.release().await.unwrap();
 }
 
+/// A reader extended past its first TTL keeps the name marked as a read-write lock: a
+/// plain mutex on the name is refused as the other kind, not granted beside the reader.
+#[tokio::test]
+async fn an_extended_reader_keeps_the_name_a_rwlock() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).ttl("500ms").ttl_max("3s").build().unwrap();
+    let name = unique_key("extkind");
+    let read = client.rwlock(&name).read().await.unwrap();
+    read.extend_with(Duration::from_secs(3)).await.unwrap();
+    // Past the reader's first TTL (and so the owner record's, unless extended with it).
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!read.handle().is_lost());
+    let err = super_client(&cluster).try_acquire(&name).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
+    let owner = format!("redquorum:owner:{name}");
+    for url in cluster.urls() {
+        let pttl: i64 = raw(&url).await.pttl(&owner).await.unwrap();
+        assert!(
+            pttl > 1500,
+            "the owner record expires before its reader: {pttl} ms"
+        );
+    }
+    read.release().await.unwrap();
+}
+
 /// The client's registry of held keys: reads share, a write while reading is an upgrade
 /// (refused at once, also when the client waits for its own leases), a second write is a
 /// re-entry; a downgraded lease holds the lock for reading.

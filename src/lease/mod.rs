@@ -202,16 +202,17 @@ impl LeaseShared {
         match &*self.keys {
             // A read lease keeps its lock's reader index alive with its own key, so that
             // writers keep seeing it (docs/design.md §16).
-            [one] if self.mode == LeaseMode::Read => Op::ExtendRead {
-                key: Arc::clone(&one.key),
-                index: scripts::reader_index_key(
-                    scripts::lock_of_reader(&one.key, &self.value).unwrap_or_default(),
-                )
-                .into(),
-                value: Arc::clone(&self.value),
-                ttl,
-                epoch: inner.config.quarantine,
-            },
+            [one] if self.mode == LeaseMode::Read => {
+                let lock = scripts::lock_of_reader(&one.key, &self.value).unwrap_or_default();
+                Op::ExtendRead {
+                    key: Arc::clone(&one.key),
+                    index: scripts::reader_index_key(lock).into(),
+                    owner: scripts::owner_key(lock).into(),
+                    value: Arc::clone(&self.value),
+                    ttl,
+                    epoch: inner.config.quarantine,
+                }
+            }
             [one] => Op::Extend {
                 key: Arc::clone(&one.key),
                 value: Arc::clone(&self.value),

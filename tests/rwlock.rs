@@ -263,30 +263,58 @@ async fn downgrade_keeps_deadline_and_token_and_lets_readers_in() {
     w.release().await.unwrap();
 }
 
+/// Downgrading a lease that is not a write lease is refused before any round trip, and
+/// the lease comes back unchanged: still held, still extendable, released by its owner.
 #[tokio::test]
-async fn downgrading_a_read_or_mutex_lease_is_refused_and_releases_nothing() {
+async fn downgrading_a_read_or_mutex_lease_is_refused_and_hands_the_lease_back() {
     let cluster = Cluster::start(3).await.unwrap();
     let client = client(&cluster).build().unwrap();
     let name = unique_key("nodown");
     let read = client.rwlock(&name).read().await.unwrap();
     let key = read.key().to_owned();
-    let err = read.downgrade().await.unwrap_err();
+    let refused = read.downgrade().await.unwrap_err();
+    let err = refused.error();
     assert_eq!(err.kind(), ErrorKind::InvalidOptions);
     assert!(!err.is_retryable());
     assert!(err.to_string().contains("only a write lease"), "{err}");
-    assert!(err.to_string().contains("nothing was released"), "{err}");
-    client.shutdown().await;
+    assert!(err.to_string().contains("into_lease"), "{err}");
+    assert!(
+        format!("{refused:?}").contains("lease_kept: true"),
+        "{refused:?}"
+    );
+    let read = refused
+        .into_lease()
+        .expect("a refused downgrade hands the lease back");
+    assert!(!read.handle().is_lost());
+    read.extend().await.unwrap();
     assert!(
         held_everywhere_any(&cluster, &key).await,
         "the read lease was released"
     );
+    read.release().await.unwrap();
+    assert!(!held_everywhere_any(&cluster, &key).await);
+
     let mutex = client.acquire(&unique_key("mutex")).await.unwrap();
     let mkey = mutex.key().to_owned();
-    let err = mutex.downgrade().await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::InvalidOptions);
-    assert!(err.to_string().contains("an exclusive lease"), "{err}");
-    client.shutdown().await;
+    let value = mutex.value().to_owned();
+    let refused = mutex.downgrade().await.unwrap_err();
+    assert!(
+        refused.to_string().contains("an exclusive lease"),
+        "{refused}"
+    );
+    for shown in [refused.to_string(), format!("{refused:?}")] {
+        assert!(!shown.contains(&value), "the lock value is shown: {shown}");
+    }
+    let mutex = refused.into_lease().unwrap();
     assert!(held_everywhere_any(&cluster, &mkey).await);
+    // `?` turns the refusal into an Error (the lease it carried is dropped, so released).
+    let as_error = async { mutex.downgrade().await.map_err(redquorum::Error::from) };
+    assert_eq!(
+        as_error.await.unwrap_err().kind(),
+        ErrorKind::InvalidOptions
+    );
+    client.shutdown().await;
+    assert!(!held_everywhere_any(&cluster, &mkey).await);
 }
 
 /// Whether every master has some value under `key`.
@@ -533,7 +561,12 @@ async fn a_failed_downgrade_loses_the_lease_and_releases_both_forms() {
         let _: () = raw(url).await.del(&name).await.unwrap();
     }
     let handle = w.handle();
-    let err = w.downgrade().await.unwrap_err();
+    let refused = w.downgrade().await.unwrap_err();
+    let err = refused.error().clone();
+    assert!(
+        refused.into_lease().is_none(),
+        "a failed round loses the lease"
+    );
     assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
     assert!(err.to_string().contains("no quorum converted"), "{err}");
     assert!(handle.is_lost());

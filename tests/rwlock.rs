@@ -657,3 +657,35 @@ async fn acquire_futures_dropped_after_each_poll_leave_nothing_behind() {
     }
     held.release().await.unwrap();
 }
+
+/// A read-write lock held by readers only, or a writer's intent alone, is a cluster in
+/// use to `init_cluster` (docs/design.md §11, §16), with or without a key prefix: those
+/// keys lie in the records' namespace, outside the prefix.
+#[tokio::test]
+async fn init_cluster_refuses_masters_with_readers_or_an_intent() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let prefixed = client_with(&cluster, |b| b.key_prefix("app:"));
+    let plain = super_client(&cluster);
+    let name = unique_key("bootrw");
+    let read = prefixed.rwlock(&name).read().await.unwrap();
+    for c in [&prefixed, &plain] {
+        let err = c.init_cluster().await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ClusterNotEmpty, "{err}");
+        assert!(err.to_string().contains("redquorum:rw:"), "{err}");
+    }
+    // The reader and its index go; the intent of a writer that died is left.
+    read.release().await.unwrap();
+    let index = format!("redquorum:rw:app:{name}:readers");
+    let intent = format!("redquorum:rw:app:{name}:intent");
+    for url in cluster.urls() {
+        let mut conn = raw(&url).await;
+        let _: () = conn.del(&index).await.unwrap();
+        let _: () = conn.pset_ex(&intent, "writer", 5000).await.unwrap();
+    }
+    let err = prefixed.init_cluster().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ClusterNotEmpty, "{err}");
+    for url in cluster.urls() {
+        let _: () = raw(&url).await.del(&intent).await.unwrap();
+    }
+    prefixed.init_cluster().await.unwrap();
+}

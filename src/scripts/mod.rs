@@ -218,20 +218,20 @@ pub(crate) fn owner_key(key: &str) -> String {
 
 /// The set of a read-write lock's reader values (docs/design.md §16).
 pub(crate) fn reader_index_key(key: &str) -> String {
-    format!("redquorum:rw:{key}:readers")
+    format!("{RW_NAMESPACE}{key}:readers")
 }
 
 /// The lock key of a read-write lock's reader key holding `value` (the inverse of
 /// [`reader_key`]), if `key` is one.
 pub(crate) fn lock_of_reader<'a>(key: &'a str, value: &str) -> Option<&'a str> {
-    key.strip_prefix("redquorum:rw:")?
+    key.strip_prefix(RW_NAMESPACE)?
         .strip_suffix(value)?
         .strip_suffix(":reader:")
 }
 
 /// The prefix of a read-write lock's reader keys: a reader's key is this and its value.
 pub(crate) fn reader_prefix(key: &str) -> String {
-    format!("redquorum:rw:{key}:reader:")
+    format!("{RW_NAMESPACE}{key}:reader:")
 }
 
 /// The key of one reader of a read-write lock, holding `value`, with its own expiry.
@@ -241,17 +241,21 @@ pub(crate) fn reader_key(key: &str, value: &str) -> String {
 
 /// The writer-intent key of a read-write lock: while it lives, no new reader is granted.
 pub(crate) fn intent_key(key: &str) -> String {
-    format!("redquorum:rw:{key}:intent")
+    format!("{RW_NAMESPACE}{key}:intent")
 }
 
 /// The names under which this crate keeps its own records (epoch, fence counters, owner
 /// records, the cluster record): lock keys must not start with it.
 pub(crate) const RECORD_NAMESPACE: &str = "redquorum:";
 
+/// Where a read-write lock keeps its reader keys, reader index and writer intent
+/// (`redquorum:rw:<lock key>...`): in the records' namespace, but keys in use, not records
+/// (docs/design.md §11, §16).
+pub(crate) const RW_NAMESPACE: &str = "redquorum:rw:";
+
 /// Whether `key`, found under `prefix`, is one of this crate's records rather than a lock.
+/// A read-write lock's reader keys, reader index and writer intent are in use, not records.
 pub(crate) fn is_record_key(key: &str, prefix: &str) -> bool {
-    key.starts_with(RECORD_NAMESPACE)
-        || key
-            .strip_prefix(prefix)
-            .is_some_and(|rest| rest.starts_with(RECORD_NAMESPACE))
+    let in_namespace = |k: &str| k.starts_with(RECORD_NAMESPACE) && !k.starts_with(RW_NAMESPACE);
+    in_namespace(key) || key.strip_prefix(prefix).is_some_and(in_namespace)
 }

@@ -259,3 +259,25 @@ pub(crate) fn is_record_key(key: &str, prefix: &str) -> bool {
     let in_namespace = |k: &str| k.starts_with(RECORD_NAMESPACE) && !k.starts_with(RW_NAMESPACE);
     in_namespace(key) || key.strip_prefix(prefix).is_some_and(in_namespace)
 }
+
+#[cfg(test)]
+mod rw_keys {
+    use super::{fence_key, intent_key, is_record_key, owner_key, reader_index_key, reader_key};
+
+    #[test]
+    fn a_rwlock_s_readers_index_and_intent_are_keys_in_use_not_records() {
+        for prefix in ["", "app:"] {
+            let lock = format!("{prefix}config");
+            for key in [
+                reader_key(&lock, "v1"),
+                reader_index_key(&lock),
+                intent_key(&lock),
+            ] {
+                assert!(!is_record_key(&key, prefix), "{key}");
+            }
+            assert!(is_record_key(&owner_key(&lock), prefix));
+            assert!(is_record_key(&fence_key(&lock), prefix));
+            assert!(is_record_key("redquorum:epoch", prefix));
+        }
+    }
+}

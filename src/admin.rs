@@ -497,13 +497,27 @@ enum Holding {
 
 /// Scans every master at once for a key under the prefix, each step within the node
 /// timeout and all within [`SCAN_BUDGET`].
+/// Then, on a master where that found nothing, scans for a read-write lock's reader keys,
+/// reader index and writer intents of locks under the prefix (docs/design.md §16): a lock
+/// held by readers only has no key under the prefix.
 async fn scan_all(masters: &[Arc<dyn Master>]) -> Vec<Holding> {
     let deadline = tokio::time::Instant::now() + SCAN_BUDGET;
     join_all(masters.iter().map(|m| async move {
+        match scan_one(m, false, deadline).await {
+            Holding::Nothing => scan_one(m, true, deadline).await,
+            found => found,
+        }
+    }))
+    .await
+}
+
+/// One scan of one master (see [`scan_all`]), within `deadline`.
+async fn scan_one(m: &Arc<dyn Master>, rw: bool, deadline: tokio::time::Instant) -> Holding {
+    {
         let mut cursor = 0;
         // Bounded by the budget; the count bounds it too, whatever the master answers.
         for _ in 0..1_000_000u32 {
-            let step = tokio::time::timeout_at(deadline, m.call(Arc::new(Op::Scan { cursor })));
+            let step = tokio::time::timeout_at(deadline, m.call(Arc::new(Op::Scan { cursor, rw })));
             match step.await {
                 Err(_) => {
                     return Holding::Unknown(format!(
@@ -521,8 +535,7 @@ async fn scan_all(masters: &[Arc<dyn Master>]) -> Vec<Holding> {
             }
         }
         Holding::Unknown("the scan did not end".into())
-    }))
-    .await
+    }
 }
 
 /// Asks every master at once, each within its own node timeout.

@@ -149,7 +149,8 @@ pub use health::{
     Severity,
 };
 pub use lease::{
-    ExtendReport, Lease, LeaseHandle, LeaseMode, Lost, LostReason, Reentry, ReleaseReport,
+    DowngradeError, ExtendReport, Lease, LeaseHandle, LeaseMode, Lost, LostReason, Reentry,
+    ReleaseReport,
 };
 pub use lock::{AcquireOptions, Redlock};
 #[cfg(feature = "mutants")]

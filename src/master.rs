@@ -105,6 +105,9 @@ pub(crate) enum Op {
     ExtendRead {
         key: Arc<str>,
         index: Arc<str>,
+        /// The lock's owner record, which marks the name as a read-write lock: kept alive
+        /// at least as long as the reader key (docs/design.md §16).
+        owner: Arc<str>,
         value: Arc<str>,
         ttl: Duration,
         epoch: bool,
@@ -156,8 +159,11 @@ pub(crate) enum Op {
     /// Reads what bootstrapping a cluster must know of a master: its `run_id`, its cluster
     /// record and its data epoch (started if missing).
     Survey,
-    /// One `SCAN` step from `cursor` for a key under the prefix other than the records.
-    Scan { cursor: u64 },
+    /// One `SCAN` step from `cursor` for a key under the prefix other than the records;
+    /// with `rw`, for a read-write lock's reader key, reader index or writer intent of a
+    /// lock under the prefix (`redquorum:rw:<prefix>...`, docs/design.md §16), which a
+    /// non-empty prefix's scan does not reach.
+    Scan { cursor: u64, rw: bool },
     /// Writes the cluster record unless one exists, see `stamp.lua`; with `bootstrap`
     /// (the `run_id` and epoch id a survey read on this master), as the bootstrap of that
     /// process, refused if its epoch changed since.
@@ -1384,6 +1390,7 @@ async fn run(
         Op::ExtendRead {
             key,
             index,
+            owner,
             value,
             ttl,
             epoch,
@@ -1398,6 +1405,7 @@ async fn run(
                     call.key(scripts::EPOCH_KEY)
                         .key(&*shared.record_key)
                         .key(&**index)
+                        .key(&**owner)
                         .arg(&**value)
                         .arg(millis(*ttl))
                         .arg(if *epoch {
@@ -1541,7 +1549,7 @@ async fn run(
         #[cfg(feature = "mutants")]
         Op::ReleaseUnchecked { key } => delete(key, conn).await,
         Op::Survey => survey(conn, shared).await,
-        Op::Scan { cursor } => scan(conn, shared, *cursor).await,
+        Op::Scan { cursor, rw } => scan(conn, shared, *cursor, *rw).await,
         Op::Stamp { record, bootstrap } => {
             let (outcome, fingerprint) = stamp(conn, record, bootstrap.as_ref()).await?;
             Ok(Reply::Stamped {
@@ -1952,14 +1960,27 @@ async fn survey(conn: &mut MultiplexedConnection, shared: &Shared) -> Result<Rep
 }
 
 /// One bounded `SCAN` step (`Op::Scan`) for a key under the prefix that is not one of
-/// this crate's records. Keys are read as bytes: any key may be binary.
+/// this crate's records; with `rw`, for a read-write lock's keys of a lock under the
+/// prefix, which lie in the records' namespace (with an empty prefix, the first scan saw
+/// them). Keys are read as bytes: any key may be binary.
 async fn scan(
     conn: &mut MultiplexedConnection,
     shared: &Shared,
     cursor: u64,
+    rw: bool,
 ) -> Result<Reply, MasterError> {
     let prefix = &shared.view.terms().prefix;
-    let pattern = format!("{}*", glob_escape(prefix));
+    if rw && prefix.is_empty() {
+        return Ok(Reply::Scanned {
+            next: 0,
+            found: None,
+        });
+    }
+    let pattern = if rw {
+        format!("{}{}*", scripts::RW_NAMESPACE, glob_escape(prefix))
+    } else {
+        format!("{}*", glob_escape(prefix))
+    };
     let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
         .arg(cursor)
         .arg("MATCH")
@@ -1972,7 +1993,7 @@ async fn scan(
     let found = keys
         .iter()
         .map(|k| String::from_utf8_lossy(k))
-        .find(|k| !scripts::is_record_key(k, prefix))
+        .find(|k| rw || !scripts::is_record_key(k, prefix))
         .map(|k| k.into_owned());
     Ok(Reply::Scanned { next, found })
 }

@@ -549,6 +549,10 @@ impl Redlock {
     /// inspection took, and may be zero: the holder may still be at work. Masters in restart quarantine are read as the others:
     /// their keys are real, though they may have lost some.
     ///
+    /// On a read-write lock ([`Redlock::rwlock`]) it reads the writer key only: a writer
+    /// shows as the holder, but readers are not shown, so a lock held by readers alone
+    /// reads as free here although no writer can get in (docs/design.md §16).
+    ///
     /// The result is a **snapshot**: the lock may be acquired, extended or released right
     /// after. Each master is given the connect timeout plus the node timeout; one that does
     /// not answer by then is reported [`Holding::Unreachable`].
@@ -618,6 +622,9 @@ impl Redlock {
     /// master that may hold the value is asked. Every master is waited for (each for at
     /// most the connect plus the node timeout), and the report says what each did.
     ///
+    /// On a read-write lock it deletes a writer holding `value`, never a reader: a stuck
+    /// reader frees its place when its own key expires (docs/design.md §16).
+    ///
     /// Succeeds once `N - quorum + 1` masters answered (deleted, missing, or holding
     /// another value): at most `quorum - 1` can then still hold `value`, so no quorum
     /// does. Logged as a warning event.
@@ -679,6 +686,11 @@ impl Redlock {
     /// has used its token. The fence counter is raised on every master reached, so the
     /// counters move past the old holder's token ([`UnlockReport::fence_counter`] is
     /// above it) and the unlock shows in them.
+    ///
+    /// On a read-write lock's name it deletes nothing: a writer is another kind of lock
+    /// ([`ErrorKind::WrongKind`] where it holds a quorum), and readers are not seen, so a
+    /// lock held by readers alone reads as missing (its counter is still raised); stuck
+    /// readers free their places when their own keys expire (docs/design.md §16).
     ///
     /// Succeeds once `N - quorum + 1` masters answered, as for `force_unlock`: then the
     /// deletes and the raised counters reach a master of every quorum. Restart

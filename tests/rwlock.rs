@@ -263,30 +263,58 @@ async fn downgrade_keeps_deadline_and_token_and_lets_readers_in() {
     w.release().await.unwrap();
 }
 
+/// Downgrading a lease that is not a write lease is refused before any round trip, and
+/// the lease comes back unchanged: still held, still extendable, released by its owner.
 #[tokio::test]
-async fn downgrading_a_read_or_mutex_lease_is_refused_and_releases_nothing() {
+async fn downgrading_a_read_or_mutex_lease_is_refused_and_hands_the_lease_back() {
     let cluster = Cluster::start(3).await.unwrap();
     let client = client(&cluster).build().unwrap();
     let name = unique_key("nodown");
     let read = client.rwlock(&name).read().await.unwrap();
     let key = read.key().to_owned();
-    let err = read.downgrade().await.unwrap_err();
+    let refused = read.downgrade().await.unwrap_err();
+    let err = refused.error();
     assert_eq!(err.kind(), ErrorKind::InvalidOptions);
     assert!(!err.is_retryable());
     assert!(err.to_string().contains("only a write lease"), "{err}");
-    assert!(err.to_string().contains("nothing was released"), "{err}");
-    client.shutdown().await;
+    assert!(err.to_string().contains("into_lease"), "{err}");
+    assert!(
+        format!("{refused:?}").contains("lease_kept: true"),
+        "{refused:?}"
+    );
+    let read = refused
+        .into_lease()
+        .expect("a refused downgrade hands the lease back");
+    assert!(!read.handle().is_lost());
+    read.extend().await.unwrap();
     assert!(
         held_everywhere_any(&cluster, &key).await,
         "the read lease was released"
     );
+    read.release().await.unwrap();
+    assert!(!held_everywhere_any(&cluster, &key).await);
+
     let mutex = client.acquire(&unique_key("mutex")).await.unwrap();
     let mkey = mutex.key().to_owned();
-    let err = mutex.downgrade().await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::InvalidOptions);
-    assert!(err.to_string().contains("an exclusive lease"), "{err}");
-    client.shutdown().await;
+    let value = mutex.value().to_owned();
+    let refused = mutex.downgrade().await.unwrap_err();
+    assert!(
+        refused.to_string().contains("an exclusive lease"),
+        "{refused}"
+    );
+    for shown in [refused.to_string(), format!("{refused:?}")] {
+        assert!(!shown.contains(&value), "the lock value is shown: {shown}");
+    }
+    let mutex = refused.into_lease().unwrap();
     assert!(held_everywhere_any(&cluster, &mkey).await);
+    // `?` turns the refusal into an Error (the lease it carried is dropped, so released).
+    let as_error = async { mutex.downgrade().await.map_err(redquorum::Error::from) };
+    assert_eq!(
+        as_error.await.unwrap_err().kind(),
+        ErrorKind::InvalidOptions
+    );
+    client.shutdown().await;
+    assert!(!held_everywhere_any(&cluster, &mkey).await);
 }
 
 /// Whether every master has some value under `key`.
@@ -446,6 +474,31 @@ async fn an_extended_reader_keeps_writers_out() {
     read.release().await.unwrap();
 }
 
+/// A reader extended past its first TTL keeps the name marked as a read-write lock: a
+/// plain mutex on the name is refused as the other kind, not granted beside the reader.
+#[tokio::test]
+async fn an_extended_reader_keeps_the_name_a_rwlock() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).ttl("500ms").ttl_max("3s").build().unwrap();
+    let name = unique_key("extkind");
+    let read = client.rwlock(&name).read().await.unwrap();
+    read.extend_with(Duration::from_secs(3)).await.unwrap();
+    // Past the reader's first TTL (and so the owner record's, unless extended with it).
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!read.handle().is_lost());
+    let err = super_client(&cluster).try_acquire(&name).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
+    let owner = format!("redquorum:owner:{name}");
+    for url in cluster.urls() {
+        let pttl: i64 = raw(&url).await.pttl(&owner).await.unwrap();
+        assert!(
+            pttl > 1500,
+            "the owner record expires before its reader: {pttl} ms"
+        );
+    }
+    read.release().await.unwrap();
+}
+
 /// The client's registry of held keys: reads share, a write while reading is an upgrade
 /// (refused at once, also when the client waits for its own leases), a second write is a
 /// re-entry; a downgraded lease holds the lock for reading.
@@ -508,7 +561,12 @@ async fn a_failed_downgrade_loses_the_lease_and_releases_both_forms() {
         let _: () = raw(url).await.del(&name).await.unwrap();
     }
     let handle = w.handle();
-    let err = w.downgrade().await.unwrap_err();
+    let refused = w.downgrade().await.unwrap_err();
+    let err = refused.error().clone();
+    assert!(
+        refused.into_lease().is_none(),
+        "a failed round loses the lease"
+    );
     assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
     assert!(err.to_string().contains("no quorum converted"), "{err}");
     assert!(handle.is_lost());
@@ -598,4 +656,36 @@ async fn acquire_futures_dropped_after_each_poll_leave_nothing_behind() {
         assert!(index_ttl > 0, "{index_ttl}");
     }
     held.release().await.unwrap();
+}
+
+/// A read-write lock held by readers only, or a writer's intent alone, is a cluster in
+/// use to `init_cluster` (docs/design.md §11, §16), with or without a key prefix: those
+/// keys lie in the records' namespace, outside the prefix.
+#[tokio::test]
+async fn init_cluster_refuses_masters_with_readers_or_an_intent() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let prefixed = client_with(&cluster, |b| b.key_prefix("app:"));
+    let plain = super_client(&cluster);
+    let name = unique_key("bootrw");
+    let read = prefixed.rwlock(&name).read().await.unwrap();
+    for c in [&prefixed, &plain] {
+        let err = c.init_cluster().await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ClusterNotEmpty, "{err}");
+        assert!(err.to_string().contains("redquorum:rw:"), "{err}");
+    }
+    // The reader and its index go; the intent of a writer that died is left.
+    read.release().await.unwrap();
+    let index = format!("redquorum:rw:app:{name}:readers");
+    let intent = format!("redquorum:rw:app:{name}:intent");
+    for url in cluster.urls() {
+        let mut conn = raw(&url).await;
+        let _: () = conn.del(&index).await.unwrap();
+        let _: () = conn.pset_ex(&intent, "writer", 5000).await.unwrap();
+    }
+    let err = prefixed.init_cluster().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ClusterNotEmpty, "{err}");
+    for url in cluster.urls() {
+        let _: () = raw(&url).await.del(&intent).await.unwrap();
+    }
+    prefixed.init_cluster().await.unwrap();
 }

@@ -1184,7 +1184,7 @@ fn script_hashes_are_pinned() {
         (
             "rw_extend_read.lua",
             RW_EXTEND_READ,
-            "c0935fb4dfeb2899ca2fe025a87ccf66fa377c40",
+            "ce2ff2f693a0be855fbd30242d060d4f1b56b614",
         ),
     ];
     for (name, source, hash) in pinned {

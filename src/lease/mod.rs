@@ -217,16 +217,17 @@ impl LeaseShared {
         match &*self.keys {
             // A read lease keeps its lock's reader index alive with its own key, so that
             // writers keep seeing it (docs/design.md §16).
-            [one] if self.mode == LeaseMode::Read => Op::ExtendRead {
-                key: Arc::clone(&one.key),
-                index: scripts::reader_index_key(
-                    scripts::lock_of_reader(&one.key, &self.value).unwrap_or_default(),
-                )
-                .into(),
-                value: Arc::clone(&self.value),
-                ttl,
-                epoch: inner.config.quarantine,
-            },
+            [one] if self.mode == LeaseMode::Read => {
+                let lock = scripts::lock_of_reader(&one.key, &self.value).unwrap_or_default();
+                Op::ExtendRead {
+                    key: Arc::clone(&one.key),
+                    index: scripts::reader_index_key(lock).into(),
+                    owner: scripts::owner_key(lock).into(),
+                    value: Arc::clone(&self.value),
+                    ttl,
+                    epoch: inner.config.quarantine,
+                }
+            }
             [one] => Op::Extend {
                 key: Arc::clone(&one.key),
                 value: Arc::clone(&self.value),
@@ -839,6 +840,93 @@ impl fmt::Debug for Lease {
     }
 }
 
+/// Why [`Lease::downgrade`] failed, and the lease when it is still held.
+///
+/// Refused before anything was sent (a lease that is not a write lease, no tokio runtime),
+/// the lease comes back unchanged through [`into_lease`](Self::into_lease); when the round
+/// failed, the lease is lost and released, and `into_lease` gives `None`. Converts into
+/// its [`Error`], so `?` works in functions returning `Result<_, Error>`. Neither `Debug`
+/// nor `Display` shows the lock's value.
+///
+/// ```no_run
+/// # async fn run(client: redquorum::Redlock) -> Result<(), redquorum::Error> {
+/// let lease = client.rwlock("config").read().await?;
+/// let lease = match lease.downgrade().await {
+///     Ok(read) => read,
+///     Err(refused) => match refused.into_lease() {
+///         Some(kept) => kept, // not a write lease: still held, unchanged
+///         None => return Ok(()), // the lease was lost
+///     },
+/// };
+/// lease.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct DowngradeError {
+    error: Error,
+    lease: Option<Lease>,
+}
+
+impl DowngradeError {
+    /// Refused before any round: the lease is handed back.
+    fn kept(error: Error, lease: Lease) -> Self {
+        DowngradeError {
+            error,
+            lease: Some(lease),
+        }
+    }
+
+    /// The round failed: the lease is lost.
+    fn lost(error: Error) -> Self {
+        DowngradeError { error, lease: None }
+    }
+
+    /// Why the downgrade failed.
+    pub fn error(&self) -> &Error {
+        &self.error
+    }
+
+    /// The lease, unchanged and still held, when the downgrade was refused before any
+    /// round trip (not a write lease, no runtime); `None` when the round failed and the
+    /// lease is lost.
+    pub fn into_lease(self) -> Option<Lease> {
+        self.lease
+    }
+
+    /// The error, dropping the lease if it was handed back (which releases it in the
+    /// background, as dropping a [`Lease`] does).
+    pub fn into_error(self) -> Error {
+        self.error
+    }
+}
+
+impl fmt::Debug for DowngradeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DowngradeError")
+            .field("error", &self.error)
+            .field("lease_kept", &self.lease.is_some())
+            .finish()
+    }
+}
+
+impl fmt::Display for DowngradeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl std::error::Error for DowngradeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<DowngradeError> for Error {
+    fn from(e: DowngradeError) -> Error {
+        e.error
+    }
+}
+
 impl Deref for Lease {
     type Target = LeaseHandle;
 
@@ -990,42 +1078,44 @@ impl Lease {
     /// ```
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidOptions`] for a lease that is not a write lease (a read lease,
-    /// a mutex or semaphore lease): nothing is sent to the masters and nothing released,
-    /// so that lease stays held until its TTL runs out, unextended. Check
-    /// [`LeaseHandle::mode`] first. [`ErrorKind::LeaseLost`] when the lease was lost or released before, or
-    /// when no quorum converted it with validity left: the lease is then lost, and both
-    /// its writer and reader keys are released on every master in the background.
-    /// [`ErrorKind::NoRuntime`] outside a tokio runtime.
+    /// A [`DowngradeError`], whose [`error`](DowngradeError::error) says why, and which
+    /// converts into an [`Error`] (so `?` works):
+    /// - [`ErrorKind::InvalidOptions`] for a lease that is not a write lease (a read lease,
+    ///   a mutex or semaphore lease), and [`ErrorKind::NoRuntime`] outside a tokio
+    ///   runtime: nothing is sent to the masters, and the lease is handed back, unchanged
+    ///   and still held, by [`DowngradeError::into_lease`] (dropping the error releases it
+    ///   like dropping the lease). Check [`LeaseHandle::mode`] first.
+    /// - [`ErrorKind::LeaseLost`] when the lease was lost or released before, or when no
+    ///   quorum converted it with validity left: the lease is then lost
+    ///   ([`DowngradeError::into_lease`] gives `None`), and both its writer and reader keys
+    ///   are released on every master in the background.
     ///
     /// # Cancel safety
     /// The round runs in a background task from the first poll: dropping the future drops
     /// the read lease it would have returned, which releases it in the background (and a
     /// failed downgrade releases both forms), so nothing stays held beyond its TTL.
-    pub async fn downgrade(mut self) -> Result<Lease, Error> {
+    pub async fn downgrade(mut self) -> Result<Lease, DowngradeError> {
         let shared = Arc::clone(self.shared());
         let resource = &*shared.name;
         if shared.mode != LeaseMode::Write {
-            // Nothing is sent and nothing released: the lease is left as it is on the
-            // masters, to expire with its TTL (its watchdog stops with it).
-            self.released = true;
-            return Err(
-                Error::new(ErrorKind::InvalidOptions, resource).with_detail(format!(
-                    "only a write lease of a read-write lock can be downgraded, and this is \
-                     a{} {} lease; nothing was released: it stays held until its TTL runs out \
-                     (check LeaseHandle::mode first, and release a lease you do not downgrade)",
-                    if shared.mode == LeaseMode::Exclusive {
-                        "n"
-                    } else {
-                        ""
-                    },
-                    shared.mode
-                )),
-            );
+            // Nothing is sent: the lease is handed back as it was.
+            let error = Error::new(ErrorKind::InvalidOptions, resource).with_detail(format!(
+                "only a write lease of a read-write lock can be downgraded, and this is \
+                 a{} {} lease; nothing was sent or released: take the lease back with \
+                 DowngradeError::into_lease (check LeaseHandle::mode first)",
+                if shared.mode == LeaseMode::Exclusive {
+                    "n"
+                } else {
+                    ""
+                },
+                shared.mode
+            ));
+            return Err(DowngradeError::kept(error, self));
         }
         if tokio::runtime::Handle::try_current().is_err() {
-            return Err(Error::new(ErrorKind::NoRuntime, resource)
-                .with_detail("downgrade must be called inside a tokio runtime"));
+            let error = Error::new(ErrorKind::NoRuntime, resource)
+                .with_detail("downgrade must be called inside a tokio runtime");
+            return Err(DowngradeError::kept(error, self));
         }
         // From here this lease's drop must not release: the task owns both forms.
         self.released = true;
@@ -1036,13 +1126,17 @@ impl Lease {
         });
         if !spawned {
             self.released = false;
-            return Err(Error::new(ErrorKind::NoRuntime, resource)
-                .with_detail("downgrade must be called inside a tokio runtime"));
+            let error = Error::new(ErrorKind::NoRuntime, resource)
+                .with_detail("downgrade must be called inside a tokio runtime");
+            return Err(DowngradeError::kept(error, self));
         }
         match rx.await {
-            Ok(outcome) => outcome,
-            Err(_) => Err(Error::new(ErrorKind::LeaseLost, resource)
-                .with_detail("the runtime stopped before the downgrade was decided")),
+            Ok(Ok(lease)) => Ok(lease),
+            Ok(Err(error)) => Err(DowngradeError::lost(error)),
+            Err(_) => Err(DowngradeError::lost(
+                Error::new(ErrorKind::LeaseLost, resource)
+                    .with_detail("the runtime stopped before the downgrade was decided"),
+            )),
         }
     }
 

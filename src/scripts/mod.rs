@@ -257,20 +257,20 @@ pub(crate) fn owner_key(key: &str) -> String {
 
 /// The set of a read-write lock's reader values (docs/design.md §16).
 pub(crate) fn reader_index_key(key: &str) -> String {
-    format!("redquorum:rw:{key}:readers")
+    format!("{RW_NAMESPACE}{key}:readers")
 }
 
 /// The lock key of a read-write lock's reader key holding `value` (the inverse of
 /// [`reader_key`]), if `key` is one.
 pub(crate) fn lock_of_reader<'a>(key: &'a str, value: &str) -> Option<&'a str> {
-    key.strip_prefix("redquorum:rw:")?
+    key.strip_prefix(RW_NAMESPACE)?
         .strip_suffix(value)?
         .strip_suffix(":reader:")
 }
 
 /// The prefix of a read-write lock's reader keys: a reader's key is this and its value.
 pub(crate) fn reader_prefix(key: &str) -> String {
-    format!("redquorum:rw:{key}:reader:")
+    format!("{RW_NAMESPACE}{key}:reader:")
 }
 
 /// The key of one reader of a read-write lock, holding `value`, with its own expiry.
@@ -280,7 +280,7 @@ pub(crate) fn reader_key(key: &str, value: &str) -> String {
 
 /// The writer-intent key of a read-write lock: while it lives, no new reader is granted.
 pub(crate) fn intent_key(key: &str) -> String {
-    format!("redquorum:rw:{key}:intent")
+    format!("{RW_NAMESPACE}{key}:intent")
 }
 
 /// The names under which this crate keeps its own records (epoch, fence counters, owner
@@ -294,11 +294,19 @@ pub(crate) fn semaphore_base(prefix: &str, name: &str) -> String {
 
 pub(crate) const RECORD_NAMESPACE: &str = "redquorum:";
 
+/// Where a read-write lock keeps its reader keys, reader index and writer intent
+/// (`redquorum:rw:<lock key>...`): in the records' namespace, but keys in use, not records
+/// (docs/design.md §11, §16).
+pub(crate) const RW_NAMESPACE: &str = "redquorum:rw:";
+
 /// Whether `key`, found under `prefix`, is one of this crate's records rather than a lock.
 /// A semaphore's slot (`redquorum:sem:<name>:<digits>`) lies in the records' namespace but
-/// is a lock key: a live one is a lease in use (docs/design.md §11, §15).
+/// is a lock key: a live one is a lease in use (docs/design.md §11, §15). So are a
+/// read-write lock's reader keys, reader index and writer intent (§16).
 pub(crate) fn is_record_key(key: &str, prefix: &str) -> bool {
-    let in_namespace = |k: &str| k.starts_with(RECORD_NAMESPACE) && !is_slot_key(k);
+    let in_namespace = |k: &str| {
+        k.starts_with(RECORD_NAMESPACE) && !is_slot_key(k) && !k.starts_with(RW_NAMESPACE)
+    };
     in_namespace(key) || key.strip_prefix(prefix).is_some_and(in_namespace)
 }
 
@@ -332,5 +340,27 @@ mod keys {
             assert!(!is_record_key(&format!("{prefix}orders:1"), prefix));
         }
         assert!(is_record_key("redquorum:sem::1", ""));
+    }
+}
+
+#[cfg(test)]
+mod rw_keys {
+    use super::{fence_key, intent_key, is_record_key, owner_key, reader_index_key, reader_key};
+
+    #[test]
+    fn a_rwlock_s_readers_index_and_intent_are_keys_in_use_not_records() {
+        for prefix in ["", "app:"] {
+            let lock = format!("{prefix}config");
+            for key in [
+                reader_key(&lock, "v1"),
+                reader_index_key(&lock),
+                intent_key(&lock),
+            ] {
+                assert!(!is_record_key(&key, prefix), "{key}");
+            }
+            assert!(is_record_key(&owner_key(&lock), prefix));
+            assert!(is_record_key(&fence_key(&lock), prefix));
+            assert!(is_record_key("redquorum:epoch", prefix));
+        }
     }
 }

@@ -1142,7 +1142,9 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             }
         }
         // rw_extend_read.lua: extend.lua on the reader key; the model's reader index is the
-        // set of live reader keys, kept alive with them.
+        // set of live reader keys, kept alive with them. The script also keeps the owner
+        // record (kind 'rwlock') alive as long as the reader key; the model keeps no owner
+        // records (kinds are not modelled, see rw_acquire.lua above).
         Op::ExtendRead {
             key,
             value,

@@ -65,7 +65,7 @@ async fn rw_worker(
                         read_section(&mut rec, &mut store, &mut rng).await;
                         release(&mut rec, read).await;
                     }
-                    Err(e) => rec.rel(&format!("downgrade failed: {:?}", e.kind())),
+                    Err(e) => rec.rel(&format!("downgrade failed: {:?}", e.error().kind())),
                 }
             } else {
                 release(&mut rec, lease).await;

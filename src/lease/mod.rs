@@ -183,16 +183,18 @@ impl LeaseShared {
     }
 
     pub(crate) fn mark_lost(&self, reason: LostReason) {
-        let first = self.state.send_if_modified(|s| {
+        self.state.send_if_modified(|s| {
             let first = s.lost.is_none();
             if first {
                 s.lost = Some(reason);
+                // Counted before the loss is signalled: whoever wakes on it (a critical
+                // section dropped by `with_lock`) finds the count already there.
+                if let Some(label) = reason.metric_label() {
+                    telemetry::lease_lost(label);
+                }
             }
             first
         });
-        if let Some(label) = reason.metric_label().filter(|_| first) {
-            telemetry::lease_lost(label);
-        }
     }
 
     /// This lease's resource name as traces show it.

@@ -107,7 +107,13 @@ async fn immediate_restart(quarantine: bool) -> (bool, Duration) {
             true
         }
         Err(err) => {
-            assert_eq!(err.kind(), ErrorKind::NoQuorum, "{err}");
+            // Refused, with the restarted master abstaining. Under load another master's
+            // answer may be late (pending) or itself an abstention, which makes the error
+            // NotEnoughVoters instead of NoQuorum: refused all the same.
+            assert!(
+                matches!(err.kind(), ErrorKind::NoQuorum | ErrorKind::NotEnoughVoters),
+                "{err}"
+            );
             assert!(abstained(err.masters()[0].outcome()), "{err}");
             false
         }

@@ -1046,6 +1046,7 @@ impl Redlock {
                 Some(reader) => vec![Arc::clone(reader)],
                 None => target.keys.iter().map(|(_, key)| Arc::clone(key)).collect(),
             },
+            channel: None,
             value: Arc::clone(&value),
             outcomes: None,
             armed: true,
@@ -1810,19 +1811,22 @@ impl Drop for IntentGuard {
 
 /// Releases an attempt's value in the background unless the attempt became a lease:
 /// on failure, and when the acquire future is dropped mid-round.
-struct AttemptGuard {
-    inner: Arc<Inner>,
-    /// The attempt's lock keys (one, or several for `acquire_many`).
-    keys: Vec<Arc<str>>,
-    value: Arc<str>,
+pub(crate) struct AttemptGuard {
+    pub(crate) inner: Arc<Inner>,
+    /// The attempt's lock keys (one, or several for `acquire_many`, or a semaphore's slots).
+    pub(crate) keys: Vec<Arc<str>>,
+    /// The release notice of every key (a semaphore's slots share one); `None`: each
+    /// key's own channel.
+    pub(crate) channel: Option<Arc<str>>,
+    pub(crate) value: Arc<str>,
     /// The round's outcomes when known: masters that refused never set our value and
     /// are skipped. `None` (cancelled mid-round): release everywhere.
-    outcomes: Option<Vec<MasterOutcome>>,
-    armed: bool,
+    pub(crate) outcomes: Option<Vec<MasterOutcome>>,
+    pub(crate) armed: bool,
 }
 
 impl AttemptGuard {
-    fn disarm(mut self) {
+    pub(crate) fn disarm(mut self) {
         self.armed = false;
     }
 }
@@ -1846,7 +1850,13 @@ impl Drop for AttemptGuard {
         let keys: Vec<(Arc<str>, Arc<str>)> = self
             .keys
             .iter()
-            .map(|k| (Arc::clone(k), scripts::release_channel(k).into()))
+            .map(|k| {
+                let channel = match &self.channel {
+                    Some(shared) => Arc::clone(shared),
+                    None => scripts::release_channel(k).into(),
+                };
+                (Arc::clone(k), channel)
+            })
             .collect();
         release_in_background(&self.inner, targets, &keys, &self.value);
     }

@@ -19,16 +19,16 @@ use rand::seq::SliceRandom;
 use tokio::time::Instant;
 
 use crate::config::limits::MAX_PERMITS;
-use crate::core::{Inner, random_value, release_in_background};
+use crate::core::random_value;
 use crate::error::{Error, ErrorKind, MasterOutcome, human};
 use crate::fencing::FencingToken;
 use crate::held::HeldMode;
 use crate::lease::{Lease, LeaseHandle, LeaseKey, LeaseMode, LeaseParams, Watchdog};
 use crate::lock::{
-    AcquireOptions, Plan, Redlock, Wake, check_resource, check_runtime, failure_kind, holder_wake,
-    permanent_failure, refusal, spread, wait_timeout,
+    AcquireOptions, AttemptGuard, Plan, Redlock, Wake, check_resource, check_runtime, failure_kind,
+    holder_wake, permanent_failure, refusal, spread, wait_timeout,
 };
-use crate::master::{Master, Op, PermitsOp, Reply};
+use crate::master::{Op, PermitsOp, Reply};
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
 use crate::quorum::{self, Decision, Round};
@@ -517,7 +517,7 @@ impl Semaphore {
         let mut guard = AttemptGuard {
             inner: Arc::clone(inner),
             keys: keys.clone(),
-            channel: Arc::clone(&shape.channel),
+            channel: Some(Arc::clone(&shape.channel)),
             value: Arc::clone(&value),
             outcomes: None,
             armed: true,
@@ -781,49 +781,6 @@ fn free_on_quorum(free: &[Vec<u32>], slots: &[u32], quorum: usize) -> bool {
     slots
         .iter()
         .all(|slot| free.iter().filter(|f| f.contains(slot)).count() >= quorum)
-}
-
-/// Releases an attempt's slots in the background unless the attempt became a lease.
-struct AttemptGuard {
-    inner: Arc<Inner>,
-    keys: Vec<Arc<str>>,
-    channel: Arc<str>,
-    value: Arc<str>,
-    /// The round's outcomes when known: masters that refused set nothing. `None`
-    /// (cancelled mid-round): release everywhere.
-    outcomes: Option<Vec<MasterOutcome>>,
-    armed: bool,
-}
-
-impl AttemptGuard {
-    fn disarm(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for AttemptGuard {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let targets: Vec<Arc<dyn Master>> = match &self.outcomes {
-            Some(outcomes) => self
-                .inner
-                .masters
-                .iter()
-                .zip(outcomes)
-                .filter(|(_, o)| !matches!(o, MasterOutcome::HeldByOther))
-                .map(|(m, _)| Arc::clone(m))
-                .collect(),
-            None => self.inner.masters.clone(),
-        };
-        let keys: Vec<(Arc<str>, Arc<str>)> = self
-            .keys
-            .iter()
-            .map(|k| (Arc::clone(k), Arc::clone(&self.channel)))
-            .collect();
-        release_in_background(&self.inner, targets, &keys, &self.value);
-    }
 }
 
 impl Semaphore {

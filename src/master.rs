@@ -666,89 +666,73 @@ impl Master for RedisMaster {
 
     fn call(&self, op: Arc<Op>) -> BoxFuture<'static, Result<Reply, MasterError>> {
         let shared = Arc::clone(&self.shared);
+        // The future is boxed once per master and round: what it keeps across its awaits
+        // is kept small (one `run`, the rare paths boxed on their own), so that the box
+        // is cheap to allocate and to fill.
         Box::pin(async move {
-            let (mut conn, generation, evicts) = shared.connection().await?;
+            let (mut conn, generation, evicts) = match shared.ready() {
+                Some(ready) => ready?,
+                None => Box::pin(shared.connection()).await?,
+            };
             // A master whose cluster record disagrees, or that this client reaches twice,
             // never votes for it (docs/design.md §11), and is not asked to lock. Its record
             // is read again first (one round trip, within the node timeout): it may have
             // been re-admitted, or the configuration fixed, since.
             if !op.is_unguarded() && shared.view.refused(shared.index).is_some() {
-                let recheck = async {
-                    let mut conn = conn.clone();
-                    let record = read_record(&mut conn, &shared.record_key).await?;
-                    let run_id = shared
-                        .run_id
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .clone();
-                    shared.admit(&mut conn, run_id, record.as_ref()).await
-                };
-                match tokio::time::timeout(shared.node_timeout, recheck).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(error)) => return Err(error),
-                    Err(_) => return Err(shared.timed_out()),
-                }
-                if let Some(refusal) = shared.view.refused(shared.index) {
-                    return Err(refusal);
-                }
+                Box::pin(shared.recheck(conn.clone())).await?;
             }
             // A master that can evict lock keys never votes, quarantine or not. Without
             // quarantine its settings are read by the connection's first requests: sent
             // before them on the same ordered connection (one round trip, not two), and
             // every answer waits for the settings before it counts.
-            let eviction = {
-                let mut conn = conn.clone();
-                let shared = Arc::clone(&shared);
-                async move {
-                    evicts
-                        .get_or_try_init(|| async move {
-                            let problem = read_eviction(&mut conn).await?;
-                            if let Some(problem) = &problem {
-                                tracing::warn!(master = %shared.name, %problem, "master misconfigured: it will not vote");
-                            }
-                            Ok::<_, MasterError>(problem.map(Arc::from))
-                        })
-                        .await
-                        .cloned()
-                }
+            let known = evicts.get().cloned();
+            let eviction = match known {
+                Some(_) => None,
+                None => Some(Box::pin(eviction_of(
+                    conn.clone(),
+                    Arc::clone(&shared),
+                    evicts,
+                ))),
             };
             // A master without the scripts answers NOSCRIPT, and the fallback (load, run
             // again) costs two more round trips and runs after commands sent later on the
             // connection. So the first request on a connection carries the loads with it:
             // sent first on the same ordered connection, answered in the same round trip.
             // Exactly one request per connection carries them.
-            let first = shared.scripts_loaded.swap(generation, Ordering::Relaxed) != generation;
+            let first = shared.scripts_loaded.load(Ordering::Relaxed) != generation
+                && shared.scripts_loaded.swap(generation, Ordering::Relaxed) != generation;
             let preload = first.then(|| {
                 let mut conn = conn.clone();
-                async move { load_scripts(&mut conn).await }
+                Box::pin(async move { load_scripts(&mut conn).await })
             });
             let request = async {
-                let (eviction, reply) = match preload {
-                    Some(load) => {
-                        let (eviction, loaded, reply) =
-                            futures::future::join3(eviction, load, run(&op, &mut conn, &shared))
-                                .await;
-                        if loaded.is_err() {
-                            // The next request tries again; NOSCRIPT falls back meanwhile.
-                            let _ = shared.scripts_loaded.compare_exchange(
-                                generation,
-                                0,
-                                Ordering::Relaxed,
-                                Ordering::Relaxed,
-                            );
-                        }
-                        (eviction, reply)
-                    }
-                    None => futures::future::join(eviction, run(&op, &mut conn, &shared)).await,
-                };
+                let (eviction, loaded, reply) = futures::future::join3(
+                    futures::future::OptionFuture::from(eviction),
+                    futures::future::OptionFuture::from(preload),
+                    run(&op, &mut conn, &shared),
+                )
+                .await;
+                if let Some(Err(_)) = loaded {
+                    // The next request tries again; NOSCRIPT falls back meanwhile.
+                    let _ = shared.scripts_loaded.compare_exchange(
+                        generation,
+                        0,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
+                }
                 // Releases always pass: they must reach every master that may hold the key.
-                if !op.is_unguarded()
-                    && let Some(problem) = eviction?
-                {
-                    return Err(MasterError::new(
-                        MasterErrorKind::Misconfigured,
-                        format!("it never votes: {problem}"),
-                    ));
+                if !op.is_unguarded() {
+                    let problem = match eviction {
+                        Some(read) => read?,
+                        None => known.flatten(),
+                    };
+                    if let Some(problem) = problem {
+                        return Err(MasterError::new(
+                            MasterErrorKind::Misconfigured,
+                            format!("it never votes: {problem}"),
+                        ));
+                    }
                 }
                 reply
             };
@@ -783,11 +767,53 @@ impl Master for RedisMaster {
     }
 }
 
+/// Whether the master behind `conn` can evict lock keys, read once per connection (by
+/// the first request that needs it; the others wait for that read).
+async fn eviction_of(
+    mut conn: MultiplexedConnection,
+    shared: Arc<Shared>,
+    evicts: Arc<Eviction>,
+) -> Result<Option<Arc<str>>, MasterError> {
+    evicts
+        .get_or_try_init(|| async move {
+            let problem = read_eviction(&mut conn).await?;
+            if let Some(problem) = &problem {
+                tracing::warn!(master = %shared.name, %problem, "master misconfigured: it will not vote");
+            }
+            Ok::<_, MasterError>(problem.map(Arc::from))
+        })
+        .await
+        .cloned()
+}
+
 impl Shared {
     fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
         // The state is replaced whole under the lock, so a poisoned lock still holds a
         // consistent value.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reads the cluster record of a master this client refused again and decides as at a
+    /// connect, within the node timeout; `Err` while it is still refused.
+    async fn recheck(&self, mut conn: MultiplexedConnection) -> Result<(), MasterError> {
+        let recheck = async {
+            let record = read_record(&mut conn, &self.record_key).await?;
+            let run_id = self
+                .run_id
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            self.admit(&mut conn, run_id, record.as_ref()).await
+        };
+        match tokio::time::timeout(self.node_timeout, recheck).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => return Err(error),
+            Err(_) => return Err(self.timed_out()),
+        }
+        match self.view.refused(self.index) {
+            Some(refusal) => Err(refusal),
+            None => Ok(()),
+        }
     }
 
     /// The failure of a request that got no answer within the node timeout.
@@ -1062,7 +1088,7 @@ async fn run(
     // Met before this client knew its cluster, and without a record then: read it again
     // before it votes (it may be a member, or a stranger that never votes).
     if !op.is_unguarded() && shared.view.stale(shared.index) {
-        shared.reread(conn).await?;
+        Box::pin(shared.reread(conn)).await?;
         if let Some(refusal) = shared.view.refused(shared.index) {
             return Err(refusal);
         }
@@ -1673,7 +1699,7 @@ async fn invoke_agreed<T: redis::FromRedisValue>(
         if learnt {
             return Err(refused_again());
         }
-        shared.record_changed(conn).await?;
+        Box::pin(shared.record_changed(conn)).await?;
         learnt = true;
     }
 }

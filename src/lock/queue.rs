@@ -163,6 +163,11 @@ impl Redlock {
                 .await;
             handed(&round)
         };
+        tracing::trace!(
+            resource = %traced(),
+            rounds = *total,
+            "acquire attempt failed, waiting in the queue"
+        );
         let refresh_every = config.waiter_ttl / 3;
         let mut next_refresh = Instant::now() + refresh_every;
         let mut last = refused;

@@ -532,10 +532,11 @@ async fn handed_the_lock() {
                         out = Some(result);
                         break;
                     }
-                    if holder.is_some() && queued_everywhere(&rig.urls, &key).await {
-                        if let Some(lease) = holder.take() {
-                            lease.release().await.unwrap();
-                        }
+                    if holder.is_some()
+                        && queued_everywhere(&rig.urls, &key).await
+                        && let Some(lease) = holder.take()
+                    {
+                        lease.release().await.unwrap();
                     }
                     if i + 1 < k {
                         tokio::time::sleep(PACE).await;

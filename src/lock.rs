@@ -33,6 +33,8 @@ use crate::telemetry;
 use crate::wait::{Notifier, Subscription};
 use crate::{deadline, scripts};
 
+mod queue;
+
 /// A Redlock client over a fixed set of independent Redis masters.
 ///
 /// Cheap to clone (an `Arc` inside); clones share connections. Build one with
@@ -68,6 +70,8 @@ impl fmt::Debug for Redlock {
             .field("ttl", &self.inner.config.ttl)
             .field("node_timeout", &self.inner.config.node_timeout)
             .field("key_prefix", &self.inner.config.key_prefix)
+            .field("handoff", &self.inner.config.handoff)
+            .field("waiter_ttl", &self.inner.config.waiter_ttl)
             .finish_non_exhaustive()
     }
 }
@@ -98,6 +102,7 @@ pub struct AcquireOptions {
     max_hold: Option<DurationSetting>,
     fencing: Option<bool>,
     label: Option<String>,
+    fair: bool,
 }
 
 impl AcquireOptions {
@@ -158,6 +163,19 @@ impl AcquireOptions {
         self.label = Some(label.into());
         self
     }
+
+    /// Whether this acquisition is fair: waiters are served in the order they arrived
+    /// (first in, first out), each one's place fixed by a ticket issued on a quorum of
+    /// masters, and a newcomer never takes the lock ahead of a live waiter. Defaults to
+    /// off: an unfair acquire takes a free lock at once, and its waiters queue behind
+    /// any fair ones (docs/design.md §17). Only for the lock of one resource
+    /// ([`Redlock::acquire_with`], [`Redlock::with_lock`]); `acquire_many`, semaphores and
+    /// read-write locks refuse it with [`ErrorKind::InvalidOptions`]. A fair first attempt
+    /// runs a script that also reads the queue, instead of the plain acquire script.
+    pub fn fair(mut self, on: bool) -> Self {
+        self.fair = on;
+        self
+    }
 }
 
 /// Settings of one acquire call, resolved against the client's configuration.
@@ -171,6 +189,25 @@ pub(crate) struct Plan {
     pub(crate) max_hold: Option<Duration>,
     /// Who the owner record names.
     pub(crate) owner: Arc<Owner>,
+    /// Served in ticket order (docs/design.md §17).
+    pub(crate) fair: bool,
+}
+
+impl Plan {
+    /// Refuses a fair acquisition of `what` (named in the message), which only the lock
+    /// of one resource supports (docs/design.md §17): before any round trip, not
+    /// retryable.
+    pub(crate) fn refuse_fair(&self, resource: &str, what: &str) -> Result<(), Error> {
+        if !self.fair {
+            return Ok(());
+        }
+        Err(
+            Error::new(ErrorKind::InvalidOptions, resource).with_detail(format!(
+                "fair(true) is not supported by {what}: only the lock of one resource \
+                 (acquire_with, with_lock) is fair; drop fair(true) from the options"
+            )),
+        )
+    }
 }
 
 /// What woke a waiting acquire.
@@ -192,6 +229,12 @@ struct Failed {
     held: Vec<bool>,
     /// The wait budget ended the round before the masters decided it.
     cut: bool,
+    /// The fair lock's ticket counters the masters answered (a fair attempt only).
+    tickets: Vec<u64>,
+    /// A queued waiter's confirm keeps the release of what it was granted to its caller,
+    /// which first registers the waiter again where the grant removed it (docs/design.md
+    /// §17); dropped, it releases. `None`: released already.
+    release: Option<AttemptGuard>,
 }
 
 impl Builder {
@@ -516,6 +559,9 @@ impl Redlock {
         check_runtime(resource)?;
         check_resource(&self.inner.config.key_prefix, resource)?;
         let plan = self.plan(resource, options)?;
+        if let Shape::Read | Shape::Write { .. } = shape {
+            plan.refuse_fair(resource, "read-write locks")?;
+        }
         // A writer's intent (docs/design.md §16): one id for the whole call, refreshed by
         // each attempt while readers hold the lock.
         let shape = match shape {
@@ -579,9 +625,17 @@ impl Redlock {
         let mut wake = Wake::Timer;
         // The last error that the masters decided, for a budget that ends mid-round.
         let mut decided: Option<Error> = None;
+        // A waiting acquire of one resource queues to be handed the lock, and a fair one
+        // takes it only in ticket order (docs/design.md §17). Its first attempt is the
+        // plain acquire unless fair: the uncontended path stays one plain round.
+        let queued = matches!(target.shape, Shape::Mutex)
+            && target.keys.len() == 1
+            && (config.handoff || plan.fair);
+        let no_waiter: Arc<str> = "".into();
+        let total = rounds;
         loop {
-            *rounds += 1;
-            let rounds = *rounds;
+            *total += 1;
+            let rounds = *total;
             if wake == Wake::Timer {
                 spent += 1;
             }
@@ -595,7 +649,8 @@ impl Redlock {
             }
             let value = reused.clone().unwrap_or_else(|| random_value().into());
             let started = Instant::now();
-            let failed = match self.attempt(target, value, plan).await {
+            let queue = (queued && plan.fair).then_some((&no_waiter, true));
+            let failed = match self.attempt(target, value, plan, queue).await {
                 Ok(lease) => {
                     if let Some(guard) = intent_guard {
                         guard.disarm();
@@ -627,6 +682,22 @@ impl Redlock {
             }
             if Instant::now() >= plan.give_up_at {
                 return Err(wait_timeout(error, rounds));
+            }
+            // Held: queue to be handed the lock (a fair call needs a quorum's ticket
+            // counters for its ticket; without them it tries again as usual).
+            if queued
+                && error.kind() == ErrorKind::Contended
+                && (!plan.fair || failed.tickets.len() >= self.inner.quorum)
+            {
+                let queue = queue::Queue {
+                    target,
+                    plan,
+                    refused: error,
+                    tickets: &failed.tickets,
+                    reused: reused.clone(),
+                    spent,
+                };
+                return self.wait_queued(queue, total).await;
             }
             // Subscribe before the next attempt: a release after it reaches us, and one
             // before the subscription took effect is seen by that attempt (wait.rs). Of
@@ -899,6 +970,7 @@ impl Redlock {
         let target = Target::many(&self.inner.config, resources)?;
         check_runtime(&target.name)?;
         let plan = self.plan(&target.name, options)?;
+        plan.refuse_fair(&target.name, "acquire_many")?;
         self.acquire_target(&target, &plan, rounds).await
     }
 
@@ -1020,15 +1092,20 @@ impl Redlock {
             watchdog: options.watchdog.unwrap_or(config.watchdog),
             max_hold,
             owner,
+            fair: options.fair,
         })
     }
 
-    /// One acquire attempt: the acquire round and, with fencing, the write-back.
+    /// One acquire attempt: the acquire round and, with fencing, the write-back. With
+    /// `queue` (a waiter id, empty before the call queued, and whether the acquisition is
+    /// fair), the lock of one resource is taken as a queued waiter or fair contender
+    /// (`Op::AcquireQueued`, docs/design.md §17).
     async fn attempt(
         &self,
         target: &Target,
         value: Arc<str>,
         plan: &Plan,
+        queue: Option<(&Arc<str>, bool)>,
     ) -> Result<Lease, Failed> {
         let inner = &self.inner;
         let config = &inner.config;
@@ -1051,6 +1128,9 @@ impl Redlock {
             outcomes: None,
             armed: true,
         };
+        // A queued waiter's failed confirm hands its release to the caller (see `Failed`).
+        let queued = queue.is_some_and(|(waiter, _)| !waiter.is_empty());
+        let keep = |guard: AttemptGuard| queued.then_some(guard);
         let fence = match plan.fencing {
             false => FenceRead::Skip,
             true => FenceRead::Read,
@@ -1077,12 +1157,27 @@ impl Redlock {
                 #[cfg(feature = "mutants")]
                 ignore_intent: config.planted.is(Mutant::ReaderIgnoresIntent),
             },
-            (_, [(_, key)]) => Op::AcquireChecked {
-                key: Arc::clone(key),
-                value: Arc::clone(&value),
-                ttl,
-                fence,
-                owner: Arc::clone(&plan.owner),
+            (_, [(_, key)]) => match queue {
+                Some((waiter, fair)) => Op::AcquireQueued {
+                    key: Arc::clone(key),
+                    value: Arc::clone(&value),
+                    ttl,
+                    fence,
+                    owner: Arc::clone(&plan.owner),
+                    waiter: Arc::clone(waiter),
+                    fair,
+                    #[cfg(feature = "mutants")]
+                    keep_handoff_expiry: config.planted.is(Mutant::ConfirmKeepsHandoffExpiry),
+                    #[cfg(feature = "mutants")]
+                    ignore_liveness: config.planted.is(Mutant::HandoffIgnoresLiveness),
+                },
+                None => Op::AcquireChecked {
+                    key: Arc::clone(key),
+                    value: Arc::clone(&value),
+                    ttl,
+                    fence,
+                    owner: Arc::clone(&plan.owner),
+                },
             },
             (_, keys) => Op::AcquireMany {
                 keys: keys.iter().map(|(_, key)| Arc::clone(key)).collect(),
@@ -1114,6 +1209,8 @@ impl Redlock {
                 holder_free_at: None,
                 held: Vec::new(),
                 cut: false,
+                tickets: Vec::new(),
+                release: keep(guard),
             });
         }
 
@@ -1144,6 +1241,8 @@ impl Redlock {
                     holder_free_at: None,
                     held: Vec::new(),
                     cut: false,
+                    tickets: Vec::new(),
+                    release: keep(guard),
                 });
             };
             let tokens = match (fence, &*target.keys) {
@@ -1188,6 +1287,8 @@ impl Redlock {
                                     holder_free_at: None,
                                     held: Vec::new(),
                                     cut,
+                                    tickets: Vec::new(),
+                                    release: keep(guard),
                                 });
                             }
                         }
@@ -1268,11 +1369,24 @@ impl Redlock {
         if let Some(at) = voters_at {
             error = error.with_retry_at(at);
         }
+        let tickets = round
+            .replies
+            .iter()
+            .flatten()
+            .filter_map(|r| match r {
+                Reply::Checked {
+                    ticket: Some(t), ..
+                } => Some(*t),
+                _ => None,
+            })
+            .collect();
         Err(Failed {
             error,
             holder_free_at,
             held,
             cut: round.cut,
+            tickets,
+            release: keep(guard),
         })
     }
 
@@ -1877,6 +1991,15 @@ mod tests {
         assert!(refused("redq", "uorum:epoch"));
         assert!(refused("redquorum", ":fence:orders"));
         assert!(refused("r", "edquorum:cluster"));
+        // The waiter queue, a waiter's liveness key and the ticket counter of a lock.
+        for record in [
+            scripts::queue_key("orders:1"),
+            scripts::waiter_key("orders:1", "00ff"),
+            scripts::ticket_key("orders:1"),
+        ] {
+            assert!(refused("", &record), "{record}");
+            assert!(refused("locks:", &record), "{record}");
+        }
         // Near misses are names like any other.
         assert!(!refused("redq", "uorum-epoch"));
         assert!(!refused("locks:", "uorum:epoch"));
@@ -1966,6 +2089,7 @@ mod tests {
                     epoch,
                     fence: Some(0),
                     holder_ttl: None,
+                    ticket: None,
                 }),
                 Op::Fence { .. } => {
                     let mut script = self.fence.lock().unwrap_or_else(|e| e.into_inner());

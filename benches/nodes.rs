@@ -22,7 +22,11 @@
 //! - **throughput**: many tasks sharing one client, each on its own fresh resources;
 //! - **guarded**: the acquire of restart quarantine and of fencing tokens against the plain
 //!   acquire, on durable masters of their own (fencing needs them);
-//! - **contended**: several clients taking turns on one resource (see [`Waiting`]);
+//! - **contended**: 8 clients taking turns on one resource, each critical section a `GET`,
+//!   a sleep of 1 ms or none, and a `SET` on a storage server of its own; waiting by
+//!   hand-off (the default), as a herd (`handoff(false)`), fair, and polling (see
+//!   [`Waiting`]); sections per second against the section-bound limit
+//!   `1 / (section alone + raw fan-out round)`, hand-off and wait latency, and give-ups;
 //! - at N = 5, the **semaphore**'s acquire and release of 1 and 2 permits beside the
 //!   lock's (`semaphore.rs`, printed after the table);
 //! - at N = 5, with uncontended: the **read-write lock**'s read and write acquire and
@@ -89,7 +93,7 @@ use std::time::Instant;
 use redquorum::testkit::Cluster;
 
 use args::{Args, Flavor};
-use contended::{CONTENDERS, CRITICAL_SECTION, OUTSIDE, Waiting};
+use contended::{CONTENDERS, HOLDS, OUTSIDE, WAIT_BUDGET, Waiting};
 use harness::{Outcome, Progress, connect_all, load_average, plain};
 use model::{Machine, Results};
 
@@ -197,12 +201,11 @@ async fn run(args: Args) -> Outcome<()> {
         }
         if args.runs("contended") {
             progress.step(&format!(
-                "N={n}: contended, {CONTENDERS} clients on one resource, {:?}",
-                budget.contended_window
+                "N={n}: contended, {CONTENDERS} clients on one resource, holds {:?}, {}",
+                HOLDS,
+                Waiting::ALL.map(Waiting::label).join(" / ")
             ));
-            for waiting in Waiting::ALL {
-                contended::run(&budget, n, &urls, waiting, &mut results).await?;
-            }
+            contended::run(&budget, args.quick, n, &urls, &raw, &mut results).await?;
         }
         drop(client);
         drop(cluster);
@@ -236,8 +239,9 @@ async fn run(args: Args) -> Outcome<()> {
 
     std::fs::create_dir_all(&args.out)?;
     let settings = format!(
-        "{budget:?}; contended: {CONTENDERS} clients, critical section {CRITICAL_SECTION:?} \
-         and {OUTSIDE:?} outside the lock (timer sleeps), waiting {}; client defaults otherwise (ttl 10s, node_timeout 50ms)",
+        "{budget:?}; contended: {CONTENDERS} clients, critical section GET / sleep {HOLDS:?} / SET \
+         on a storage server and {OUTSIDE:?} outside the lock, waiting {}, wait budget \
+         {WAIT_BUDGET:?}; client defaults otherwise (ttl 10s, node_timeout 50ms)",
         Waiting::ALL.map(Waiting::label).join(" / ")
     );
     let tables = report::markdown(&machine, &results, &targets, &context);

@@ -1,57 +1,96 @@
 //! The contended scenario: several clients taking turns on one resource, once per way of
-//! waiting for the lock.
+//! waiting for the lock and per length of the critical section, side by side.
+//!
+//! Each of the [`CONTENDERS`] clients has its own [`Redlock`] (its own connections) and its
+//! own connection to a separate `redis-server`, the *storage*: its critical section is a
+//! `GET`, a timer sleep of the hold (none for a hold of 0), and a `SET` there, so that the
+//! section does real I/O as a section guarded by a lock does.
+//!
+//! Every window is judged against its **section-bound limit**: with the lock always
+//! wanted, sections cannot follow each other faster than one per critical section plus
+//! one quorum round (the grant), so the limit is `1 / (section + round)`, where the
+//! section is measured here alone (the same `GET` / sleep / `SET`, without any lock; its
+//! p50) and the round is the raw fan-out's quorum-th reply p50 of the same N (from the
+//! uncontended scenario when it ran, measured here otherwise).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use redquorum::Builder;
+use redis::aio::MultiplexedConnection;
+use redquorum::testkit::Cluster;
+use redquorum::{AcquireOptions, Builder};
 
 use super::args::Budget;
-use super::harness::{Keys, Outcome, Tally, plain};
-use super::model::{Metric, Results, Row, Scenario};
+use super::harness::{Keys, Outcome, Series, Tally, plain, set_nx};
+use super::model::{Metric, Pcts, Results, Row, Scenario};
 
 /// Clients taking turns on one resource in the contended scenario.
 pub(crate) const CONTENDERS: usize = 8;
-/// The critical section of the contended scenario: a timer sleep (at least 1 ms).
-pub(crate) const CRITICAL_SECTION: Duration = Duration::from_millis(1);
+/// The timer sleeps inside the critical section, each measured in its own windows.
+pub(crate) const HOLDS: [Duration; 2] = [Duration::from_millis(1), Duration::ZERO];
 /// What each contended client does between two critical sections, outside the lock.
 pub(crate) const OUTSIDE: Duration = Duration::from_millis(1);
+/// Each waiting acquire's budget (the client's `wait_timeout`).
+pub(crate) const WAIT_BUDGET: Duration = Duration::from_secs(2);
+/// The window of each variant in quick mode: every variant once, briefly.
+const QUICK_WINDOW: Duration = Duration::from_millis(250);
+/// Samples of the section alone, and of the round trips, per measurement.
+const LIMIT_SAMPLES: usize = 200;
 
 /// How the contended scenario's clients wait for the lock; every contended row is measured
 /// once per variant, side by side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Waiting {
-    /// Woken by release notices, with the default retry pause (100 ms + up to 100 ms) as
-    /// the fallback.
-    Notified,
-    /// The same settings with notices turned off: the default retry pause alone.
-    Timer,
-    /// Notices off and an aggressive retry pause (2 ms + up to 2 ms): polling.
+    /// The default: a waiter queues, and a release hands the lock to the head of the
+    /// queue and wakes that waiter alone, which confirms with one round.
+    HandOff,
+    /// `handoff(false)`: every waiter is woken by the release notice and they race for
+    /// the lock (the behaviour before hand-off).
+    Herd,
+    /// Hand-off with `AcquireOptions::fair(true)`: waiters served in ticket order.
+    Fair,
+    /// Notices and hand-off off, an aggressive retry pause (2 ms + up to 2 ms): polling.
     Polling,
 }
 
 impl Waiting {
-    pub(crate) const ALL: [Waiting; 3] = [Waiting::Notified, Waiting::Timer, Waiting::Polling];
+    pub(crate) const ALL: [Waiting; 4] = [
+        Waiting::HandOff,
+        Waiting::Herd,
+        Waiting::Fair,
+        Waiting::Polling,
+    ];
 
     pub(crate) fn label(self) -> &'static str {
         match self {
-            Waiting::Notified => "notified",
-            Waiting::Timer => "timer 100ms+0-100ms",
+            Waiting::HandOff => "hand-off",
+            Waiting::Herd => "herd",
+            Waiting::Fair => "fair",
             Waiting::Polling => "polling 2ms+0-2ms",
         }
     }
 
     fn configure(self, builder: Builder) -> Builder {
         match self {
-            Waiting::Notified => builder.notifications(true),
-            Waiting::Timer => builder.notifications(false),
+            Waiting::HandOff | Waiting::Fair => builder.handoff(true).notifications(true),
+            Waiting::Herd => builder.handoff(false).notifications(true),
             Waiting::Polling => builder
+                .handoff(false)
                 .notifications(false)
                 .retry_delay(Duration::from_millis(2))
                 .retry_jitter(Duration::from_millis(2)),
         }
     }
+
+    fn options(self) -> AcquireOptions {
+        AcquireOptions::new().fair(self == Waiting::Fair)
+    }
+}
+
+/// The condition of a contended row: the hold, then the variant.
+pub(crate) fn condition(hold: Duration, waiting: Waiting) -> String {
+    format!("hold {} ms, {}", hold.as_millis(), waiting.label())
 }
 
 /// Who holds the contended lock, as the clients themselves see it.
@@ -68,47 +107,248 @@ struct Turns {
     released_at: Mutex<Option<(Instant, usize)>>,
     hand_offs: Mutex<Vec<u64>>,
     holds: Mutex<Vec<u64>>,
+    waits: Mutex<Vec<u64>>,
 }
 
-/// `CONTENDERS` clients, each with its own connections, taking turns on one resource.
+/// What the windows of one N are judged against: the round trips and the section alone.
+struct Limits {
+    /// One `SET NX PX` to one master, p50 (the row, for ratios).
+    rtt: Row,
+    /// The raw fan-out's quorum-th reply p50, µs.
+    round_us: f64,
+    /// Where `round_us` comes from, in words.
+    round_from: &'static str,
+}
+
+/// Every variant and hold of the contended scenario at one N, against a storage server of
+/// its own (started and stopped here).
 pub(crate) async fn run(
     budget: &Budget,
+    quick: bool,
     n: usize,
     urls: &[String],
-    waiting: Waiting,
+    raw: &[MultiplexedConnection],
+    results: &mut Results,
+) -> Outcome<()> {
+    let storage = Cluster::start(1).await?;
+    let storage_url = storage
+        .urls()
+        .into_iter()
+        .next()
+        .ok_or("no storage server")?;
+    let limits = limits(n, raw, results).await?;
+    let plan: Vec<(Duration, Waiting)> = match quick {
+        // Every variant once with the 1 ms hold, and hand-off with none.
+        true => Waiting::ALL
+            .iter()
+            .map(|&w| (HOLDS[0], w))
+            .chain([(HOLDS[1], Waiting::HandOff)])
+            .collect(),
+        false => HOLDS
+            .iter()
+            .flat_map(|&hold| Waiting::ALL.iter().map(move |&w| (hold, w)))
+            .collect(),
+    };
+    let window = match quick {
+        true => QUICK_WINDOW,
+        false => budget.contended_window,
+    };
+    // One limit per hold: the section alone does not depend on the variant.
+    let mut limit_rows: Vec<(Duration, Row)> = Vec::new();
+    for hold in HOLDS {
+        if !plan.iter().any(|(h, _)| *h == hold) {
+            continue;
+        }
+        let section_us = section_alone(&storage_url, hold).await?;
+        let limit = Row {
+            rate: Some(1e6 / (section_us + limits.round_us)),
+            ..Row::new(
+                Scenario::Contended,
+                Metric::SectionLimit,
+                n,
+                "section-bound limit",
+            )
+            .condition(format!(
+                "hold {} ms: 1 / (section {section_us:.0} us + round {:.0} us, {})",
+                hold.as_millis(),
+                limits.round_us,
+                limits.round_from
+            ))
+        };
+        limit_rows.push((hold, limit));
+    }
+    for (hold, waiting) in plan {
+        let Some((_, limit)) = limit_rows.iter().find(|(h, _)| *h == hold) else {
+            continue;
+        };
+        window_of(
+            (n, urls, &storage_url),
+            (hold, waiting, window),
+            (limit, &limits.rtt),
+            results,
+        )
+        .await?;
+    }
+    if limits.rtt.scenario == Scenario::Contended {
+        results.rows.push(limits.rtt.clone());
+    }
+    results
+        .rows
+        .extend(limit_rows.into_iter().map(|(_, row)| row));
+    drop(storage);
+    Ok(())
+}
+
+/// The round trip and the quorum round of N masters: the uncontended scenario's rows when
+/// it ran in this N's section, else measured here with the same raw commands.
+async fn limits(n: usize, raw: &[MultiplexedConnection], results: &Results) -> Outcome<Limits> {
+    let rtt = results.find(Scenario::Baseline, Metric::SetRoundTrip, n);
+    let fan = results
+        .find(Scenario::Uncontended, Metric::FanOut, n)
+        .and_then(|r| r.latency);
+    if let (Some(rtt), Some(fan)) = (rtt, fan) {
+        return Ok(Limits {
+            rtt: rtt.clone(),
+            round_us: fan.p50,
+            round_from: "raw fan-out of the uncontended scenario",
+        });
+    }
+    let mut keys = Keys::new(&format!("cl{n}"));
+    let (mut one, mut fan) = (
+        Series::with_capacity(LIMIT_SAMPLES),
+        Series::with_capacity(LIMIT_SAMPLES),
+    );
+    let quorum = n / 2 + 1;
+    for i in 0..LIMIT_SAMPLES {
+        let mut conn = raw[i % raw.len()].clone();
+        let t0 = Instant::now();
+        let _: Option<String> = set_nx(&keys.fresh()).query_async(&mut conn).await?;
+        one.push(t0.elapsed());
+
+        let key = keys.fresh();
+        let t0 = Instant::now();
+        let mut pending: futures::stream::FuturesUnordered<_> = raw
+            .iter()
+            .map(|conn| {
+                let (mut conn, cmd) = (conn.clone(), set_nx(&key));
+                async move { cmd.query_async::<Option<String>>(&mut conn).await }
+            })
+            .collect();
+        let mut granted = 0;
+        while granted < quorum {
+            match futures::StreamExt::next(&mut pending).await {
+                Some(Ok(Some(_))) => granted += 1,
+                Some(Ok(None)) => return Err("a fresh key was already set".into()),
+                Some(Err(e)) => return Err(e.into()),
+                None => break,
+            }
+        }
+        fan.push(t0.elapsed());
+    }
+    let rtt = Row::new(
+        Scenario::Contended,
+        Metric::SetRoundTrip,
+        n,
+        "SET NX PX round trip",
+    )
+    .condition("each master in turn, for the contended ratios")
+    .latency(&mut one.samples, one.errors);
+    let round_us = Pcts::of(&mut fan.samples)
+        .map(|p| p.p50)
+        .ok_or("no raw fan-out sample")?;
+    Ok(Limits {
+        rtt,
+        round_us,
+        round_from: "raw fan-out measured for the contended scenario",
+    })
+}
+
+/// The critical section of `hold` without any lock, p50 in µs: what the section itself
+/// costs (its two round trips to the storage server and its sleep).
+async fn section_alone(storage_url: &str, hold: Duration) -> Outcome<f64> {
+    let mut conn = redis::Client::open(storage_url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let mut samples = Vec::with_capacity(LIMIT_SAMPLES);
+    for i in 0..LIMIT_SAMPLES {
+        let t0 = Instant::now();
+        section(&mut conn, "section-alone", i, hold).await?;
+        samples.push(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
+    }
+    Ok(Pcts::of(&mut samples)
+        .map(|p| p.p50)
+        .ok_or("no section sample")?)
+}
+
+/// One critical section: read the guarded record, hold, write it back.
+async fn section(
+    conn: &mut MultiplexedConnection,
+    record: &str,
+    turn: usize,
+    hold: Duration,
+) -> redis::RedisResult<()> {
+    let _: Option<String> = redis::cmd("GET").arg(record).query_async(conn).await?;
+    if !hold.is_zero() {
+        tokio::time::sleep(hold).await;
+    }
+    redis::cmd("SET")
+        .arg(record)
+        .arg(turn)
+        .query_async::<()>(conn)
+        .await
+}
+
+/// One window: `CONTENDERS` clients, each with its own connections, taking turns on one
+/// resource for `window`.
+async fn window_of(
+    (n, urls, storage_url): (usize, &[String], &str),
+    (hold, waiting, window): (Duration, Waiting, Duration),
+    (limit, rtt): (&Row, &Row),
     results: &mut Results,
 ) -> Outcome<()> {
     let resource: Arc<str> = Keys::new(&format!("c{n}")).fresh().into();
+    let record: Arc<str> = format!("{resource}:record").into();
     let turns = Arc::new(Turns::default());
     let stop = Arc::new(AtomicBool::new(false));
+    let options = waiting.options();
     let mut clients = Vec::with_capacity(CONTENDERS);
     for _ in 0..CONTENDERS {
         let builder = plain(urls)
             .retry_attempts(10_000)
             // Bounds every wait; a client that gives up tries again while the window lasts.
-            .wait_timeout(Duration::from_secs(2));
+            .wait_timeout(WAIT_BUDGET);
         let client = waiting.configure(builder).build()?;
-        // Connect before the window opens.
-        let lease = client.acquire(&format!("{resource}:warm")).await?;
+        // Connect (and subscribe) before the window opens.
+        let lease = client
+            .acquire_with(&format!("{resource}:warm"), &options)
+            .await?;
         lease.release().await?;
-        clients.push(client);
+        let conn = redis::Client::open(storage_url)?
+            .get_multiplexed_async_connection()
+            .await?;
+        clients.push((client, conn));
     }
 
-    let window = budget.contended_window;
     let start = Instant::now();
     let end = start + window;
     let mut handles = Vec::with_capacity(CONTENDERS);
-    for (id, client) in clients.into_iter().enumerate() {
-        let (turns, stop, resource) =
-            (Arc::clone(&turns), Arc::clone(&stop), Arc::clone(&resource));
+    for (id, (client, mut conn)) in clients.into_iter().enumerate() {
+        let (turns, stop, resource, record, options) = (
+            Arc::clone(&turns),
+            Arc::clone(&stop),
+            Arc::clone(&resource),
+            Arc::clone(&record),
+            options.clone(),
+        );
         handles.push(tokio::spawn(async move {
             let mut tally = Tally::default();
             // Far more turns than a window allows: the clock ends the loop.
-            for _ in 0..100_000 {
+            for turn in 0..100_000 {
                 if stop.load(Ordering::Relaxed) || Instant::now() >= end {
                     break;
                 }
-                let lease = match client.acquire(&resource).await {
+                let asked = Instant::now();
+                let lease = match client.acquire_with(&resource, &options).await {
                     Ok(lease) => lease,
                     Err(e) => {
                         tally.errors += 1;
@@ -117,6 +357,7 @@ pub(crate) async fn run(
                     }
                 };
                 let got = Instant::now();
+                push(&turns.waits, got - asked);
                 if turns.holder.swap(id + 1, Ordering::SeqCst) != 0 {
                     turns.overlaps.fetch_add(1, Ordering::SeqCst);
                 }
@@ -132,16 +373,20 @@ pub(crate) async fn run(
                 {
                     push(&turns.hand_offs, got.saturating_duration_since(released));
                 }
-                tokio::time::sleep(CRITICAL_SECTION).await;
+                let done = section(&mut conn, &record, turn, hold).await;
                 push(&turns.holds, got.elapsed());
                 turns.holder.store(0, Ordering::SeqCst);
                 *turns
                     .released_at
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner) = Some((Instant::now(), id));
-                match lease.release().await {
-                    Ok(_) => tally.done += 1,
-                    Err(e) => {
+                match (lease.release().await, done) {
+                    (Ok(_), Ok(())) => tally.done += 1,
+                    (Err(e), _) => {
+                        tally.errors += 1;
+                        tally.first_error.get_or_insert(e.to_string());
+                    }
+                    (_, Err(e)) => {
                         tally.errors += 1;
                         tally.first_error.get_or_insert(e.to_string());
                     }
@@ -163,63 +408,53 @@ pub(crate) async fn run(
         }
     }
     let elapsed = start.elapsed();
+    let label = condition(hold, waiting);
     if let Some(e) = &total.first_error {
         eprintln!(
-            "  note: {} contended acquires gave up after the 2 s wait budget or failed; the first: {e}",
+            "  note: N={n}, {label}: {} contended acquires gave up after the {WAIT_BUDGET:?} \
+             wait budget or failed; the first: {e}",
             total.errors
         );
     }
     let overlaps = turns.overlaps.load(Ordering::SeqCst);
     if overlaps > 0 {
-        return Err(format!("mutual exclusion violated {overlaps} times at N={n}").into());
+        return Err(format!("mutual exclusion violated {overlaps} times at N={n}, {label}").into());
     }
 
-    let base = results
-        .find(Scenario::Baseline, Metric::SetRoundTrip, n)
-        .cloned();
-    let base_pairs = results
-        .find(Scenario::Baseline, Metric::RawPairs, n)
-        .cloned();
-    let label = format!("{CONTENDERS} clients, {}", waiting.label());
-    let mut sections = Row::new(
+    let take = |samples: &Mutex<Vec<u64>>| {
+        std::mem::take(&mut *samples.lock().unwrap_or_else(PoisonError::into_inner))
+    };
+    let sections = Row::new(
         Scenario::Contended,
         Metric::Sections,
         n,
         "critical sections",
     )
-    .condition(label.clone())
-    .rate(total.done, elapsed, total.errors);
-    let mut hand_offs = std::mem::take(
-        &mut *turns
-            .hand_offs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner),
-    );
-    let mut hand_off = Row::new(
+    .condition(format!("{CONTENDERS} clients, {label}"))
+    .rate(total.done, elapsed, total.errors)
+    .referring_to(limit);
+    let hand_off = Row::new(
         Scenario::Contended,
         Metric::HandOff,
         n,
         "hand-off to another client",
     )
     .condition(label.clone())
-    .latency(&mut hand_offs, 0);
-    let mut holds =
-        std::mem::take(&mut *turns.holds.lock().unwrap_or_else(PoisonError::into_inner));
-    let hold = Row::new(
+    .latency(&mut take(&turns.hand_offs), 0)
+    .against(rtt);
+    let wait = Row::new(Scenario::Contended, Metric::Wait, n, "wait for the lock")
+        .condition(label.clone())
+        .latency(&mut take(&turns.waits), total.errors)
+        .against(rtt);
+    let held = Row::new(
         Scenario::Contended,
         Metric::Hold,
         n,
         "critical section held",
     )
-    .condition(format!("sleep {CRITICAL_SECTION:?}"))
-    .latency(&mut holds, 0);
-    if let Some(base) = &base_pairs {
-        sections = sections.against(base);
-    }
-    if let Some(base) = &base {
-        hand_off = hand_off.against(base);
-    }
-    results.rows.extend([sections, hand_off, hold]);
+    .condition(label)
+    .latency(&mut take(&turns.holds), 0);
+    results.rows.extend([sections, hand_off, wait, held]);
     Ok(())
 }
 

@@ -98,6 +98,11 @@ pub(crate) enum Metric {
     Sections,
     /// From one holder starting its release to the next holder's acquire returning.
     HandOff,
+    /// From a contended acquire's call to its return (its errors are the give-ups).
+    Wait,
+    /// The most critical sections per second one resource allows: one per section plus
+    /// one quorum round.
+    SectionLimit,
     /// How long each critical section actually held the lock.
     Hold,
 }

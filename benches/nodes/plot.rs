@@ -138,10 +138,14 @@ where
     let rate = |row: &super::model::Row| row.rate;
     let one = r.series(Scenario::Uncontended, Metric::Pairs, rate);
     let many = r.series(Scenario::Throughput, Metric::PairsMany, rate);
-    // Critical sections of the contended clients woken by release notices (the default).
+    // Critical sections of the contended clients with hand-off (the default), 1 ms hold.
+    let default = super::contended::condition(
+        super::contended::HOLDS[0],
+        super::contended::Waiting::HandOff,
+    );
     let sections = r.series(Scenario::Contended, Metric::Sections, |row| {
         row.condition
-            .contains("notified")
+            .ends_with(&default)
             .then_some(row.rate)
             .flatten()
     });
@@ -181,7 +185,12 @@ where
         "limit: raw fan-out pairs, one client",
     )?;
     line(&mut chart, &one, BLUE_, "acquire+release pairs, one client")?;
-    line(&mut chart, &sections, PURPLE, "contended critical sections")?;
+    line(
+        &mut chart,
+        &sections,
+        PURPLE,
+        "contended critical sections (hand-off, 1 ms hold)",
+    )?;
     dashed(
         &mut chart,
         &raw_many,

@@ -526,15 +526,13 @@ pub(crate) fn markdown(
         }
     }
 
-    let contended: Vec<usize> = results
+    let contended: Vec<&Row> = results
         .rows
         .iter()
-        .enumerate()
-        .filter(|(_, r)| r.scenario == Scenario::Contended && r.metric == Metric::Sections)
-        .map(|(i, _)| i)
+        .filter(|r| r.scenario == Scenario::Contended && r.metric == Metric::Sections)
         .collect();
     if let Some(first) = contended.first() {
-        let clients = results.rows[*first]
+        let clients = first
             .condition
             .split(',')
             .next()
@@ -543,33 +541,55 @@ pub(crate) fn markdown(
         let _ = writeln!(
             out,
             "\n### Contended: {clients} on one resource\n\n\
-             | N | waiting | critical sections/s | hand-off to another client p50 / p99 µs | hand-off p50 ÷ round trip | section held p50 µs |\n\
-             |---|---|---|---|---|---|"
+             Each critical section is a `GET`, a sleep of the hold and a `SET` on a storage \
+             server; the limit is one section (measured alone) plus one quorum round (the raw \
+             fan-out) per section.\n\n\
+             | N | hold | waiting | sections/s | limit/s | ÷ limit | hand-off p50 / p99 µs | hand-off p50 / p99 ÷ round trip p50 | wait p50 µs | give-ups |\n\
+             |---|---|---|---|---|---|---|---|---|---|"
         );
-        for i in contended {
-            let sections = &results.rows[i];
-            // Each variant's rows are recorded together: sections, hand-off, hold.
-            let next = |metric| {
-                results
-                    .rows
-                    .get(i + 1..i + 3)
-                    .and_then(|rows| rows.iter().find(|r| r.metric == metric))
-            };
-            let hand_off = next(Metric::HandOff);
-            let waiting = sections
+        for sections in contended {
+            // The rest of the variant's rows: same N, same condition after the clients.
+            let label = sections
                 .condition
                 .split_once(", ")
-                .map_or(sections.condition.as_str(), |(_, w)| w);
+                .map_or(sections.condition.as_str(), |(_, l)| l);
+            let of = |metric| {
+                results.rows.iter().find(|r| {
+                    r.scenario == Scenario::Contended
+                        && r.metric == metric
+                        && r.n == sections.n
+                        && r.condition == label
+                })
+            };
+            let (hold, waiting) = label.split_once(", ").unwrap_or((label, ""));
+            let hold = hold.trim_start_matches("hold ");
+            let hand_off = of(Metric::HandOff);
+            // Both percentiles over the round trip's p50 (the versus ratios are
+            // percentile to percentile).
+            let ratios = hand_off
+                .and_then(|r| Some((r.latency?, r.versus.as_ref()?.latency?)))
+                .map(|(l, r)| format!("{} / {}", mx(Some(r[0])), mx(Some(r[0] * l.p99 / l.p50))))
+                .unwrap_or_else(|| "-".to_owned());
+            let limit = results
+                .rows
+                .iter()
+                .find(|r| {
+                    r.scenario == Scenario::Contended
+                        && r.metric == Metric::SectionLimit
+                        && r.n == sections.n
+                        && r.condition.starts_with(&format!("hold {hold}:"))
+                })
+                .and_then(|r| r.rate);
             let _ = writeln!(
                 out,
-                "| {} | {waiting} | {} | {} | {} | {} |",
+                "| {} | {hold} | {waiting} | {} | {} | {} | {} | {ratios} | {} | {} |",
                 sections.n,
                 md(sections.rate),
+                md(limit),
+                mx(sections.reference.as_ref().and_then(|v| v.rate)),
                 p50_p99(hand_off),
-                mx(hand_off
-                    .and_then(|r| r.versus.as_ref()?.latency)
-                    .map(|r| r[0])),
-                md(next(Metric::Hold).and_then(|r| r.latency).map(|l| l.p50)),
+                md(of(Metric::Wait).and_then(|r| r.latency).map(|l| l.p50)),
+                sections.errors,
             );
         }
     }

@@ -69,14 +69,20 @@ async fn fan_out_block(
                 let mut conn = conn.clone();
                 let (key, channel) = (key.clone(), channel.clone());
                 async move {
-                    // The lock key, then its owner record (deleted with it when it holds
-                    // the value; the raw fan-out writes none).
+                    // The lock key, its owner record (deleted with it when it holds the
+                    // value; the raw fan-out writes none) and its waiter queue (empty
+                    // here: the release notice is published), then the value, the
+                    // notice's channel and the prefix of the waiters' liveness keys.
                     let owner = format!("redquorum:owner:{key}");
+                    let queue = format!("redquorum:queue:{key}");
+                    let waiters = format!("redquorum:waiter:{key}:");
                     RELEASE
                         .key(key)
                         .key(owner)
+                        .key(queue)
                         .arg(RAW_VALUE)
                         .arg(channel)
+                        .arg(waiters)
                         .invoke_async::<i64>(&mut conn)
                         .await
                 }

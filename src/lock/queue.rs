@@ -169,6 +169,9 @@ impl Redlock {
         tracing::trace!(
             resource = %traced(),
             rounds = *total,
+            %waiter,
+            score = registration.score,
+            handed = confirm,
             "acquire attempt failed, waiting in the queue"
         );
         let refresh_every = config.waiter_ttl / 3;
@@ -183,7 +186,10 @@ impl Redlock {
                     return Err(wait_timeout(last, *total));
                 }
                 let refresh = tokio::select! {
-                    () = handoffs.notified() => false,
+                    () = handoffs.notified() => {
+                        tracing::trace!(resource = %traced(), %waiter, "hand-off notice");
+                        false
+                    }
                     () = tokio::time::sleep_until(next_refresh.min(plan.give_up_at)) => true,
                     // Refused below (docs/design.md §14).
                     () = inner.held.taken(&keys) => false,
@@ -201,6 +207,12 @@ impl Redlock {
                         .enqueue(&registration, false, plan.give_up_at, traced())
                         .await;
                     next_refresh = Instant::now() + refresh_every;
+                    tracing::trace!(
+                        resource = %traced(),
+                        %waiter,
+                        handed = handed(&round),
+                        "registration refreshed"
+                    );
                     if !handed(&round) {
                         if spent >= plan.attempts {
                             return Err(last.with_attempts(*total));
@@ -245,14 +257,40 @@ impl Redlock {
                     return Ok(lease);
                 }
                 Err(failed) => {
+                    tracing::trace!(
+                        resource = %traced(),
+                        %waiter,
+                        error = %failed.error,
+                        "confirm failed"
+                    );
                     if let Some(release) = failed.release {
                         // Where the confirm was granted, the waiter left the queue: it
                         // registers again there (same score) before its value is
                         // released, so the release hands the key back to it if it is
                         // still the head, and no waiter behind it is served meanwhile.
-                        let _ = self
-                            .enqueue(&registration, false, plan.give_up_at, traced())
-                            .await;
+                        // A master that refused it still holds the registration; the
+                        // others (granted, or answer unknown) are exactly those the
+                        // release goes to.
+                        let masters: Vec<Arc<dyn Master>> = match &release.outcomes {
+                            Some(outcomes) => inner
+                                .masters
+                                .iter()
+                                .zip(outcomes)
+                                .filter(|(_, o)| !matches!(o, MasterOutcome::HeldByOther))
+                                .map(|(m, _)| Arc::clone(m))
+                                .collect(),
+                            None => inner.masters.clone(),
+                        };
+                        if !masters.is_empty() {
+                            let op = Arc::new(registration.op(inner, false));
+                            let bounds = Bounds {
+                                until: Some(plan.give_up_at),
+                                tracker: Some(&inner.background),
+                                every: true,
+                            };
+                            let need = masters.len();
+                            let _ = quorum::run(&masters, op, need, traced(), bounds).await;
+                        }
                         drop(release);
                     }
                     let error = failed.error.with_attempts(*total);

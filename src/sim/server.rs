@@ -624,6 +624,7 @@ fn describe(request: &Request, trace: &Trace) -> String {
         }
         Op::Inspect { key } => format!("inspect {key}"),
         Op::ForceUnlock { key, .. } => format!("force-unlock {key}"),
+        Op::AcquireQueued { .. } | Op::Enqueue { .. } | Op::Dequeue { .. } => op.name().to_owned(),
     }
 }
 
@@ -802,6 +803,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 },
                 fence: counter,
                 holder_ttl,
+                ticket: None,
             }
         }
         // semaphore.lua, past its comparisons of fingerprints (`apply_as`) and of the
@@ -939,6 +941,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                     epoch,
                     fence: None,
                     holder_ttl: None,
+                    ticket: None,
                 },
             }
         }
@@ -1029,6 +1032,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                     epoch,
                     fence: None,
                     holder_ttl: None,
+                    ticket: None,
                 },
             }
         }
@@ -1139,6 +1143,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 },
                 fence: counter,
                 holder_ttl,
+                ticket: None,
             }
         }
         // rw_extend_read.lua: extend.lua on the reader key; the model's reader index is the
@@ -1178,6 +1183,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                     epoch,
                     fence: None,
                     holder_ttl: None,
+                    ticket: None,
                 },
                 Some(_) => {
                     let expires_us = data.locks.get(&**key).map_or(now_us, |e| e.expires_us);
@@ -1195,6 +1201,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                         epoch,
                         fence: None,
                         holder_ttl: None,
+                        ticket: None,
                     }
                 }
             }
@@ -1346,6 +1353,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 Reply::Missing
             }
         }
+        Op::AcquireQueued { .. } | Op::Enqueue { .. } | Op::Dequeue { .. } => Reply::Missing, // not modelled yet
     }
 }
 
@@ -1415,6 +1423,7 @@ mod tests {
             epoch,
             fence,
             holder_ttl,
+            ..
         } = apply(&mut d, &acquire("a", FenceRead::Read), T0, id)
         else {
             panic!("not a checked reply");
@@ -1428,6 +1437,7 @@ mod tests {
             epoch,
             fence,
             holder_ttl,
+            ..
         } = apply(&mut d, &acquire("b", FenceRead::Read), T0 + 10_000, || {
             "unused".to_owned()
         })
@@ -1560,6 +1570,8 @@ mod tests {
             key: "k".into(),
             value: v.into(),
             channel: "c".into(),
+            #[cfg(feature = "mutants")]
+            ignore_liveness: false,
         };
         assert_eq!(apply(&mut d, &rel("b"), T0, id), Reply::HeldByOther);
         assert_eq!(apply(&mut d, &rel("a"), T0, id), Reply::Granted);

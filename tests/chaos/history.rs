@@ -96,16 +96,6 @@ impl Recorder {
         self.record(Op::AcqStart, None, "fair");
     }
 
-    /// The name of this recorder's client.
-    pub fn client(&self) -> &str {
-        &self.client
-    }
-
-    /// The number of its current acquisition (counted from 1).
-    pub fn attempt(&self) -> u64 {
-        self.attempt
-    }
-
     /// Records `acq_ok` for `lease`, its deadline translated to the monotonic clock.
     pub fn acq_ok(&mut self, lease: &redquorum::Lease) {
         self.value = lease.value().to_owned();

@@ -29,8 +29,9 @@ use crate::process::ClientProcess;
 
 /// The waiters' liveness TTL: a refresh every 53 ms.
 pub const WAITER_TTL: Duration = Duration::from_millis(160);
-/// A waiting call's budget: long enough to outlast a stall by the hand-off bound.
-const WAIT: Duration = Duration::from_secs(3);
+/// A waiting call's budget: long enough for a queue of four behind a killed holder, and
+/// to outlast a stall by the hand-off bound.
+const WAIT: Duration = Duration::from_secs(4);
 /// Scheduling slack on top of the hand-off bound (two cores shared by masters, client
 /// processes and the suite).
 const SLACK: Duration = Duration::from_millis(300);
@@ -47,11 +48,16 @@ pub fn bound(holder_ttl: Duration) -> HandoffBound {
 /// A waiting client over `urls`: hand-off on (the default), the suite's waiter TTL, a
 /// budget of [`WAIT`] and attempts enough never to be the limit.
 pub fn queue_client(urls: Vec<String>, mutant: Option<Mutant>) -> Redlock {
+    queue_client_waiting(urls, mutant, WAIT)
+}
+
+/// [`queue_client`] with a budget of `wait`.
+fn queue_client_waiting(urls: Vec<String>, mutant: Option<Mutant>, wait: Duration) -> Redlock {
     build(
         client_over(urls)
             .waiter_ttl(WAITER_TTL)
             .retry_attempts(100_000)
-            .wait_timeout(WAIT),
+            .wait_timeout(wait),
         mutant,
     )
 }
@@ -506,8 +512,10 @@ pub async fn h5(mutant: Option<Mutant>, expect: Expect) -> Outcome {
     for server in env.cluster.servers() {
         paths.push(Proxy::for_server(server).await.unwrap());
     }
-    let a_client = queue_client(paths.iter().map(Proxy::url).collect(), mutant);
-    let b_client = queue_client(direct.clone(), mutant);
+    // A waits through the restart and its reconnections: a budget of 10 s.
+    let wait = Duration::from_secs(10);
+    let a_client = queue_client_waiting(paths.iter().map(Proxy::url).collect(), mutant, wait);
+    let b_client = queue_client_waiting(direct.clone(), mutant, wait);
     let holder = queue_client(direct.clone(), mutant);
     for client in [&a_client, &b_client, &holder] {
         warm(client, &env.prefix).await;

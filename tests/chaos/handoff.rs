@@ -470,6 +470,32 @@ pub async fn h4(fair: bool, mutant: Option<Mutant>, expect: Expect) -> Outcome {
         }
     }
     sleep(phase()).await;
+    // The smaller side reaches two masters of five: no call of its started while split
+    // may get in before the heal.
+    let healed = now_ns();
+    let history = env.history.snapshot();
+    let small_side: BTreeSet<String> = (0..6)
+        .filter(|i| i % 2 == 0)
+        .map(|i| format!("{code}-w{i}"))
+        .collect();
+    let started: BTreeSet<(&str, u64)> = history
+        .iter()
+        .filter(|e| e.op == Op::AcqStart && e.t_ns > from && small_side.contains(&e.client))
+        .map(|e| (e.client.as_str(), e.attempt))
+        .collect();
+    let won = history
+        .iter()
+        .filter(|e| {
+            e.op == Op::AcqOk
+                && e.t_ns < healed
+                && started.contains(&(e.client.as_str(), e.attempt))
+        })
+        .count();
+    if won > 0 {
+        env.violation(format!(
+            "{won} acquisitions on the smaller side while split"
+        ));
+    }
     for paths in &sides {
         for proxy in paths {
             proxy.heal();

@@ -15,12 +15,14 @@
 //!     [--attempts 20] [--retry-delay-ms 10] [--retry-jitter-ms 10] [--count 1]
 //!     [--hold-ms 0] [--check-deadline] [--quarantine] [--fencing] [--reenter]
 //!     [--fair] [--no-handoff] [--waiter-ttl-ms MS] [--wait-timeout-ms MS]
+//!     [--mutant NAME]
 //! ```
 //!
 //! `--fair` makes each acquire fair (`AcquireOptions::fair`; its `acq_start` says
 //! `fair`); `--no-handoff` turns hand-off to the next waiter off; `--waiter-ttl-ms` and
 //! `--wait-timeout-ms` set the waiter TTL and the wait budget (the library's defaults
-//! otherwise).
+//! otherwise); `--mutant` plants the `redquorum::Mutant` of that name, for the
+//! suite's mutant hunts.
 //!
 //! `--reenter` re-enters each lease right after the reads (`Lease::reenter`) and works,
 //! checks the deadline (`--check-deadline`) and writes under the re-entry guard, which is
@@ -45,7 +47,7 @@ use std::time::Duration;
 use event::{Event, Op};
 use redis::AsyncCommands as _;
 use redquorum::testkit::monotonic_ns;
-use redquorum::{AcquireOptions, Redlock};
+use redquorum::{AcquireOptions, Mutant, Redlock};
 
 /// The parsed command line. Flags are few and fixed, so they are parsed by hand rather
 /// than with an argument-parsing crate (a `[[bin]]` cannot use dev-dependencies, and the
@@ -70,6 +72,7 @@ struct Args {
     handoff: bool,
     waiter_ttl: Option<Duration>,
     wait_timeout: Option<Duration>,
+    mutant: Option<Mutant>,
 }
 
 fn parse(mut raw: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -93,6 +96,7 @@ fn parse(mut raw: impl Iterator<Item = String>) -> Result<Args, String> {
         handoff: true,
         waiter_ttl: None,
         wait_timeout: None,
+        mutant: None,
     };
     let millis = |v: &str| {
         v.parse::<u64>()
@@ -143,6 +147,10 @@ fn parse(mut raw: impl Iterator<Item = String>) -> Result<Args, String> {
             "--hold-ms" => args.hold = millis(&value)?,
             "--waiter-ttl-ms" => args.waiter_ttl = Some(millis(&value)?),
             "--wait-timeout-ms" => args.wait_timeout = Some(millis(&value)?),
+            "--mutant" => {
+                let found = Mutant::ALL.into_iter().find(|m| format!("{m:?}") == value);
+                args.mutant = Some(found.ok_or_else(|| format!("no mutant is called {value}"))?);
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -199,6 +207,9 @@ async fn run(args: Args) -> Result<(), String> {
     }
     if let Some(wait) = args.wait_timeout {
         builder = builder.wait_timeout(wait);
+    }
+    if let Some(mutant) = args.mutant {
+        builder = builder.mutant(mutant);
     }
     let client = builder
         .quarantine(args.quarantine)

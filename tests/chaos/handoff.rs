@@ -62,13 +62,14 @@ fn queue_client_waiting(urls: Vec<String>, mutant: Option<Mutant>, wait: Duratio
     )
 }
 
-/// The command line of a waiting client process.
+/// The command line of a waiting client process, with `mutant` planted.
 fn process_args(
     env: &Env,
     urls: &[String],
     resource: &str,
     fair: bool,
     hold: Duration,
+    mutant: Option<Mutant>,
 ) -> Vec<String> {
     let mut extra = vec![
         ("--waiter-ttl-ms", WAITER_TTL.as_millis().to_string()),
@@ -80,6 +81,9 @@ fn process_args(
     ];
     if fair {
         extra.push(("--fair", String::new()));
+    }
+    if let Some(m) = mutant {
+        extra.push(("--mutant", format!("{m:?}")));
     }
     args(urls, &env.store.url(), resource, &extra)
 }
@@ -222,9 +226,10 @@ fn code(base: &'static str, fair: bool) -> &'static str {
     }
 }
 
-/// H1: the head waiter's process is SIGKILLed right as the holder releases, so the lock
-/// is handed to a dead waiter; the waiters behind it (each inside for `hold`) must get it
-/// within the hand-off bound, in ticket order when fair.
+/// H1: four waiter processes queue one by one behind a holder; the process at the head
+/// of the queue is SIGKILLed right as the holder releases, so the lock is handed to a
+/// dead waiter. The waiters behind it (each inside for `hold`) must get it within the
+/// hand-off bound, in ticket order when fair.
 pub async fn h1(fair: bool, hold: Duration, mutant: Option<Mutant>, expect: Expect) -> Outcome {
     let code = code("H1", fair);
     let setup = Setup::new(code, "head waiter SIGKILLed at hand-off", expect, 3);
@@ -239,33 +244,54 @@ pub async fn h1(fair: bool, hold: Duration, mutant: Option<Mutant>, expect: Expe
         panic!("{code}: the holder could not take a free lock");
     };
     let mut known = BTreeSet::new();
-    let head_name = format!("{code}-head");
-    let mut head = ClientProcess::spawn(
-        &head_name,
-        &process_args(&env, &urls, &resource, fair, hold),
-        &env.history,
-    );
-    await_queued(&env, &resource, &mut known, &head_name, 1).await;
-    let mut tasks = Vec::new();
-    for i in 0..3 {
+    let mut queued = Vec::new();
+    for i in 0..4 {
         let name = format!("{code}-w{i}");
-        let client = queue_client(urls.clone(), mutant);
-        warm(&client, &env.prefix).await;
-        tasks.push(spawn_waiter(&env, &name, &resource, client, fair, hold));
-        await_queued(&env, &resource, &mut known, &name, 1).await;
+        let process = ClientProcess::spawn(
+            &name,
+            &process_args(&env, &urls, &resource, fair, hold, mutant),
+            &env.history,
+        );
+        let id = await_queued(&env, &resource, &mut known, &name, 1).await;
+        queued.push((id, process));
     }
+    // The head: the first member of the queue on master 0 (every master orders the same
+    // members the same way).
+    let first = members(&env.cluster.server(0).url(), &resource)
+        .await
+        .into_iter()
+        .next()
+        .expect("a queue of four");
+    let at = queued
+        .iter()
+        .position(|(id, _)| *id == first)
+        .expect("the head is one of the waiters");
+    let (_, mut head) = queued.remove(at);
     head.kill(&resource).await;
     held.leave(&mut store).await;
-    env.finish(
-        waiters(tasks),
-        Checks {
-            fifo: fair,
-            handoff: Some(bound(TTL)),
-            keys_may_expire: true,
-            ..Checks::default()
-        },
-    )
-    .await
+    env.note(format!("killed the head, waiter {at}"));
+    let tasks = queued
+        .into_iter()
+        .map(|(_, process)| {
+            tokio::spawn(async move {
+                // Ends by itself: served, or out of budget.
+                let _ = process.wait(WAIT + Duration::from_secs(5)).await;
+            })
+        })
+        .collect();
+    let out = env
+        .finish(
+            waiters(tasks),
+            Checks {
+                fifo: fair,
+                handoff: Some(bound(TTL)),
+                keys_may_expire: true,
+                ..Checks::default()
+            },
+        )
+        .await;
+    drop(head);
+    out
 }
 
 /// H2: the holder's process (TTL 1.5 s) is SIGKILLed inside its section with four waiters

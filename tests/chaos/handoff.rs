@@ -543,12 +543,16 @@ pub async fn h4(fair: bool, mutant: Option<Mutant>, expect: Expect) -> Outcome {
     out
 }
 
-/// H5: two fair waiters are registered in different orders on two masters. Waiter A
-/// reaches masters 0 and 1 only (master 2 is blackholed on its path) and is queued;
-/// then B (direct links) is queued everywhere; A's path to master 0 is cut too and
-/// master 0 restarts empty, so B is re-registered there first; then A's paths heal and
-/// its refreshes register it on masters 0 and 2, behind B in arrival order. A's ticket
-/// was issued before B started, so when the holder releases, A must be served first.
+/// H5: two fair waiters are registered in different orders on two masters. The holder
+/// takes the lock (TTL 5 s) and master 0 is snapshotted. Waiter A reaches masters 0 and
+/// 1 only (master 2 is blackholed on its path) and is queued; then B (direct links) is
+/// queued everywhere; A's path to master 0 is cut too and master 0 restarts from the
+/// snapshot (the holder's key, no queue), so B is registered there again first; then
+/// A's paths heal and its refreshes register it on masters 0 and 2, behind B in arrival
+/// order. A's ticket was issued before B started, so when the holder releases, A must be
+/// served first. (Restarting master 0 empty instead would free the key there: the head
+/// there would take it, confirm, fail for want of a quorum, and leave the queue each
+/// time, so the order there would flap.)
 pub async fn h5(mutant: Option<Mutant>, expect: Expect) -> Outcome {
     let code = code("H5", true);
     let setup = Setup::new(
@@ -568,7 +572,14 @@ pub async fn h5(mutant: Option<Mutant>, expect: Expect) -> Outcome {
     let wait = Duration::from_secs(10);
     let a_client = queue_client_waiting(paths.iter().map(Proxy::url).collect(), mutant, wait);
     let b_client = queue_client_waiting(direct.clone(), mutant, wait);
-    let holder = queue_client(direct.clone(), mutant);
+    let holder_ttl = Duration::from_secs(5);
+    env.ttl_max = holder_ttl;
+    let holder = build(
+        client_over(direct.clone())
+            .ttl(holder_ttl)
+            .waiter_ttl(WAITER_TTL),
+        mutant,
+    );
     for client in [&a_client, &b_client, &holder] {
         warm(client, &env.prefix).await;
     }
@@ -577,6 +588,7 @@ pub async fn h5(mutant: Option<Mutant>, expect: Expect) -> Outcome {
     let Ok(held) = enter(&holder, rec, &mut store).await else {
         panic!("{code}: the holder could not take a free lock");
     };
+    let snapshot = env.cluster.server(0).snapshot().await.unwrap();
     paths[2].set_mode(Mode::Blackhole);
     let hold = Duration::from_millis(30);
     let mut known = BTreeSet::new();
@@ -588,14 +600,47 @@ pub async fn h5(mutant: Option<Mutant>, expect: Expect) -> Outcome {
     let b = await_queued(&env, &resource, &mut known, &b_name, 1).await;
     let from = now_ns();
     paths[0].set_mode(Mode::Blackhole);
-    env.cluster.server_mut(0).kill().unwrap();
-    env.cluster.server_mut(0).restart(false).await.unwrap();
+    env.cluster
+        .server_mut(0)
+        .restart_from(&snapshot)
+        .await
+        .unwrap();
+    // The holder's connection to master 0 broke with the restart: its release must reach
+    // the master again (a release that cannot would leave the key there until it expires).
+    let probe = format!("{}probe", env.prefix);
+    crate::support::wait_until(
+        Duration::from_secs(5),
+        "the holder's client reaches the restarted master",
+        || {
+            let (holder, probe) = (holder.clone(), probe.clone());
+            async move {
+                match holder.try_acquire(&probe).await {
+                    Ok(lease) => {
+                        let reached = granted(lease.masters()).contains(&0);
+                        let _ = lease.release().await;
+                        reached
+                    }
+                    Err(_) => false,
+                }
+            }
+        },
+    )
+    .await;
     await_member_on(&env, &resource, &b, &[0]).await;
     paths[0].heal();
     paths[2].heal();
     await_member_on(&env, &resource, &a, &[0, 1, 2]).await;
     env.fault_window(from);
-    env.note("A queued on every master, behind B in arrival order on masters 0 and 2");
+    let mut order = Vec::new();
+    for server in env.cluster.servers() {
+        let queue = members(&server.url(), &resource).await;
+        let rank = |w: &str| queue.iter().position(|m| m == w).map_or(-1, |p| p as i64);
+        order.push(format!("A {} B {}", rank(&a), rank(&b)));
+    }
+    env.note(format!(
+        "queue places before the release: {}",
+        order.join(", ")
+    ));
     held.leave(&mut store).await;
     let out = env
         .finish(

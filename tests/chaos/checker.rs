@@ -572,6 +572,27 @@ pub fn stalls(
     excused: &[(u64, u64)],
     end_ns: u64,
 ) -> Vec<Stall> {
+    handoffs(history, holder_ttl_ns, bound_ns, excused, end_ns).stalls
+}
+
+/// What the hand-off checker judged: how often the lock was free with a live waiter
+/// queued, the longest it took the next grant to come (`None` if one never came), and
+/// the stalls.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Handoffs {
+    pub judged: u64,
+    pub slowest_ns: Option<u64>,
+    pub stalls: Vec<Stall>,
+}
+
+/// [`stalls`], with what was judged.
+pub fn handoffs(
+    history: &[Event],
+    holder_ttl_ns: u64,
+    bound_ns: u64,
+    excused: &[(u64, u64)],
+    end_ns: u64,
+) -> Handoffs {
     let calls = calls(history);
     let mut frees: Vec<(String, u64)> = history
         .iter()
@@ -590,10 +611,10 @@ pub fn stalls(
         }
     }
     frees.sort_by_key(|(_, t)| *t);
-    let mut found = Vec::new();
+    let mut report = Handoffs::default();
     for (resource, free) in frees {
         let until = free + bound_ns;
-        if until > end_ns || excused.iter().any(|&(a, b)| free >= a && free <= b) {
+        if excused.iter().any(|&(a, b)| free >= a && free <= b) {
             continue;
         }
         let waiter = calls.iter().find(|c| {
@@ -609,8 +630,16 @@ pub fn stalls(
             .filter_map(|c| c.ok)
             .filter(|&ok| ok > free)
             .min();
+        if next.is_none_or(|t| t > until) && until > end_ns {
+            // No grant yet, and the bound is not over when the history ends: it cannot
+            // tell.
+            continue;
+        }
+        report.judged += 1;
+        let took = next.map_or(u64::MAX, |t| t - free);
+        report.slowest_ns = Some(report.slowest_ns.map_or(took, |s| s.max(took)));
         if next.is_none_or(|t| t > until) {
-            found.push(Stall {
+            report.stalls.push(Stall {
                 resource,
                 free_ns: free,
                 waiter: waiter.id.clone(),
@@ -618,7 +647,7 @@ pub fn stalls(
             });
         }
     }
-    found
+    report
 }
 
 #[cfg(test)]
@@ -1088,6 +1117,11 @@ mod tests {
         h.extend(fair_waiter("a", 10, 20));
         h.extend(granted("a", 60));
         assert!(stalls(&h, 800 * MS, 100 * MS, &[], 1000 * MS).is_empty());
+        // Judged even when the history ends before the bound: the grant came.
+        let report = handoffs(&h, 800 * MS, 100 * MS, &[], 70 * MS);
+        assert_eq!(report.judged, 1, "{report:?}");
+        assert_eq!(report.slowest_ns, Some(9 * MS));
+        assert!(report.stalls.is_empty());
     }
 
     #[test]

@@ -699,6 +699,9 @@ impl Env {
             (None, _) => {}
         }
         if checks.fifo {
+            let queued = history.iter().filter(|e| e.op == Op::Queued).count();
+            out.notes
+                .push(format!("fifo: {queued} fair call(s) seen queued"));
             let found = checker::overtaken(&history);
             out.overtaken = found.len() as u64;
             if let Some(o) = found.first() {
@@ -713,13 +716,24 @@ impl Env {
             }
         }
         if let Some(h) = checks.handoff {
-            let found = checker::stalls(
+            let report = checker::handoffs(
                 &history,
                 h.holder_ttl.as_nanos() as u64,
                 h.bound.as_nanos() as u64,
                 &self.faults,
                 end_ns,
             );
+            out.notes.push(format!(
+                "hand-off: freed {} time(s) with a waiter queued, next grant within {} (bound {} ms)",
+                report.judged,
+                match report.slowest_ns {
+                    None => "-".to_owned(),
+                    Some(u64::MAX) => "never".to_owned(),
+                    Some(t) => format!("{} ms", t / 1_000_000),
+                },
+                h.bound.as_millis()
+            ));
+            let found = report.stalls;
             out.stalled = found.len() as u64;
             if let Some(s) = found.first() {
                 out.notes.push(format!(

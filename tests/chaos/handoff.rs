@@ -543,21 +543,21 @@ pub async fn h4(fair: bool, mutant: Option<Mutant>, expect: Expect) -> Outcome {
     out
 }
 
-/// H5: two fair waiters are registered in different orders on two masters. The holder
-/// takes the lock (TTL 5 s) and master 0 is snapshotted. Waiter A reaches masters 0 and
-/// 1 only (master 2 is blackholed on its path) and is queued; then B (direct links) is
-/// queued everywhere; A's path to master 0 is cut too and master 0 restarts from the
-/// snapshot (the holder's key, no queue), so B is registered there again first; then
-/// A's paths heal and its refreshes register it on masters 0 and 2, behind B in arrival
-/// order. A's ticket was issued before B started, so when the holder releases, A must be
-/// served first. (Restarting master 0 empty instead would free the key there: the head
-/// there would take it, confirm, fail for want of a quorum, and leave the queue each
-/// time, so the order there would flap.)
+/// H5: two fair waiters are registered in different orders on the masters. The holder
+/// takes the lock (TTL 5 s) and masters 0 and 1 are snapshotted. Waiter A reaches masters
+/// 0 and 1 only (master 2 is blackholed on its path) and is queued: its ticket is issued.
+/// Then B (direct links) is queued everywhere. A is cut off from every master, and
+/// masters 0 and 1 restart from their snapshots (the holder's key, no queue), so B is
+/// registered there again, first; then A's paths heal and its refreshes register it
+/// everywhere, after B in arrival order on every master. A's ticket was issued before B
+/// started, so when the holder releases, A must be served first. (Restarting the masters
+/// empty instead would free the key there: the head would take it, confirm, fail for
+/// want of a quorum and leave the queue each time, so the order there would flap.)
 pub async fn h5(mutant: Option<Mutant>, expect: Expect) -> Outcome {
     let code = code("H5", true);
     let setup = Setup::new(
         code,
-        "fair waiters registered out of order (restart, cut path)",
+        "fair waiters registered out of order (restarts, cut paths)",
         expect,
         3,
     );
@@ -588,7 +588,10 @@ pub async fn h5(mutant: Option<Mutant>, expect: Expect) -> Outcome {
     let Ok(held) = enter(&holder, rec, &mut store).await else {
         panic!("{code}: the holder could not take a free lock");
     };
-    let snapshot = env.cluster.server(0).snapshot().await.unwrap();
+    let snapshots = [
+        env.cluster.server(0).snapshot().await.unwrap(),
+        env.cluster.server(1).snapshot().await.unwrap(),
+    ];
     paths[2].set_mode(Mode::Blackhole);
     let hold = Duration::from_millis(30);
     let mut known = BTreeSet::new();
@@ -600,35 +603,39 @@ pub async fn h5(mutant: Option<Mutant>, expect: Expect) -> Outcome {
     let b = await_queued(&env, &resource, &mut known, &b_name, 1).await;
     let from = now_ns();
     paths[0].set_mode(Mode::Blackhole);
-    env.cluster
-        .server_mut(0)
-        .restart_from(&snapshot)
-        .await
-        .unwrap();
-    // The holder's connection to master 0 broke with the restart: its release must reach
-    // the master again (a release that cannot would leave the key there until it expires).
+    paths[1].set_mode(Mode::Blackhole);
+    for (i, snapshot) in snapshots.iter().enumerate() {
+        env.cluster
+            .server_mut(i)
+            .restart_from(snapshot)
+            .await
+            .unwrap();
+    }
+    // The holder's connections to masters 0 and 1 broke with the restarts: its release
+    // must reach them again (a release that cannot leaves the key there until it expires).
+    // A round is decided by the first quorum, so the masters reached add up over probes.
     let probe = format!("{}probe", env.prefix);
+    let reached = Arc::new(std::sync::Mutex::new(BTreeSet::new()));
     crate::support::wait_until(
         Duration::from_secs(5),
-        "the holder's client reaches the restarted master",
+        "the holder's client reaches the restarted masters",
         || {
-            let (holder, probe) = (holder.clone(), probe.clone());
+            let (holder, probe, reached) = (holder.clone(), probe.clone(), Arc::clone(&reached));
             async move {
-                match holder.try_acquire(&probe).await {
-                    Ok(lease) => {
-                        let reached = granted(lease.masters()).contains(&0);
-                        let _ = lease.release().await;
-                        reached
-                    }
-                    Err(_) => false,
+                if let Ok(lease) = holder.try_acquire(&probe).await {
+                    reached.lock().unwrap().extend(granted(lease.masters()));
+                    let _ = lease.release().await;
                 }
+                let reached = reached.lock().unwrap();
+                reached.contains(&0) && reached.contains(&1)
             }
         },
     )
     .await;
-    await_member_on(&env, &resource, &b, &[0]).await;
-    paths[0].heal();
-    paths[2].heal();
+    await_member_on(&env, &resource, &b, &[0, 1]).await;
+    for path in &paths {
+        path.heal();
+    }
     await_member_on(&env, &resource, &a, &[0, 1, 2]).await;
     env.fault_window(from);
     let mut order = Vec::new();

@@ -309,9 +309,10 @@ const HUNTS: &[Hunt] = &[
         required: true,
         why: "",
     },
-    // Masters 0 (restarted empty) and 2 (cut off from A) see B's registration before A's:
-    // scored by arrival, B heads the queue there and is served before A, whose ticket was
-    // issued before B started.
+    // Every master sees B's registration before A's (masters 0 and 1 restarted from
+    // snapshots while A was cut off, master 2 never reached by A before): scored by
+    // arrival, B heads every queue and is served before A, whose ticket was issued before
+    // B started.
     Hunt {
         mutant: Mutant::FairByArrival,
         with: "",

@@ -235,8 +235,10 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
                 .retry_attempts(100_000)
                 .retry_delay(Duration::ZERO)
                 .retry_jitter(Duration::ZERO)
-                // Each attempt follows the failed one at once, woken by nothing else.
+                // Each attempt follows the failed one at once, woken by nothing else: a
+                // retry storm, so no queue either (hand-off off, today's herd behaviour).
                 .notifications(false)
+                .handoff(false)
                 .wait_timeout(Duration::from_secs(4)),
         ),
         mutant,
@@ -259,6 +261,8 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
                 .ttl(ttl)
                 .node_timeout(Duration::from_millis(300))
                 .retry_attempts(1000)
+                // It keeps trying, as in a storm, rather than queueing.
+                .handoff(false)
                 .wait_timeout(SLOW_REPLY * 2),
         ),
         None,

@@ -1991,6 +1991,15 @@ mod tests {
         assert!(refused("redq", "uorum:epoch"));
         assert!(refused("redquorum", ":fence:orders"));
         assert!(refused("r", "edquorum:cluster"));
+        // The waiter queue, a waiter's liveness key and the ticket counter of a lock.
+        for record in [
+            scripts::queue_key("orders:1"),
+            scripts::waiter_key("orders:1", "00ff"),
+            scripts::ticket_key("orders:1"),
+        ] {
+            assert!(refused("", &record), "{record}");
+            assert!(refused("locks:", &record), "{record}");
+        }
         // Near misses are names like any other.
         assert!(!refused("redq", "uorum-epoch"));
         assert!(!refused("locks:", "uorum:epoch"));

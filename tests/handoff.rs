@@ -541,6 +541,55 @@ async fn a_head_that_dies_is_passed_by() {
 }
 
 #[tokio::test]
+async fn fenced_waiters_handed_the_lock_get_increasing_tokens() {
+    let options = ServerOptions::new().persistence(Persistence::AofAlways);
+    let cluster = Cluster::start_with(3, &options).await.unwrap();
+    let fenced = || {
+        Redlock::builder()
+            .masters(cluster.urls())
+            .ttl("5s")
+            .node_timeout("200ms")
+            .waiter_ttl("900ms")
+            .fencing(true)
+            .build()
+            .unwrap()
+    };
+    fenced().init_cluster().await.unwrap();
+    let key = unique_key("fenced");
+    let holder = fenced();
+    let lease = holder.acquire(&key).await.unwrap();
+    let first = lease.fencing_token().unwrap();
+    let mut waiting = Vec::new();
+    for i in 0..3 {
+        let (waiter, task_key) = (fenced(), key.clone());
+        waiting.push(tokio::spawn(async move {
+            let options = AcquireOptions::new().fair(true).wait_timeout("10s");
+            let lease = waiter.acquire_with(&task_key, &options).await.unwrap();
+            let token = lease.fencing_token().unwrap();
+            lease.release().await.unwrap();
+            token
+        }));
+        wait_until(Duration::from_secs(5), "the waiter registered", || {
+            let (cluster, key) = (&cluster, &key);
+            async move { queued_on(cluster, key, i + 1).await == 3 }
+        })
+        .await;
+    }
+    lease.release().await.unwrap();
+    let mut tokens = vec![first];
+    for task in waiting {
+        tokens.push(
+            timeout(Duration::from_secs(10), task)
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    // Served in ticket order, each confirm writing its own token back.
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
+
+#[tokio::test]
 async fn bad_waiter_ttls_and_fair_misuse_are_refused() {
     let base = || {
         Redlock::builder()

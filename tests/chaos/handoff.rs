@@ -62,6 +62,22 @@ fn queue_client_waiting(urls: Vec<String>, mutant: Option<Mutant>, wait: Duratio
     )
 }
 
+/// Opens `client`'s connections before the scenario starts: a throwaway lock, retried for
+/// up to 10 s (a cold connection on a loaded machine may miss its first node timeouts).
+async fn warm_up(client: &Redlock, prefix: &str) {
+    let resource = format!("{prefix}warmup");
+    crate::support::wait_until(Duration::from_secs(10), "a client warms up", || {
+        let (client, resource) = (client.clone(), resource.clone());
+        async move {
+            match client.try_acquire(&resource).await {
+                Ok(lease) => lease.release().await.is_ok(),
+                Err(_) => false,
+            }
+        }
+    })
+    .await;
+}
+
 /// The command line of a waiting client process, with `mutant` planted.
 fn process_args(
     env: &Env,
@@ -236,8 +252,17 @@ pub async fn h1(fair: bool, hold: Duration, mutant: Option<Mutant>, expect: Expe
     let mut env = Env::start(setup).await;
     let resource = env.resource(0);
     let urls = env.urls();
-    let holder = queue_client(urls.clone(), mutant);
-    warm(&holder, &env.prefix).await;
+    // The holder stays inside while four processes start and queue: a TTL of 5 s, so
+    // that a loaded machine cannot make it outlive its lease.
+    let holder_ttl = Duration::from_secs(5);
+    env.ttl_max = holder_ttl;
+    let holder = build(
+        client_over(urls.clone())
+            .ttl(holder_ttl)
+            .waiter_ttl(WAITER_TTL),
+        mutant,
+    );
+    warm_up(&holder, &env.prefix).await;
     let mut store = env.store().await;
     let rec = env.history.recorder(format!("{code}-holder"), &resource);
     let Ok(held) = enter(&holder, rec, &mut store).await else {
@@ -294,14 +319,16 @@ pub async fn h1(fair: bool, hold: Duration, mutant: Option<Mutant>, expect: Expe
     out
 }
 
-/// H2: the holder's process (TTL 1.5 s) is SIGKILLed inside its section with four waiters
+/// H2: the holder's process (TTL 3 s) is SIGKILLed inside its section with four waiters
 /// queued behind it: the first must get the lock within the hand-off bound of the
 /// holder's keys expiring, and the queue drain, in ticket order when fair.
 pub async fn h2(fair: bool, mutant: Option<Mutant>, expect: Expect) -> Outcome {
     let code = code("H2", fair);
     let setup = Setup::new(code, "holder SIGKILLed with a queue behind it", expect, 3);
     let mut env = Env::start(setup).await;
-    let holder_ttl = Duration::from_millis(1500);
+    // Long enough for four waiters to queue behind it on a loaded machine before it is
+    // killed (a holder that outlived its lease inside its section would be an overlap).
+    let holder_ttl = Duration::from_secs(3);
     env.ttl_max = holder_ttl;
     let resource = env.resource(0);
     let urls = env.urls();
@@ -324,8 +351,9 @@ pub async fn h2(fair: bool, mutant: Option<Mutant>, expect: Expect) -> Outcome {
     let mut tasks = Vec::new();
     for i in 0..4 {
         let name = format!("{code}-w{i}");
-        let client = queue_client(urls.clone(), mutant);
-        warm(&client, &env.prefix).await;
+        // Waits through the holder's TTL after its death: a budget of 8 s.
+        let client = queue_client_waiting(urls.clone(), mutant, Duration::from_secs(8));
+        warm_up(&client, &env.prefix).await;
         tasks.push(spawn_waiter(
             &env,
             &name,
@@ -481,7 +509,7 @@ pub async fn h4(fair: bool, mutant: Option<Mutant>, expect: Expect) -> Outcome {
         .map(|paths| paths.iter().map(Proxy::url).collect())
         .collect();
     for urls in &urls {
-        warm(&queue_client(urls.clone(), None), &env.prefix).await;
+        warm_up(&queue_client(urls.clone(), None), &env.prefix).await;
     }
     let workers = spawn_looping(&mut env, 6, fair, |i| {
         queue_client(urls[i % 2].clone(), mutant)
@@ -581,7 +609,7 @@ pub async fn h5(mutant: Option<Mutant>, expect: Expect) -> Outcome {
         mutant,
     );
     for client in [&a_client, &b_client, &holder] {
-        warm(client, &env.prefix).await;
+        warm_up(client, &env.prefix).await;
     }
     let mut store = env.store().await;
     let rec = env.history.recorder(format!("{code}-holder"), &resource);

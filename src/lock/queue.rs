@@ -248,7 +248,9 @@ impl Redlock {
                     if failed.cut {
                         return Err(wait_timeout(last, *total));
                     }
-                    if !error.is_retryable() {
+                    // A confirm that a refresh led to belongs to that timed tick: once
+                    // the ticks spent the attempt budget, the call ends with it.
+                    if !error.is_retryable() || spent >= plan.attempts {
                         return Err(error);
                     }
                     last = error;

@@ -177,7 +177,7 @@ impl Queue {
 }
 
 /// What became of a waiter's registration on one master, as the checkers see it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(super) enum Registration {
     /// Registered, its liveness key live.
     Live,
@@ -458,24 +458,42 @@ impl Data {
     /// the outcome: written or the conflict, handed, and the key's `PTTL` in ms (-2 free).
     fn enqueue(&mut self, e: &Enqueued<'_>, now_us: u64) -> EnqueueOutcome {
         let key = e.key;
-        let counter = self.tickets.get(&**key).copied().unwrap_or(0);
-        let mut score = e.score;
+        let (mut score, mut strict) = (e.score, e.strict);
         if e.fair && e.by_arrival {
-            // `Mutant::FairByArrival`: the master's own arrival order.
-            score = counter + 1;
-            self.tickets.insert(Arc::clone(key), score);
-        } else if e.strict {
-            if counter >= e.score {
+            // `Mutant::FairByArrival`: a member keeps its score; a new one is scored by
+            // its arrival here (`INCR` of the ticket counter), not by its ticket.
+            let known = self
+                .queue(key, now_us)
+                .and_then(|q| q.scores.get(e.waiter).copied());
+            score = match known {
+                Some(score) => score,
+                None => {
+                    let c = self.tickets.entry(Arc::clone(key)).or_insert(0);
+                    *c += 1;
+                    *c
+                }
+            };
+            strict = false;
+        }
+        let counter = self.tickets.get(&**key).copied().unwrap_or(0);
+        let written = if strict {
+            if counter >= score {
                 return EnqueueOutcome {
                     conflict: Some(counter),
+                    counter: Some(counter),
                     handed: false,
-                    pttl_ms: self.pttl_ms(key, now_us),
+                    pttl_ms: -2,
                 };
             }
-            self.tickets.insert(Arc::clone(key), e.score);
+            self.tickets.insert(Arc::clone(key), score);
+            Some(score)
         } else if e.fair {
-            self.tickets.insert(Arc::clone(key), counter.max(e.score));
-        }
+            let c = counter.max(score);
+            self.tickets.insert(Arc::clone(key), c);
+            Some(c)
+        } else {
+            None
+        };
         let ttl_ms = millis(e.waiter_ttl);
         let queue = self.queue(key, now_us).is_none().then(Queue::default);
         if let Some(queue) = queue {
@@ -499,8 +517,9 @@ impl Data {
             (Arc::clone(key), Arc::clone(e.waiter)),
             (score, Registration::Live),
         );
-        let handed = match self.live(key, now_us) {
-            Some(current) => current == *e.waiter,
+        let current = self.live(key, now_us);
+        let handed = match &current {
+            Some(current) => *current == *e.waiter,
             None if self.live_head(key, now_us, e.ignore_liveness).as_ref() == Some(e.waiter) => {
                 // The self-hand: the holder expired or crashed, and this waiter heads.
                 self.set(key, e.waiter, e.waiter_ttl, now_us);
@@ -508,10 +527,15 @@ impl Data {
             }
             None => false,
         };
+        let pttl_ms = match current {
+            Some(_) if !handed => self.pttl_ms(key, now_us),
+            _ => -2,
+        };
         EnqueueOutcome {
             conflict: None,
+            counter: written,
             handed,
-            pttl_ms: self.pttl_ms(key, now_us),
+            pttl_ms,
         }
     }
 
@@ -567,6 +591,8 @@ struct Enqueued<'a> {
 struct EnqueueOutcome {
     /// A strict write refused: the counter that conflicted.
     conflict: Option<u64>,
+    /// The ticket counter after the write (fair), or the one in conflict (strict).
+    counter: Option<u64>,
     handed: bool,
     pttl_ms: i64,
 }
@@ -2099,7 +2125,7 @@ mod tests {
             "free: self-handed"
         );
         assert_eq!(d.live(&k, T0).as_deref(), Some("A"));
-        assert_eq!(d.pttl_ms(&k, T0), 30);
+        assert_eq!((d.pttl_ms(&k, T0), written.pttl_ms), (30, -2));
         assert_eq!(d.enqueue(&enq(&k, &b, 1, true), T0).conflict, Some(1));
         assert!(d.enqueue(&enq(&k, &b, 2, true), T0).conflict.is_none());
         // A fair refresh (not strict) of an older ticket keeps the counter.

@@ -43,6 +43,13 @@ pub mod defaults {
     pub const SAFETY_MARGIN_FRACTION: f64 = 0.05;
     /// Watchdog interval as a fraction of the TTL: a third, as in Redisson.
     pub const EXTEND_INTERVAL_FRACTION: f64 = 1.0 / 3.0;
+    /// Hand-off to the next waiter: on.
+    pub const HANDOFF: bool = true;
+    /// A waiter's liveness TTL as a fraction of the lock's TTL: a tenth, kept between four
+    /// node timeouts and [`WAITER_TTL_CAP`] (1 s), and never above half the TTL.
+    pub const WAITER_TTL_FRACTION: f64 = 0.1;
+    /// The largest default waiter TTL: 1 s.
+    pub const WAITER_TTL_CAP: Duration = Duration::from_secs(1);
 }
 
 /// The largest value each duration setting accepts, and the longest resource name. A
@@ -286,6 +293,23 @@ pub enum ConfigError {
         /// The prefix given.
         prefix: String,
     },
+    /// The waiter TTL cannot work: a refresh every third of it must be able to finish
+    /// within one node timeout, and no registration may outlive the lock's TTL.
+    #[error("waiter_ttl {} is out of range: it must exceed three node timeouts ({}) and be at most the ttl ({}); {advice}",
+        human(*.waiter_ttl),
+        human(*.node_timeout * 3),
+        human(*.ttl)
+    )]
+    WaiterTtl {
+        /// The waiter TTL given.
+        waiter_ttl: Duration,
+        /// The node timeout.
+        node_timeout: Duration,
+        /// The lock's TTL.
+        ttl: Duration,
+        /// What to change.
+        advice: &'static str,
+    },
     /// The owner label is longer than [`MAX_LABEL_LEN`].
     #[error(
         "label is {len} bytes long, above MAX_LABEL_LEN ({}): use a shorter label",
@@ -391,6 +415,11 @@ pub(crate) struct Config {
     /// Every TTL and extension is at most this long; restart quarantine waits this long.
     pub(crate) ttl_max: Duration,
     pub(crate) fencing: bool,
+    /// Whether a waiting acquire of a single-key lock queues and is handed the lock by
+    /// the holder's release (docs/design.md §17).
+    pub(crate) handoff: bool,
+    /// The liveness TTL of a waiter's registration and the expiry of a handed key.
+    pub(crate) waiter_ttl: Duration,
     /// What this client's owner records call it (`Redlock::inspect`).
     pub(crate) label: String,
     /// Whether spans and events show resource names, or a keyed hash of them.
@@ -536,7 +565,7 @@ pub(crate) fn at_most(
         return Ok(());
     }
     let (limit, advice) = match setting {
-        "ttl" | "ttl_max" | "extend_interval" => (
+        "ttl" | "ttl_max" | "extend_interval" | "waiter_ttl" => (
             "MAX_TTL",
             "use a shorter lock and extend it while it is held (watchdog)",
         ),
@@ -593,6 +622,8 @@ pub(crate) type DurationSetting = Result<Duration, (String, String)>;
 ///   `safety_margin`: 5 % of the TTL
 /// - `quarantine`: on, with `ttl_max` equal to the TTL
 /// - `fencing`: off
+/// - `handoff`: on ([`defaults::HANDOFF`]); `waiter_ttl`: a tenth of the TTL, between four
+///   node timeouts and 1 s, at most half the TTL
 /// - `trace_resource_names`: off (spans and events show a hash of each resource name)
 /// - TLS (`rediss://` masters, feature `tls`): the system's trusted roots, no client
 ///   certificate
@@ -644,6 +675,8 @@ pub struct Builder {
     quarantine: bool,
     ttl_max: Option<DurationSetting>,
     fencing: bool,
+    handoff: bool,
+    waiter_ttl: Option<DurationSetting>,
     label: String,
     trace_resource_names: bool,
     tls: TlsSettings,
@@ -676,6 +709,8 @@ impl fmt::Debug for Builder {
             quarantine,
             ttl_max,
             fencing,
+            handoff,
+            waiter_ttl,
             label,
             trace_resource_names,
             tls,
@@ -705,6 +740,8 @@ impl fmt::Debug for Builder {
             .field("quarantine", quarantine)
             .field("ttl_max", ttl_max)
             .field("fencing", fencing)
+            .field("handoff", handoff)
+            .field("waiter_ttl", waiter_ttl)
             .field("label", label)
             .field("trace_resource_names", trace_resource_names)
             .field("tls", tls)
@@ -736,6 +773,8 @@ impl Default for Builder {
             quarantine: true,
             ttl_max: None,
             fencing: false,
+            handoff: defaults::HANDOFF,
+            waiter_ttl: None,
             label: String::new(),
             trace_resource_names: false,
             tls: TlsSettings::default(),
@@ -1025,6 +1064,30 @@ impl Builder {
         self
     }
 
+    /// Whether a waiting acquire of one resource queues behind the holder and is handed
+    /// the lock by its release, instead of being woken with every other waiter to race
+    /// for it. Defaults to on. A queued waiter registers on every master; the release
+    /// script hands the key to the live head of the queue and notifies that waiter
+    /// alone, which confirms with an ordinary quorum round of its own (docs/design.md
+    /// §17). Turn it off to keep today's wake-everyone behaviour, for instance on masters
+    /// shared with other Redlock clients. [`try_acquire`](crate::Redlock::try_acquire)
+    /// never queues; `acquire_many`, semaphores and read-write locks wake every waiter
+    /// either way.
+    pub fn handoff(mut self, on: bool) -> Self {
+        self.handoff = on;
+        self
+    }
+
+    /// The liveness TTL of a queued waiter's registration, and the expiry of a key handed
+    /// to it: a waiter that stops refreshing (every third of it) drops out of the queue
+    /// within this time, and a handed key it never confirms frees within it. Defaults to
+    /// a tenth of the TTL, kept between four node timeouts and 1 s, and never above half
+    /// the TTL. Must exceed three node timeouts and be at most the TTL.
+    pub fn waiter_ttl(mut self, waiter_ttl: impl IntoDuration) -> Self {
+        self.waiter_ttl = Some(waiter_ttl.into_duration());
+        self
+    }
+
     /// Makes this client's clock run at `rate` times real time (0.98: 2 % slow), to show
     /// what the drift allowance covers and what it does not. Defaults to 1. Only with the
     /// `mutants` feature; never use it outside such tests.
@@ -1065,6 +1128,8 @@ impl Builder {
             quarantine,
             ttl_max,
             fencing,
+            handoff,
+            waiter_ttl,
             label,
             trace_resource_names,
             tls,
@@ -1177,6 +1242,14 @@ impl Builder {
             "retry_delay + retry_jitter",
             largest_pause.checked_add(retry_jitter),
         )?;
+        let waiter_ttl = match waiter_ttl {
+            Some(given) => check_waiter_ttl(
+                deadline::whole_millis(duration("waiter_ttl", given)?),
+                ttl,
+                node_timeout,
+            )?,
+            None => default_waiter_ttl(ttl, node_timeout),
+        };
 
         Ok(Config {
             masters,
@@ -1202,12 +1275,53 @@ impl Builder {
             quarantine,
             ttl_max,
             fencing,
+            handoff,
+            waiter_ttl,
             label,
             trace_resource_names,
             #[cfg(feature = "mutants")]
             planted,
         })
     }
+}
+
+/// The default waiter TTL for a lock of `ttl`: a tenth of it, kept between four node
+/// timeouts and [`defaults::WAITER_TTL_CAP`], never above half the TTL, in whole
+/// milliseconds (at least one).
+fn default_waiter_ttl(ttl: Duration, node_timeout: Duration) -> Duration {
+    let wanted = ttl
+        .mul_f64(defaults::WAITER_TTL_FRACTION)
+        .max(node_timeout.saturating_mul(4))
+        .min(defaults::WAITER_TTL_CAP)
+        .min(ttl / 2);
+    deadline::whole_millis(wanted).max(Duration::from_millis(1))
+}
+
+/// Checks a waiter TTL given to [`Builder::waiter_ttl`].
+fn check_waiter_ttl(
+    waiter_ttl: Duration,
+    ttl: Duration,
+    node_timeout: Duration,
+) -> Result<Duration, ConfigError> {
+    if waiter_ttl.is_zero() {
+        return Err(ConfigError::Zero {
+            setting: "waiter_ttl",
+        });
+    }
+    at_most("waiter_ttl", waiter_ttl, MAX_TTL)?;
+    let advice = if waiter_ttl > ttl {
+        "lower waiter_ttl or raise ttl"
+    } else if waiter_ttl <= node_timeout.saturating_mul(3) {
+        "raise waiter_ttl or lower node_timeout"
+    } else {
+        return Ok(waiter_ttl);
+    };
+    Err(ConfigError::WaiterTtl {
+        waiter_ttl,
+        node_timeout,
+        ttl,
+        advice,
+    })
 }
 
 /// Refuses a prefix under which lock keys could collide with the crate's own records.

@@ -68,6 +68,8 @@ impl fmt::Debug for Redlock {
             .field("ttl", &self.inner.config.ttl)
             .field("node_timeout", &self.inner.config.node_timeout)
             .field("key_prefix", &self.inner.config.key_prefix)
+            .field("handoff", &self.inner.config.handoff)
+            .field("waiter_ttl", &self.inner.config.waiter_ttl)
             .finish_non_exhaustive()
     }
 }
@@ -98,6 +100,7 @@ pub struct AcquireOptions {
     max_hold: Option<DurationSetting>,
     fencing: Option<bool>,
     label: Option<String>,
+    fair: bool,
 }
 
 impl AcquireOptions {
@@ -158,6 +161,19 @@ impl AcquireOptions {
         self.label = Some(label.into());
         self
     }
+
+    /// Whether this acquisition is fair: waiters are served in the order they arrived
+    /// (first in, first out), each one's place fixed by a ticket issued on a quorum of
+    /// masters, and a newcomer never takes the lock ahead of a live waiter. Defaults to
+    /// off: an unfair acquire takes a free lock at once, and its waiters queue behind
+    /// any fair ones (docs/design.md §17). Only for the lock of one resource
+    /// ([`Redlock::acquire_with`], [`Redlock::with_lock`]); `acquire_many`, semaphores and
+    /// read-write locks refuse it with [`ErrorKind::InvalidOptions`]. A fair first attempt
+    /// runs a script that also reads the queue, instead of the plain acquire script.
+    pub fn fair(mut self, on: bool) -> Self {
+        self.fair = on;
+        self
+    }
 }
 
 /// Settings of one acquire call, resolved against the client's configuration.
@@ -171,6 +187,25 @@ pub(crate) struct Plan {
     pub(crate) max_hold: Option<Duration>,
     /// Who the owner record names.
     pub(crate) owner: Arc<Owner>,
+    /// Served in ticket order (docs/design.md §17).
+    pub(crate) fair: bool,
+}
+
+impl Plan {
+    /// Refuses a fair acquisition of `what` (named in the message), which only the lock
+    /// of one resource supports (docs/design.md §17): before any round trip, not
+    /// retryable.
+    pub(crate) fn refuse_fair(&self, resource: &str, what: &str) -> Result<(), Error> {
+        if !self.fair {
+            return Ok(());
+        }
+        Err(
+            Error::new(ErrorKind::InvalidOptions, resource).with_detail(format!(
+                "fair(true) is not supported by {what}: only the lock of one resource \
+                 (acquire_with, with_lock) is fair; drop fair(true) from the options"
+            )),
+        )
+    }
 }
 
 /// What woke a waiting acquire.
@@ -516,6 +551,9 @@ impl Redlock {
         check_runtime(resource)?;
         check_resource(&self.inner.config.key_prefix, resource)?;
         let plan = self.plan(resource, options)?;
+        if let Shape::Read | Shape::Write { .. } = shape {
+            plan.refuse_fair(resource, "read-write locks")?;
+        }
         // A writer's intent (docs/design.md §16): one id for the whole call, refreshed by
         // each attempt while readers hold the lock.
         let shape = match shape {
@@ -899,6 +937,7 @@ impl Redlock {
         let target = Target::many(&self.inner.config, resources)?;
         check_runtime(&target.name)?;
         let plan = self.plan(&target.name, options)?;
+        plan.refuse_fair(&target.name, "acquire_many")?;
         self.acquire_target(&target, &plan, rounds).await
     }
 
@@ -1020,6 +1059,7 @@ impl Redlock {
             watchdog: options.watchdog.unwrap_or(config.watchdog),
             max_hold,
             owner,
+            fair: options.fair,
         })
     }
 
@@ -1966,6 +2006,7 @@ mod tests {
                     epoch,
                     fence: Some(0),
                     holder_ttl: None,
+                    ticket: None,
                 }),
                 Op::Fence { .. } => {
                     let mut script = self.fence.lock().unwrap_or_else(|e| e.into_inner());

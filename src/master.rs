@@ -53,6 +53,71 @@ pub(crate) enum Op {
         fence: FenceRead,
         owner: Arc<Owner>,
     },
+    /// Acquires a single-key lock as a queued waiter or a fair contender
+    /// (`acquire_queued.lua`, docs/design.md §17): the preamble and answer of
+    /// [`Op::AcquireChecked`], but `value` is set (with `PX ttl`, never keeping a handed
+    /// key's expiry) where the key is free or holds `waiter` (handed to it), and with
+    /// `fair` only where no other live waiter is ahead in the queue. Where granted,
+    /// `waiter` leaves the queue. With `fair`, the answer carries the ticket counter
+    /// ([`Reply::Checked::ticket`]); a refusal because a live waiter is ahead has no
+    /// holder TTL.
+    AcquireQueued {
+        key: Arc<str>,
+        value: Arc<str>,
+        ttl: Duration,
+        fence: FenceRead,
+        owner: Arc<Owner>,
+        /// The waiter id of the call (never a lease value); empty for a fair first
+        /// attempt, which is not queued yet.
+        waiter: Arc<str>,
+        fair: bool,
+        /// `true` plants [`Mutant::ConfirmKeepsHandoffExpiry`]: a handed key keeps its
+        /// expiry (`KEEPTTL`) when `value` replaces it.
+        #[cfg(feature = "mutants")]
+        keep_handoff_expiry: bool,
+        /// `true` plants [`Mutant::HandoffIgnoresLiveness`].
+        #[cfg(feature = "mutants")]
+        ignore_liveness: bool,
+    },
+    /// Registers `waiter` in the queue of `key` with `score`, or refreshes its
+    /// registration (`enqueue.lua`, docs/design.md §17): with `strict` (a fair
+    /// registration's ticket write-back), only where the ticket counter is below `score`,
+    /// then raised to it; otherwise always, a `fair` one raising the counter to at least
+    /// `score`. Sets the waiter's liveness key (`"<waiter_ttl ms> <channel>"`, expiring
+    /// after `waiter_ttl`), keeps the queue at least `2 x waiter_ttl`, and hands the key
+    /// to the waiter where it is free and the waiter is the live head (the holder expired).
+    /// With the data epoch and cluster-record checks of [`Op::AcquireChecked`]. Answered
+    /// [`Reply::Enqueued`]; never a lock vote.
+    Enqueue {
+        key: Arc<str>,
+        waiter: Arc<str>,
+        score: u64,
+        strict: bool,
+        fair: bool,
+        waiter_ttl: Duration,
+        /// The client's hand-off channel.
+        channel: Arc<str>,
+        /// `true` plants [`Mutant::FairByArrival`]: a fair waiter is scored by its
+        /// arrival on the master.
+        #[cfg(feature = "mutants")]
+        by_arrival: bool,
+        /// `true` plants [`Mutant::HandoffIgnoresLiveness`].
+        #[cfg(feature = "mutants")]
+        ignore_liveness: bool,
+    },
+    /// Removes `waiter` from the queue of `key` and deletes its liveness key; where the
+    /// key was handed to it, deletes the key and hands the lock on as [`Op::Release`] does
+    /// (`dequeue.lua`). `channel` is the lock's release channel. Answered
+    /// [`Reply::Granted`] where a handed key was passed on, else [`Reply::Missing`]. Like
+    /// a release, it reaches every master whatever its standing.
+    Dequeue {
+        key: Arc<str>,
+        waiter: Arc<str>,
+        channel: Arc<str>,
+        /// `true` plants [`Mutant::HandoffIgnoresLiveness`].
+        #[cfg(feature = "mutants")]
+        ignore_liveness: bool,
+    },
     /// Takes `wanted` slots of a semaphore, all or none, after checking its stored limit
     /// (`semaphore.lua`, docs/design.md §15); also reads the data epoch, the cluster
     /// record, the fence counters of the slots (with `fence`) and which slots are free.
@@ -138,11 +203,16 @@ pub(crate) enum Op {
         #[cfg(feature = "mutants")]
         strict: bool,
     },
-    /// Compare-and-delete plus release notice, see `release.lua`.
+    /// Compare-and-delete, then hand-off to the live head of the key's waiter queue
+    /// (setting the key to the waiter's id with the waiter's TTL, and notifying it alone)
+    /// or, with no live waiter, the release notice on `channel`; see `release.lua`.
     Release {
         key: Arc<str>,
         value: Arc<str>,
         channel: Arc<str>,
+        /// `true` plants [`Mutant::HandoffIgnoresLiveness`].
+        #[cfg(feature = "mutants")]
+        ignore_liveness: bool,
     },
     /// Compare-and-delete of every key of a lease over several keys, each key's release
     /// notice on its channel (`channels`, in the order of `keys`), see `release_many.lua`.
@@ -204,6 +274,8 @@ impl Op {
             key: Arc::clone(key),
             value: Arc::clone(value),
             channel: Arc::clone(channel),
+            #[cfg(feature = "mutants")]
+            ignore_liveness: config.planted.is(Mutant::HandoffIgnoresLiveness),
         }
     }
 
@@ -249,13 +321,18 @@ impl Op {
                     | Op::Unclaim { .. }
                     | Op::Inspect { .. }
                     | Op::ForceUnlock { .. }
+                    | Op::Dequeue { .. }
             )
     }
 
     /// The operation's name in traces.
     pub(crate) fn name(&self) -> &'static str {
         match self {
-            Op::AcquireChecked { .. } | Op::AcquireMany { .. } => "acquire",
+            Op::AcquireChecked { .. } | Op::AcquireMany { .. } | Op::AcquireQueued { .. } => {
+                "acquire"
+            }
+            Op::Enqueue { .. } => "enqueue",
+            Op::Dequeue { .. } => "dequeue",
             Op::AcquirePermits(_) => "acquire_permits",
             Op::RwAcquire {
                 mode: RwMode::Read, ..
@@ -353,15 +430,34 @@ pub(crate) enum Reply {
     Missing,
     /// The key does not exist (the answer to `Extend` with `epoch`).
     Gone { epoch: EpochReport },
-    /// The answer to `AcquireChecked` or to `Extend` with `epoch`.
+    /// The answer to `AcquireChecked`, `AcquireQueued` or `Extend` with `epoch`.
     Checked {
         /// Set (acquire) or extended (extend).
         granted: bool,
         epoch: EpochReport,
         /// The fence counter, when read and present.
         fence: Option<u64>,
-        /// When refused: how long the holder's key lives.
+        /// When refused: how long the holder's key lives (none when the key is free but
+        /// a live waiter is ahead of a fair acquire).
         holder_ttl: Option<Duration>,
+        /// The fair lock's ticket counter (0 when missing), read by a fair
+        /// `AcquireQueued`; `None` otherwise.
+        ticket: Option<u64>,
+    },
+    /// The answer to `Enqueue`.
+    Enqueued {
+        /// Registered (or refreshed); `false`: a strict registration found the ticket
+        /// counter at or above its score, and wrote nothing.
+        written: bool,
+        /// The ticket counter: after the write (fair), or the one in conflict (strict).
+        counter: Option<u64>,
+        /// The key holds the waiter's id on this master (handed to it, by a release or
+        /// by this registration because the key was free and the waiter the live head):
+        /// a hint to confirm, never a vote.
+        handed: bool,
+        /// When held by a lease: how long the holder's key lives.
+        holder_ttl: Option<Duration>,
+        epoch: EpochReport,
     },
     /// The answer to `AcquirePermits`.
     Permits {
@@ -467,6 +563,7 @@ impl Reply {
             | Reply::Permits { epoch, .. }
             | Reply::CheckedMany { epoch, .. }
             | Reply::Fenced { epoch, .. }
+            | Reply::Enqueued { epoch, .. }
             | Reply::Gone { epoch } => Some(epoch),
             _ => None,
         }
@@ -1118,7 +1215,41 @@ async fn run(
                 },
                 fence: counter.map(|c| parse_number("acquire", &c)).transpose()?,
                 holder_ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+                ticket: None,
             })
+        }
+        Op::AcquireQueued { .. } => acquire_queued(op, conn, shared).await,
+        Op::Enqueue { .. } => enqueue(op, conn, shared).await,
+        Op::Dequeue {
+            key,
+            waiter,
+            channel,
+            ..
+        } => {
+            let script = &*scripts::DEQUEUE;
+            #[cfg(feature = "mutants")]
+            let script = match op {
+                Op::Dequeue {
+                    ignore_liveness: true,
+                    ..
+                } => &*scripts::DEQUEUE_IGNORES_LIVENESS,
+                _ => script,
+            };
+            let code: i64 = script
+                .key(&**key)
+                .key(scripts::queue_key(key))
+                .key(scripts::waiter_key(key, waiter))
+                .arg(&**waiter)
+                .arg(&**channel)
+                .arg(scripts::waiter_prefix(key))
+                .invoke_async(conn)
+                .await
+                .map_err(MasterError::from_redis)?;
+            match code {
+                1 => Ok(Reply::Granted),
+                0 => Ok(Reply::Missing),
+                other => Err(unexpected("dequeue", other)),
+            }
         }
         Op::AcquirePermits(permits) => acquire_permits(permits, conn, shared).await,
         Op::AcquireMany {
@@ -1385,6 +1516,7 @@ async fn run(
                 },
                 fence: counter.map(|c| parse_number("acquire", &c)).transpose()?,
                 holder_ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+                ticket: None,
             })
         }
         Op::ExtendRead {
@@ -1461,6 +1593,7 @@ async fn run(
                     epoch,
                     fence: None,
                     holder_ttl: None,
+                    ticket: None,
                 }),
                 0 => Ok(Reply::Gone { epoch }),
                 other => Err(unexpected("downgrade", other)),
@@ -1505,12 +1638,24 @@ async fn run(
             key,
             value,
             channel,
+            ..
         } => {
-            let code: i64 = scripts::RELEASE
+            let script = &*scripts::RELEASE;
+            #[cfg(feature = "mutants")]
+            let script = match op {
+                Op::Release {
+                    ignore_liveness: true,
+                    ..
+                } => &*scripts::RELEASE_IGNORES_LIVENESS,
+                _ => script,
+            };
+            let code: i64 = script
                 .key(&**key)
                 .key(scripts::owner_key(key))
+                .key(scripts::queue_key(key))
                 .arg(&**value)
                 .arg(&**channel)
+                .arg(scripts::waiter_prefix(key))
                 .invoke_async(conn)
                 .await
                 .map_err(MasterError::from_redis)?;
@@ -1577,8 +1722,10 @@ async fn run(
             let code: i64 = scripts::RELEASE
                 .key(&key)
                 .key(scripts::owner_key(&key))
+                .key(scripts::queue_key(&key))
                 .arg(&**token)
                 .arg(scripts::release_channel(&key))
+                .arg(scripts::waiter_prefix(&key))
                 .invoke_async(conn)
                 .await
                 .map_err(MasterError::from_redis)?;
@@ -1647,6 +1794,7 @@ fn extended(granted: Option<bool>, epoch: bool, report: EpochReport) -> Reply {
             epoch: report,
             fence: None,
             holder_ttl: None,
+            ticket: None,
         },
     }
 }
@@ -1676,6 +1824,178 @@ async fn invoke_agreed<T: redis::FromRedisValue>(
         shared.record_changed(conn).await?;
         learnt = true;
     }
+}
+
+/// Runs `acquire_queued.lua` (or a planted variant) for an [`Op::AcquireQueued`] and reads
+/// its answer.
+async fn acquire_queued(
+    op: &Op,
+    conn: &mut MultiplexedConnection,
+    shared: &Shared,
+) -> Result<Reply, MasterError> {
+    let Op::AcquireQueued {
+        key,
+        value,
+        ttl,
+        fence,
+        owner,
+        waiter,
+        fair,
+        ..
+    } = op
+    else {
+        return Err(unexpected("acquire_queued", 0));
+    };
+    let script = &*scripts::ACQUIRE_QUEUED;
+    #[cfg(feature = "mutants")]
+    let script = match op {
+        Op::AcquireQueued {
+            keep_handoff_expiry: true,
+            ..
+        } => &*scripts::ACQUIRE_QUEUED_KEEPS_EXPIRY,
+        Op::AcquireQueued {
+            ignore_liveness: true,
+            ..
+        } => &*scripts::ACQUIRE_QUEUED_IGNORES_LIVENESS,
+        _ => script,
+    };
+    let mode = match fence {
+        FenceRead::Skip => "0",
+        _ => "1",
+    };
+    type Answer = (
+        i64,
+        String,
+        String,
+        Option<String>,
+        i64,
+        Option<String>,
+        Option<String>,
+    );
+    let (code, record, now, counter, pttl, detail, ticket): Answer = invoke_agreed(
+        conn,
+        shared,
+        |a: &Answer| a.0,
+        |fingerprint| {
+            let mut call = script.key(&**key);
+            call.key(scripts::EPOCH_KEY)
+                .key(scripts::fence_key(key))
+                .key(&*shared.record_key)
+                .key(scripts::owner_key(key))
+                .key(scripts::queue_key(key))
+                .key(scripts::ticket_key(key))
+                .arg(&**value)
+                .arg(millis(*ttl))
+                .arg(new_epoch_id())
+                .arg(mode)
+                .arg(fingerprint)
+                .arg(&*owner.client)
+                .arg(&*owner.host)
+                .arg(owner.pid)
+                .arg(&*owner.label)
+                .arg(&**waiter)
+                .arg(if *fair { "1" } else { "0" })
+                .arg(scripts::waiter_prefix(key));
+            call
+        },
+    )
+    .await?;
+    match code {
+        1 | 0 => {}
+        -3 => return Err(wrong_kind(detail.as_deref())),
+        other => return Err(unexpected("acquire", other)),
+    }
+    Ok(Reply::Checked {
+        granted: code == 1,
+        epoch: EpochReport {
+            record: Some(record),
+            now_us: parse_number("acquire", &now)?,
+        },
+        fence: counter.map(|c| parse_number("acquire", &c)).transpose()?,
+        holder_ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+        ticket: ticket.map(|c| parse_number("acquire", &c)).transpose()?,
+    })
+}
+
+/// Runs `enqueue.lua` (or a planted variant) for an [`Op::Enqueue`] and reads its answer.
+async fn enqueue(
+    op: &Op,
+    conn: &mut MultiplexedConnection,
+    shared: &Shared,
+) -> Result<Reply, MasterError> {
+    let Op::Enqueue {
+        key,
+        waiter,
+        score,
+        strict,
+        fair,
+        waiter_ttl,
+        channel,
+        ..
+    } = op
+    else {
+        return Err(unexpected("enqueue", 0));
+    };
+    let script = &*scripts::ENQUEUE;
+    #[cfg(feature = "mutants")]
+    let script = match op {
+        Op::Enqueue {
+            by_arrival: true, ..
+        } => &*scripts::ENQUEUE_BY_ARRIVAL,
+        Op::Enqueue {
+            ignore_liveness: true,
+            ..
+        } => &*scripts::ENQUEUE_IGNORES_LIVENESS,
+        _ => script,
+    };
+    type Answer = (
+        i64,
+        String,
+        String,
+        Option<String>,
+        i64,
+        i64,
+        Option<String>,
+    );
+    let (code, record, now, counter, handed, pttl, detail): Answer = invoke_agreed(
+        conn,
+        shared,
+        |a: &Answer| a.0,
+        |fingerprint| {
+            let mut call = script.key(&**key);
+            call.key(scripts::EPOCH_KEY)
+                .key(&*shared.record_key)
+                .key(scripts::queue_key(key))
+                .key(scripts::ticket_key(key))
+                .key(scripts::waiter_key(key, waiter))
+                .arg(&**waiter)
+                .arg(*score)
+                .arg(if *strict { "1" } else { "0" })
+                .arg(millis(*waiter_ttl))
+                .arg(&**channel)
+                .arg(if *fair { "1" } else { "0" })
+                .arg(new_epoch_id())
+                .arg(fingerprint)
+                .arg(scripts::waiter_prefix(key));
+            call
+        },
+    )
+    .await?;
+    match code {
+        1 | 0 => {}
+        -3 => return Err(wrong_kind(detail.as_deref())),
+        other => return Err(unexpected("enqueue", other)),
+    }
+    Ok(Reply::Enqueued {
+        written: code == 1,
+        counter: counter.map(|c| parse_number("enqueue", &c)).transpose()?,
+        handed: handed == 1,
+        holder_ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+        epoch: EpochReport {
+            record: Some(record),
+            now_us: parse_number("enqueue", &now)?,
+        },
+    })
 }
 
 /// Runs `semaphore.lua` (or, planted, its per-master count) and reads its answer.

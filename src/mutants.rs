@@ -70,11 +70,27 @@ pub enum Mutant {
     /// overlapping readers keeps a waiting writer out for as long as it lasts (starvation,
     /// not a breach of exclusion; docs/design.md §16).
     ReaderIgnoresIntent,
+    /// The hand-off scripts take the first member of a lock's waiter queue as its head
+    /// without checking that the waiter is live, and never prune a dead one: a waiter
+    /// killed at the head of the queue stays there for ever, every release hands the key
+    /// to it, and nobody behind it is served (a stall, not a breach of exclusion).
+    HandoffIgnoresLiveness,
+    /// A waiter's confirm round keeps the short expiry of the key handed to it (`KEEPTTL`)
+    /// instead of setting its own TTL, while the client counts the lease's validity from
+    /// the confirm round's start as usual: the keys expire long before the lease's
+    /// deadline, and another client can take the lock meanwhile (validity counted from
+    /// the hand-off instead of from the lease's own round).
+    ConfirmKeepsHandoffExpiry,
+    /// A fair waiter is scored by its arrival on each master (the master's own ticket
+    /// counter) instead of by the ticket its client had issued on a quorum: masters may
+    /// then order two waiters differently, and the fair lock stops serving in ticket
+    /// order.
+    FairByArrival,
 }
 
 impl Mutant {
     /// Every mutant, for suites that must run them all.
-    pub const ALL: [Mutant; 17] = [
+    pub const ALL: [Mutant; 20] = [
         Mutant::HalfQuorum,
         Mutant::IgnoreElapsed,
         Mutant::PlainDelRelease,
@@ -92,6 +108,9 @@ impl Mutant {
         Mutant::ReentryCounter,
         Mutant::ManyPartialVote,
         Mutant::ReaderIgnoresIntent,
+        Mutant::HandoffIgnoresLiveness,
+        Mutant::ConfirmKeepsHandoffExpiry,
+        Mutant::FairByArrival,
     ];
 }
 
@@ -135,6 +154,9 @@ every_variant![
     ReentryCounter,
     ManyPartialVote,
     ReaderIgnoresIntent,
+    HandoffIgnoresLiveness,
+    ConfirmKeepsHandoffExpiry,
+    FairByArrival,
 ];
 
 /// The test seams of one client: a planted bug, and how fast its clock runs against real

@@ -353,6 +353,7 @@ impl Semaphore {
         // Permits only this client's own leases could free: refused before any round trip.
         let mut own = self.own_slots(permits)?;
         let plan = self.client.plan(name, options)?;
+        plan.refuse_fair(name, "semaphores")?;
         let config = &self.client.inner.config;
         let k = permits as usize;
         let mut wanted = choose(&[], shape.limit as usize, k, &own);

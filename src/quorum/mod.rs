@@ -152,6 +152,7 @@ fn vote(op: &Op, reply: &Result<Reply, MasterError>) -> Vote {
                     outcome: FenceOutcome::Written,
                     ..
                 }
+                | Reply::Enqueued { written: true, .. }
                 | Reply::Survey { .. }
                 | Reply::Scanned { .. }
                 | Reply::Stamped { .. }
@@ -173,7 +174,8 @@ fn outcome(reply: &Result<Reply, MasterError>) -> MasterOutcome {
             | Reply::Fenced {
                 outcome: FenceOutcome::Written,
                 ..
-            },
+            }
+            | Reply::Enqueued { written: true, .. },
         ) => MasterOutcome::Granted,
         Ok(
             Reply::HeldByOther
@@ -183,7 +185,8 @@ fn outcome(reply: &Result<Reply, MasterError>) -> MasterOutcome {
             | Reply::Fenced {
                 outcome: FenceOutcome::NotOurs,
                 ..
-            },
+            }
+            | Reply::Enqueued { written: false, .. },
         ) => MasterOutcome::HeldByOther,
         Ok(Reply::Fenced {
             outcome: FenceOutcome::Conflict,

@@ -7,7 +7,8 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Compare-and-delete plus release notice; see `release.lua`.
+/// Compare-and-delete plus hand-off to the next live waiter, or the release notice; see
+/// `release.lua`.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 const RELEASE_LUA: &str = include_str!("release.lua");
 
@@ -28,6 +29,20 @@ const RELEASE_MANY_LUA: &str = include_str!("release_many.lua");
 /// `SET NX PX` reading the data epoch and the fence counter; see `acquire.lua`.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 const ACQUIRE_LUA: &str = include_str!("acquire.lua");
+
+/// Acquire as a queued waiter (confirming a hand-off) or a fair contender; see
+/// `acquire_queued.lua`.
+pub(crate) static ACQUIRE_QUEUED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(ACQUIRE_QUEUED_LUA));
+const ACQUIRE_QUEUED_LUA: &str = include_str!("acquire_queued.lua");
+
+/// Registers or refreshes a waiter in a lock's queue; see `enqueue.lua`.
+pub(crate) static ENQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(ENQUEUE_LUA));
+const ENQUEUE_LUA: &str = include_str!("enqueue.lua");
+
+/// Removes a waiter from a lock's queue, passing on a key handed to it; see `dequeue.lua`.
+pub(crate) static DEQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(DEQUEUE_LUA));
+const DEQUEUE_LUA: &str = include_str!("dequeue.lua");
 
 /// Several locks at once, all or none; see `acquire_many.lua`.
 pub(crate) static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_MANY_LUA));
@@ -101,6 +116,9 @@ pub(crate) fn master_scripts() -> Vec<&'static str> {
         EXTEND_MANY_LUA,
         RELEASE_MANY_LUA,
         ACQUIRE_MANY_LUA,
+        ACQUIRE_QUEUED_LUA,
+        ENQUEUE_LUA,
+        DEQUEUE_LUA,
     ];
     #[cfg(feature = "mutants")]
     scripts.extend(planted::SOURCES.iter().map(|s| s.as_str()));
@@ -160,13 +178,71 @@ mod planted {
         )
     });
 
-    pub(super) static SOURCES: LazyLock<[String; 5]> = LazyLock::new(|| {
+    /// The line of `live_head` (in every script that hands a lock on) that checks the
+    /// waiter's liveness key, and its planted replacement: the first member is the head,
+    /// live or not, and nobody is pruned (`Mutant::HandoffIgnoresLiveness`).
+    const LIVENESS_CHECK: &str = "    if redis.call('EXISTS', ARGV[3] .. m) == 1 then return m end";
+    const LIVENESS_IGNORED: &str = "    if true then return m end";
+
+    /// The liveness check of `source`, whose liveness-key prefix is `ARGV[arg]`, ignored.
+    fn ignoring_liveness(source: &str, arg: usize) -> String {
+        let check = LIVENESS_CHECK.replace("ARGV[3]", &format!("ARGV[{arg}]"));
+        changed(source, &check, LIVENESS_IGNORED)
+    }
+
+    /// `release.lua` handing the lock to the queue's first member, live or not.
+    pub(super) static RELEASE_IGNORES_LIVENESS: LazyLock<String> =
+        LazyLock::new(|| ignoring_liveness(super::RELEASE_LUA, 3));
+
+    /// `dequeue.lua` handing the lock to the queue's first member, live or not.
+    pub(super) static DEQUEUE_IGNORES_LIVENESS: LazyLock<String> =
+        LazyLock::new(|| ignoring_liveness(super::DEQUEUE_LUA, 3));
+
+    /// `enqueue.lua` taking the queue's first member as its head, live or not.
+    pub(super) static ENQUEUE_IGNORES_LIVENESS: LazyLock<String> =
+        LazyLock::new(|| ignoring_liveness(super::ENQUEUE_LUA, 9));
+
+    /// `acquire_queued.lua` taking the queue's first member as its head, live or not.
+    pub(super) static ACQUIRE_QUEUED_IGNORES_LIVENESS: LazyLock<String> =
+        LazyLock::new(|| ignoring_liveness(super::ACQUIRE_QUEUED_LUA, 12));
+
+    /// `acquire_queued.lua` keeping a handed key's expiry (`KEEPTTL`) when it confirms:
+    /// `Mutant::ConfirmKeepsHandoffExpiry`.
+    pub(super) static ACQUIRE_QUEUED_KEEPS_EXPIRY: LazyLock<String> = LazyLock::new(|| {
+        changed(
+            super::ACQUIRE_QUEUED_LUA,
+            "  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])",
+            "  if current then redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL') else \
+             redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) end",
+        )
+    });
+
+    /// `enqueue.lua` scoring a fair waiter by its arrival on the master (the master's own
+    /// ticket counter, once per waiter) instead of by its client's ticket:
+    /// `Mutant::FairByArrival`.
+    pub(super) static ENQUEUE_BY_ARRIVAL: LazyLock<String> = LazyLock::new(|| {
+        changed(
+            super::ENQUEUE_LUA,
+            "local score, strict = ARGV[2], ARGV[3]",
+            "local score, strict = ARGV[2], ARGV[3] if ARGV[6] == '1' then score, strict = \
+             redis.call('ZSCORE', KEYS[4], ARGV[1]) or tostring(redis.call('INCR', KEYS[5])), \
+             '0' end",
+        )
+    });
+
+    pub(super) static SOURCES: LazyLock<[String; 11]> = LazyLock::new(|| {
         [
             ACQUIRE_ONE_ROUND_TOKEN.clone(),
             FENCE_MAX_WRITE.clone(),
             EXTEND_RECREATES.clone(),
             ACQUIRE_MANY_PARTIAL.clone(),
             RW_ACQUIRE_IGNORES_INTENT.clone(),
+            RELEASE_IGNORES_LIVENESS.clone(),
+            DEQUEUE_IGNORES_LIVENESS.clone(),
+            ENQUEUE_IGNORES_LIVENESS.clone(),
+            ACQUIRE_QUEUED_IGNORES_LIVENESS.clone(),
+            ACQUIRE_QUEUED_KEEPS_EXPIRY.clone(),
+            ENQUEUE_BY_ARRIVAL.clone(),
         ]
     });
 
@@ -206,6 +282,36 @@ pub(crate) static EXTEND_RECREATES: LazyLock<Script> =
 pub(crate) static RW_ACQUIRE_IGNORES_INTENT: LazyLock<Script> =
     LazyLock::new(|| Script::new(&planted::RW_ACQUIRE_IGNORES_INTENT));
 
+/// [`RELEASE`] handing on to a dead waiter (`Mutant::HandoffIgnoresLiveness`).
+#[cfg(feature = "mutants")]
+pub(crate) static RELEASE_IGNORES_LIVENESS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&planted::RELEASE_IGNORES_LIVENESS));
+
+/// [`DEQUEUE`] handing on to a dead waiter (`Mutant::HandoffIgnoresLiveness`).
+#[cfg(feature = "mutants")]
+pub(crate) static DEQUEUE_IGNORES_LIVENESS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&planted::DEQUEUE_IGNORES_LIVENESS));
+
+/// [`ENQUEUE`] taking a dead waiter for the head (`Mutant::HandoffIgnoresLiveness`).
+#[cfg(feature = "mutants")]
+pub(crate) static ENQUEUE_IGNORES_LIVENESS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&planted::ENQUEUE_IGNORES_LIVENESS));
+
+/// [`ACQUIRE_QUEUED`] taking a dead waiter for the head (`Mutant::HandoffIgnoresLiveness`).
+#[cfg(feature = "mutants")]
+pub(crate) static ACQUIRE_QUEUED_IGNORES_LIVENESS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&planted::ACQUIRE_QUEUED_IGNORES_LIVENESS));
+
+/// [`ACQUIRE_QUEUED`] keeping a handed key's expiry (`Mutant::ConfirmKeepsHandoffExpiry`).
+#[cfg(feature = "mutants")]
+pub(crate) static ACQUIRE_QUEUED_KEEPS_EXPIRY: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&planted::ACQUIRE_QUEUED_KEEPS_EXPIRY));
+
+/// [`ENQUEUE`] scoring fair waiters by arrival (`Mutant::FairByArrival`).
+#[cfg(feature = "mutants")]
+pub(crate) static ENQUEUE_BY_ARRIVAL: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&planted::ENQUEUE_BY_ARRIVAL));
+
 #[cfg(all(test, feature = "mutants"))]
 mod tests {
     #[test]
@@ -225,6 +331,27 @@ mod tests {
                 &*super::planted::RW_ACQUIRE_IGNORES_INTENT,
                 super::RW_ACQUIRE_LUA,
             ),
+            (
+                &*super::planted::RELEASE_IGNORES_LIVENESS,
+                super::RELEASE_LUA,
+            ),
+            (
+                &*super::planted::DEQUEUE_IGNORES_LIVENESS,
+                super::DEQUEUE_LUA,
+            ),
+            (
+                &*super::planted::ENQUEUE_IGNORES_LIVENESS,
+                super::ENQUEUE_LUA,
+            ),
+            (
+                &*super::planted::ACQUIRE_QUEUED_IGNORES_LIVENESS,
+                super::ACQUIRE_QUEUED_LUA,
+            ),
+            (
+                &*super::planted::ACQUIRE_QUEUED_KEEPS_EXPIRY,
+                super::ACQUIRE_QUEUED_LUA,
+            ),
+            (&*super::planted::ENQUEUE_BY_ARRIVAL, super::ENQUEUE_LUA),
         ] {
             assert!(
                 !planted.is_empty(),
@@ -248,6 +375,34 @@ pub(crate) fn release_channel(key: &str) -> String {
 /// The fence counter of a lock key.
 pub(crate) fn fence_key(key: &str) -> String {
     format!("redquorum:fence:{key}")
+}
+
+/// The waiter queue of a lock key: a sorted set of waiter ids by score (docs/design.md
+/// §17).
+pub(crate) fn queue_key(key: &str) -> String {
+    format!("{RECORD_NAMESPACE}queue:{key}")
+}
+
+/// The prefix of a lock key's waiters' liveness keys: a waiter's key is this and its id.
+pub(crate) fn waiter_prefix(key: &str) -> String {
+    format!("{RECORD_NAMESPACE}waiter:{key}:")
+}
+
+/// The liveness key of waiter `waiter` of a lock key: `"<waiter ttl ms> <channel>"`,
+/// expiring with the waiter's TTL.
+pub(crate) fn waiter_key(key: &str, waiter: &str) -> String {
+    format!("{}{waiter}", waiter_prefix(key))
+}
+
+/// The fair lock's ticket counter of a lock key: never decreases, no expiry.
+pub(crate) fn ticket_key(key: &str) -> String {
+    format!("{RECORD_NAMESPACE}ticket:{key}")
+}
+
+/// The hand-off channel of the client whose owner records name it `client`: the payload
+/// of a notice is the waiter id handed the lock.
+pub(crate) fn handoff_channel(client: &str) -> String {
+    format!("{RECORD_NAMESPACE}handoff:{client}")
 }
 
 /// The owner record of a lock key (who holds it, since when), with the lock's expiry.

@@ -1035,6 +1035,7 @@ fn describe(request: &Request, trace: &Trace) -> String {
         }
         Op::Inspect { key } => format!("inspect {key}"),
         Op::ForceUnlock { key, .. } => format!("force-unlock {key}"),
+        Op::AcquireQueued { .. } | Op::Enqueue { .. } | Op::Dequeue { .. } => op.name().to_owned(),
     }
 }
 
@@ -1213,6 +1214,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 },
                 fence: counter,
                 holder_ttl,
+                ticket: None,
             }
         }
         // semaphore.lua, past its comparisons of fingerprints (`apply_as`) and of the
@@ -1350,6 +1352,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                     epoch,
                     fence: None,
                     holder_ttl: None,
+                    ticket: None,
                 },
             }
         }
@@ -1440,6 +1443,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                     epoch,
                     fence: None,
                     holder_ttl: None,
+                    ticket: None,
                 },
             }
         }
@@ -1550,6 +1554,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 },
                 fence: counter,
                 holder_ttl,
+                ticket: None,
             }
         }
         // rw_extend_read.lua: extend.lua on the reader key; the model's reader index is the
@@ -1589,6 +1594,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                     epoch,
                     fence: None,
                     holder_ttl: None,
+                    ticket: None,
                 },
                 Some(_) => {
                     let expires_us = data.locks.get(&**key).map_or(now_us, |e| e.expires_us);
@@ -1606,6 +1612,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                         epoch,
                         fence: None,
                         holder_ttl: None,
+                        ticket: None,
                     }
                 }
             }
@@ -1757,6 +1764,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 Reply::Missing
             }
         }
+        Op::AcquireQueued { .. } | Op::Enqueue { .. } | Op::Dequeue { .. } => Reply::Missing, // not modelled yet
     }
 }
 
@@ -1826,6 +1834,7 @@ mod tests {
             epoch,
             fence,
             holder_ttl,
+            ..
         } = apply(&mut d, &acquire("a", FenceRead::Read), T0, id)
         else {
             panic!("not a checked reply");
@@ -1839,6 +1848,7 @@ mod tests {
             epoch,
             fence,
             holder_ttl,
+            ..
         } = apply(&mut d, &acquire("b", FenceRead::Read), T0 + 10_000, || {
             "unused".to_owned()
         })
@@ -1971,6 +1981,8 @@ mod tests {
             key: "k".into(),
             value: v.into(),
             channel: "c".into(),
+            #[cfg(feature = "mutants")]
+            ignore_liveness: false,
         };
         assert_eq!(apply(&mut d, &rel("b"), T0, id), Reply::HeldByOther);
         assert_eq!(apply(&mut d, &rel("a"), T0, id), Reply::Granted);

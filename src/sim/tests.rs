@@ -898,6 +898,10 @@ mod mutants {
             // Starvation, not a breach of exclusion: the read-write profile's starvation
             // checker (`tests/rwlock.rs`).
             Mutant::ReaderIgnoresIntent => Ok("reader_ignoring_intent_is_caught"),
+            // Hand-off and the fair lock are not modelled yet.
+            Mutant::HandoffIgnoresLiveness
+            | Mutant::ConfirmKeepsHandoffExpiry
+            | Mutant::FairByArrival => Err("hand-off is not modelled yet"),
         }
     }
 
@@ -922,7 +926,7 @@ mod mutants {
         // ReuseValue (the chaos suite's S19r), NoBackgroundRelease (tests/surface.rs) and
         // ExtendRecreates (the chaos suite's S25e) are hunted elsewhere, see `hunt`; the
         // cancellation matrix catches the two cancellation defects.
-        assert_eq!(hunted.len(), Mutant::ALL.len() - 3, "{hunted:?}");
+        assert_eq!(hunted.len(), Mutant::ALL.len() - 6, "{hunted:?}");
     }
 
     /// Tokens as the largest `INCR` over the granting quorum, in one round: a high counter

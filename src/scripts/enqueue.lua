@@ -1,0 +1,72 @@
+-- Registers (or refreshes) a waiter in the queue of a lock (docs/design.md §17), with the
+-- master's data epoch (restart quarantine) and the cluster record, as `acquire.lua`.
+-- KEYS[1] lock key, KEYS[2] epoch record, KEYS[3] cluster record, KEYS[4] waiter queue,
+-- KEYS[5] ticket counter, KEYS[6] the waiter's liveness key
+-- ARGV[1] waiter id, ARGV[2] score, ARGV[3] strict: '1' only for a fair registration's
+-- ticket write-back, ARGV[4] waiter ttl ms, ARGV[5] the waiter's hand-off channel,
+-- ARGV[6] fair: '1' or '0', ARGV[7] id for a new epoch, ARGV[8] the caller's cluster
+-- fingerprint, ARGV[9] the prefix of the waiters' liveness keys
+-- Returns {code, epoch record, server time us, ticket counter or false, handed (1/0),
+--          the lock key's pttl (-2 when free or handed), detail or false}
+-- code: 1 registered, 0 the ticket counter is at or above the score (strict; nothing
+-- written), -2 the cluster record's fingerprint differs, -3 the name holds another kind
+local function live_head()
+  for _ = 1, 64 do
+    local m = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+    if not m then return nil end
+    if redis.call('EXISTS', ARGV[9] .. m) == 1 then return m end
+    redis.call('ZREM', KEYS[4], m)
+  end
+  return nil
+end
+local t = redis.call('TIME')
+local now = t[1] .. string.format('%06d', t[2])
+local epoch = redis.call('GET', KEYS[2])
+if not epoch then
+  epoch = ARGV[7] .. ':' .. now
+  redis.call('SET', KEYS[2], epoch)
+end
+local recorded = redis.call('HGET', KEYS[3], 'fingerprint')
+if (recorded or '') ~= ARGV[8] then
+  return {-2, epoch, now, false, 0, -2, recorded}
+end
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'none' and kind ~= 'string' then
+  return {-3, epoch, now, false, 0, -2, kind}
+end
+local score, strict = ARGV[2], ARGV[3]
+local counter = false
+if strict == '1' then
+  local c = tonumber(redis.call('GET', KEYS[5]) or '0')
+  if c >= tonumber(score) then
+    return {0, epoch, now, tostring(c), 0, -2, false}
+  end
+  redis.call('SET', KEYS[5], score)
+  counter = score
+elseif ARGV[6] == '1' then
+  local c = tonumber(redis.call('GET', KEYS[5]) or '0')
+  if c < tonumber(score) then
+    redis.call('SET', KEYS[5], score)
+    c = tonumber(score)
+  end
+  counter = string.format('%d', c)
+end
+redis.call('ZADD', KEYS[4], score, ARGV[1])
+redis.call('SET', KEYS[6], ARGV[4] .. ' ' .. ARGV[5], 'PX', ARGV[4])
+local keep = 2 * tonumber(ARGV[4])
+if redis.call('PTTL', KEYS[4]) < keep then
+  redis.call('PEXPIRE', KEYS[4], keep)
+end
+local current = redis.call('GET', KEYS[1])
+local handed = 0
+if current == ARGV[1] then
+  handed = 1
+elseif current == false and live_head() == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
+  handed = 1
+end
+local pttl = -2
+if handed == 0 and current then
+  pttl = redis.call('PTTL', KEYS[1])
+end
+return {1, epoch, now, counter, handed, pttl, false}

@@ -1308,10 +1308,7 @@ mod tests {
             fifo(&waits, &leases, &live, &[loss])[0].1,
             Some(FifoExcuse::CountersLost)
         );
-        let early = DataLoss {
-            at: t(0).saturating_sub(t(0)),
-            ..loss
-        };
+        let early = DataLoss { at: t(0), ..loss };
         assert_eq!(
             fifo(&waits, &leases, &live, &[early])[0].1,
             Some(FifoExcuse::CountersLost)

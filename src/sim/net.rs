@@ -75,11 +75,32 @@ pub(super) struct SendLog {
     contacts: Mutex<Vec<Vec<Option<Served>>>>,
     /// Each request from its sending to its reply's arrival (or its loss).
     in_flight: TaskTracker,
+    /// Every answer to a registration (`Enqueue`) that reached its client.
+    enqueued: Mutex<Vec<EnqueueSeen>>,
+    /// When a message was lost or slow (for the liveness checker's quiet windows).
+    anomalies: Mutex<Vec<Instant>>,
+}
+
+/// An answer to a registration (`Enqueue`), as its client received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct EnqueueSeen {
+    /// The client, as numbered by [`SendLog::add_client`], and the master's own number.
+    pub(super) client: usize,
+    pub(super) master: usize,
+    pub(super) waiter: Arc<str>,
+    pub(super) score: u64,
+    pub(super) strict: bool,
+    /// Registered (a strict write refused: `false`).
+    pub(super) written: bool,
+    pub(super) at: Instant,
 }
 
 impl SendLog {
     fn note(&self, op: &Op) {
-        if let Op::AcquireChecked { value, .. } | Op::AcquireMany { value, .. } = op {
+        if let Op::AcquireChecked { value, .. }
+        | Op::AcquireMany { value, .. }
+        | Op::AcquireQueued { value, .. } = op
+        {
             self.first
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -124,6 +145,50 @@ impl SendLog {
         self.in_flight.close();
         self.in_flight.wait().await;
         self.in_flight.reopen();
+    }
+
+    /// `client` received `reply` from `master` to `op`: kept when it answers a
+    /// registration.
+    fn answered(&self, (client, master): (usize, usize), op: &Op, reply: &Reply) {
+        if let (
+            Op::Enqueue {
+                waiter,
+                score,
+                strict,
+                ..
+            },
+            Reply::Enqueued { written, .. },
+        ) = (op, reply)
+        {
+            self.enqueued
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(EnqueueSeen {
+                    client,
+                    master,
+                    waiter: Arc::clone(waiter),
+                    score: *score,
+                    strict: *strict,
+                    written: *written,
+                    at: Instant::now(),
+                });
+        }
+    }
+
+    /// Every answer to a registration that reached its client, in order.
+    pub(super) fn enqueued(&self) -> Vec<EnqueueSeen> {
+        self.enqueued
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// When a message was lost or slow, in order.
+    pub(super) fn anomalies(&self) -> Vec<Instant> {
+        self.anomalies
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// When the first request carrying `value` was sent.
@@ -328,8 +393,14 @@ impl Inner {
             Some(_) => self.node_timeout,
             None => self.node_timeout.saturating_add(self.connect_timeout),
         };
-        match tokio::time::timeout(budget, self.converse(open, op)).await {
-            Ok(result) => result,
+        match tokio::time::timeout(budget, self.converse(open, Arc::clone(&op))).await {
+            Ok(result) => {
+                if let Ok(reply) = &result {
+                    self.sends
+                        .answered((self.client, self.server.index()), &op, reply);
+                }
+                result
+            }
             Err(_) => Err(MasterError::new(
                 MasterErrorKind::Timeout,
                 "no answer within the node timeout (simulated)",
@@ -468,6 +539,14 @@ impl Inner {
             let mut link = self.link();
             let out = self.net.leg(&mut link.rng);
             let back = self.net.leg(&mut link.rng);
+            let normal = self.net.delay.1;
+            if out.lost || back.lost || out.delay > normal || back.delay > normal {
+                self.sends
+                    .anomalies
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(Instant::now());
+            }
             let arrival = (Instant::now() + out.delay).max(link.request_fifo);
             if !out.lost {
                 link.request_fifo = arrival;

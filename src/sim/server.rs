@@ -540,12 +540,21 @@ impl Data {
     }
 
     /// `dequeue.lua`: `waiter` leaves the queue; a key handed to it is handed on.
-    fn dequeue(&mut self, key: &Arc<str>, waiter: &Arc<str>, now_us: u64, ignore_liveness: bool) {
+    /// Returns whether a key handed to `waiter` was passed on.
+    fn dequeue(
+        &mut self,
+        key: &Arc<str>,
+        waiter: &Arc<str>,
+        now_us: u64,
+        ignore_liveness: bool,
+    ) -> bool {
         self.leave(key, waiter, Registration::Dequeued, now_us);
-        if self.live(key, now_us).as_deref() == Some(&**waiter) {
-            self.locks.remove(&**key);
-            self.hand_off(key, now_us, ignore_liveness);
+        if self.live(key, now_us).as_deref() != Some(&**waiter) {
+            return false;
         }
+        self.locks.remove(&**key);
+        self.hand_off(key, now_us, ignore_liveness);
+        true
     }
 
     /// `PTTL key` in ms: -2 when missing.
@@ -1021,7 +1030,9 @@ fn describe(request: &Request, trace: &Trace) -> String {
         },
         Op::RwDowngrade { key, value } => format!("downgrade {key} {}", short(value)),
         Op::ExtendRead { key, value, .. } => format!("extend {key} {}", short(value)),
-        Op::Release { key, value, .. } => format!("release {key} {}", short(value)),
+        Op::Release { key, value, .. } => {
+            format!("release {key} {}{}", short(value), planted_names(op))
+        }
         Op::ExtendMany { keys, value, .. } => {
             format!("extend {} {}", keys.join(","), short(value))
         }
@@ -1035,8 +1046,53 @@ fn describe(request: &Request, trace: &Trace) -> String {
         }
         Op::Inspect { key } => format!("inspect {key}"),
         Op::ForceUnlock { key, .. } => format!("force-unlock {key}"),
-        Op::AcquireQueued { .. } | Op::Enqueue { .. } | Op::Dequeue { .. } => op.name().to_owned(),
+        Op::AcquireQueued {
+            key,
+            value,
+            waiter,
+            fair,
+            ..
+        } => format!(
+            "acquire {key} {} as {}{}{}",
+            short(value),
+            if waiter.is_empty() {
+                "a first attempt".to_owned()
+            } else {
+                format!("waiter {}", short(waiter))
+            },
+            if *fair { " (fair)" } else { "" },
+            planted_names(op)
+        ),
+        Op::Enqueue {
+            key,
+            waiter,
+            score,
+            strict,
+            ..
+        } => format!(
+            "enqueue {key} {} S={score}{}{}",
+            short(waiter),
+            if *strict { " (strict)" } else { "" },
+            planted_names(op)
+        ),
+        Op::Dequeue { key, waiter, .. } => {
+            format!("dequeue {key} {}{}", short(waiter), planted_names(op))
+        }
     }
+}
+
+/// The planted script bugs of a hand-off op, for traces.
+fn planted_names(op: &Op) -> String {
+    let p = planted(op);
+    [
+        (p.ignore_liveness, " (ignoring liveness)"),
+        (p.keep_ttl, " (keeping the handed expiry)"),
+        (p.by_arrival, " (scored by arrival)"),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, name)| *name)
+    .collect()
 }
 
 /// Whether an extension re-creates missing keys (`Mutant::ExtendRecreates`), for traces.
@@ -1127,6 +1183,8 @@ fn apply_as(
 ) -> Option<Reply> {
     let reads_epoch = match op {
         Op::AcquireChecked { .. }
+        | Op::AcquireQueued { .. }
+        | Op::Enqueue { .. }
         | Op::AcquirePermits(_)
         | Op::AcquireMany { .. }
         | Op::RwAcquire { .. }
@@ -1171,6 +1229,58 @@ fn limit_differs(data: &mut Data, op: &Op, caller: &str) -> Option<(usize, usize
             data.limits.insert(p.limit_key.to_string(), ours);
             None
         }
+    }
+}
+
+/// The planted script bugs an op carries (feature `mutants`; none without it).
+#[derive(Debug, Default, Clone, Copy)]
+struct Planted {
+    /// `Mutant::HandoffIgnoresLiveness`.
+    ignore_liveness: bool,
+    /// `Mutant::ConfirmKeepsHandoffExpiry`.
+    keep_ttl: bool,
+    /// `Mutant::FairByArrival`.
+    by_arrival: bool,
+}
+
+fn planted(op: &Op) -> Planted {
+    #[cfg(feature = "mutants")]
+    {
+        match op {
+            Op::Release {
+                ignore_liveness, ..
+            }
+            | Op::Dequeue {
+                ignore_liveness, ..
+            } => Planted {
+                ignore_liveness: *ignore_liveness,
+                ..Planted::default()
+            },
+            Op::AcquireQueued {
+                ignore_liveness,
+                keep_handoff_expiry,
+                ..
+            } => Planted {
+                ignore_liveness: *ignore_liveness,
+                keep_ttl: *keep_handoff_expiry,
+                by_arrival: false,
+            },
+            Op::Enqueue {
+                ignore_liveness,
+                by_arrival,
+                ..
+            } => Planted {
+                ignore_liveness: *ignore_liveness,
+                by_arrival: *by_arrival,
+                keep_ttl: false,
+            },
+            _ => Planted::default(),
+        }
+    }
+    #[cfg(not(feature = "mutants"))]
+    {
+        let _ = op;
+        Planted::default()
     }
 }
 
@@ -1658,15 +1768,11 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 }
             }
         }
-        // release.lua (the release notice has no subscriber in the simulation)
-        Op::Release { key, value, .. } => match data.live(key, now_us) {
-            Some(current) if current == *value => {
-                data.locks.remove(&**key);
-                Reply::Granted
-            }
-            Some(_) => Reply::HeldByOther,
-            None => Reply::Missing,
-        },
+        // release.lua: compare-and-delete, then the hand-off to the queue's live head
+        // (the notices have no subscriber in the simulation)
+        Op::Release { key, value, .. } => {
+            data.release_handing_off(key, value, now_us, planted(op).ignore_liveness)
+        }
         // `HGETALL` of the record and a `SCAN` for a live lock key (fence counters, the
         // epoch and the record are the crate's records, not keys); `SimServer::execute`
         // adds the run_id of `INFO server`.
@@ -1764,7 +1870,91 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 Reply::Missing
             }
         }
-        Op::AcquireQueued { .. } | Op::Enqueue { .. } | Op::Dequeue { .. } => Reply::Missing, // not modelled yet
+        // acquire_queued.lua, past its comparison of fingerprints (`apply_as`); the model
+        // keeps no owner records (see rw_acquire.lua above)
+        Op::AcquireQueued {
+            key,
+            value,
+            ttl,
+            fence,
+            waiter,
+            fair,
+            ..
+        } => {
+            let record = data.epoch_or_create(fresh_id, now_us);
+            let planted = planted(op);
+            let q = QueuedAcquire {
+                key,
+                value,
+                ttl: *ttl,
+                waiter,
+                fair: *fair,
+                ignore_liveness: planted.ignore_liveness,
+                keep_ttl: planted.keep_ttl,
+            };
+            let (granted, pttl_ms) = data.acquire_queued(&q, now_us);
+            Reply::Checked {
+                granted,
+                epoch: EpochReport {
+                    record: Some(record),
+                    now_us,
+                },
+                fence: match fence {
+                    FenceRead::Skip => None,
+                    _ => data.fences.get(&scripts::fence_key(key)).copied(),
+                },
+                holder_ttl: pttl_ms
+                    .and_then(|ms| u64::try_from(ms).ok())
+                    .map(Duration::from_millis),
+                ticket: fair.then(|| data.tickets.get(&**key).copied().unwrap_or(0)),
+            }
+        }
+        // enqueue.lua, past its comparison of fingerprints (`apply_as`)
+        Op::Enqueue {
+            key,
+            waiter,
+            score,
+            strict,
+            fair,
+            waiter_ttl,
+            channel,
+            ..
+        } => {
+            let record = data.epoch_or_create(fresh_id, now_us);
+            let planted = planted(op);
+            let e = Enqueued {
+                key,
+                waiter,
+                score: *score,
+                strict: *strict,
+                waiter_ttl: *waiter_ttl,
+                channel,
+                fair: *fair,
+                ignore_liveness: planted.ignore_liveness,
+                by_arrival: planted.by_arrival,
+            };
+            let outcome = data.enqueue(&e, now_us);
+            Reply::Enqueued {
+                written: outcome.conflict.is_none(),
+                counter: outcome.counter,
+                handed: outcome.handed,
+                holder_ttl: u64::try_from(outcome.pttl_ms)
+                    .ok()
+                    .map(Duration::from_millis),
+                epoch: EpochReport {
+                    record: Some(record),
+                    now_us,
+                },
+            }
+        }
+        // dequeue.lua
+        Op::Dequeue { key, waiter, .. } => {
+            if data.dequeue(key, waiter, now_us, planted(op).ignore_liveness) {
+                Reply::Granted
+            } else {
+                Reply::Missing
+            }
+        }
     }
 }
 

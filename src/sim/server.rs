@@ -833,6 +833,23 @@ impl SimServer {
         Some(held)
     }
 
+    /// The grants of queued acquires this master made so far, and how many dead waiters
+    /// it pruned from its queues.
+    pub(super) fn journal(&self) -> (Vec<QueuedGrant>, u64) {
+        let state = self.lock();
+        let grants = state
+            .data
+            .journal
+            .grants
+            .iter()
+            .map(|g| QueuedGrant {
+                master: self.index,
+                ..g.clone()
+            })
+            .collect();
+        (grants, state.data.journal.pruned)
+    }
+
     /// Plants the model's fault [`Data::reader_ignores_writer`].
     pub(super) fn plant_reader_ignores_writer(&self) {
         self.lock().data.reader_ignores_writer = true;

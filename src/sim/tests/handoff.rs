@@ -83,6 +83,33 @@ fn fair_holds() {
     }
 }
 
+/// A replay of a hand-off schedule repeats it exactly, op for op (the queued waiting
+/// loop adds timers and rounds of its own, see "Determinism and replay" in `mod.rs`).
+#[test]
+fn handoff_same_seed_same_history() {
+    let seeds = match replaying() {
+        Some(seed) => vec![seed],
+        None => vec![0, 1, base_seed("handoff_same_seed_same_history")],
+    };
+    for profile in [&HANDOFF, &FAIR] {
+        for &seed in &seeds {
+            let first = history(&world::run_traced(profile, seed, true));
+            let again = history(&world::run_traced(profile, seed, true));
+            assert!(
+                first.iter().any(|l| l.contains(": enqueue r")),
+                "no registration in the trace of seed {seed}"
+            );
+            if let Some(diff) = first_difference(&first, &again) {
+                panic!(
+                    "{}: seed {seed} ran differently the second time, at {diff}\n{}",
+                    profile.name,
+                    replay("handoff::handoff_same_seed_same_history", seed)
+                );
+            }
+        }
+    }
+}
+
 /// The planted bugs of the hand-off scripts (feature `mutants`).
 #[cfg(feature = "mutants")]
 mod mutants {

@@ -619,8 +619,9 @@ pub(super) enum FifoExcuse {
     /// it never registered there).
     NotLive(Option<Registration>),
     /// A master lost its data (with the ticket counters) after the earlier call began and
-    /// before the later one was granted: tickets may repeat or go back (fairness, not
-    /// safety, depends on the counters).
+    /// before the later one was granted, and the later call's ticket was below the earlier
+    /// one's wherever the earlier one was live: tickets may repeat or go back when counters
+    /// are lost (fairness, not safety, depends on them).
     CountersLost,
 }
 
@@ -693,10 +694,15 @@ pub(super) fn fifo(
                     .iter()
                     .all(|(_, k)| k.is_none_or(|k| k.registration != Registration::Live)))
             .then(|| states.iter().find_map(|(_, k)| k.map(|k| k.registration)));
+            // Where A was live, B's ticket must have been below A's: a counter lost can
+            // only reorder tickets.
+            let inverted = states.iter().all(|(_, k)| {
+                k.is_none_or(|k| {
+                    k.registration != Registration::Live || b_score.is_some_and(|b| b < k.score)
+                })
+            });
             let excuse = not_live.map(FifoExcuse::NotLive).or_else(|| {
-                losses
-                    .iter()
-                    .any(|l| a.start <= l.at && l.at <= granted)
+                (inverted && losses.iter().any(|l| a.start <= l.at && l.at <= granted))
                     .then_some(FifoExcuse::CountersLost)
             });
             out.push((
@@ -1313,6 +1319,8 @@ mod tests {
             fifo(&waits, &leases, &live, &[early])[0].1,
             Some(FifoExcuse::CountersLost)
         );
+        let upright = [grant(0, 0, "w1", &[("w0", 3, Live), ("w1", 4, Live)])];
+        assert_eq!(fifo(&waits, &leases, &upright, &[loss])[0].1, None);
         let late = DataLoss { at: t(101), ..loss };
         assert_eq!(fifo(&waits, &leases, &live, &[late])[0].1, None);
         // No grant recorded for the lease: nothing excuses it.

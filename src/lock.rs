@@ -33,6 +33,8 @@ use crate::telemetry;
 use crate::wait::{Notifier, Subscription};
 use crate::{deadline, scripts};
 
+mod queue;
+
 /// A Redlock client over a fixed set of independent Redis masters.
 ///
 /// Cheap to clone (an `Arc` inside); clones share connections. Build one with
@@ -227,6 +229,12 @@ struct Failed {
     held: Vec<bool>,
     /// The wait budget ended the round before the masters decided it.
     cut: bool,
+    /// The fair lock's ticket counters the masters answered (a fair attempt only).
+    tickets: Vec<u64>,
+    /// A queued waiter's confirm keeps the release of what it was granted to its caller,
+    /// which first registers the waiter again where the grant removed it (docs/design.md
+    /// §17); dropped, it releases. `None`: released already.
+    release: Option<AttemptGuard>,
 }
 
 impl Builder {
@@ -617,9 +625,17 @@ impl Redlock {
         let mut wake = Wake::Timer;
         // The last error that the masters decided, for a budget that ends mid-round.
         let mut decided: Option<Error> = None;
+        // A waiting acquire of one resource queues to be handed the lock, and a fair one
+        // takes it only in ticket order (docs/design.md §17). Its first attempt is the
+        // plain acquire unless fair: the uncontended path stays one plain round.
+        let queued = matches!(target.shape, Shape::Mutex)
+            && target.keys.len() == 1
+            && (config.handoff || plan.fair);
+        let no_waiter: Arc<str> = "".into();
+        let total = rounds;
         loop {
-            *rounds += 1;
-            let rounds = *rounds;
+            *total += 1;
+            let rounds = *total;
             if wake == Wake::Timer {
                 spent += 1;
             }
@@ -633,7 +649,8 @@ impl Redlock {
             }
             let value = reused.clone().unwrap_or_else(|| random_value().into());
             let started = Instant::now();
-            let failed = match self.attempt(target, value, plan).await {
+            let queue = (queued && plan.fair).then_some((&no_waiter, true));
+            let failed = match self.attempt(target, value, plan, queue).await {
                 Ok(lease) => {
                     if let Some(guard) = intent_guard {
                         guard.disarm();
@@ -665,6 +682,22 @@ impl Redlock {
             }
             if Instant::now() >= plan.give_up_at {
                 return Err(wait_timeout(error, rounds));
+            }
+            // Held: queue to be handed the lock (a fair call needs a quorum's ticket
+            // counters for its ticket; without them it tries again as usual).
+            if queued
+                && error.kind() == ErrorKind::Contended
+                && (!plan.fair || failed.tickets.len() >= self.inner.quorum)
+            {
+                let queue = queue::Queue {
+                    target,
+                    plan,
+                    refused: error,
+                    tickets: &failed.tickets,
+                    reused: reused.clone(),
+                    spent,
+                };
+                return self.wait_queued(queue, total).await;
             }
             // Subscribe before the next attempt: a release after it reaches us, and one
             // before the subscription took effect is seen by that attempt (wait.rs). Of
@@ -1063,12 +1096,16 @@ impl Redlock {
         })
     }
 
-    /// One acquire attempt: the acquire round and, with fencing, the write-back.
+    /// One acquire attempt: the acquire round and, with fencing, the write-back. With
+    /// `queue` (a waiter id, empty before the call queued, and whether the acquisition is
+    /// fair), the lock of one resource is taken as a queued waiter or fair contender
+    /// (`Op::AcquireQueued`, docs/design.md §17).
     async fn attempt(
         &self,
         target: &Target,
         value: Arc<str>,
         plan: &Plan,
+        queue: Option<(&Arc<str>, bool)>,
     ) -> Result<Lease, Failed> {
         let inner = &self.inner;
         let config = &inner.config;
@@ -1091,6 +1128,9 @@ impl Redlock {
             outcomes: None,
             armed: true,
         };
+        // A queued waiter's failed confirm hands its release to the caller (see `Failed`).
+        let queued = queue.is_some_and(|(waiter, _)| !waiter.is_empty());
+        let keep = |guard: AttemptGuard| queued.then_some(guard);
         let fence = match plan.fencing {
             false => FenceRead::Skip,
             true => FenceRead::Read,
@@ -1117,12 +1157,27 @@ impl Redlock {
                 #[cfg(feature = "mutants")]
                 ignore_intent: config.planted.is(Mutant::ReaderIgnoresIntent),
             },
-            (_, [(_, key)]) => Op::AcquireChecked {
-                key: Arc::clone(key),
-                value: Arc::clone(&value),
-                ttl,
-                fence,
-                owner: Arc::clone(&plan.owner),
+            (_, [(_, key)]) => match queue {
+                Some((waiter, fair)) => Op::AcquireQueued {
+                    key: Arc::clone(key),
+                    value: Arc::clone(&value),
+                    ttl,
+                    fence,
+                    owner: Arc::clone(&plan.owner),
+                    waiter: Arc::clone(waiter),
+                    fair,
+                    #[cfg(feature = "mutants")]
+                    keep_handoff_expiry: config.planted.is(Mutant::ConfirmKeepsHandoffExpiry),
+                    #[cfg(feature = "mutants")]
+                    ignore_liveness: config.planted.is(Mutant::HandoffIgnoresLiveness),
+                },
+                None => Op::AcquireChecked {
+                    key: Arc::clone(key),
+                    value: Arc::clone(&value),
+                    ttl,
+                    fence,
+                    owner: Arc::clone(&plan.owner),
+                },
             },
             (_, keys) => Op::AcquireMany {
                 keys: keys.iter().map(|(_, key)| Arc::clone(key)).collect(),
@@ -1154,6 +1209,8 @@ impl Redlock {
                 holder_free_at: None,
                 held: Vec::new(),
                 cut: false,
+                tickets: Vec::new(),
+                release: keep(guard),
             });
         }
 
@@ -1184,6 +1241,8 @@ impl Redlock {
                     holder_free_at: None,
                     held: Vec::new(),
                     cut: false,
+                    tickets: Vec::new(),
+                    release: keep(guard),
                 });
             };
             let tokens = match (fence, &*target.keys) {
@@ -1228,6 +1287,8 @@ impl Redlock {
                                     holder_free_at: None,
                                     held: Vec::new(),
                                     cut,
+                                    tickets: Vec::new(),
+                                    release: keep(guard),
                                 });
                             }
                         }
@@ -1308,11 +1369,24 @@ impl Redlock {
         if let Some(at) = voters_at {
             error = error.with_retry_at(at);
         }
+        let tickets = round
+            .replies
+            .iter()
+            .flatten()
+            .filter_map(|r| match r {
+                Reply::Checked {
+                    ticket: Some(t), ..
+                } => Some(*t),
+                _ => None,
+            })
+            .collect();
         Err(Failed {
             error,
             holder_free_at,
             held,
             cut: round.cut,
+            tickets,
+            release: keep(guard),
         })
     }
 

@@ -19,6 +19,15 @@
 //! 3. attempt again at once: a release between 1 and 2 is seen by this attempt;
 //! 4. from now on any release publishes a notice that reaches the subscription.
 //!
+//! # Hand-off notices (docs/design.md §17)
+//! A queued waiter is notified alone: the release script publishes the waiter's id on the
+//! hand-off channel of the waiter's client. Each client subscribes to its hand-off channel
+//! once, when its first waiter queues, and keeps the subscription; the connection tasks
+//! route a notice on it by its payload to the waiting call that owns that id
+//! ([`Notifier::waiter`]), and drop a notice for an id nobody waits for. A waiter is known
+//! to the router before it registers on any master, and the subscription is confirmed
+//! before then too, so a hand-off after its registration reaches it.
+//!
 //! Layer: beside the round (docs/design.md §10); it must not use the round, the core,
 //! leases or the facade.
 
@@ -48,6 +57,10 @@ struct Channel {
 #[derive(Default)]
 struct Registry {
     channels: Mutex<HashMap<Arc<str>, Channel>>,
+    /// The client's hand-off channel, once a waiter queued.
+    handoff: Mutex<Option<Arc<str>>>,
+    /// The queued waiters by id: bumped on every hand-off notice naming the id.
+    waiters: Mutex<HashMap<Arc<str>, watch::Sender<u64>>>,
 }
 
 impl Registry {
@@ -59,6 +72,27 @@ impl Registry {
     fn notify(&self, channel: &str) {
         if let Some(entry) = self.lock().get(channel) {
             entry.notices.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// Routes a message on `channel`: a hand-off notice to the waiter its payload names
+    /// (dropped when none waits), any other notice to the channel's waiters.
+    fn deliver(&self, channel: &str, payload: Option<String>) {
+        let handoff = self
+            .handoff
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_deref()
+            .is_some_and(|h| h == channel);
+        if !handoff {
+            self.notify(channel);
+            return;
+        }
+        let Some(waiter) = payload else { return };
+        // Entries are inserted and removed whole; a poisoned map is still consistent.
+        let waiters = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(notices) = waiters.get(waiter.as_str()) {
+            notices.send_modify(|n| *n = n.wrapping_add(1));
         }
     }
 
@@ -185,7 +219,76 @@ impl Notifier {
     /// Subscribes to `channel` on every master and returns once each master confirmed or
     /// failed (bounded by the connect and node timeouts).
     pub(crate) async fn subscribe(self: &Arc<Self>, channel: Arc<str>) -> Subscription {
-        let (notices, mut ready, first) = {
+        let (notices, ready) = self.enter(&channel);
+        // Made before waiting: dropped meanwhile, it leaves the channel again.
+        let subscription = Subscription {
+            notifier: Arc::clone(self),
+            channel,
+            notices,
+        };
+        self.confirmed(ready).await;
+        subscription
+    }
+
+    /// Waits until a subscription is confirmed by a quorum of masters (or the
+    /// confirmation timed out).
+    async fn confirmed(&self, mut ready: watch::Receiver<bool>) {
+        let _ = tokio::time::timeout(self.confirm_timeout, ready.wait_for(|r| *r)).await;
+    }
+
+    /// Subscribes to the client's hand-off `channel` for good, once (later calls return
+    /// at once, or once the first one's confirmation is in), and returns once a quorum of
+    /// masters confirmed it or the confirmation timed out.
+    pub(crate) async fn keep_handoffs(&self, channel: &Arc<str>) {
+        let first = {
+            let mut handoff = self
+                .registry
+                .handoff
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let first = handoff.is_none();
+            if first {
+                *handoff = Some(Arc::clone(channel));
+            }
+            first
+        };
+        let ready = if first {
+            // Entered once and never left: the subscription lasts as long as the client.
+            Some(self.enter(channel).1)
+        } else {
+            // Subscribed already, or being subscribed: wait for its confirmation.
+            self.registry
+                .lock()
+                .get(channel)
+                .map(|c| c.ready.subscribe())
+        };
+        if let Some(ready) = ready {
+            self.confirmed(ready).await;
+        }
+    }
+
+    /// Makes `waiter` known to the router: the returned handle is notified of every
+    /// hand-off notice naming it, until dropped.
+    pub(crate) fn waiter(self: &Arc<Self>, waiter: Arc<str>) -> Handoffs {
+        let (tx, notices) = watch::channel(0);
+        self.registry
+            .waiters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(Arc::clone(&waiter), tx);
+        Handoffs {
+            notifier: Arc::clone(self),
+            waiter,
+            notices,
+        }
+    }
+
+    /// Counts one more waiter of `channel`, subscribing on every master when it is the
+    /// first (confirmed in the background). Returns the channel's notices and its
+    /// confirmation.
+    fn enter(&self, channel: &Arc<str>) -> (watch::Receiver<u64>, watch::Receiver<bool>) {
+        let channel = Arc::clone(channel);
+        let (notices, ready, first) = {
             let mut channels = self.registry.lock();
             let entry = channels
                 .entry(Arc::clone(&channel))
@@ -200,11 +303,6 @@ impl Notifier {
                 entry.ready.subscribe(),
                 entry.waiters == 1,
             )
-        };
-        let subscription = Subscription {
-            notifier: Arc::clone(self),
-            channel: Arc::clone(&channel),
-            notices,
         };
         if first {
             let mut acks: FuturesUnordered<_> = self
@@ -247,8 +345,7 @@ impl Notifier {
                 runtime.spawn(confirm);
             }
         }
-        let _ = tokio::time::timeout(self.confirm_timeout, ready.wait_for(|r| *r)).await;
-        subscription
+        (notices, ready)
     }
 
     fn release(&self, channel: &Arc<str>) {
@@ -294,6 +391,39 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         self.notifier.release(&self.channel);
+    }
+}
+
+/// One queued waiter's hand-off notices; forgotten by the router when dropped.
+pub(crate) struct Handoffs {
+    notifier: Arc<Notifier>,
+    waiter: Arc<str>,
+    notices: watch::Receiver<u64>,
+}
+
+impl Handoffs {
+    /// Resolves at the next hand-off notice for this waiter since the last call (or since
+    /// it was made known). Never resolves without notices; always race it with a timer.
+    pub(crate) async fn notified(&mut self) {
+        if self.notices.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Forgets the notices received so far.
+    pub(crate) fn mark_seen(&mut self) {
+        self.notices.borrow_and_update();
+    }
+}
+
+impl Drop for Handoffs {
+    fn drop(&mut self) {
+        self.notifier
+            .registry
+            .waiters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.waiter);
     }
 }
 
@@ -354,7 +484,9 @@ impl Driver {
                         }
                     },
                     msg = stream.next() => match msg {
-                        Some(msg) => self.registry.notify(msg.get_channel_name()),
+                        Some(msg) => self
+                            .registry
+                            .deliver(msg.get_channel_name(), msg.get_payload().ok()),
                         None => {
                             tracing::debug!(master = %self.name, "pub/sub connection lost");
                             break;

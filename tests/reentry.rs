@@ -371,6 +371,7 @@ async fn a_waiting_acquire_is_refused_as_soon_as_its_own_client_takes_the_lock()
     // wake the waiter.
     let ours = client(&cluster)
         .notifications(false)
+        .handoff(false)
         .retry_delay(Duration::from_secs(3))
         .retry_jitter(Duration::ZERO)
         .wait_timeout(Duration::from_secs(8))

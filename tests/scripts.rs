@@ -23,6 +23,9 @@ const ACQUIRE_MANY: &str = include_str!("../src/scripts/acquire_many.lua");
 const RW_ACQUIRE: &str = include_str!("../src/scripts/rw_acquire.lua");
 const RW_DOWNGRADE: &str = include_str!("../src/scripts/rw_downgrade.lua");
 const RW_EXTEND_READ: &str = include_str!("../src/scripts/rw_extend_read.lua");
+const ACQUIRE_QUEUED: &str = include_str!("../src/scripts/acquire_queued.lua");
+const ENQUEUE: &str = include_str!("../src/scripts/enqueue.lua");
+const DEQUEUE: &str = include_str!("../src/scripts/dequeue.lua");
 
 #[tokio::test]
 async fn release_contract() {
@@ -32,13 +35,17 @@ async fn release_contract() {
     let key = unique_key("release_script");
     let owner = unique_key("owner");
     let channel = format!("redquorum:released:{key}");
+    let queue = format!("redquorum:queue:{key}");
+    let waiters = format!("redquorum:waiter:{key}:");
 
     // Missing key: 0.
     let r: i64 = script
         .key(&key)
         .key(&owner)
+        .key(&queue)
         .arg("mine")
         .arg(&channel)
+        .arg(&waiters)
         .invoke_async(&mut conn)
         .await
         .unwrap();
@@ -48,8 +55,10 @@ async fn release_contract() {
     let r: i64 = script
         .key(&key)
         .key(&owner)
+        .key(&queue)
         .arg("mine")
         .arg(&channel)
+        .arg(&waiters)
         .invoke_async(&mut conn)
         .await
         .unwrap();
@@ -67,8 +76,10 @@ async fn release_contract() {
     let r: i64 = script
         .key(&key)
         .key(&owner)
+        .key(&queue)
         .arg("mine")
         .arg(&channel)
+        .arg(&waiters)
         .invoke_async(&mut conn)
         .await
         .unwrap();
@@ -88,8 +99,10 @@ async fn release_contract() {
     let r: i64 = script
         .key(&key)
         .key(&owner)
+        .key(&queue)
         .arg("mine")
         .arg(&channel)
+        .arg(&waiters)
         .invoke_async(&mut conn)
         .await
         .unwrap();
@@ -1114,7 +1127,7 @@ fn script_hashes_are_pinned() {
         (
             "release.lua",
             RELEASE,
-            "5afc2e09d0bcf7d72cd9171ed0102113856683cb",
+            "fd05da4dc149357d39e427996223571007d3346b",
         ),
         (
             "extend.lua",
@@ -1185,6 +1198,21 @@ fn script_hashes_are_pinned() {
             "rw_extend_read.lua",
             RW_EXTEND_READ,
             "ce2ff2f693a0be855fbd30242d060d4f1b56b614",
+        ),
+        (
+            "acquire_queued.lua",
+            ACQUIRE_QUEUED,
+            "00d4cbd75ce6f3050147e8dafdcb5bda0dc522f4",
+        ),
+        (
+            "enqueue.lua",
+            ENQUEUE,
+            "b5ad6c32700a96b23cc053cbed5780ce9a24cd2f",
+        ),
+        (
+            "dequeue.lua",
+            DEQUEUE,
+            "360dffe9a68cef06520109a3f7fb2d72b92eb770",
         ),
     ];
     for (name, source, hash) in pinned {

@@ -12,7 +12,9 @@ use tokio::time::Instant;
 
 /// A waiter whose fallback timer alone could never get the lock within its budget.
 fn patient(cluster: &Cluster) -> redquorum::Builder {
+    // Release notices to every waiter, as without hand-off (tests/handoff.rs tests it).
     client(cluster)
+        .handoff(false)
         .retry_delay("60s")
         .retry_jitter("0s")
         .wait_timeout("20s")

@@ -1,0 +1,363 @@
+//! The queued wait of the lock of one resource: hand-off to the next waiter, and the fair
+//! lock (docs/design.md §17).
+//!
+//! A call whose attempt found the lock held registers a waiter id `W` (128 random bits,
+//! one per call, never a lease value) in the lock's queue on every master, then waits for
+//! a hand-off notice naming `W`, refreshing its registration every third of `waiter_ttl`.
+//! A notice, or a refresh that finds the key handed to `W` on some master, leads to a
+//! *confirm*: one ordinary attempt (`Op::AcquireQueued`) with a fresh value, from its own
+//! `t0`, which grants exactly as a plain attempt does. Neither the registration nor the
+//! hand-off counts toward the lease's validity.
+//!
+//! A fair call first takes a ticket: one above every ticket counter a quorum answered in
+//! the refused attempt, written back strictly on a quorum (like the fencing write-back);
+//! its score in the queue is the ticket. An unfair call's score is `2^52` plus 32 random
+//! bits, after every ticket: fair waiters are served first.
+//!
+//! However the call ends — a lease, an error, the budget, or its future dropped — its
+//! registration is removed from every master in the background (`Op::Dequeue`), which
+//! also passes on a key handed to it meanwhile.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Plan, Redlock, Target, spread, wait_timeout};
+use crate::core::{Inner, random_value};
+use crate::error::Error;
+use crate::lease::{Lease, Watchdog};
+use crate::master::{Master, Op, Reply};
+#[cfg(feature = "mutants")]
+use crate::mutants::Mutant;
+use crate::quorum::{self, Bounds, Decision, Round};
+use crate::{scripts, telemetry};
+
+/// The score of every unfair waiter starts here, above any ticket: `2^52`, so that it
+/// plus 32 random bits is an exact number in the scripts' floating-point arithmetic.
+const UNFAIR_BASE: u64 = 1 << 52;
+
+/// The most strict registration rounds a fair call makes to have its ticket issued: each
+/// conflict raises the ticket past a counter that exists; the bound only guards against a
+/// master answering nonsense, as the fencing write-back's does.
+const MAX_TICKET_ROUNDS: usize = 16;
+
+/// A call about to queue: what its refused attempt learnt.
+pub(super) struct Queue<'a> {
+    pub(super) target: &'a Target,
+    pub(super) plan: &'a Plan,
+    /// The refusal that made it queue; reported if it never gets the lock.
+    pub(super) refused: Error,
+    /// The ticket counters a fair attempt read (a quorum of them).
+    pub(super) tickets: &'a [u64],
+    /// The value every attempt reuses ([`Mutant::ReuseValue`]); `None` in the product.
+    pub(super) reused: Option<Arc<str>>,
+    /// The attempts that spent the attempt budget so far.
+    pub(super) spent: u32,
+}
+
+/// The registration of one waiter: what every `Enqueue` of it sends.
+struct Registration {
+    key: Arc<str>,
+    waiter: Arc<str>,
+    channel: Arc<str>,
+    score: u64,
+    fair: bool,
+}
+
+impl Registration {
+    /// The `Enqueue` of this registration; `strict` for a fair ticket's write-back.
+    fn op(&self, inner: &Inner, strict: bool) -> Op {
+        #[cfg(not(feature = "mutants"))]
+        let _ = inner;
+        Op::Enqueue {
+            key: Arc::clone(&self.key),
+            waiter: Arc::clone(&self.waiter),
+            score: self.score,
+            strict,
+            fair: self.fair,
+            waiter_ttl: inner.config.waiter_ttl,
+            channel: Arc::clone(&self.channel),
+            #[cfg(feature = "mutants")]
+            by_arrival: inner.config.planted.is(Mutant::FairByArrival),
+            #[cfg(feature = "mutants")]
+            ignore_liveness: inner.config.planted.is(Mutant::HandoffIgnoresLiveness),
+        }
+    }
+}
+
+/// Whether any reply of `round` says the key is handed to the waiter.
+fn handed(round: &Round) -> bool {
+    round
+        .replies
+        .iter()
+        .flatten()
+        .any(|r| matches!(r, Reply::Enqueued { handed: true, .. }))
+}
+
+impl Redlock {
+    /// Queues the call `queue` describes and waits until it is handed the lock and
+    /// confirms it, or its budget ends; `total` counts its attempts.
+    pub(super) async fn wait_queued(
+        &self,
+        queue: Queue<'_>,
+        total: &mut u32,
+    ) -> Result<Lease, Error> {
+        let Queue {
+            target,
+            plan,
+            refused,
+            tickets,
+            reused,
+            mut spent,
+        } = queue;
+        let inner = &self.inner;
+        let config = &inner.config;
+        let Some((_, key)) = target.keys.first() else {
+            return Err(refused);
+        };
+        let keys = [&**key];
+        let held_mode = target.shape.held_mode();
+        let waiter: Arc<str> = random_value().into();
+        let channel: Arc<str> = scripts::handoff_channel(&inner.owner.client).into();
+        // Known to the router before it registers anywhere, and removed from every master
+        // however the call ends (a lease included: the masters that did not grant it still
+        // hold the registration).
+        let mut handoffs = inner.notifier.waiter(Arc::clone(&waiter));
+        let _leave = DequeueGuard {
+            inner: Arc::clone(inner),
+            key: Arc::clone(key),
+            waiter: Arc::clone(&waiter),
+        };
+        // Subscribed before registering: a hand-off after the registration reaches us.
+        let subscribed = inner.notifier.keep_handoffs(&channel);
+        if tokio::time::timeout_at(plan.give_up_at, subscribed)
+            .await
+            .is_err()
+        {
+            return Err(wait_timeout(refused, *total));
+        }
+        let mut registration = Registration {
+            key: Arc::clone(key),
+            waiter: Arc::clone(&waiter),
+            channel,
+            score: UNFAIR_BASE + u64::from(rand::random::<u32>()),
+            fair: plan.fair,
+        };
+        let traced = || telemetry::resource(&target.name, config.trace_resource_names);
+        let mut confirm = if plan.fair {
+            match self
+                .issue_ticket(&mut registration, tickets, plan.give_up_at, traced())
+                .await
+            {
+                Some(handed) => handed,
+                // Not issued within the budget or the bound: fail as the refusal said.
+                None if Instant::now() >= plan.give_up_at => {
+                    return Err(wait_timeout(refused, *total));
+                }
+                None => return Err(refused),
+            }
+        } else {
+            let round = self
+                .enqueue(&registration, false, plan.give_up_at, traced())
+                .await;
+            handed(&round)
+        };
+        let refresh_every = config.waiter_ttl / 3;
+        let mut next_refresh = Instant::now() + refresh_every;
+        let mut last = refused;
+        // Confirms that failed in a row: each pauses longer, so that a split between two
+        // waiters cannot loop hot.
+        let mut herd = 0u32;
+        loop {
+            if !confirm {
+                if Instant::now() >= plan.give_up_at {
+                    return Err(wait_timeout(last, *total));
+                }
+                let refresh = tokio::select! {
+                    () = handoffs.notified() => false,
+                    () = tokio::time::sleep_until(next_refresh.min(plan.give_up_at)) => true,
+                    // Refused below (docs/design.md §14).
+                    () = inner.held.taken(&keys) => false,
+                };
+                if refresh {
+                    if Instant::now() >= plan.give_up_at {
+                        return Err(wait_timeout(last, *total));
+                    }
+                    // Also registers again on a master that lost the queue, with the same
+                    // score, and hands a key whose holder expired to the live head. Woken
+                    // by its timer, it spends the attempt budget as a timed retry does.
+                    *total += 1;
+                    spent += 1;
+                    let round = self
+                        .enqueue(&registration, false, plan.give_up_at, traced())
+                        .await;
+                    next_refresh = Instant::now() + refresh_every;
+                    if !handed(&round) {
+                        if spent >= plan.attempts {
+                            return Err(last.with_attempts(*total));
+                        }
+                        continue;
+                    }
+                }
+            }
+            confirm = false;
+            // A lease of this client took the key while this call waited: waiting on
+            // would be waiting for ourselves.
+            inner
+                .held
+                .check(&target.name, &keys, held_mode)
+                .map_err(|e| e.with_attempts(*total))?;
+            *total += 1;
+            // Every notice so far is answered by this confirm.
+            handoffs.mark_seen();
+            let value = reused.clone().unwrap_or_else(|| random_value().into());
+            let started = Instant::now();
+            match self
+                .attempt(target, value, plan, Some((&waiter, plan.fair)))
+                .await
+            {
+                Ok(lease) => {
+                    if plan.watchdog {
+                        lease.start_watchdog(Watchdog {
+                            interval: config.extend_interval(plan.ttl),
+                            give_up_at: plan.max_hold.and_then(|m| Instant::now().checked_add(m)),
+                            round_time: config.node_timeout,
+                        });
+                    }
+                    telemetry::handoff();
+                    return Ok(lease);
+                }
+                Err(failed) => {
+                    if let Some(release) = failed.release {
+                        // Where the confirm was granted, the waiter left the queue: it
+                        // registers again there (same score) before its value is
+                        // released, so the release hands the key back to it if it is
+                        // still the head, and no waiter behind it is served meanwhile.
+                        let _ = self
+                            .enqueue(&registration, false, plan.give_up_at, traced())
+                            .await;
+                        drop(release);
+                    }
+                    let error = failed.error.with_attempts(*total);
+                    if failed.cut {
+                        return Err(wait_timeout(last, *total));
+                    }
+                    if !error.is_retryable() {
+                        return Err(error);
+                    }
+                    last = error;
+                    // Still registered: the next notice or refresh leads to the next
+                    // confirm, after a random pause.
+                    let pause = spread(started.elapsed(), herd);
+                    herd = (herd + 1).min(3);
+                    tokio::time::sleep_until((Instant::now() + pause).min(plan.give_up_at)).await;
+                }
+            }
+        }
+    }
+
+    /// Issues a fair call's ticket: one above every counter in `tickets`, written back
+    /// strictly until a quorum took it, each conflict raising it past the counter met.
+    /// Sets the registration's score to the ticket; `Some(handed)` once issued (whether a
+    /// master handed the key to the waiter meanwhile), `None` when not issued within the
+    /// budget or the bound.
+    async fn issue_ticket(
+        &self,
+        registration: &mut Registration,
+        tickets: &[u64],
+        give_up_at: Instant,
+        traced: telemetry::Traced<'_>,
+    ) -> Option<bool> {
+        registration.score = tickets.iter().max().copied().unwrap_or(0).saturating_add(1);
+        for _ in 0..MAX_TICKET_ROUNDS {
+            if Instant::now() >= give_up_at {
+                return None;
+            }
+            let started = Instant::now();
+            let round = self.enqueue(registration, true, give_up_at, traced).await;
+            if round.decision == Decision::Reached {
+                return Some(handed(&round));
+            }
+            let conflict = round
+                .replies
+                .iter()
+                .flatten()
+                .filter_map(|r| match r {
+                    Reply::Enqueued {
+                        written: false,
+                        counter: Some(c),
+                        ..
+                    } => Some(*c),
+                    _ => None,
+                })
+                .max()
+                .filter(|c| *c >= registration.score);
+            if let Some(counter) = conflict {
+                registration.score = counter.saturating_add(1);
+                continue;
+            }
+            if round.cut {
+                return None;
+            }
+            // Timeouts or abstentions, with no conflict: the same ticket again after a
+            // pause of one round (at least a millisecond).
+            let pause = started.elapsed().max(Duration::from_millis(1));
+            tokio::time::sleep_until((Instant::now() + pause).min(give_up_at)).await;
+        }
+        None
+    }
+
+    /// One `Enqueue` round of `registration` to every master, decided by a quorum's
+    /// answers (`strict`: written) or at `until`; with every answer that came in time
+    /// when not strict, for the hand-off hints.
+    async fn enqueue(
+        &self,
+        registration: &Registration,
+        strict: bool,
+        until: Instant,
+        traced: telemetry::Traced<'_>,
+    ) -> Round {
+        let inner = &self.inner;
+        let op = Arc::new(registration.op(inner, strict));
+        let bounds = Bounds {
+            until: Some(until),
+            tracker: Some(&inner.background),
+            every: !strict,
+        };
+        quorum::run(&inner.masters, op, inner.quorum, traced, bounds).await
+    }
+}
+
+/// Removes a waiter's registration from every master in the background when its call
+/// ends, however it ends (`Op::Dequeue`, which passes on a key handed to it meanwhile).
+/// Without a runtime nothing is sent: the registration expires with `waiter_ttl`.
+struct DequeueGuard {
+    inner: Arc<Inner>,
+    key: Arc<str>,
+    waiter: Arc<str>,
+}
+
+impl Drop for DequeueGuard {
+    fn drop(&mut self) {
+        let op = Arc::new(Op::Dequeue {
+            key: Arc::clone(&self.key),
+            waiter: Arc::clone(&self.waiter),
+            channel: scripts::release_channel(&self.key).into(),
+            #[cfg(feature = "mutants")]
+            ignore_liveness: self.inner.config.planted.is(Mutant::HandoffIgnoresLiveness),
+        });
+        let masters: Vec<Arc<dyn Master>> = self.inner.masters.clone();
+        let need = masters.len();
+        let resource = self
+            .key
+            .strip_prefix(self.inner.config.key_prefix.as_str())
+            .unwrap_or(&self.key)
+            .to_owned();
+        let shown = self.inner.config.trace_resource_names;
+        self.inner.spawn(async move {
+            let resource = telemetry::resource(&resource, shown);
+            let _ = quorum::run(&masters, op, need, resource, Bounds::default()).await;
+        });
+    }
+}

@@ -1,0 +1,611 @@
+//! Hand-off to the next waiter and the fair lock, on real masters (docs/design.md §17):
+//! a release hands the lock to the waiter at the head of the queue, which alone is woken;
+//! `handoff(false)` leaves no queue behind; every way a waiter ends removes its
+//! registration; the fair lock serves its waiters in ticket order, with masters killed
+//! too; a holder that never releases and a head that dies are passed by; bad settings
+//! are refused; and each planted bug of the mechanism shows on the masters.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::pin::pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redquorum::{AcquireOptions, ConfigError, ErrorKind, Redlock};
+use support::*;
+use tokio::time::{Instant, timeout};
+
+/// The queue of a lock key.
+fn queue_key(key: &str) -> String {
+    format!("redquorum:queue:{key}")
+}
+
+/// The prefix of the waiters' liveness keys of a lock key.
+fn waiter_prefix(key: &str) -> String {
+    format!("redquorum:waiter:{key}:")
+}
+
+/// The fair lock's ticket counter of a lock key.
+fn ticket_key(key: &str) -> String {
+    format!("redquorum:ticket:{key}")
+}
+
+/// The members of `key`'s queue on `server`, in order (empty when down).
+async fn members(server: &Server, key: &str) -> Vec<String> {
+    if !server.is_running() {
+        return Vec::new();
+    }
+    let mut conn = raw(&server.url()).await;
+    conn.zrange(queue_key(key), 0, -1).await.unwrap()
+}
+
+/// How many live masters of `cluster` have at least `n` members in `key`'s queue.
+async fn queued_on(cluster: &Cluster, key: &str, n: usize) -> usize {
+    let mut count = 0;
+    for server in cluster.servers() {
+        if members(server, key).await.len() >= n {
+            count += 1;
+        }
+    }
+    count
+}
+
+/// Whether no live master holds a queue, a waiter's liveness key or a handed key (a
+/// value that is a waiter's id) for `key`. `values` are the lease values `key` may hold.
+async fn no_waiter_left(cluster: &Cluster, key: &str) -> bool {
+    for server in cluster.servers() {
+        if !server.is_running() {
+            continue;
+        }
+        let mut conn = raw(&server.url()).await;
+        let queue: bool = conn.exists(queue_key(key)).await.unwrap();
+        let waiters: Vec<String> = conn.keys(format!("{}*", waiter_prefix(key))).await.unwrap();
+        let held: Option<String> = conn.get(key).await.unwrap();
+        if queue || !waiters.is_empty() || held.is_some() {
+            return false;
+        }
+    }
+    true
+}
+
+/// A client over `cluster` that waits long and polls never: its retry pause (30 s) and
+/// its waiter TTL (4.5 s, a refresh every 1.5 s) are far longer than the bounds of the
+/// tests that use it, so only a hand-off can wake it that soon.
+fn patient(cluster: &Cluster) -> redquorum::Builder {
+    client(cluster)
+        .retry_delay("30s")
+        .retry_jitter("1ms")
+        .waiter_ttl("4500ms")
+}
+
+/// A client over `cluster` with a short waiter TTL (900 ms: a refresh every 300 ms).
+fn brisk(cluster: &Cluster) -> redquorum::Builder {
+    client(cluster).waiter_ttl("900ms")
+}
+
+#[tokio::test]
+async fn a_release_hands_the_lock_to_the_waiter() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster).build().unwrap();
+    let waiter = patient(&cluster).build().unwrap();
+    let key = unique_key("handed");
+    let lease = holder.acquire(&key).await.unwrap();
+    let waiting = tokio::spawn({
+        let (waiter, key) = (waiter.clone(), key.clone());
+        async move {
+            let options = AcquireOptions::new().wait_timeout("20s");
+            waiter.acquire_with(&key, &options).await
+        }
+    });
+    wait_until(Duration::from_secs(5), "the waiter registered", || {
+        let (cluster, key) = (&cluster, &key);
+        async move { queued_on(cluster, key, 1).await == 3 }
+    })
+    .await;
+    let released = Instant::now();
+    lease.release().await.unwrap();
+    let taken = timeout(Duration::from_secs(1), waiting)
+        .await
+        .expect("handed over well before any timer or refresh")
+        .unwrap()
+        .unwrap();
+    assert!(released.elapsed() < Duration::from_secs(1));
+    // The lock holds the waiter's own value with the full TTL, not the hand-off's.
+    wait_until(
+        Duration::from_secs(2),
+        "the lease is on every master",
+        || held_everywhere(&cluster, &key, taken.value()),
+    )
+    .await;
+    for server in cluster.servers() {
+        let mut conn = raw(&server.url()).await;
+        let pttl: i64 = conn.pttl(&key).await.unwrap();
+        assert!(pttl > 4000, "{pttl}");
+    }
+    taken.release().await.unwrap();
+    wait_until(Duration::from_secs(2), "nothing left", || {
+        no_waiter_left(&cluster, &key)
+    })
+    .await;
+}
+
+#[cfg(feature = "metrics")]
+#[test]
+fn a_hand_off_is_counted() {
+    use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString};
+    use metrics::{Unit, with_local_recorder};
+    use metrics_util::registry::{AtomicStorage, Registry};
+
+    #[derive(Clone)]
+    struct Capture(Arc<Registry<Key, AtomicStorage>>);
+    impl Recorder for Capture {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+            self.0
+                .get_or_create_counter(key, |c| Counter::from_arc(Arc::clone(c)))
+        }
+        fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+            self.0
+                .get_or_create_gauge(key, |g| Gauge::from_arc(Arc::clone(g)))
+        }
+        fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+            self.0
+                .get_or_create_histogram(key, |h| Histogram::from_arc(Arc::clone(h)))
+        }
+    }
+    let capture = Capture(Arc::new(Registry::atomic()));
+    let handoffs = |capture: &Capture| {
+        let mut total = 0;
+        capture.0.visit_counters(|key, counter| {
+            if key.name() == "redquorum_handoffs_total" {
+                total += counter.load(std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        total
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    with_local_recorder(&capture, || {
+        runtime.block_on(async {
+            let cluster = Cluster::start(3).await.unwrap();
+            let holder = client(&cluster).build().unwrap();
+            let waiter = patient(&cluster).build().unwrap();
+            let key = unique_key("counted");
+            let lease = holder.acquire(&key).await.unwrap();
+            let waiting = tokio::spawn({
+                let (waiter, key) = (waiter.clone(), key.clone());
+                async move { waiter.acquire(&key).await }
+            });
+            wait_until(Duration::from_secs(5), "the waiter registered", || {
+                let (cluster, key) = (&cluster, &key);
+                async move { queued_on(cluster, key, 1).await == 3 }
+            })
+            .await;
+            assert_eq!(handoffs(&capture), 0);
+            lease.release().await.unwrap();
+            let taken = timeout(Duration::from_secs(1), waiting)
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            assert_eq!(handoffs(&capture), 1);
+            taken.release().await.unwrap();
+        });
+    });
+}
+
+#[tokio::test]
+async fn without_handoff_no_queue_waiter_or_ticket_key_is_written() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster).handoff(false).build().unwrap();
+    let waiter = client(&cluster).handoff(false).build().unwrap();
+    let key = unique_key("herd");
+    let lease = holder.acquire(&key).await.unwrap();
+    let waiting = tokio::spawn({
+        let (waiter, key) = (waiter.clone(), key.clone());
+        async move { waiter.acquire(&key).await }
+    });
+    // Long enough for several attempts of the waiter (5 ms apart).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    lease.release().await.unwrap();
+    let taken = timeout(Duration::from_secs(4), waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    taken.release().await.unwrap();
+    for server in cluster.servers() {
+        let mut conn = raw(&server.url()).await;
+        let found: Vec<String> = conn.keys("redquorum:*").await.unwrap();
+        let queue_keys: Vec<&String> = found
+            .iter()
+            .filter(|k| {
+                k.starts_with("redquorum:queue:")
+                    || k.starts_with("redquorum:waiter:")
+                    || k.starts_with("redquorum:ticket:")
+            })
+            .collect();
+        assert!(queue_keys.is_empty(), "{queue_keys:?}");
+    }
+}
+
+#[tokio::test]
+async fn every_way_a_waiter_ends_removes_its_registration() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster).build().unwrap();
+    let waiter = brisk(&cluster).build().unwrap();
+    let key = unique_key("ends");
+    let lease = holder.acquire(&key).await.unwrap();
+
+    // By its budget.
+    let options = AcquireOptions::new().wait_timeout("300ms");
+    let err = waiter.acquire_with(&key, &options).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WaitTimeout, "{err}");
+    wait_until(Duration::from_secs(2), "the timed-out waiter left", || {
+        let (cluster, key) = (&cluster, &key);
+        async move { queued_on(cluster, key, 1).await == 0 }
+    })
+    .await;
+
+    // By a dropped future, right after it registered.
+    {
+        let mut waiting = pin!(waiter.acquire(&key));
+        let registered = async {
+            wait_until(
+                Duration::from_secs(5),
+                "the dropped waiter registered",
+                || {
+                    let (cluster, key) = (&cluster, &key);
+                    async move { queued_on(cluster, key, 1).await == 3 }
+                },
+            )
+            .await;
+        };
+        tokio::select! {
+            _ = &mut waiting => panic!("the lock is held"),
+            () = registered => {}
+        }
+    }
+    wait_until(Duration::from_secs(2), "the dropped waiter left", || {
+        let (cluster, key) = (&cluster, &key);
+        async move { queued_on(cluster, key, 1).await == 0 }
+    })
+    .await;
+
+    // By an error: this client takes the lock while its own call waits (AlreadyHeld).
+    let same = brisk(&cluster).build().unwrap();
+    let waiting = tokio::spawn({
+        let (same, key) = (same.clone(), key.clone());
+        async move { same.acquire(&key).await }
+    });
+    wait_until(Duration::from_secs(5), "the waiter registered", || {
+        let (cluster, key) = (&cluster, &key);
+        async move { queued_on(cluster, key, 1).await == 3 }
+    })
+    .await;
+    lease.release().await.unwrap();
+    // Its own other call is handed the lock first or takes it: either way one of the two
+    // holds it and the other ends, without a registration left behind.
+    let own = same.try_acquire(&key).await;
+    let waited = timeout(Duration::from_secs(4), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    match (own, waited) {
+        (Ok(lease), Err(err)) => {
+            assert_eq!(err.kind(), ErrorKind::AlreadyHeld, "{err}");
+            lease.release().await.unwrap();
+        }
+        (Err(err), Ok(lease)) => {
+            assert!(
+                matches!(err.kind(), ErrorKind::Contended | ErrorKind::AlreadyHeld),
+                "{err}"
+            );
+            lease.release().await.unwrap();
+        }
+        (own, waited) => panic!("{own:?} / {waited:?}"),
+    }
+
+    // By success: served, then released.
+    let lease = holder.acquire(&key).await.unwrap();
+    let waiting = tokio::spawn({
+        let (waiter, key) = (waiter.clone(), key.clone());
+        async move { waiter.acquire(&key).await }
+    });
+    wait_until(Duration::from_secs(5), "the waiter registered", || {
+        let (cluster, key) = (&cluster, &key);
+        async move { queued_on(cluster, key, 1).await == 3 }
+    })
+    .await;
+    lease.release().await.unwrap();
+    let taken = timeout(Duration::from_secs(4), waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    taken.release().await.unwrap();
+    wait_until(Duration::from_secs(2), "nothing left", || {
+        no_waiter_left(&cluster, &key)
+    })
+    .await;
+}
+
+/// Runs `waiters` fair waiters of one lock, spread over eight clients, each arriving once
+/// the one before it is registered on a quorum of masters (read from the masters), while
+/// a holder keeps the lock; then releases it, calling `midway` once half of them were
+/// served. Returns the order in which they were served.
+async fn fair_run(
+    cluster: &mut Cluster,
+    waiters: usize,
+    midway: impl FnOnce(&mut Cluster),
+) -> (Vec<usize>, String) {
+    let quorum = cluster.len() / 2 + 1;
+    let holder = client(cluster).ttl("20s").build().unwrap();
+    let clients: Vec<Redlock> = (0..8)
+        .map(|_| {
+            brisk(cluster)
+                .ttl("20s")
+                .wait_for_own_leases(true)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let key = unique_key("fair");
+    let lease = holder.acquire(&key).await.unwrap();
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..waiters {
+        let client = clients[i % clients.len()].clone();
+        let (task_key, served) = (key.clone(), Arc::clone(&served));
+        tasks.push(tokio::spawn(async move {
+            let key = task_key;
+            let options = AcquireOptions::new().fair(true).wait_timeout("30s");
+            let lease = client.acquire_with(&key, &options).await?;
+            served.lock().unwrap().push(i);
+            lease.release().await
+        }));
+        wait_until(Duration::from_secs(5), "the waiter registered", || {
+            let (cluster, key) = (&*cluster, &key);
+            async move { queued_on(cluster, key, i + 1).await >= quorum }
+        })
+        .await;
+    }
+    lease.release().await.unwrap();
+    wait_until(Duration::from_secs(10), "half of them served", || {
+        let served = Arc::clone(&served);
+        async move { served.lock().unwrap().len() >= waiters / 2 }
+    })
+    .await;
+    midway(cluster);
+    for task in tasks {
+        timeout(Duration::from_secs(20), task)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+    }
+    (served.lock().unwrap().clone(), key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fair_lock_serves_its_waiters_in_ticket_order() {
+    let mut cluster = Cluster::start(3).await.unwrap();
+    let (order, key) = fair_run(&mut cluster, 200, |_| {}).await;
+    assert_eq!(order, (0..200).collect::<Vec<_>>());
+    // Tickets 1 to 200, one per waiter, issued without conflict; the counter stays.
+    for server in cluster.servers() {
+        let mut conn = raw(&server.url()).await;
+        let counter: Option<u64> = conn.get(ticket_key(&key)).await.unwrap();
+        assert_eq!(counter, Some(200));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fair_lock_keeps_its_order_when_a_minority_of_masters_dies() {
+    let mut cluster = Cluster::start(5).await.unwrap();
+    let (order, _) = fair_run(&mut cluster, 200, |cluster| {
+        cluster.server_mut(1).kill().unwrap();
+        cluster.server_mut(3).kill().unwrap();
+    })
+    .await;
+    assert_eq!(order, (0..200).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_holder_that_never_releases_is_passed_by_the_refresh() {
+    let cluster = Cluster::start(3).await.unwrap();
+    // The holder's release is never sent: its lease is forgotten, its key lives 1 s.
+    let holder = client(&cluster).ttl("1s").build().unwrap();
+    let key = unique_key("crashed");
+    let lease = holder.acquire(&key).await.unwrap();
+    std::mem::forget(lease);
+    let waiter = patient(&cluster)
+        .ttl("1s")
+        .waiter_ttl("900ms")
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let options = AcquireOptions::new().wait_timeout("5s");
+    let taken = waiter.acquire_with(&key, &options).await.unwrap();
+    // The holder's key expires within 1 s; the next refresh (every 300 ms) hands it to
+    // the waiter. Its retry pause is 30 s: no timer did it.
+    assert!(started.elapsed() < Duration::from_millis(2500));
+    taken.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_head_that_dies_is_passed_by() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster).build().unwrap();
+    let key = unique_key("dead-head");
+
+    // A registration written by hand at the head of the queue, never refreshed: its
+    // liveness key expires after 300 ms.
+    for server in cluster.servers() {
+        let mut conn = raw(&server.url()).await;
+        let _: () = conn.zadd(queue_key(&key), "dead", 1).await.unwrap();
+        let _: () = conn
+            .pset_ex(
+                format!("{}dead", waiter_prefix(&key)),
+                "300 redquorum:handoff:nobody",
+                300,
+            )
+            .await
+            .unwrap();
+    }
+    let lease = holder.acquire(&key).await.unwrap();
+    let waiter = brisk(&cluster).retry_delay("30s").build().unwrap();
+    let waiting = tokio::spawn({
+        let (waiter, key) = (waiter.clone(), key.clone());
+        async move { waiter.acquire(&key).await }
+    });
+    wait_until(Duration::from_secs(5), "the waiter registered", || {
+        let (cluster, key) = (&cluster, &key);
+        async move { queued_on(cluster, key, 2).await == 3 }
+    })
+    .await;
+    // Released while the dead head may still be live: handed to it, or (once its key
+    // expired) to the waiter. Either way the waiter is served within one waiter TTL
+    // (900 ms) plus one refresh period (300 ms), with margin.
+    let released = Instant::now();
+    lease.release().await.unwrap();
+    let taken = timeout(Duration::from_secs(3), waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(released.elapsed() < Duration::from_secs(3));
+    taken.release().await.unwrap();
+
+    // A waiter at the head (fair, so ahead of any unfair one) handed the lock and dropped
+    // before it confirms: its Dequeue passes the key on, and the next one is served.
+    let lease = holder.acquire(&key).await.unwrap();
+    let first = brisk(&cluster).retry_delay("30s").build().unwrap();
+    let second = brisk(&cluster).retry_delay("30s").build().unwrap();
+    let head = {
+        let fair = AcquireOptions::new().fair(true);
+        let mut dropped = pin!(first.acquire_with(&key, &fair));
+        let registered = async {
+            wait_until(
+                Duration::from_secs(5),
+                "the first waiter registered",
+                || {
+                    let (cluster, key) = (&cluster, &key);
+                    async move { queued_on(cluster, key, 1).await == 3 }
+                },
+            )
+            .await;
+        };
+        tokio::select! {
+            _ = &mut dropped => panic!("the lock is held"),
+            () = registered => {}
+        }
+        let head = members(cluster.server(0), &key).await.remove(0);
+        lease.release().await.unwrap();
+        wait_until(Duration::from_secs(2), "the key handed to the head", || {
+            held_everywhere(&cluster, &key, &head)
+        })
+        .await;
+        head
+    };
+    let waiting = tokio::spawn({
+        let (second, key) = (second.clone(), key.clone());
+        async move { second.acquire(&key).await }
+    });
+    let released = Instant::now();
+    let taken = match timeout(Duration::from_secs(3), waiting).await {
+        Ok(done) => done.unwrap().unwrap(),
+        Err(_) => {
+            let mut state = Vec::new();
+            for server in cluster.servers() {
+                let mut conn = raw(&server.url()).await;
+                let held: Option<String> = conn.get(&key).await.unwrap();
+                let queue: Vec<String> = conn.zrange(queue_key(&key), 0, -1).await.unwrap();
+                state.push(format!("{held:?} {queue:?}"));
+            }
+            panic!("not served after {head} left: {state:#?}");
+        }
+    };
+    assert!(released.elapsed() < Duration::from_millis(1500));
+    taken.release().await.unwrap();
+    wait_until(Duration::from_secs(2), "nothing left", || {
+        no_waiter_left(&cluster, &key)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bad_waiter_ttls_and_fair_misuse_are_refused() {
+    let base = || {
+        Redlock::builder()
+            .master("redis://127.0.0.1:1")
+            .ttl("10s")
+            .node_timeout("50ms")
+    };
+    for (given, expected) in [
+        ("0s", "waiter_ttl is zero"),
+        ("150ms", "waiter_ttl 150ms is out of range"),
+        ("11s", "waiter_ttl 11s is out of range"),
+        ("100days", "waiter_ttl"),
+    ] {
+        let err = base().waiter_ttl(given).build().unwrap_err();
+        assert!(err.to_string().contains(expected), "{given}: {err}");
+        assert!(err.to_string().contains("waiter_ttl"), "{err}");
+    }
+    assert!(matches!(
+        base().waiter_ttl("0s").build().unwrap_err(),
+        ConfigError::Zero {
+            setting: "waiter_ttl"
+        }
+    ));
+    assert!(matches!(
+        base().waiter_ttl("100days").build().unwrap_err(),
+        ConfigError::TooLarge {
+            setting: "waiter_ttl",
+            ..
+        }
+    ));
+    assert!(matches!(
+        base().waiter_ttl("150ms").build().unwrap_err(),
+        ConfigError::WaiterTtl { .. }
+    ));
+    // Just above three node timeouts, and the TTL itself, are fine.
+    base().waiter_ttl("151ms").build().unwrap();
+    base().waiter_ttl("10s").build().unwrap();
+    // The default follows the TTL and the node timeout.
+    let shown = format!("{:?}", base().build().unwrap());
+    assert!(shown.contains("waiter_ttl: 1s"), "{shown}");
+    assert!(shown.contains("handoff: true"), "{shown}");
+    let shown = format!("{:?}", base().ttl("2s").build().unwrap());
+    assert!(shown.contains("waiter_ttl: 200ms"), "{shown}");
+
+    // fair(true) only for the lock of one resource: refused before any round trip (the
+    // master does not exist), not retryable.
+    let client = base().build().unwrap();
+    let fair = AcquireOptions::new().fair(true);
+    let errors = [
+        client
+            .acquire_many_with(&["a", "b"], &fair)
+            .await
+            .unwrap_err(),
+        client
+            .semaphore("jobs", 2)
+            .unwrap()
+            .acquire_with(1, &fair)
+            .await
+            .unwrap_err(),
+        client.rwlock("cfg").read_with(&fair).await.unwrap_err(),
+        client.rwlock("cfg").write_with(&fair).await.unwrap_err(),
+    ];
+    for err in errors {
+        assert_eq!(err.kind(), ErrorKind::InvalidOptions, "{err}");
+        assert!(!err.is_retryable());
+        assert!(err.to_string().contains("fair(true)"), "{err}");
+    }
+}

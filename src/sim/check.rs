@@ -723,7 +723,8 @@ pub(super) fn fifo(
 /// What the liveness checker looked at.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(super) struct StallCount {
-    /// Free stretches with a registered waiter, checked against the bound.
+    /// Free stretches with a registered waiter judged against the bound (granted within
+    /// it, or found stalled).
     pub(super) checked: u64,
     /// Stretches not checked because a fault fell near them.
     pub(super) faulted: u64,
@@ -731,12 +732,13 @@ pub(super) struct StallCount {
 
 /// Liveness: a registered waiter whose call is still running `bound` after the lock became
 /// free (no lease valid, from its registration or the end of the leases before) sees a
-/// lease granted on the resource by then, unless a fault (`faults`: nemesis actions, lost
-/// or late messages) fell within `lead` before the lock became free or before the bound.
+/// lease granted on the resource by then, unless a fault fell from `lead` before the lock
+/// became free to the bound: `faults` are the nemesis's actions (`None`: touching every
+/// resource) and the lost or late messages of ops on a resource (`Some`).
 pub(super) fn stalls(
     waits: &[WaitRecord],
     leases: &[LeaseRecord],
-    faults: &[Duration],
+    faults: &[(Duration, Option<usize>)],
     (bound, lead): (Duration, Duration),
 ) -> (Vec<QueueViolation>, StallCount) {
     let mut out = Vec::new();
@@ -777,6 +779,7 @@ pub(super) fn stalls(
                 .filter(|&at| free < at && at <= until)
                 .min()
             {
+                count.checked += 1;
                 free = next;
                 continue;
             }
@@ -784,7 +787,10 @@ pub(super) fn stalls(
                 break;
             }
             let from = free.saturating_sub(lead);
-            if faults.iter().any(|&f| from <= f && f <= until) {
+            if faults
+                .iter()
+                .any(|&(f, r)| from <= f && f <= until && r.is_none_or(|r| r == w.resource))
+            {
                 count.faulted += 1;
             } else {
                 count.checked += 1;
@@ -797,7 +803,6 @@ pub(super) fn stalls(
             }
             break;
         }
-        // A stretch that ended in a grant within the bound was checked too.
     }
     (out, count)
 }
@@ -1383,7 +1388,16 @@ mod tests {
         // A fault from `lead` before the lock was free to the bound excuses; one earlier
         // does not.
         for (at, excused) in [(150, true), (300, true), (149, false), (301, false)] {
-            let (found, count) = stalls(&waiting, &leases, &[t(at)], bound);
+            let (found, count) = stalls(&waiting, &leases, &[(t(at), None)], bound);
+            assert_eq!(
+                (found.is_empty(), count.faulted == 1),
+                (excused, excused),
+                "{at}"
+            );
+            // A message of another resource's ops is no fault here; one of this one's is.
+            let (found, _) = stalls(&waiting, &leases, &[(t(at), Some(1))], bound);
+            assert!(!found.is_empty(), "{at}");
+            let (found, count) = stalls(&waiting, &leases, &[(t(at), Some(0))], bound);
             assert_eq!(
                 (found.is_empty(), count.faulted == 1),
                 (excused, excused),

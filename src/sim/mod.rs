@@ -155,6 +155,15 @@
 //! executed, with its virtual time). A scenario that adds the watchdog would lose that
 //! exactness after a tie between its branches.
 //!
+//! Hand-off loses it too: a queued waiter draws its score (unless fair: its ticket) and
+//! its pause after a failed confirm from the thread's RNG, and equal scores are ordered by
+//! waiter ids, which are random. A replay of a schedule whose clients wait with hand-off
+//! (the library's default, so every profile but the replay check's) repeats its faults,
+//! its network and its clients' choices, but waiters may be served in another order and
+//! confirms timed otherwise: a failure's report (every event, with
+//! `REDQUORUM_SIM_TRACE=1` every op) is the evidence, and a replay may not fail the same
+//! way.
+//!
 //! Each HOLD test runs fixed seeds and, beyond them, seeds from a base that changes every
 //! run and is printed (`REDQUORUM_SIM_BASE_SEED` sets it); see `tests.rs`. A failing
 //! schedule prints its seed, its parameters, the violation, the leases involved, the events

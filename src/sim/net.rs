@@ -77,8 +77,11 @@ pub(super) struct SendLog {
     in_flight: TaskTracker,
     /// Every answer to a registration (`Enqueue`) that reached its client.
     enqueued: Mutex<Vec<EnqueueSeen>>,
-    /// When a message was lost or slow (for the liveness checker's quiet windows).
-    anomalies: Mutex<Vec<Instant>>,
+    /// Every registration sent: by which client, for which waiter id, when.
+    registering: Mutex<Vec<(usize, Arc<str>, Instant)>>,
+    /// When a message was lost or slow, and the lock key its op is about (`None`: a
+    /// connection's, or several keys'), for the liveness checker's quiet windows.
+    anomalies: Mutex<Vec<(Instant, Option<Arc<str>>)>>,
 }
 
 /// An answer to a registration (`Enqueue`), as its client received it.
@@ -96,7 +99,13 @@ pub(super) struct EnqueueSeen {
 }
 
 impl SendLog {
-    fn note(&self, op: &Op) {
+    fn note(&self, client: usize, op: &Op) {
+        if let Op::Enqueue { waiter, .. } = op {
+            self.registering
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((client, Arc::clone(waiter), Instant::now()));
+        }
         if let Op::AcquireChecked { value, .. }
         | Op::AcquireMany { value, .. }
         | Op::AcquireQueued { value, .. } = op
@@ -183,8 +192,16 @@ impl SendLog {
             .clone()
     }
 
-    /// When a message was lost or slow, in order.
-    pub(super) fn anomalies(&self) -> Vec<Instant> {
+    /// Every registration sent (client, waiter id, when), in order.
+    pub(super) fn registering(&self) -> Vec<(usize, Arc<str>, Instant)> {
+        self.registering
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// When a message was lost or slow, and the lock key its op is about, in order.
+    pub(super) fn anomalies(&self) -> Vec<(Instant, Option<Arc<str>>)> {
         self.anomalies
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -379,7 +396,7 @@ impl Inner {
     /// One call: (re)connect when needed, then the op; bounded like `RedisMaster::call`
     /// (node timeout, plus the connect timeout when connecting).
     async fn exchange(self: Arc<Self>, op: Arc<Op>) -> Result<Reply, MasterError> {
-        self.sends.note(&op);
+        self.sends.note(self.client, &op);
         let (status, incarnation) = self.server.status();
         if status == Status::Down {
             self.link().open = None;
@@ -545,7 +562,7 @@ impl Inner {
                     .anomalies
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .push(Instant::now());
+                    .push((Instant::now(), key_of(&request)));
             }
             let arrival = (Instant::now() + out.delay).max(link.request_fifo);
             if !out.lost {
@@ -594,6 +611,23 @@ impl Inner {
             }
             Err(_lost) => futures::future::pending().await,
         }
+    }
+}
+
+/// The one lock key a request's op is about, if it is about one.
+fn key_of(request: &Request) -> Option<Arc<str>> {
+    let Request::Op(op, _) = request else {
+        return None;
+    };
+    match &**op {
+        Op::AcquireChecked { key, .. }
+        | Op::AcquireQueued { key, .. }
+        | Op::Enqueue { key, .. }
+        | Op::Dequeue { key, .. }
+        | Op::Extend { key, .. }
+        | Op::Release { key, .. }
+        | Op::Fence { key, .. } => Some(Arc::clone(key)),
+        _ => None,
     }
 }
 

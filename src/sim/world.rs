@@ -85,6 +85,9 @@ pub(super) struct Queued {
     pub(super) give_up: f64,
     /// The chance that a call's future is dropped mid-wait.
     pub(super) dropped: f64,
+    /// The chance that a call's client is killed mid-wait (`kill -9`): its connections are
+    /// cut, its background work never arrives, and it calls no more.
+    pub(super) killed: f64,
     /// A long wait budget, in TTLs.
     pub(super) budget: f64,
 }
@@ -561,6 +564,7 @@ pub(super) struct Stats {
     pub(super) fair_calls: u64,
     pub(super) gave_up: u64,
     pub(super) dropped: u64,
+    pub(super) killed: u64,
     /// Leases granted to a waiter that confirmed a hand-off (its waiter id held the key
     /// on a granting master), and dead waiters pruned from queues.
     pub(super) handed_leases: u64,
@@ -596,6 +600,7 @@ impl AddAssign for Stats {
         self.fair_calls += o.fair_calls;
         self.gave_up += o.gave_up;
         self.dropped += o.dropped;
+        self.killed += o.killed;
         self.handed_leases += o.handed_leases;
         self.pruned += o.pruned;
         self.fifo_excused += o.fifo_excused;
@@ -635,13 +640,14 @@ impl fmt::Display for Stats {
         if self.queued_calls > 0 {
             write!(
                 f,
-                "; {} queued calls ({} fair, {} gave up, {} dropped), {} leases by hand-off, \
+                "; {} queued calls ({} fair, {} gave up, {} dropped, {} killed), {} leases by hand-off, \
                  {} dead waiters pruned, {} FIFO violations excused, liveness: {} free \
                  stretches judged ({} skipped near a fault)",
                 self.queued_calls,
                 self.fair_calls,
                 self.gave_up,
                 self.dropped,
+                self.killed,
                 self.handed_leases,
                 self.pruned,
                 self.fifo_excused,
@@ -1092,8 +1098,9 @@ struct QueueHistory {
     pruned: u64,
     /// The leases granted by a confirm of a hand-off on some master.
     handed: Vec<usize>,
-    /// When a fault struck: the nemesis's actions, lost or slow messages.
-    faults: Vec<Duration>,
+    /// When a fault struck, and the resource it touched (`None`: any): the nemesis's
+    /// actions, lost or slow messages.
+    faults: Vec<(Duration, Option<usize>)>,
     /// The liveness checker's bound.
     bound: Duration,
 }
@@ -1112,17 +1119,33 @@ fn waiter_ttl(schedule: &Schedule) -> Duration {
 /// heard of its registrations (`seen`, in order): the waiter id of the client's
 /// registrations during the call, and when the answers completed a quorum of
 /// registrations (fair: of strict writes of one ticket, which issued it).
-fn registrations(waits: &mut [WaitRecord], seen: &[EnqueueSeen], clock: &Clock, quorum: usize) {
+fn registrations(
+    waits: &mut [WaitRecord],
+    (sent, seen): (&[(usize, Arc<str>, Instant)], &[EnqueueSeen]),
+    clock: &Clock,
+    quorum: usize,
+) {
     for w in waits.iter_mut() {
+        // The first registration the call sent names its waiter id (answers to an earlier
+        // call's registrations may still arrive, in the background of its rounds).
+        w.waiter = sent
+            .iter()
+            .find(|(client, _, at)| {
+                let at = clock.at(*at);
+                *client == w.client && w.start <= at && at <= w.end
+            })
+            .map(|(_, waiter, _)| Arc::clone(waiter));
+        let Some(waiter) = w.waiter.clone() else {
+            continue;
+        };
         let mine: Vec<&EnqueueSeen> = seen
             .iter()
-            .filter(|e| e.client == w.client)
+            .filter(|e| e.client == w.client && e.waiter == waiter)
             .filter(|e| {
                 let at = clock.at(e.at);
                 w.start <= at && at <= w.end
             })
             .collect();
-        w.waiter = mine.first().map(|e| Arc::clone(&e.waiter));
         let mut masters: HashMap<u64, Vec<usize>> = HashMap::new();
         for e in mine {
             if !e.written || (w.fair && !e.strict) {
@@ -1212,12 +1235,12 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> (Book, Qu
                 _ => builder,
             }
         };
-        let (lock, _) = build_client_with(&spec, &listed, links, &world.sends, adjust);
+        let (lock, gates) = build_client_with(&spec, &listed, links, &world.sends, adjust);
         // The send log numbers the clients in the order they are built: as here.
         assert_eq!(world.sends.first_contacts().len(), c + 1);
         let task = client_task(
             Arc::clone(&world),
-            lock,
+            (lock, gates),
             c,
             *plan,
             rng(schedule.seed, Stream::Client(c)),
@@ -1277,15 +1300,20 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> (Book, Qu
                 }
             }
         }
-        queues.faults = schedule.faults.iter().map(|(at, _)| *at).collect();
+        queues.faults = schedule.faults.iter().map(|(at, _)| (*at, None)).collect();
         queues
             .faults
-            .extend(world.sends.anomalies().iter().map(|i| clock.at(*i)));
+            .extend(world.sends.anomalies().iter().map(|(at, key)| {
+                let resource = key
+                    .as_deref()
+                    .and_then(|k| k.strip_prefix('r')?.parse().ok());
+                (clock.at(*at), resource)
+            }));
         let wt = waiter_ttl(schedule);
         queues.bound = schedule.ttl + wt + wt / 3 + schedule.node_timeout * 2;
         let quorum = schedule.masters / 2 + 1;
-        let seen = world.sends.enqueued();
-        registrations(&mut book.waits, &seen, &clock, quorum);
+        let (sent, seen) = (world.sends.registering(), world.sends.enqueued());
+        registrations(&mut book.waits, (&sent, &seen), &clock, quorum);
     }
     (book, queues)
 }
@@ -1415,7 +1443,7 @@ pub(super) fn build_client_with(
 /// One client: acquire, a critical section, release; `plan.cycles` times.
 async fn client_task(
     world: Arc<World>,
-    lock: Redlock,
+    (lock, gates): (Redlock, Vec<Arc<Gate>>),
     c: usize,
     plan: ClientPlan,
     mut rng: StdRng,
@@ -1439,9 +1467,10 @@ async fn client_task(
         let name = names.join(",");
         let acquired = match (names.as_slice(), world.waiting) {
             ([one], Waiting::Queued(q)) if !rng.random_bool(q.try_only) => {
-                match queued_call(&world, &lock, c, (listed[0], one), q, &mut rng).await {
-                    Some(acquired) => acquired,
-                    None => continue,
+                match queued_call(&world, (&lock, &gates), c, (listed[0], one), q, &mut rng).await {
+                    Ended::Returned(acquired) => acquired,
+                    Ended::Dropped => continue,
+                    Ended::Killed => return,
                 }
             }
             ([one], _) if rng.random_bool(0.25) => lock.try_acquire(one).await,
@@ -1486,17 +1515,27 @@ async fn client_task(
     }
 }
 
+/// How a queued call ended.
+enum Ended {
+    Returned(Result<Lease, crate::Error>),
+    /// Its future was dropped mid-wait.
+    Dropped,
+    /// Its client was killed mid-wait: it sends nothing more.
+    Killed,
+}
+
 /// One queued waiting call of client `c` for resource `resource` (named `name`): fair or
-/// not, with a long or a short wait budget, maybe dropped mid-wait. Recorded as a
-/// [`WaitRecord`]; `None` when it was dropped.
+/// not, with a long or a short wait budget, maybe dropped mid-wait, or its client killed
+/// mid-wait (every connection of the client cut at the masters' end: nothing it sends
+/// from then on arrives, its background dequeue included). Recorded as a [`WaitRecord`].
 async fn queued_call(
     world: &World,
-    lock: &Redlock,
+    (lock, gates): (&Redlock, &[Arc<Gate>]),
     c: usize,
     (resource, name): (usize, &str),
     q: Queued,
     rng: &mut StdRng,
-) -> Option<Result<Lease, crate::Error>> {
+) -> Ended {
     let fair = rng.random_bool(q.fair);
     let short = rng.random_bool(q.give_up);
     let budget = if short {
@@ -1504,8 +1543,8 @@ async fn queued_call(
     } else {
         world.ttl.mul_f64(q.budget)
     };
-    let drop_after = rng
-        .random_bool(q.dropped)
+    let killed = rng.random_bool(q.killed);
+    let drop_after = (killed || rng.random_bool(q.dropped))
         .then(|| world.ttl.mul_f64(rng.random_range(0.05..=2.0)));
     let options = AcquireOptions::new().fair(fair).wait_timeout(budget);
     let start = world.now();
@@ -1527,29 +1566,51 @@ async fn queued_call(
         book.stats.fair_calls += u64::from(fair);
         id
     };
-    let call = lock.acquire_with(name, &options);
+    let mut call = Box::pin(lock.acquire_with(name, &options));
     let out = match drop_after {
-        Some(after) => tokio::time::timeout(after, call).await.ok(),
-        None => Some(call.await),
+        Some(after) => tokio::select! {
+            biased;
+            out = &mut call => Some(out),
+            () = tokio::time::sleep(after) => None,
+        },
+        None => Some((&mut call).await),
     };
+    // Killed before its call returned: cut first, so that nothing the drop sends arrives.
+    let killed = killed && out.is_none();
+    if killed {
+        for gate in gates {
+            gate.close();
+        }
+    }
+    drop(call);
     let end = world.now();
     let mut book = world.book();
     if let Some(w) = book.waits.get_mut(id) {
         w.end = end;
     }
     match &out {
+        None if killed => book.stats.killed += 1,
         None => book.stats.dropped += 1,
         Some(Err(e)) if e.kind() == ErrorKind::WaitTimeout && short => book.stats.gave_up += 1,
         _ => {}
     }
     drop(book);
-    if out.is_none() {
-        world.event(format!(
-            "c{c} dropped its {}wait for {name} (call #{id})",
-            if fair { "fair " } else { "" }
-        ));
+    let fair = if fair { "fair " } else { "" };
+    match out {
+        Some(out) => Ended::Returned(out),
+        None if killed => {
+            world.event(format!(
+                "c{c} killed while in its {fair}wait for {name} (call #{id})"
+            ));
+            Ended::Killed
+        }
+        None => {
+            world.event(format!(
+                "c{c} dropped its {fair}wait for {name} (call #{id})"
+            ));
+            Ended::Dropped
+        }
     }
-    out
 }
 
 /// Reads the fenced register, works (or pauses past the deadline), maybe extends, and

@@ -72,8 +72,8 @@ fn queued_hold(test: &str, profile: &Profile, share: Share) -> Held {
 #[test]
 fn handoff_holds() {
     let share = Share {
-        fixed: 100,
-        rotating: 50,
+        fixed: 60,
+        rotating: 30,
     };
     queued_hold("handoff_holds", &HANDOFF, share);
 }
@@ -81,8 +81,8 @@ fn handoff_holds() {
 #[test]
 fn fair_holds() {
     let share = Share {
-        fixed: 100,
-        rotating: 50,
+        fixed: 60,
+        rotating: 30,
     };
     let held = queued_hold("fair_holds", &FAIR, share);
     if held.full {

@@ -389,10 +389,11 @@ impl Data {
         let current = self.live(key, now_us);
         let handed = !q.waiter.is_empty() && current.as_deref() == Some(&**q.waiter);
         let mut ok = current.is_none() || handed;
-        if ok && q.fair {
-            if let Some(head) = self.live_head(key, now_us, q.ignore_liveness) {
-                ok = head == *q.waiter;
-            }
+        if ok
+            && q.fair
+            && let Some(head) = self.live_head(key, now_us, q.ignore_liveness)
+        {
+            ok = head == *q.waiter;
         }
         if !ok {
             let pttl = self
@@ -2473,8 +2474,8 @@ mod tests {
 
     #[test]
     fn the_planted_bugs_of_the_scripts() {
-        let (k, a, b, v, w): (Arc<str>, Arc<str>, Arc<str>, Arc<str>, Arc<str>) =
-            (key(), "A".into(), "B".into(), "v".into(), "w".into());
+        let (k, a, b): (Arc<str>, Arc<str>, Arc<str>) = (key(), "A".into(), "B".into());
+        let (v, w): (Arc<str>, Arc<str>) = ("v".into(), "w".into());
         // HandoffIgnoresLiveness: a dead head stays for ever and nobody is handed the key.
         let mut d = Data::default();
         apply(&mut d, &acquire("v", FenceRead::Skip), T0, id);

@@ -772,10 +772,12 @@ impl World {
         let Some(id) = id else {
             return;
         };
-        if let Some(w) = book.waits.iter_mut().rev().find(|w| w.client == c) {
-            if w.lease.is_none() && w.end == self.clock.at(Instant::now()) {
-                w.lease = Some((id, value.into()));
-            }
+        let now = self.clock.at(Instant::now());
+        if let Some(w) = book.waits.iter_mut().rev().find(|w| w.client == c)
+            && w.lease.is_none()
+            && w.end == now
+        {
+            w.lease = Some((id, value.into()));
         }
     }
 
@@ -1115,13 +1117,16 @@ fn waiter_ttl(schedule: &Schedule) -> Duration {
         .map_or(schedule.ttl / 10, |c| c.waiter_ttl)
 }
 
+/// A registration sent: by which client, for which waiter id, when.
+type Registering = (usize, Arc<str>, Instant);
+
 /// Fills in each waiting call's waiter id and registration time from what its client
 /// heard of its registrations (`seen`, in order): the waiter id of the client's
 /// registrations during the call, and when the answers completed a quorum of
 /// registrations (fair: of strict writes of one ticket, which issued it).
 fn registrations(
     waits: &mut [WaitRecord],
-    (sent, seen): (&[(usize, Arc<str>, Instant)], &[EnqueueSeen]),
+    (sent, seen): (&[Registering], &[EnqueueSeen]),
     clock: &Clock,
     quorum: usize,
 ) {
@@ -1294,10 +1299,10 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> (Book, Qu
             queues.pruned += pruned;
         }
         for g in queues.grants.iter().filter(|g| !g.waiter.is_empty()) {
-            if let Some(id) = book.by_value.get(&g.value) {
-                if !queues.handed.contains(id) {
-                    queues.handed.push(*id);
-                }
+            if let Some(id) = book.by_value.get(&g.value)
+                && !queues.handed.contains(id)
+            {
+                queues.handed.push(*id);
             }
         }
         queues.faults = schedule.faults.iter().map(|(at, _)| (*at, None)).collect();

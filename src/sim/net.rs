@@ -95,6 +95,9 @@ pub(super) struct EnqueueSeen {
     pub(super) strict: bool,
     /// Registered (a strict write refused: `false`).
     pub(super) written: bool,
+    /// When the request was sent: the requests of one round leave at one instant.
+    pub(super) sent: Instant,
+    /// When the answer reached the client.
     pub(super) at: Instant,
 }
 
@@ -158,7 +161,12 @@ impl SendLog {
 
     /// `client` received `reply` from `master` to `op`: kept when it answers a
     /// registration.
-    fn answered(&self, (client, master): (usize, usize), op: &Op, reply: &Reply) {
+    fn answered(
+        &self,
+        (client, master): (usize, usize),
+        (op, sent): (&Op, Instant),
+        reply: &Reply,
+    ) {
         if let (
             Op::Enqueue {
                 waiter,
@@ -179,6 +187,7 @@ impl SendLog {
                     score: *score,
                     strict: *strict,
                     written: *written,
+                    sent,
                     at: Instant::now(),
                 });
         }
@@ -396,6 +405,7 @@ impl Inner {
     /// One call: (re)connect when needed, then the op; bounded like `RedisMaster::call`
     /// (node timeout, plus the connect timeout when connecting).
     async fn exchange(self: Arc<Self>, op: Arc<Op>) -> Result<Reply, MasterError> {
+        let sent = Instant::now();
         self.sends.note(self.client, &op);
         let (status, incarnation) = self.server.status();
         if status == Status::Down {
@@ -414,7 +424,7 @@ impl Inner {
             Ok(result) => {
                 if let Ok(reply) = &result {
                     self.sends
-                        .answered((self.client, self.server.index()), &op, reply);
+                        .answered((self.client, self.server.index()), (&op, sent), reply);
                 }
                 result
             }

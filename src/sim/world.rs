@@ -1123,7 +1123,7 @@ type Registering = (usize, Arc<str>, Instant);
 /// Fills in each waiting call's waiter id and registration time from what its client
 /// heard of its registrations (`seen`, in order): the waiter id of the client's
 /// registrations during the call, and when the answers completed a quorum of
-/// registrations (fair: of strict writes of one ticket, which issued it).
+/// registrations (fair: of the strict writes of one round, which issued its ticket).
 fn registrations(
     waits: &mut [WaitRecord],
     (sent, seen): (&[Registering], &[EnqueueSeen]),
@@ -1151,12 +1151,19 @@ fn registrations(
                 w.start <= at && at <= w.end
             })
             .collect();
-        let mut masters: HashMap<u64, Vec<usize>> = HashMap::new();
+        // A fair call's ticket is issued by one round of strict writes that a quorum took
+        // (a round that fell short is written again, and conflicts with itself); a
+        // registration, by answers from a quorum in any rounds.
+        let mut masters: HashMap<(u64, Option<Instant>), Vec<usize>> = HashMap::new();
         for e in mine {
             if !e.written || (w.fair && !e.strict) {
                 continue;
             }
-            let key = if w.fair { e.score } else { 0 };
+            let key = if w.fair {
+                (e.score, Some(e.sent))
+            } else {
+                (0, None)
+            };
             let list = masters.entry(key).or_default();
             if !list.contains(&e.master) {
                 list.push(e.master);

@@ -21,16 +21,6 @@ const QUEUED: Queued = Queued {
     budget: 8.0,
 };
 
-/// No fault of the masters or the network; holders still pause past their deadline.
-const CALM: Faults = Faults {
-    crashes: 0,
-    pauses: 0,
-    flushes: 0,
-    drop_p: 0.0,
-    slow_p: 0.0,
-    ..HOSTILE
-};
-
 /// Hand-off among the hostile faults, every protection on.
 const HANDOFF: Profile = Profile {
     name: "hand-off",
@@ -98,6 +88,16 @@ fn fair_holds() {
 #[cfg(feature = "mutants")]
 mod mutants {
     use super::*;
+
+    /// No fault of the masters or the network; holders still pause past their deadline.
+    const CALM: Faults = Faults {
+        crashes: 0,
+        pauses: 0,
+        flushes: 0,
+        drop_p: 0.0,
+        slow_p: 0.0,
+        ..HOSTILE
+    };
 
     /// Hand-off on masters that keep their data, no flushes: nothing excuses an overlap or
     /// a passed ticket there.

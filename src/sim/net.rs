@@ -77,8 +77,9 @@ pub(super) struct SendLog {
     in_flight: TaskTracker,
     /// Every answer to a registration (`Enqueue`) that reached its client.
     enqueued: Mutex<Vec<EnqueueSeen>>,
-    /// Every registration sent: by which client, for which waiter id, when.
-    registering: Mutex<Vec<(usize, Arc<str>, Instant)>>,
+    /// Every registration sent: by which client, for which waiter id, when, and whether
+    /// strict (a ticket's write-back).
+    registering: Mutex<Vec<(usize, Arc<str>, Instant, bool)>>,
     /// When a message was lost or slow, and the lock key its op is about (`None`: a
     /// connection's, or several keys'), for the liveness checker's quiet windows.
     anomalies: Mutex<Vec<(Instant, Option<Arc<str>>)>>,
@@ -103,11 +104,11 @@ pub(super) struct EnqueueSeen {
 
 impl SendLog {
     fn note(&self, client: usize, op: &Op) {
-        if let Op::Enqueue { waiter, .. } = op {
+        if let Op::Enqueue { waiter, strict, .. } = op {
             self.registering
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .push((client, Arc::clone(waiter), Instant::now()));
+                .push((client, Arc::clone(waiter), Instant::now(), *strict));
         }
         if let Op::AcquireChecked { value, .. }
         | Op::AcquireMany { value, .. }
@@ -201,8 +202,8 @@ impl SendLog {
             .clone()
     }
 
-    /// Every registration sent (client, waiter id, when), in order.
-    pub(super) fn registering(&self) -> Vec<(usize, Arc<str>, Instant)> {
+    /// Every registration sent (client, waiter id, when, strict), in order.
+    pub(super) fn registering(&self) -> Vec<(usize, Arc<str>, Instant, bool)> {
         self.registering
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -1117,8 +1117,8 @@ fn waiter_ttl(schedule: &Schedule) -> Duration {
         .map_or(schedule.ttl / 10, |c| c.waiter_ttl)
 }
 
-/// A registration sent: by which client, for which waiter id, when.
-type Registering = (usize, Arc<str>, Instant);
+/// A registration sent: by which client, for which waiter id, when, and whether strict.
+type Registering = (usize, Arc<str>, Instant, bool);
 
 /// Fills in each waiting call's waiter id and registration time from what its client
 /// heard of its registrations (`seen`, in order): the waiter id of the client's
@@ -1133,16 +1133,26 @@ fn registrations(
     for w in waits.iter_mut() {
         // The first registration the call sent names its waiter id (answers to an earlier
         // call's registrations may still arrive, in the background of its rounds).
+        let during = |(client, _, at, _): &&Registering| {
+            let at = clock.at(*at);
+            *client == w.client && w.start <= at && at <= w.end
+        };
         w.waiter = sent
             .iter()
-            .find(|(client, _, at)| {
-                let at = clock.at(*at);
-                *client == w.client && w.start <= at && at <= w.end
-            })
-            .map(|(_, waiter, _)| Arc::clone(waiter));
+            .find(during)
+            .map(|(_, waiter, _, _)| Arc::clone(waiter));
         let Some(waiter) = w.waiter.clone() else {
             continue;
         };
+        // The client stops writing its ticket back once a round issued it: only its last
+        // strict round can have (an earlier one that a quorum answered "written" fell
+        // short in the client's count, by an abstaining master).
+        let last_strict = sent
+            .iter()
+            .filter(during)
+            .filter(|(_, x, _, strict)| *strict && *x == waiter)
+            .map(|(_, _, at, _)| *at)
+            .max();
         let mine: Vec<&EnqueueSeen> = seen
             .iter()
             .filter(|e| e.client == w.client && e.waiter == waiter)
@@ -1151,12 +1161,12 @@ fn registrations(
                 w.start <= at && at <= w.end
             })
             .collect();
-        // A fair call's ticket is issued by one round of strict writes that a quorum took
-        // (a round that fell short is written again, and conflicts with itself); a
-        // registration, by answers from a quorum in any rounds.
+        // A fair call's ticket is issued by its last round of strict writes, if a quorum
+        // took it (a round that fell short is written again, and conflicts with itself);
+        // a registration, by answers from a quorum in any rounds.
         let mut masters: HashMap<(u64, Option<Instant>), Vec<usize>> = HashMap::new();
         for e in mine {
-            if !e.written || (w.fair && !e.strict) {
+            if !e.written || (w.fair && (!e.strict || Some(e.sent) != last_strict)) {
                 continue;
             }
             let key = if w.fair {

@@ -65,8 +65,8 @@
 //!
 //! In the hand-off profiles, two more checkers (`check.rs`) read the queued calls, their
 //! waiter ids and registrations (when the answers that completed a quorum of
-//! registrations reached the client; for a fair call, of strict writes of one ticket,
-//! which issued it), and the masters' journals:
+//! registrations reached the client; for a fair call, the quorum-th "written" answer of
+//! its last round of strict writes, which issued its ticket), and the masters' journals:
 //! - *FIFO among live fair waiters*: if fair call A's ticket was issued before fair call
 //!   B began, and A was still waiting when B was granted (its call running, not granted
 //!   yet), B was not granted first. Two excuses, each counted by reason in the printout:

@@ -79,11 +79,15 @@ pub(super) struct SendLog {
     enqueued: Mutex<Vec<EnqueueSeen>>,
     /// Every registration sent: by which client, for which waiter id, when, and whether
     /// strict (a ticket's write-back).
-    registering: Mutex<Vec<(usize, Arc<str>, Instant, bool)>>,
+    registering: Mutex<Vec<Registering>>,
     /// When a message was lost or slow, and the lock key its op is about (`None`: a
     /// connection's, or several keys'), for the liveness checker's quiet windows.
     anomalies: Mutex<Vec<(Instant, Option<Arc<str>>)>>,
 }
+
+/// A registration sent: by which client (as numbered by [`SendLog::add_client`]), for
+/// which waiter id, when, and whether strict (a ticket's write-back).
+pub(super) type Registering = (usize, Arc<str>, Instant, bool);
 
 /// An answer to a registration (`Enqueue`), as its client received it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -203,7 +207,7 @@ impl SendLog {
     }
 
     /// Every registration sent (client, waiter id, when, strict), in order.
-    pub(super) fn registering(&self) -> Vec<(usize, Arc<str>, Instant, bool)> {
+    pub(super) fn registering(&self) -> Vec<Registering> {
         self.registering
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -16,7 +16,7 @@ use super::check::{
     self, Breaches, Contact, DataLoss, FencedWrite, FifoExcuse, LeaseRecord, QueueViolation,
     StallCount, Violation, WaitRecord,
 };
-use super::net::{ConnParams, EnqueueSeen, Gate, NetParams, SendLog, SimMaster};
+use super::net::{ConnParams, EnqueueSeen, Gate, NetParams, Registering, SendLog, SimMaster};
 use super::server::{Clock, SimServer, Trace};
 use crate::config::Builder;
 use crate::error::ErrorKind;
@@ -1116,9 +1116,6 @@ fn waiter_ttl(schedule: &Schedule) -> Duration {
         .into_config()
         .map_or(schedule.ttl / 10, |c| c.waiter_ttl)
 }
-
-/// A registration sent: by which client, for which waiter id, when, and whether strict.
-type Registering = (usize, Arc<str>, Instant, bool);
 
 /// Fills in each waiting call's waiter id and registration time from what its client
 /// heard of its registrations (`seen`, in order): the waiter id of the client's

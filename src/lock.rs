@@ -247,7 +247,8 @@ impl Builder {
     /// a zero TTL or node timeout, a TTL not larger than the drift allowance plus the node
     /// timeout plus the safety margin, a TTL above `ttl_max`, a duration above its
     /// documented maximum (see "Limits" above), a drift factor out of range, zero attempts,
-    /// or pauses that overflow.
+    /// pauses that overflow, or a `waiter_ttl` that is zero, not above three node timeouts
+    /// or above the TTL.
     pub fn build(self) -> Result<Redlock, ConfigError> {
         telemetry::describe();
         self.into_config().and_then(Redlock::from_config)
@@ -476,6 +477,15 @@ impl Redlock {
     /// [`Backoff::Exponential`](crate::Backoff)) plus uniform random jitter — whichever
     /// comes first. Attempts are bounded by `retry_attempts` and by the wait budget.
     ///
+    /// With [`Builder::handoff`] on (the default), the caller queues instead once an
+    /// attempt found the lock held: it registers on every master, and the holder's release
+    /// hands the lock to the first live waiter in the queue and wakes it alone; that waiter
+    /// then confirms with an ordinary attempt of its own (its validity counted from that
+    /// attempt), while the others go on waiting. A waiter refreshes its registration every
+    /// third of `waiter_ttl`, which also hands it a lock whose holder vanished without
+    /// releasing, once the holder's key expired. Each refresh spends the attempt budget as
+    /// a timed retry does.
+    ///
     /// # Errors
     /// After the last attempt, or when the wait budget runs out: [`ErrorKind::Contended`]
     /// (held by another client), [`ErrorKind::NoQuorum`] (masters failed),
@@ -496,7 +506,9 @@ impl Redlock {
     ///
     /// # Cancel safety
     /// Dropping the future leaves no key behind beyond its TTL: the attempt in flight is
-    /// released on every master in the background, and its subscription is dropped.
+    /// released on every master in the background, and its subscription is dropped. A
+    /// queued waiter's registration is removed from every master in the background too,
+    /// passing on a lock handed to it meanwhile.
     pub async fn acquire(&self, resource: &str) -> Result<Lease, Error> {
         self.acquire_with(resource, &AcquireOptions::default())
             .await
@@ -943,7 +955,9 @@ impl Redlock {
     ///
     /// # Errors
     /// As for [`acquire_many`](Redlock::acquire_many) and
-    /// [`acquire_with`](Redlock::acquire_with).
+    /// [`acquire_with`](Redlock::acquire_with); [`ErrorKind::InvalidOptions`] for
+    /// [`AcquireOptions::fair`], before any master is asked: only the lock of one resource
+    /// is fair.
     ///
     /// # Cancel safety
     /// As for [`acquire_many`](Redlock::acquire_many).
@@ -1991,6 +2005,15 @@ mod tests {
         assert!(refused("redq", "uorum:epoch"));
         assert!(refused("redquorum", ":fence:orders"));
         assert!(refused("r", "edquorum:cluster"));
+        // The waiter queue, a waiter's liveness key and the ticket counter of a lock.
+        for record in [
+            scripts::queue_key("orders:1"),
+            scripts::waiter_key("orders:1", "00ff"),
+            scripts::ticket_key("orders:1"),
+        ] {
+            assert!(refused("", &record), "{record}");
+            assert!(refused("locks:", &record), "{record}");
+        }
         // Near misses are names like any other.
         assert!(!refused("redq", "uorum-epoch"));
         assert!(!refused("locks:", "uorum:epoch"));

@@ -252,16 +252,38 @@ impl Notifier {
             }
             first
         };
-        let ready = if first {
+        if first {
             // Entered once and never left: the subscription lasts as long as the client.
-            Some(self.enter(channel).1)
-        } else {
-            // Subscribed already, or being subscribed: wait for its confirmation.
-            self.registry
-                .lock()
-                .get(channel)
-                .map(|c| c.ready.subscribe())
-        };
+            let (_, ready) = self.enter(channel);
+            self.confirmed(ready).await;
+            return;
+        }
+        // A driver whose runtime is gone (the client is used from another runtime now) is
+        // started again here, and subscribes anew; wait for those.
+        let mut acks: FuturesUnordered<_> = self
+            .masters
+            .iter()
+            .filter(|slot| Self::running(slot).is_none())
+            .filter_map(|slot| {
+                let queue = self.queue(slot)?;
+                let (ack, done) = oneshot::channel();
+                queue
+                    .send(Command::Subscribe(Arc::clone(channel), ack))
+                    .ok()
+                    .map(|()| done)
+            })
+            .collect();
+        if !acks.is_empty() {
+            let all = async { while acks.next().await.is_some() {} };
+            let _ = tokio::time::timeout(self.confirm_timeout, all).await;
+            return;
+        }
+        // Subscribed already, or being subscribed: wait for its confirmation.
+        let ready = self
+            .registry
+            .lock()
+            .get(channel)
+            .map(|c| c.ready.subscribe());
         if let Some(ready) = ready {
             self.confirmed(ready).await;
         }

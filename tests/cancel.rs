@@ -8,7 +8,9 @@
 //!   its values behind, and a released lease leaves nothing;
 //! - no watchdog runs after release: released keys stay gone over several extension
 //!   intervals (an extension would set them again);
-//! - no subscription leaks: the release channel has no subscriber once nobody waits.
+//! - no subscription leaks: the release channel has no subscriber once nobody waits;
+//! - no registration leaks: a queued waiter (hand-off, the fair lock) leaves no queue
+//!   member or liveness key, and no key handed to it, once its call is gone.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
@@ -18,6 +20,7 @@ use std::pin::pin;
 use std::task::Poll;
 use std::time::Duration;
 
+use redis::AsyncCommands;
 use redquorum::testkit::{Mode, Proxy};
 use redquorum::{AcquireOptions, Lease, LeaseHandle, Redlock};
 use support::*;
@@ -164,6 +167,56 @@ impl Rig {
             }
         })
         .await;
+    }
+
+    /// Within a bound, no master holds a queue, a waiter's liveness key, or a value under
+    /// `key` but `except`.
+    async fn assert_no_registration(&self, key: &str, except: Option<&str>, what: &str) {
+        let state = || async {
+            let mut state = Vec::new();
+            for url in &self.urls {
+                let mut conn = raw(url).await;
+                let queue: Vec<String> = conn
+                    .zrange(format!("redquorum:queue:{key}"), 0, -1)
+                    .await
+                    .unwrap();
+                let waiters: Vec<String> = conn
+                    .keys(format!("redquorum:waiter:{key}:*"))
+                    .await
+                    .unwrap();
+                let held: Option<String> = conn.get(key).await.unwrap();
+                state.push(format!("{held:?} {queue:?} {waiters:?}"));
+            }
+            state
+        };
+        let what = format!("{what}: {:?}", state().await);
+        let what = what.as_str();
+        wait_until(Duration::from_secs(3), what, || async {
+            for url in &self.urls {
+                let mut conn = raw(url).await;
+                let queue: bool = conn.exists(format!("redquorum:queue:{key}")).await.unwrap();
+                let waiters: Vec<String> = conn
+                    .keys(format!("redquorum:waiter:{key}:*"))
+                    .await
+                    .unwrap();
+                if queue || !waiters.is_empty() {
+                    return false;
+                }
+            }
+            self.only(key, except).await
+        })
+        .await;
+    }
+
+    /// A client of its own (straight to the masters) that holds `key`.
+    async fn other_holder(&self, key: &str) -> (Redlock, Lease) {
+        let other = client(&self.cluster).ttl(TTL).build().unwrap();
+        let lease = other.acquire(key).await.unwrap();
+        wait_until(Duration::from_secs(2), "held everywhere", || {
+            held_everywhere(&self.cluster, key, lease.value())
+        })
+        .await;
+        (other, lease)
     }
 
     async fn lease(&self, key: &str, watchdog: bool) -> Lease {
@@ -419,4 +472,106 @@ async fn shutting_down() {
         }
     })
     .await;
+}
+
+/// A queued waiting acquire (hand-off, and the fair lock) of a lock another client holds:
+/// dropped at any point — while it attempts, subscribes, registers, takes its ticket or
+/// waits — it leaves no registration behind; run to its end, it times out.
+#[tokio::test]
+async fn waiting_in_the_queue() {
+    let rig = Rig::new().await;
+    for fair in [false, true] {
+        let name = if fair {
+            "fair waiting acquire"
+        } else {
+            "queued waiting acquire"
+        };
+        let key = unique_key("queued");
+        let (_other, holder) = rig.other_holder(&key).await;
+        let budget = AcquireOptions::new()
+            .fair(fair)
+            .wait_timeout(Duration::from_millis(100));
+        matrix(name, |k| {
+            let (rig, key, budget, holder) = (&rig, &key, &budget, &holder);
+            async move {
+                let out = poll_then_drop(rig.client.acquire_with(key, budget), k).await;
+                rig.settle().await;
+                rig.assert_no_registration(key, Some(holder.value()), name)
+                    .await;
+                if let Some(result) = out {
+                    assert!(result.is_err(), "{name}: acquired a held lock");
+                    return true;
+                }
+                false
+            }
+        })
+        .await;
+        holder.release().await.unwrap();
+    }
+}
+
+/// A queued waiter handed the lock: the holder releases as soon as the waiter is
+/// registered on every master, and the call is dropped at any point after — before the
+/// notice, during its confirm, or not at all. Dropped, it leaves no key and no
+/// registration (a key handed to it is passed on, here to nobody); completed, its lease is
+/// backed by a quorum and its release leaves nothing.
+#[tokio::test]
+async fn handed_the_lock() {
+    let rig = Rig::new().await;
+    matrix("handed-over acquire", |k| {
+        let rig = &rig;
+        async move {
+            let key = unique_key("handed");
+            let (_other, holder) = rig.other_holder(&key).await;
+            let mut holder = Some(holder);
+            let out = {
+                let mut call = pin!(rig.client.acquire(&key));
+                let mut out = None;
+                for i in 0..k {
+                    if let Poll::Ready(result) = futures::poll!(call.as_mut()) {
+                        out = Some(result);
+                        break;
+                    }
+                    if holder.is_some()
+                        && queued_everywhere(&rig.urls, &key).await
+                        && let Some(lease) = holder.take()
+                    {
+                        lease.release().await.unwrap();
+                    }
+                    if i + 1 < k {
+                        tokio::time::sleep(PACE).await;
+                    }
+                }
+                out
+            };
+            let done = out.is_some();
+            // Dropped before it queued: what it sent lands while the lock is still held.
+            rig.settle().await;
+            if let Some(lease) = holder.take() {
+                lease.release().await.unwrap();
+            }
+            rig.settle().await;
+            if let Some(result) = out {
+                let lease = result.unwrap();
+                rig.assert_backed(&lease, "handed-over acquire").await;
+                lease.release().await.unwrap();
+            }
+            rig.assert_no_registration(&key, None, "handed-over acquire")
+                .await;
+            done
+        }
+    })
+    .await;
+}
+
+/// Whether every master has a waiter in `key`'s queue.
+async fn queued_everywhere(urls: &[String], key: &str) -> bool {
+    for url in urls {
+        let mut conn = raw(url).await;
+        let n: usize = conn.zcard(format!("redquorum:queue:{key}")).await.unwrap();
+        if n == 0 {
+            return false;
+        }
+    }
+    true
 }

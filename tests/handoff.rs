@@ -541,6 +541,55 @@ async fn a_head_that_dies_is_passed_by() {
 }
 
 #[tokio::test]
+async fn fenced_waiters_handed_the_lock_get_increasing_tokens() {
+    let options = ServerOptions::new().persistence(Persistence::AofAlways);
+    let cluster = Cluster::start_with(3, &options).await.unwrap();
+    let fenced = || {
+        Redlock::builder()
+            .masters(cluster.urls())
+            .ttl("5s")
+            .node_timeout("200ms")
+            .waiter_ttl("900ms")
+            .fencing(true)
+            .build()
+            .unwrap()
+    };
+    fenced().init_cluster().await.unwrap();
+    let key = unique_key("fenced");
+    let holder = fenced();
+    let lease = holder.acquire(&key).await.unwrap();
+    let first = lease.fencing_token().unwrap();
+    let mut waiting = Vec::new();
+    for i in 0..3 {
+        let (waiter, task_key) = (fenced(), key.clone());
+        waiting.push(tokio::spawn(async move {
+            let options = AcquireOptions::new().fair(true).wait_timeout("10s");
+            let lease = waiter.acquire_with(&task_key, &options).await.unwrap();
+            let token = lease.fencing_token().unwrap();
+            lease.release().await.unwrap();
+            token
+        }));
+        wait_until(Duration::from_secs(5), "the waiter registered", || {
+            let (cluster, key) = (&cluster, &key);
+            async move { queued_on(cluster, key, i + 1).await == 3 }
+        })
+        .await;
+    }
+    lease.release().await.unwrap();
+    let mut tokens = vec![first];
+    for task in waiting {
+        tokens.push(
+            timeout(Duration::from_secs(10), task)
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    // Served in ticket order, each confirm writing its own token back.
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
+
+#[tokio::test]
 async fn bad_waiter_ttls_and_fair_misuse_are_refused() {
     let base = || {
         Redlock::builder()
@@ -607,5 +656,175 @@ async fn bad_waiter_ttls_and_fair_misuse_are_refused() {
         assert_eq!(err.kind(), ErrorKind::InvalidOptions, "{err}");
         assert!(!err.is_retryable());
         assert!(err.to_string().contains("fair(true)"), "{err}");
+    }
+}
+
+/// The planted bugs of the mechanism, each shown on real masters; the chaos suite and the
+/// simulation hunt them with their checkers.
+#[cfg(feature = "mutants")]
+mod planted {
+    use super::*;
+    use redquorum::Mutant;
+
+    #[tokio::test]
+    async fn a_confirm_that_keeps_the_hand_off_expiry_leaves_short_keys_behind_a_long_lease() {
+        let cluster = Cluster::start(3).await.unwrap();
+        let holder = client(&cluster).build().unwrap();
+        let key = unique_key("keepttl");
+        for (mutant, short) in [
+            (None, false),
+            (Some(Mutant::ConfirmKeepsHandoffExpiry), true),
+        ] {
+            let mut waiter = brisk(&cluster);
+            if let Some(mutant) = mutant {
+                waiter = waiter.mutant(mutant);
+            }
+            let waiter = waiter.build().unwrap();
+            let lease = holder.acquire(&key).await.unwrap();
+            let waiting = tokio::spawn({
+                let (waiter, key) = (waiter.clone(), key.clone());
+                async move { waiter.acquire(&key).await }
+            });
+            wait_until(Duration::from_secs(5), "the waiter registered", || {
+                let (cluster, key) = (&cluster, &key);
+                async move { queued_on(cluster, key, 1).await == 3 }
+            })
+            .await;
+            lease.release().await.unwrap();
+            let taken = timeout(Duration::from_secs(2), waiting)
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            // The client counts its validity from the confirm round: about the 5 s TTL.
+            assert!(taken.remaining() > Duration::from_secs(4));
+            wait_until(
+                Duration::from_secs(2),
+                "the lease is on every master",
+                || held_everywhere(&cluster, &key, taken.value()),
+            )
+            .await;
+            for server in cluster.servers() {
+                let mut conn = raw(&server.url()).await;
+                let pttl: i64 = conn.pttl(&key).await.unwrap();
+                // Planted: the handed key's 900 ms expiry, far below the lease's validity.
+                assert_eq!(pttl <= 900, short, "{mutant:?}: {pttl} ms");
+            }
+            taken.release().await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_hand_off_that_ignores_liveness_stalls_behind_a_dead_head() {
+        let cluster = Cluster::start(3).await.unwrap();
+        let key = unique_key("liveness");
+        // A dead waiter at the head of every master's queue: no liveness key.
+        for server in cluster.servers() {
+            let mut conn = raw(&server.url()).await;
+            let _: () = conn.zadd(queue_key(&key), "dead", 1).await.unwrap();
+        }
+        let planted = || {
+            brisk(&cluster)
+                .retry_delay("30s")
+                .mutant(Mutant::HandoffIgnoresLiveness)
+                .build()
+                .unwrap()
+        };
+        let holder = planted();
+        let waiter = planted();
+        let lease = holder.acquire(&key).await.unwrap();
+        let waiting = tokio::spawn({
+            let (waiter, key) = (waiter.clone(), key.clone());
+            async move {
+                let options = AcquireOptions::new().wait_timeout("1500ms");
+                waiter.acquire_with(&key, &options).await
+            }
+        });
+        wait_until(Duration::from_secs(5), "the waiter registered", || {
+            let (cluster, key) = (&cluster, &key);
+            async move { queued_on(cluster, key, 2).await == 3 }
+        })
+        .await;
+        lease.release().await.unwrap();
+        // Handed to the dead head (nobody), never to the live waiter behind it: the lock
+        // lies free, yet the waiter's refreshes never hand it over.
+        let err = waiting.await.unwrap().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::WaitTimeout, "{err}");
+        for server in cluster.servers() {
+            assert_eq!(
+                members(server, &key).await.first().map(String::as_str),
+                Some("dead")
+            );
+        }
+        // The product's scripts prune the dead head: a waiter of its own is served.
+        let lease = holder.acquire(&key).await.unwrap();
+        let product = brisk(&cluster).retry_delay("30s").build().unwrap();
+        let waiting = tokio::spawn({
+            let (product, key) = (product.clone(), key.clone());
+            async move { product.acquire(&key).await }
+        });
+        wait_until(Duration::from_secs(5), "the waiter registered", || {
+            let (cluster, key) = (&cluster, &key);
+            async move { queued_on(cluster, key, 1).await == 3 }
+        })
+        .await;
+        lease.release().await.unwrap();
+        let taken = timeout(Duration::from_secs(3), waiting)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        taken.release().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn fair_by_arrival_scores_a_waiter_differently_on_each_master() {
+        let cluster = Cluster::start(3).await.unwrap();
+        let holder = client(&cluster).build().unwrap();
+        for (mutant, agree) in [(None, true), (Some(Mutant::FairByArrival), false)] {
+            let key = unique_key("arrival");
+            // One master has seen more arrivals than the others.
+            let mut conn = raw(&cluster.server(0).url()).await;
+            let _: () = conn.set(ticket_key(&key), 50).await.unwrap();
+            let mut waiter = brisk(&cluster);
+            if let Some(mutant) = mutant {
+                waiter = waiter.mutant(mutant);
+            }
+            let waiter = waiter.build().unwrap();
+            let lease = holder.acquire(&key).await.unwrap();
+            let mut waiting = pin!(async {
+                let options = AcquireOptions::new().fair(true).wait_timeout("5s");
+                waiter.acquire_with(&key, &options).await
+            });
+            let registered = async {
+                wait_until(Duration::from_secs(5), "the waiter registered", || {
+                    let (cluster, key) = (&cluster, &key);
+                    async move { queued_on(cluster, key, 1).await == 3 }
+                })
+                .await;
+            };
+            tokio::select! {
+                _ = &mut waiting => panic!("the lock is held"),
+                () = registered => {}
+            }
+            let mut scores = Vec::new();
+            for server in cluster.servers() {
+                let mut conn = raw(&server.url()).await;
+                let scored: Vec<(String, f64)> = conn
+                    .zrange_withscores(queue_key(&key), 0, -1)
+                    .await
+                    .unwrap();
+                scores.push(scored[0].1);
+            }
+            // The product scores by the ticket its client issued (51 everywhere); planted,
+            // each master by its own count of arrivals.
+            assert_eq!(scores.iter().all(|s| *s == scores[0]), agree, "{scores:?}");
+            lease.release().await.unwrap();
+            let taken = timeout(Duration::from_secs(3), &mut waiting)
+                .await
+                .unwrap()
+                .unwrap();
+            taken.release().await.unwrap();
+        }
     }
 }

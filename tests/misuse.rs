@@ -561,18 +561,24 @@ async fn a_name_of_the_maximum_length_locks() {
 async fn subscribed(cluster: &Cluster) -> usize {
     let mut count = 0;
     for url in cluster.urls() {
-        let channels: Vec<String> = redis::cmd("PUBSUB")
-            .arg("CHANNELS")
-            .arg("redquorum:released:*")
-            .query_async(&mut raw(&url).await)
-            .await
-            .unwrap();
+        // Release notices, or (a queued waiter's) hand-off notices.
+        let mut channels: Vec<String> = Vec::new();
+        for pattern in ["redquorum:released:*", "redquorum:handoff:*"] {
+            let found: Vec<String> = redis::cmd("PUBSUB")
+                .arg("CHANNELS")
+                .arg(pattern)
+                .query_async(&mut raw(&url).await)
+                .await
+                .unwrap();
+            channels.extend(found);
+        }
         count += usize::from(!channels.is_empty());
     }
     count
 }
 
-/// A waiter on `client` is woken by the holder's release: it subscribes on a quorum of
+/// A waiter on `client` is woken by the holder's release (a hand-off notice, or a
+/// release notice without hand-off): it subscribes on a quorum of
 /// masters, and gets the lock although its own timers (30 s) would not fire within its
 /// wait budget (10 s).
 async fn woken_by_release(cluster: &Cluster, waiter: &Redlock) {
@@ -603,6 +609,8 @@ async fn woken_by_release(cluster: &Cluster, waiter: &Redlock) {
 fn waiter_of(cluster: &Cluster) -> Redlock {
     client_of(cluster.urls(), false)
         .ttl("30s")
+        // A queued waiter's refresh (every third of it) would not fire in time either.
+        .waiter_ttl("30s")
         .retry_delay("30s")
         .retry_jitter("0s")
         .wait_timeout("10s")

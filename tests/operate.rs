@@ -255,8 +255,9 @@ async fn force_unlock_frees_the_lock_wakes_a_waiter_and_the_holder_learns_it() {
     let cluster = Cluster::start(3).await.unwrap();
     let holder = client(&cluster).ttl("10s").build().unwrap();
     // Without a release notice the waiter would sleep for seconds: its retry timer and
-    // the holder's expiry are far off.
+    // the holder's expiry are far off. (Queued, it would be handed the lock instead.)
     let waiter = client(&cluster)
+        .handoff(false)
         .ttl("10s")
         .retry_delay("5s")
         .retry_jitter("0s")

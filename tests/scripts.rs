@@ -1223,3 +1223,340 @@ fn script_hashes_are_pinned() {
         );
     }
 }
+
+/// `release.lua` hands the lock to the live head of its queue: the dead waiters before it
+/// are pruned, the key holds the head's id with the head's own TTL, and the head alone is
+/// notified, on its channel, with its id.
+#[tokio::test]
+async fn release_hand_off_contract() {
+    use futures::StreamExt;
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let key = unique_key("handoff_script");
+    let (owner, queue) = (unique_key("owner"), format!("redquorum:queue:{key}"));
+    let waiters = format!("redquorum:waiter:{key}:");
+    let channel = format!("redquorum:handoff:{}", unique_key("client"));
+    let mut sub = redis::Client::open(server.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    sub.subscribe(&channel).await.unwrap();
+    let _: () = conn.zadd(&queue, "dead", 1).await.unwrap();
+    let _: () = conn.zadd(&queue, "live", 2).await.unwrap();
+    let _: () = conn
+        .pset_ex(format!("{waiters}live"), format!("700 {channel}"), 5000)
+        .await
+        .unwrap();
+    let _: () = conn.set(&key, "mine").await.unwrap();
+    let r: i64 = Script::new(RELEASE)
+        .key(&key)
+        .key(&owner)
+        .key(&queue)
+        .arg("mine")
+        .arg(format!("redquorum:released:{key}"))
+        .arg(&waiters)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(r, 1);
+    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("live"));
+    let pttl: i64 = conn.pttl(&key).await.unwrap();
+    assert!(pttl > 0 && pttl <= 700, "{pttl}");
+    let members: Vec<String> = conn.zrange(&queue, 0, -1).await.unwrap();
+    assert_eq!(
+        members,
+        ["live"],
+        "the dead head is pruned, the live one stays"
+    );
+    let msg = tokio::time::timeout(std::time::Duration::from_secs(2), sub.on_message().next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(msg.get_channel_name(), channel);
+    assert_eq!(msg.get_payload::<String>().unwrap(), "live");
+}
+
+type Enqueued = (
+    i64,
+    String,
+    String,
+    Option<String>,
+    i64,
+    i64,
+    Option<String>,
+);
+
+/// `enqueue.lua`: registers (idempotently, same score), keeps the waiter's liveness key
+/// and the queue alive, writes a fair ticket back strictly (nothing written at or below
+/// the counter), never lowers the counter on a refresh, hands a free key to the live head,
+/// and refuses a caller of another cluster.
+#[tokio::test]
+async fn enqueue_contract() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let key = unique_key("enqueue_script");
+    let (epoch, record) = (unique_key("epoch"), unique_key("cluster"));
+    let (queue, ticket) = (
+        format!("redquorum:queue:{key}"),
+        format!("redquorum:ticket:{key}"),
+    );
+    let waiters = format!("redquorum:waiter:{key}:");
+    let script = Script::new(ENQUEUE);
+    let enqueue = |waiter: &str, score: u64, strict: bool, fair: bool, fingerprint: &str| {
+        let mut call = script.key(&key);
+        call.key(&epoch)
+            .key(&record)
+            .key(&queue)
+            .key(&ticket)
+            .key(format!("{waiters}{waiter}"))
+            .arg(waiter)
+            .arg(score)
+            .arg(if strict { "1" } else { "0" })
+            .arg(800)
+            .arg("redquorum:handoff:c")
+            .arg(if fair { "1" } else { "0" })
+            .arg("e1")
+            .arg(fingerprint)
+            .arg(&waiters);
+        call
+    };
+    let _: () = conn.set(&key, "holder").await.unwrap();
+
+    // Unfair, the lock held: registered, not handed, the holder's TTL (none here: -1).
+    let r: Enqueued = enqueue("w1", (1 << 52) + 7, false, false, "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((r.0, r.3.clone(), r.4, r.5), (1, None, 0, -1), "{r:?}");
+    assert!(r.1.starts_with("e1:"), "a new epoch is started: {r:?}");
+    let score: f64 = conn.zscore(&queue, "w1").await.unwrap();
+    assert_eq!(score, ((1u64 << 52) + 7) as f64);
+    assert_eq!(
+        get(&server.url(), &format!("{waiters}w1")).await.as_deref(),
+        Some("800 redquorum:handoff:c")
+    );
+    let live: i64 = conn.pttl(format!("{waiters}w1")).await.unwrap();
+    let kept: i64 = conn.pttl(&queue).await.unwrap();
+    assert!(
+        live > 0 && live <= 800 && kept > 800 && kept <= 1600,
+        "{live} {kept}"
+    );
+    // Again: the same member, the same score.
+    let _: Enqueued = enqueue("w1", (1 << 52) + 7, false, false, "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    let n: usize = conn.zcard(&queue).await.unwrap();
+    assert_eq!(n, 1);
+
+    // Fair, strict: a ticket at or below the counter is refused and writes nothing.
+    let _: () = conn.set(&ticket, 5).await.unwrap();
+    let r: Enqueued = enqueue("f1", 5, true, true, "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((r.0, r.3.as_deref()), (0, Some("5")), "{r:?}");
+    let absent: Option<f64> = conn.zscore(&queue, "f1").await.unwrap();
+    assert_eq!(absent, None);
+    let r: Enqueued = enqueue("f1", 6, true, true, "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((r.0, r.3.as_deref()), (1, Some("6")), "{r:?}");
+    // A fair refresh below the counter keeps the counter.
+    let _: () = conn.set(&ticket, 9).await.unwrap();
+    let r: Enqueued = enqueue("f1", 6, false, true, "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((r.0, r.3.as_deref()), (1, Some("9")), "{r:?}");
+    let members: Vec<String> = conn.zrange(&queue, 0, -1).await.unwrap();
+    assert_eq!(
+        members,
+        ["f1", "w1"],
+        "fair tickets come before unfair scores"
+    );
+
+    // The holder gone: the live head is handed the key by its own registration.
+    let _: () = conn.del(&key).await.unwrap();
+    let r: Enqueued = enqueue("w1", (1 << 52) + 7, false, false, "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((r.0, r.4), (1, 0), "w1 is not the head: {r:?}");
+    let r: Enqueued = enqueue("f1", 6, false, true, "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((r.0, r.4, r.5), (1, 1, -2), "{r:?}");
+    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("f1"));
+    let pttl: i64 = conn.pttl(&key).await.unwrap();
+    assert!(pttl > 0 && pttl <= 800, "{pttl}");
+
+    // Another cluster's caller: -2, nothing written.
+    let r: Enqueued = enqueue("w9", 1, false, false, "other")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(r.0, -2);
+    let absent: Option<f64> = conn.zscore(&queue, "w9").await.unwrap();
+    assert_eq!(absent, None);
+}
+
+/// `dequeue.lua`: removes the waiter and its liveness key; a key handed to it is passed
+/// to the next live waiter (or freed), and only then: 1, else 0.
+#[tokio::test]
+async fn dequeue_contract() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let key = unique_key("dequeue_script");
+    let queue = format!("redquorum:queue:{key}");
+    let waiters = format!("redquorum:waiter:{key}:");
+    let script = Script::new(DEQUEUE);
+    let dequeue = |waiter: &str| {
+        let mut call = script.key(&key);
+        call.key(&queue)
+            .key(format!("{waiters}{waiter}"))
+            .arg(waiter)
+            .arg(format!("redquorum:released:{key}"))
+            .arg(&waiters);
+        call
+    };
+    for (waiter, score) in [("a", 1), ("b", 2)] {
+        let _: () = conn.zadd(&queue, waiter, score).await.unwrap();
+        let _: () = conn
+            .pset_ex(
+                format!("{waiters}{waiter}"),
+                "600 redquorum:handoff:c",
+                5000,
+            )
+            .await
+            .unwrap();
+    }
+    // Handed to a: passed on to b.
+    let _: () = conn.pset_ex(&key, "a", 600).await.unwrap();
+    let r: i64 = dequeue("a").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(r, 1);
+    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("b"));
+    let members: Vec<String> = conn.zrange(&queue, 0, -1).await.unwrap();
+    assert_eq!(members, ["b"]);
+    assert_eq!(get(&server.url(), &format!("{waiters}a")).await, None);
+    // A lease holds the key: b leaves, the key stays.
+    let _: () = conn.set(&key, "lease").await.unwrap();
+    let r: i64 = dequeue("b").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(r, 0);
+    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("lease"));
+    let exists: bool = conn.exists(&queue).await.unwrap();
+    assert!(!exists);
+}
+
+type AcquiredQueued = (
+    i64,
+    String,
+    String,
+    Option<String>,
+    i64,
+    Option<String>,
+    Option<String>,
+);
+
+/// `acquire_queued.lua`: grants where the key is free or handed to the waiter, with the
+/// lease's own TTL, and takes the waiter out of the queue; a fair acquire is refused
+/// behind another live waiter (pttl -2) and reads the ticket counter.
+#[tokio::test]
+async fn acquire_queued_contract() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let key = unique_key("acquire_queued_script");
+    let (epoch, fence, record, owner) = (
+        unique_key("epoch"),
+        unique_key("fence"),
+        unique_key("cluster"),
+        unique_key("owner"),
+    );
+    let (queue, ticket) = (
+        format!("redquorum:queue:{key}"),
+        format!("redquorum:ticket:{key}"),
+    );
+    let waiters = format!("redquorum:waiter:{key}:");
+    let script = Script::new(ACQUIRE_QUEUED);
+    let acquire = |value: &str, waiter: &str, fair: bool| {
+        let mut call = script.key(&key);
+        call.key(&epoch)
+            .key(&fence)
+            .key(&record)
+            .key(&owner)
+            .key(&queue)
+            .key(&ticket)
+            .arg(value)
+            .arg(30_000)
+            .arg("e1")
+            .arg("0")
+            .arg("")
+            .arg("client")
+            .arg("host")
+            .arg(1)
+            .arg("")
+            .arg(waiter)
+            .arg(if fair { "1" } else { "0" })
+            .arg(&waiters);
+        call
+    };
+    for (waiter, score) in [("a", 1), ("b", 2)] {
+        let _: () = conn.zadd(&queue, waiter, score).await.unwrap();
+        let _: () = conn
+            .pset_ex(
+                format!("{waiters}{waiter}"),
+                "600 redquorum:handoff:c",
+                5000,
+            )
+            .await
+            .unwrap();
+    }
+    let _: () = conn.set(&ticket, 2).await.unwrap();
+    // Fair, not queued, behind live waiters: refused, "queued" (-2), the counter read.
+    let r: AcquiredQueued = acquire("v0", "", true)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((r.0, r.4, r.6.as_deref()), (0, -2, Some("2")), "{r:?}");
+    // Fair, b behind a: refused.
+    let r: AcquiredQueued = acquire("v1", "b", true)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((r.0, r.4), (0, -2), "{r:?}");
+    // Handed to a: granted with the lease's TTL, a leaves the queue.
+    let _: () = conn.pset_ex(&key, "a", 600).await.unwrap();
+    let r: AcquiredQueued = acquire("v2", "a", true)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((r.0, r.4, r.6.as_deref()), (1, -3, Some("2")), "{r:?}");
+    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("v2"));
+    let pttl: i64 = conn.pttl(&key).await.unwrap();
+    assert!(
+        pttl > 29_000,
+        "the lease's own TTL, not the hand-off's: {pttl}"
+    );
+    let members: Vec<String> = conn.zrange(&queue, 0, -1).await.unwrap();
+    assert_eq!(members, ["b"]);
+    assert_eq!(get(&server.url(), &format!("{waiters}a")).await, None);
+    // Held by a lease: refused with its TTL, whoever asks; unfair reads no counter.
+    let r: AcquiredQueued = acquire("v3", "b", false)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((r.0, r.6.as_deref()), (0, None), "{r:?}");
+    assert!(r.4 > 29_000, "{r:?}");
+    // Free, b the live head: granted to b.
+    let _: () = conn.del(&key).await.unwrap();
+    let r: AcquiredQueued = acquire("v4", "b", true)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(r.0, 1, "{r:?}");
+    let exists: bool = conn.exists(&queue).await.unwrap();
+    assert!(!exists, "the last waiter left the queue");
+}

@@ -175,8 +175,10 @@ async fn a_release_notice_over_tls_wakes_the_waiter() {
     let cluster = Cluster::start_tls(3).await.unwrap();
     let holder = tls_client(&cluster).ttl("30s").build().unwrap();
     // Neither its 60 s fallback timer nor the holder's 30 s TTL can let it in within its
-    // 20 s budget: only the release notice, received over TLS, can.
+    // 20 s budget: only the release notice, received over TLS, can. (Without hand-off: a
+    // queued waiter would be handed the lock instead.)
     let waiter = tls_client(&cluster)
+        .handoff(false)
         .retry_delay("60s")
         .retry_jitter("0s")
         .wait_timeout("20s")

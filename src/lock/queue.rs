@@ -163,6 +163,11 @@ impl Redlock {
                 .await;
             handed(&round)
         };
+        tracing::trace!(
+            resource = %traced(),
+            rounds = *total,
+            "acquire attempt failed, waiting in the queue"
+        );
         let refresh_every = config.waiter_ttl / 3;
         let mut next_refresh = Instant::now() + refresh_every;
         let mut last = refused;
@@ -243,7 +248,9 @@ impl Redlock {
                     if failed.cut {
                         return Err(wait_timeout(last, *total));
                     }
-                    if !error.is_retryable() {
+                    // A confirm that a refresh led to belongs to that timed tick: once
+                    // the ticks spent the attempt budget, the call ends with it.
+                    if !error.is_retryable() || spent >= plan.attempts {
                         return Err(error);
                     }
                     last = error;

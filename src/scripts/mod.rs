@@ -499,6 +499,32 @@ mod keys {
 }
 
 #[cfg(test)]
+mod queue_keys {
+    use super::{handoff_channel, is_record_key, queue_key, ticket_key, waiter_key};
+
+    /// A waiter's queue membership, liveness key and the fair lock's ticket counter are
+    /// bookkeeping, not locks in use: `init_cluster`'s survey does not count them (a key
+    /// handed to a waiter is the lock key itself, and counts while it lives, at most one
+    /// waiter TTL).
+    #[test]
+    fn the_queue_s_keys_are_records_not_locks_in_use() {
+        for prefix in ["", "app:"] {
+            let lock = format!("{prefix}orders:1");
+            for key in [
+                queue_key(&lock),
+                waiter_key(&lock, "0123abcd"),
+                ticket_key(&lock),
+            ] {
+                assert!(key.starts_with("redquorum:"), "{key}");
+                assert!(is_record_key(&key, prefix), "{key}");
+            }
+            assert!(!is_record_key(&lock, prefix));
+        }
+        assert_eq!(handoff_channel("c1"), "redquorum:handoff:c1");
+    }
+}
+
+#[cfg(test)]
 mod rw_keys {
     use super::{fence_key, intent_key, is_record_key, owner_key, reader_index_key, reader_key};
 

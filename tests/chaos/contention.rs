@@ -235,8 +235,10 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
                 .retry_attempts(100_000)
                 .retry_delay(Duration::ZERO)
                 .retry_jitter(Duration::ZERO)
-                // Each attempt follows the failed one at once, woken by nothing else.
+                // Each attempt follows the failed one at once, woken by nothing else
+                // (not queued to be handed the lock either).
                 .notifications(false)
+                .handoff(false)
                 .wait_timeout(Duration::from_secs(4)),
         ),
         mutant,

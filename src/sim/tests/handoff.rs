@@ -84,6 +84,39 @@ fn fair_holds() {
     }
 }
 
+/// Fair waiters among calm masters and a network that loses nothing (holders still pause
+/// past their deadline, waiters still give up, are dropped or killed): registrations are
+/// refreshed in time, so FIFO violations excused by a lapsed registration should not
+/// appear here (the printout counts them: none in 400 schedules), and every free stretch
+/// is judged by the liveness checker.
+#[test]
+fn fair_among_calm_masters_holds() {
+    let profile = Profile {
+        name: "fair lock, calm masters",
+        faults: Faults {
+            crashes: 0,
+            pauses: 0,
+            flushes: 0,
+            drop_p: 0.0,
+            slow_p: 0.0,
+            ..HOSTILE
+        },
+        ..FAIR
+    };
+    let share = Share {
+        fixed: 30,
+        rotating: 30,
+    };
+    let held = hold("fair_among_calm_masters_holds", &profile, share, &[]);
+    if held.full {
+        let stats = held.fixed;
+        assert!(
+            stats.fair_calls > stats.schedules && stats.stall_checked > 0,
+            "{stats}"
+        );
+    }
+}
+
 /// The planted bugs of the hand-off scripts (feature `mutants`).
 #[cfg(feature = "mutants")]
 mod mutants {

@@ -669,7 +669,12 @@ pub(super) fn fifo(
             if issued >= b.start || a.end <= granted || a_granted.is_some_and(|t| t <= granted) {
                 continue;
             }
-            let on: Vec<&QueuedGrant> = grants.iter().filter(|g| g.value == *value).collect();
+            // The grants that counted: made by the time B had its lease (a slow request can
+            // be granted later, after the round was decided without it).
+            let on: Vec<&QueuedGrant> = grants
+                .iter()
+                .filter(|g| g.value == *value && g.at <= granted)
+                .collect();
             let states: Vec<(usize, Option<&Known>)> = on
                 .iter()
                 .map(|g| (g.master, g.waiters.iter().find(|k| k.waiter == *wa)))
@@ -1257,6 +1262,7 @@ mod tests {
             value: format!("v{lease}").into(),
             waiter: by.into(),
             fair: true,
+            at: t(90),
             waiters: known
                 .iter()
                 .map(|&(w, score, registration)| Known {

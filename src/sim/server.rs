@@ -210,6 +210,8 @@ pub(super) struct QueuedGrant {
     pub(super) waiter: Arc<str>,
     pub(super) fair: bool,
     pub(super) waiters: Vec<Known>,
+    /// When the master granted it (from the schedule's origin).
+    pub(super) at: Duration,
 }
 
 /// The queues' history on one master, for the FIFO checker; never lost with the data.
@@ -424,6 +426,7 @@ impl Data {
             waiter: Arc::clone(q.waiter),
             fair: q.fair,
             waiters: snapshot,
+            at: Duration::ZERO,
         });
         (true, None)
     }
@@ -919,7 +922,12 @@ impl SimServer {
                         if incarnation.is_some_and(|i| i != state.incarnation) {
                             return Err(Reset);
                         }
+                        let granted = state.data.journal.grants.len();
                         let answer = self.execute(&mut state, request);
+                        let at = self.clock.at(Instant::now());
+                        for g in state.data.journal.grants.iter_mut().skip(granted) {
+                            g.at = at;
+                        }
                         if let Some(trace) = &self.trace {
                             trace.push(format!(
                                 "m{}: {} -> {}",

@@ -480,7 +480,14 @@ impl Data {
             strict = false;
         }
         let counter = self.tickets.get(&**key).copied().unwrap_or(0);
-        let written = if strict {
+        // A round resent with the same ticket finds its own earlier write: written.
+        let mine = self
+            .queue(key, now_us)
+            .and_then(|q| q.scores.get(e.waiter).copied())
+            == Some(score);
+        let written = if strict && mine {
+            Some(counter)
+        } else if strict {
             if counter >= score {
                 return EnqueueOutcome {
                     conflict: Some(counter),

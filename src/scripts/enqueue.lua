@@ -39,11 +39,16 @@ local score, strict = ARGV[2], ARGV[3]
 local counter = false
 if strict == '1' then
   local c = tonumber(redis.call('GET', KEYS[5]) or '0')
-  if c >= tonumber(score) then
+  -- A round resent with the same ticket finds its own earlier write here: written.
+  local mine = tonumber(redis.call('ZSCORE', KEYS[4], ARGV[1]) or '-1') == tonumber(score)
+  if mine then
+    counter = string.format('%d', c)
+  elseif c >= tonumber(score) then
     return {0, epoch, now, tostring(c), 0, -2, false}
+  else
+    redis.call('SET', KEYS[5], score)
+    counter = score
   end
-  redis.call('SET', KEYS[5], score)
-  counter = score
 else
   -- Fair or not, a waiter's score is a ticket: the counter is raised to it, never
   -- lowered (a refresh of an older ticket keeps it), so that later arrivals score above.

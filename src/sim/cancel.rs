@@ -1,6 +1,7 @@
 //! The cancellation matrix on the simulation: every public async call (`acquire`,
-//! `try_acquire`, `acquire_with`, `with_lock`, `extend`, `extend_with`, `release`,
-//! `shutdown`) is dropped after its k-th poll, for every k until it completes on its own,
+//! `try_acquire`, `acquire_with` — waiting in the hand-off queue too, fair or not —
+//! `with_lock`, `extend`, `extend_with`, `release`, `shutdown`) is dropped after its k-th
+//! poll, for every k until it completes on its own,
 //! against simulated masters whose messages each take a seeded delay of 1 to 8 ms on the
 //! paused clock. A poll here is one the runtime makes because the call was woken, so each
 //! k cuts the call at a different await point: between a request leaving and its reply,
@@ -348,6 +349,59 @@ fn waiting_for_a_held_lock() {
                 }
             })
         }));
+        assert!(completed > 5, "{what} completed after {completed} polls");
+    }
+}
+
+/// A queued waiter (hand-off on, fair or not, a budget of 400 ms) while another client
+/// holds the lock and releases it 60 ms in, handing it to the waiter: dropped at any
+/// point (registering, waiting, handed the key, confirming), it leaves neither a lease
+/// value nor its waiter id under the key once its background work is done (its dequeue
+/// hands on or deletes a key handed to it); completed, its lease is backed by a quorum
+/// and its release leaves nothing.
+#[test]
+fn waiting_in_the_queue_for_a_lock_released_meanwhile() {
+    for (fair, seed) in [false, true]
+        .into_iter()
+        .flat_map(|f| SEEDS.map(|s| (f, s)))
+    {
+        let what = format!("queued acquire (fair {fair}, seed {seed})");
+        let completed = clean(matrix(&what, |k| {
+            sim(async {
+                let rig = Rig::new(seed, true, None);
+                let holder = rig
+                    .other_client(seed + 100)
+                    .acquire("r")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let release = tokio::spawn(async move {
+                    tokio::time::sleep(60 * MS).await;
+                    holder.release().await.map_err(|e| e.to_string())
+                });
+                let options = AcquireOptions::new().fair(fair).wait_timeout(400 * MS);
+                let out = poll_then_drop(rig.client.acquire_with("r", &options), k).await;
+                release
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| format!("{what}: the holder's release failed: {e}"))?;
+                match out {
+                    Some(Ok(lease)) => {
+                        rig.backed(&lease, &what)?;
+                        rig.settle().await?;
+                        rig.backed(&lease, &what)?;
+                        lease.release().await.map_err(|e| e.to_string())?;
+                        rig.left_only("r", None, &what).await?;
+                        Ok(true)
+                    }
+                    Some(Err(e)) => Err(format!("{what} failed: {e}")),
+                    None => {
+                        rig.left_only("r", None, &what).await?;
+                        Ok(false)
+                    }
+                }
+            })
+        }));
+        // Cut while waiting and after the hand-off, not just at the start.
         assert!(completed > 5, "{what} completed after {completed} polls");
     }
 }

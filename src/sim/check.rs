@@ -21,7 +21,10 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
+
+use super::server::{Known, QueuedGrant, Registration};
 
 /// One successful acquisition and what happened to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -530,6 +533,285 @@ impl Exception {
     }
 }
 
+/// One waiting acquire call of the single-key mutex with hand-off or fairness (a queued
+/// waiter), and what became of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct WaitRecord {
+    /// The call's number in the schedule.
+    pub(super) id: usize,
+    pub(super) client: usize,
+    pub(super) resource: usize,
+    pub(super) fair: bool,
+    /// When the call began.
+    pub(super) start: Duration,
+    /// When it returned, or was dropped (or the horizon).
+    pub(super) end: Duration,
+    /// The lease it returned: its id and value.
+    pub(super) lease: Option<(usize, Arc<str>)>,
+    /// Its waiter id, once it sent a registration.
+    pub(super) waiter: Option<Arc<str>>,
+    /// When it was registered: the reply that completed a quorum of registrations
+    /// reached it (fair: of strict writes of one ticket, which issued the ticket).
+    pub(super) registered: Option<Duration>,
+}
+
+/// A broken property of the queues.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum QueueViolation {
+    /// Fair call `earlier`'s ticket was issued before fair call `later` began, `earlier`
+    /// was still waiting (live) when `later` was granted lease `lease`, yet `later` went
+    /// first.
+    Fifo {
+        resource: usize,
+        earlier: usize,
+        later: usize,
+        lease: usize,
+        /// `earlier`'s registration on each master that granted `later`.
+        seen: String,
+    },
+    /// Call `call` waited, registered and live, while the lock was free from `free_from`
+    /// to `until` (the bound) with no fault anywhere, and nobody was granted it.
+    Stall {
+        resource: usize,
+        call: usize,
+        free_from: Duration,
+        until: Duration,
+    },
+}
+
+impl fmt::Display for QueueViolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QueueViolation::Fifo {
+                resource,
+                earlier,
+                later,
+                lease,
+                seen,
+            } => write!(
+                f,
+                "FIFO: r{resource} call #{earlier} had its ticket before call #{later} began \
+                 and was still waiting, yet #{later} got lease #{lease} first ({seen})"
+            ),
+            QueueViolation::Stall {
+                resource,
+                call,
+                free_from,
+                until,
+            } => write!(
+                f,
+                "liveness: r{resource} was free from {} and call #{call} waited, registered, \
+                 until {} without a grant to anyone and without a fault",
+                ms(*free_from),
+                ms(*until)
+            ),
+        }
+    }
+}
+
+/// Why a FIFO violation is outside what the fair lock promises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) enum FifoExcuse {
+    /// On every master that granted the later call, the earlier call's registration was
+    /// not live at that moment, for this reason (the first such master's): its liveness
+    /// key had expired (refreshes lost or late), it had left after a grant of its own
+    /// there (a confirm that failed elsewhere), or the master had lost its data (`None`:
+    /// it never registered there).
+    NotLive(Option<Registration>),
+    /// A master lost its data (with the ticket counters) after the earlier call began and
+    /// before the later one was granted, and the later call's ticket was below the earlier
+    /// one's wherever the earlier one was live: tickets may repeat or go back when counters
+    /// are lost (fairness, not safety, depends on them).
+    CountersLost,
+}
+
+impl fmt::Display for FifoExcuse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FifoExcuse::NotLive(None) => write!(f, "never registered on the granting masters"),
+            FifoExcuse::NotLive(Some(r)) => {
+                write!(f, "registration not live on the granting masters ({r:?})")
+            }
+            FifoExcuse::CountersLost => write!(f, "a master lost its ticket counters"),
+        }
+    }
+}
+
+/// FIFO among live fair waiters: if fair call A's ticket was issued before fair call B
+/// began, and A was still waiting when B was granted (A's call still running and not
+/// granted yet), B was not granted first. Each violation found comes with the excuse
+/// that explains it, if one does (see [`FifoExcuse`]), else `None`. `grants` are the
+/// masters' grants of queued acquires, each with the waiters the master knew then.
+pub(super) fn fifo(
+    waits: &[WaitRecord],
+    leases: &[LeaseRecord],
+    grants: &[QueuedGrant],
+    losses: &[DataLoss],
+) -> Vec<(QueueViolation, Option<FifoExcuse>)> {
+    let acquired = |id: usize| leases.iter().find(|l| l.id == id).map(|l| l.acquired);
+    let mut out = Vec::new();
+    for a in waits.iter().filter(|a| a.fair) {
+        let (Some(issued), Some(wa)) = (a.registered, a.waiter.as_ref()) else {
+            continue;
+        };
+        for b in waits
+            .iter()
+            .filter(|b| b.fair && b.id != a.id && b.resource == a.resource)
+        {
+            let Some((lease, value)) = &b.lease else {
+                continue;
+            };
+            let Some(granted) = acquired(*lease) else {
+                continue;
+            };
+            // A issued before B began, still waiting (not granted yet) when B was granted.
+            let a_granted = a.lease.as_ref().and_then(|(l, _)| acquired(*l));
+            if issued >= b.start || a.end <= granted || a_granted.is_some_and(|t| t <= granted) {
+                continue;
+            }
+            // The grants that counted: made by the time B had its lease (a slow request can
+            // be granted later, after the round was decided without it).
+            let on: Vec<&QueuedGrant> = grants
+                .iter()
+                .filter(|g| g.value == *value && g.at <= granted)
+                .collect();
+            let states: Vec<(usize, Option<&Known>)> = on
+                .iter()
+                .map(|g| (g.master, g.waiters.iter().find(|k| k.waiter == *wa)))
+                .collect();
+            let b_score = b.waiter.as_ref().and_then(|wb| {
+                on.iter()
+                    .flat_map(|g| g.waiters.iter())
+                    .find(|k| k.waiter == *wb)
+                    .map(|k| k.score)
+            });
+            let seen = states
+                .iter()
+                .map(|(m, k)| match k {
+                    Some(k) => format!("m{m}: {:?} with score {}", k.registration, k.score),
+                    None => format!("m{m}: never registered"),
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            let seen = format!("{seen}; the later call's score {b_score:?}");
+            let not_live: Option<Option<Registration>> = (!states.is_empty()
+                && states
+                    .iter()
+                    .all(|(_, k)| k.is_none_or(|k| k.registration != Registration::Live)))
+            .then(|| states.iter().find_map(|(_, k)| k.map(|k| k.registration)));
+            // Where A was live, B's ticket must have been below A's: a counter lost can
+            // only reorder tickets.
+            let inverted = states.iter().all(|(_, k)| {
+                k.is_none_or(|k| {
+                    k.registration != Registration::Live || b_score.is_some_and(|b| b < k.score)
+                })
+            });
+            let excuse = not_live.map(FifoExcuse::NotLive).or_else(|| {
+                (inverted && losses.iter().any(|l| a.start <= l.at && l.at <= granted))
+                    .then_some(FifoExcuse::CountersLost)
+            });
+            out.push((
+                QueueViolation::Fifo {
+                    resource: a.resource,
+                    earlier: a.id,
+                    later: b.id,
+                    lease: *lease,
+                    seen,
+                },
+                excuse,
+            ));
+        }
+    }
+    out
+}
+
+/// What the liveness checker looked at.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct StallCount {
+    /// Free stretches with a registered waiter judged against the bound (granted within
+    /// it, or found stalled).
+    pub(super) checked: u64,
+    /// Stretches not checked because a fault fell near them.
+    pub(super) faulted: u64,
+}
+
+/// Liveness: a registered waiter whose call is still running `bound` after the lock became
+/// free (no lease valid, from its registration or the end of the leases before) sees a
+/// lease granted on the resource by then, unless a fault fell from `lead` before the lock
+/// became free to the bound: `faults` are the nemesis's actions (`None`: touching every
+/// resource) and the lost or late messages of ops on a resource (`Some`).
+pub(super) fn stalls(
+    waits: &[WaitRecord],
+    leases: &[LeaseRecord],
+    faults: &[(Duration, Option<usize>)],
+    (bound, lead): (Duration, Duration),
+) -> (Vec<QueueViolation>, StallCount) {
+    let mut out = Vec::new();
+    let mut count = StallCount::default();
+    for w in waits {
+        let Some(registered) = w.registered else {
+            continue;
+        };
+        let on: Vec<&LeaseRecord> = leases.iter().filter(|l| l.resource == w.resource).collect();
+        let end_of = |l: &LeaseRecord| {
+            l.validity()
+                .last()
+                .map_or(l.acquired, |&(_, end)| end)
+                .max(l.acquired)
+        };
+        let mut free = registered;
+        while free < w.end {
+            // Past every lease acquired by then.
+            loop {
+                let busy = on
+                    .iter()
+                    .filter(|l| l.acquired <= free)
+                    .map(|l| end_of(l))
+                    .max()
+                    .unwrap_or(free);
+                if busy <= free {
+                    break;
+                }
+                free = busy;
+            }
+            if free >= w.end {
+                break;
+            }
+            let until = free + bound;
+            if let Some(next) = on
+                .iter()
+                .map(|l| l.acquired)
+                .filter(|&at| free < at && at <= until)
+                .min()
+            {
+                count.checked += 1;
+                free = next;
+                continue;
+            }
+            if w.end <= until {
+                break;
+            }
+            let from = free.saturating_sub(lead);
+            if faults
+                .iter()
+                .any(|&(f, r)| from <= f && f <= until && r.is_none_or(|r| r == w.resource))
+            {
+                count.faulted += 1;
+            } else {
+                count.checked += 1;
+                out.push(QueueViolation::Stall {
+                    resource: w.resource,
+                    call: w.id,
+                    free_from: free,
+                    until,
+                });
+            }
+            break;
+        }
+    }
+    (out, count)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -948,5 +1230,185 @@ mod tests {
                 .filter(|v| !v.is_overlap())
                 .all(|v| !Exception::ClockJump.excuses(&h, &b, v))
         );
+    }
+
+    /// A fair call on r0 by client `id`: began at `start`, registered at `registered`
+    /// with waiter id `w<id>`, ended at `end`, maybe with lease `lease` (value `v<lease>`).
+    fn wait(id: usize, start: u64, registered: u64, end: u64, lease: Option<usize>) -> WaitRecord {
+        WaitRecord {
+            id,
+            client: id,
+            resource: 0,
+            fair: true,
+            start: t(start),
+            end: t(end),
+            lease: lease.map(|l| (l, format!("v{l}").into())),
+            waiter: Some(format!("w{id}").into()),
+            registered: Some(t(registered)),
+        }
+    }
+
+    /// Master `master` granted lease `lease` (value `v<lease>`) to waiter `by`, knowing
+    /// the waiters `known` as (id, score, registration).
+    fn grant(
+        master: usize,
+        lease: usize,
+        by: &str,
+        known: &[(&str, u64, Registration)],
+    ) -> QueuedGrant {
+        QueuedGrant {
+            master,
+            key: "r0".into(),
+            value: format!("v{lease}").into(),
+            waiter: by.into(),
+            fair: true,
+            at: t(90),
+            waiters: known
+                .iter()
+                .map(|&(w, score, registration)| Known {
+                    waiter: w.into(),
+                    score,
+                    registration,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn fifo_fires_when_a_live_earlier_ticket_is_passed_and_names_the_excuse() {
+        use Registration::*;
+        // Call 0 registered at 20; call 1 began at 30 and got lease 0 at 100 while call 0
+        // still waited (until 300, lease 1).
+        let leases = [lease(0, 90, 100, 200, None), lease(1, 250, 260, 400, None)];
+        let waits = [wait(0, 0, 20, 260, Some(1)), wait(1, 30, 40, 100, Some(0))];
+        let live = [
+            grant(0, 0, "w1", &[("w0", 5, Live), ("w1", 4, Live)]),
+            grant(1, 0, "w1", &[("w0", 5, Live), ("w1", 4, Live)]),
+        ];
+        let found = fifo(&waits, &leases, &live, &[]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(matches!(
+            found[0],
+            (
+                QueueViolation::Fifo {
+                    earlier: 0,
+                    later: 1,
+                    lease: 0,
+                    ..
+                },
+                None
+            )
+        ));
+        // Not live on one granting master only: still unexplained.
+        let one = [
+            grant(0, 0, "w1", &[("w0", 1, Expired), ("w1", 4, Live)]),
+            grant(1, 0, "w1", &[("w0", 1, Live), ("w1", 4, Live)]),
+        ];
+        assert_eq!(fifo(&waits, &leases, &one, &[])[0].1, None);
+        // Not live on every granting master: excused, with the reason.
+        let lapsed = [
+            grant(0, 0, "w1", &[("w0", 1, Expired), ("w1", 4, Live)]),
+            grant(1, 0, "w1", &[("w1", 4, Live)]),
+        ];
+        assert_eq!(
+            fifo(&waits, &leases, &lapsed, &[])[0].1,
+            Some(FifoExcuse::NotLive(Some(Expired)))
+        );
+        // A data loss within the window explains a passed live ticket.
+        let loss = DataLoss {
+            master: 2,
+            durable: false,
+            at: t(50),
+            nth: 1,
+        };
+        assert_eq!(
+            fifo(&waits, &leases, &live, &[loss])[0].1,
+            Some(FifoExcuse::CountersLost)
+        );
+        let early = DataLoss { at: t(0), ..loss };
+        assert_eq!(
+            fifo(&waits, &leases, &live, &[early])[0].1,
+            Some(FifoExcuse::CountersLost)
+        );
+        let upright = [grant(0, 0, "w1", &[("w0", 3, Live), ("w1", 4, Live)])];
+        assert_eq!(fifo(&waits, &leases, &upright, &[loss])[0].1, None);
+        let late = DataLoss { at: t(101), ..loss };
+        assert_eq!(fifo(&waits, &leases, &live, &[late])[0].1, None);
+        // No grant recorded for the lease: nothing excuses it.
+        assert_eq!(fifo(&waits, &leases, &[], &[])[0].1, None);
+    }
+
+    #[test]
+    fn fifo_ignores_concurrent_tickets_given_up_calls_and_the_fair_order() {
+        use Registration::*;
+        let leases = [lease(0, 90, 100, 200, None), lease(1, 250, 260, 400, None)];
+        let live = [grant(0, 0, "w1", &[("w0", 5, Live)])];
+        // Call 0's ticket came after call 1 began.
+        let concurrent = [wait(0, 0, 35, 260, Some(1)), wait(1, 30, 40, 100, Some(0))];
+        assert!(fifo(&concurrent, &leases, &live, &[]).is_empty());
+        // Call 0 gave up at 90, before call 1's grant.
+        let gave_up = [wait(0, 0, 20, 90, None), wait(1, 30, 40, 100, Some(0))];
+        assert!(fifo(&gave_up, &leases, &live, &[]).is_empty());
+        // In order: call 0 first.
+        let in_order = [wait(0, 0, 20, 100, Some(0)), wait(1, 30, 40, 260, Some(1))];
+        assert!(fifo(&in_order, &leases, &live, &[]).is_empty());
+        // Non-fair calls are not ordered.
+        let mut unfair = [wait(0, 0, 20, 260, Some(1)), wait(1, 30, 40, 100, Some(0))];
+        unfair[1].fair = false;
+        assert!(fifo(&unfair, &leases, &live, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_free_lock_with_a_registered_waiter_must_be_granted_within_the_bound() {
+        let bound = (t(100), t(50));
+        // Lease 0 valid until 200; call 0 registered at 150 and waited until 500.
+        let leases = [released(lease(0, 0, 10, 300, None), 200)];
+        let waiting = [wait(0, 100, 150, 500, None)];
+        let (found, count) = stalls(&waiting, &leases, &[], bound);
+        assert_eq!(
+            found,
+            [QueueViolation::Stall {
+                resource: 0,
+                call: 0,
+                free_from: t(200),
+                until: t(300)
+            }]
+        );
+        assert_eq!(
+            count,
+            StallCount {
+                checked: 1,
+                faulted: 0
+            }
+        );
+        // Granted at 290: within the bound.
+        let granted = [leases[0].clone(), lease(1, 280, 290, 600, None)];
+        let mut got = waiting.clone();
+        got[0].lease = Some((1, "v1".into()));
+        got[0].end = t(290);
+        assert!(stalls(&got, &granted, &[], bound).0.is_empty());
+        // Gave up before the bound.
+        let mut short = waiting.clone();
+        short[0].end = t(290);
+        assert!(stalls(&short, &leases, &[], bound).0.is_empty());
+        // A fault from `lead` before the lock was free to the bound excuses; one earlier
+        // does not.
+        for (at, excused) in [(150, true), (300, true), (149, false), (301, false)] {
+            let (found, count) = stalls(&waiting, &leases, &[(t(at), None)], bound);
+            assert_eq!(
+                (found.is_empty(), count.faulted == 1),
+                (excused, excused),
+                "{at}"
+            );
+            // A message of another resource's ops is no fault here; one of this one's is.
+            let (found, _) = stalls(&waiting, &leases, &[(t(at), Some(1))], bound);
+            assert!(!found.is_empty(), "{at}");
+            let (found, count) = stalls(&waiting, &leases, &[(t(at), Some(0))], bound);
+            assert_eq!(
+                (found.is_empty(), count.faulted == 1),
+                (excused, excused),
+                "{at}"
+            );
+        }
     }
 }

@@ -16,6 +16,21 @@
 //!   acquire and extend scripts, `init_cluster`'s survey and stamp); expiry on the
 //!   master's own wall clock; processes with an incarnation, a start time (uptime) and a
 //!   durability setting.
+//! - **Hand-off queues** (`server.rs`, docs/design.md §17), exactly as the scripts define
+//!   them: each lock key's queue (a sorted set, ordered by score, then by member bytes),
+//!   the waiters' liveness keys expiring on the master's own clock, the fair lock's
+//!   ticket counter; `release.lua`'s hand-off to the live head (`live_head` prunes the
+//!   dead members it meets, at most 64 steps, then answers none), `acquire_queued.lua`
+//!   (granted where the key is free or handed to the caller's waiter id, a fair acquire
+//!   only behind no other live waiter, `PX ttl` never keeping a handed key's expiry; the
+//!   served waiter leaves the queue), `enqueue.lua` (the strict ticket write-back, a
+//!   refresh that never lowers the counter, the queue's expiry raised to twice the waiter
+//!   TTL, the self-hand of a free key to a live head) and `dequeue.lua` (leaving, and
+//!   handing on a key handed to the leaver), with the three planted script bugs. A crash
+//!   without data or a flush loses queues, liveness keys and ticket counters like any
+//!   key; a journal outside the data keeps what the checkers need (each waiter's score
+//!   and what became of its registration, each queued grant with the waiters the master
+//!   knew then).
 //! - **Network** (`net.rs`): one connection per client and master with in-order delivery,
 //!   seeded per-message delays, slow messages that arrive after the caller gave up (and
 //!   are still executed), lost requests (not executed) and lost replies (executed); a
@@ -32,7 +47,12 @@
 //!   force-unlock of a resource (its key deleted on every running master, whatever it
 //!   holds, and its fence counter raised).
 //! - **Clients** configured otherwise than their cluster (other master lists, counts,
-//!   `ttl_max` or drift), over one cluster that `init_cluster` bootstrapped first.
+//!   `ttl_max` or drift), over one cluster that `init_cluster` bootstrapped first. In
+//!   every profile the clients wait with hand-off on (the library's default), unless the
+//!   profile turns it off; the hand-off profiles (`tests/handoff.rs`) make queued waiters
+//!   of most calls (`acquire_with` with a wait budget), fair ones among them, some giving
+//!   up on a short budget and some dropped mid-wait, beside `try_acquire`s that never
+//!   queue.
 //! - **Storage**: a fenced register per resource, which refuses tokens older than the
 //!   newest it has seen (`fenced_set`'s rule), read and written by every critical section.
 //!
@@ -41,6 +61,26 @@
 //! deadline, moved by extensions, or at release — a paused holder's overrun is outside
 //! it); fencing tokens unique, ordered in real time and increasing across successive
 //! holders; no lost update at the fenced storage.
+//!
+//!
+//! In the hand-off profiles, two more checkers (`check.rs`) read the queued calls, their
+//! waiter ids and registrations (when the answers that completed a quorum of
+//! registrations reached the client; for a fair call, the quorum-th "written" answer of
+//! its last round of strict writes, which issued its ticket), and the masters' journals:
+//! - *FIFO among live fair waiters*: if fair call A's ticket was issued before fair call
+//!   B began, and A was still waiting when B was granted (its call running, not granted
+//!   yet), B was not granted first. Two excuses, each counted by reason in the printout:
+//!   on every master that granted B, A's registration was not live then (its liveness key
+//!   had expired because refreshes were lost or late, it had left after a grant of its
+//!   own there — a confirm that failed elsewhere — or the master had lost its data), or a
+//!   master lost its data (the ticket counters) between A's start and B's grant. A live
+//!   registration of A passed by B's grant is never excused where no data was lost.
+//! - *Liveness*: a registered waiter whose call still runs one TTL + one waiter TTL + one
+//!   refresh period (+ two node timeouts for the rounds) after the lock became free (no
+//!   valid lease, from its registration or the end of the leases before) sees a lease
+//!   granted by then, unless a fault (a nemesis action, a lost or late message) fell from
+//!   two TTLs before the lock became free to the bound: those stretches are counted as
+//!   skipped, the others as judged.
 //!
 //! The suites (`tests.rs`) run families of schedules (*profiles*) that must stay clean,
 //! and profiles with a protection switched off, or a planted bug (feature `mutants`), in
@@ -85,8 +125,13 @@
 //! gone. It catches the two cancellation mutants.
 //!
 //! # What is not modelled
-//! - Release notices (pub/sub): clients use [`Notifier::disabled`](crate::wait::Notifier)
-//!   and `notifications(false)`, so waiters retry on their timers.
+//! - Release and hand-off notices (pub/sub): clients use
+//!   [`Notifier::disabled`](crate::wait::Notifier) and `notifications(false)`, so waiters
+//!   that are not queued retry on their timers, and a queued waiter learns that it was
+//!   handed the lock from its registration's refresh answers (every third of the waiter
+//!   TTL): hand-offs here are slower than with notices, never faster.
+//! - The kind checks and owner records of the acquire scripts (no other kind of key is
+//!   ever written under a lock's name here).
 //! - The watchdog and `with_lock` in the random schedules: clients extend explicitly.
 //!   Both call the same extension code; the cancellation matrix runs them in its cases.
 //! - Retry jitter: set to zero, because the library draws it from the thread's RNG.
@@ -109,6 +154,15 @@
 //! comparing two traced runs of each of a few seeds line by line (every op each master
 //! executed, with its virtual time). A scenario that adds the watchdog would lose that
 //! exactness after a tie between its branches.
+//!
+//! Hand-off loses it too: a queued waiter draws its score (unless fair: its ticket) and
+//! its pause after a failed confirm from the thread's RNG, and equal scores are ordered by
+//! waiter ids, which are random. A replay of a schedule whose clients wait with hand-off
+//! (the library's default, so every profile but the replay check's) repeats its faults,
+//! its network and its clients' choices, but waiters may be served in another order and
+//! confirms timed otherwise: a failure's report (every event, with
+//! `REDQUORUM_SIM_TRACE=1` every op) is the evidence, and a replay may not fail the same
+//! way.
 //!
 //! Each HOLD test runs fixed seeds and, beyond them, seeds from a base that changes every
 //! run and is printed (`REDQUORUM_SIM_BASE_SEED` sets it); see `tests.rs`. A failing

@@ -75,11 +75,49 @@ pub(super) struct SendLog {
     contacts: Mutex<Vec<Vec<Option<Served>>>>,
     /// Each request from its sending to its reply's arrival (or its loss).
     in_flight: TaskTracker,
+    /// Every answer to a registration (`Enqueue`) that reached its client.
+    enqueued: Mutex<Vec<EnqueueSeen>>,
+    /// Every registration sent: by which client, for which waiter id, when, and whether
+    /// strict (a ticket's write-back).
+    registering: Mutex<Vec<Registering>>,
+    /// When a message was lost or slow, and the lock key its op is about (`None`: a
+    /// connection's, or several keys'), for the liveness checker's quiet windows.
+    anomalies: Mutex<Vec<(Instant, Option<Arc<str>>)>>,
+}
+
+/// A registration sent: by which client (as numbered by [`SendLog::add_client`]), for
+/// which waiter id, when, and whether strict (a ticket's write-back).
+pub(super) type Registering = (usize, Arc<str>, Instant, bool);
+
+/// An answer to a registration (`Enqueue`), as its client received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct EnqueueSeen {
+    /// The client, as numbered by [`SendLog::add_client`], and the master's own number.
+    pub(super) client: usize,
+    pub(super) master: usize,
+    pub(super) waiter: Arc<str>,
+    pub(super) score: u64,
+    pub(super) strict: bool,
+    /// Registered (a strict write refused: `false`).
+    pub(super) written: bool,
+    /// When the request was sent: the requests of one round leave at one instant.
+    pub(super) sent: Instant,
+    /// When the answer reached the client.
+    pub(super) at: Instant,
 }
 
 impl SendLog {
-    fn note(&self, op: &Op) {
-        if let Op::AcquireChecked { value, .. } | Op::AcquireMany { value, .. } = op {
+    fn note(&self, client: usize, op: &Op) {
+        if let Op::Enqueue { waiter, strict, .. } = op {
+            self.registering
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((client, Arc::clone(waiter), Instant::now(), *strict));
+        }
+        if let Op::AcquireChecked { value, .. }
+        | Op::AcquireMany { value, .. }
+        | Op::AcquireQueued { value, .. } = op
+        {
             self.first
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -124,6 +162,64 @@ impl SendLog {
         self.in_flight.close();
         self.in_flight.wait().await;
         self.in_flight.reopen();
+    }
+
+    /// `client` received `reply` from `master` to `op`: kept when it answers a
+    /// registration.
+    fn answered(
+        &self,
+        (client, master): (usize, usize),
+        (op, sent): (&Op, Instant),
+        reply: &Reply,
+    ) {
+        if let (
+            Op::Enqueue {
+                waiter,
+                score,
+                strict,
+                ..
+            },
+            Reply::Enqueued { written, .. },
+        ) = (op, reply)
+        {
+            self.enqueued
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(EnqueueSeen {
+                    client,
+                    master,
+                    waiter: Arc::clone(waiter),
+                    score: *score,
+                    strict: *strict,
+                    written: *written,
+                    sent,
+                    at: Instant::now(),
+                });
+        }
+    }
+
+    /// Every answer to a registration that reached its client, in order.
+    pub(super) fn enqueued(&self) -> Vec<EnqueueSeen> {
+        self.enqueued
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Every registration sent (client, waiter id, when, strict), in order.
+    pub(super) fn registering(&self) -> Vec<Registering> {
+        self.registering
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// When a message was lost or slow, and the lock key its op is about, in order.
+    pub(super) fn anomalies(&self) -> Vec<(Instant, Option<Arc<str>>)> {
+        self.anomalies
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// When the first request carrying `value` was sent.
@@ -314,7 +410,8 @@ impl Inner {
     /// One call: (re)connect when needed, then the op; bounded like `RedisMaster::call`
     /// (node timeout, plus the connect timeout when connecting).
     async fn exchange(self: Arc<Self>, op: Arc<Op>) -> Result<Reply, MasterError> {
-        self.sends.note(&op);
+        let sent = Instant::now();
+        self.sends.note(self.client, &op);
         let (status, incarnation) = self.server.status();
         if status == Status::Down {
             self.link().open = None;
@@ -328,8 +425,14 @@ impl Inner {
             Some(_) => self.node_timeout,
             None => self.node_timeout.saturating_add(self.connect_timeout),
         };
-        match tokio::time::timeout(budget, self.converse(open, op)).await {
-            Ok(result) => result,
+        match tokio::time::timeout(budget, self.converse(open, Arc::clone(&op))).await {
+            Ok(result) => {
+                if let Ok(reply) = &result {
+                    self.sends
+                        .answered((self.client, self.server.index()), (&op, sent), reply);
+                }
+                result
+            }
             Err(_) => Err(MasterError::new(
                 MasterErrorKind::Timeout,
                 "no answer within the node timeout (simulated)",
@@ -468,6 +571,14 @@ impl Inner {
             let mut link = self.link();
             let out = self.net.leg(&mut link.rng);
             let back = self.net.leg(&mut link.rng);
+            let normal = self.net.delay.1;
+            if out.lost || back.lost || out.delay > normal || back.delay > normal {
+                self.sends
+                    .anomalies
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push((Instant::now(), key_of(&request)));
+            }
             let arrival = (Instant::now() + out.delay).max(link.request_fifo);
             if !out.lost {
                 link.request_fifo = arrival;
@@ -515,6 +626,23 @@ impl Inner {
             }
             Err(_lost) => futures::future::pending().await,
         }
+    }
+}
+
+/// The one lock key a request's op is about, if it is about one.
+fn key_of(request: &Request) -> Option<Arc<str>> {
+    let Request::Op(op, _) = request else {
+        return None;
+    };
+    match &**op {
+        Op::AcquireChecked { key, .. }
+        | Op::AcquireQueued { key, .. }
+        | Op::Enqueue { key, .. }
+        | Op::Dequeue { key, .. }
+        | Op::Extend { key, .. }
+        | Op::Release { key, .. }
+        | Op::Fence { key, .. } => Some(Arc::clone(key)),
+        _ => None,
     }
 }
 

@@ -133,6 +133,103 @@ struct Data {
     /// reader whatever the writer key holds, to show that the read-write checker catches
     /// a reader overlapping a writer. Kept with the data so crashes keep it.
     reader_ignores_writer: bool,
+    /// Hand-off queues (`redquorum:queue:<key>`, sorted sets), by lock key.
+    queues: BTreeMap<Arc<str>, Queue>,
+    /// Waiters' liveness keys (`redquorum:waiter:<key>:<waiter>`), by lock key and waiter
+    /// id: the value `"<waiter_ttl ms> <channel>"` and its expiry.
+    waiters: BTreeMap<(Arc<str>, Arc<str>), Entry>,
+    /// Ticket counters of fair locks (`redquorum:ticket:<key>`), by lock key; no TTL.
+    tickets: BTreeMap<Arc<str>, u64>,
+    /// What the checkers read of the queues (not data: a data loss keeps it).
+    journal: Journal,
+}
+
+/// A sorted set: members ordered by score, equal scores by member bytes, as Redis orders
+/// them; with the key's expiry, if any.
+#[derive(Debug, Clone, Default)]
+struct Queue {
+    ordered: std::collections::BTreeSet<(u64, Arc<str>)>,
+    scores: HashMap<Arc<str>, u64>,
+    expires_us: Option<u64>,
+}
+
+impl Queue {
+    /// `ZADD queue score member` (a member's score is replaced).
+    fn add(&mut self, member: &Arc<str>, score: u64) {
+        if let Some(old) = self.scores.insert(Arc::clone(member), score) {
+            self.ordered.remove(&(old, Arc::clone(member)));
+        }
+        self.ordered.insert((score, Arc::clone(member)));
+    }
+
+    /// `ZREM queue member`; whether it was there.
+    fn remove(&mut self, member: &str) -> bool {
+        match self.scores.remove(member) {
+            Some(score) => self.ordered.remove(&(score, Arc::from(member))),
+            None => false,
+        }
+    }
+
+    /// `ZRANGE queue 0 0`.
+    fn first(&self) -> Option<Arc<str>> {
+        self.ordered.first().map(|(_, m)| Arc::clone(m))
+    }
+}
+
+/// What became of a waiter's registration on one master, as the checkers see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) enum Registration {
+    /// Registered, its liveness key live.
+    Live,
+    /// Its liveness key expired (pruned from the queue, or not yet).
+    Expired,
+    /// It left the queue when an acquire of its own was granted here.
+    Served,
+    /// Its call sent `dequeue.lua` here.
+    Dequeued,
+    /// The master lost its data since the registration.
+    Lost,
+}
+
+/// A waiter as one master knew it when it granted a queued acquire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Known {
+    pub(super) waiter: Arc<str>,
+    pub(super) score: u64,
+    pub(super) registration: Registration,
+}
+
+/// A grant of `AcquireQueued` on one master, with every waiter the master had registered
+/// for the key by then (of this incarnation of its data or not) and what became of each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct QueuedGrant {
+    pub(super) master: usize,
+    pub(super) key: Arc<str>,
+    pub(super) value: Arc<str>,
+    /// The waiter id the acquire carried (empty: a first attempt).
+    pub(super) waiter: Arc<str>,
+    pub(super) fair: bool,
+    pub(super) waiters: Vec<Known>,
+    /// When the master granted it (from the schedule's origin).
+    pub(super) at: Duration,
+}
+
+/// The queues' history on one master, for the FIFO checker; never lost with the data.
+#[derive(Debug, Clone, Default)]
+struct Journal {
+    /// By lock key and waiter id: its score and what became of its registration.
+    waiters: BTreeMap<(Arc<str>, Arc<str>), (u64, Registration)>,
+    grants: Vec<QueuedGrant>,
+    /// How many times a dead member was pruned from a queue.
+    pruned: u64,
+}
+
+impl Journal {
+    fn mark(&mut self, key: &Arc<str>, waiter: &Arc<str>, registration: Registration) {
+        if let Some(entry) = self.waiters.get_mut(&(Arc::clone(key), Arc::clone(waiter))) {
+            entry.1 = registration;
+        }
+    }
 }
 
 impl Data {
@@ -184,6 +281,339 @@ impl Data {
             .get_or_insert_with(|| format!("{}:{now_us}", id()))
             .clone()
     }
+
+    /// Loses the dataset (a restart without data, `FLUSHALL`), keeping the journal.
+    fn lose(&mut self) {
+        let mut journal = std::mem::take(&mut self.journal);
+        for entry in journal.waiters.values_mut() {
+            entry.1 = Registration::Lost;
+        }
+        *self = Data {
+            journal,
+            ..Data::default()
+        };
+    }
+
+    /// The queue of `key`, if live (lazy expiry, as for lock keys).
+    fn queue(&mut self, key: &str, now_us: u64) -> Option<&mut Queue> {
+        let expired = self
+            .queues
+            .get(key)
+            .is_some_and(|q| q.expires_us.is_some_and(|e| e <= now_us) || q.ordered.is_empty());
+        if expired {
+            self.queues.remove(key);
+        }
+        self.queues.get_mut(key)
+    }
+
+    /// The liveness key of `waiter`, if live: its value.
+    fn waiter(&mut self, key: &Arc<str>, waiter: &Arc<str>, now_us: u64) -> Option<Arc<str>> {
+        let id = (Arc::clone(key), Arc::clone(waiter));
+        let entry = self.waiters.get(&id)?;
+        if entry.expires_us <= now_us {
+            self.waiters.remove(&id);
+            return None;
+        }
+        Some(Arc::clone(&entry.value))
+    }
+
+    /// `ZREM queue waiter` and `DEL waiter(waiter)`, noted in the journal as `why`.
+    fn leave(&mut self, key: &Arc<str>, waiter: &Arc<str>, why: Registration, now_us: u64) {
+        if let Some(queue) = self.queue(key, now_us) {
+            queue.remove(waiter);
+        }
+        self.waiters.remove(&(Arc::clone(key), Arc::clone(waiter)));
+        self.queue(key, now_us);
+        self.journal.mark(key, waiter, why);
+    }
+
+    /// The scripts' `live_head(Q)`: the first member whose liveness key lives, pruning the
+    /// dead ones met before it, at most 64 steps (then none). With `ignore_liveness`
+    /// (`Mutant::HandoffIgnoresLiveness`), the first member, dead or alive.
+    fn live_head(
+        &mut self,
+        key: &Arc<str>,
+        now_us: u64,
+        ignore_liveness: bool,
+    ) -> Option<Arc<str>> {
+        for _ in 0..LIVE_HEAD_STEPS {
+            let first = self.queue(key, now_us)?.first()?;
+            if ignore_liveness || self.waiter(key, &first, now_us).is_some() {
+                return Some(first);
+            }
+            self.leave(key, &first, Registration::Expired, now_us);
+            self.journal.pruned += 1;
+        }
+        None
+    }
+
+    /// The hand-off of `release.lua` and `dequeue.lua` once the key is free: to the live
+    /// head, if any, with the `PX` its liveness key names (the release notice otherwise;
+    /// no notice has a subscriber here). Returns the waiter handed to.
+    fn hand_off(&mut self, key: &Arc<str>, now_us: u64, ignore_liveness: bool) -> Option<Arc<str>> {
+        let head = self.live_head(key, now_us, ignore_liveness)?;
+        // `"<ttl ms> <channel>"`; a dead head (only the planted bug hands to one) has no
+        // liveness key: the script's `tonumber` of nothing makes `SET` fail, and the key
+        // stays free.
+        let ttl_ms = self
+            .waiter(key, &head, now_us)
+            .and_then(|v| v.split_once(' ').and_then(|(ms, _)| ms.parse::<u64>().ok()))?;
+        self.set(key, &head, Duration::from_millis(ttl_ms), now_us);
+        Some(head)
+    }
+
+    /// `release.lua` on a single key: compare-and-delete, then the hand-off.
+    fn release_handing_off(
+        &mut self,
+        key: &Arc<str>,
+        value: &str,
+        now_us: u64,
+        ignore_liveness: bool,
+    ) -> Reply {
+        match self.live(key, now_us) {
+            Some(current) if *current == *value => {
+                self.locks.remove(&**key);
+                self.hand_off(key, now_us, ignore_liveness);
+                Reply::Granted
+            }
+            Some(_) => Reply::HeldByOther,
+            None => Reply::Missing,
+        }
+    }
+
+    /// The body of `AcquireQueued` (after the preamble): `value` is set where the key is
+    /// free or handed to `waiter` (and, when `fair`, no other live waiter heads the
+    /// queue). Returns whether it was granted and, when refused, the holder's `PTTL` in ms
+    /// (-2: free, but queued behind a live waiter). With `keep_ttl`
+    /// (`Mutant::ConfirmKeepsHandoffExpiry`), a key handed to `waiter` keeps its expiry.
+    fn acquire_queued(&mut self, q: &QueuedAcquire<'_>, now_us: u64) -> (bool, Option<i64>) {
+        let key = q.key;
+        let current = self.live(key, now_us);
+        let handed = !q.waiter.is_empty() && current.as_deref() == Some(&**q.waiter);
+        let mut ok = current.is_none() || handed;
+        if ok
+            && q.fair
+            && let Some(head) = self.live_head(key, now_us, q.ignore_liveness)
+        {
+            ok = head == *q.waiter;
+        }
+        if !ok {
+            let pttl = self
+                .pttl(key, now_us)
+                .map_or(-2, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            return (false, Some(pttl));
+        }
+        let snapshot = self.known(key, now_us);
+        if handed && q.keep_ttl {
+            let expires_us = self.locks.get(&**key).map_or(now_us, |e| e.expires_us);
+            self.locks.insert(
+                Arc::clone(key),
+                Entry {
+                    value: Arc::clone(q.value),
+                    expires_us,
+                },
+            );
+        } else {
+            self.set(key, q.value, q.ttl, now_us);
+        }
+        if !q.waiter.is_empty() {
+            self.leave(key, q.waiter, Registration::Served, now_us);
+        }
+        self.journal.grants.push(QueuedGrant {
+            master: usize::MAX,
+            key: Arc::clone(key),
+            value: Arc::clone(q.value),
+            waiter: Arc::clone(q.waiter),
+            fair: q.fair,
+            waiters: snapshot,
+            at: Duration::ZERO,
+        });
+        (true, None)
+    }
+
+    /// Every waiter ever registered for `key` here, with what became of it.
+    fn known(&mut self, key: &Arc<str>, now_us: u64) -> Vec<Known> {
+        let ids: Vec<(Arc<str>, u64, Registration)> = self
+            .journal
+            .waiters
+            .range((Arc::clone(key), Arc::from(""))..)
+            .take_while(|((k, _), _)| k == key)
+            .map(|((_, w), (score, r))| (Arc::clone(w), *score, *r))
+            .collect();
+        ids.into_iter()
+            .map(|(waiter, score, registration)| {
+                let registration = match registration {
+                    Registration::Live if self.waiter(key, &waiter, now_us).is_none() => {
+                        Registration::Expired
+                    }
+                    other => other,
+                };
+                Known {
+                    waiter,
+                    score,
+                    registration,
+                }
+            })
+            .collect()
+    }
+
+    /// `enqueue.lua` (after the preamble): registers or refreshes `waiter`; with `strict`,
+    /// only above the ticket counter (else the conflicting counter is answered). Returns
+    /// the outcome: written or the conflict, handed, and the key's `PTTL` in ms (-2 free).
+    fn enqueue(&mut self, e: &Enqueued<'_>, now_us: u64) -> EnqueueOutcome {
+        let key = e.key;
+        let (mut score, mut strict) = (e.score, e.strict);
+        if e.fair && e.by_arrival {
+            // `Mutant::FairByArrival`: a member keeps its score; a new one is scored by
+            // its arrival here (`INCR` of the ticket counter), not by its ticket.
+            let known = self
+                .queue(key, now_us)
+                .and_then(|q| q.scores.get(e.waiter).copied());
+            score = match known {
+                Some(score) => score,
+                None => {
+                    let c = self.tickets.entry(Arc::clone(key)).or_insert(0);
+                    *c += 1;
+                    *c
+                }
+            };
+            strict = false;
+        }
+        let counter = self.tickets.get(&**key).copied().unwrap_or(0);
+        // A round resent with the same ticket finds its own earlier write: written.
+        let mine = self
+            .queue(key, now_us)
+            .and_then(|q| q.scores.get(e.waiter).copied())
+            == Some(score);
+        let written = if strict && mine {
+            Some(counter)
+        } else if strict {
+            if counter >= score {
+                return EnqueueOutcome {
+                    conflict: Some(counter),
+                    counter: Some(counter),
+                    handed: false,
+                    pttl_ms: -2,
+                };
+            }
+            self.tickets.insert(Arc::clone(key), score);
+            Some(score)
+        } else {
+            // Fair or not, a score is a ticket: the counter is raised to it, never lowered.
+            let c = counter.max(score);
+            self.tickets.insert(Arc::clone(key), c);
+            Some(c)
+        };
+        let ttl_ms = millis(e.waiter_ttl);
+        let queue = self.queue(key, now_us).is_none().then(Queue::default);
+        if let Some(queue) = queue {
+            self.queues.insert(Arc::clone(key), queue);
+        }
+        let expires_us = now_us.saturating_add(ttl_ms.saturating_mul(2000));
+        if let Some(queue) = self.queues.get_mut(&**key) {
+            queue.add(e.waiter, score);
+            // `PEXPIRE` to at least twice the waiter TTL: raised, never lowered (a key
+            // without a TTL gets one).
+            queue.expires_us = Some(queue.expires_us.map_or(expires_us, |x| x.max(expires_us)));
+        }
+        self.waiters.insert(
+            (Arc::clone(key), Arc::clone(e.waiter)),
+            Entry {
+                value: format!("{ttl_ms} {}", e.channel).into(),
+                expires_us: now_us.saturating_add(ttl_ms.saturating_mul(1000)),
+            },
+        );
+        self.journal.waiters.insert(
+            (Arc::clone(key), Arc::clone(e.waiter)),
+            (score, Registration::Live),
+        );
+        let current = self.live(key, now_us);
+        let handed = match &current {
+            Some(current) => *current == *e.waiter,
+            None if self.live_head(key, now_us, e.ignore_liveness).as_ref() == Some(e.waiter) => {
+                // The self-hand: the holder expired or crashed, and this waiter heads.
+                self.set(key, e.waiter, e.waiter_ttl, now_us);
+                true
+            }
+            None => false,
+        };
+        let pttl_ms = match current {
+            Some(_) if !handed => self.pttl_ms(key, now_us),
+            _ => -2,
+        };
+        EnqueueOutcome {
+            conflict: None,
+            counter: written,
+            handed,
+            pttl_ms,
+        }
+    }
+
+    /// `dequeue.lua`: `waiter` leaves the queue; a key handed to it is handed on.
+    /// Returns whether a key handed to `waiter` was passed on.
+    fn dequeue(
+        &mut self,
+        key: &Arc<str>,
+        waiter: &Arc<str>,
+        now_us: u64,
+        ignore_liveness: bool,
+    ) -> bool {
+        self.leave(key, waiter, Registration::Dequeued, now_us);
+        if self.live(key, now_us).as_deref() != Some(&**waiter) {
+            return false;
+        }
+        self.locks.remove(&**key);
+        self.hand_off(key, now_us, ignore_liveness);
+        true
+    }
+
+    /// `PTTL key` in ms: -2 when missing.
+    fn pttl_ms(&mut self, key: &str, now_us: u64) -> i64 {
+        self.pttl(key, now_us)
+            .map_or(-2, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    }
+}
+
+/// The most members `live_head` looks at (the scripts' bound).
+const LIVE_HEAD_STEPS: usize = 64;
+
+/// The arguments of `AcquireQueued` that its body reads.
+#[derive(Debug)]
+struct QueuedAcquire<'a> {
+    key: &'a Arc<str>,
+    value: &'a Arc<str>,
+    ttl: Duration,
+    /// Empty on a first attempt.
+    waiter: &'a Arc<str>,
+    fair: bool,
+    ignore_liveness: bool,
+    keep_ttl: bool,
+}
+
+/// The arguments of `Enqueue`.
+#[derive(Debug)]
+struct Enqueued<'a> {
+    key: &'a Arc<str>,
+    waiter: &'a Arc<str>,
+    score: u64,
+    strict: bool,
+    waiter_ttl: Duration,
+    channel: &'a str,
+    fair: bool,
+    ignore_liveness: bool,
+    /// `Mutant::FairByArrival`.
+    by_arrival: bool,
+}
+
+/// What `enqueue.lua` answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct EnqueueOutcome {
+    /// A strict write refused: the counter that conflicted.
+    conflict: Option<u64>,
+    /// The ticket counter after the write (fair), or the one in conflict (strict).
+    counter: Option<u64>,
+    handed: bool,
+    pttl_ms: i64,
 }
 
 /// Whole milliseconds for `PX`, at least 1, as `master.rs` sends them.
@@ -353,7 +783,7 @@ impl SimServer {
             state.incarnation += 1;
             state.started_us = self.clock.wall_us(Instant::now(), state.clock_offset_us);
             if !self.durable {
-                state.data = Data::default();
+                state.data.lose();
                 state.data_losses += 1;
             }
         }
@@ -381,7 +811,7 @@ impl SimServer {
             return None;
         }
         let held = live_locks(&mut state, &self.clock);
-        state.data = Data::default();
+        state.data.lose();
         state.data_losses += 1;
         Some(held)
     }
@@ -411,6 +841,23 @@ impl SimServer {
             trace.push(format!("m{}: force-unlock {key} (held {held})", self.index));
         }
         Some(held)
+    }
+
+    /// The grants of queued acquires this master made so far, and how many dead waiters
+    /// it pruned from its queues.
+    pub(super) fn journal(&self) -> (Vec<QueuedGrant>, u64) {
+        let state = self.lock();
+        let grants = state
+            .data
+            .journal
+            .grants
+            .iter()
+            .map(|g| QueuedGrant {
+                master: self.index,
+                ..g.clone()
+            })
+            .collect();
+        (grants, state.data.journal.pruned)
     }
 
     /// Plants the model's fault [`Data::reader_ignores_writer`].
@@ -481,7 +928,12 @@ impl SimServer {
                         if incarnation.is_some_and(|i| i != state.incarnation) {
                             return Err(Reset);
                         }
+                        let granted = state.data.journal.grants.len();
                         let answer = self.execute(&mut state, request);
+                        let at = self.clock.at(Instant::now());
+                        for g in state.data.journal.grants.iter_mut().skip(granted) {
+                            g.at = at;
+                        }
                         if let Some(trace) = &self.trace {
                             trace.push(format!(
                                 "m{}: {} -> {}",
@@ -610,7 +1062,9 @@ fn describe(request: &Request, trace: &Trace) -> String {
         },
         Op::RwDowngrade { key, value } => format!("downgrade {key} {}", short(value)),
         Op::ExtendRead { key, value, .. } => format!("extend {key} {}", short(value)),
-        Op::Release { key, value, .. } => format!("release {key} {}", short(value)),
+        Op::Release { key, value, .. } => {
+            format!("release {key} {}{}", short(value), planted_names(op))
+        }
         Op::ExtendMany { keys, value, .. } => {
             format!("extend {} {}", keys.join(","), short(value))
         }
@@ -624,8 +1078,53 @@ fn describe(request: &Request, trace: &Trace) -> String {
         }
         Op::Inspect { key } => format!("inspect {key}"),
         Op::ForceUnlock { key, .. } => format!("force-unlock {key}"),
-        Op::AcquireQueued { .. } | Op::Enqueue { .. } | Op::Dequeue { .. } => op.name().to_owned(),
+        Op::AcquireQueued {
+            key,
+            value,
+            waiter,
+            fair,
+            ..
+        } => format!(
+            "acquire {key} {} as {}{}{}",
+            short(value),
+            if waiter.is_empty() {
+                "a first attempt".to_owned()
+            } else {
+                format!("waiter {}", short(waiter))
+            },
+            if *fair { " (fair)" } else { "" },
+            planted_names(op)
+        ),
+        Op::Enqueue {
+            key,
+            waiter,
+            score,
+            strict,
+            ..
+        } => format!(
+            "enqueue {key} {} S={score}{}{}",
+            short(waiter),
+            if *strict { " (strict)" } else { "" },
+            planted_names(op)
+        ),
+        Op::Dequeue { key, waiter, .. } => {
+            format!("dequeue {key} {}{}", short(waiter), planted_names(op))
+        }
     }
+}
+
+/// The planted script bugs of a hand-off op, for traces.
+fn planted_names(op: &Op) -> String {
+    let p = planted(op);
+    [
+        (p.ignore_liveness, " (ignoring liveness)"),
+        (p.keep_ttl, " (keeping the handed expiry)"),
+        (p.by_arrival, " (scored by arrival)"),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, name)| *name)
+    .collect()
 }
 
 /// Whether an extension re-creates missing keys (`Mutant::ExtendRecreates`), for traces.
@@ -716,6 +1215,8 @@ fn apply_as(
 ) -> Option<Reply> {
     let reads_epoch = match op {
         Op::AcquireChecked { .. }
+        | Op::AcquireQueued { .. }
+        | Op::Enqueue { .. }
         | Op::AcquirePermits(_)
         | Op::AcquireMany { .. }
         | Op::RwAcquire { .. }
@@ -763,6 +1264,58 @@ fn limit_differs(data: &mut Data, op: &Op, caller: &str) -> Option<(usize, usize
     }
 }
 
+/// The planted script bugs an op carries (feature `mutants`; none without it).
+#[derive(Debug, Default, Clone, Copy)]
+struct Planted {
+    /// `Mutant::HandoffIgnoresLiveness`.
+    ignore_liveness: bool,
+    /// `Mutant::ConfirmKeepsHandoffExpiry`.
+    keep_ttl: bool,
+    /// `Mutant::FairByArrival`.
+    by_arrival: bool,
+}
+
+fn planted(op: &Op) -> Planted {
+    #[cfg(feature = "mutants")]
+    {
+        match op {
+            Op::Release {
+                ignore_liveness, ..
+            }
+            | Op::Dequeue {
+                ignore_liveness, ..
+            } => Planted {
+                ignore_liveness: *ignore_liveness,
+                ..Planted::default()
+            },
+            Op::AcquireQueued {
+                ignore_liveness,
+                keep_handoff_expiry,
+                ..
+            } => Planted {
+                ignore_liveness: *ignore_liveness,
+                keep_ttl: *keep_handoff_expiry,
+                by_arrival: false,
+            },
+            Op::Enqueue {
+                ignore_liveness,
+                by_arrival,
+                ..
+            } => Planted {
+                ignore_liveness: *ignore_liveness,
+                by_arrival: *by_arrival,
+                keep_ttl: false,
+            },
+            _ => Planted::default(),
+        }
+    }
+    #[cfg(not(feature = "mutants"))]
+    {
+        let _ = op;
+        Planted::default()
+    }
+}
+
 /// Executes one op on `data` at server time `now_us`, exactly as the master would, for a
 /// caller whose fingerprint agrees with the cluster record (see [`apply_as`]).
 fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> String) -> Reply {
@@ -795,6 +1348,8 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             } else {
                 data.pttl(key, now_us)
             };
+            // Only a refusal reads the queue's ticket counter (0 when missing).
+            let ticket = (!granted).then(|| data.tickets.get(&**key).copied().unwrap_or(0));
             Reply::Checked {
                 granted,
                 epoch: EpochReport {
@@ -803,7 +1358,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 },
                 fence: counter,
                 holder_ttl,
-                ticket: None,
+                ticket,
             }
         }
         // semaphore.lua, past its comparisons of fingerprints (`apply_as`) and of the
@@ -1247,15 +1802,11 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 }
             }
         }
-        // release.lua (the release notice has no subscriber in the simulation)
-        Op::Release { key, value, .. } => match data.live(key, now_us) {
-            Some(current) if current == *value => {
-                data.locks.remove(&**key);
-                Reply::Granted
-            }
-            Some(_) => Reply::HeldByOther,
-            None => Reply::Missing,
-        },
+        // release.lua: compare-and-delete, then the hand-off to the queue's live head
+        // (the notices have no subscriber in the simulation)
+        Op::Release { key, value, .. } => {
+            data.release_handing_off(key, value, now_us, planted(op).ignore_liveness)
+        }
         // `HGETALL` of the record and a `SCAN` for a live lock key (fence counters, the
         // epoch and the record are the crate's records, not keys); `SimServer::execute`
         // adds the run_id of `INFO server`.
@@ -1353,7 +1904,91 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 Reply::Missing
             }
         }
-        Op::AcquireQueued { .. } | Op::Enqueue { .. } | Op::Dequeue { .. } => Reply::Missing, // not modelled yet
+        // acquire_queued.lua, past its comparison of fingerprints (`apply_as`); the model
+        // keeps no owner records (see rw_acquire.lua above)
+        Op::AcquireQueued {
+            key,
+            value,
+            ttl,
+            fence,
+            waiter,
+            fair,
+            ..
+        } => {
+            let record = data.epoch_or_create(fresh_id, now_us);
+            let planted = planted(op);
+            let q = QueuedAcquire {
+                key,
+                value,
+                ttl: *ttl,
+                waiter,
+                fair: *fair,
+                ignore_liveness: planted.ignore_liveness,
+                keep_ttl: planted.keep_ttl,
+            };
+            let (granted, pttl_ms) = data.acquire_queued(&q, now_us);
+            Reply::Checked {
+                granted,
+                epoch: EpochReport {
+                    record: Some(record),
+                    now_us,
+                },
+                fence: match fence {
+                    FenceRead::Skip => None,
+                    _ => data.fences.get(&scripts::fence_key(key)).copied(),
+                },
+                holder_ttl: pttl_ms
+                    .and_then(|ms| u64::try_from(ms).ok())
+                    .map(Duration::from_millis),
+                ticket: fair.then(|| data.tickets.get(&**key).copied().unwrap_or(0)),
+            }
+        }
+        // enqueue.lua, past its comparison of fingerprints (`apply_as`)
+        Op::Enqueue {
+            key,
+            waiter,
+            score,
+            strict,
+            fair,
+            waiter_ttl,
+            channel,
+            ..
+        } => {
+            let record = data.epoch_or_create(fresh_id, now_us);
+            let planted = planted(op);
+            let e = Enqueued {
+                key,
+                waiter,
+                score: *score,
+                strict: *strict,
+                waiter_ttl: *waiter_ttl,
+                channel,
+                fair: *fair,
+                ignore_liveness: planted.ignore_liveness,
+                by_arrival: planted.by_arrival,
+            };
+            let outcome = data.enqueue(&e, now_us);
+            Reply::Enqueued {
+                written: outcome.conflict.is_none(),
+                counter: outcome.counter,
+                handed: outcome.handed,
+                holder_ttl: u64::try_from(outcome.pttl_ms)
+                    .ok()
+                    .map(Duration::from_millis),
+                epoch: EpochReport {
+                    record: Some(record),
+                    now_us,
+                },
+            }
+        }
+        // dequeue.lua
+        Op::Dequeue { key, waiter, .. } => {
+            if data.dequeue(key, waiter, now_us, planted(op).ignore_liveness) {
+                Reply::Granted
+            } else {
+                Reply::Missing
+            }
+        }
     }
 }
 
@@ -1677,6 +2312,224 @@ mod tests {
         };
         assert_eq!(apply(&mut d, &ext, T0, id), Reply::Granted);
         assert_eq!(d.live("k", T0).as_deref(), Some("a"));
+    }
+
+    fn key() -> Arc<str> {
+        "k".into()
+    }
+
+    /// An `Enqueue` of `waiter` with `score`, a 30 ms waiter TTL, on `k`.
+    fn enq<'a>(key: &'a Arc<str>, waiter: &'a Arc<str>, score: u64, strict: bool) -> Enqueued<'a> {
+        Enqueued {
+            key,
+            waiter,
+            score,
+            strict,
+            waiter_ttl: 30 * MS,
+            channel: "redquorum:handoff:c",
+            fair: strict,
+            ignore_liveness: false,
+            by_arrival: false,
+        }
+    }
+
+    fn queued<'a>(
+        key: &'a Arc<str>,
+        value: &'a Arc<str>,
+        waiter: &'a Arc<str>,
+        fair: bool,
+    ) -> QueuedAcquire<'a> {
+        QueuedAcquire {
+            key,
+            value,
+            ttl: 100 * MS,
+            waiter,
+            fair,
+            ignore_liveness: false,
+            keep_ttl: false,
+        }
+    }
+
+    #[test]
+    fn strict_registration_refuses_a_ticket_at_or_below_the_counter_and_refresh_never_lowers_it() {
+        let mut d = Data::default();
+        let (k, a, b): (Arc<str>, Arc<str>, Arc<str>) = (key(), "A".into(), "B".into());
+        let written = d.enqueue(&enq(&k, &a, 1, true), T0);
+        assert_eq!(
+            (written.conflict, written.handed),
+            (None, true),
+            "free: self-handed"
+        );
+        assert_eq!(d.live(&k, T0).as_deref(), Some("A"));
+        assert_eq!((d.pttl_ms(&k, T0), written.pttl_ms), (30, -2));
+        assert_eq!(d.enqueue(&enq(&k, &b, 1, true), T0).conflict, Some(1));
+        assert!(d.enqueue(&enq(&k, &b, 2, true), T0).conflict.is_none());
+        // A fair refresh (not strict) of an older ticket keeps the counter.
+        let refresh = Enqueued {
+            strict: false,
+            ..enq(&k, &a, 1, true)
+        };
+        assert!(!refresh.strict && refresh.fair);
+        d.enqueue(&refresh, T0 + 10_000);
+        assert_eq!(d.tickets.get(&*k), Some(&2));
+        // Same score every time: A stays ahead of B.
+        assert_eq!(d.live_head(&k, T0 + 10_000, false).as_deref(), Some("A"));
+        // The queue lives at least twice the waiter TTL from the latest refresh.
+        assert_eq!(
+            d.queues.get(&*k).and_then(|q| q.expires_us),
+            Some(T0 + 70_000)
+        );
+    }
+
+    #[test]
+    fn live_head_prunes_dead_waiters_and_the_release_hands_to_the_live_one() {
+        let mut d = Data::default();
+        let (k, a, b, v): (Arc<str>, Arc<str>, Arc<str>, Arc<str>) =
+            (key(), "A".into(), "B".into(), "v".into());
+        apply(&mut d, &acquire("v", FenceRead::Skip), T0, id);
+        d.enqueue(&enq(&k, &a, 1, true), T0);
+        d.enqueue(&enq(&k, &b, 2, true), T0 + 20_000);
+        // A's liveness key expires at T0 + 30 ms; B's lives until T0 + 50 ms.
+        let at = T0 + 35_000;
+        assert_eq!(d.release_handing_off(&k, &v, at, false), Reply::Granted);
+        assert_eq!(d.live(&k, at).as_deref(), Some("B"));
+        assert_eq!(d.pttl_ms(&k, at), 30, "the PX the liveness key names");
+        assert_eq!(d.journal.pruned, 1);
+        assert_eq!(
+            d.journal.waiters.get(&(k.clone(), a.clone())).map(|e| e.1),
+            Some(Registration::Expired)
+        );
+        // B confirms: granted, served, out of the queue.
+        let w = "w".into();
+        assert_eq!(
+            d.acquire_queued(&queued(&k, &w, &b, true), at),
+            (true, None)
+        );
+        assert_eq!(d.pttl_ms(&k, at), 100, "PX ttl, not the handed expiry");
+        assert!(d.queue(&k, at).is_none(), "the last member left");
+        let grant = d.journal.grants.last().cloned().unwrap();
+        assert_eq!(&*grant.waiter, "B");
+        assert_eq!(
+            grant
+                .waiters
+                .iter()
+                .map(|k| (&*k.waiter, k.registration))
+                .collect::<Vec<_>>(),
+            [("A", Registration::Expired), ("B", Registration::Live)]
+        );
+    }
+
+    #[test]
+    fn without_a_live_head_the_release_frees_the_key_and_the_bound_gives_up() {
+        let mut d = Data::default();
+        let (k, v): (Arc<str>, Arc<str>) = (key(), "v".into());
+        apply(&mut d, &acquire("v", FenceRead::Skip), T0, id);
+        for i in 0..70u64 {
+            d.enqueue(&enq(&k, &format!("w{i:02}").into(), i + 1, true), T0);
+        }
+        // All dead: 64 pruned, six left for the next call.
+        let at = T0 + 31_000;
+        assert_eq!(d.release_handing_off(&k, &v, at, false), Reply::Granted);
+        assert_eq!(d.live(&k, at), None);
+        assert_eq!(d.journal.pruned, 64);
+        assert_eq!(d.queue(&k, at).map(|q| q.ordered.len()), Some(6));
+        assert_eq!(d.live_head(&k, at, false), None);
+        assert!(d.queue(&k, at).is_none());
+    }
+
+    #[test]
+    fn fair_acquires_wait_behind_a_live_head_and_first_attempts_take_a_free_key() {
+        let mut d = Data::default();
+        let (k, a, b, none): (Arc<str>, Arc<str>, Arc<str>, Arc<str>) =
+            (key(), "A".into(), "B".into(), "".into());
+        let (v, w): (Arc<str>, Arc<str>) = ("v".into(), "w".into());
+        d.enqueue(&enq(&k, &a, 1, true), T0);
+        d.locks.clear();
+        // Free, but A heads: a fair first attempt and B are refused ("queued"), a non-fair
+        // one is not.
+        assert_eq!(
+            d.acquire_queued(&queued(&k, &v, &none, true), T0),
+            (false, Some(-2))
+        );
+        d.enqueue(&enq(&k, &b, 2, true), T0);
+        assert_eq!(
+            d.acquire_queued(&queued(&k, &w, &b, true), T0),
+            (false, Some(-2))
+        );
+        assert_eq!(
+            d.acquire_queued(&queued(&k, &v, &none, false), T0),
+            (true, None)
+        );
+        assert_eq!(
+            d.acquire_queued(&queued(&k, &w, &a, true), T0),
+            (false, Some(100))
+        );
+    }
+
+    #[test]
+    fn dequeue_hands_a_key_handed_to_the_leaver_on() {
+        let mut d = Data::default();
+        let (k, a, b): (Arc<str>, Arc<str>, Arc<str>) = (key(), "A".into(), "B".into());
+        d.enqueue(&enq(&k, &a, 1, true), T0);
+        d.enqueue(&enq(&k, &b, 2, true), T0);
+        assert_eq!(d.live(&k, T0).as_deref(), Some("A"));
+        d.dequeue(&k, &a, T0, false);
+        assert_eq!(d.live(&k, T0).as_deref(), Some("B"));
+        assert_eq!(
+            d.journal.waiters.get(&(k.clone(), a)).map(|e| e.1),
+            Some(Registration::Dequeued)
+        );
+        // A crash without data loses queues, liveness keys and counters.
+        d.lose();
+        assert!(d.queues.is_empty() && d.waiters.is_empty() && d.tickets.is_empty());
+        assert_eq!(
+            d.journal.waiters.get(&(k, b)).map(|e| e.1),
+            Some(Registration::Lost)
+        );
+    }
+
+    #[test]
+    fn the_planted_bugs_of_the_scripts() {
+        let (k, a, b): (Arc<str>, Arc<str>, Arc<str>) = (key(), "A".into(), "B".into());
+        let (v, w): (Arc<str>, Arc<str>) = ("v".into(), "w".into());
+        // HandoffIgnoresLiveness: a dead head stays for ever and nobody is handed the key.
+        let mut d = Data::default();
+        apply(&mut d, &acquire("v", FenceRead::Skip), T0, id);
+        fn dead(e: Enqueued<'_>) -> Enqueued<'_> {
+            Enqueued {
+                ignore_liveness: true,
+                ..e
+            }
+        }
+        d.enqueue(&dead(enq(&k, &a, 1, true)), T0);
+        d.enqueue(&dead(enq(&k, &b, 2, true)), T0 + 25_000);
+        let at = T0 + 40_000;
+        assert_eq!(d.release_handing_off(&k, &v, at, true), Reply::Granted);
+        assert_eq!(d.live(&k, at), None);
+        let refresh = d.enqueue(&dead(enq(&k, &b, 2, false)), at);
+        assert!(!refresh.handed, "B never heads");
+        assert_eq!(d.live_head(&k, at, true).as_deref(), Some("A"));
+        // ConfirmKeepsHandoffExpiry: the handed key keeps its 30 ms.
+        let mut d = Data::default();
+        d.enqueue(&enq(&k, &a, 1, true), T0);
+        let keep = QueuedAcquire {
+            keep_ttl: true,
+            ..queued(&k, &w, &a, true)
+        };
+        assert_eq!(d.acquire_queued(&keep, T0 + 10_000), (true, None));
+        assert_eq!(d.pttl_ms(&k, T0 + 10_000), 20);
+        // FairByArrival: each registration and refresh is scored by arrival here.
+        let mut d = Data::default();
+        fn arrival(e: Enqueued<'_>) -> Enqueued<'_> {
+            Enqueued {
+                by_arrival: true,
+                ..e
+            }
+        }
+        d.enqueue(&arrival(enq(&k, &a, 7, true)), T0);
+        d.enqueue(&arrival(enq(&k, &b, 8, true)), T0);
+        d.enqueue(&arrival(enq(&k, &a, 7, false)), T0);
+        assert_eq!(d.live_head(&k, T0, false).as_deref(), Some("B"));
     }
 
     #[tokio::test(start_paused = true)]

@@ -12,13 +12,16 @@ use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 
-use super::check::{self, Breaches, Contact, DataLoss, FencedWrite, LeaseRecord, Violation};
-use super::net::{ConnParams, Gate, NetParams, SendLog, SimMaster};
+use super::check::{
+    self, Breaches, Contact, DataLoss, FencedWrite, FifoExcuse, LeaseRecord, QueueViolation,
+    StallCount, Violation, WaitRecord,
+};
+use super::net::{ConnParams, EnqueueSeen, Gate, NetParams, Registering, SendLog, SimMaster};
 use super::server::{Clock, SimServer, Trace};
 use crate::config::Builder;
 use crate::error::ErrorKind;
 use crate::lease::Lease;
-use crate::lock::Redlock;
+use crate::lock::{AcquireOptions, Redlock};
 use crate::master::Master;
 use crate::mutants::Mutant;
 use crate::wait::Notifier;
@@ -56,6 +59,37 @@ pub(super) struct Profile {
     /// lock one: each cycle locks `{r0}`, `{r1}`, `{r0, r1}` or `{r1, r0}`, over two
     /// resources.
     pub(super) many: bool,
+    /// How the clients wait for a held lock.
+    pub(super) waiting: Waiting,
+}
+
+/// How a profile's clients wait for a held lock of one resource.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Waiting {
+    /// `acquire` with the library's defaults (hand-off on), a quarter `try_acquire`.
+    Default,
+    /// As `Default`, with hand-off off (`Builder::handoff(false)`): today's herd.
+    Herd,
+    /// Queued waiters (`acquire_with`, hand-off on), checked for FIFO and liveness.
+    Queued(Queued),
+}
+
+/// The waiters of a [`Waiting::Queued`] profile.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Queued {
+    /// The chance that a call is fair (`AcquireOptions::fair(true)`).
+    pub(super) fair: f64,
+    /// The chance that a call is a `try_acquire`, which never queues.
+    pub(super) try_only: f64,
+    /// The chance that a call's wait budget is short (a fraction of the TTL): it gives up.
+    pub(super) give_up: f64,
+    /// The chance that a call's future is dropped mid-wait.
+    pub(super) dropped: f64,
+    /// The chance that a call's client is killed mid-wait (`kill -9`): its connections are
+    /// cut, its background work never arrives, and it calls no more.
+    pub(super) killed: f64,
+    /// A long wait budget, in TTLs.
+    pub(super) budget: f64,
 }
 
 /// A cluster record written by `init_cluster` before the clients start, on the first
@@ -524,6 +558,22 @@ pub(super) struct Stats {
     /// Schedules whose clients had not finished by the horizon.
     pub(super) unfinished: u64,
     pub(super) virtual_time: Duration,
+    /// Queued waiting calls (`Waiting::Queued`), fair ones, those that gave up on a short
+    /// budget, and those dropped mid-wait.
+    pub(super) queued_calls: u64,
+    pub(super) fair_calls: u64,
+    pub(super) gave_up: u64,
+    pub(super) dropped: u64,
+    pub(super) killed: u64,
+    /// Leases granted to a waiter that confirmed a hand-off (its waiter id held the key
+    /// on a granting master), and dead waiters pruned from queues.
+    pub(super) handed_leases: u64,
+    pub(super) pruned: u64,
+    /// FIFO violations excused (each reason counted on its own in the test's printout),
+    /// and free stretches the liveness checker judged, or skipped near a fault.
+    pub(super) fifo_excused: u64,
+    pub(super) stall_checked: u64,
+    pub(super) stall_faulted: u64,
 }
 
 impl AddAssign for Stats {
@@ -546,6 +596,16 @@ impl AddAssign for Stats {
         self.fenced_rejections += o.fenced_rejections;
         self.unfinished += o.unfinished;
         self.virtual_time += o.virtual_time;
+        self.queued_calls += o.queued_calls;
+        self.fair_calls += o.fair_calls;
+        self.gave_up += o.gave_up;
+        self.dropped += o.dropped;
+        self.killed += o.killed;
+        self.handed_leases += o.handed_leases;
+        self.pruned += o.pruned;
+        self.fifo_excused += o.fifo_excused;
+        self.stall_checked += o.stall_checked;
+        self.stall_faulted += o.stall_faulted;
     }
 }
 
@@ -576,7 +636,26 @@ impl fmt::Display for Stats {
             self.unfinished,
             self.reentries,
             self.reentries_after_pause,
-        )
+        )?;
+        if self.queued_calls > 0 {
+            write!(
+                f,
+                "; {} queued calls ({} fair, {} gave up, {} dropped, {} killed), {} leases by hand-off, \
+                 {} dead waiters pruned, {} FIFO violations excused, liveness: {} free \
+                 stretches judged ({} skipped near a fault)",
+                self.queued_calls,
+                self.fair_calls,
+                self.gave_up,
+                self.dropped,
+                self.killed,
+                self.handed_leases,
+                self.pruned,
+                self.fifo_excused,
+                self.stall_checked,
+                self.stall_faulted,
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -611,6 +690,8 @@ struct Book {
     /// Clock jumps and data losses, for the checkers' exceptions (the clients' first
     /// contacts are added at the end).
     breaches: Breaches,
+    /// Queued waiting calls, their waiter ids and registrations filled in at the end.
+    waits: Vec<WaitRecord>,
 }
 
 /// What clients and the nemesis share during one schedule.
@@ -625,6 +706,7 @@ struct World {
     busy_until: Duration,
     /// Clients lock several resources at once in some cycles (`Profile::many`).
     many: bool,
+    waiting: Waiting,
     servers: Vec<Arc<SimServer>>,
     sends: Arc<SendLog>,
     /// Masters log their ops here; lease events then name their values as the log does.
@@ -682,6 +764,21 @@ impl World {
             ),
         ));
         id
+    }
+
+    /// Client `c`'s latest waiting call returned lease `id` with `value`.
+    fn granted_call(&self, c: usize, id: Option<usize>, value: &str) {
+        let mut book = self.book();
+        let Some(id) = id else {
+            return;
+        };
+        let now = self.clock.at(Instant::now());
+        if let Some(w) = book.waits.iter_mut().rev().find(|w| w.client == c)
+            && w.lease.is_none()
+            && w.end == now
+        {
+            w.lease = Some((id, value.into()));
+        }
     }
 
     fn extended(&self, id: usize, deadline: Instant) {
@@ -808,6 +905,11 @@ pub(super) struct Outcome {
     /// The clock jumps and data losses of the schedule, and when each client first
     /// connected to each master.
     pub(super) breaches: Breaches,
+    /// The queued waiting calls (`Waiting::Queued`).
+    pub(super) waits: Vec<WaitRecord>,
+    /// What the FIFO and liveness checkers found, each FIFO violation with its excuse if
+    /// one explains it (a stall never has one).
+    pub(super) queue_violations: Vec<(QueueViolation, Option<FifoExcuse>)>,
 }
 
 impl Outcome {
@@ -881,6 +983,56 @@ impl Outcome {
     }
 }
 
+impl Outcome {
+    /// The schedule, a violation of the queues, the calls and leases involved, and the
+    /// events around them.
+    pub(super) fn queue_report(&self, profile: &Profile, v: &QueueViolation) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "profile {}: {}", profile.name, self.schedule);
+        let _ = writeln!(out, "VIOLATION {v}");
+        let (calls, around): (Vec<usize>, (Duration, Duration)) = match v {
+            QueueViolation::Fifo { earlier, later, .. } => {
+                (vec![*earlier, *later], (Duration::MAX, Duration::ZERO))
+            }
+            QueueViolation::Stall {
+                call,
+                free_from,
+                until,
+                ..
+            } => (vec![*call], (*free_from, *until)),
+        };
+        let (mut from, mut to) = around;
+        for w in calls.iter().filter_map(|id| self.waits.get(*id)) {
+            let _ = writeln!(out, "  call {w:?}");
+            from = from.min(w.start);
+            to = to.max(w.end);
+        }
+        let from = from.saturating_sub(self.schedule.ttl);
+        let max_lines = if std::env::var_os(TRACE_ENV).is_some() {
+            usize::MAX
+        } else {
+            120
+        };
+        let window: Vec<&(Duration, String)> = self
+            .events
+            .iter()
+            .filter(|(at, _)| from <= *at && *at <= to)
+            .collect();
+        let _ = writeln!(
+            out,
+            "  events from {} to {} ({} of {}):",
+            ms(from),
+            ms(to),
+            window.len().min(max_lines),
+            window.len()
+        );
+        for (at, text) in window.iter().take(max_lines) {
+            let _ = writeln!(out, "    {:>12} {text}", ms(*at));
+        }
+        out
+    }
+}
+
 /// Runs the schedule of `seed` in `profile` on a fresh paused-clock runtime and checks it;
 /// the masters log their ops into the events when `REDQUORUM_SIM_TRACE` is set.
 pub(super) fn run(profile: &Profile, seed: u64) -> Outcome {
@@ -897,11 +1049,37 @@ pub(super) fn run_traced(profile: &Profile, seed: u64, trace: bool) -> Outcome {
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
-    let book = runtime.block_on(drive(profile, &schedule, trace));
+    let (book, queues) = runtime.block_on(drive(profile, &schedule, trace));
     drop(runtime);
     let violations = check::check(&book.leases, &book.writes);
     let mut stats = book.stats;
     stats.schedules = 1;
+    let mut queue_violations = Vec::new();
+    if let Waiting::Queued(_) = profile.waiting {
+        queue_violations = check::fifo(
+            &book.waits,
+            &book.leases,
+            &queues.grants,
+            &book.breaches.data_losses,
+        );
+        stats.fifo_excused = queue_violations.iter().filter(|v| v.1.is_some()).count() as u64;
+        let (stalls, count) = check::stalls(
+            &book.waits,
+            &book.leases,
+            &queues.faults,
+            (queues.bound, schedule.ttl * 2),
+        );
+        let StallCount { checked, faulted } = count;
+        stats.stall_checked = checked;
+        stats.stall_faulted = faulted;
+        queue_violations.extend(stalls.into_iter().map(|v| (v, None)));
+        stats.handed_leases = book
+            .leases
+            .iter()
+            .filter(|l| queues.handed.contains(&l.id))
+            .count() as u64;
+        stats.pruned = queues.pruned;
+    }
     Outcome {
         schedule,
         leases: book.leases,
@@ -910,11 +1088,103 @@ pub(super) fn run_traced(profile: &Profile, seed: u64, trace: bool) -> Outcome {
         stats,
         violations,
         breaches: book.breaches,
+        waits: book.waits,
+        queue_violations,
+    }
+}
+
+/// What the masters and the network recorded of the queues, for their checkers.
+#[derive(Debug, Default)]
+struct QueueHistory {
+    grants: Vec<super::server::QueuedGrant>,
+    pruned: u64,
+    /// The leases granted by a confirm of a hand-off on some master.
+    handed: Vec<usize>,
+    /// When a fault struck, and the resource it touched (`None`: any): the nemesis's
+    /// actions, lost or slow messages.
+    faults: Vec<(Duration, Option<usize>)>,
+    /// The liveness checker's bound.
+    bound: Duration,
+}
+
+/// The waiter TTL of a client with the schedule's settings (the library's default).
+fn waiter_ttl(schedule: &Schedule) -> Duration {
+    Builder::new()
+        .masters((0..schedule.masters).map(|m| format!("redis://127.0.0.1:{}", 7001 + m)))
+        .ttl(schedule.ttl)
+        .node_timeout(schedule.node_timeout)
+        .into_config()
+        .map_or(schedule.ttl / 10, |c| c.waiter_ttl)
+}
+
+/// Fills in each waiting call's waiter id and registration time from what its client
+/// heard of its registrations (`seen`, in order): the waiter id of the client's
+/// registrations during the call, and when the answers completed a quorum of
+/// registrations (fair: of the strict writes of one round, which issued its ticket).
+fn registrations(
+    waits: &mut [WaitRecord],
+    (sent, seen): (&[Registering], &[EnqueueSeen]),
+    clock: &Clock,
+    quorum: usize,
+) {
+    for w in waits.iter_mut() {
+        // The first registration the call sent names its waiter id (answers to an earlier
+        // call's registrations may still arrive, in the background of its rounds).
+        let during = |(client, _, at, _): &&Registering| {
+            let at = clock.at(*at);
+            *client == w.client && w.start <= at && at <= w.end
+        };
+        w.waiter = sent
+            .iter()
+            .find(during)
+            .map(|(_, waiter, _, _)| Arc::clone(waiter));
+        let Some(waiter) = w.waiter.clone() else {
+            continue;
+        };
+        // The client stops writing its ticket back once a round issued it: only its last
+        // strict round can have (an earlier one that a quorum answered "written" fell
+        // short in the client's count, by an abstaining master).
+        let last_strict = sent
+            .iter()
+            .filter(during)
+            .filter(|(_, x, _, strict)| *strict && *x == waiter)
+            .map(|(_, _, at, _)| *at)
+            .max();
+        let mine: Vec<&EnqueueSeen> = seen
+            .iter()
+            .filter(|e| e.client == w.client && e.waiter == waiter)
+            .filter(|e| {
+                let at = clock.at(e.at);
+                w.start <= at && at <= w.end
+            })
+            .collect();
+        // A fair call's ticket is issued by its last round of strict writes, if a quorum
+        // took it (a round that fell short is written again, and conflicts with itself);
+        // a registration, by answers from a quorum in any rounds.
+        let mut masters: HashMap<(u64, Option<Instant>), Vec<usize>> = HashMap::new();
+        for e in mine {
+            if !e.written || (w.fair && (!e.strict || Some(e.sent) != last_strict)) {
+                continue;
+            }
+            let key = if w.fair {
+                (e.score, Some(e.sent))
+            } else {
+                (0, None)
+            };
+            let list = masters.entry(key).or_default();
+            if !list.contains(&e.master) {
+                list.push(e.master);
+            }
+            if list.len() == quorum {
+                let at = clock.at(e.at);
+                w.registered = Some(w.registered.map_or(at, |r: Duration| r.min(at)));
+            }
+        }
     }
 }
 
 /// A simulated master per schedule master, and the clients over them.
-async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> Book {
+async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> (Book, QueueHistory) {
     let clock = Clock::start();
     let trace = trace.then(|| Arc::new(Trace::new(clock)));
     let servers: Vec<Arc<SimServer>> = (0..schedule.masters)
@@ -934,6 +1204,7 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> Book {
         reentry: profile.faults.reentry,
         busy_until: schedule.busy_until(profile),
         many: profile.many,
+        waiting: profile.waiting,
         servers,
         sends: Arc::new(SendLog::default()),
         trace: trace.clone(),
@@ -947,10 +1218,15 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> Book {
     }
     let mut clients = Vec::with_capacity(schedule.clients);
     for (c, plan) in schedule.plans.iter().enumerate() {
+        // Queued waiters wait as long as their call's budget says.
+        let attempts = match profile.waiting {
+            Waiting::Queued(_) => 1_000,
+            _ => plan.attempts,
+        };
         let spec = ClientSpec {
             ttl: schedule.ttl,
             node_timeout: schedule.node_timeout,
-            attempts: plan.attempts,
+            attempts,
             retry_delay: plan.retry_delay,
             quarantine: profile.quarantine,
             fencing: profile.fencing,
@@ -965,17 +1241,25 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> Book {
             .collect();
         let links = |i: usize| rng(schedule.seed, Stream::Link(c, config.masters[i]));
         let ttl = schedule.ttl;
-        let adjust = |builder: Builder| match config.differs {
-            Differs::LongerTtlMax => builder.ttl_max(ttl * 2),
-            Differs::MoreDrift => builder.drift_factor(0.02),
-            _ => builder,
+        let herd = profile.waiting == Waiting::Herd;
+        let adjust = |builder: Builder| {
+            let builder = if herd {
+                builder.handoff(false)
+            } else {
+                builder
+            };
+            match config.differs {
+                Differs::LongerTtlMax => builder.ttl_max(ttl * 2),
+                Differs::MoreDrift => builder.drift_factor(0.02),
+                _ => builder,
+            }
         };
-        let (lock, _) = build_client_with(&spec, &listed, links, &world.sends, adjust);
+        let (lock, gates) = build_client_with(&spec, &listed, links, &world.sends, adjust);
         // The send log numbers the clients in the order they are built: as here.
         assert_eq!(world.sends.first_contacts().len(), c + 1);
         let task = client_task(
             Arc::clone(&world),
-            lock,
+            (lock, gates),
             c,
             *plan,
             rng(schedule.seed, Stream::Client(c)),
@@ -1021,7 +1305,36 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> Book {
     if !finished {
         book.stats.unfinished = 1;
     }
-    book
+    let mut queues = QueueHistory::default();
+    if let Waiting::Queued(_) = profile.waiting {
+        for server in &world.servers {
+            let (grants, pruned) = server.journal();
+            queues.grants.extend(grants);
+            queues.pruned += pruned;
+        }
+        for g in queues.grants.iter().filter(|g| !g.waiter.is_empty()) {
+            if let Some(id) = book.by_value.get(&g.value)
+                && !queues.handed.contains(id)
+            {
+                queues.handed.push(*id);
+            }
+        }
+        queues.faults = schedule.faults.iter().map(|(at, _)| (*at, None)).collect();
+        queues
+            .faults
+            .extend(world.sends.anomalies().iter().map(|(at, key)| {
+                let resource = key
+                    .as_deref()
+                    .and_then(|k| k.strip_prefix('r')?.parse().ok());
+                (clock.at(*at), resource)
+            }));
+        let wt = waiter_ttl(schedule);
+        queues.bound = schedule.ttl + wt + wt / 3 + schedule.node_timeout * 2;
+        let quorum = schedule.masters / 2 + 1;
+        let (sent, seen) = (world.sends.registering(), world.sends.enqueued());
+        registrations(&mut book.waits, (&sent, &seen), &clock, quorum);
+    }
+    (book, queues)
 }
 
 /// Writes the cluster record on `members` with `init_cluster`, before anything else runs,
@@ -1149,7 +1462,7 @@ pub(super) fn build_client_with(
 /// One client: acquire, a critical section, release; `plan.cycles` times.
 async fn client_task(
     world: Arc<World>,
-    lock: Redlock,
+    (lock, gates): (Redlock, Vec<Arc<Gate>>),
     c: usize,
     plan: ClientPlan,
     mut rng: StdRng,
@@ -1171,10 +1484,17 @@ async fn client_task(
         };
         let names: Vec<String> = listed.iter().map(|r| format!("r{r}")).collect();
         let name = names.join(",");
-        let acquired = match names.as_slice() {
-            [one] if rng.random_bool(0.25) => lock.try_acquire(one).await,
-            [one] => lock.acquire(one).await,
-            many => {
+        let acquired = match (names.as_slice(), world.waiting) {
+            ([one], Waiting::Queued(q)) if !rng.random_bool(q.try_only) => {
+                match queued_call(&world, (&lock, &gates), c, (listed[0], one), q, &mut rng).await {
+                    Ended::Returned(acquired) => acquired,
+                    Ended::Dropped => continue,
+                    Ended::Killed => return,
+                }
+            }
+            ([one], _) if rng.random_bool(0.25) => lock.try_acquire(one).await,
+            ([one], _) => lock.acquire(one).await,
+            (many, _) => {
                 let many: Vec<&str> = many.iter().map(String::as_str).collect();
                 lock.acquire_many(&many).await
             }
@@ -1203,11 +1523,112 @@ async fn client_task(
         for resource in sorted {
             held.push((world.acquired(c, resource, &lease), resource));
         }
+        if let Waiting::Queued(_) = world.waiting {
+            world.granted_call(c, held.first().map(|(id, _)| *id), lease.value());
+        }
         critical_section(&world, &mut rng, c, &held, &lease).await;
         for (id, _) in &held {
             world.released(*id);
         }
         let _ = lease.release().await;
+    }
+}
+
+/// How a queued call ended.
+enum Ended {
+    Returned(Result<Lease, crate::Error>),
+    /// Its future was dropped mid-wait.
+    Dropped,
+    /// Its client was killed mid-wait: it sends nothing more.
+    Killed,
+}
+
+/// One queued waiting call of client `c` for resource `resource` (named `name`): fair or
+/// not, with a long or a short wait budget, maybe dropped mid-wait, or its client killed
+/// mid-wait (every connection of the client cut at the masters' end: nothing it sends
+/// from then on arrives, its background dequeue included). Recorded as a [`WaitRecord`].
+async fn queued_call(
+    world: &World,
+    (lock, gates): (&Redlock, &[Arc<Gate>]),
+    c: usize,
+    (resource, name): (usize, &str),
+    q: Queued,
+    rng: &mut StdRng,
+) -> Ended {
+    let fair = rng.random_bool(q.fair);
+    let short = rng.random_bool(q.give_up);
+    let budget = if short {
+        world.ttl.mul_f64(rng.random_range(0.1..=1.0))
+    } else {
+        world.ttl.mul_f64(q.budget)
+    };
+    let killed = rng.random_bool(q.killed);
+    let drop_after = (killed || rng.random_bool(q.dropped))
+        .then(|| world.ttl.mul_f64(rng.random_range(0.05..=2.0)));
+    let options = AcquireOptions::new().fair(fair).wait_timeout(budget);
+    let start = world.now();
+    let id = {
+        let mut book = world.book();
+        let id = book.waits.len();
+        book.waits.push(WaitRecord {
+            id,
+            client: c,
+            resource,
+            fair,
+            start,
+            end: start,
+            lease: None,
+            waiter: None,
+            registered: None,
+        });
+        book.stats.queued_calls += 1;
+        book.stats.fair_calls += u64::from(fair);
+        id
+    };
+    let mut call = Box::pin(lock.acquire_with(name, &options));
+    let out = match drop_after {
+        Some(after) => tokio::select! {
+            biased;
+            out = &mut call => Some(out),
+            () = tokio::time::sleep(after) => None,
+        },
+        None => Some((&mut call).await),
+    };
+    // Killed before its call returned: cut first, so that nothing the drop sends arrives.
+    let killed = killed && out.is_none();
+    if killed {
+        for gate in gates {
+            gate.close();
+        }
+    }
+    drop(call);
+    let end = world.now();
+    let mut book = world.book();
+    if let Some(w) = book.waits.get_mut(id) {
+        w.end = end;
+    }
+    match &out {
+        None if killed => book.stats.killed += 1,
+        None => book.stats.dropped += 1,
+        Some(Err(e)) if e.kind() == ErrorKind::WaitTimeout && short => book.stats.gave_up += 1,
+        _ => {}
+    }
+    drop(book);
+    let fair = if fair { "fair " } else { "" };
+    match out {
+        Some(out) => Ended::Returned(out),
+        None if killed => {
+            world.event(format!(
+                "c{c} killed while in its {fair}wait for {name} (call #{id})"
+            ));
+            Ended::Killed
+        }
+        None => {
+            world.event(format!(
+                "c{c} dropped its {fair}wait for {name} (call #{id})"
+            ));
+            Ended::Dropped
+        }
     }
 }
 

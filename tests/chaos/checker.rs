@@ -99,6 +99,20 @@ pub fn walk(history: &[Event]) -> (BTreeMap<String, Vec<Section>>, Vec<Malformed
                     });
                 }
             }
+            Op::Killed => {
+                // A dead process touches nothing after its death: its open sections end.
+                let dead: Vec<_> = open
+                    .keys()
+                    .filter(|(_, client, _)| *client == e.client)
+                    .cloned()
+                    .collect();
+                for key in dead {
+                    if let Some(mut s) = open.remove(&key) {
+                        s.end = Some(e.t_ns);
+                        out.entry(key.0).or_default().push(s);
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -285,6 +299,10 @@ pub fn acquire_latencies(history: &[Event], end_ns: u64) -> Vec<(Latency, u64)> 
                     ));
                 }
             }
+            Op::Killed => {
+                // A killed call never returns, and was not slow: it died.
+                started.retain(|(client, _), _| *client != e.client);
+            }
             _ => {}
         }
     }
@@ -405,6 +423,228 @@ pub fn tokens(history: &[Event]) -> TokenReport {
                     later: (y.3.0.clone(), y.3.1, y.2),
                 });
             }
+        }
+    }
+    report
+}
+
+/// One acquire call as the queue checkers see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Call {
+    id: (String, u64),
+    resource: String,
+    fair: bool,
+    start: u64,
+    /// When its waiter was seen registered on a quorum (`queued`), if it was.
+    queued: Option<u64>,
+    /// When it returned a lease.
+    ok: Option<u64>,
+    /// When it stopped waiting: returned (a lease or an error) or its process was killed.
+    end: Option<u64>,
+    /// When its process was killed, if it was before the call ended.
+    killed: Option<u64>,
+}
+
+/// Every acquire call of the history, with its queue events.
+fn calls(history: &[Event]) -> Vec<Call> {
+    let mut calls: BTreeMap<(String, u64), Call> = BTreeMap::new();
+    let mut ordered: Vec<&Event> = history.iter().collect();
+    ordered.sort_by_key(|e| (e.t_ns, e.op));
+    for e in ordered {
+        let id = (e.client.clone(), e.attempt);
+        match e.op {
+            Op::AcqStart => {
+                calls.insert(
+                    id.clone(),
+                    Call {
+                        id,
+                        resource: e.resource.clone(),
+                        fair: e.detail == "fair",
+                        start: e.t_ns,
+                        queued: None,
+                        ok: None,
+                        end: None,
+                        killed: None,
+                    },
+                );
+            }
+            Op::Queued => {
+                if let Some(c) = calls.get_mut(&id)
+                    && c.queued.is_none()
+                {
+                    c.queued = Some(e.t_ns);
+                }
+            }
+            Op::AcqOk | Op::AcqFail => {
+                if let Some(c) = calls.get_mut(&id)
+                    && c.end.is_none()
+                {
+                    c.end = Some(e.t_ns);
+                    if e.op == Op::AcqOk {
+                        c.ok = Some(e.t_ns);
+                    }
+                }
+            }
+            Op::Killed => {
+                for c in calls.values_mut().filter(|c| c.id.0 == e.client) {
+                    if c.end.is_none() {
+                        c.end = Some(e.t_ns);
+                        c.killed = Some(e.t_ns);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    calls.into_values().collect()
+}
+
+/// A fair waiter overtaken: `first` had its ticket issued before `overtaker` started and
+/// was still waiting (its process alive, its call running) when `overtaker` returned
+/// its lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Overtaken {
+    pub resource: String,
+    pub first: (String, u64),
+    pub overtaker: (String, u64),
+    /// When `first` was seen queued, `overtaker` started, and `overtaker` got its lease.
+    pub queued_ns: u64,
+    pub started_ns: u64,
+    pub granted_ns: u64,
+}
+
+/// Checker: FIFO among live fair waiters (design.md §17). For two fair calls A and B
+/// of one resource: if A was seen queued (its ticket issued) before B started, and A's
+/// call was still running, its process alive, when B's `acq_ok` was recorded, B was
+/// granted first: a violation. Exact given the recording rules: `queued` is recorded
+/// after the registration reached a quorum, `acq_start` before anything is sent, and B's
+/// grant happened before its `acq_ok`, so A was waiting at the grant.
+pub fn overtaken(history: &[Event]) -> Vec<Overtaken> {
+    let calls = calls(history);
+    let mut found = Vec::new();
+    for a in calls.iter().filter(|c| c.fair) {
+        let Some(queued) = a.queued else { continue };
+        for b in calls
+            .iter()
+            .filter(|b| b.fair && b.id != a.id && b.resource == a.resource)
+        {
+            let Some(granted) = b.ok else { continue };
+            if queued < b.start && a.end.is_none_or(|end| end > granted) {
+                found.push(Overtaken {
+                    resource: a.resource.clone(),
+                    first: a.id.clone(),
+                    overtaker: b.id.clone(),
+                    queued_ns: queued,
+                    started_ns: b.start,
+                    granted_ns: granted,
+                });
+            }
+        }
+    }
+    found.sort_by_key(|o| o.granted_ns);
+    found
+}
+
+/// The lock became free with a live waiter queued, and nobody was granted it within the
+/// bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stall {
+    pub resource: String,
+    /// When the lock became free: a release returned, or a killed holder's keys expired.
+    pub free_ns: u64,
+    /// A waiter that was queued then and stayed alive through the bound.
+    pub waiter: (String, u64),
+    /// The next grant after `free_ns`, if any.
+    pub next_grant_ns: Option<u64>,
+}
+
+/// Checker: the hand-off liveness bound (design.md §17). The lock of a resource becomes
+/// free when a release returns (`rel` saying `released:`), or `holder_ttl_ns` after the
+/// process of a holder inside its section was killed (its keys expire by then). If a
+/// waiter was queued then (seen on a quorum, its call running, its process alive) and its
+/// process is not killed within `bound_ns`, some call must get a lease within `bound_ns`
+/// of that instant. Instants inside an `excused` window (a master fault) are skipped,
+/// and so are those whose bound reaches past `end_ns` (the history cannot tell).
+pub fn stalls(
+    history: &[Event],
+    holder_ttl_ns: u64,
+    bound_ns: u64,
+    excused: &[(u64, u64)],
+    end_ns: u64,
+) -> Vec<Stall> {
+    handoffs(history, holder_ttl_ns, bound_ns, excused, end_ns).stalls
+}
+
+/// What the hand-off checker judged: how often the lock was free with a live waiter
+/// queued, the longest it took the next grant to come (`None` if one never came), and
+/// the stalls.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Handoffs {
+    pub judged: u64,
+    pub slowest_ns: Option<u64>,
+    pub stalls: Vec<Stall>,
+}
+
+/// [`stalls`], with what was judged.
+pub fn handoffs(
+    history: &[Event],
+    holder_ttl_ns: u64,
+    bound_ns: u64,
+    excused: &[(u64, u64)],
+    end_ns: u64,
+) -> Handoffs {
+    let calls = calls(history);
+    let mut frees: Vec<(String, u64)> = history
+        .iter()
+        .filter(|e| e.op == Op::Rel && e.detail.starts_with("released:"))
+        .map(|e| (e.resource.clone(), e.t_ns))
+        .collect();
+    // A holder killed inside its section: its keys expire within its TTL.
+    for (resource, list) in sections(history) {
+        for s in &list {
+            let killed = history
+                .iter()
+                .find(|e| e.op == Op::Killed && e.client == s.client && Some(e.t_ns) == s.end);
+            if let Some(k) = killed {
+                frees.push((resource.clone(), k.t_ns + holder_ttl_ns));
+            }
+        }
+    }
+    frees.sort_by_key(|(_, t)| *t);
+    let mut report = Handoffs::default();
+    for (resource, free) in frees {
+        let until = free + bound_ns;
+        if excused.iter().any(|&(a, b)| free >= a && free <= b) {
+            continue;
+        }
+        let waiter = calls.iter().find(|c| {
+            c.resource == resource
+                && c.queued.is_some_and(|q| q <= free)
+                && c.end.is_none_or(|end| end > free)
+                && c.killed.is_none_or(|k| k > until)
+        });
+        let Some(waiter) = waiter else { continue };
+        let next = calls
+            .iter()
+            .filter(|c| c.resource == resource)
+            .filter_map(|c| c.ok)
+            .filter(|&ok| ok > free)
+            .min();
+        if next.is_none_or(|t| t > until) && until > end_ns {
+            // No grant yet, and the bound is not over when the history ends: it cannot
+            // tell.
+            continue;
+        }
+        report.judged += 1;
+        let took = next.map_or(u64::MAX, |t| t - free);
+        report.slowest_ns = Some(report.slowest_ns.map_or(took, |s| s.max(took)));
+        if next.is_none_or(|t| t > until) {
+            report.stalls.push(Stall {
+                resource,
+                free_ns: free,
+                waiter: waiter.id.clone(),
+                next_grant_ns: next,
+            });
         }
     }
     report
@@ -774,5 +1014,188 @@ mod tests {
                 .iter()
                 .any(|o| o.later == ("b".to_owned(), 1) && o.earlier == ("w".to_owned(), 1))
         );
+    }
+
+    /// A fair call of `client` starting at `start`, seen queued at `queued`.
+    fn fair_waiter(client: &str, start: u64, queued: u64) -> Vec<Event> {
+        vec![
+            Event {
+                detail: "fair".into(),
+                ..ev(client, 1, Op::AcqStart, start)
+            },
+            Event {
+                detail: format!("w-{client}"),
+                ..ev(client, 1, Op::Queued, queued)
+            },
+        ]
+    }
+
+    /// `client`'s call returns its lease at `t`, holds it 5 ms and releases.
+    fn granted(client: &str, t: u64) -> Vec<Event> {
+        vec![
+            ok(client, 1, t, t + 100),
+            ev(client, 1, Op::CsStart, t + 1),
+            ev(client, 1, Op::CsEnd, t + 5),
+            Event {
+                detail: "released:3".into(),
+                ..ev(client, 1, Op::Rel, t + 6)
+            },
+        ]
+    }
+
+    fn killed(client: &str, t: u64) -> Event {
+        ev(client, 0, Op::Killed, t)
+    }
+
+    #[test]
+    fn fair_waiters_served_in_ticket_order_are_clean() {
+        let mut h = fair_waiter("a", 0, 10);
+        h.extend(fair_waiter("b", 20, 30));
+        h.extend(granted("a", 100));
+        h.extend(granted("b", 110));
+        assert!(overtaken(&h).is_empty(), "{:?}", overtaken(&h));
+    }
+
+    #[test]
+    fn an_overtaken_fair_waiter_fires() {
+        let mut h = fair_waiter("a", 0, 10);
+        h.extend(fair_waiter("b", 20, 30));
+        h.extend(granted("b", 100));
+        h.extend(granted("a", 110));
+        let found = overtaken(&h);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].first, ("a".to_owned(), 1));
+        assert_eq!(found[0].overtaker, ("b".to_owned(), 1));
+        // A waiter still waiting when the history closed was overtaken too.
+        let mut open = fair_waiter("a", 0, 10);
+        open.extend(fair_waiter("b", 20, 30));
+        open.extend(granted("b", 100));
+        assert_eq!(overtaken(&open).len(), 1);
+    }
+
+    #[test]
+    fn overtaking_a_dead_or_late_or_unfair_waiter_is_allowed() {
+        // a was killed before b's grant: it was not live.
+        let mut dead = fair_waiter("a", 0, 10);
+        dead.extend(fair_waiter("b", 20, 30));
+        dead.push(killed("a", 50));
+        dead.extend(granted("b", 100));
+        assert!(overtaken(&dead).is_empty());
+        // a's call gave up before b's grant.
+        let mut gave_up = fair_waiter("a", 0, 10);
+        gave_up.extend(fair_waiter("b", 20, 30));
+        gave_up.push(ev("a", 1, Op::AcqFail, 60));
+        gave_up.extend(granted("b", 100));
+        assert!(overtaken(&gave_up).is_empty());
+        // b started before a's ticket was seen issued: concurrent, either order.
+        let mut concurrent = fair_waiter("a", 0, 30);
+        concurrent.extend(fair_waiter("b", 20, 40));
+        concurrent.extend(granted("b", 100));
+        concurrent.extend(granted("a", 110));
+        assert!(overtaken(&concurrent).is_empty());
+        // b is not fair: FIFO says nothing about it.
+        let mut unfair = fair_waiter("a", 0, 10);
+        unfair.push(ev("b", 1, Op::AcqStart, 20));
+        unfair.extend(granted("b", 100));
+        assert!(overtaken(&unfair).is_empty());
+        // Another resource.
+        let mut other = fair_waiter("a", 0, 10);
+        let mut b = fair_waiter("b", 20, 30);
+        b.extend(granted("b", 100));
+        for e in &mut b {
+            e.resource = "s".into();
+        }
+        other.extend(b);
+        assert!(overtaken(&other).is_empty());
+    }
+
+    #[test]
+    fn a_prompt_hand_off_is_no_stall() {
+        // h holds 0..50 and releases at 51; a is queued at 20 and granted at 60.
+        let mut h = section("h", 1, 0, 50);
+        h[4].detail = "released:3".into();
+        h.extend(fair_waiter("a", 10, 20));
+        h.extend(granted("a", 60));
+        assert!(stalls(&h, 800 * MS, 100 * MS, &[], 1000 * MS).is_empty());
+        // Judged even when the history ends before the bound: the grant came.
+        let report = handoffs(&h, 800 * MS, 100 * MS, &[], 70 * MS);
+        assert_eq!(report.judged, 1, "{report:?}");
+        assert_eq!(report.slowest_ns, Some(9 * MS));
+        assert!(report.stalls.is_empty());
+    }
+
+    #[test]
+    fn a_stall_after_a_release_fires() {
+        // a is queued and alive, but nobody gets the lock in the 100 ms after the release.
+        let mut h = section("h", 1, 0, 50);
+        h[4].detail = "released:3".into();
+        h.extend(fair_waiter("a", 10, 20));
+        h.extend(granted("a", 200));
+        let found = stalls(&h, 800 * MS, 100 * MS, &[], 1000 * MS);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].free_ns, 51 * MS);
+        assert_eq!(found[0].waiter, ("a".to_owned(), 1));
+        assert_eq!(found[0].next_grant_ns, Some(200 * MS));
+        // Never granted at all.
+        let mut never = section("h", 1, 0, 50);
+        never[4].detail = "released:3".into();
+        never.extend(fair_waiter("a", 10, 20));
+        let found = stalls(&never, 800 * MS, 100 * MS, &[], 1000 * MS);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].next_grant_ns, None);
+    }
+
+    #[test]
+    fn a_killed_holder_frees_the_lock_at_its_ttl() {
+        // h is killed inside its section at 50; its keys expire by 850; a gets in at 900.
+        let mut h = vec![
+            ev("h", 1, Op::AcqStart, 0),
+            ok("h", 1, 0, 800),
+            ev("h", 1, Op::CsStart, 1),
+            killed("h", 50),
+        ];
+        h.extend(fair_waiter("a", 10, 20));
+        h.extend(granted("a", 900));
+        assert!(stalls(&h, 800 * MS, 100 * MS, &[], 2000 * MS).is_empty());
+        assert!(
+            overlaps(&h).is_empty(),
+            "the dead holder's section ends at its death"
+        );
+        // With a at 1000 instead: a stall of the killed holder's lock.
+        let mut late = h[..4].to_vec();
+        late.extend(fair_waiter("a", 10, 20));
+        late.extend(granted("a", 1000));
+        let found = stalls(&late, 800 * MS, 100 * MS, &[], 2000 * MS);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].free_ns, 850 * MS);
+    }
+
+    #[test]
+    fn no_stall_without_a_live_waiter_or_inside_a_fault() {
+        let mut base = section("h", 1, 0, 50);
+        base[4].detail = "released:3".into();
+        // Nobody queued.
+        assert!(stalls(&base, 800 * MS, 100 * MS, &[], 1000 * MS).is_empty());
+        // The only waiter was killed within the bound.
+        let mut dead = base.clone();
+        dead.extend(fair_waiter("a", 10, 20));
+        dead.push(killed("a", 60));
+        assert!(stalls(&dead, 800 * MS, 100 * MS, &[], 1000 * MS).is_empty());
+        // The release fell in a fault window.
+        let mut faulted = base.clone();
+        faulted.extend(fair_waiter("a", 10, 20));
+        assert!(
+            stalls(
+                &faulted,
+                800 * MS,
+                100 * MS,
+                &[(40 * MS, 60 * MS)],
+                1000 * MS
+            )
+            .is_empty()
+        );
+        // The history ends before the bound: it cannot tell.
+        assert!(stalls(&faulted, 800 * MS, 100 * MS, &[], 120 * MS).is_empty());
+        assert_eq!(stalls(&faulted, 800 * MS, 100 * MS, &[], 160 * MS).len(), 1);
     }
 }

@@ -14,7 +14,15 @@
 //!     --store redis://127.0.0.1:7100 --resource r [--ttl-ms 1000] [--node-timeout-ms 50]
 //!     [--attempts 20] [--retry-delay-ms 10] [--retry-jitter-ms 10] [--count 1]
 //!     [--hold-ms 0] [--check-deadline] [--quarantine] [--fencing] [--reenter]
+//!     [--fair] [--no-handoff] [--waiter-ttl-ms MS] [--wait-timeout-ms MS]
+//!     [--mutant NAME]
 //! ```
+//!
+//! `--fair` makes each acquire fair (`AcquireOptions::fair`; its `acq_start` says
+//! `fair`); `--no-handoff` turns hand-off to the next waiter off; `--waiter-ttl-ms` and
+//! `--wait-timeout-ms` set the waiter TTL and the wait budget (the library's defaults
+//! otherwise); `--mutant` plants the `redquorum::Mutant` of that name, for the
+//! suite's mutant hunts.
 //!
 //! `--reenter` re-enters each lease right after the reads (`Lease::reenter`) and works,
 //! checks the deadline (`--check-deadline`) and writes under the re-entry guard, which is
@@ -38,8 +46,8 @@ use std::time::Duration;
 
 use event::{Event, Op};
 use redis::AsyncCommands as _;
-use redquorum::Redlock;
 use redquorum::testkit::monotonic_ns;
+use redquorum::{AcquireOptions, Mutant, Redlock};
 
 /// The parsed command line. Flags are few and fixed, so they are parsed by hand rather
 /// than with an argument-parsing crate (a `[[bin]]` cannot use dev-dependencies, and the
@@ -60,6 +68,11 @@ struct Args {
     quarantine: bool,
     fencing: bool,
     reenter: bool,
+    fair: bool,
+    handoff: bool,
+    waiter_ttl: Option<Duration>,
+    wait_timeout: Option<Duration>,
+    mutant: Option<Mutant>,
 }
 
 fn parse(mut raw: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -79,6 +92,11 @@ fn parse(mut raw: impl Iterator<Item = String>) -> Result<Args, String> {
         quarantine: false,
         fencing: false,
         reenter: false,
+        fair: false,
+        handoff: true,
+        waiter_ttl: None,
+        wait_timeout: None,
+        mutant: None,
     };
     let millis = |v: &str| {
         v.parse::<u64>()
@@ -104,6 +122,14 @@ fn parse(mut raw: impl Iterator<Item = String>) -> Result<Args, String> {
                 args.reenter = true;
                 continue;
             }
+            "--fair" => {
+                args.fair = true;
+                continue;
+            }
+            "--no-handoff" => {
+                args.handoff = false;
+                continue;
+            }
             _ => {}
         }
         let value = raw.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -119,6 +145,12 @@ fn parse(mut raw: impl Iterator<Item = String>) -> Result<Args, String> {
             "--retry-jitter-ms" => args.retry_jitter = millis(&value)?,
             "--count" => args.count = value.parse().map_err(|e| format!("{value}: {e}"))?,
             "--hold-ms" => args.hold = millis(&value)?,
+            "--waiter-ttl-ms" => args.waiter_ttl = Some(millis(&value)?),
+            "--wait-timeout-ms" => args.wait_timeout = Some(millis(&value)?),
+            "--mutant" => {
+                let found = Mutant::ALL.into_iter().find(|m| format!("{m:?}") == value);
+                args.mutant = Some(found.ok_or_else(|| format!("no mutant is called {value}"))?);
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -169,7 +201,17 @@ impl Outs {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let client = Redlock::builder()
+    let mut builder = Redlock::builder().handoff(args.handoff);
+    if let Some(waiter_ttl) = args.waiter_ttl {
+        builder = builder.waiter_ttl(waiter_ttl);
+    }
+    if let Some(wait) = args.wait_timeout {
+        builder = builder.wait_timeout(wait);
+    }
+    if let Some(mutant) = args.mutant {
+        builder = builder.mutant(mutant);
+    }
+    let client = builder
         .quarantine(args.quarantine)
         .ttl_max(args.ttl)
         .fencing(args.fencing)
@@ -205,9 +247,10 @@ async fn run(args: Args) -> Result<(), String> {
             out.value.clear();
             out.token = None;
         }
-        outs.emit(Op::AcqStart, None, "")?;
+        outs.emit(Op::AcqStart, None, if args.fair { "fair" } else { "" })?;
+        let options = AcquireOptions::new().fair(args.fair);
         let acquired = match resources.as_slice() {
-            [one] => client.acquire(one).await,
+            [one] => client.acquire_with(one, &options).await,
             many => client.acquire_many(many).await,
         };
         let lease = match acquired {

@@ -261,6 +261,8 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
                 .ttl(ttl)
                 .node_timeout(Duration::from_millis(300))
                 .retry_attempts(1000)
+                // It keeps trying, as in a storm, rather than queueing.
+                .handoff(false)
                 .wait_timeout(SLOW_REPLY * 2),
         ),
         None,

@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Op {
-    /// An acquire call starts.
+    /// An acquire call starts (`detail`: `"fair"` for a fair call).
     AcqStart,
     /// It returned a lease (`value`, `deadline_ns` set).
     AcqOk,
@@ -32,11 +32,18 @@ pub enum Op {
     ExtFail,
     /// Release returned (`detail`: how).
     Rel,
+    /// The acquire call's waiter was seen registered in the lock's queue on a quorum of
+    /// masters (for a fair call: its ticket was issued). Recorded by the suite, which reads
+    /// the queues, never by the client; `detail` is the waiter id.
+    Queued,
+    /// The suite killed the client's process (`SIGKILL`): every call and section of that
+    /// client ends here (`attempt` is 0, meaning all of them).
+    Killed,
 }
 
 impl Op {
     /// Every op, for parsing.
-    pub const ALL: [Op; 9] = [
+    pub const ALL: [Op; 11] = [
         Op::AcqStart,
         Op::AcqOk,
         Op::AcqFail,
@@ -46,6 +53,8 @@ impl Op {
         Op::ExtOk,
         Op::ExtFail,
         Op::Rel,
+        Op::Queued,
+        Op::Killed,
     ];
 
     /// The name in the JSON line.
@@ -60,6 +69,8 @@ impl Op {
             Op::ExtOk => "ext_ok",
             Op::ExtFail => "ext_fail",
             Op::Rel => "rel",
+            Op::Queued => "queued",
+            Op::Killed => "killed",
         }
     }
 

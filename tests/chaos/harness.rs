@@ -41,6 +41,10 @@ pub enum Checker {
     /// A writer of a read-write lock did not get in within its bound behind a stream of
     /// overlapping readers.
     Starvation,
+    /// A fair waiter was overtaken by one that started after its ticket was issued.
+    Fifo,
+    /// The lock stayed free past the hand-off bound with a live waiter queued.
+    Stalled,
 }
 
 impl Checker {
@@ -52,6 +56,8 @@ impl Checker {
             Checker::SlowAcquire => "slow_acq",
             Checker::Holders => "holders",
             Checker::Starvation => "starved",
+            Checker::Fifo => "fifo",
+            Checker::Stalled => "stalled",
         }
     }
 }
@@ -255,6 +261,19 @@ pub struct Checks {
     /// Keys may legitimately remain at the end (a scripted holder gave up its release);
     /// they must then expire within `ttl_max`.
     pub keys_may_expire: bool,
+    /// Fair waiters must be served in ticket order (see [`checker::overtaken`]).
+    pub fifo: bool,
+    /// The hand-off liveness bound (see [`checker::stalls`]).
+    pub handoff: Option<HandoffBound>,
+}
+
+/// The hand-off liveness bound of a scenario: once the lock is free with a live waiter
+/// queued, the next grant comes within `bound`; a killed holder's lock is free
+/// `holder_ttl` after its death.
+#[derive(Debug, Clone, Copy)]
+pub struct HandoffBound {
+    pub bound: Duration,
+    pub holder_ttl: Duration,
 }
 
 impl Checks {
@@ -264,6 +283,8 @@ impl Checks {
         liveness: None,
         acquire_bound: None,
         keys_may_expire: true,
+        fifo: false,
+        handoff: None,
     };
 }
 
@@ -296,6 +317,10 @@ pub struct Outcome {
     pub over_admitted: u64,
     /// Writers kept out beyond their bound (see [`Env::starved`]).
     pub starved: u64,
+    /// Fair waiters overtaken (see [`checker::overtaken`]).
+    pub overtaken: u64,
+    /// Free locks left waiting past the hand-off bound (see [`checker::stalls`]).
+    pub stalled: u64,
     /// Checker 3: writes applied at the fenced register but lost (`applied − final`).
     pub fenced_lost: u64,
     /// Checker 3: fenced reads and writes refused for a stale token.
@@ -330,6 +355,8 @@ impl Outcome {
             + self.violations_noted
             + self.over_admitted
             + self.starved
+            + self.overtaken
+            + self.stalled
     }
 
     /// What the fencing checkers (3 and 4) found.
@@ -346,6 +373,8 @@ impl Outcome {
             Checker::SlowAcquire => self.slow > 0,
             Checker::Holders => self.over_admitted > 0,
             Checker::Starvation => self.starved > 0,
+            Checker::Fifo => self.overtaken > 0,
+            Checker::Stalled => self.stalled > 0,
         }
     }
 
@@ -429,6 +458,9 @@ pub struct Env {
     /// Workers spawned so far: each gets the next number, so names stay unique when a
     /// scenario spawns more than one group.
     workers: usize,
+    /// Windows of master faults (`CLOCK_MONOTONIC` ns): the hand-off bound is not
+    /// checked for a lock freed inside one.
+    faults: Vec<(u64, u64)>,
 }
 
 /// Default timings, scaled to keep a scenario within seconds: TTL 800 ms, node timeout
@@ -488,6 +520,7 @@ impl Env {
             starved: 0,
             resources: Vec::new(),
             workers: 0,
+            faults: Vec::new(),
         }
     }
 
@@ -516,6 +549,11 @@ impl Env {
     /// A connection to the checker store.
     pub async fn store(&self) -> MultiplexedConnection {
         crate::support::raw(&self.store.url()).await
+    }
+
+    /// Records a window of master faults, from `from_ns` to now (see [`HandoffBound`]).
+    pub fn fault_window(&mut self, from_ns: u64) {
+        self.faults.push((from_ns, now_ns()));
     }
 
     /// Marks the end of the faults: liveness is measured from here.
@@ -660,6 +698,56 @@ impl Env {
                 .push("a liveness bound was set but the scenario never marked its heal".into()),
             (None, _) => {}
         }
+        if checks.fifo {
+            let queued = history.iter().filter(|e| e.op == Op::Queued).count();
+            out.notes
+                .push(format!("fifo: {queued} fair call(s) seen queued"));
+            let found = checker::overtaken(&history);
+            out.overtaken = found.len() as u64;
+            if let Some(o) = found.first() {
+                out.notes.push(format!(
+                    "OVERTAKEN: {:?} (queued at +{} ms) by {:?} (started +{} ms, granted +{} ms)",
+                    o.first,
+                    self.since_start(o.queued_ns),
+                    o.overtaker,
+                    self.since_start(o.started_ns),
+                    self.since_start(o.granted_ns)
+                ));
+            }
+        }
+        if let Some(h) = checks.handoff {
+            let report = checker::handoffs(
+                &history,
+                h.holder_ttl.as_nanos() as u64,
+                h.bound.as_nanos() as u64,
+                &self.faults,
+                end_ns,
+            );
+            out.notes.push(format!(
+                "hand-off: freed {} time(s) with a waiter queued, next grant within {} (bound {} ms)",
+                report.judged,
+                match report.slowest_ns {
+                    None => "-".to_owned(),
+                    Some(u64::MAX) => "never".to_owned(),
+                    Some(t) => format!("{} ms", t / 1_000_000),
+                },
+                h.bound.as_millis()
+            ));
+            let found = report.stalls;
+            out.stalled = found.len() as u64;
+            if let Some(s) = found.first() {
+                out.notes.push(format!(
+                    "STALLED: freed at +{} ms with {:?} queued; next grant {} (bound {} ms)",
+                    self.since_start(s.free_ns),
+                    s.waiter,
+                    s.next_grant_ns.map_or("never".to_owned(), |t| format!(
+                        "{} ms later",
+                        (t - s.free_ns) / 1_000_000
+                    )),
+                    h.bound.as_millis()
+                ));
+            }
+        }
         if let Some(bound) = checks.acquire_bound {
             let slow = checker::slow_acquires(&history, end_ns, bound.as_nanos() as u64);
             out.slow = slow.len() as u64;
@@ -700,6 +788,12 @@ impl Env {
     pub fn starved(&mut self, what: impl Into<String>) {
         self.starved += 1;
         self.notes.push(format!("STARVED: {}", what.into()));
+    }
+
+    /// Milliseconds from the scenario's start to `t_ns`, for notes.
+    fn since_start(&self, t_ns: u64) -> u64 {
+        let started = now_ns().saturating_sub(self.started.elapsed().as_nanos() as u64);
+        t_ns.saturating_sub(started) / 1_000_000
     }
 
     /// Records a scenario-specific violation (counted with the checkers').
@@ -814,6 +908,12 @@ impl Env {
         }
         if out.starved > 0 {
             let _ = write!(line, " starved={}", out.starved);
+        }
+        if out.overtaken > 0 {
+            let _ = write!(line, " overtaken={}", out.overtaken);
+        }
+        if out.stalled > 0 {
+            let _ = write!(line, " stalled={}", out.stalled);
         }
         if out.tokens > 0 || out.fenced_ops > 0 || out.refused > 0 {
             let _ = write!(

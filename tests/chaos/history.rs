@@ -32,6 +32,23 @@ impl History {
         self.events.lock().unwrap().clone()
     }
 
+    /// Records `op` for `client`'s acquire call `attempt` on `resource` now, on the
+    /// suite's behalf: the suite saw its waiter queued (`Queued`), or killed its process
+    /// (`Killed`, attempt 0).
+    pub fn mark(&self, client: &str, attempt: u64, resource: &str, op: Op, detail: &str) {
+        self.push(Event {
+            client: client.to_owned(),
+            attempt,
+            op,
+            t_ns: now_ns(),
+            resource: resource.to_owned(),
+            value: String::new(),
+            token: None,
+            deadline_ns: None,
+            detail: detail.to_owned(),
+        });
+    }
+
     /// A recorder for one client.
     pub fn recorder(&self, client: impl Into<String>, resource: impl Into<String>) -> Recorder {
         Recorder {
@@ -68,6 +85,15 @@ impl Recorder {
         self.value.clear();
         self.token = None;
         self.record(Op::AcqStart, None, "");
+    }
+
+    /// Starts the next acquisition, a fair one (`AcquireOptions::fair`), and records
+    /// `acq_start` saying so: the FIFO checker looks at fair calls only.
+    pub fn acq_start_fair(&mut self) {
+        self.attempt += 1;
+        self.value.clear();
+        self.token = None;
+        self.record(Op::AcqStart, None, "fair");
     }
 
     /// Records `acq_ok` for `lease`, its deadline translated to the monotonic clock.

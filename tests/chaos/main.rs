@@ -33,6 +33,7 @@ mod cluster;
 mod contention;
 mod crash;
 mod faults;
+mod handoff;
 mod known_bugs;
 mod many;
 mod mutants;

@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use redquorum::Mutant;
 
@@ -273,6 +274,53 @@ const HUNTS: &[Hunt] = &[
         required: true,
         why: "",
     },
+    // The head of a fair queue is killed as the holder releases: the release hands the
+    // lock to the dead waiter, and with liveness ignored the dead waiter stays the head on
+    // every master for ever, so nobody is served again.
+    Hunt {
+        mutant: Mutant::HandoffIgnoresLiveness,
+        with: "",
+        checker: Checker::Stalled,
+        scenario: |m| {
+            Box::pin(crate::handoff::h1(
+                true,
+                Duration::from_millis(30),
+                Some(m),
+                Expect::Detect(Checker::Stalled),
+            ))
+        },
+        required: true,
+        why: "",
+    },
+    // Waiters stay inside 400 ms, well within their validity: a confirm that keeps the
+    // handed key's 160 ms expiry lets the next waiter self-hand the expired key and get in.
+    Hunt {
+        mutant: Mutant::ConfirmKeepsHandoffExpiry,
+        with: "",
+        checker: Checker::Overlap,
+        scenario: |m| {
+            Box::pin(crate::handoff::h1(
+                false,
+                Duration::from_millis(400),
+                Some(m),
+                Expect::Detect(Checker::Overlap),
+            ))
+        },
+        required: true,
+        why: "",
+    },
+    // Every master sees B's registration before A's (masters 0 and 1 restarted from
+    // snapshots while A was cut off, master 2 never reached by A before): scored by
+    // arrival, B heads every queue and is served before A, whose ticket was issued before
+    // B started.
+    Hunt {
+        mutant: Mutant::FairByArrival,
+        with: "",
+        checker: Checker::Fifo,
+        scenario: |m| Box::pin(crate::handoff::h5(Some(m), Expect::Detect(Checker::Fifo))),
+        required: true,
+        why: "",
+    },
 ];
 
 /// Mutants of the public surface (a lease's extend and release paths), caught against real
@@ -494,4 +542,19 @@ async fn hunt_many_partial_vote() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_reader_ignores_intent() {
     hunt(Mutant::ReaderIgnoresIntent, "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hunt_handoff_ignores_liveness() {
+    hunt(Mutant::HandoffIgnoresLiveness, "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hunt_confirm_keeps_handoff_expiry() {
+    hunt(Mutant::ConfirmKeepsHandoffExpiry, "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hunt_fair_by_arrival() {
+    hunt(Mutant::FairByArrival, "").await;
 }

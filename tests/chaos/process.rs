@@ -92,6 +92,14 @@ impl ClientProcess {
         kill(Pid::from_raw(self.pid), Signal::SIGCONT).unwrap();
     }
 
+    /// Kills it (`SIGKILL`), records `killed` for it in its history (every call and
+    /// section it had open ends there) and reaps it.
+    pub async fn kill(&mut self, resource: &str) {
+        kill(Pid::from_raw(self.pid), Signal::SIGKILL).unwrap();
+        self.history.mark(&self.name, 0, resource, Op::Killed, "");
+        let _ = timeout(Duration::from_secs(5), self.child.wait()).await;
+    }
+
     /// Waits until it recorded `op` (any acquisition), for at most `limit`.
     pub async fn wait_for(&self, op: Op, limit: Duration) {
         let history = self.history.clone();

@@ -122,6 +122,7 @@ const AGREEMENT: Profile = Profile {
         mismatched: 0.4,
     }),
     many: false,
+    waiting: Waiting::Default,
 };
 
 /// What the clients configured otherwise did over the fixed seeds.

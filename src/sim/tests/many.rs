@@ -12,6 +12,7 @@ const MANY: Profile = Profile {
     name: "several resources at once, protected",
     masters: &[3, 5],
     many: true,
+    waiting: Waiting::Default,
     ..PROTECTED
 };
 

@@ -64,6 +64,7 @@ const REENTRY_PLAIN: Profile = Profile {
     },
     cluster: None,
     many: false,
+    waiting: Waiting::Default,
 };
 
 #[test]

@@ -177,8 +177,8 @@ impl Redlock {
         let refresh_every = config.waiter_ttl / 3;
         let mut next_refresh = Instant::now() + refresh_every;
         let mut last = refused;
-        // Confirms that failed in a row: each pauses longer, so that a split between two
-        // waiters cannot loop hot.
+        // Confirms that failed in a row: each after the first pauses longer, so that a
+        // split between two waiters cannot loop hot.
         let mut herd = 0u32;
         loop {
             if !confirm {
@@ -304,10 +304,16 @@ impl Redlock {
                     }
                     last = error;
                     // Still registered: the next notice or refresh leads to the next
-                    // confirm, after a random pause.
-                    let pause = spread(started.elapsed(), herd);
-                    herd = (herd + 1).min(3);
-                    tokio::time::sleep_until((Instant::now() + pause).min(plan.give_up_at)).await;
+                    // confirm. The first failure is most often a confirm that outran the
+                    // release to some masters, whose notices follow at once: no pause.
+                    // Failing again, it pauses a random spread, growing with each
+                    // failure, so that a split between two waiters cannot loop hot.
+                    if herd > 0 {
+                        let pause = spread(started.elapsed(), herd - 1);
+                        tokio::time::sleep_until((Instant::now() + pause).min(plan.give_up_at))
+                            .await;
+                    }
+                    herd = (herd + 1).min(4);
                 }
             }
         }

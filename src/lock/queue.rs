@@ -180,13 +180,17 @@ impl Redlock {
         // Confirms that failed in a row: each after the first pauses longer, so that a
         // split between two waiters cannot loop hot.
         let mut herd = 0u32;
+        // The wait wakes once more notices than this were received in all: every notice
+        // counts, including those that came while the call registered, confirmed or
+        // paused.
+        let mut answered = 0u64;
         loop {
             if !confirm {
                 if Instant::now() >= plan.give_up_at {
                     return Err(wait_timeout(last, *total));
                 }
                 let refresh = tokio::select! {
-                    () = handoffs.notified() => {
+                    () = handoffs.beyond(answered) => {
                         tracing::trace!(resource = %traced(), %waiter, "hand-off notice");
                         false
                     }
@@ -230,7 +234,7 @@ impl Redlock {
                 .map_err(|e| e.with_attempts(*total))?;
             *total += 1;
             // Every notice so far is answered by this confirm.
-            handoffs.mark_seen();
+            answered = handoffs.count();
             let value = reused.clone().unwrap_or_else(|| random_value().into());
             let started = Instant::now();
             match self
@@ -264,6 +268,18 @@ impl Redlock {
                         "confirm failed"
                     );
                     if let Some(release) = failed.release {
+                        // Each master that granted the confirm hands the key back to the
+                        // waiter when its value is released there (if it is still the
+                        // head): notices the waiter causes itself, which say nothing of
+                        // the others. Waking on them would confirm again, and fail again,
+                        // while a holder keeps a quorum; the next confirm waits for a
+                        // notice beyond them (or the refresh).
+                        answered += release.outcomes.as_ref().map_or(0, |outcomes| {
+                            outcomes
+                                .iter()
+                                .filter(|o| matches!(o, MasterOutcome::Granted))
+                                .count() as u64
+                        });
                         // Where the confirm was granted, the waiter left the queue: it
                         // registers again there (same score) before its value is
                         // released, so the release hands the key back to it if it is

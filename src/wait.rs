@@ -91,7 +91,9 @@ impl Registry {
         let Some(waiter) = payload else { return };
         // Entries are inserted and removed whole; a poisoned map is still consistent.
         let waiters = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(notices) = waiters.get(waiter.as_str()) {
+        let notices = waiters.get(waiter.as_str());
+        tracing::trace!(%waiter, known = notices.is_some(), "hand-off notice routed");
+        if let Some(notices) = notices {
             notices.send_modify(|n| *n = n.wrapping_add(1));
         }
     }
@@ -424,17 +426,18 @@ pub(crate) struct Handoffs {
 }
 
 impl Handoffs {
-    /// Resolves at the next hand-off notice for this waiter since the last call (or since
-    /// it was made known). Never resolves without notices; always race it with a timer.
-    pub(crate) async fn notified(&mut self) {
-        if self.notices.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
+    /// How many hand-off notices for this waiter were received since it was made known.
+    /// Counted, not flagged: a notice that arrives while nobody waits for it is not lost.
+    pub(crate) fn count(&mut self) -> u64 {
+        *self.notices.borrow_and_update()
     }
 
-    /// Forgets the notices received so far.
-    pub(crate) fn mark_seen(&mut self) {
-        self.notices.borrow_and_update();
+    /// Resolves once more than `count` notices were received in all (at once if so
+    /// already). Never resolves without them; always race it with a timer.
+    pub(crate) async fn beyond(&mut self, count: u64) {
+        if self.notices.wait_for(|n| *n > count).await.is_err() {
+            std::future::pending::<()>().await;
+        }
     }
 }
 

@@ -1,0 +1,70 @@
+//! Hand-off under message orders and partial states the main hand-off tests do not reach
+//! (docs/design.md §17): each test states the property it expects of the mechanism.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::time::Duration;
+
+use redquorum::testkit::{Mode, Proxy};
+use redquorum::{AcquireOptions, ErrorKind, Redlock};
+use support::*;
+
+/// A holder whose lease lives on a bare quorum (its request to one master was lost) and a
+/// queued waiter: on the master the holder never reached, the waiter's refresh hands the
+/// free key to itself, and its confirm is granted there and refused elsewhere. The
+/// waiter must then wait for the holder (a notice, or a later refresh) rather than
+/// confirm again and again: every failed confirm releases its value on that master,
+/// which hands the key straight back to it and notifies it, and the next confirm fails
+/// the same way for as long as the holder holds.
+async fn minority_hand_off(fair: bool) {
+    let cluster = Cluster::start(3).await.unwrap();
+    let proxy = Proxy::for_server(cluster.server(2)).await.unwrap();
+    let urls = vec![
+        cluster.server(0).url(),
+        cluster.server(1).url(),
+        proxy.url(),
+    ];
+    let holder = Redlock::builder()
+        .quarantine(false)
+        .masters(urls)
+        .ttl("10s")
+        .node_timeout("200ms")
+        .build()
+        .unwrap();
+    let key = unique_key("minority");
+    // Master 2 unreachable for the holder: its lease is on masters 0 and 1 only.
+    proxy.set_mode(Mode::Reset);
+    let lease = holder.try_acquire(&key).await.unwrap();
+    proxy.set_mode(Mode::Pass);
+    assert_eq!(value_on(cluster.server(2), &key).await, None);
+
+    // A waiter with a 900 ms waiter TTL (a refresh every 300 ms) and a 30 s retry pause.
+    let waiter = client(&cluster)
+        .retry_delay("30s")
+        .retry_jitter("1ms")
+        .waiter_ttl("900ms")
+        .build()
+        .unwrap();
+    let options = AcquireOptions::new().fair(fair).wait_timeout("2s");
+    let error = waiter.acquire_with(&key, &options).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::WaitTimeout, "{error}");
+    // In 2 s: the first attempt, about seven refreshes, and at most a confirm after each
+    // of them. A confirm loop makes one every few round trips.
+    assert!(
+        error.attempts() <= 20,
+        "{} attempts in 2 s while the lock was held: {error}",
+        error.attempts()
+    );
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_waiter_handed_a_minority_does_not_confirm_in_a_loop() {
+    minority_hand_off(false).await;
+}
+
+#[tokio::test]
+async fn a_fair_waiter_handed_a_minority_does_not_confirm_in_a_loop() {
+    minority_hand_off(true).await;
+}

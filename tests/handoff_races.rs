@@ -68,3 +68,30 @@ async fn a_waiter_handed_a_minority_does_not_confirm_in_a_loop() {
 async fn a_fair_waiter_handed_a_minority_does_not_confirm_in_a_loop() {
     minority_hand_off(true).await;
 }
+
+/// The waiter TTL a client picks by default is one it would accept if given: above three
+/// node timeouts, so that a refresh every third of it finishes in time.
+#[test]
+fn the_default_waiter_ttl_is_one_the_builder_accepts() {
+    for ttl in ["200ms", "300ms", "1s", "10s"] {
+        let base = || {
+            Redlock::builder()
+                .master("redis://127.0.0.1:1")
+                .ttl(ttl)
+                .node_timeout("50ms")
+        };
+        let shown = format!("{:?}", base().build().unwrap());
+        let chosen = shown
+            .split("waiter_ttl: ")
+            .nth(1)
+            .and_then(|rest| rest.split([',', ' ', '}']).next())
+            .unwrap()
+            .to_owned();
+        let given = base().waiter_ttl(chosen.as_str()).build();
+        assert!(
+            given.is_ok(),
+            "ttl {ttl}: the default waiter_ttl {chosen} is refused when given: {}",
+            given.unwrap_err()
+        );
+    }
+}

@@ -6,6 +6,7 @@ mod support;
 
 use std::time::Duration;
 
+use redis::AsyncCommands;
 use redquorum::testkit::{Mode, Proxy};
 use redquorum::{AcquireOptions, ErrorKind, Redlock};
 use support::*;
@@ -94,4 +95,105 @@ fn the_default_waiter_ttl_is_one_the_builder_accepts() {
             given.unwrap_err()
         );
     }
+}
+
+/// How many live masters of `cluster` have at least `n` members in `key`'s queue.
+async fn queued_on(cluster: &Cluster, key: &str, n: usize) -> usize {
+    let mut count = 0;
+    for server in cluster.servers() {
+        let mut conn = raw(&server.url()).await;
+        let members: Vec<String> = conn
+            .zrange(format!("redquorum:queue:{key}"), 0, -1)
+            .await
+            .unwrap();
+        if members.len() >= n {
+            count += 1;
+        }
+    }
+    count
+}
+
+/// Two queued waiters; the holder's release reaches one master late (its path there is
+/// slow). The first waiter is handed the lock by the other masters and confirms on them;
+/// the late release then hands that master's key to the second waiter. The second
+/// waiter must then wait for the new holder, not confirm in a loop for as long as the
+/// new holder holds the lock.
+#[tokio::test]
+async fn a_late_release_does_not_set_the_next_waiter_confirming_in_a_loop() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let proxy = Proxy::for_server(cluster.server(2)).await.unwrap();
+    let urls = vec![
+        cluster.server(0).url(),
+        cluster.server(1).url(),
+        proxy.url(),
+    ];
+    let holder = Redlock::builder()
+        .quarantine(false)
+        .masters(urls)
+        .ttl("10s")
+        .node_timeout("200ms")
+        .build()
+        .unwrap();
+    let key = unique_key("late-release");
+    let lease = holder.acquire(&key).await.unwrap();
+    wait_until(
+        Duration::from_secs(2),
+        "the lease is on every master",
+        || held_everywhere(&cluster, &key, lease.value()),
+    )
+    .await;
+    let waiter = || {
+        client(&cluster)
+            .retry_delay("30s")
+            .retry_jitter("1ms")
+            .waiter_ttl("900ms")
+            .build()
+            .unwrap()
+    };
+    let (first, second) = (waiter(), waiter());
+    let fair = AcquireOptions::new().fair(true).wait_timeout("10s");
+    let taking = tokio::spawn({
+        let (first, key, fair) = (first.clone(), key.clone(), fair.clone());
+        async move { first.acquire_with(&key, &fair).await }
+    });
+    wait_until(
+        Duration::from_secs(5),
+        "the first waiter registered",
+        || {
+            let (cluster, key) = (&cluster, &key);
+            async move { queued_on(cluster, key, 1).await == 3 }
+        },
+    )
+    .await;
+    let waiting = tokio::spawn({
+        let (second, key) = (second.clone(), key.clone());
+        async move {
+            let options = AcquireOptions::new().fair(true).wait_timeout("2500ms");
+            second.acquire_with(&key, &options).await
+        }
+    });
+    wait_until(
+        Duration::from_secs(5),
+        "the second waiter registered",
+        || {
+            let (cluster, key) = (&cluster, &key);
+            async move { queued_on(cluster, key, 2).await == 3 }
+        },
+    )
+    .await;
+    // The release reaches master 2 a second late.
+    proxy.set_mode(Mode::delay(Duration::from_secs(1), Duration::ZERO));
+    lease.release().await.unwrap();
+    let taken = taking.await.unwrap().unwrap();
+    let error = waiting.await.unwrap().unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::WaitTimeout, "{error}");
+    // About eight refreshes in 2.5 s, and at most a confirm after each. (The confirm loop
+    // makes one every few round trips from the late release on.)
+    assert!(
+        error.attempts() <= 25,
+        "{} attempts in 2.5 s while the lock was held: {error}",
+        error.attempts()
+    );
+    taken.release().await.unwrap();
+    proxy.set_mode(Mode::Pass);
 }

@@ -197,3 +197,54 @@ async fn a_late_release_does_not_set_the_next_waiter_confirming_in_a_loop() {
     taken.release().await.unwrap();
     proxy.set_mode(Mode::Pass);
 }
+
+/// An operator who finds a lock held by a value that is in fact a waiter's id (the key was
+/// handed to a waiter that died before confirming) and force-unlocks that value, as the
+/// documentation of `inspect` shows: the report says the key was deleted on every master,
+/// so the lock must no longer be held by that value.
+#[tokio::test]
+async fn force_unlocking_a_handed_key_does_not_hand_it_back() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let operator = client(&cluster).build().unwrap();
+    let key = unique_key("handed-dead");
+    // A waiter at the head of the queue whose process died: its record lives 4.5 s more.
+    for server in cluster.servers() {
+        let mut conn = raw(&server.url()).await;
+        let _: () = conn
+            .zadd(format!("redquorum:queue:{key}"), "dead", 1)
+            .await
+            .unwrap();
+        let _: () = conn
+            .pset_ex(
+                format!("redquorum:waiter:{key}:dead"),
+                "4500 redquorum:handoff:nobody",
+                4500,
+            )
+            .await
+            .unwrap();
+    }
+    let lease = operator.acquire(&key).await.unwrap();
+    wait_until(
+        Duration::from_secs(2),
+        "the lease is on every master",
+        || held_everywhere(&cluster, &key, lease.value()),
+    )
+    .await;
+    lease.release().await.unwrap();
+    wait_until(
+        Duration::from_secs(2),
+        "the key handed to the dead head",
+        || held_everywhere(&cluster, &key, "dead"),
+    )
+    .await;
+    let inspection = operator.inspect(&key).await.unwrap();
+    assert_eq!(inspection.holder(), Some("dead"), "{inspection}");
+    let report = operator.force_unlock(&key, "dead").await.unwrap();
+    assert_eq!(report.deleted(), 3);
+    let after = operator.inspect(&key).await.unwrap();
+    assert_ne!(
+        after.holder(),
+        Some("dead"),
+        "force_unlock reported the key deleted on every master, yet: {after}"
+    );
+}

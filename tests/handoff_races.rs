@@ -248,3 +248,44 @@ async fn force_unlocking_a_handed_key_does_not_hand_it_back() {
         "force_unlock reported the key deleted on every master, yet: {after}"
     );
 }
+
+/// Two of three masters die while a waiter is queued; the holder's release reaches the
+/// survivor only, which hands the key to the waiter. No quorum can be had until a master
+/// comes back: the waiter must wait (its refresh, its budget), not confirm against the
+/// survivor again and again for the whole outage.
+#[tokio::test]
+async fn a_waiter_does_not_confirm_in_a_loop_through_an_outage() {
+    let mut cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster).build().unwrap();
+    let key = unique_key("outage");
+    let lease = holder.acquire(&key).await.unwrap();
+    let waiter = client(&cluster)
+        .retry_delay("30s")
+        .retry_jitter("1ms")
+        .waiter_ttl("900ms")
+        .build()
+        .unwrap();
+    let waiting = tokio::spawn({
+        let (waiter, key) = (waiter.clone(), key.clone());
+        async move {
+            let options = AcquireOptions::new().wait_timeout("2500ms");
+            waiter.acquire_with(&key, &options).await
+        }
+    });
+    wait_until(Duration::from_secs(5), "the waiter registered", || {
+        let (cluster, key) = (&cluster, &key);
+        async move { queued_on(cluster, key, 1).await == 3 }
+    })
+    .await;
+    cluster.server_mut(1).kill().unwrap();
+    cluster.server_mut(2).kill().unwrap();
+    let _ = lease.release().await;
+    let error = waiting.await.unwrap().unwrap_err();
+    assert!(error.is_retryable(), "{error}");
+    // About eight refreshes in 2.5 s, and at most a confirm after each.
+    assert!(
+        error.attempts() <= 25,
+        "{} attempts in 2.5 s with no quorum to be had: {error}",
+        error.attempts()
+    );
+}

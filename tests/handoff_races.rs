@@ -289,3 +289,25 @@ async fn a_waiter_does_not_confirm_in_a_loop_through_an_outage() {
         error.attempts()
     );
 }
+
+/// A queued waiter that runs out of budget reports as many attempts in
+/// `Error::attempts` as its message says it made.
+#[tokio::test]
+async fn a_queued_waiter_s_error_counts_its_attempts_as_its_message_does() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster).build().unwrap();
+    let key = unique_key("counted");
+    let lease = holder.acquire(&key).await.unwrap();
+    let waiter = client(&cluster)
+        .retry_delay("30s")
+        .retry_jitter("1ms")
+        .waiter_ttl("900ms")
+        .build()
+        .unwrap();
+    let options = AcquireOptions::new().wait_timeout("1500ms");
+    let error = waiter.acquire_with(&key, &options).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::WaitTimeout, "{error}");
+    let said = format!("after {} attempts", error.attempts());
+    assert!(error.to_string().contains(&said), "{said}: {error}");
+    lease.release().await.unwrap();
+}

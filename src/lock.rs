@@ -167,8 +167,9 @@ impl AcquireOptions {
     /// Whether this acquisition is fair: waiters are served in the order they arrived
     /// (first in, first out), each one's place fixed by a ticket issued on a quorum of
     /// masters, and a newcomer never takes the lock ahead of a live waiter. Defaults to
-    /// off: an unfair acquire takes a free lock at once, and its waiters queue behind
-    /// any fair ones (docs/design.md §17). Only for the lock of one resource
+    /// off: an unfair acquire takes a free lock at once, and once it waits it queues too,
+    /// in about the order of arrival, by a ticket taken without the fair lock's extra
+    /// write-back (docs/design.md §17). Only for the lock of one resource
     /// ([`Redlock::acquire_with`], [`Redlock::with_lock`]); `acquire_many`, semaphores and
     /// read-write locks refuse it with [`ErrorKind::InvalidOptions`]. A fair first attempt
     /// runs a script that also reads the queue, instead of the plain acquire script.
@@ -478,7 +479,8 @@ impl Redlock {
     /// comes first. Attempts are bounded by `retry_attempts` and by the wait budget.
     ///
     /// With [`Builder::handoff`] on (the default), the caller queues instead once an
-    /// attempt found the lock held: it registers on every master, and the holder's release
+    /// attempt found the lock held: it registers on every master, in about the order of
+    /// arrival (one above the queue's ticket counter its attempt read), and the holder's release
     /// hands the lock to the first live waiter in the queue and wakes it alone; that waiter
     /// then confirms with an ordinary attempt of its own (its validity counted from that
     /// attempt), while the others go on waiting. A waiter refreshes its registration every

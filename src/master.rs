@@ -45,7 +45,8 @@ use crate::scripts;
 pub(crate) enum Op {
     /// `SET key value NX PX ttl` inside `acquire.lua`, which also checks the cluster
     /// record, writes the owner record, and reads the data epoch (restart quarantine), the
-    /// fence counter (fencing) and the holder's `PTTL`.
+    /// fence counter (fencing) and, when refused, the holder's `PTTL` and the ticket
+    /// counter of the lock's queue (a queued waiter's place, docs/design.md §17).
     AcquireChecked {
         key: Arc<str>,
         value: Arc<str>,
@@ -440,8 +441,8 @@ pub(crate) enum Reply {
         /// When refused: how long the holder's key lives (none when the key is free but
         /// a live waiter is ahead of a fair acquire).
         holder_ttl: Option<Duration>,
-        /// The fair lock's ticket counter (0 when missing), read by a fair
-        /// `AcquireQueued`; `None` otherwise.
+        /// The queue's ticket counter (0 when missing), read by a fair `AcquireQueued`
+        /// and by a refused `AcquireChecked`; `None` otherwise.
         ticket: Option<u64>,
     },
     /// The answer to `Enqueue`.
@@ -1204,8 +1205,16 @@ async fn run(
                 #[cfg(feature = "mutants")]
                 FenceRead::IncrementWhenGranted => (&*scripts::ACQUIRE_ONE_ROUND_TOKEN, "1"),
             };
-            type Answer = (i64, String, String, Option<String>, i64, Option<String>);
-            let (code, record, now, counter, pttl, detail): Answer = invoke_agreed(
+            type Answer = (
+                i64,
+                String,
+                String,
+                Option<String>,
+                i64,
+                Option<String>,
+                Option<String>,
+            );
+            let (code, record, now, counter, pttl, detail, ticket): Answer = invoke_agreed(
                 conn,
                 shared,
                 |a: &Answer| a.0,
@@ -1215,6 +1224,7 @@ async fn run(
                         .key(scripts::fence_key(key))
                         .key(&*shared.record_key)
                         .key(scripts::owner_key(key))
+                        .key(scripts::ticket_key(key))
                         .arg(&**value)
                         .arg(millis(*ttl))
                         .arg(new_epoch_id())
@@ -1241,7 +1251,7 @@ async fn run(
                 },
                 fence: counter.map(|c| parse_number("acquire", &c)).transpose()?,
                 holder_ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-                ticket: None,
+                ticket: ticket.map(|c| parse_number("acquire", &c)).transpose()?,
             })
         }
         Op::AcquireQueued { .. } => acquire_queued(op, conn, shared).await,

@@ -91,7 +91,9 @@ impl Registry {
         let Some(waiter) = payload else { return };
         // Entries are inserted and removed whole; a poisoned map is still consistent.
         let waiters = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(notices) = waiters.get(waiter.as_str()) {
+        let notices = waiters.get(waiter.as_str());
+        tracing::trace!(%waiter, known = notices.is_some(), "hand-off notice routed");
+        if let Some(notices) = notices {
             notices.send_modify(|n| *n = n.wrapping_add(1));
         }
     }

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::AsyncCommands;
+use redquorum::testkit::{Latency, Mode, Proxy};
 use redquorum::{AcquireOptions, ConfigError, ErrorKind, Redlock};
 use support::*;
 use tokio::time::{Instant, timeout};
@@ -417,6 +418,121 @@ async fn the_fair_lock_keeps_its_order_when_a_minority_of_masters_dies() {
     assert_eq!(order, (0..200).collect::<Vec<_>>());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unfair_waiters_are_served_in_the_order_they_queued() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster).build().unwrap();
+    let key = unique_key("arrival");
+    let lease = holder.acquire(&key).await.unwrap();
+    // Three unfair waiters queue one after the other, each once the one before it is
+    // registered on every master; each is its own client, and only a hand-off wakes it.
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let mut waiting = Vec::new();
+    for (n, name) in ["first", "second", "third"].into_iter().enumerate() {
+        let waiter = patient(&cluster).build().unwrap();
+        waiting.push(tokio::spawn({
+            let (key, served) = (key.clone(), Arc::clone(&served));
+            async move {
+                let options = AcquireOptions::new().wait_timeout("20s");
+                let lease = waiter.acquire_with(&key, &options).await.unwrap();
+                served.lock().unwrap().push(name);
+                lease.release().await.unwrap();
+            }
+        }));
+        wait_until(Duration::from_secs(5), "the waiter registered", || {
+            let (cluster, key) = (&cluster, &key);
+            async move { queued_on(cluster, key, n + 1).await == 3 }
+        })
+        .await;
+    }
+    // Every master orders them by arrival: a newcomer's ticket is above the counter its
+    // refused attempt read, which the waiters before it raised.
+    let order: Vec<Vec<String>> = {
+        let mut order = Vec::new();
+        for server in cluster.servers() {
+            order.push(members(server, &key).await);
+        }
+        order
+    };
+    assert!(order.windows(2).all(|w| w[0] == w[1]), "{order:?}");
+    lease.release().await.unwrap();
+    for task in waiting {
+        timeout(Duration::from_secs(10), task)
+            .await
+            .expect("each handed the lock in turn")
+            .unwrap();
+    }
+    assert_eq!(*served.lock().unwrap(), ["first", "second", "third"]);
+    wait_until(Duration::from_secs(2), "nothing left", || {
+        no_waiter_left(&cluster, &key)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notice_while_the_registration_round_runs_is_not_lost() {
+    let cluster = Cluster::start(3).await.unwrap();
+    // The waiter reaches the third master through a proxy that delays what it sends by
+    // 2 s: its registration round waits for that answer until the node timeout (200 ms),
+    // long after the other two masters registered it, and the holder releases meanwhile.
+    // A notice from the third master comes too late to matter.
+    let proxy = Proxy::for_server(cluster.server(2)).await.unwrap();
+    proxy.set_mode(Mode::Delay {
+        to_server: Latency::ZERO,
+        to_client: Latency::new(Duration::from_secs(2), Duration::ZERO),
+    });
+    let urls = vec![
+        cluster.server(0).url(),
+        cluster.server(1).url(),
+        proxy.url(),
+    ];
+    let waiter = Redlock::builder()
+        .quarantine(false)
+        .masters(urls)
+        .ttl("5s")
+        .node_timeout("200ms")
+        .retry_delay("30s")
+        .retry_jitter("1ms")
+        .waiter_ttl("4500ms")
+        .build()
+        .unwrap();
+    let holder = client(&cluster).build().unwrap();
+    let key = unique_key("early_notice");
+    let lease = holder.acquire(&key).await.unwrap();
+    let waiting = tokio::spawn({
+        let (waiter, key) = (waiter.clone(), key.clone());
+        async move {
+            let options = AcquireOptions::new().wait_timeout("20s");
+            waiter.acquire_with(&key, &options).await
+        }
+    });
+    wait_until(
+        Duration::from_secs(5),
+        "registered on the two direct masters",
+        || {
+            let cluster = &cluster;
+            let key = &key;
+            async move {
+                !members(cluster.server(0), key).await.is_empty()
+                    && !members(cluster.server(1), key).await.is_empty()
+            }
+        },
+    )
+    .await;
+    // The two direct masters hand the key to the waiter and notify it while its
+    // registration round still waits for the delayed answer.
+    lease.release().await.unwrap();
+    // Its refresh comes after 1.5 s and its retry pause is 30 s: only the notices it got
+    // before it began to wait can wake it sooner.
+    let taken = timeout(Duration::from_millis(1400), waiting)
+        .await
+        .expect("the notices that came during the registration round are remembered")
+        .unwrap()
+        .unwrap();
+    taken.release().await.unwrap();
+    proxy.set_mode(Mode::Pass);
+}
+
 #[tokio::test]
 async fn a_holder_that_never_releases_is_passed_by_the_refresh() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -483,7 +599,7 @@ async fn a_head_that_dies_is_passed_by() {
     assert!(released.elapsed() < Duration::from_secs(3));
     taken.release().await.unwrap();
 
-    // A waiter at the head (fair, so ahead of any unfair one) handed the lock and dropped
+    // A waiter at the head (the first to queue) handed the lock and dropped
     // before it confirms: its Dequeue passes the key on, and the next one is served.
     let lease = holder.acquire(&key).await.unwrap();
     let first = brisk(&cluster).retry_delay("30s").build().unwrap();
@@ -718,10 +834,11 @@ mod planted {
     async fn a_hand_off_that_ignores_liveness_stalls_behind_a_dead_head() {
         let cluster = Cluster::start(3).await.unwrap();
         let key = unique_key("liveness");
-        // A dead waiter at the head of every master's queue: no liveness key.
+        // A dead waiter at the head of every master's queue: no liveness key, and a score
+        // below any ticket a live waiter takes (1 and up).
         for server in cluster.servers() {
             let mut conn = raw(&server.url()).await;
-            let _: () = conn.zadd(queue_key(&key), "dead", 1).await.unwrap();
+            let _: () = conn.zadd(queue_key(&key), "dead", 0).await.unwrap();
         }
         let planted = || {
             brisk(&cluster)

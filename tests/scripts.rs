@@ -361,7 +361,15 @@ async fn release_many_contract() {
     assert_eq!(counts, (0, 2, 1));
 }
 
-type Acquired = (i64, String, String, Option<String>, i64, Option<String>);
+type Acquired = (
+    i64,
+    String,
+    String,
+    Option<String>,
+    i64,
+    Option<String>,
+    Option<String>,
+);
 type AcquiredMany = (
     i64,
     String,
@@ -461,12 +469,14 @@ async fn acquire_contract() {
     let key = unique_key("acquire_script");
     let (epoch, fence) = (unique_key("epoch"), unique_key("fence"));
     let (record, owner) = (unique_key("cluster"), unique_key("owner"));
+    let ticket = format!("redquorum:ticket:{key}");
     let acquire = |value: &'static str, mode: &'static str, fingerprint: &'static str| {
         let mut call = script.key(&key);
         call.key(&epoch)
             .key(&fence)
             .key(&record)
             .key(&owner)
+            .key(&ticket)
             .arg(value)
             .arg(10_000)
             .arg("new-epoch")
@@ -481,11 +491,16 @@ async fn acquire_contract() {
 
     // Granted; a missing epoch is started; no fence read; the owner record written with
     // the lock's expiry.
-    let (ok, epoch_record, now, counter, pttl, detail): Acquired = acquire("v1", "0", "")
+    // A ticket counter exists: a grant does not read it.
+    let _: () = conn.set(&ticket, 6).await.unwrap();
+    let (ok, epoch_record, now, counter, pttl, detail, tickets): Acquired = acquire("v1", "0", "")
         .invoke_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!((ok, counter, pttl, detail), (1, None, -3, None));
+    assert_eq!(
+        (ok, counter, pttl, detail, tickets),
+        (1, None, -3, None, None)
+    );
     let (id, created) = epoch_record.rsplit_once(':').unwrap();
     assert_eq!(id, "new-epoch");
     assert_eq!(
@@ -513,11 +528,14 @@ async fn acquire_contract() {
     // Refused: the holder's PTTL, the same epoch, and the fence counter when asked for;
     // the holder's owner record untouched.
     let _: () = conn.set(&fence, 41).await.unwrap();
-    let (ok, again, later, counter, pttl, _): Acquired = acquire("v2", "1", "")
+    let (ok, again, later, counter, pttl, _, tickets): Acquired = acquire("v2", "1", "")
         .invoke_async(&mut conn)
         .await
         .unwrap();
     assert_eq!((ok, counter.as_deref()), (0, Some("41")));
+    // A refusal reads the queue's ticket counter (a waiter's place is one above it), 0
+    // when it is missing.
+    assert_eq!(tickets.as_deref(), Some("6"));
     assert!(pttl > 9_000 && pttl <= 10_000, "{pttl}");
     assert_eq!(again, epoch_record);
     assert!(later.parse::<u64>().unwrap() >= now.parse::<u64>().unwrap());
@@ -526,31 +544,32 @@ async fn acquire_contract() {
     assert_eq!(holder.as_deref(), Some("v1"));
     // No other mode exists: the planted one-round token is a variant of this script built
     // only with the `mutants` feature, never a mode of the script every master loads.
-    let (_, _, _, counter, _, _): Acquired = acquire("v3", "2", "")
+    let _: () = conn.del(&ticket).await.unwrap();
+    let (_, _, _, counter, _, _, tickets): Acquired = acquire("v3", "2", "")
         .invoke_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(counter, None);
+    assert_eq!((counter, tickets.as_deref()), (None, Some("0")));
     assert_eq!(conn.get::<_, String>(&fence).await.unwrap(), "41");
 
     // A cluster record that disagrees with the caller: -2 with its fingerprint, nothing
     // set; a caller that knows a record the master lacks: -2 without one.
     let _: () = conn.del(&key).await.unwrap();
     let _: () = conn.hset(&record, "fingerprint", "f1").await.unwrap();
-    let (ok, _, _, _, _, found): Acquired = acquire("v4", "0", "")
+    let (ok, _, _, _, _, found, _): Acquired = acquire("v4", "0", "")
         .invoke_async(&mut conn)
         .await
         .unwrap();
     assert_eq!((ok, found.as_deref()), (-2, Some("f1")));
     assert_eq!(get(&server.url(), &key).await, None);
-    let (ok, _, _, _, _, _): Acquired = acquire("v4", "0", "f1")
+    let (ok, _, _, _, _, _, _): Acquired = acquire("v4", "0", "f1")
         .invoke_async(&mut conn)
         .await
         .unwrap();
     assert_eq!(ok, 1);
     let _: () = conn.del(&key).await.unwrap();
     let _: () = conn.del(&record).await.unwrap();
-    let (ok, _, _, _, _, found): Acquired = acquire("v5", "0", "f1")
+    let (ok, _, _, _, _, found, _): Acquired = acquire("v5", "0", "f1")
         .invoke_async(&mut conn)
         .await
         .unwrap();
@@ -559,7 +578,7 @@ async fn acquire_contract() {
 
     // Another kind of lock under the name: -3 with its kind, untouched.
     let _: () = conn.hset(&key, "permits", 3).await.unwrap();
-    let (ok, _, _, _, _, kind): Acquired = acquire("v6", "0", "")
+    let (ok, _, _, _, _, kind, _): Acquired = acquire("v6", "0", "")
         .invoke_async(&mut conn)
         .await
         .unwrap();
@@ -567,7 +586,7 @@ async fn acquire_contract() {
     let _: () = conn.del(&key).await.unwrap();
     let _: () = conn.set(&key, "x").await.unwrap();
     let _: () = conn.hset(&owner, "kind", "semaphore").await.unwrap();
-    let (ok, _, _, _, _, kind): Acquired = acquire("v7", "0", "")
+    let (ok, _, _, _, _, kind, _): Acquired = acquire("v7", "0", "")
         .invoke_async(&mut conn)
         .await
         .unwrap();
@@ -1137,7 +1156,7 @@ fn script_hashes_are_pinned() {
         (
             "acquire.lua",
             ACQUIRE,
-            "b7e7c1efcf60316d8c9d6e326080acce65bf3f87",
+            "bcaf57c1be970a3c64ca609185df576d2001c618",
         ),
         (
             "fence.lua",
@@ -1207,7 +1226,7 @@ fn script_hashes_are_pinned() {
         (
             "enqueue.lua",
             ENQUEUE,
-            "7af1ca18b9eb66bdc73bcf48282e31bc737d03eb",
+            "39a96bf06fd0557a35bc692df65f6257079d3c5b",
         ),
         (
             "dequeue.lua",
@@ -1323,15 +1342,21 @@ async fn enqueue_contract() {
     };
     let _: () = conn.set(&key, "holder").await.unwrap();
 
-    // Unfair, the lock held: registered, not handed, the holder's TTL (none here: -1).
-    let r: Enqueued = enqueue("w1", (1 << 52) + 7, false, false, "")
+    // Unfair, the lock held: registered, not handed, the holder's TTL (none here: -1);
+    // its score, a ticket, raises the missing counter to it.
+    let r: Enqueued = enqueue("w1", 7, false, false, "")
         .invoke_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!((r.0, r.3.clone(), r.4, r.5), (1, None, 0, -1), "{r:?}");
+    assert_eq!(
+        (r.0, r.3.as_deref(), r.4, r.5),
+        (1, Some("7"), 0, -1),
+        "{r:?}"
+    );
     assert!(r.1.starts_with("e1:"), "a new epoch is started: {r:?}");
     let score: f64 = conn.zscore(&queue, "w1").await.unwrap();
-    assert_eq!(score, ((1u64 << 52) + 7) as f64);
+    assert_eq!(score, 7.0);
+    assert_eq!(conn.get::<_, String>(&ticket).await.unwrap(), "7");
     assert_eq!(
         get(&server.url(), &format!("{waiters}w1")).await.as_deref(),
         Some("800 redquorum:handoff:c")
@@ -1343,7 +1368,7 @@ async fn enqueue_contract() {
         "{live} {kept}"
     );
     // Again: the same member, the same score.
-    let _: Enqueued = enqueue("w1", (1 << 52) + 7, false, false, "")
+    let _: Enqueued = enqueue("w1", 7, false, false, "")
         .invoke_async(&mut conn)
         .await
         .unwrap();
@@ -1377,9 +1402,14 @@ async fn enqueue_contract() {
         .await
         .unwrap();
     assert_eq!((r.0, r.3.as_deref()), (0, Some("6")), "{r:?}");
-    // A fair refresh below the counter keeps the counter.
+    // A refresh below the counter, fair or not, keeps the counter.
     let _: () = conn.set(&ticket, 9).await.unwrap();
     let r: Enqueued = enqueue("f1", 6, false, true, "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((r.0, r.3.as_deref()), (1, Some("9")), "{r:?}");
+    let r: Enqueued = enqueue("w1", 7, false, false, "")
         .invoke_async(&mut conn)
         .await
         .unwrap();
@@ -1388,12 +1418,21 @@ async fn enqueue_contract() {
     assert_eq!(
         members,
         ["f1", "w1"],
-        "fair tickets come before unfair scores"
+        "fair and unfair waiters share one order, by ticket"
     );
+    // Equal tickets: ordered by member, the same on every master.
+    let _: Enqueued = enqueue("w0", 7, false, false, "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    let members: Vec<String> = conn.zrange(&queue, 0, -1).await.unwrap();
+    assert_eq!(members, ["f1", "w0", "w1"]);
+    let _: () = conn.zrem(&queue, "w0").await.unwrap();
+    let _: () = conn.del(format!("{waiters}w0")).await.unwrap();
 
     // The holder gone: the live head is handed the key by its own registration.
     let _: () = conn.del(&key).await.unwrap();
-    let r: Enqueued = enqueue("w1", (1 << 52) + 7, false, false, "")
+    let r: Enqueued = enqueue("w1", 7, false, false, "")
         .invoke_async(&mut conn)
         .await
         .unwrap();

@@ -11,8 +11,13 @@
 //!
 //! A fair call first takes a ticket: one above every ticket counter a quorum answered in
 //! the refused attempt, written back strictly on a quorum (like the fencing write-back);
-//! its score in the queue is the ticket. An unfair call's score is `2^52` plus 32 random
-//! bits, after every ticket: fair waiters are served first.
+//! its score in the queue is the ticket. An unfair call's score is a ticket too, taken
+//! without the strict write-back: one above every counter its refused attempt read
+//! (`acquire.lua` answers the counter when it refuses), raised on every master it
+//! registers on. Waiters of both kinds are so served in about the order they queued; two
+//! unfair calls that read the same counters share a score, and the order of their ids
+//! (the same on every master) decides between them. Unlike a random score, this keeps a
+//! waiter from being passed by every newcomer for its whole budget.
 //!
 //! However the call ends — a lease, an error, the budget, or its future dropped — its
 //! registration is removed from every master in the background (`Op::Dequeue`), which
@@ -25,17 +30,13 @@ use tokio::time::Instant;
 
 use super::{Plan, Redlock, Target, spread, wait_timeout};
 use crate::core::{Inner, random_value};
-use crate::error::Error;
+use crate::error::{Error, MasterOutcome};
 use crate::lease::{Lease, Watchdog};
 use crate::master::{Master, Op, Reply};
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
 use crate::quorum::{self, Bounds, Decision, Round};
 use crate::{scripts, telemetry};
-
-/// The score of every unfair waiter starts here, above any ticket: `2^52`, so that it
-/// plus 32 random bits is an exact number in the scripts' floating-point arithmetic.
-const UNFAIR_BASE: u64 = 1 << 52;
 
 /// The most strict registration rounds a fair call makes to have its ticket issued: each
 /// conflict raises the ticket past a counter that exists; the bound only guards against a
@@ -48,7 +49,7 @@ pub(super) struct Queue<'a> {
     pub(super) plan: &'a Plan,
     /// The refusal that made it queue; reported if it never gets the lock.
     pub(super) refused: Error,
-    /// The ticket counters a fair attempt read (a quorum of them).
+    /// The ticket counters the refused attempt read (a quorum of them when fair).
     pub(super) tickets: &'a [u64],
     /// The value every attempt reuses ([`Mutant::ReuseValue`]); `None` in the product.
     pub(super) reused: Option<Arc<str>>,
@@ -124,10 +125,11 @@ impl Redlock {
         // however the call ends (a lease included: the masters that did not grant it still
         // hold the registration).
         let mut handoffs = inner.notifier.waiter(Arc::clone(&waiter));
-        let _leave = DequeueGuard {
+        let mut leave = DequeueGuard {
             inner: Arc::clone(inner),
             key: Arc::clone(key),
             waiter: Arc::clone(&waiter),
+            left: Vec::new(),
         };
         // Subscribed before registering: a hand-off after the registration reaches us.
         let subscribed = inner.notifier.keep_handoffs(&channel);
@@ -141,13 +143,14 @@ impl Redlock {
             key: Arc::clone(key),
             waiter: Arc::clone(&waiter),
             channel,
-            score: UNFAIR_BASE + u64::from(rand::random::<u32>()),
+            // One above every counter read; a fair call writes it back strictly below.
+            score: tickets.iter().max().copied().unwrap_or(0).saturating_add(1),
             fair: plan.fair,
         };
         let traced = || telemetry::resource(&target.name, config.trace_resource_names);
         let mut confirm = if plan.fair {
             match self
-                .issue_ticket(&mut registration, tickets, plan.give_up_at, traced())
+                .issue_ticket(&mut registration, plan.give_up_at, traced())
                 .await
             {
                 Some(handed) => handed,
@@ -166,6 +169,9 @@ impl Redlock {
         tracing::trace!(
             resource = %traced(),
             rounds = *total,
+            %waiter,
+            score = registration.score,
+            handed = confirm,
             "acquire attempt failed, waiting in the queue"
         );
         let refresh_every = config.waiter_ttl / 3;
@@ -180,7 +186,10 @@ impl Redlock {
                     return Err(wait_timeout(last, *total));
                 }
                 let refresh = tokio::select! {
-                    () = handoffs.notified() => false,
+                    () = handoffs.notified() => {
+                        tracing::trace!(resource = %traced(), %waiter, "hand-off notice");
+                        false
+                    }
                     () = tokio::time::sleep_until(next_refresh.min(plan.give_up_at)) => true,
                     // Refused below (docs/design.md §14).
                     () = inner.held.taken(&keys) => false,
@@ -198,6 +207,12 @@ impl Redlock {
                         .enqueue(&registration, false, plan.give_up_at, traced())
                         .await;
                     next_refresh = Instant::now() + refresh_every;
+                    tracing::trace!(
+                        resource = %traced(),
+                        %waiter,
+                        handed = handed(&round),
+                        "registration refreshed"
+                    );
                     if !handed(&round) {
                         if spent >= plan.attempts {
                             return Err(last.with_attempts(*total));
@@ -223,6 +238,14 @@ impl Redlock {
                 .await
             {
                 Ok(lease) => {
+                    // Where the confirm was granted, the script removed the registration
+                    // already; a master still pending removes it when it grants, and one
+                    // that refuses keeps it: only the others need the `Dequeue`.
+                    leave.left = lease
+                        .masters()
+                        .iter()
+                        .map(|r| matches!(r.outcome(), MasterOutcome::Granted))
+                        .collect();
                     if plan.watchdog {
                         lease.start_watchdog(Watchdog {
                             interval: config.extend_interval(plan.ttl),
@@ -234,14 +257,40 @@ impl Redlock {
                     return Ok(lease);
                 }
                 Err(failed) => {
+                    tracing::trace!(
+                        resource = %traced(),
+                        %waiter,
+                        error = %failed.error,
+                        "confirm failed"
+                    );
                     if let Some(release) = failed.release {
                         // Where the confirm was granted, the waiter left the queue: it
                         // registers again there (same score) before its value is
                         // released, so the release hands the key back to it if it is
                         // still the head, and no waiter behind it is served meanwhile.
-                        let _ = self
-                            .enqueue(&registration, false, plan.give_up_at, traced())
-                            .await;
+                        // A master that refused it still holds the registration; the
+                        // others (granted, or answer unknown) are exactly those the
+                        // release goes to.
+                        let masters: Vec<Arc<dyn Master>> = match &release.outcomes {
+                            Some(outcomes) => inner
+                                .masters
+                                .iter()
+                                .zip(outcomes)
+                                .filter(|(_, o)| !matches!(o, MasterOutcome::HeldByOther))
+                                .map(|(m, _)| Arc::clone(m))
+                                .collect(),
+                            None => inner.masters.clone(),
+                        };
+                        if !masters.is_empty() {
+                            let op = Arc::new(registration.op(inner, false));
+                            let bounds = Bounds {
+                                until: Some(plan.give_up_at),
+                                tracker: Some(&inner.background),
+                                every: true,
+                            };
+                            let need = masters.len();
+                            let _ = quorum::run(&masters, op, need, traced(), bounds).await;
+                        }
                         drop(release);
                     }
                     let error = failed.error.with_attempts(*total);
@@ -264,19 +313,17 @@ impl Redlock {
         }
     }
 
-    /// Issues a fair call's ticket: one above every counter in `tickets`, written back
-    /// strictly until a quorum took it, each conflict raising it past the counter met.
-    /// Sets the registration's score to the ticket; `Some(handed)` once issued (whether a
+    /// Issues a fair call's ticket, the registration's score (one above every counter
+    /// its refused attempt read): written back strictly until a quorum took it, each
+    /// conflict raising it past the counter met; `Some(handed)` once issued (whether a
     /// master handed the key to the waiter meanwhile), `None` when not issued within the
     /// budget or the bound.
     async fn issue_ticket(
         &self,
         registration: &mut Registration,
-        tickets: &[u64],
         give_up_at: Instant,
         traced: telemetry::Traced<'_>,
     ) -> Option<bool> {
-        registration.score = tickets.iter().max().copied().unwrap_or(0).saturating_add(1);
         for _ in 0..MAX_TICKET_ROUNDS {
             if Instant::now() >= give_up_at {
                 return None;
@@ -343,6 +390,9 @@ struct DequeueGuard {
     inner: Arc<Inner>,
     key: Arc<str>,
     waiter: Arc<str>,
+    /// By master: `true` where the registration is known to be gone already (the
+    /// granting masters of the confirm that gave the lease), skipped.
+    left: Vec<bool>,
 }
 
 impl Drop for DequeueGuard {
@@ -354,7 +404,17 @@ impl Drop for DequeueGuard {
             #[cfg(feature = "mutants")]
             ignore_liveness: self.inner.config.planted.is(Mutant::HandoffIgnoresLiveness),
         });
-        let masters: Vec<Arc<dyn Master>> = self.inner.masters.clone();
+        let masters: Vec<Arc<dyn Master>> = self
+            .inner
+            .masters
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !self.left.get(*i).copied().unwrap_or(false))
+            .map(|(_, m)| Arc::clone(m))
+            .collect();
+        if masters.is_empty() {
+            return;
+        }
         let need = masters.len();
         let resource = self
             .key

@@ -2,11 +2,12 @@
 -- master's data epoch (restart quarantine) and the cluster record, as `acquire.lua`.
 -- KEYS[1] lock key, KEYS[2] epoch record, KEYS[3] cluster record, KEYS[4] waiter queue,
 -- KEYS[5] ticket counter, KEYS[6] the waiter's liveness key
--- ARGV[1] waiter id, ARGV[2] score, ARGV[3] strict: '1' only for a fair registration's
--- ticket write-back, ARGV[4] waiter ttl ms, ARGV[5] the waiter's hand-off channel,
--- ARGV[6] fair: '1' or '0', ARGV[7] id for a new epoch, ARGV[8] the caller's cluster
--- fingerprint, ARGV[9] the prefix of the waiters' liveness keys
--- Returns {code, epoch record, server time us, ticket counter or false, handed (1/0),
+-- ARGV[1] waiter id, ARGV[2] score (a ticket), ARGV[3] strict: '1' only for a fair
+-- registration's ticket write-back, ARGV[4] waiter ttl ms, ARGV[5] the waiter's hand-off
+-- channel, ARGV[6] fair: '1' or '0' (the steps are the same), ARGV[7] id for a new
+-- epoch, ARGV[8] the caller's cluster fingerprint, ARGV[9] the prefix of the waiters'
+-- liveness keys
+-- Returns {code, epoch record, server time us, ticket counter, handed (1/0),
 --          the lock key's pttl (-2 when free or handed), detail or false}
 -- code: 1 registered, 0 the ticket counter is at or above the score (strict; nothing
 -- written), -2 the cluster record's fingerprint differs, -3 the name holds another kind
@@ -48,7 +49,9 @@ if strict == '1' then
     redis.call('SET', KEYS[5], score)
     counter = score
   end
-elseif ARGV[6] == '1' then
+else
+  -- Fair or not, a waiter's score is a ticket: the counter is raised to it, never
+  -- lowered (a refresh of an older ticket keeps it), so that later arrivals score above.
   local c = tonumber(redis.call('GET', KEYS[5]) or '0')
   if c < tonumber(score) then
     redis.call('SET', KEYS[5], score)

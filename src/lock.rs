@@ -1766,7 +1766,10 @@ pub(crate) fn wait_timeout(error: Error, attempts: u32) -> Error {
         "wait budget used up after {attempts} attempts (last: {})",
         kind_word(error.kind())
     );
-    error.with_kind(ErrorKind::WaitTimeout).with_detail(detail)
+    error
+        .with_kind(ErrorKind::WaitTimeout)
+        .with_detail(detail)
+        .with_attempts(attempts)
 }
 
 fn kind_word(kind: ErrorKind) -> &'static str {

@@ -99,23 +99,22 @@ enum Woken {
 
 /// A queued waiter's evidence, per master, that a confirm could be granted there: a
 /// hand-off notice from that master's connection, or a registration answer saying the
-/// key is handed to the waiter (or, for an unfair waiter, free). Each piece is good for
-/// one `waiter_ttl`, the life of a handed key. The waiter confirms only when its evidence
+/// key is handed to the waiter. Each piece is good for one `waiter_ttl`, the life of a
+/// handed key. A key merely free does not count, even for an unfair waiter: the live
+/// head there takes it at its next refresh, and a waiter behind it must not pass it. The waiter confirms only when its evidence
 /// covers a quorum (docs/design.md §17): a key handed on a minority of masters, while
 /// the others hold a lease or have another head, leads to no confirm at all.
 struct Evidence {
     /// Per master: until when its evidence holds.
     until: Vec<Option<Instant>>,
     waiter_ttl: Duration,
-    fair: bool,
 }
 
 impl Evidence {
-    fn new(masters: usize, waiter_ttl: Duration, fair: bool) -> Self {
+    fn new(masters: usize, waiter_ttl: Duration) -> Self {
         Self {
             until: vec![None; masters],
             waiter_ttl,
-            fair,
         }
     }
 
@@ -132,22 +131,14 @@ impl Evidence {
         }
     }
 
-    /// The answers of a registration round: handed to the waiter there, or, for an
-    /// unfair waiter (whom `AcquireQueued` grants a free key whoever heads the queue),
-    /// free there. A master that did not answer keeps what it had.
+    /// The answers of a registration round: handed to the waiter there or not. A master
+    /// that did not answer keeps what it had.
     fn note_round(&mut self, round: &Round) {
-        let fair = self.fair;
         let seen: Vec<usize> = round
             .replies
             .iter()
             .enumerate()
-            .filter(|(_, reply)| match reply {
-                Some(Reply::Enqueued { handed: true, .. }) => true,
-                Some(Reply::Enqueued {
-                    holder_ttl: None, ..
-                }) => !fair,
-                _ => false,
-            })
+            .filter(|(_, reply)| matches!(reply, Some(Reply::Enqueued { handed: true, .. })))
             .map(|(i, _)| i)
             .collect();
         for (i, reply) in round.replies.iter().enumerate() {
@@ -244,7 +235,7 @@ impl Redlock {
             fair: plan.fair,
         };
         let traced = || telemetry::resource(&target.name, config.trace_resource_names);
-        let mut evidence = Evidence::new(inner.masters.len(), config.waiter_ttl, plan.fair);
+        let mut evidence = Evidence::new(inner.masters.len(), config.waiter_ttl);
         if plan.fair {
             match self
                 .issue_ticket(&mut registration, plan.give_up_at, traced())

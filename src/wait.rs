@@ -443,8 +443,10 @@ pub(crate) struct Handoffs {
 }
 
 impl Handoffs {
-    /// Resolves at the next hand-off notice for this waiter since the last call (or since
-    /// it was made known). Never resolves without notices; always race it with a timer.
+    /// Resolves at the next hand-off notice for this waiter since the last call or the
+    /// last [`Handoffs::fresh`] (or since it was made known). Never resolves without
+    /// notices; always race it with a timer. Notices are counted per master, not
+    /// flagged: one that arrives while nobody waits for it is not lost.
     pub(crate) async fn notified(&mut self) {
         if self.notices.changed().await.is_err() {
             std::future::pending::<()>().await;

@@ -283,8 +283,8 @@ impl Redlock {
         let refresh_every = config.waiter_ttl / 3;
         let mut next_refresh = Instant::now() + refresh_every;
         let mut last = refused;
-        // Confirms that failed in a row: each pauses longer, so that a split between two
-        // waiters cannot loop hot.
+        // Confirms that failed in a row: each after the first pauses longer, so that a
+        // split between two waiters cannot loop hot.
         let mut herd = 0u32;
         loop {
             evidence.note_notices(&handoffs.fresh());
@@ -386,6 +386,11 @@ impl Redlock {
                         "confirm failed"
                     );
                     if let Some(release) = failed.release {
+                        // Each master that granted the confirm hands the key back to the
+                        // waiter when its value is released there (if it is still the
+                        // head): notices the waiter causes itself, which say nothing of
+                        // the others. They are evidence for those masters only; the next
+                        // confirm still needs evidence from a quorum (see `Evidence`).
                         // Where the confirm was granted, the waiter left the queue: it
                         // registers again there (same score) before its value is
                         // released, so the release hands the key back to it if it is
@@ -433,10 +438,16 @@ impl Redlock {
                     // (handing the key back on release) cannot give alone: a master that
                     // refused must hand the key over, or a refresh find it handed there.
                     evidence.forget();
-                    // Still registered: after a random pause.
-                    let pause = spread(started.elapsed(), herd);
-                    herd = (herd + 1).min(3);
-                    tokio::time::sleep_until((Instant::now() + pause).min(plan.give_up_at)).await;
+                    // Still registered. The first failure is most often a confirm that
+                    // outran the release to some masters, whose notices follow at once:
+                    // no pause. Failing again, it pauses a random spread, growing with
+                    // each failure, so that a split between two waiters cannot loop hot.
+                    if herd > 0 {
+                        let pause = spread(started.elapsed(), herd - 1);
+                        tokio::time::sleep_until((Instant::now() + pause).min(plan.give_up_at))
+                            .await;
+                    }
+                    herd = (herd + 1).min(4);
                 }
             }
         }

@@ -501,12 +501,11 @@ impl Data {
             }
             self.tickets.insert(Arc::clone(key), score);
             Some(score)
-        } else if e.fair {
+        } else {
+            // Fair or not, a score is a ticket: the counter is raised to it, never lowered.
             let c = counter.max(score);
             self.tickets.insert(Arc::clone(key), c);
             Some(c)
-        } else {
-            None
         };
         let ttl_ms = millis(e.waiter_ttl);
         let queue = self.queue(key, now_us).is_none().then(Queue::default);
@@ -1352,6 +1351,8 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             } else {
                 data.pttl(key, now_us)
             };
+            // Only a refusal reads the queue's ticket counter (0 when missing).
+            let ticket = (!granted).then(|| data.tickets.get(&**key).copied().unwrap_or(0));
             Reply::Checked {
                 granted,
                 epoch: EpochReport {
@@ -1360,7 +1361,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 },
                 fence: counter,
                 holder_ttl,
-                ticket: None,
+                ticket,
             }
         }
         // semaphore.lua, past its comparisons of fingerprints (`apply_as`) and of the

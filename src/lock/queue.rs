@@ -4,10 +4,13 @@
 //! A call whose attempt found the lock held registers a waiter id `W` (128 random bits,
 //! one per call, never a lease value) in the lock's queue on every master, then waits for
 //! a hand-off notice naming `W`, refreshing its registration every third of `waiter_ttl`.
-//! A notice, or a refresh that finds the key handed to `W` on some master, leads to a
-//! *confirm*: one ordinary attempt (`Op::AcquireQueued`) with a fresh value, from its own
-//! `t0`, which grants exactly as a plain attempt does. Neither the registration nor the
-//! hand-off counts toward the lease's validity.
+//! Each notice (from the master whose connection delivered it) and each registration
+//! answer that finds the key handed to `W` is evidence for that master, good for one
+//! `waiter_ttl`; once the evidence covers a quorum of masters, the call *confirms*: one
+//! ordinary attempt (`Op::AcquireQueued`) with a fresh value, from its own `t0`, which
+//! grants exactly as a plain attempt does. A failed confirm spends an attempt and uses
+//! its evidence up, so a key handed on a minority never sets it confirming in a loop.
+//! Neither the registration nor the hand-off counts toward the lease's validity.
 //!
 //! A fair call first takes a ticket: one above every ticket counter a quorum answered in
 //! the refused attempt, written back strictly on a quorum (like the fencing write-back);

@@ -1087,10 +1087,12 @@ impl Builder {
     /// with a `node_timeout` of 50 ms waits with 151 ms). Must exceed three node
     /// timeouts and be at most the TTL.
     ///
-    /// With [`handoff`](Builder::handoff) on and no `waiter_ttl` given, a TTL of at most
-    /// three node timeouts leaves no waiter TTL that works, and
-    /// [`build`](Builder::build) refuses it with [`ConfigError::WaiterTtl`] naming
-    /// `ttl`, `node_timeout` and `handoff`.
+    /// A TTL of at most three node timeouts leaves no waiter TTL that satisfies the rule
+    /// (a refresh may then take longer than a third of it): the default is the TTL
+    /// itself, and a slow master may let a waiter's registration lapse there between
+    /// refreshes, so the waiter loses its place in that master's queue until its next
+    /// refresh. That costs order, never exclusion; raise `ttl` above three node timeouts,
+    /// or lower `node_timeout`, to avoid it. Given explicitly, such a value is refused.
     pub fn waiter_ttl(mut self, waiter_ttl: impl IntoDuration) -> Self {
         self.waiter_ttl = Some(waiter_ttl.into_duration());
         self
@@ -1256,7 +1258,7 @@ impl Builder {
                 ttl,
                 node_timeout,
             )?,
-            None => default_waiter_ttl(ttl, node_timeout, handoff)?,
+            None => default_waiter_ttl(ttl, node_timeout),
         };
 
         Ok(Config {
@@ -1296,14 +1298,10 @@ impl Builder {
 /// The default waiter TTL for a lock of `ttl`: a tenth of it, kept between four node
 /// timeouts and [`defaults::WAITER_TTL_CAP`], never above half the TTL, in whole
 /// milliseconds (at least one); raised to one millisecond above three node timeouts
-/// when half the TTL is not more, so that it is always one [`check_waiter_ttl`] accepts.
-/// With hand-off on, a TTL of at most three node timeouts leaves no waiter TTL that
-/// works: refused, naming the settings to change.
-fn default_waiter_ttl(
-    ttl: Duration,
-    node_timeout: Duration,
-    handoff: bool,
-) -> Result<Duration, ConfigError> {
+/// when half the TTL is not more, so that it is one [`check_waiter_ttl`] accepts whenever
+/// one exists. A TTL of at most three node timeouts leaves none: the default is then the
+/// TTL itself, the longest a registration may live.
+fn default_waiter_ttl(ttl: Duration, node_timeout: Duration) -> Duration {
     let wanted = ttl
         .mul_f64(defaults::WAITER_TTL_FRACTION)
         .max(node_timeout.saturating_mul(4))
@@ -1312,20 +1310,7 @@ fn default_waiter_ttl(
     let wanted = deadline::whole_millis(wanted).max(Duration::from_millis(1));
     let least = deadline::whole_millis(node_timeout.saturating_mul(3))
         .saturating_add(Duration::from_millis(1));
-    if wanted >= least {
-        return Ok(wanted);
-    }
-    if least <= ttl || !handoff {
-        // Without hand-off nothing queues: the value is never used, only shown.
-        return Ok(least.min(ttl));
-    }
-    Err(ConfigError::WaiterTtl {
-        waiter_ttl: least,
-        node_timeout,
-        ttl,
-        advice: "no waiter_ttl fits: raise ttl above three node timeouts, lower \
-                 node_timeout, or turn handoff off",
-    })
+    wanted.max(least).min(ttl)
 }
 
 /// Checks a waiter TTL given to [`Builder::waiter_ttl`].

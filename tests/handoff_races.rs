@@ -113,6 +113,16 @@ async fn queued_on(cluster: &Cluster, key: &str, n: usize) -> usize {
     count
 }
 
+/// Whether `waiter` is a member of `key`'s queue on `server`.
+async fn queued_on_one(server: &redquorum::testkit::Server, key: &str, waiter: &str) -> bool {
+    let mut conn = raw(&server.url()).await;
+    let score: Option<f64> = conn
+        .zscore(format!("redquorum:queue:{key}"), waiter)
+        .await
+        .unwrap();
+    score.is_some()
+}
+
 /// Two queued waiters; the holder's release reaches one master late (its path there is
 /// slow). The first waiter is handed the lock by the other masters and confirms on them;
 /// the late release then hands that master's key to the second waiter. The second
@@ -239,9 +249,20 @@ async fn force_unlocking_a_handed_key_does_not_hand_it_back() {
     .await;
     let inspection = operator.inspect(&key).await.unwrap();
     assert_eq!(inspection.holder(), Some("dead"), "{inspection}");
+    // The report tells a key handed to a queued waiter from a lease.
+    assert!(inspection.handed(), "{inspection}");
+    assert!(inspection.to_string().contains("handed to"), "{inspection}");
+    assert!(inspection.masters().iter().all(|m| m.handed()), "{inspection}");
     let report = operator.force_unlock(&key, "dead").await.unwrap();
     assert_eq!(report.deleted(), 3);
     let after = operator.inspect(&key).await.unwrap();
+    assert!(!after.handed(), "{after}");
+    for server in cluster.servers() {
+        assert!(
+            !queued_on_one(server, &key, "dead").await,
+            "the force-unlocked waiter is still queued: {after}"
+        );
+    }
     assert_ne!(
         after.holder(),
         Some("dead"),

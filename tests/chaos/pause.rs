@@ -113,7 +113,7 @@ const S4_WAIT: Duration = Duration::from_millis(2500);
 const _: () = assert!(S4_WAIT.as_millis() >= 8 * attempts_time(S4_ATTEMPTS).as_millis());
 
 /// S4: a majority is stopped for 2.5 s. Clients make at most [`S4_ATTEMPTS`] attempts
-/// (no release notices, so none is free) within a budget of 2.5 s. No acquisition may
+/// (no release notices and no queue, so none is free) within a budget of 2.5 s. No acquisition may
 /// succeed meanwhile; each must fail after its attempts, every one cut at a node timeout
 /// (an acquire that waited on a stopped master would sit until the resume or its
 /// budget); and the lock is available again within a TTL of the resume.
@@ -127,9 +127,13 @@ pub async fn s4(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
         round.as_secs_f64() * 1e3
     ));
     let workers = env.spawn_workers(8, 2, Work::default(), |_| {
+        // Timed retries, not the queue: the bound counts retry pauses and rounds. A queued
+        // waiter's attempts are its refreshes; the H scenarios and tests/handoff.rs bound
+        // those.
         let client = client_over(urls.clone())
             .retry_attempts(S4_ATTEMPTS)
             .notifications(false)
+            .handoff(false)
             .wait_timeout(S4_WAIT);
         build(client, mutant)
     });

@@ -252,7 +252,10 @@ async fn force_unlocking_a_handed_key_does_not_hand_it_back() {
     // The report tells a key handed to a queued waiter from a lease.
     assert!(inspection.handed(), "{inspection}");
     assert!(inspection.to_string().contains("handed to"), "{inspection}");
-    assert!(inspection.masters().iter().all(|m| m.handed()), "{inspection}");
+    assert!(
+        inspection.masters().iter().all(|m| m.handed()),
+        "{inspection}"
+    );
     let report = operator.force_unlock(&key, "dead").await.unwrap();
     assert_eq!(report.deleted(), 3);
     let after = operator.inspect(&key).await.unwrap();

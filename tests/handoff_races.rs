@@ -335,3 +335,45 @@ async fn a_queued_waiter_s_error_counts_its_attempts_as_its_message_does() {
     assert!(error.to_string().contains(&said), "{said}: {error}");
     lease.release().await.unwrap();
 }
+
+/// A queued waiter whose lock name comes to hold another kind of lock (the key replaced
+/// by a hash on every master while it waits): its next refresh is refused as the wrong
+/// kind, and the call ends with that permanent error instead of waiting out its budget.
+#[tokio::test]
+async fn a_queued_waiter_whose_name_turns_into_another_kind_stops_at_once() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster).build().unwrap();
+    let key = unique_key("kind");
+    let lease = holder.acquire(&key).await.unwrap();
+    let waiter = client(&cluster)
+        .retry_delay("30s")
+        .retry_jitter("1ms")
+        .waiter_ttl("900ms")
+        .build()
+        .unwrap();
+    let waiting = tokio::spawn({
+        let (waiter, key) = (waiter.clone(), key.clone());
+        async move {
+            let options = AcquireOptions::new().wait_timeout("20s");
+            waiter.acquire_with(&key, &options).await
+        }
+    });
+    wait_until(Duration::from_secs(5), "the waiter registered", || {
+        let (cluster, key) = (&cluster, &key);
+        async move { queued_on(cluster, key, 1).await == 3 }
+    })
+    .await;
+    for server in cluster.servers() {
+        let mut conn = raw(&server.url()).await;
+        let _: () = conn.del(&key).await.unwrap();
+        let _: () = conn.hset(&key, "permits", 3).await.unwrap();
+    }
+    let error = waiting.await.unwrap().unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::WrongKind, "{error}");
+    assert!(!error.is_retryable(), "{error}");
+    // A refresh comes every 300 ms: the first one after the change ends the call, long
+    // before the 20 s budget would have (counted in attempts: the first attempt, the
+    // refreshes before the change, and the one that met it).
+    assert!(error.attempts() <= 20, "{error}");
+    let _ = lease.release().await;
+}

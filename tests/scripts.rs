@@ -1303,6 +1303,24 @@ async fn release_hand_off_contract() {
         .unwrap();
     assert_eq!(msg.get_channel_name(), channel);
     assert_eq!(msg.get_payload::<String>().unwrap(), "live");
+
+    // Releasing the waiter id itself (an operator's force-unlock of the handed key) takes
+    // the waiter out of the queue and deletes its record: the key is not handed back.
+    let r: i64 = Script::new(RELEASE)
+        .key(&key)
+        .key(&owner)
+        .key(&queue)
+        .arg("live")
+        .arg(format!("redquorum:released:{key}"))
+        .arg(&waiters)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(r, 1);
+    assert_eq!(get(&server.url(), &key).await, None);
+    let members: Vec<String> = conn.zrange(&queue, 0, -1).await.unwrap();
+    assert!(members.is_empty(), "{members:?}");
+    assert_eq!(get(&server.url(), &format!("{waiters}live")).await, None);
 }
 
 type Enqueued = (

@@ -623,7 +623,7 @@ pub(crate) type DurationSetting = Result<Duration, (String, String)>;
 /// - `quarantine`: on, with `ttl_max` equal to the TTL
 /// - `fencing`: off
 /// - `handoff`: on ([`defaults::HANDOFF`]); `waiter_ttl`: a tenth of the TTL, between four
-///   node timeouts and 1 s, at most half the TTL
+///   node timeouts and 1 s, at most half the TTL, always above three node timeouts
 /// - `trace_resource_names`: off (spans and events show a hash of each resource name)
 /// - TLS (`rediss://` masters, feature `tls`): the system's trusted roots, no client
 ///   certificate
@@ -1082,7 +1082,17 @@ impl Builder {
     /// to it: a waiter that stops refreshing (every third of it) drops out of the queue
     /// within this time, and a handed key it never confirms frees within it. Defaults to
     /// a tenth of the TTL, kept between four node timeouts and 1 s, and never above half
-    /// the TTL. Must exceed three node timeouts and be at most the TTL.
+    /// the TTL — but always above three node timeouts: when half the TTL is not, the
+    /// default is one millisecond more than three node timeouts (so a `ttl` of 200 ms
+    /// with a `node_timeout` of 50 ms waits with 151 ms). Must exceed three node
+    /// timeouts and be at most the TTL.
+    ///
+    /// A TTL of at most three node timeouts leaves no waiter TTL that satisfies the rule
+    /// (a refresh may then take longer than a third of it): the default is the TTL
+    /// itself, and a slow master may let a waiter's registration lapse there between
+    /// refreshes, so the waiter loses its place in that master's queue until its next
+    /// refresh. That costs order, never exclusion; raise `ttl` above three node timeouts,
+    /// or lower `node_timeout`, to avoid it. Given explicitly, such a value is refused.
     pub fn waiter_ttl(mut self, waiter_ttl: impl IntoDuration) -> Self {
         self.waiter_ttl = Some(waiter_ttl.into_duration());
         self
@@ -1287,14 +1297,20 @@ impl Builder {
 
 /// The default waiter TTL for a lock of `ttl`: a tenth of it, kept between four node
 /// timeouts and [`defaults::WAITER_TTL_CAP`], never above half the TTL, in whole
-/// milliseconds (at least one).
+/// milliseconds (at least one); raised to one millisecond above three node timeouts
+/// when half the TTL is not more, so that it is one [`check_waiter_ttl`] accepts whenever
+/// one exists. A TTL of at most three node timeouts leaves none: the default is then the
+/// TTL itself, the longest a registration may live.
 fn default_waiter_ttl(ttl: Duration, node_timeout: Duration) -> Duration {
     let wanted = ttl
         .mul_f64(defaults::WAITER_TTL_FRACTION)
         .max(node_timeout.saturating_mul(4))
         .min(defaults::WAITER_TTL_CAP)
         .min(ttl / 2);
-    deadline::whole_millis(wanted).max(Duration::from_millis(1))
+    let wanted = deadline::whole_millis(wanted).max(Duration::from_millis(1));
+    let least = deadline::whole_millis(node_timeout.saturating_mul(3))
+        .saturating_add(Duration::from_millis(1));
+    wanted.max(least).min(ttl)
 }
 
 /// Checks a waiter TTL given to [`Builder::waiter_ttl`].

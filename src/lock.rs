@@ -483,10 +483,11 @@ impl Redlock {
     /// arrival (one above the queue's ticket counter its attempt read), and the holder's release
     /// hands the lock to the first live waiter in the queue and wakes it alone; that waiter
     /// then confirms with an ordinary attempt of its own (its validity counted from that
-    /// attempt), while the others go on waiting. A waiter refreshes its registration every
-    /// third of `waiter_ttl`, which also hands it a lock whose holder vanished without
-    /// releasing, once the holder's key expired. Each refresh spends the attempt budget as
-    /// a timed retry does.
+    /// attempt) once a quorum of masters handed it the key, while the others go on
+    /// waiting. A waiter refreshes its registration every third of `waiter_ttl`, which
+    /// also hands it a lock whose holder vanished without releasing, once the holder's key
+    /// expired. Each refresh, and each confirm that failed, spends the attempt budget as a
+    /// timed retry does.
     ///
     /// # Errors
     /// After the last attempt, or when the wait budget runs out: [`ErrorKind::Contended`]
@@ -1766,7 +1767,10 @@ pub(crate) fn wait_timeout(error: Error, attempts: u32) -> Error {
         "wait budget used up after {attempts} attempts (last: {})",
         kind_word(error.kind())
     );
-    error.with_kind(ErrorKind::WaitTimeout).with_detail(detail)
+    error
+        .with_kind(ErrorKind::WaitTimeout)
+        .with_detail(detail)
+        .with_attempts(attempts)
 }
 
 fn kind_word(kind: ErrorKind) -> &'static str {

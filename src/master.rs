@@ -543,6 +543,9 @@ pub(crate) struct Inspected {
     pub(crate) fence: Option<u64>,
     /// The master's wall clock, in ms since the Unix epoch.
     pub(crate) now_ms: u64,
+    /// The value is a member of the lock's waiter queue: the key is handed to that
+    /// waiter, which has not confirmed it yet (docs/design.md §17).
+    pub(crate) queued: bool,
 }
 
 /// What a fencing write-back did on one master.
@@ -1779,11 +1782,13 @@ async fn run(
                 HashMap<String, String>,
                 Option<String>,
                 String,
+                i64,
             );
-            let (kind, value, pttl_ms, owner, fence, now): Answer = scripts::INSPECT
+            let (kind, value, pttl_ms, owner, fence, now, queued): Answer = scripts::INSPECT
                 .key(&**key)
                 .key(scripts::owner_key(key))
                 .key(scripts::fence_key(key))
+                .key(scripts::queue_key(key))
                 .invoke_async(conn)
                 .await
                 .map_err(MasterError::from_redis)?;
@@ -1794,6 +1799,7 @@ async fn run(
                 owner: owner.into_iter().collect(),
                 fence: fence.map(|c| parse_number("inspect", &c)).transpose()?,
                 now_ms: parse_number("inspect", &now)?,
+                queued: queued == 1,
             })))
         }
         Op::ForceUnlock { key, channel } => {

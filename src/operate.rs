@@ -168,6 +168,7 @@ pub struct MasterView {
     master: Arc<str>,
     holding: Holding,
     fence_counter: Option<u64>,
+    handed: bool,
 }
 
 impl MasterView {
@@ -185,6 +186,14 @@ impl MasterView {
     /// if it has one.
     pub fn fence_counter(&self) -> Option<u64> {
         self.fence_counter
+    }
+
+    /// Whether the value it holds is a queued waiter's id rather than a lease value: a
+    /// release handed the key to that waiter, which has not confirmed it yet
+    /// (docs/design.md §17). [`Redlock::force_unlock`] with that value takes the waiter
+    /// out of the queue too.
+    pub fn handed(&self) -> bool {
+        self.handed
     }
 
     fn ttl(&self) -> Option<Duration> {
@@ -214,6 +223,7 @@ impl MasterView {
                     master,
                     holding: Holding::Unreachable(error),
                     fence_counter: None,
+                    handed: false,
                 };
             }
             Err(error) => {
@@ -221,12 +231,15 @@ impl MasterView {
                     master,
                     holding: Holding::Unreachable(error),
                     fence_counter: None,
+                    handed: false,
                 };
             }
         };
+        let holding = holding(&inspected);
         MasterView {
             master,
-            holding: holding(&inspected),
+            handed: inspected.queued && matches!(holding, Holding::Lock { .. }),
+            holding,
             fence_counter: inspected.fence,
         }
     }
@@ -235,6 +248,9 @@ impl MasterView {
 impl fmt::Display for MasterView {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.master, self.holding)?;
+        if self.handed {
+            f.write_str(", handed to a queued waiter (its id), not yet confirmed")?;
+        }
         if let Some(counter) = self.fence_counter {
             write!(f, "; fence counter {counter}")?;
         }
@@ -367,6 +383,20 @@ impl Inspection {
         }
     }
 
+    /// Whether the [`holder`](Inspection::holder) is a queued waiter's id rather than a
+    /// lease value: a release handed the key to that waiter (on some master that holds
+    /// it), which has not confirmed it yet (docs/design.md §17). The waiter takes the
+    /// lock with a confirm of its own, or the handed key expires within its waiter TTL;
+    /// [`Redlock::force_unlock`] with that value removes the waiter from the queue and
+    /// passes the key on.
+    pub fn handed(&self) -> bool {
+        self.holder().is_some_and(|value| {
+            self.masters.iter().any(|m| {
+                m.handed && matches!(&m.holding, Holding::Lock { value: v, .. } if v == value)
+            })
+        })
+    }
+
     /// When the inspection returned: a [`Verdict::Held`]'s `remaining` counts from here.
     pub fn taken_at(&self) -> Instant {
         self.taken_at
@@ -375,7 +405,7 @@ impl Inspection {
 
 impl fmt::Display for Inspection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
+        write!(
             f,
             "lock {} (key {}, quorum {} of {}): {}",
             ShortName(&self.resource),
@@ -384,6 +414,10 @@ impl fmt::Display for Inspection {
             self.masters.len(),
             self.verdict
         )?;
+        if self.handed() {
+            f.write_str(" (handed to that queued waiter, not yet confirmed)")?;
+        }
+        writeln!(f)?;
         for master in &self.masters {
             writeln!(f, "  {master}")?;
         }
@@ -902,6 +936,7 @@ mod tests {
             master: "m".into(),
             holding,
             fence_counter: None,
+            handed: false,
         }
     }
 
@@ -1051,6 +1086,7 @@ mod tests {
                 .collect(),
             fence: None,
             now_ms: 10_000,
+            queued: false,
         };
         assert!(matches!(
             holding(&inspected("none", None, &[])),

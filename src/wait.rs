@@ -59,8 +59,9 @@ struct Registry {
     channels: Mutex<HashMap<Arc<str>, Channel>>,
     /// The client's hand-off channel, once a waiter queued.
     handoff: Mutex<Option<Arc<str>>>,
-    /// The queued waiters by id: bumped on every hand-off notice naming the id.
-    waiters: Mutex<HashMap<Arc<str>, watch::Sender<u64>>>,
+    /// The queued waiters by id: each master's count of hand-off notices naming the id
+    /// (indexed as the client's masters), bumped on every such notice.
+    waiters: Mutex<HashMap<Arc<str>, watch::Sender<Vec<u64>>>>,
 }
 
 impl Registry {
@@ -75,9 +76,10 @@ impl Registry {
         }
     }
 
-    /// Routes a message on `channel`: a hand-off notice to the waiter its payload names
-    /// (dropped when none waits), any other notice to the channel's waiters.
-    fn deliver(&self, channel: &str, payload: Option<String>) {
+    /// Routes a message on `channel` from master `from`: a hand-off notice to the waiter
+    /// its payload names (dropped when none waits), any other notice to the channel's
+    /// waiters.
+    fn deliver(&self, from: usize, channel: &str, payload: Option<String>) {
         let handoff = self
             .handoff
             .lock()
@@ -92,9 +94,16 @@ impl Registry {
         // Entries are inserted and removed whole; a poisoned map is still consistent.
         let waiters = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
         let notices = waiters.get(waiter.as_str());
-        tracing::trace!(%waiter, known = notices.is_some(), "hand-off notice routed");
+        tracing::trace!(%waiter, from, known = notices.is_some(), "hand-off notice routed");
         if let Some(notices) = notices {
-            notices.send_modify(|n| *n = n.wrapping_add(1));
+            notices.send_modify(|counts| {
+                if counts.len() <= from {
+                    counts.resize(from + 1, 0);
+                }
+                if let Some(n) = counts.get_mut(from) {
+                    *n = n.wrapping_add(1);
+                }
+            });
         }
     }
 
@@ -114,6 +123,8 @@ enum Command {
 
 /// One master's driver, started on first use in the runtime of that use.
 struct Slot {
+    /// The master's place among the client's masters.
+    index: usize,
     name: Arc<str>,
     client: Client,
     /// The running driver's command queue; its task ends when this sender is dropped.
@@ -155,7 +166,9 @@ impl Notifier {
     ) -> Self {
         let masters = masters
             .iter()
-            .map(|spec| Slot {
+            .enumerate()
+            .map(|(index, spec)| Slot {
+                index,
                 name: Arc::clone(&spec.name),
                 // The master's own client: TLS for a `rediss://` master, like its lock
                 // connection.
@@ -199,6 +212,7 @@ impl Notifier {
         let (tx, rx) = mpsc::unbounded_channel();
         runtime.spawn(
             Driver {
+                index: slot.index,
                 name: Arc::clone(&slot.name),
                 client: slot.client.clone(),
                 registry: Arc::clone(&self.registry),
@@ -292,9 +306,9 @@ impl Notifier {
     }
 
     /// Makes `waiter` known to the router: the returned handle is notified of every
-    /// hand-off notice naming it, until dropped.
+    /// hand-off notice naming it, and of the master that sent it, until dropped.
     pub(crate) fn waiter(self: &Arc<Self>, waiter: Arc<str>) -> Handoffs {
-        let (tx, notices) = watch::channel(0);
+        let (tx, notices) = watch::channel(Vec::new());
         self.registry
             .waiters
             .lock()
@@ -304,6 +318,7 @@ impl Notifier {
             notifier: Arc::clone(self),
             waiter,
             notices,
+            seen: Vec::new(),
         }
     }
 
@@ -422,22 +437,37 @@ impl Drop for Subscription {
 pub(crate) struct Handoffs {
     notifier: Arc<Notifier>,
     waiter: Arc<str>,
-    notices: watch::Receiver<u64>,
+    notices: watch::Receiver<Vec<u64>>,
+    /// Each master's count of notices already taken by [`Handoffs::fresh`].
+    seen: Vec<u64>,
 }
 
 impl Handoffs {
-    /// How many hand-off notices for this waiter were received since it was made known.
-    /// Counted, not flagged: a notice that arrives while nobody waits for it is not lost.
-    pub(crate) fn count(&mut self) -> u64 {
-        *self.notices.borrow_and_update()
-    }
-
-    /// Resolves once more than `count` notices were received in all (at once if so
-    /// already). Never resolves without them; always race it with a timer.
-    pub(crate) async fn beyond(&mut self, count: u64) {
-        if self.notices.wait_for(|n| *n > count).await.is_err() {
+    /// Resolves at the next hand-off notice for this waiter since the last call or the
+    /// last [`Handoffs::fresh`] (or since it was made known). Never resolves without
+    /// notices; always race it with a timer. Notices are counted per master, not
+    /// flagged: one that arrives while nobody waits for it is not lost.
+    pub(crate) async fn notified(&mut self) {
+        if self.notices.changed().await.is_err() {
             std::future::pending::<()>().await;
         }
+    }
+
+    /// The masters (by index) that sent a notice since the last call, which forgets them.
+    pub(crate) fn fresh(&mut self) -> Vec<usize> {
+        let counts = self.notices.borrow_and_update();
+        if self.seen.len() < counts.len() {
+            self.seen.resize(counts.len(), 0);
+        }
+        let fresh = counts
+            .iter()
+            .zip(&self.seen)
+            .enumerate()
+            .filter(|(_, (now, seen))| now != seen)
+            .map(|(i, _)| i)
+            .collect();
+        self.seen.clone_from(&counts);
+        fresh
     }
 }
 
@@ -454,6 +484,8 @@ impl Drop for Handoffs {
 
 /// Owns one master's pub/sub connection.
 struct Driver {
+    /// The master's place among the client's masters.
+    index: usize,
     name: Arc<str>,
     client: Client,
     registry: Arc<Registry>,
@@ -511,7 +543,7 @@ impl Driver {
                     msg = stream.next() => match msg {
                         Some(msg) => self
                             .registry
-                            .deliver(msg.get_channel_name(), msg.get_payload().ok()),
+                            .deliver(self.index, msg.get_channel_name(), msg.get_payload().ok()),
                         None => {
                             tracing::debug!(master = %self.name, "pub/sub connection lost");
                             break;

@@ -739,16 +739,17 @@ type Inspected = (
     std::collections::HashMap<String, String>,
     Option<String>,
     String,
+    i64,
 );
 
 /// Runs `inspect.lua` with `EVAL_RO`, which the server refuses for a script that writes.
 async fn inspect_ro(
     conn: &mut redis::aio::MultiplexedConnection,
-    keys: [&str; 3],
+    keys: [&str; 4],
 ) -> redis::RedisResult<Inspected> {
     redis::cmd("EVAL_RO")
         .arg(INSPECT)
-        .arg(3)
+        .arg(4)
         .arg(&keys[..])
         .query_async(conn)
         .await
@@ -760,7 +761,8 @@ async fn inspect_contract() {
     let mut conn = raw(&server.url()).await;
     let key = unique_key("inspect_script");
     let (owner, fence) = (unique_key("owner"), unique_key("fence"));
-    let keys = [key.as_str(), owner.as_str(), fence.as_str()];
+    let queue = format!("redquorum:queue:{key}");
+    let keys = [key.as_str(), owner.as_str(), fence.as_str(), queue.as_str()];
 
     // The server refuses a read-only call of a script that writes: the check can fail.
     let writes = redis::cmd("EVAL_RO")
@@ -772,7 +774,7 @@ async fn inspect_contract() {
     assert!(writes.is_err(), "EVAL_RO ran a write");
 
     // Missing: type none, no value, PTTL -2, no record, no counter, the server's time.
-    let (kind, value, pttl, record, counter, now) = inspect_ro(&mut conn, keys).await.unwrap();
+    let (kind, value, pttl, record, counter, now, _) = inspect_ro(&mut conn, keys).await.unwrap();
     assert_eq!((kind.as_str(), value, pttl), ("none", None, -2));
     assert!(record.is_empty());
     assert_eq!(counter, None);
@@ -787,8 +789,10 @@ async fn inspect_contract() {
         .unwrap();
     let _: () = conn.pexpire(&owner, 10_000).await.unwrap();
     let _: () = conn.set(&fence, 5).await.unwrap();
-    let (kind, value, pttl, record, counter, _) = inspect_ro(&mut conn, keys).await.unwrap();
+    let (kind, value, pttl, record, counter, _, queued) =
+        inspect_ro(&mut conn, keys).await.unwrap();
     assert_eq!((kind.as_str(), value.as_deref()), ("string", Some("v1")));
+    assert_eq!(queued, 0, "a lease value is no queue member");
     assert!(pttl > 9_000 && pttl <= 10_000, "{pttl}");
     assert_eq!(record.get("label").map(String::as_str), Some("l"));
     assert_eq!(record.get("value").map(String::as_str), Some("v1"));
@@ -800,13 +804,18 @@ async fn inspect_contract() {
     // No expiry: PTTL -1. Another type under the name: its type, no value; a record or a
     // counter of another type is not read.
     let _: () = conn.set(&key, "v2").await.unwrap();
-    let (_, _, pttl, _, _, _) = inspect_ro(&mut conn, keys).await.unwrap();
+    let (_, _, pttl, _, _, _, _) = inspect_ro(&mut conn, keys).await.unwrap();
     assert_eq!(pttl, -1);
+    // A value that is a member of the waiter queue: the key is handed to that waiter.
+    let _: () = conn.zadd(&queue, "v2", 1).await.unwrap();
+    let (_, value, _, _, _, _, queued) = inspect_ro(&mut conn, keys).await.unwrap();
+    assert_eq!((value.as_deref(), queued), (Some("v2"), 1));
+    let _: () = conn.del(&queue).await.unwrap();
     let _: () = conn.del(&[&key, &owner, &fence]).await.unwrap();
     let _: () = conn.hset(&key, "permits", 3).await.unwrap();
     let _: () = conn.set(&owner, "not a hash").await.unwrap();
     let _: () = conn.hset(&fence, "not", "a counter").await.unwrap();
-    let (kind, value, _, record, counter, _) = inspect_ro(&mut conn, keys).await.unwrap();
+    let (kind, value, _, record, counter, _, _) = inspect_ro(&mut conn, keys).await.unwrap();
     assert_eq!((kind.as_str(), value, counter), ("hash", None, None));
     assert!(record.is_empty());
 }
@@ -1146,7 +1155,7 @@ fn script_hashes_are_pinned() {
         (
             "release.lua",
             RELEASE,
-            "fd05da4dc149357d39e427996223571007d3346b",
+            "32dfacaac365a212e7c771f5f7e130f7376b570c",
         ),
         (
             "extend.lua",
@@ -1181,7 +1190,7 @@ fn script_hashes_are_pinned() {
         (
             "inspect.lua",
             INSPECT,
-            "eba7d9022fffcc8b73e327cdb0cc7cf204bb2513",
+            "c6881fa6c3b1420f00768a4b41fd56dbc2ce0a54",
         ),
         (
             "semaphore.lua",
@@ -1294,6 +1303,24 @@ async fn release_hand_off_contract() {
         .unwrap();
     assert_eq!(msg.get_channel_name(), channel);
     assert_eq!(msg.get_payload::<String>().unwrap(), "live");
+
+    // Releasing the waiter id itself (an operator's force-unlock of the handed key) takes
+    // the waiter out of the queue and deletes its record: the key is not handed back.
+    let r: i64 = Script::new(RELEASE)
+        .key(&key)
+        .key(&owner)
+        .key(&queue)
+        .arg("live")
+        .arg(format!("redquorum:released:{key}"))
+        .arg(&waiters)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(r, 1);
+    assert_eq!(get(&server.url(), &key).await, None);
+    let members: Vec<String> = conn.zrange(&queue, 0, -1).await.unwrap();
+    assert!(members.is_empty(), "{members:?}");
+    assert_eq!(get(&server.url(), &format!("{waiters}live")).await, None);
 }
 
 type Enqueued = (

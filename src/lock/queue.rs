@@ -4,10 +4,13 @@
 //! A call whose attempt found the lock held registers a waiter id `W` (128 random bits,
 //! one per call, never a lease value) in the lock's queue on every master, then waits for
 //! a hand-off notice naming `W`, refreshing its registration every third of `waiter_ttl`.
-//! A notice, or a refresh that finds the key handed to `W` on some master, leads to a
-//! *confirm*: one ordinary attempt (`Op::AcquireQueued`) with a fresh value, from its own
-//! `t0`, which grants exactly as a plain attempt does. Neither the registration nor the
-//! hand-off counts toward the lease's validity.
+//! Each notice (from the master whose connection delivered it) and each registration
+//! answer that finds the key handed to `W` is evidence for that master, good for one
+//! `waiter_ttl`; once the evidence covers a quorum of masters, the call *confirms*: one
+//! ordinary attempt (`Op::AcquireQueued`) with a fresh value, from its own `t0`, which
+//! grants exactly as a plain attempt does. A failed confirm spends an attempt and uses
+//! its evidence up, so a key handed on a minority never sets it confirming in a loop.
+//! Neither the registration nor the hand-off counts toward the lease's validity.
 //!
 //! A fair call first takes a ticket: one above every ticket counter a quorum answered in
 //! the refused attempt, written back strictly on a quorum (like the fencing write-back);
@@ -28,9 +31,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Plan, Redlock, Target, spread, wait_timeout};
+use super::{Plan, Redlock, Target, failure_kind, kind_word, spread, wait_timeout};
 use crate::core::{Inner, random_value};
-use crate::error::{Error, MasterOutcome};
+use crate::error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome};
 use crate::lease::{Lease, Watchdog};
 use crate::master::{Master, Op, Reply};
 #[cfg(feature = "mutants")]
@@ -87,13 +90,100 @@ impl Registration {
     }
 }
 
-/// Whether any reply of `round` says the key is handed to the waiter.
-fn handed(round: &Round) -> bool {
-    round
-        .replies
-        .iter()
-        .flatten()
-        .any(|r| matches!(r, Reply::Enqueued { handed: true, .. }))
+/// What woke a queued waiter.
+enum Woken {
+    /// A hand-off notice naming it.
+    Notice,
+    /// The refresh tick (or the end of the budget).
+    Tick,
+    /// A lease of this client took the key.
+    Taken,
+}
+
+/// A queued waiter's evidence, per master, that a confirm could be granted there: a
+/// hand-off notice from that master's connection, or a registration answer saying the
+/// key is handed to the waiter. Each piece is good for one `waiter_ttl`, the life of a
+/// handed key. A key merely free does not count, even for an unfair waiter: the live
+/// head there takes it at its next refresh, and a waiter behind it must not pass it. The waiter confirms only when its evidence
+/// covers a quorum (docs/design.md §17): a key handed on a minority of masters, while
+/// the others hold a lease or have another head, leads to no confirm at all.
+struct Evidence {
+    /// Per master: until when its evidence holds.
+    until: Vec<Option<Instant>>,
+    waiter_ttl: Duration,
+}
+
+impl Evidence {
+    fn new(masters: usize, waiter_ttl: Duration) -> Self {
+        Self {
+            until: vec![None; masters],
+            waiter_ttl,
+        }
+    }
+
+    fn note(&mut self, master: usize) {
+        if let Some(slot) = self.until.get_mut(master) {
+            *slot = Some(Instant::now() + self.waiter_ttl);
+        }
+    }
+
+    /// The masters that sent a hand-off notice.
+    fn note_notices(&mut self, masters: &[usize]) {
+        for &master in masters {
+            self.note(master);
+        }
+    }
+
+    /// The answers of a registration round: handed to the waiter there or not. A master
+    /// that did not answer keeps what it had.
+    fn note_round(&mut self, round: &Round) {
+        let seen: Vec<usize> = round
+            .replies
+            .iter()
+            .enumerate()
+            .filter(|(_, reply)| matches!(reply, Some(Reply::Enqueued { handed: true, .. })))
+            .map(|(i, _)| i)
+            .collect();
+        for (i, reply) in round.replies.iter().enumerate() {
+            if matches!(reply, Some(Reply::Enqueued { .. }))
+                && let Some(slot) = self.until.get_mut(i)
+            {
+                *slot = None;
+            }
+        }
+        self.note_notices(&seen);
+    }
+
+    /// How many masters' evidence still holds.
+    fn count(&self) -> usize {
+        let now = Instant::now();
+        self.until.iter().flatten().filter(|t| **t > now).count()
+    }
+
+    /// Forgets every piece: a failed confirm used them up.
+    fn forget(&mut self) {
+        self.until.iter_mut().for_each(|t| *t = None);
+    }
+}
+
+/// A refusal no quorum outvotes in a registration round: the name holds another kind
+/// of lock (docs/design.md §11).
+fn refused_kind(round: &Round) -> Option<&MasterError> {
+    round.outcomes.iter().find_map(|o| match o {
+        MasterOutcome::Failed(e) if e.kind() == MasterErrorKind::WrongKind => Some(e),
+        _ => None,
+    })
+}
+
+/// Ends the call with the permanent wrong-kind error when a master of `round` found the
+/// name holding another kind of lock.
+fn wrong_kind(round: &Round, resource: &str, attempts: u32) -> Result<(), Error> {
+    match refused_kind(round) {
+        Some(e) => Err(Error::new(ErrorKind::WrongKind, resource)
+            .with_detail(e.to_string())
+            .with_attempts(attempts)),
+        None => Ok(()),
+    }
 }
 
 impl Redlock {
@@ -148,30 +238,49 @@ impl Redlock {
             fair: plan.fair,
         };
         let traced = || telemetry::resource(&target.name, config.trace_resource_names);
-        let mut confirm = if plan.fair {
+        let mut evidence = Evidence::new(inner.masters.len(), config.waiter_ttl);
+        if plan.fair {
             match self
                 .issue_ticket(&mut registration, plan.give_up_at, traced())
                 .await
             {
-                Some(handed) => handed,
-                // Not issued within the budget or the bound: fail as the refusal said.
-                None if Instant::now() >= plan.give_up_at => {
+                Ok(round) => {
+                    wrong_kind(&round, &target.name, *total)?;
+                    evidence.note_round(&round);
+                }
+                // Not issued within the budget or the bound: fail as the masters said.
+                Err(_) if Instant::now() >= plan.give_up_at => {
                     return Err(wait_timeout(refused, *total));
                 }
-                None => return Err(refused),
+                Err(None) => return Err(refused),
+                Err(Some(round)) => {
+                    wrong_kind(&round, &target.name, *total)?;
+                    let (kind, _) = failure_kind(&round.outcomes, inner.quorum);
+                    if kind == ErrorKind::Contended {
+                        return Err(refused);
+                    }
+                    return Err(Error::new(kind, &*target.name)
+                        .with_detail(format!(
+                            "no fair ticket issued in {MAX_TICKET_ROUNDS} registration \
+                             rounds: {}",
+                            kind_word(kind)
+                        ))
+                        .with_attempts(*total));
+                }
             }
         } else {
             let round = self
                 .enqueue(&registration, false, plan.give_up_at, traced())
                 .await;
-            handed(&round)
-        };
+            wrong_kind(&round, &target.name, *total)?;
+            evidence.note_round(&round);
+        }
         tracing::trace!(
             resource = %traced(),
             rounds = *total,
             %waiter,
             score = registration.score,
-            handed = confirm,
+            handed = evidence.count(),
             "acquire attempt failed, waiting in the queue"
         );
         let refresh_every = config.waiter_ttl / 3;
@@ -180,52 +289,66 @@ impl Redlock {
         // Confirms that failed in a row: each after the first pauses longer, so that a
         // split between two waiters cannot loop hot.
         let mut herd = 0u32;
-        // The wait wakes once more notices than this were received in all: every notice
-        // counts, including those that came while the call registered, confirmed or
-        // paused.
-        let mut answered = 0u64;
         loop {
-            if !confirm {
+            evidence.note_notices(&handoffs.fresh());
+            // A confirm that the refresh tick led to is that tick's attempt.
+            let mut ticked = false;
+            if evidence.count() < inner.quorum {
                 if Instant::now() >= plan.give_up_at {
                     return Err(wait_timeout(last, *total));
                 }
-                let refresh = tokio::select! {
-                    () = handoffs.beyond(answered) => {
-                        tracing::trace!(resource = %traced(), %waiter, "hand-off notice");
-                        false
+                let woken = tokio::select! {
+                    () = handoffs.notified() => Woken::Notice,
+                    () = tokio::time::sleep_until(next_refresh.min(plan.give_up_at)) => {
+                        Woken::Tick
                     }
-                    () = tokio::time::sleep_until(next_refresh.min(plan.give_up_at)) => true,
-                    // Refused below (docs/design.md §14).
-                    () = inner.held.taken(&keys) => false,
+                    () = inner.held.taken(&keys) => Woken::Taken,
                 };
-                if refresh {
-                    if Instant::now() >= plan.give_up_at {
-                        return Err(wait_timeout(last, *total));
-                    }
-                    // Also registers again on a master that lost the queue, with the same
-                    // score, and hands a key whose holder expired to the live head. Woken
-                    // by its timer, it spends the attempt budget as a timed retry does.
-                    *total += 1;
-                    spent += 1;
-                    let round = self
-                        .enqueue(&registration, false, plan.give_up_at, traced())
-                        .await;
-                    next_refresh = Instant::now() + refresh_every;
-                    tracing::trace!(
-                        resource = %traced(),
-                        %waiter,
-                        handed = handed(&round),
-                        "registration refreshed"
-                    );
-                    if !handed(&round) {
-                        if spent >= plan.attempts {
-                            return Err(last.with_attempts(*total));
-                        }
+                match woken {
+                    Woken::Notice => {
+                        tracing::trace!(resource = %traced(), %waiter, "hand-off notice");
                         continue;
                     }
+                    Woken::Taken => {
+                        // A lease of this client took the key while this call waited:
+                        // waiting on would be waiting for ourselves (docs/design.md §14).
+                        inner
+                            .held
+                            .check(&target.name, &keys, held_mode)
+                            .map_err(|e| e.with_attempts(*total))?;
+                        continue;
+                    }
+                    Woken::Tick => {}
                 }
+                if Instant::now() >= plan.give_up_at {
+                    return Err(wait_timeout(last, *total));
+                }
+                // Also registers again on a master that lost the queue, with the same
+                // score, and hands a key whose holder expired to the live head. Woken
+                // by its timer, it spends the attempt budget as a timed retry does.
+                *total += 1;
+                spent += 1;
+                let round = self
+                    .enqueue(&registration, false, plan.give_up_at, traced())
+                    .await;
+                next_refresh = Instant::now() + refresh_every;
+                wrong_kind(&round, &target.name, *total)?;
+                evidence.note_round(&round);
+                evidence.note_notices(&handoffs.fresh());
+                tracing::trace!(
+                    resource = %traced(),
+                    %waiter,
+                    handed = evidence.count(),
+                    "registration refreshed"
+                );
+                if evidence.count() < inner.quorum {
+                    if spent >= plan.attempts {
+                        return Err(last.with_attempts(*total));
+                    }
+                    continue;
+                }
+                ticked = true;
             }
-            confirm = false;
             // A lease of this client took the key while this call waited: waiting on
             // would be waiting for ourselves.
             inner
@@ -233,8 +356,6 @@ impl Redlock {
                 .check(&target.name, &keys, held_mode)
                 .map_err(|e| e.with_attempts(*total))?;
             *total += 1;
-            // Every notice so far is answered by this confirm.
-            answered = handoffs.count();
             let value = reused.clone().unwrap_or_else(|| random_value().into());
             let started = Instant::now();
             match self
@@ -271,15 +392,8 @@ impl Redlock {
                         // Each master that granted the confirm hands the key back to the
                         // waiter when its value is released there (if it is still the
                         // head): notices the waiter causes itself, which say nothing of
-                        // the others. Waking on them would confirm again, and fail again,
-                        // while a holder keeps a quorum; the next confirm waits for a
-                        // notice beyond them (or the refresh).
-                        answered += release.outcomes.as_ref().map_or(0, |outcomes| {
-                            outcomes
-                                .iter()
-                                .filter(|o| matches!(o, MasterOutcome::Granted))
-                                .count() as u64
-                        });
+                        // the others. They are evidence for those masters only; the next
+                        // confirm still needs evidence from a quorum (see `Evidence`).
                         // Where the confirm was granted, the waiter left the queue: it
                         // registers again there (same score) before its value is
                         // released, so the release hands the key back to it if it is
@@ -313,17 +427,24 @@ impl Redlock {
                     if failed.cut {
                         return Err(wait_timeout(last, *total));
                     }
-                    // A confirm that a refresh led to belongs to that timed tick: once
-                    // the ticks spent the attempt budget, the call ends with it.
+                    // A failed confirm spends an attempt; one that a refresh led to
+                    // belongs to that timed tick, which spent it already.
+                    if !ticked {
+                        spent += 1;
+                    }
                     if !error.is_retryable() || spent >= plan.attempts {
                         return Err(error);
                     }
                     last = error;
-                    // Still registered: the next notice or refresh leads to the next
-                    // confirm. The first failure is most often a confirm that outran the
-                    // release to some masters, whose notices follow at once: no pause.
-                    // Failing again, it pauses a random spread, growing with each
-                    // failure, so that a split between two waiters cannot loop hot.
+                    // The evidence it acted on is used up: the next confirm waits for a
+                    // quorum of new evidence, which the masters that granted this one
+                    // (handing the key back on release) cannot give alone: a master that
+                    // refused must hand the key over, or a refresh find it handed there.
+                    evidence.forget();
+                    // Still registered. The first failure is most often a confirm that
+                    // outran the release to some masters, whose notices follow at once:
+                    // no pause. Failing again, it pauses a random spread, growing with
+                    // each failure, so that a split between two waiters cannot loop hot.
                     if herd > 0 {
                         let pause = spread(started.elapsed(), herd - 1);
                         tokio::time::sleep_until((Instant::now() + pause).min(plan.give_up_at))
@@ -337,23 +458,28 @@ impl Redlock {
 
     /// Issues a fair call's ticket, the registration's score (one above every counter
     /// its refused attempt read): written back strictly until a quorum took it, each
-    /// conflict raising it past the counter met; `Some(handed)` once issued (whether a
-    /// master handed the key to the waiter meanwhile), `None` when not issued within the
-    /// budget or the bound.
+    /// conflict raising it past the counter met. The round that issued it once issued
+    /// (its answers say where the key is handed to the waiter meanwhile); when not issued
+    /// within the budget or the bound, the last round if the masters failed it by
+    /// timeouts, abstentions or errors rather than by conflicts.
     async fn issue_ticket(
         &self,
         registration: &mut Registration,
         give_up_at: Instant,
         traced: telemetry::Traced<'_>,
-    ) -> Option<bool> {
+    ) -> Result<Round, Option<Round>> {
+        let mut failed = None;
         for _ in 0..MAX_TICKET_ROUNDS {
             if Instant::now() >= give_up_at {
-                return None;
+                return Err(failed);
             }
             let started = Instant::now();
             let round = self.enqueue(registration, true, give_up_at, traced).await;
             if round.decision == Decision::Reached {
-                return Some(handed(&round));
+                return Ok(round);
+            }
+            if refused_kind(&round).is_some() {
+                return Err(Some(round));
             }
             let conflict = round
                 .replies
@@ -371,17 +497,19 @@ impl Redlock {
                 .filter(|c| *c >= registration.score);
             if let Some(counter) = conflict {
                 registration.score = counter.saturating_add(1);
+                failed = None;
                 continue;
             }
             if round.cut {
-                return None;
+                return Err(failed);
             }
             // Timeouts or abstentions, with no conflict: the same ticket again after a
             // pause of one round (at least a millisecond).
             let pause = started.elapsed().max(Duration::from_millis(1));
+            failed = Some(round);
             tokio::time::sleep_until((Instant::now() + pause).min(give_up_at)).await;
         }
-        None
+        Err(failed)
     }
 
     /// One `Enqueue` round of `registration` to every master, decided by a quorum's

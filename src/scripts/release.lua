@@ -2,7 +2,8 @@
 -- our value ARGV[1]; then hand the lock to the live head of its waiter queue KEYS[3]: the
 -- key is set to the waiter's id, with the waiter's own TTL, and the waiter alone is
 -- notified on its channel. Without a live waiter, publish a release notice on channel
--- ARGV[2] for every waiter (docs/design.md §6, §17).
+-- ARGV[2] for every waiter (docs/design.md §6, §17). The released value leaves the queue
+-- if it is a waiter's id.
 -- ARGV[3] the prefix of the waiters' liveness keys (followed by a waiter's id).
 -- Returns 1 deleted, 0 missing, -1 held by another value.
 local function live_head()
@@ -20,6 +21,11 @@ if current == ARGV[1] then
   if redis.call('HGET', KEYS[2], 'value') == ARGV[1] then
     redis.call('DEL', KEYS[2])
   end
+  -- A value that is a waiter's id (a key handed to it, released by an operator's
+  -- force-unlock) takes the waiter out of the queue, as dequeue.lua does: the key is
+  -- never handed straight back to it. A lease value is never a member: no-op.
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('DEL', ARGV[3] .. ARGV[1])
   local head = live_head()
   if head then
     local live = redis.call('GET', ARGV[3] .. head)

@@ -373,6 +373,9 @@ impl Data {
         match self.live(key, now_us) {
             Some(current) if *current == *value => {
                 self.locks.remove(&**key);
+                // A waiter's id released (an operator's force-unlock of a handed key)
+                // leaves the queue first; a lease value is never a member.
+                self.leave(key, &current, Registration::Dequeued, now_us);
                 self.hand_off(key, now_us, ignore_liveness);
                 Reply::Granted
             }
@@ -1869,6 +1872,10 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
         // inspection of them) and no keys of other types.
         Op::Inspect { key } => {
             let value = data.live(key, now_us);
+            let queued = value.as_ref().is_some_and(|v| {
+                data.queue(key, now_us)
+                    .is_some_and(|q| q.scores.contains_key(&**v))
+            });
             let pttl_ms = match data.pttl(key, now_us) {
                 Some(ttl) => i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
                 None => -2,
@@ -1880,6 +1887,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 owner: BTreeMap::new(),
                 fence: data.fences.get(&scripts::fence_key(key)).copied(),
                 now_ms: now_us / 1000,
+                queued,
             }))
         }
         // force_unlock.lua: whatever holds the key is deleted and the counter raised (the

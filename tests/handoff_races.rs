@@ -1,0 +1,379 @@
+//! Hand-off under message orders and partial states the main hand-off tests do not reach
+//! (docs/design.md §17): each test states the property it expects of the mechanism.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redquorum::testkit::{Mode, Proxy};
+use redquorum::{AcquireOptions, ErrorKind, Redlock};
+use support::*;
+
+/// A holder whose lease lives on a bare quorum (its request to one master was lost) and a
+/// queued waiter: on the master the holder never reached, the waiter's refresh hands the
+/// free key to itself, and its confirm is granted there and refused elsewhere. The
+/// waiter must then wait for the holder (a notice, or a later refresh) rather than
+/// confirm again and again: every failed confirm releases its value on that master,
+/// which hands the key straight back to it and notifies it, and the next confirm fails
+/// the same way for as long as the holder holds.
+async fn minority_hand_off(fair: bool) {
+    let cluster = Cluster::start(3).await.unwrap();
+    let proxy = Proxy::for_server(cluster.server(2)).await.unwrap();
+    let urls = vec![
+        cluster.server(0).url(),
+        cluster.server(1).url(),
+        proxy.url(),
+    ];
+    let holder = Redlock::builder()
+        .quarantine(false)
+        .masters(urls)
+        .ttl("10s")
+        .node_timeout("200ms")
+        .build()
+        .unwrap();
+    let key = unique_key("minority");
+    // Master 2 unreachable for the holder: its lease is on masters 0 and 1 only.
+    proxy.set_mode(Mode::Reset);
+    let lease = holder.try_acquire(&key).await.unwrap();
+    proxy.set_mode(Mode::Pass);
+    assert_eq!(value_on(cluster.server(2), &key).await, None);
+
+    // A waiter with a 900 ms waiter TTL (a refresh every 300 ms) and a 30 s retry pause.
+    let waiter = client(&cluster)
+        .retry_delay("30s")
+        .retry_jitter("1ms")
+        .waiter_ttl("900ms")
+        .build()
+        .unwrap();
+    let options = AcquireOptions::new().fair(fair).wait_timeout("2s");
+    let error = waiter.acquire_with(&key, &options).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::WaitTimeout, "{error}");
+    // In 2 s: the first attempt, about seven refreshes, and at most a confirm after each
+    // of them. A confirm loop makes one every few round trips.
+    assert!(
+        error.attempts() <= 20,
+        "{} attempts in 2 s while the lock was held: {error}",
+        error.attempts()
+    );
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_waiter_handed_a_minority_does_not_confirm_in_a_loop() {
+    minority_hand_off(false).await;
+}
+
+#[tokio::test]
+async fn a_fair_waiter_handed_a_minority_does_not_confirm_in_a_loop() {
+    minority_hand_off(true).await;
+}
+
+/// The waiter TTL a client picks by default is one it would accept if given: above three
+/// node timeouts, so that a refresh every third of it finishes in time.
+#[test]
+fn the_default_waiter_ttl_is_one_the_builder_accepts() {
+    for ttl in ["200ms", "300ms", "1s", "10s"] {
+        let base = || {
+            Redlock::builder()
+                .master("redis://127.0.0.1:1")
+                .ttl(ttl)
+                .node_timeout("50ms")
+        };
+        let shown = format!("{:?}", base().build().unwrap());
+        let chosen = shown
+            .split("waiter_ttl: ")
+            .nth(1)
+            .and_then(|rest| rest.split([',', ' ', '}']).next())
+            .unwrap()
+            .to_owned();
+        let given = base().waiter_ttl(chosen.as_str()).build();
+        assert!(
+            given.is_ok(),
+            "ttl {ttl}: the default waiter_ttl {chosen} is refused when given: {}",
+            given.unwrap_err()
+        );
+    }
+}
+
+/// How many live masters of `cluster` have at least `n` members in `key`'s queue.
+async fn queued_on(cluster: &Cluster, key: &str, n: usize) -> usize {
+    let mut count = 0;
+    for server in cluster.servers() {
+        let mut conn = raw(&server.url()).await;
+        let members: Vec<String> = conn
+            .zrange(format!("redquorum:queue:{key}"), 0, -1)
+            .await
+            .unwrap();
+        if members.len() >= n {
+            count += 1;
+        }
+    }
+    count
+}
+
+/// Whether `waiter` is a member of `key`'s queue on `server`.
+async fn queued_on_one(server: &redquorum::testkit::Server, key: &str, waiter: &str) -> bool {
+    let mut conn = raw(&server.url()).await;
+    let score: Option<f64> = conn
+        .zscore(format!("redquorum:queue:{key}"), waiter)
+        .await
+        .unwrap();
+    score.is_some()
+}
+
+/// Two queued waiters; the holder's release reaches one master late (its path there is
+/// slow). The first waiter is handed the lock by the other masters and confirms on them;
+/// the late release then hands that master's key to the second waiter. The second
+/// waiter must then wait for the new holder, not confirm in a loop for as long as the
+/// new holder holds the lock.
+#[tokio::test]
+async fn a_late_release_does_not_set_the_next_waiter_confirming_in_a_loop() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let proxy = Proxy::for_server(cluster.server(2)).await.unwrap();
+    let urls = vec![
+        cluster.server(0).url(),
+        cluster.server(1).url(),
+        proxy.url(),
+    ];
+    let holder = Redlock::builder()
+        .quarantine(false)
+        .masters(urls)
+        .ttl("10s")
+        .node_timeout("200ms")
+        .build()
+        .unwrap();
+    let key = unique_key("late-release");
+    let lease = holder.acquire(&key).await.unwrap();
+    wait_until(
+        Duration::from_secs(2),
+        "the lease is on every master",
+        || held_everywhere(&cluster, &key, lease.value()),
+    )
+    .await;
+    let waiter = || {
+        client(&cluster)
+            .retry_delay("30s")
+            .retry_jitter("1ms")
+            .waiter_ttl("900ms")
+            .build()
+            .unwrap()
+    };
+    let (first, second) = (waiter(), waiter());
+    let fair = AcquireOptions::new().fair(true).wait_timeout("10s");
+    let taking = tokio::spawn({
+        let (first, key, fair) = (first.clone(), key.clone(), fair.clone());
+        async move { first.acquire_with(&key, &fair).await }
+    });
+    wait_until(
+        Duration::from_secs(5),
+        "the first waiter registered",
+        || {
+            let (cluster, key) = (&cluster, &key);
+            async move { queued_on(cluster, key, 1).await == 3 }
+        },
+    )
+    .await;
+    let waiting = tokio::spawn({
+        let (second, key) = (second.clone(), key.clone());
+        async move {
+            let options = AcquireOptions::new().fair(true).wait_timeout("2500ms");
+            second.acquire_with(&key, &options).await
+        }
+    });
+    wait_until(
+        Duration::from_secs(5),
+        "the second waiter registered",
+        || {
+            let (cluster, key) = (&cluster, &key);
+            async move { queued_on(cluster, key, 2).await == 3 }
+        },
+    )
+    .await;
+    // The release reaches master 2 a second late.
+    proxy.set_mode(Mode::delay(Duration::from_secs(1), Duration::ZERO));
+    lease.release().await.unwrap();
+    let taken = taking.await.unwrap().unwrap();
+    let error = waiting.await.unwrap().unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::WaitTimeout, "{error}");
+    // About eight refreshes in 2.5 s, and at most a confirm after each. (The confirm loop
+    // makes one every few round trips from the late release on.)
+    assert!(
+        error.attempts() <= 25,
+        "{} attempts in 2.5 s while the lock was held: {error}",
+        error.attempts()
+    );
+    taken.release().await.unwrap();
+    proxy.set_mode(Mode::Pass);
+}
+
+/// An operator who finds a lock held by a value that is in fact a waiter's id (the key was
+/// handed to a waiter that died before confirming) and force-unlocks that value, as the
+/// documentation of `inspect` shows: the report says the key was deleted on every master,
+/// so the lock must no longer be held by that value.
+#[tokio::test]
+async fn force_unlocking_a_handed_key_does_not_hand_it_back() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let operator = client(&cluster).build().unwrap();
+    let key = unique_key("handed-dead");
+    // A waiter at the head of the queue whose process died: its record lives 4.5 s more.
+    for server in cluster.servers() {
+        let mut conn = raw(&server.url()).await;
+        let _: () = conn
+            .zadd(format!("redquorum:queue:{key}"), "dead", 1)
+            .await
+            .unwrap();
+        let _: () = conn
+            .pset_ex(
+                format!("redquorum:waiter:{key}:dead"),
+                "4500 redquorum:handoff:nobody",
+                4500,
+            )
+            .await
+            .unwrap();
+    }
+    let lease = operator.acquire(&key).await.unwrap();
+    wait_until(
+        Duration::from_secs(2),
+        "the lease is on every master",
+        || held_everywhere(&cluster, &key, lease.value()),
+    )
+    .await;
+    lease.release().await.unwrap();
+    wait_until(
+        Duration::from_secs(2),
+        "the key handed to the dead head",
+        || held_everywhere(&cluster, &key, "dead"),
+    )
+    .await;
+    let inspection = operator.inspect(&key).await.unwrap();
+    assert_eq!(inspection.holder(), Some("dead"), "{inspection}");
+    // The report tells a key handed to a queued waiter from a lease.
+    assert!(inspection.handed(), "{inspection}");
+    assert!(inspection.to_string().contains("handed to"), "{inspection}");
+    assert!(
+        inspection.masters().iter().all(|m| m.handed()),
+        "{inspection}"
+    );
+    let report = operator.force_unlock(&key, "dead").await.unwrap();
+    assert_eq!(report.deleted(), 3);
+    let after = operator.inspect(&key).await.unwrap();
+    assert!(!after.handed(), "{after}");
+    for server in cluster.servers() {
+        assert!(
+            !queued_on_one(server, &key, "dead").await,
+            "the force-unlocked waiter is still queued: {after}"
+        );
+    }
+    assert_ne!(
+        after.holder(),
+        Some("dead"),
+        "force_unlock reported the key deleted on every master, yet: {after}"
+    );
+}
+
+/// Two of three masters die while a waiter is queued; the holder's release reaches the
+/// survivor only, which hands the key to the waiter. No quorum can be had until a master
+/// comes back: the waiter must wait (its refresh, its budget), not confirm against the
+/// survivor again and again for the whole outage.
+#[tokio::test]
+async fn a_waiter_does_not_confirm_in_a_loop_through_an_outage() {
+    let mut cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster).build().unwrap();
+    let key = unique_key("outage");
+    let lease = holder.acquire(&key).await.unwrap();
+    let waiter = client(&cluster)
+        .retry_delay("30s")
+        .retry_jitter("1ms")
+        .waiter_ttl("900ms")
+        .build()
+        .unwrap();
+    let waiting = tokio::spawn({
+        let (waiter, key) = (waiter.clone(), key.clone());
+        async move {
+            let options = AcquireOptions::new().wait_timeout("2500ms");
+            waiter.acquire_with(&key, &options).await
+        }
+    });
+    wait_until(Duration::from_secs(5), "the waiter registered", || {
+        let (cluster, key) = (&cluster, &key);
+        async move { queued_on(cluster, key, 1).await == 3 }
+    })
+    .await;
+    cluster.server_mut(1).kill().unwrap();
+    cluster.server_mut(2).kill().unwrap();
+    let _ = lease.release().await;
+    let error = waiting.await.unwrap().unwrap_err();
+    assert!(error.is_retryable(), "{error}");
+    // About eight refreshes in 2.5 s, and at most a confirm after each.
+    assert!(
+        error.attempts() <= 25,
+        "{} attempts in 2.5 s with no quorum to be had: {error}",
+        error.attempts()
+    );
+}
+
+/// A queued waiter that runs out of budget reports as many attempts in
+/// `Error::attempts` as its message says it made.
+#[tokio::test]
+async fn a_queued_waiter_s_error_counts_its_attempts_as_its_message_does() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster).build().unwrap();
+    let key = unique_key("counted");
+    let lease = holder.acquire(&key).await.unwrap();
+    let waiter = client(&cluster)
+        .retry_delay("30s")
+        .retry_jitter("1ms")
+        .waiter_ttl("900ms")
+        .build()
+        .unwrap();
+    let options = AcquireOptions::new().wait_timeout("1500ms");
+    let error = waiter.acquire_with(&key, &options).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::WaitTimeout, "{error}");
+    let said = format!("after {} attempts", error.attempts());
+    assert!(error.to_string().contains(&said), "{said}: {error}");
+    lease.release().await.unwrap();
+}
+
+/// A queued waiter whose lock name comes to hold another kind of lock (the key replaced
+/// by a hash on every master while it waits): its next refresh is refused as the wrong
+/// kind, and the call ends with that permanent error instead of waiting out its budget.
+#[tokio::test]
+async fn a_queued_waiter_whose_name_turns_into_another_kind_stops_at_once() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster).build().unwrap();
+    let key = unique_key("kind");
+    let lease = holder.acquire(&key).await.unwrap();
+    let waiter = client(&cluster)
+        .retry_delay("30s")
+        .retry_jitter("1ms")
+        .waiter_ttl("900ms")
+        .build()
+        .unwrap();
+    let waiting = tokio::spawn({
+        let (waiter, key) = (waiter.clone(), key.clone());
+        async move {
+            let options = AcquireOptions::new().wait_timeout("20s");
+            waiter.acquire_with(&key, &options).await
+        }
+    });
+    wait_until(Duration::from_secs(5), "the waiter registered", || {
+        let (cluster, key) = (&cluster, &key);
+        async move { queued_on(cluster, key, 1).await == 3 }
+    })
+    .await;
+    for server in cluster.servers() {
+        let mut conn = raw(&server.url()).await;
+        let _: () = conn.del(&key).await.unwrap();
+        let _: () = conn.hset(&key, "permits", 3).await.unwrap();
+    }
+    let error = waiting.await.unwrap().unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::WrongKind, "{error}");
+    assert!(!error.is_retryable(), "{error}");
+    // A refresh comes every 300 ms: the first one after the change ends the call, long
+    // before the 20 s budget would have (counted in attempts: the first attempt, the
+    // refreshes before the change, and the one that met it).
+    assert!(error.attempts() <= 20, "{error}");
+    let _ = lease.release().await;
+}

@@ -1235,7 +1235,7 @@ fn script_hashes_are_pinned() {
         (
             "enqueue.lua",
             ENQUEUE,
-            "39a96bf06fd0557a35bc692df65f6257079d3c5b",
+            "8a0520e623849d2d787e752de7d2efc9843b63e5",
         ),
         (
             "dequeue.lua",

@@ -111,6 +111,12 @@ struct Evidence {
     /// Per master: until when its evidence holds.
     until: Vec<Option<Instant>>,
     waiter_ttl: Duration,
+    /// After a failed confirm, the masters that refused it: the next confirm also needs
+    /// new evidence from one of them. The others may hand the key back to the waiter
+    /// when its value is released there — among them masters whose grant did not count
+    /// (an abstention, a late answer, a master that may evict keys) — and those notices
+    /// alone would start the same confirm again, and fail it again, in a loop.
+    awaited: Vec<usize>,
 }
 
 impl Evidence {
@@ -118,7 +124,23 @@ impl Evidence {
         Self {
             until: vec![None; masters],
             waiter_ttl,
+            awaited: Vec::new(),
         }
+    }
+
+    /// Whether a confirm may run: evidence from a quorum of masters and, after a failed
+    /// confirm that masters refused, new evidence from one of those.
+    fn ready(&mut self, quorum: usize) -> bool {
+        if self.count() < quorum {
+            return false;
+        }
+        let now = Instant::now();
+        let heard = |m: &usize| matches!(self.until.get(*m), Some(Some(t)) if *t > now);
+        if self.awaited.is_empty() || self.awaited.iter().any(heard) {
+            self.awaited.clear();
+            return true;
+        }
+        false
     }
 
     fn note(&mut self, master: usize) {
@@ -160,9 +182,11 @@ impl Evidence {
         self.until.iter().flatten().filter(|t| **t > now).count()
     }
 
-    /// Forgets every piece: a failed confirm used them up.
-    fn forget(&mut self) {
+    /// Forgets every piece: a failed confirm used them up. `refused` names the masters
+    /// that refused it, one of which must give new evidence before the next confirm.
+    fn forget(&mut self, refused: Vec<usize>) {
         self.until.iter_mut().for_each(|t| *t = None);
+        self.awaited = refused;
     }
 }
 
@@ -293,7 +317,7 @@ impl Redlock {
             evidence.note_notices(&handoffs.fresh());
             // A confirm that the refresh tick led to is that tick's attempt.
             let mut ticked = false;
-            if evidence.count() < inner.quorum {
+            if !evidence.ready(inner.quorum) {
                 if Instant::now() >= plan.give_up_at {
                     return Err(wait_timeout(last, *total));
                 }
@@ -341,7 +365,7 @@ impl Redlock {
                     handed = evidence.count(),
                     "registration refreshed"
                 );
-                if evidence.count() < inner.quorum {
+                if !evidence.ready(inner.quorum) {
                     if spent >= plan.attempts {
                         return Err(last.with_attempts(*total));
                     }
@@ -388,6 +412,20 @@ impl Redlock {
                         error = %failed.error,
                         "confirm failed"
                     );
+                    // The masters that refused the confirm (held by another value).
+                    let refused: Vec<usize> = failed
+                        .release
+                        .as_ref()
+                        .and_then(|release| release.outcomes.as_ref())
+                        .map(|outcomes| {
+                            outcomes
+                                .iter()
+                                .enumerate()
+                                .filter(|(_, o)| matches!(o, MasterOutcome::HeldByOther))
+                                .map(|(i, _)| i)
+                                .collect()
+                        })
+                        .unwrap_or_default();
                     if let Some(release) = failed.release {
                         // Each master that granted the confirm hands the key back to the
                         // waiter when its value is released there (if it is still the
@@ -440,7 +478,7 @@ impl Redlock {
                     // quorum of new evidence, which the masters that granted this one
                     // (handing the key back on release) cannot give alone: a master that
                     // refused must hand the key over, or a refresh find it handed there.
-                    evidence.forget();
+                    evidence.forget(refused);
                     // Still registered. The first failure is most often a confirm that
                     // outran the release to some masters, whose notices follow at once:
                     // no pause. Failing again, it pauses a random spread, growing with

@@ -44,7 +44,7 @@ if strict == '1' then
   if mine then
     counter = string.format('%d', c)
   elseif c >= tonumber(score) then
-    return {0, epoch, now, tostring(c), 0, -2, false}
+    return {0, epoch, now, string.format('%d', c), 0, -2, false}
   else
     redis.call('SET', KEYS[5], score)
     counter = score

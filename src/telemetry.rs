@@ -91,7 +91,7 @@ pub(crate) fn describe() {
         describe_counter!(
             HANDOFFS,
             Unit::Count,
-            "Waiters woken by a release notice that then acquired the lock"
+            "Waiters that got the lock handed over: a queued waiter's confirm, or a release notice's next attempt"
         );
     }
 }
@@ -204,7 +204,8 @@ pub(crate) fn lease_lost(reason: &'static str) {
     let _ = reason;
 }
 
-/// Records a hand-off: an acquire woken by a release notice that then got the lock.
+/// Records a hand-off: a queued waiter whose confirm got the lock (docs/design.md §17), or
+/// an acquire woken by a release notice that then got it (§6).
 #[inline]
 pub(crate) fn handoff() {
     #[cfg(feature = "metrics")]

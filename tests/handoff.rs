@@ -33,26 +33,6 @@ fn ticket_key(key: &str) -> String {
     format!("redquorum:ticket:{key}")
 }
 
-/// The members of `key`'s queue on `server`, in order (empty when down).
-async fn members(server: &Server, key: &str) -> Vec<String> {
-    if !server.is_running() {
-        return Vec::new();
-    }
-    let mut conn = raw(&server.url()).await;
-    conn.zrange(queue_key(key), 0, -1).await.unwrap()
-}
-
-/// How many live masters of `cluster` have at least `n` members in `key`'s queue.
-async fn queued_on(cluster: &Cluster, key: &str, n: usize) -> usize {
-    let mut count = 0;
-    for server in cluster.servers() {
-        if members(server, key).await.len() >= n {
-            count += 1;
-        }
-    }
-    count
-}
-
 /// Whether no live master holds a queue, a waiter's liveness key or a handed key (a
 /// value that is a waiter's id) for `key`. `values` are the lease values `key` may hold.
 async fn no_waiter_left(cluster: &Cluster, key: &str) -> bool {
@@ -100,11 +80,7 @@ async fn a_release_hands_the_lock_to_the_waiter() {
             waiter.acquire_with(&key, &options).await
         }
     });
-    wait_until(Duration::from_secs(5), "the waiter registered", || {
-        let (cluster, key) = (&cluster, &key);
-        async move { queued_on(cluster, key, 1).await == 3 }
-    })
-    .await;
+    wait_registered(&cluster, &key, 3).await;
     let released = Instant::now();
     lease.release().await.unwrap();
     let taken = timeout(Duration::from_secs(1), waiting)
@@ -183,11 +159,7 @@ fn a_hand_off_is_counted() {
                 let (waiter, key) = (waiter.clone(), key.clone());
                 async move { waiter.acquire(&key).await }
             });
-            wait_until(Duration::from_secs(5), "the waiter registered", || {
-                let (cluster, key) = (&cluster, &key);
-                async move { queued_on(cluster, key, 1).await == 3 }
-            })
-            .await;
+            wait_registered(&cluster, &key, 3).await;
             assert_eq!(handoffs(&capture), 0);
             lease.release().await.unwrap();
             let taken = timeout(Duration::from_secs(1), waiting)
@@ -285,11 +257,7 @@ async fn every_way_a_waiter_ends_removes_its_registration() {
         let (same, key) = (same.clone(), key.clone());
         async move { same.acquire(&key).await }
     });
-    wait_until(Duration::from_secs(5), "the waiter registered", || {
-        let (cluster, key) = (&cluster, &key);
-        async move { queued_on(cluster, key, 1).await == 3 }
-    })
-    .await;
+    wait_registered(&cluster, &key, 3).await;
     lease.release().await.unwrap();
     // Its own other call is handed the lock first or takes it: either way one of the two
     // holds it and the other ends, without a registration left behind.
@@ -319,11 +287,7 @@ async fn every_way_a_waiter_ends_removes_its_registration() {
         let (waiter, key) = (waiter.clone(), key.clone());
         async move { waiter.acquire(&key).await }
     });
-    wait_until(Duration::from_secs(5), "the waiter registered", || {
-        let (cluster, key) = (&cluster, &key);
-        async move { queued_on(cluster, key, 1).await == 3 }
-    })
-    .await;
+    wait_registered(&cluster, &key, 3).await;
     lease.release().await.unwrap();
     let taken = timeout(Duration::from_secs(4), waiting)
         .await
@@ -801,11 +765,7 @@ mod planted {
                 let (waiter, key) = (waiter.clone(), key.clone());
                 async move { waiter.acquire(&key).await }
             });
-            wait_until(Duration::from_secs(5), "the waiter registered", || {
-                let (cluster, key) = (&cluster, &key);
-                async move { queued_on(cluster, key, 1).await == 3 }
-            })
-            .await;
+            wait_registered(&cluster, &key, 3).await;
             lease.release().await.unwrap();
             let taken = timeout(Duration::from_secs(2), waiting)
                 .await
@@ -880,11 +840,7 @@ mod planted {
             let (product, key) = (product.clone(), key.clone());
             async move { product.acquire(&key).await }
         });
-        wait_until(Duration::from_secs(5), "the waiter registered", || {
-            let (cluster, key) = (&cluster, &key);
-            async move { queued_on(cluster, key, 1).await == 3 }
-        })
-        .await;
+        wait_registered(&cluster, &key, 3).await;
         lease.release().await.unwrap();
         let taken = timeout(Duration::from_secs(3), waiting)
             .await
@@ -914,11 +870,7 @@ mod planted {
                 waiter.acquire_with(&key, &options).await
             });
             let registered = async {
-                wait_until(Duration::from_secs(5), "the waiter registered", || {
-                    let (cluster, key) = (&cluster, &key);
-                    async move { queued_on(cluster, key, 1).await == 3 }
-                })
-                .await;
+                wait_registered(&cluster, &key, 3).await;
             };
             tokio::select! {
                 _ = &mut waiting => panic!("the lock is held"),

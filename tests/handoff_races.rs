@@ -97,22 +97,6 @@ fn the_default_waiter_ttl_is_one_the_builder_accepts() {
     }
 }
 
-/// How many live masters of `cluster` have at least `n` members in `key`'s queue.
-async fn queued_on(cluster: &Cluster, key: &str, n: usize) -> usize {
-    let mut count = 0;
-    for server in cluster.servers() {
-        let mut conn = raw(&server.url()).await;
-        let members: Vec<String> = conn
-            .zrange(format!("redquorum:queue:{key}"), 0, -1)
-            .await
-            .unwrap();
-        if members.len() >= n {
-            count += 1;
-        }
-    }
-    count
-}
-
 /// Whether `waiter` is a member of `key`'s queue on `server`.
 async fn queued_on_one(server: &redquorum::testkit::Server, key: &str, waiter: &str) -> bool {
     let mut conn = raw(&server.url()).await;
@@ -296,11 +280,7 @@ async fn a_waiter_does_not_confirm_in_a_loop_through_an_outage() {
             waiter.acquire_with(&key, &options).await
         }
     });
-    wait_until(Duration::from_secs(5), "the waiter registered", || {
-        let (cluster, key) = (&cluster, &key);
-        async move { queued_on(cluster, key, 1).await == 3 }
-    })
-    .await;
+    wait_registered(&cluster, &key, 3).await;
     cluster.server_mut(1).kill().unwrap();
     cluster.server_mut(2).kill().unwrap();
     let _ = lease.release().await;
@@ -358,11 +338,7 @@ async fn a_queued_waiter_whose_name_turns_into_another_kind_stops_at_once() {
             waiter.acquire_with(&key, &options).await
         }
     });
-    wait_until(Duration::from_secs(5), "the waiter registered", || {
-        let (cluster, key) = (&cluster, &key);
-        async move { queued_on(cluster, key, 1).await == 3 }
-    })
-    .await;
+    wait_registered(&cluster, &key, 3).await;
     for server in cluster.servers() {
         let mut conn = raw(&server.url()).await;
         let _: () = conn.del(&key).await.unwrap();

@@ -119,3 +119,35 @@ pub async fn settle(client: &redquorum::Redlock) {
     })
     .await;
 }
+
+/// The members of `key`'s waiter queue on `server` (none when it is down).
+pub async fn members(server: &Server, key: &str) -> Vec<String> {
+    if !server.is_running() {
+        return Vec::new();
+    }
+    let mut conn = raw(&server.url()).await;
+    conn.zrange(format!("redquorum:queue:{key}"), 0, -1)
+        .await
+        .unwrap()
+}
+
+/// How many live masters of `cluster` have at least `n` members in `key`'s queue.
+pub async fn queued_on(cluster: &Cluster, key: &str, n: usize) -> usize {
+    let mut count = 0;
+    for server in cluster.servers() {
+        if members(server, key).await.len() >= n {
+            count += 1;
+        }
+    }
+    count
+}
+
+/// Waits (at most 5 s) until `masters` masters of `cluster` have a waiter queued for `key`.
+pub async fn wait_registered(cluster: &Cluster, key: &str, masters: usize) {
+    wait_until(
+        Duration::from_secs(5),
+        "the waiter registered",
+        || async move { queued_on(cluster, key, 1).await == masters },
+    )
+    .await;
+}

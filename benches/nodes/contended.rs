@@ -24,6 +24,7 @@ use redquorum::{AcquireOptions, Builder};
 use super::args::Budget;
 use super::harness::{Keys, Outcome, Series, Tally, plain, set_nx};
 use super::model::{Metric, Pcts, Results, Row, Scenario};
+use super::ring;
 
 /// Clients taking turns on one resource in the contended scenario.
 pub(crate) const CONTENDERS: usize = 8;
@@ -98,16 +99,16 @@ pub(crate) fn condition(hold: Duration, waiting: Waiting) -> String {
 /// Hand-off: from the moment a holder starts its release to the moment another client's
 /// acquire returns, i.e. how long the lock stays idle while somebody waits for it.
 #[derive(Debug, Default)]
-struct Turns {
+pub(crate) struct Turns {
     /// The holder's id + 1, 0 when free.
-    holder: AtomicUsize,
+    pub(crate) holder: AtomicUsize,
     /// Acquisitions that found another holder still inside: must stay 0.
-    overlaps: AtomicUsize,
+    pub(crate) overlaps: AtomicUsize,
     /// When the last holder started to release, and who it was.
-    released_at: Mutex<Option<(Instant, usize)>>,
-    hand_offs: Mutex<Vec<u64>>,
-    holds: Mutex<Vec<u64>>,
-    waits: Mutex<Vec<u64>>,
+    pub(crate) released_at: Mutex<Option<(Instant, usize)>>,
+    pub(crate) hand_offs: Mutex<Vec<u64>>,
+    pub(crate) holds: Mutex<Vec<u64>>,
+    pub(crate) waits: Mutex<Vec<u64>>,
 }
 
 /// What the windows of one N are judged against: the round trips and the section alone.
@@ -177,14 +178,26 @@ pub(crate) async fn run(
         };
         limit_rows.push((hold, limit));
     }
+    // The mechanism with raw commands first, once per hold: what the library's variants
+    // are held against beside the limit.
+    let mut rings: Vec<(Duration, Mechanism)> = Vec::new();
+    for (hold, limit) in &limit_rows {
+        let ring = ring::window(urls, &storage_url, *hold, window).await?;
+        let rows = ring_rows(n, *hold, ring, (limit, &limits.rtt));
+        rings.push((*hold, Mechanism::of(&rows)));
+        results.rows.extend(rows);
+    }
     for (hold, waiting) in plan {
         let Some((_, limit)) = limit_rows.iter().find(|(h, _)| *h == hold) else {
+            continue;
+        };
+        let Some((_, mechanism)) = rings.iter().find(|(h, _)| *h == hold) else {
             continue;
         };
         window_of(
             (n, urls, &storage_url),
             (hold, waiting, window),
-            (limit, &limits.rtt),
+            (limit, &limits.rtt, mechanism),
             results,
         )
         .await?;
@@ -281,7 +294,7 @@ async fn section_alone(storage_url: &str, hold: Duration) -> Outcome<f64> {
 }
 
 /// One critical section: read the guarded record, hold, write it back.
-async fn section(
+pub(crate) async fn section(
     conn: &mut MultiplexedConnection,
     record: &str,
     turn: usize,
@@ -298,12 +311,76 @@ async fn section(
         .await
 }
 
+/// The raw hand-off ring's rows of one hold, for the library's rows to compare with.
+struct Mechanism {
+    sections: Row,
+    hand_off: Row,
+}
+
+impl Mechanism {
+    fn of(rows: &[Row]) -> Mechanism {
+        let find = |metric| {
+            rows.iter()
+                .find(|r| r.metric == metric)
+                .cloned()
+                .unwrap_or_else(|| Row::new(Scenario::Contended, metric, 0, ring::LABEL))
+        };
+        Mechanism {
+            sections: find(Metric::Sections),
+            hand_off: find(Metric::HandOff),
+        }
+    }
+}
+
+/// The rows of one window of the raw hand-off ring, labelled as a way of waiting: its
+/// sections against the section-bound limit, its hand-off against the round trip.
+fn ring_rows(n: usize, hold: Duration, ring: ring::Ring, (limit, rtt): (&Row, &Row)) -> Vec<Row> {
+    let label = format!("hold {} ms, {}", hold.as_millis(), ring::LABEL);
+    if let Some(e) = &ring.tally.first_error {
+        eprintln!(
+            "  note: N={n}, {label}: the ring stopped early after {} errors; the first: {e}",
+            ring.tally.errors
+        );
+    }
+    let take = |samples: &Mutex<Vec<u64>>| {
+        std::mem::take(&mut *samples.lock().unwrap_or_else(PoisonError::into_inner))
+    };
+    vec![
+        Row::new(
+            Scenario::Contended,
+            Metric::Sections,
+            n,
+            "critical sections",
+        )
+        .condition(format!("{CONTENDERS} clients, {label}"))
+        .rate(ring.tally.done, ring.elapsed, ring.tally.errors)
+        .referring_to(limit),
+        Row::new(
+            Scenario::Contended,
+            Metric::HandOff,
+            n,
+            "hand-off to another client",
+        )
+        .condition(label.clone())
+        .latency(&mut take(&ring.turns.hand_offs), 0)
+        .against(rtt),
+        Row::new(
+            Scenario::Contended,
+            Metric::Hold,
+            n,
+            "critical section held",
+        )
+        .condition(label)
+        .latency(&mut take(&ring.turns.holds), 0),
+    ]
+}
+
 /// One window: `CONTENDERS` clients, each with its own connections, taking turns on one
 /// resource for `window`.
 async fn window_of(
     (n, urls, storage_url): (usize, &[String], &str),
     (hold, waiting, window): (Duration, Waiting, Duration),
-    (limit, rtt): (&Row, &Row),
+    (limit, rtt, mechanism): (&Row, &Row, &Mechanism),
     results: &mut Results,
 ) -> Outcome<()> {
     let resource: Arc<str> = Keys::new(&format!("c{n}")).fresh().into();
@@ -432,6 +509,7 @@ async fn window_of(
     )
     .condition(format!("{CONTENDERS} clients, {label}"))
     .rate(total.done, elapsed, total.errors)
+    .against(&mechanism.sections)
     .referring_to(limit);
     let hand_off = Row::new(
         Scenario::Contended,
@@ -441,7 +519,8 @@ async fn window_of(
     )
     .condition(label.clone())
     .latency(&mut take(&turns.hand_offs), 0)
-    .against(rtt);
+    .against(rtt)
+    .referring_to(&mechanism.hand_off);
     let wait = Row::new(Scenario::Contended, Metric::Wait, n, "wait for the lock")
         .condition(label.clone())
         .latency(&mut take(&turns.waits), total.errors)
@@ -458,7 +537,7 @@ async fn window_of(
     Ok(())
 }
 
-fn push(samples: &Mutex<Vec<u64>>, d: Duration) {
+pub(crate) fn push(samples: &Mutex<Vec<u64>>, d: Duration) {
     samples
         .lock()
         .unwrap_or_else(PoisonError::into_inner)

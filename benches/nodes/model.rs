@@ -80,6 +80,9 @@ pub(crate) enum Metric {
     RawPairsMany,
     /// Raw `SET NX PX` to all N masters at once, until the quorum-th reply.
     FanOut,
+    /// The library's acquire script, raw, to all N masters at once, until the quorum-th
+    /// grant: what each master runs for the library's acquire.
+    FanOutAcquireScript,
     /// The raw release script to all N masters at once, until the `n - quorum + 1`-th reply.
     FanOutRelease,
     /// Raw fan-out `SET NX PX` + release script pairs, one client.

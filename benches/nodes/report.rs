@@ -543,9 +543,11 @@ pub(crate) fn markdown(
             "\n### Contended: {clients} on one resource\n\n\
              Each critical section is a `GET`, a sleep of the hold and a `SET` on a storage \
              server; the limit is one section (measured alone) plus one quorum round (the raw \
-             fan-out) per section.\n\n\
-             | N | hold | waiting | sections/s | limit/s | ÷ limit | hand-off p50 / p99 µs | hand-off p50 / p99 ÷ round trip p50 | wait p50 µs | give-ups |\n\
-             |---|---|---|---|---|---|---|---|---|---|"
+             fan-out) per section. The *raw hand-off ring* is the hand-off mechanism with raw \
+             commands and no library (release and hand on, notices, a confirm round): the \
+             library's variants are also shown over it.\n\n\
+             | N | hold | waiting | sections/s | limit/s | ÷ limit | ÷ ring | hand-off p50 / p99 µs | hand-off p50 / p99 ÷ round trip p50 | hand-off p50 ÷ ring | wait p50 µs | give-ups |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|---|"
         );
         for sections in contended {
             // The rest of the variant's rows: same N, same condition after the clients.
@@ -582,12 +584,16 @@ pub(crate) fn markdown(
                 .and_then(|r| r.rate);
             let _ = writeln!(
                 out,
-                "| {} | {hold} | {waiting} | {} | {} | {} | {} | {ratios} | {} | {} |",
+                "| {} | {hold} | {waiting} | {} | {} | {} | {} | {} | {ratios} | {} | {} | {} |",
                 sections.n,
                 md(sections.rate),
                 md(limit),
                 mx(sections.reference.as_ref().and_then(|v| v.rate)),
+                mx(sections.versus.as_ref().and_then(|v| v.rate)),
                 p50_p99(hand_off),
+                mx(hand_off
+                    .and_then(|r| r.reference.as_ref()?.latency)
+                    .map(|r| r[0])),
                 md(of(Metric::Wait).and_then(|r| r.latency).map(|l| l.p50)),
                 sections.errors,
             );

@@ -2,6 +2,7 @@
 
 use super::contended::{HOLDS, Waiting, condition};
 use super::model::{Metric, Results, Scenario, Target};
+use super::ring;
 
 /// The goals of the issue, as ratios of this run.
 pub(crate) fn of(results: &Results) -> Vec<Target> {
@@ -128,9 +129,11 @@ fn contended(results: &Results, targets: &mut Vec<Target>) {
 }
 
 /// Ratios that explain the targets: what the machine allows (the raw fan-out against one
-/// round trip) and what the library adds to it (acquire against the raw fan-out).
+/// round trip, the raw hand-off ring against the section-bound limit) and what the library
+/// adds to it (acquire against the raw fan-out, hand-off against the ring).
 pub(crate) fn context(results: &Results) -> Vec<(String, f64)> {
     let mut lines = Vec::new();
+    contended_context(results, &mut lines);
     for n in [5, 9] {
         let p50 = |metric| {
             results
@@ -154,6 +157,20 @@ pub(crate) fn context(results: &Results) -> Vec<(String, f64)> {
                 acquire / fan,
             ));
         }
+        if let (Some(script), Some(fan)) = (p50(Metric::FanOutAcquireScript), p50(Metric::FanOut)) {
+            lines.push((
+                format!("raw fan-out of the acquire script p50 at N={n} / raw fan-out SET p50 (the per-master checks)"),
+                script / fan,
+            ));
+        }
+        if let (Some(acquire), Some(script)) =
+            (p50(Metric::Acquire), p50(Metric::FanOutAcquireScript))
+        {
+            lines.push((
+                format!("acquire p50 at N={n} / raw fan-out of the acquire script p50 (what the client adds)"),
+                acquire / script,
+            ));
+        }
         let rate = |scenario, metric| results.find(scenario, metric, n).and_then(|r| r.rate);
         let raw_pairs = rate(Scenario::Baseline, Metric::RawPairs);
         let fan_pairs = rate(Scenario::Uncontended, Metric::FanOutPairs);
@@ -172,4 +189,49 @@ pub(crate) fn context(results: &Results) -> Vec<(String, f64)> {
         }
     }
     lines
+}
+
+/// At N = 5, per hold: what the hand-off mechanism itself allows (the raw ring against the
+/// section-bound limit and the round trip) and what the library keeps of it.
+fn contended_context(results: &Results, lines: &mut Vec<(String, f64)>) {
+    const N: usize = 5;
+    let find = |metric, label: &str| {
+        results.rows.iter().find(|r| {
+            r.scenario == Scenario::Contended
+                && r.metric == metric
+                && r.n == N
+                && r.condition.ends_with(label)
+        })
+    };
+    for hold in HOLDS {
+        let ring_label = format!("hold {} ms, {}", hold.as_millis(), ring::LABEL);
+        let label = condition(hold, Waiting::HandOff);
+        if let Some(v) =
+            find(Metric::Sections, &ring_label).and_then(|r| r.reference.as_ref()?.rate)
+        {
+            lines.push((
+                format!("raw hand-off ring sections/s at N={N}, hold {} ms / section-bound limit (what the mechanism allows)", hold.as_millis()),
+                v,
+            ));
+        }
+        if let Some(v) = find(Metric::Sections, &label).and_then(|r| r.versus.as_ref()?.rate) {
+            lines.push((
+                format!("sections/s at N={N}, {label} / raw hand-off ring sections/s"),
+                v,
+            ));
+        }
+        if let Some(v) = find(Metric::HandOff, &ring_label).and_then(|r| r.versus.as_ref()?.latency)
+        {
+            lines.push((
+                format!("raw hand-off ring p50 at N={N}, hold {} ms / SET NX PX round trip p50 (the mechanism's floor)", hold.as_millis()),
+                v[0],
+            ));
+        }
+        if let Some(v) = find(Metric::HandOff, &label).and_then(|r| r.reference.as_ref()?.latency) {
+            lines.push((
+                format!("hand-off p50 at N={N}, {label} / raw hand-off ring p50"),
+                v[0],
+            ));
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //! single-master baseline and the raw quorum fan-out (the limit) in interleaved blocks.
 
 use std::sync::LazyLock;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
@@ -18,6 +18,32 @@ use super::model::{Metric, Results, Row, Scenario};
 /// The library's compare-and-delete release script, for the raw fan-out.
 static RELEASE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../src/scripts/release.lua")));
+/// The library's acquire script, for the raw fan-out of what each master runs to grant a
+/// lock: the `SET NX PX` and the per-master checks around it (cluster record, data
+/// epoch, kind of lock) and the owner record.
+static ACQUIRE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../src/scripts/acquire.lua")));
+
+/// `acquire.lua` of `key` with what the library sends from a client that knows no cluster
+/// record, with restart quarantine off and no fencing.
+fn acquire_script(key: &str) -> redis::ScriptInvocation<'static> {
+    let mut call = ACQUIRE.key(key);
+    call.key("redquorum:epoch")
+        .key(format!("redquorum:fence:{key}"))
+        .key("redquorum:cluster")
+        .key(format!("redquorum:owner:{key}"))
+        .key(format!("redquorum:ticket:{key}"))
+        .arg(RAW_VALUE)
+        .arg(10_000)
+        .arg("bench-epoch")
+        .arg("0")
+        .arg("")
+        .arg("bench-client")
+        .arg("bench-host")
+        .arg(std::process::id())
+        .arg("");
+    call
+}
 
 /// The lock protocol's two rounds with raw commands and no lock logic at all, which is
 /// what a quorum round costs with this client stack on this machine: `SET NX PX` to every
@@ -28,8 +54,7 @@ async fn fan_out_block(
     conns: &[MultiplexedConnection],
     keys: &mut Keys,
     count: usize,
-    set: &mut Series,
-    release: &mut Series,
+    (set, release, script): (&mut Series, &mut Series, &mut Series),
 ) {
     let n = conns.len();
     let quorum = n / 2 + 1;
@@ -107,7 +132,56 @@ async fn fan_out_block(
         set.push(t_set);
         release.push(t_release);
         set.busy += t_set + t_release;
+        match script_fan_out(conns, &keys.fresh()).await {
+            Ok(t) => script.push(t),
+            Err(e) => script.error(e),
+        }
     }
+}
+
+/// The acquire script to every master at once, timed to the quorum-th grant; then every
+/// reply is read and the key released everywhere (untimed), leaving nothing behind.
+async fn script_fan_out(conns: &[MultiplexedConnection], key: &str) -> Result<Duration, String> {
+    let quorum = conns.len() / 2 + 1;
+    let t0 = Instant::now();
+    let mut pending: FuturesUnordered<_> = conns
+        .iter()
+        .map(|conn| {
+            let mut conn = conn.clone();
+            let call = acquire_script(key);
+            async move { call.invoke_async::<redis::Value>(&mut conn).await }
+        })
+        .collect();
+    let mut granted = 0;
+    let mut failed = None;
+    let mut took = None;
+    while let Some(reply) = pending.next().await {
+        match reply {
+            Ok(redis::Value::Array(answer)) if answer.first() == Some(&redis::Value::Int(1)) => {
+                granted += 1;
+                if granted == quorum {
+                    took = Some(t0.elapsed());
+                }
+            }
+            Ok(other) => failed = Some(format!("the acquire script refused: {other:?}")),
+            Err(e) => failed = Some(e.to_string()),
+        }
+    }
+    let channel = format!("redquorum:released:{key}");
+    let waiters = format!("redquorum:waiter:{key}:");
+    for conn in conns {
+        let mut conn = conn.clone();
+        let _ = RELEASE
+            .key(key)
+            .key(format!("redquorum:owner:{key}"))
+            .key(format!("redquorum:queue:{key}"))
+            .arg(RAW_VALUE)
+            .arg(&channel)
+            .arg(&waiters)
+            .invoke_async::<i64>(&mut conn)
+            .await;
+    }
+    took.ok_or_else(|| failed.unwrap_or_else(|| "no quorum".to_owned()))
 }
 
 /// Baseline, raw fan-out and the library, in interleaved blocks.
@@ -121,6 +195,7 @@ pub(crate) async fn run(
 ) -> Outcome<()> {
     let mut keys = Keys::new(&format!("u{n}"));
     let mut base_conns = raw.to_vec();
+    let mut fan_script = Series::with_capacity(budget.samples);
     let (mut rtt, mut raw_pairs, mut fan, mut fan_release, mut acquire, mut release) = (
         Series::with_capacity(budget.samples),
         Series::with_capacity(budget.samples),
@@ -132,10 +207,10 @@ pub(crate) async fn run(
 
     // Warm-up: connections, the release script's first load, allocator and caches.
     {
-        let mut scratch: [Series; 6] = Default::default();
-        let [a, b, c, d, e, f] = &mut scratch;
+        let mut scratch: [Series; 7] = Default::default();
+        let [a, b, c, d, e, f, g] = &mut scratch;
         raw_block(&mut base_conns, &mut keys, budget.warmup, a, b).await;
-        fan_out_block(raw, &mut keys, budget.warmup, c, d).await;
+        fan_out_block(raw, &mut keys, budget.warmup, (c, d, g)).await;
         lock_block(client, &mut keys, budget.warmup, e, f).await;
         for (s, what) in scratch.iter().zip([
             "SET",
@@ -144,6 +219,7 @@ pub(crate) async fn run(
             "fan-out release",
             "acquire",
             "release",
+            "fan-out acquire script",
         ]) {
             s.warn(&format!("warm-up {what}"));
         }
@@ -163,7 +239,10 @@ pub(crate) async fn run(
         for step in 0..3 {
             match (block + step) % 3 {
                 0 => raw_block(&mut base_conns, &mut keys, BLOCK, &mut rtt, &mut raw_pairs).await,
-                1 => fan_out_block(raw, &mut keys, BLOCK, &mut fan, &mut fan_release).await,
+                1 => {
+                    let series = (&mut fan, &mut fan_release, &mut fan_script);
+                    fan_out_block(raw, &mut keys, BLOCK, series).await;
+                }
                 _ => lock_block(client, &mut keys, BLOCK, &mut acquire, &mut release).await,
             }
             tokio::time::sleep(SETTLE).await;
@@ -174,6 +253,7 @@ pub(crate) async fn run(
     raw_pairs.warn("baseline DEL");
     fan.warn("fan-out SET");
     fan_release.warn("fan-out release");
+    fan_script.warn("fan-out acquire script");
     acquire.warn("acquire");
     release.warn("release");
 
@@ -218,6 +298,16 @@ pub(crate) async fn run(
     .condition(format!("{need} of {n}, limit"))
     .latency(&mut fan_release.samples, fan_release.errors)
     .against(&base);
+    let fan_script_row = Row::new(
+        Scenario::Uncontended,
+        Metric::FanOutAcquireScript,
+        n,
+        "raw fan-out acquire script",
+    )
+    .condition(format!("{q} of {n}"))
+    .latency(&mut fan_script.samples, fan_script.errors)
+    .against(&base)
+    .referring_to(&fan_row);
     let pairs = acquire.samples.len();
     let acq = Row::new(Scenario::Uncontended, Metric::Acquire, n, "acquire")
         .condition("1 client")
@@ -245,6 +335,7 @@ pub(crate) async fn run(
         base,
         base_pairs,
         fan_row,
+        fan_script_row,
         fan_release_row,
         fan_pair_row,
         acq,

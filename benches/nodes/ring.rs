@@ -1,0 +1,390 @@
+//! The hand-off mechanism itself, with raw commands and no library: the contended
+//! scenario's second limit.
+//!
+//! The section-bound limit asks for one quorum round per section. Hand-off needs more: the
+//! holder's release reaches the masters, each hands the key to the next waiter and
+//! notifies it, and the waiter confirms with a round of its own, counted from its own
+//! start (docs/design.md §17). The *raw hand-off ring* measures what that sequence costs
+//! with this client stack on this machine, with the smallest scripts that do it and no
+//! lock logic at all: [`CONTENDERS`] raw clients (each with its own connections and its
+//! own subscriptions on every master) pass one key around a ring, client `c` handing it to
+//! client `c + 1`. Each runs the same critical section and the same pause outside the lock
+//! as the library's clients, and the same clocks time it: sections per second, and the
+//! hand-off from a holder starting its release to the next holder's confirm reaching a
+//! quorum. There is no queue to keep, no liveness to check, no owner record, epoch,
+//! cluster record or kind to check, and nobody who is refused: what the library's
+//! hand-off adds to the mechanism is its figure over the ring's.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use futures::stream::FuturesUnordered;
+use redis::aio::MultiplexedConnection;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use super::contended::{CONTENDERS, OUTSIDE, Turns, push, section};
+use super::harness::{Keys, Outcome, Tally, connect_all};
+
+/// The label of the ring's rows, where the library's rows name their way of waiting.
+pub(crate) const LABEL: &str = "raw hand-off ring";
+
+/// Release and hand on: where `KEYS[1]` holds the releasing value `ARGV[1]`, set it to the
+/// next client's waiter id `ARGV[2]` with a short expiry `ARGV[4]` (ms) and publish the
+/// released value on that client's channel `ARGV[3]`. Returns 1 when handed on.
+const RELEASE: &str = "\
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[4])
+redis.call('PUBLISH', ARGV[3], ARGV[1])
+return 1";
+
+/// Confirm: where `KEYS[1]` is free or holds the caller's waiter id `ARGV[2]`, set it to
+/// the caller's value `ARGV[1]` with the lease's TTL `ARGV[3]` (ms). Returns 1 when set.
+const CONFIRM: &str = "\
+local v = redis.call('GET', KEYS[1])
+if v == false or v == ARGV[2] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
+  return 1
+end
+return 0";
+
+/// The expiry of a handed key, and of a confirmed one, in ms: far longer than a window.
+const HANDED_MS: u64 = 1_000;
+const HELD_MS: u64 = 10_000;
+/// The longest one fan-out of the ring may take: a loopback master that does not answer
+/// within it stops the ring (counted as an error) rather than hang the run.
+const STEP_BOUND: Duration = Duration::from_secs(1);
+
+/// What one window of the ring measured.
+pub(crate) struct Ring {
+    pub(crate) tally: Tally,
+    pub(crate) elapsed: Duration,
+    pub(crate) turns: Arc<Turns>,
+}
+
+/// One client of the ring: its connections, its notices (master index, released value),
+/// and the tasks that forward them, aborted when the client is dropped.
+struct Member {
+    conns: Vec<MultiplexedConnection>,
+    storage: MultiplexedConnection,
+    notices: mpsc::UnboundedReceiver<(usize, String)>,
+    forwarders: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        for task in &self.forwarders {
+            task.abort();
+        }
+    }
+}
+
+/// Runs the ring for `window` on `urls` with sections of `hold` on `storage_url`.
+pub(crate) async fn window(
+    urls: &[String],
+    storage_url: &str,
+    hold: Duration,
+    window: Duration,
+) -> Outcome<Ring> {
+    let n = urls.len();
+    let key: Arc<str> = Keys::new(&format!("ring{n}")).fresh().into();
+    let record: Arc<str> = format!("{key}:record").into();
+    let release_sha = redis::Script::new(RELEASE).get_hash().to_owned();
+    let confirm_sha = redis::Script::new(CONFIRM).get_hash().to_owned();
+    let mut members = Vec::with_capacity(CONTENDERS);
+    for c in 0..CONTENDERS {
+        let conns = connect_all(urls).await?;
+        let (tx, notices) = mpsc::unbounded_channel();
+        let mut forwarders = Vec::with_capacity(n);
+        for (i, url) in urls.iter().enumerate() {
+            let mut pubsub = redis::Client::open(url.as_str())?
+                .get_async_pubsub()
+                .await?;
+            pubsub.subscribe(channel(&key, c)).await?;
+            let tx = tx.clone();
+            forwarders.push(tokio::spawn(async move {
+                let mut messages = pubsub.into_on_message();
+                while let Some(message) = messages.next().await {
+                    let released: String = message.get_payload().unwrap_or_default();
+                    if tx.send((i, released)).is_err() {
+                        return;
+                    }
+                }
+            }));
+        }
+        let storage = redis::Client::open(storage_url)?
+            .get_multiplexed_async_connection()
+            .await?;
+        members.push(Member {
+            conns,
+            storage,
+            notices,
+            forwarders,
+        });
+    }
+    // The scripts on every master, and the key held by client 0 to begin with.
+    let first = value(&key, 0, 0);
+    for conn in &members[0].conns {
+        let mut conn = conn.clone();
+        for body in [RELEASE, CONFIRM] {
+            let _: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(body)
+                .query_async(&mut conn)
+                .await?;
+        }
+        let _: () = redis::cmd("SET")
+            .arg(&*key)
+            .arg(&first)
+            .arg("PX")
+            .arg(HELD_MS)
+            .query_async(&mut conn)
+            .await?;
+    }
+
+    let turns = Arc::new(Turns::default());
+    let (stop_tx, stop) = watch::channel(false);
+    let stopped = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let end = start + window;
+    let mut handles = Vec::with_capacity(CONTENDERS);
+    for (me, member) in members.into_iter().enumerate() {
+        let ctx = Client {
+            me,
+            n,
+            key: Arc::clone(&key),
+            record: Arc::clone(&record),
+            release_sha: release_sha.clone(),
+            confirm_sha: confirm_sha.clone(),
+            hold,
+            end,
+            turns: Arc::clone(&turns),
+            stopped: Arc::clone(&stopped),
+        };
+        handles.push(tokio::spawn(ctx.run(member, stop.clone())));
+    }
+    // Waiters stop at the end of the window even if the ring broke.
+    tokio::time::sleep_until(end.into()).await;
+    let _ = stop_tx.send(true);
+    let mut tally = Tally::default();
+    for handle in handles {
+        let t = handle.await?;
+        tally.done += t.done;
+        tally.errors += t.errors;
+        if tally.first_error.is_none() {
+            tally.first_error = t.first_error;
+        }
+    }
+    let elapsed = start.elapsed();
+    let overlaps = turns.overlaps.load(Ordering::SeqCst);
+    if overlaps > 0 {
+        return Err(format!("the raw hand-off ring had two holders {overlaps} times").into());
+    }
+    Ok(Ring {
+        tally,
+        elapsed,
+        turns,
+    })
+}
+
+/// The hand-off channel of ring client `c`.
+fn channel(key: &str, c: usize) -> String {
+    format!("{key}:ring:{c}")
+}
+
+/// The value of ring client `c`'s `turn`-th hold.
+fn value(key: &str, c: usize, turn: usize) -> String {
+    format!("{key}:{c}:{turn}")
+}
+
+/// The waiter id of ring client `c`.
+fn waiter(key: &str, c: usize) -> String {
+    format!("{key}:waiter:{c}")
+}
+
+/// One ring client's settings.
+struct Client {
+    me: usize,
+    n: usize,
+    key: Arc<str>,
+    record: Arc<str>,
+    release_sha: String,
+    confirm_sha: String,
+    hold: Duration,
+    end: Instant,
+    turns: Arc<Turns>,
+    /// Set by the holder that sees the window's end: nobody releases after it.
+    stopped: Arc<AtomicBool>,
+}
+
+impl Client {
+    async fn run(self, mut member: Member, mut stop: watch::Receiver<bool>) -> Tally {
+        let mut tally = Tally::default();
+        let quorum = self.n / 2 + 1;
+        let next = (self.me + 1) % CONTENDERS;
+        let mut holding = self.me == 0;
+        let mut current = value(&self.key, self.me, 0);
+        // Notices by released value: masters heard from, as a bit set.
+        let mut heard: HashMap<String, u64> = HashMap::new();
+        // Far more turns than a window allows: the clock ends the loop.
+        for turn in 1..1_000_000usize {
+            if !holding {
+                // A quorum of masters handed the key on from one release.
+                loop {
+                    let notice = tokio::select! {
+                        notice = member.notices.recv() => notice,
+                        _ = stop.wait_for(|s| *s) => return tally,
+                    };
+                    let Some((i, released)) = notice else {
+                        return tally;
+                    };
+                    let masters = heard.entry(released.clone()).or_default();
+                    *masters |= 1 << i;
+                    if masters.count_ones() as usize >= quorum {
+                        // Late notices of this release start a new entry that never
+                        // reaches a quorum; older entries go with it.
+                        heard.clear();
+                        break;
+                    }
+                }
+                current = value(&self.key, self.me, turn);
+                let me = waiter(&self.key, self.me);
+                let granted = fan_out(&member.conns, Enough::Grants(quorum), |cmd| {
+                    cmd.arg(&self.confirm_sha)
+                        .arg(1)
+                        .arg(&*self.key)
+                        .arg(&current)
+                        .arg(&me)
+                        .arg(HELD_MS);
+                })
+                .await;
+                match granted {
+                    Ok(granted) if granted >= quorum => {}
+                    Ok(granted) => {
+                        tally.errors += 1;
+                        tally.first_error.get_or_insert(format!(
+                            "a confirm was granted by {granted} masters, not a quorum"
+                        ));
+                        return tally;
+                    }
+                    Err(e) => {
+                        tally.errors += 1;
+                        tally.first_error.get_or_insert(e);
+                        return tally;
+                    }
+                }
+                let got = Instant::now();
+                if self.turns.holder.swap(self.me + 1, Ordering::SeqCst) != 0 {
+                    self.turns.overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                if let Some((released, _)) = self
+                    .turns
+                    .released_at
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take()
+                {
+                    push(
+                        &self.turns.hand_offs,
+                        got.saturating_duration_since(released),
+                    );
+                }
+            }
+            let got = Instant::now();
+            if self.stopped.load(Ordering::SeqCst) {
+                return tally;
+            }
+            let done = section(&mut member.storage, &self.record, turn, self.hold).await;
+            push(&self.turns.holds, got.elapsed());
+            self.turns.holder.store(0, Ordering::SeqCst);
+            if let Err(e) = done {
+                tally.errors += 1;
+                tally.first_error.get_or_insert(e.to_string());
+                return tally;
+            }
+            tally.done += 1;
+            if Instant::now() >= self.end {
+                self.stopped.store(true, Ordering::SeqCst);
+                return tally;
+            }
+            *self
+                .turns
+                .released_at
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Some((Instant::now(), self.me));
+            // The library's release returns at the `n - quorum + 1`-th reply.
+            let next_waiter = waiter(&self.key, next);
+            let next_channel = channel(&self.key, next);
+            if let Err(e) = fan_out(&member.conns, Enough::Replies(self.n - quorum + 1), |cmd| {
+                cmd.arg(&self.release_sha)
+                    .arg(1)
+                    .arg(&*self.key)
+                    .arg(&current)
+                    .arg(&next_waiter)
+                    .arg(&next_channel)
+                    .arg(HANDED_MS);
+            })
+            .await
+            {
+                tally.errors += 1;
+                tally.first_error.get_or_insert(e);
+                return tally;
+            }
+            holding = false;
+            tokio::time::sleep(OUTSIDE).await;
+        }
+        tally
+    }
+}
+
+/// When a fan-out has heard enough: a release at its `n - quorum + 1`-th reply (where the
+/// library's release returns), a confirm at its quorum-th grant (or every reply).
+#[derive(Clone, Copy)]
+enum Enough {
+    Replies(usize),
+    Grants(usize),
+}
+
+/// Sends `EVALSHA` (its arguments added by `args`) to every master at once and reads
+/// replies until `enough`; the rest are read by each connection's driver task and
+/// dropped. Returns how many of the replies read were 1.
+async fn fan_out(
+    conns: &[MultiplexedConnection],
+    enough: Enough,
+    args: impl Fn(&mut redis::Cmd),
+) -> Result<usize, String> {
+    let mut pending: FuturesUnordered<_> = conns
+        .iter()
+        .map(|conn| {
+            let mut conn = conn.clone();
+            let mut cmd = redis::cmd("EVALSHA");
+            args(&mut cmd);
+            async move { cmd.query_async::<i64>(&mut conn).await }
+        })
+        .collect();
+    let counted = async {
+        let (mut answered, mut ones) = (0, 0);
+        while match enough {
+            Enough::Replies(need) => answered < need,
+            Enough::Grants(need) => ones < need,
+        } {
+            match pending.next().await {
+                Some(Ok(reply)) => {
+                    answered += 1;
+                    ones += usize::from(reply == 1);
+                }
+                Some(Err(e)) => return Err(e.to_string()),
+                None => break,
+            }
+        }
+        Ok(ones)
+    };
+    match tokio::time::timeout(STEP_BOUND, counted).await {
+        Ok(result) => result,
+        Err(_) => Err(format!("no answer within {STEP_BOUND:?}")),
+    }
+}

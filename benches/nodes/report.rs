@@ -397,27 +397,35 @@ pub(crate) fn markdown(
         let _ = writeln!(
             out,
             "\n### Latency (one client, a fresh resource each time)\n\n\
-             | N (quorum) | SET NX PX round trip p50 / p99 µs | raw fan-out SET p50 µs (limit) | acquire p50 / p90 / p99 µs | acquire p50 ÷ round trip | acquire p50 ÷ limit | release p50 µs |\n\
-             |---|---|---|---|---|---|---|"
+             | N (quorum) | SET NX PX round trip p50 / p99 µs | raw fan-out SET p50 µs (limit) | raw fan-out acquire script p50 µs | acquire p50 / p90 / p99 µs | acquire p50 ÷ round trip | acquire p50 ÷ limit | acquire p50 ÷ its script's fan-out | release p50 µs |\n\
+             |---|---|---|---|---|---|---|---|---|"
         );
         for &n in &ns {
             let Some(acq) = find(Scenario::Uncontended, Metric::Acquire, n) else {
                 continue;
             };
             let fan = find(Scenario::Uncontended, Metric::FanOut, n);
+            let script = find(Scenario::Uncontended, Metric::FanOutAcquireScript, n)
+                .and_then(|r| r.latency)
+                .map(|l| l.p50);
             let l = acq.latency;
             let _ = writeln!(
                 out,
-                "| {n} ({}) | {} | {} ({}) | {} / {} / {} | **{}** | {} | {} |",
+                "| {n} ({}) | {} | {} ({}) | {} ({}) | {} / {} / {} | **{}** | {} | {} | {} |",
                 n / 2 + 1,
                 p50_p99(find(Scenario::Baseline, Metric::SetRoundTrip, n)),
                 md(fan.and_then(|r| r.latency).map(|l| l.p50)),
                 mx(fan.and_then(|r| r.versus.as_ref()?.latency).map(|r| r[0])),
+                md(script),
+                mx(script
+                    .zip(fan.and_then(|r| r.latency))
+                    .map(|(s, f)| s / f.p50)),
                 md(l.map(|l| l.p50)),
                 md(l.map(|l| l.p90)),
                 md(l.map(|l| l.p99)),
                 mx(acq.versus.as_ref().and_then(|v| v.latency).map(|r| r[0])),
                 mx(acq.reference.as_ref().and_then(|v| v.latency).map(|r| r[0])),
+                mx(l.zip(script).map(|(l, s)| l.p50 / s)),
                 md(find(Scenario::Uncontended, Metric::Release, n)
                     .and_then(|r| r.latency)
                     .map(|l| l.p50)),

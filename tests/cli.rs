@@ -891,6 +891,76 @@ async fn inspect_shows_the_holder_and_a_wrong_value_is_not_force_unlocked() {
     client.shutdown().await;
 }
 
+/// A key that a release handed to a queued waiter which never confirmed it (its process
+/// died): `inspect` says so, in the table and in the JSON, so that an operator does not
+/// take the waiter's id for a lease value.
+#[tokio::test]
+async fn inspect_tells_a_key_handed_to_a_queued_waiter() {
+    let fleet = Fleet::new().await;
+    let key = unique_key("inspect-handed");
+    // The head of the queue on every master: a waiter whose record lives 4.5 s more.
+    for server in fleet.cluster.servers() {
+        let mut conn = raw(&server.url()).await;
+        let _: () = redis::AsyncCommands::zadd(
+            &mut conn,
+            format!("redquorum:queue:{key}"),
+            "dead-waiter",
+            1,
+        )
+        .await
+        .unwrap();
+        let _: () = redis::AsyncCommands::pset_ex(
+            &mut conn,
+            format!("redquorum:waiter:{key}:dead-waiter"),
+            "4500 redquorum:handoff:nobody",
+            4500,
+        )
+        .await
+        .unwrap();
+    }
+    let client = fleet.client();
+    let lease = client.acquire(&key).await.unwrap();
+    lease.release().await.unwrap();
+    wait_until(PATIENCE, "the key handed to the waiter", || async {
+        client.inspect(&key).await.unwrap().holder() == Some("dead-waiter")
+    })
+    .await;
+
+    let json = fleet.output(&["inspect", &key, "--json"]).await;
+    assert_eq!(json.status.code(), Some(0), "{json:?}");
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(json["verdict"]["state"], "held", "{json}");
+    assert_eq!(json["verdict"]["value"], "dead-waiter", "{json}");
+    assert_eq!(json["verdict"]["handed"], true, "{json}");
+    let handed = json["masters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["handed"] == true)
+        .count();
+    assert!(handed >= 2, "{json}");
+
+    let table = fleet.output(&["inspect", &key]).await;
+    assert_eq!(table.status.code(), Some(0), "{table:?}");
+    let text = stdout(&table);
+    assert!(text.contains("handed to that queued waiter"), "{text}");
+
+    // A lease is not a handed key.
+    let unlocked = fleet
+        .output(&["force-unlock", &key, "--value", "dead-waiter"])
+        .await;
+    assert_eq!(unlocked.status.code(), Some(0), "{unlocked:?}");
+    let lease = client.acquire(&key).await.unwrap();
+    let json = fleet.output(&["inspect", &key, "--json"]).await;
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(json["verdict"]["value"], lease.value(), "{json}");
+    assert_eq!(json["verdict"]["handed"], false, "{json}");
+    let table = fleet.output(&["inspect", &key]).await;
+    assert!(!stdout(&table).contains("handed to"), "{table:?}");
+    lease.release().await.unwrap();
+    client.shutdown().await;
+}
+
 #[tokio::test]
 async fn check_exits_zero_when_healthy_and_69_with_a_master_stopped() {
     let mut fleet = Fleet::new().await;

@@ -188,10 +188,15 @@ fn table(inspection: &Inspection) -> String {
         }
     }
     let mut out = format!(
-        "lock {} (key {}): {}\n",
+        "lock {} (key {}): {}{}\n",
         inspection.resource(),
         inspection.key(),
-        inspection.verdict()
+        inspection.verdict(),
+        if inspection.handed() {
+            " (handed to that queued waiter, not yet confirmed)"
+        } else {
+            ""
+        }
     );
     for row in &rows {
         let cells: Vec<String> = row
@@ -238,6 +243,7 @@ fn master_json(view: &MasterView) -> Value {
     let mut object = json!({
         "master": view.master(),
         "fence_counter": view.fence_counter(),
+        "handed": view.handed(),
     });
     if let (Value::Object(object), Value::Object(holding)) = (&mut object, holding) {
         object.extend(holding);
@@ -246,8 +252,9 @@ fn master_json(view: &MasterView) -> Value {
 }
 
 /// The inspection as one JSON object: `resource`, `key`, `verdict` (with `state`: held,
-/// free, split, unknown or other_kind), `masters` (each with `state`: free, lock,
-/// other_kind or unreachable).
+/// free, split, unknown or other_kind; a held one says whether its value is a queued
+/// waiter's id that a release `handed` the key to), `masters` (each with `state`: free,
+/// lock, other_kind or unreachable, and whether it `handed` the key to a queued waiter).
 fn to_json(inspection: &Inspection) -> Value {
     let verdict = match inspection.verdict() {
         Verdict::Held {
@@ -259,6 +266,7 @@ fn to_json(inspection: &Inspection) -> Value {
             "value": value,
             "remaining_ms": remaining.map(millis),
             "owner": owner_json(owner.as_ref()),
+            "handed": inspection.handed(),
         }),
         Verdict::Free => json!({ "state": "free" }),
         Verdict::Split => json!({ "state": "split" }),

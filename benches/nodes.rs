@@ -18,8 +18,9 @@
 //!   reply at which the library's release returns; what a quorum round physically costs
 //!   with this client stack on this machine;
 //! - **uncontended**: acquire and release latency and pairs per second from one client on a
-//!   fresh resource each time, and the raw fan-out of the library's own acquire script (what
-//!   each master runs to grant: the `SET NX PX` and the checks around it);
+//!   fresh resource each time, and the raw fan-out of the library's own acquire script (the
+//!   `SET NX PX` with the checks around it: what the script costs, on the masters and on
+//!   the wire);
 //! - **throughput**: many tasks sharing one client, each on its own fresh resources;
 //! - **guarded**: the acquire of restart quarantine and of fencing tokens against the plain
 //!   acquire, on durable masters of their own (fencing needs them);
@@ -29,7 +30,8 @@
 //!   [`Waiting`]); sections per second against the section-bound limit
 //!   `1 / (section alone + raw fan-out round)`, hand-off and wait latency, and give-ups;
 //!   beside them, the **raw hand-off ring** (`ring.rs`): the hand-off mechanism with raw
-//!   commands and the smallest scripts, no library, the same sections and clocks;
+//!   commands and the smallest scripts, no library, the next waiter always ready, the same
+//!   sections and clocks;
 //! - at N = 5, the **semaphore**'s acquire and release of 1 and 2 permits beside the
 //!   lock's (`semaphore.rs`, printed after the table);
 //! - at N = 5, with uncontended: the **read-write lock**'s read and write acquire and
@@ -51,8 +53,8 @@
 //!
 //! This file parses the flags and runs the scenarios; under `nodes/`, `args.rs` holds the
 //! flags and the budget, one module per scenario measures it (`uncontended.rs`,
-//! `throughput.rs`, `guarded.rs`, `contended.rs` with `ring.rs`, `degraded.rs`, `family.rs`) with
-//! the helpers they share in `harness.rs`, `targets.rs` judges the run, `model.rs` holds its figures, and
+//! `throughput.rs`, `guarded.rs`, `contended.rs` with `ring.rs`, `degraded.rs`,
+//! `family.rs`) with the helpers they share in `harness.rs`, `targets.rs` judges the run, `model.rs` holds its figures, and
 //! `report.rs` and `plot.rs` write them out.
 
 // A benchmark binary prints its table on stdout; its functions report failures as errors

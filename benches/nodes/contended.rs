@@ -183,9 +183,15 @@ pub(crate) async fn run(
     let mut rings: Vec<(Duration, Mechanism)> = Vec::new();
     for (hold, limit) in &limit_rows {
         let ring = ring::window(urls, &storage_url, *hold, window).await?;
-        let rows = ring_rows(n, *hold, ring, (limit, &limits.rtt));
-        rings.push((*hold, Mechanism::of(&rows)));
-        results.rows.extend(rows);
+        let [sections, hand_off, held] = ring_rows(n, *hold, &ring, (limit, &limits.rtt));
+        rings.push((
+            *hold,
+            Mechanism {
+                sections: sections.clone(),
+                hand_off: hand_off.clone(),
+            },
+        ));
+        results.rows.extend([sections, hand_off, held]);
     }
     for (hold, waiting) in plan {
         let Some((_, limit)) = limit_rows.iter().find(|(h, _)| *h == hold) else {
@@ -317,35 +323,25 @@ struct Mechanism {
     hand_off: Row,
 }
 
-impl Mechanism {
-    fn of(rows: &[Row]) -> Mechanism {
-        let find = |metric| {
-            rows.iter()
-                .find(|r| r.metric == metric)
-                .cloned()
-                .unwrap_or_else(|| Row::new(Scenario::Contended, metric, 0, ring::LABEL))
-        };
-        Mechanism {
-            sections: find(Metric::Sections),
-            hand_off: find(Metric::HandOff),
-        }
-    }
-}
-
 /// The rows of one window of the raw hand-off ring, labelled as a way of waiting: its
-/// sections against the section-bound limit, its hand-off against the round trip.
-fn ring_rows(n: usize, hold: Duration, ring: ring::Ring, (limit, rtt): (&Row, &Row)) -> Vec<Row> {
+/// sections against the section-bound limit, its hand-off against the round trip, and
+/// how long it held. A ring that stopped on an error has rows without figures, so that no
+/// ratio is taken to it.
+fn ring_rows(n: usize, hold: Duration, ring: &ring::Ring, (limit, rtt): (&Row, &Row)) -> [Row; 3] {
     let label = format!("hold {} ms, {}", hold.as_millis(), ring::LABEL);
+    let broken = ring.tally.errors > 0;
     if let Some(e) = &ring.tally.first_error {
         eprintln!(
-            "  note: N={n}, {label}: the ring stopped early after {} errors; the first: {e}",
-            ring.tally.errors
+            "  note: N={n}, {label}: the ring stopped on an error, its rows are left without \
+             figures: {e}"
         );
     }
-    let take = |samples: &Mutex<Vec<u64>>| {
-        std::mem::take(&mut *samples.lock().unwrap_or_else(PoisonError::into_inner))
+    let take = |samples: &Mutex<Vec<u64>>| match broken {
+        true => Vec::new(),
+        false => std::mem::take(&mut *samples.lock().unwrap_or_else(PoisonError::into_inner)),
     };
-    vec![
+    let done = if broken { 0 } else { ring.tally.done };
+    [
         Row::new(
             Scenario::Contended,
             Metric::Sections,
@@ -353,7 +349,7 @@ fn ring_rows(n: usize, hold: Duration, ring: ring::Ring, (limit, rtt): (&Row, &R
             "critical sections",
         )
         .condition(format!("{CONTENDERS} clients, {label}"))
-        .rate(ring.tally.done, ring.elapsed, ring.tally.errors)
+        .rate(done, ring.elapsed, ring.tally.errors)
         .referring_to(limit),
         Row::new(
             Scenario::Contended,

@@ -26,9 +26,10 @@ pub(crate) const BLOCK: usize = 250;
 /// after the quorum decided) does not land in the next.
 pub(crate) const SETTLE: Duration = Duration::from_millis(2);
 
-/// A client on the plain Redlock path (`SET NX PX`, the release script), with restart
-/// quarantine off: these masters are brand new and would abstain for one TTL. What the
-/// quarantine's checked acquire and fencing tokens add is measured apart, side by side.
+/// A client with restart quarantine off: these masters are brand new and would abstain
+/// for one TTL. Its acquire runs the same acquire script (`SET NX PX` with the checks
+/// around it); what the quarantine's handling of data epochs and fencing tokens add is
+/// measured apart, side by side.
 pub(crate) fn plain(urls: &[String]) -> Builder {
     Redlock::builder().masters(urls).quarantine(false)
 }

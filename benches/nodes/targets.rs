@@ -45,7 +45,7 @@ pub(crate) fn of(results: &Results) -> Vec<Target> {
     {
         // Tokens against no tokens on the same client: fencing needs restart quarantine
         // (on by default), whose checked acquire is the one without tokens. The ratio to
-        // the plain `SET NX PX` acquire (quarantine off) is in the table.
+        // the acquire with quarantine off is in the table.
         if let Some(v) = row.reference.as_ref().and_then(|v| v.latency) {
             targets.push(Target {
                 goal: format!(
@@ -133,7 +133,6 @@ fn contended(results: &Results, targets: &mut Vec<Target>) {
 /// adds to it (acquire against the raw fan-out, hand-off against the ring).
 pub(crate) fn context(results: &Results) -> Vec<(String, f64)> {
     let mut lines = Vec::new();
-    contended_context(results, &mut lines);
     for n in [5, 9] {
         let p50 = |metric| {
             results
@@ -159,7 +158,7 @@ pub(crate) fn context(results: &Results) -> Vec<(String, f64)> {
         }
         if let (Some(script), Some(fan)) = (p50(Metric::FanOutAcquireScript), p50(Metric::FanOut)) {
             lines.push((
-                format!("raw fan-out of the acquire script p50 at N={n} / raw fan-out SET p50 (the per-master checks)"),
+                format!("raw fan-out of the acquire script p50 at N={n} / raw fan-out SET p50 (what the script costs)"),
                 script / fan,
             ));
         }
@@ -188,6 +187,7 @@ pub(crate) fn context(results: &Results) -> Vec<(String, f64)> {
             ));
         }
     }
+    contended_context(results, &mut lines);
     lines
 }
 
@@ -223,13 +223,13 @@ fn contended_context(results: &Results, lines: &mut Vec<(String, f64)>) {
         if let Some(v) = find(Metric::HandOff, &ring_label).and_then(|r| r.versus.as_ref()?.latency)
         {
             lines.push((
-                format!("raw hand-off ring p50 at N={N}, hold {} ms / SET NX PX round trip p50 (the mechanism's floor)", hold.as_millis()),
+                format!("raw hand-off ring's hand-off p50 at N={N}, hold {} ms / SET NX PX round trip p50 (the mechanism's floor)", hold.as_millis()),
                 v[0],
             ));
         }
         if let Some(v) = find(Metric::HandOff, &label).and_then(|r| r.reference.as_ref()?.latency) {
             lines.push((
-                format!("hand-off p50 at N={N}, {label} / raw hand-off ring p50"),
+                format!("hand-off p50 at N={N}, {label} / raw hand-off ring's hand-off p50"),
                 v[0],
             ));
         }

@@ -25,7 +25,8 @@ static ACQUIRE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../src/scripts/acquire.lua")));
 
 /// `acquire.lua` of `key` with what the library sends from a client that knows no cluster
-/// record, with restart quarantine off and no fencing.
+/// record, with restart quarantine off and no fencing. (The first call on a master writes
+/// its data-epoch record, as the library's first acquire does.)
 fn acquire_script(key: &str) -> redis::ScriptInvocation<'static> {
     let mut call = ACQUIRE.key(key);
     call.key("redquorum:epoch")
@@ -54,7 +55,8 @@ async fn fan_out_block(
     conns: &[MultiplexedConnection],
     keys: &mut Keys,
     count: usize,
-    (set, release, script): (&mut Series, &mut Series, &mut Series),
+    set: &mut Series,
+    release: &mut Series,
 ) {
     let n = conns.len();
     let quorum = n / 2 + 1;
@@ -132,6 +134,20 @@ async fn fan_out_block(
         set.push(t_set);
         release.push(t_release);
         set.busy += t_set + t_release;
+    }
+}
+
+/// The library's acquire script to every master at once, timed to the quorum-th grant,
+/// then the release script to every master until the `n - quorum + 1`-th reply, as the
+/// raw fan-out's own release (untimed): a block of its own in the rotation, so that the
+/// other rows see the masters as before.
+async fn script_block(
+    conns: &[MultiplexedConnection],
+    keys: &mut Keys,
+    count: usize,
+    script: &mut Series,
+) {
+    for _ in 0..count {
         match script_fan_out(conns, &keys.fresh()).await {
             Ok(t) => script.push(t),
             Err(e) => script.error(e),
@@ -139,10 +155,12 @@ async fn fan_out_block(
     }
 }
 
-/// The acquire script to every master at once, timed to the quorum-th grant; then every
-/// reply is read and the key released everywhere (untimed), leaving nothing behind.
+/// The acquire script to every master at once, timed to the quorum-th grant; the replies
+/// after it are read by each connection's driver task and dropped. Then the release script
+/// (the key and its owner record) until the `n - quorum + 1`-th reply, untimed.
 async fn script_fan_out(conns: &[MultiplexedConnection], key: &str) -> Result<Duration, String> {
-    let quorum = conns.len() / 2 + 1;
+    let n = conns.len();
+    let quorum = n / 2 + 1;
     let t0 = Instant::now();
     let mut pending: FuturesUnordered<_> = conns
         .iter()
@@ -154,34 +172,47 @@ async fn script_fan_out(conns: &[MultiplexedConnection], key: &str) -> Result<Du
         .collect();
     let mut granted = 0;
     let mut failed = None;
-    let mut took = None;
-    while let Some(reply) = pending.next().await {
-        match reply {
-            Ok(redis::Value::Array(answer)) if answer.first() == Some(&redis::Value::Int(1)) => {
+    while granted < quorum {
+        match pending.next().await {
+            Some(Ok(redis::Value::Array(answer)))
+                if answer.first() == Some(&redis::Value::Int(1)) =>
+            {
                 granted += 1;
-                if granted == quorum {
-                    took = Some(t0.elapsed());
-                }
             }
-            Ok(other) => failed = Some(format!("the acquire script refused: {other:?}")),
-            Err(e) => failed = Some(e.to_string()),
+            Some(Ok(other)) => failed = Some(format!("the acquire script refused: {other:?}")),
+            Some(Err(e)) => failed = Some(e.to_string()),
+            None => break,
         }
     }
+    let took = t0.elapsed();
+    drop(pending);
     let channel = format!("redquorum:released:{key}");
     let waiters = format!("redquorum:waiter:{key}:");
-    for conn in conns {
-        let mut conn = conn.clone();
-        let _ = RELEASE
-            .key(key)
-            .key(format!("redquorum:owner:{key}"))
-            .key(format!("redquorum:queue:{key}"))
-            .arg(RAW_VALUE)
-            .arg(&channel)
-            .arg(&waiters)
-            .invoke_async::<i64>(&mut conn)
-            .await;
+    let mut releases: FuturesUnordered<_> = conns
+        .iter()
+        .map(|conn| {
+            let mut conn = conn.clone();
+            let call = {
+                let mut call = RELEASE.key(key);
+                call.key(format!("redquorum:owner:{key}"))
+                    .key(format!("redquorum:queue:{key}"))
+                    .arg(RAW_VALUE)
+                    .arg(&channel)
+                    .arg(&waiters);
+                call
+            };
+            async move { call.invoke_async::<i64>(&mut conn).await }
+        })
+        .collect();
+    for _ in 0..n - quorum + 1 {
+        if let Some(Err(e)) = releases.next().await {
+            failed.get_or_insert(format!("the release after the acquire script: {e}"));
+        }
     }
-    took.ok_or_else(|| failed.unwrap_or_else(|| "no quorum".to_owned()))
+    match granted >= quorum {
+        true => Ok(took),
+        false => Err(failed.unwrap_or_else(|| "no quorum".to_owned())),
+    }
 }
 
 /// Baseline, raw fan-out and the library, in interleaved blocks.
@@ -210,7 +241,8 @@ pub(crate) async fn run(
         let mut scratch: [Series; 7] = Default::default();
         let [a, b, c, d, e, f, g] = &mut scratch;
         raw_block(&mut base_conns, &mut keys, budget.warmup, a, b).await;
-        fan_out_block(raw, &mut keys, budget.warmup, (c, d, g)).await;
+        fan_out_block(raw, &mut keys, budget.warmup, c, d).await;
+        script_block(raw, &mut keys, budget.warmup, g).await;
         lock_block(client, &mut keys, budget.warmup, e, f).await;
         for (s, what) in scratch.iter().zip([
             "SET",
@@ -236,13 +268,11 @@ pub(crate) async fn run(
             break;
         }
         // Rotate the order so that no kind always follows another's background work.
-        for step in 0..3 {
-            match (block + step) % 3 {
+        for step in 0..4 {
+            match (block + step) % 4 {
                 0 => raw_block(&mut base_conns, &mut keys, BLOCK, &mut rtt, &mut raw_pairs).await,
-                1 => {
-                    let series = (&mut fan, &mut fan_release, &mut fan_script);
-                    fan_out_block(raw, &mut keys, BLOCK, series).await;
-                }
+                1 => fan_out_block(raw, &mut keys, BLOCK, &mut fan, &mut fan_release).await,
+                2 => script_block(raw, &mut keys, BLOCK, &mut fan_script).await,
                 _ => lock_block(client, &mut keys, BLOCK, &mut acquire, &mut release).await,
             }
             tokio::time::sleep(SETTLE).await;

@@ -85,8 +85,10 @@ pub(crate) enum Op {
     /// registration's ticket write-back), only where the ticket counter is below `score`,
     /// then raised to it; otherwise always, a `fair` one raising the counter to at least
     /// `score`. Sets the waiter's liveness key (`"<waiter_ttl ms> <channel>"`, expiring
-    /// after `waiter_ttl`), keeps the queue at least `2 x waiter_ttl`, and hands the key
-    /// to the waiter where it is free and the waiter is the live head (the holder expired).
+    /// after `waiter_ttl`), keeps the queue at least `2 x waiter_ttl`, and gives a key that
+    /// is free or handed to a queued waiter to the live head: to the waiter when it heads
+    /// (the holder expired, or the key was handed out of turn), from the waiter to the head
+    /// (told on its channel) when the key was handed to the waiter out of turn.
     /// With the data epoch and cluster-record checks of [`Op::AcquireChecked`]. Answered
     /// [`Reply::Enqueued`]; never a lock vote.
     Enqueue {

@@ -519,6 +519,47 @@ async fn a_holder_that_never_releases_is_passed_by_the_refresh() {
     taken.release().await.unwrap();
 }
 
+/// A release that ran on a master before an earlier waiter registered there hands the key
+/// to a waiter behind it. When several waiters register at once (a burst of fair
+/// contenders), the masters can hand the key to different waiters, none of them on a
+/// quorum, and everyone would wait for the handed keys to expire (one waiter TTL). The
+/// head's own registration takes such a key instead. Here a waiter queued with a far
+/// later ticket has the key handed to it on every master for 20 s; a new waiter, fair or
+/// not, queues ahead of it and is served at once, well within its 2 s budget.
+#[tokio::test]
+async fn the_head_takes_a_key_handed_to_a_waiter_behind_it() {
+    let cluster = Cluster::start(3).await.unwrap();
+    for fair in [true, false] {
+        let key = unique_key("handed-behind");
+        for server in cluster.servers() {
+            let mut conn = raw(&server.url()).await;
+            let _: () = conn.zadd(queue_key(&key), "behind", 1000).await.unwrap();
+            let _: () = conn
+                .pset_ex(
+                    format!("{}behind", waiter_prefix(&key)),
+                    "20000 redquorum:handoff:nobody",
+                    20_000,
+                )
+                .await
+                .unwrap();
+            let _: () = conn.pset_ex(&key, "behind", 20_000).await.unwrap();
+        }
+        let waiter = patient(&cluster).build().unwrap();
+        let options = AcquireOptions::new().fair(fair).wait_timeout("2s");
+        let lease = waiter
+            .acquire_with(&key, &options)
+            .await
+            .unwrap_or_else(|e| panic!("fair={fair}: the key handed behind was not taken: {e}"));
+        for server in cluster.servers() {
+            let mut conn = raw(&server.url()).await;
+            let ticket: u64 = conn.get(ticket_key(&key)).await.unwrap();
+            assert!(ticket < 1000, "fair={fair}: queued ahead: {ticket}");
+        }
+        lease.release().await.unwrap();
+        waiter.shutdown().await;
+    }
+}
+
 #[tokio::test]
 async fn a_head_that_dies_is_passed_by() {
     let cluster = Cluster::start(3).await.unwrap();

@@ -1235,7 +1235,7 @@ fn script_hashes_are_pinned() {
         (
             "enqueue.lua",
             ENQUEUE,
-            "8a0520e623849d2d787e752de7d2efc9843b63e5",
+            "abda0e2d17d118e6f294795726d642efa83e795f",
         ),
         (
             "dequeue.lua",
@@ -1335,8 +1335,9 @@ type Enqueued = (
 
 /// `enqueue.lua`: registers (idempotently, same score), keeps the waiter's liveness key
 /// and the queue alive, writes a fair ticket back strictly (nothing written at or below
-/// the counter), never lowers the counter on a refresh, hands a free key to the live head,
-/// and refuses a caller of another cluster.
+/// the counter), never lowers the counter on a refresh, hands the live head a key that is
+/// free or handed to a waiter behind it (never a lease), and refuses a caller of another
+/// cluster.
 #[tokio::test]
 async fn enqueue_contract() {
     let server = Server::start(&ServerOptions::new()).await.unwrap();
@@ -1472,6 +1473,67 @@ async fn enqueue_contract() {
     assert_eq!(get(&server.url(), &key).await.as_deref(), Some("f1"));
     let pttl: i64 = conn.pttl(&key).await.unwrap();
     assert!(pttl > 0 && pttl <= 800, "{pttl}");
+
+    // The key handed to a waiter queued behind the head (a release ran before the head
+    // registered here): the head's registration takes it; another waiter's registration
+    // passes it on to the head (shown further down). A lease value is never taken.
+    let _: () = conn.pset_ex(&key, "w1", 5_000).await.unwrap();
+    let r: Enqueued = enqueue("f1", 6, false, true, "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((r.0, r.4, r.5), (1, 1, -2), "{r:?}");
+    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("f1"));
+    let pttl: i64 = conn.pttl(&key).await.unwrap();
+    assert!(
+        pttl > 0 && pttl <= 800,
+        "the waiter TTL, not the old 5 s: {pttl}"
+    );
+    let _: () = conn.pset_ex(&key, "a-lease-value", 5_000).await.unwrap();
+    let r: Enqueued = enqueue("f1", 6, false, true, "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(r.4, 0, "a lease is never taken: {r:?}");
+    assert_eq!(
+        get(&server.url(), &key).await.as_deref(),
+        Some("a-lease-value")
+    );
+    let _: () = conn.zrem(&queue, "w0").await.unwrap();
+    let _: () = conn.del(format!("{waiters}w0")).await.unwrap();
+
+    // The key handed to w1 out of turn (f1 is ahead of it): w1's own refresh passes it on
+    // to the head, which is told on its channel, and w1 is not handed it.
+    let mut sub = redis::Client::open(server.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    sub.subscribe("redquorum:handoff:c").await.unwrap();
+    let _: () = conn.pset_ex(&key, "w1", 5_000).await.unwrap();
+    let r: Enqueued = enqueue("w1", 7, false, false, "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((r.0, r.4), (1, 0), "{r:?}");
+    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("f1"));
+    let pttl: i64 = conn.pttl(&key).await.unwrap();
+    assert!(pttl > 0 && pttl <= 800, "the head's waiter TTL: {pttl}");
+    let msg = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        futures::StreamExt::next(&mut sub.on_message()),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(msg.get_payload::<String>().unwrap(), "f1");
+    // The head's own refresh keeps it: handed.
+    let r: Enqueued = enqueue("f1", 6, false, true, "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((r.0, r.4), (1, 1), "{r:?}");
+    let _: () = conn.set(&key, "f1").await.unwrap();
 
     // Another cluster's caller: -2, nothing written.
     let r: Enqueued = enqueue("w9", 1, false, false, "other")

@@ -268,9 +268,22 @@ impl Redlock {
                 .issue_ticket(&mut registration, plan.give_up_at, traced())
                 .await
             {
-                Ok(round) => {
+                Ok((round, retried)) => {
                     wrong_kind(&round, &target.name, *total)?;
                     evidence.note_round(&round);
+                    if retried {
+                        // The rounds before the last may have left this waiter an older,
+                        // smaller score on masters that refused the ticket it got at last:
+                        // it would head their queues out of turn, and a release there
+                        // would hand the key to it while the others hand it to the true
+                        // head. Its ticket goes everywhere now, as a refresh would write
+                        // it, so that the masters agree on the head (docs/design.md §17).
+                        let round = self
+                            .enqueue(&registration, false, plan.give_up_at, traced())
+                            .await;
+                        wrong_kind(&round, &target.name, *total)?;
+                        evidence.note_round(&round);
+                    }
                 }
                 // Not issued within the budget or the bound: fail as the masters said.
                 Err(_) if Instant::now() >= plan.give_up_at => {
@@ -497,7 +510,8 @@ impl Redlock {
     /// Issues a fair call's ticket, the registration's score (one above every counter
     /// its refused attempt read): written back strictly until a quorum took it, each
     /// conflict raising it past the counter met. The round that issued it once issued
-    /// (its answers say where the key is handed to the waiter meanwhile); when not issued
+    /// (its answers say where the key is handed to the waiter meanwhile), and whether a
+    /// conflict made it retry (earlier rounds may have written a smaller score); when not issued
     /// within the budget or the bound, the last round if the masters failed it by
     /// timeouts, abstentions or errors rather than by conflicts.
     async fn issue_ticket(
@@ -505,8 +519,9 @@ impl Redlock {
         registration: &mut Registration,
         give_up_at: Instant,
         traced: telemetry::Traced<'_>,
-    ) -> Result<Round, Option<Round>> {
+    ) -> Result<(Round, bool), Option<Round>> {
         let mut failed = None;
+        let mut retried = false;
         for _ in 0..MAX_TICKET_ROUNDS {
             if Instant::now() >= give_up_at {
                 return Err(failed);
@@ -514,7 +529,7 @@ impl Redlock {
             let started = Instant::now();
             let round = self.enqueue(registration, true, give_up_at, traced).await;
             if round.decision == Decision::Reached {
-                return Ok(round);
+                return Ok((round, retried));
             }
             if refused_kind(&round).is_some() {
                 return Err(Some(round));
@@ -535,6 +550,7 @@ impl Redlock {
                 .filter(|c| *c >= registration.score);
             if let Some(counter) = conflict {
                 registration.score = counter.saturating_add(1);
+                retried = true;
                 failed = None;
                 continue;
             }

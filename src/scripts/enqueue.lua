@@ -1,5 +1,7 @@
 -- Registers (or refreshes) a waiter in the queue of a lock (docs/design.md §17), with the
--- master's data epoch (restart quarantine) and the cluster record, as `acquire.lua`.
+-- master's data epoch (restart quarantine) and the cluster record, as `acquire.lua`. A lock
+-- key that is free or handed to a queued waiter then goes to the live head: to this waiter
+-- when it heads, or from this waiter (handed to it out of turn) to the head, which is told.
 -- KEYS[1] lock key, KEYS[2] epoch record, KEYS[3] cluster record, KEYS[4] waiter queue,
 -- KEYS[5] ticket counter, KEYS[6] the waiter's liveness key
 -- ARGV[1] waiter id, ARGV[2] score (a ticket), ARGV[3] strict: '1' only for a fair
@@ -67,11 +69,26 @@ if redis.call('PTTL', KEYS[4]) < keep then
 end
 local current = redis.call('GET', KEYS[1])
 local handed = 0
-if current == ARGV[1] then
-  handed = 1
-elseif current == false and live_head() == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
-  handed = 1
+-- A key that is free (its holder expired or crashed) or handed to a queued waiter (this
+-- one or another) belongs to the live head: a release that ran before the head
+-- registered here, or while scores disagreed, handed it out of turn. It moves to the
+-- head, which is told when it is not the caller. A waiter id is never a lease value, so
+-- no lease is touched.
+if current == false or current == ARGV[1] or redis.call('ZSCORE', KEYS[4], current) then
+  local head = live_head()
+  if head == ARGV[1] then
+    if current ~= ARGV[1] then
+      redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
+    end
+    handed = 1
+  elseif head and current ~= head and current ~= false then
+    local live = redis.call('GET', ARGV[9] .. head)
+    if live then
+      local ttl, channel = string.match(live, '^(%d+) (.*)$')
+      redis.call('SET', KEYS[1], head, 'PX', ttl)
+      redis.call('PUBLISH', channel, head)
+    end
+  end
 end
 local pttl = -2
 if handed == 0 and current then

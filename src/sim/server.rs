@@ -531,12 +531,41 @@ impl Data {
             (score, Registration::Live),
         );
         let current = self.live(key, now_us);
-        let handed = match &current {
-            Some(current) => *current == *e.waiter,
-            None if self.live_head(key, now_us, e.ignore_liveness).as_ref() == Some(e.waiter) => {
-                // The self-hand: the holder expired or crashed, and this waiter heads.
-                self.set(key, e.waiter, e.waiter_ttl, now_us);
+        // A key free or handed to a queued waiter (this one or another: `ZSCORE queue
+        // current`) belongs to the live head: to this waiter when it heads; from this
+        // waiter, handed it out of turn, to the head. A lease value is never a member.
+        let takeable = match &current {
+            None => true,
+            Some(current) if *current == *e.waiter => true,
+            Some(current) => self
+                .queue(key, now_us)
+                .is_some_and(|q| q.scores.contains_key(current)),
+        };
+        let head = match takeable {
+            true => self.live_head(key, now_us, e.ignore_liveness),
+            false => None,
+        };
+        let handed = match head {
+            Some(head) if head == *e.waiter => {
+                if current.as_deref() != Some(&**e.waiter) {
+                    // The self-hand: the holder expired or crashed, or a release handed
+                    // the key to a waiter behind this one before this one registered.
+                    self.set(key, e.waiter, e.waiter_ttl, now_us);
+                }
                 true
+            }
+            Some(head) => {
+                if current.as_ref().is_some_and(|c| *c != head) {
+                    // Handed out of turn: on to the head, with the `PX` its liveness key
+                    // names (none for a dead head, which only the planted bug meets).
+                    let ttl_ms = self
+                        .waiter(key, &head, now_us)
+                        .and_then(|v| v.split_once(' ').and_then(|(ms, _)| ms.parse::<u64>().ok()));
+                    if let Some(ttl_ms) = ttl_ms {
+                        self.set(key, &head, Duration::from_millis(ttl_ms), now_us);
+                    }
+                }
+                false
             }
             None => false,
         };

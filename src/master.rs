@@ -87,8 +87,9 @@ pub(crate) enum Op {
     /// `score`. Sets the waiter's liveness key (`"<waiter_ttl ms> <channel>"`, expiring
     /// after `waiter_ttl`), keeps the queue at least `2 x waiter_ttl`, and gives a key that
     /// is free or handed to a queued waiter to the live head: to the waiter when it heads
-    /// (the holder expired, or the key was handed out of turn), from the waiter to the head
-    /// (told on its channel) when the key was handed to the waiter out of turn.
+    /// (the holder expired, or the key was handed out of turn), and when it does not, a
+    /// key handed out of turn (to this waiter or another behind the head) on to the head,
+    /// told on its channel; a free key is left to the head's own registration.
     /// With the data epoch and cluster-record checks of [`Op::AcquireChecked`]. Answered
     /// [`Reply::Enqueued`]; never a lock vote.
     Enqueue {

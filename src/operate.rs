@@ -388,7 +388,9 @@ impl Inspection {
     /// it), which has not confirmed it yet (docs/design.md §17). The waiter takes the
     /// lock with a confirm of its own, or the handed key expires within its waiter TTL;
     /// [`Redlock::force_unlock`] with that value removes the waiter from the queue and
-    /// passes the key on.
+    /// passes the key on: that helps against a waiter that is dead or gone; a live one
+    /// registers again at its next refresh and, still heading the queue, takes the key
+    /// back.
     pub fn handed(&self) -> bool {
         self.holder().is_some_and(|value| {
             self.masters.iter().any(|m| {

@@ -1235,7 +1235,7 @@ fn script_hashes_are_pinned() {
         (
             "enqueue.lua",
             ENQUEUE,
-            "abda0e2d17d118e6f294795726d642efa83e795f",
+            "4ebe4833a8b666eb9b196823a8c3b481d1818234",
         ),
         (
             "dequeue.lua",
@@ -1499,8 +1499,6 @@ async fn enqueue_contract() {
         get(&server.url(), &key).await.as_deref(),
         Some("a-lease-value")
     );
-    let _: () = conn.zrem(&queue, "w0").await.unwrap();
-    let _: () = conn.del(format!("{waiters}w0")).await.unwrap();
 
     // The key handed to w1 out of turn (f1 is ahead of it): w1's own refresh passes it on
     // to the head, which is told on its channel, and w1 is not handed it.
@@ -1700,4 +1698,134 @@ async fn acquire_queued_contract() {
     assert_eq!(r.0, 1, "{r:?}");
     let exists: bool = conn.exists(&queue).await.unwrap();
     assert!(!exists, "the last waiter left the queue");
+}
+
+/// `enqueue.lua`'s hand-on: a free key is left to the head's own registration; a key
+/// handed to another waiter behind the head is passed on to the head, which is told; a
+/// key the head has already is neither rewritten nor announced again by other waiters'
+/// refreshes (no notice per refresh); and a live waiter whose id an operator force-unlocked
+/// takes the key back at its next refresh, being still the head (docs/design.md §17).
+#[tokio::test]
+async fn enqueue_gives_a_handed_key_to_the_head_and_only_once() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let key = unique_key("enqueue_hand_on");
+    let (epoch, record) = (unique_key("epoch"), unique_key("cluster"));
+    let (queue, ticket) = (
+        format!("redquorum:queue:{key}"),
+        format!("redquorum:ticket:{key}"),
+    );
+    let waiters = format!("redquorum:waiter:{key}:");
+    let script = Script::new(ENQUEUE);
+    let enqueue = |waiter: &str, score: u64, channel: &str| {
+        let mut call = script.key(&key);
+        call.key(&epoch)
+            .key(&record)
+            .key(&queue)
+            .key(&ticket)
+            .key(format!("{waiters}{waiter}"))
+            .arg(waiter)
+            .arg(score)
+            .arg("0")
+            .arg(800)
+            .arg(channel)
+            .arg("0")
+            .arg("e1")
+            .arg("")
+            .arg(&waiters);
+        call
+    };
+    let mut sub = redis::Client::open(server.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    sub.subscribe("ch:h").await.unwrap();
+    let mut messages = sub.on_message();
+    let _: () = conn.set(&key, "lease").await.unwrap();
+    let _: Enqueued = enqueue("h", 1, "ch:h")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    let _: Enqueued = enqueue("x", 2, "ch:x")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    let _: Enqueued = enqueue("c", 3, "ch:c")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+
+    // (a) A free key, the caller not the head: left alone (the design says so).
+    let _: () = conn.del(&key).await.unwrap();
+    let _: Enqueued = enqueue("c", 3, "ch:c")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        get(&server.url(), &key).await,
+        None,
+        "a free key is left to the head"
+    );
+
+    // (b) The key handed to another waiter x behind the head h, the caller c neither:
+    // passed on to h, who is told.
+    let _: () = conn.pset_ex(&key, "x", 5_000).await.unwrap();
+    let _: Enqueued = enqueue("c", 3, "ch:c")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("h"));
+    let msg = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        futures::StreamExt::next(&mut messages),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(msg.get_payload::<String>().unwrap(), "h");
+
+    // (c) The key already with the head: a non-head refresh neither rewrites it nor
+    // tells the head again (no notice per refresh).
+    let _: () = conn.pset_ex(&key, "h", 5_000).await.unwrap();
+    let _: Enqueued = enqueue("c", 3, "ch:c")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    let _: Enqueued = enqueue("x", 2, "ch:x")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    let pttl: i64 = conn.pttl(&key).await.unwrap();
+    assert!(pttl > 800, "the head's key is not rewritten: {pttl}");
+    let more = tokio::time::timeout(
+        std::time::Duration::from_millis(300),
+        futures::StreamExt::next(&mut messages),
+    )
+    .await;
+    assert!(more.is_err(), "no notice when the head has the key already");
+
+    // (d) force_unlock(resource, h) (release.lua with the waiter id h): the key goes to x
+    // and h leaves the queue; h, still live, registers again at its next refresh and,
+    // heading the queue, takes the key back. A force-unlock of a waiter id helps against a
+    // waiter that is dead or gone, not against a live one.
+    let release = Script::new(RELEASE);
+    let r: i64 = release
+        .key(&key)
+        .key(format!("redquorum:owner:{key}"))
+        .key(&queue)
+        .arg("h")
+        .arg(format!("redquorum:released:{key}"))
+        .arg(&waiters)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(r, 1);
+    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("x"));
+    let r: Enqueued = enqueue("h", 1, "ch:h")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((r.0, r.4), (1, 1), "{r:?}");
+    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("h"));
 }

@@ -361,7 +361,8 @@ impl Redlock {
                     return Err(wait_timeout(last, *total));
                 }
                 // Also registers again on a master that lost the queue, with the same
-                // score, and hands a key whose holder expired to the live head. Woken
+                // score, and gives a key that is free or handed to a queued waiter to the
+                // live head (docs/design.md §17). Woken
                 // by its timer, it spends the attempt budget as a timed retry does.
                 *total += 1;
                 spent += 1;

@@ -1,7 +1,8 @@
 -- Registers (or refreshes) a waiter in the queue of a lock (docs/design.md §17), with the
 -- master's data epoch (restart quarantine) and the cluster record, as `acquire.lua`. A lock
 -- key that is free or handed to a queued waiter then goes to the live head: to this waiter
--- when it heads, or from this waiter (handed to it out of turn) to the head, which is told.
+-- when it heads; otherwise a key handed out of turn (to this waiter or another behind the
+-- head) goes on to the head, which is told, and a free key is left to the head.
 -- KEYS[1] lock key, KEYS[2] epoch record, KEYS[3] cluster record, KEYS[4] waiter queue,
 -- KEYS[5] ticket counter, KEYS[6] the waiter's liveness key
 -- ARGV[1] waiter id, ARGV[2] score (a ticket), ARGV[3] strict: '1' only for a fair

@@ -532,8 +532,9 @@ impl Data {
         );
         let current = self.live(key, now_us);
         // A key free or handed to a queued waiter (this one or another: `ZSCORE queue
-        // current`) belongs to the live head: to this waiter when it heads; from this
-        // waiter, handed it out of turn, to the head. A lease value is never a member.
+        // current`) belongs to the live head: to this waiter when it heads; otherwise a key
+        // handed out of turn (to this waiter or another behind the head) goes on to the
+        // head, and a free key is left to it. A lease value is never a member.
         let takeable = match &current {
             None => true,
             Some(current) if *current == *e.waiter => true,

@@ -1333,6 +1333,60 @@ type Enqueued = (
     Option<String>,
 );
 
+/// The keys of one lock's queue for `enqueue.lua`, and its invocation: a waiter
+/// registering with `score` (`strict`: a fair ticket's write-back), its hand-off `channel`
+/// and waiter TTL 800 ms, from a caller whose cluster fingerprint is `fingerprint`.
+struct QueueKeys {
+    key: String,
+    epoch: String,
+    record: String,
+    queue: String,
+    ticket: String,
+    waiters: String,
+}
+
+impl QueueKeys {
+    fn new(name: &str) -> QueueKeys {
+        let key = unique_key(name);
+        QueueKeys {
+            epoch: unique_key("epoch"),
+            record: unique_key("cluster"),
+            queue: format!("redquorum:queue:{key}"),
+            ticket: format!("redquorum:ticket:{key}"),
+            waiters: format!("redquorum:waiter:{key}:"),
+            key,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue<'a>(
+        &self,
+        script: &'a Script,
+        waiter: &str,
+        score: u64,
+        (strict, fair): (bool, bool),
+        channel: &str,
+        fingerprint: &str,
+    ) -> redis::ScriptInvocation<'a> {
+        let mut call = script.key(&self.key);
+        call.key(&self.epoch)
+            .key(&self.record)
+            .key(&self.queue)
+            .key(&self.ticket)
+            .key(format!("{}{waiter}", self.waiters))
+            .arg(waiter)
+            .arg(score)
+            .arg(if strict { "1" } else { "0" })
+            .arg(800)
+            .arg(channel)
+            .arg(if fair { "1" } else { "0" })
+            .arg("e1")
+            .arg(fingerprint)
+            .arg(&self.waiters);
+        call
+    }
+}
+
 /// `enqueue.lua`: registers (idempotently, same score), keeps the waiter's liveness key
 /// and the queue alive, writes a fair ticket back strictly (nothing written at or below
 /// the counter), never lowers the counter on a refresh, hands the live head a key that is
@@ -1342,31 +1396,23 @@ type Enqueued = (
 async fn enqueue_contract() {
     let server = Server::start(&ServerOptions::new()).await.unwrap();
     let mut conn = raw(&server.url()).await;
-    let key = unique_key("enqueue_script");
-    let (epoch, record) = (unique_key("epoch"), unique_key("cluster"));
-    let (queue, ticket) = (
-        format!("redquorum:queue:{key}"),
-        format!("redquorum:ticket:{key}"),
+    let keys = QueueKeys::new("enqueue_script");
+    let (key, queue, ticket, waiters) = (
+        keys.key.clone(),
+        keys.queue.clone(),
+        keys.ticket.clone(),
+        keys.waiters.clone(),
     );
-    let waiters = format!("redquorum:waiter:{key}:");
     let script = Script::new(ENQUEUE);
     let enqueue = |waiter: &str, score: u64, strict: bool, fair: bool, fingerprint: &str| {
-        let mut call = script.key(&key);
-        call.key(&epoch)
-            .key(&record)
-            .key(&queue)
-            .key(&ticket)
-            .key(format!("{waiters}{waiter}"))
-            .arg(waiter)
-            .arg(score)
-            .arg(if strict { "1" } else { "0" })
-            .arg(800)
-            .arg("redquorum:handoff:c")
-            .arg(if fair { "1" } else { "0" })
-            .arg("e1")
-            .arg(fingerprint)
-            .arg(&waiters);
-        call
+        keys.enqueue(
+            &script,
+            waiter,
+            score,
+            (strict, fair),
+            "redquorum:handoff:c",
+            fingerprint,
+        )
     };
     let _: () = conn.set(&key, "holder").await.unwrap();
 
@@ -1709,31 +1755,11 @@ async fn acquire_queued_contract() {
 async fn enqueue_gives_a_handed_key_to_the_head_and_only_once() {
     let server = Server::start(&ServerOptions::new()).await.unwrap();
     let mut conn = raw(&server.url()).await;
-    let key = unique_key("enqueue_hand_on");
-    let (epoch, record) = (unique_key("epoch"), unique_key("cluster"));
-    let (queue, ticket) = (
-        format!("redquorum:queue:{key}"),
-        format!("redquorum:ticket:{key}"),
-    );
-    let waiters = format!("redquorum:waiter:{key}:");
+    let keys = QueueKeys::new("enqueue_hand_on");
+    let (key, queue, waiters) = (keys.key.clone(), keys.queue.clone(), keys.waiters.clone());
     let script = Script::new(ENQUEUE);
     let enqueue = |waiter: &str, score: u64, channel: &str| {
-        let mut call = script.key(&key);
-        call.key(&epoch)
-            .key(&record)
-            .key(&queue)
-            .key(&ticket)
-            .key(format!("{waiters}{waiter}"))
-            .arg(waiter)
-            .arg(score)
-            .arg("0")
-            .arg(800)
-            .arg(channel)
-            .arg("0")
-            .arg("e1")
-            .arg("")
-            .arg(&waiters);
-        call
+        keys.enqueue(&script, waiter, score, (false, false), channel, "")
     };
     let mut sub = redis::Client::open(server.url())
         .unwrap()

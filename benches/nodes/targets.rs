@@ -1,7 +1,7 @@
 //! The goals the run is judged by, and the ratios that explain them.
 
 use super::contended::{HOLDS, Waiting, condition};
-use super::model::{Metric, Results, Scenario, Target};
+use super::model::{Metric, Results, Row, Scenario, Target};
 use super::ring;
 
 /// The goals of the issue, as ratios of this run.
@@ -74,19 +74,27 @@ pub(crate) fn of(results: &Results) -> Vec<Target> {
     targets
 }
 
+/// The contended row of `metric` at `n` masters whose condition ends with `label`.
+fn contended_row<'a>(
+    results: &'a Results,
+    n: usize,
+    metric: Metric,
+    label: &str,
+) -> Option<&'a Row> {
+    results.rows.iter().find(|r| {
+        r.scenario == Scenario::Contended
+            && r.metric == metric
+            && r.n == n
+            && r.condition.ends_with(label)
+    })
+}
+
 /// The contended goals, at N = 5 with hand-off (the default): with a 1 ms hold, sections
 /// per second at least 0.85 of the section-bound limit, hand-off p50 and p99 within 3 and
 /// 10 round trips and no acquire giving up; with no hold, at least 0.7 of the limit.
 fn contended(results: &Results, targets: &mut Vec<Target>) {
     const N: usize = 5;
-    let find = |metric, label: &str| {
-        results.rows.iter().find(|r| {
-            r.scenario == Scenario::Contended
-                && r.metric == metric
-                && r.n == N
-                && r.condition.ends_with(label)
-        })
-    };
+    let find = |metric, label: &str| contended_row(results, N, metric, label);
     for (hold, floor) in [(HOLDS[0], 0.85), (HOLDS[1], 0.7)] {
         let label = condition(hold, Waiting::HandOff);
         let Some(sections) = find(Metric::Sections, &label) else {
@@ -195,14 +203,7 @@ pub(crate) fn context(results: &Results) -> Vec<(String, f64)> {
 /// section-bound limit and the round trip) and what the library keeps of it.
 fn contended_context(results: &Results, lines: &mut Vec<(String, f64)>) {
     const N: usize = 5;
-    let find = |metric, label: &str| {
-        results.rows.iter().find(|r| {
-            r.scenario == Scenario::Contended
-                && r.metric == metric
-                && r.n == N
-                && r.condition.ends_with(label)
-        })
-    };
+    let find = |metric, label: &str| contended_row(results, N, metric, label);
     for hold in HOLDS {
         let ring_label = format!("hold {} ms, {}", hold.as_millis(), ring::LABEL);
         let label = condition(hold, Waiting::HandOff);

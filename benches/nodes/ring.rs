@@ -20,9 +20,10 @@
 //! own release back, which a ring client never can, and with the fixed order it would put
 //! the next client's pause inside the hand-off. And a master where a confirm arrived
 //! before the holder's release (refused there) hands the key to the new holder's waiter id
-//! when that release comes: the release script also hands on from the releaser's own
-//! waiter id, which keeps every master in step at no cost (the library's Dequeue does this
-//! with a round of its own).
+//! when that release comes, and a release that comes late does the same: the release
+//! script also hands on from any waiter id, which puts every master back in step at the
+//! next release at no cost (the library's Dequeue and registrations do this with rounds of
+//! their own).
 //!
 //! The holder check (`Turns::holder`) catches a bug in the ring's own counting of notices
 //! (two clients confirming at once); it is no test of the masters.
@@ -44,13 +45,14 @@ use super::harness::{Keys, Outcome, Tally, connect_all};
 /// The label of the ring's rows, where the library's rows name their way of waiting.
 pub(crate) const LABEL: &str = "raw hand-off ring";
 
-/// Release and hand on: where `KEYS[1]` holds the releasing value `ARGV[1]` (or the
-/// releaser's own waiter id `ARGV[5]`: a hand-off that came after its confirm), set it to
-/// the next client's waiter id `ARGV[2]` with a short expiry `ARGV[4]` (ms) and publish
-/// the released value on that client's channel `ARGV[3]`. Returns 1 when handed on.
+/// Release and hand on: where `KEYS[1]` holds the releasing value `ARGV[1]` (or any
+/// waiter id, which starts with `ARGV[5]`: a hand-off that came after its waiter's
+/// confirm, or a release that came late), set it to the next client's waiter id `ARGV[2]`
+/// with a short expiry `ARGV[4]` (ms) and publish the released value on that client's
+/// channel `ARGV[3]`. Returns 1 when handed on.
 const RELEASE: &str = "\
 local v = redis.call('GET', KEYS[1])
-if v ~= ARGV[1] and v ~= ARGV[5] then return 0 end
+if v ~= ARGV[1] and not (v and string.sub(v, 1, #ARGV[5]) == ARGV[5]) then return 0 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[4])
 redis.call('PUBLISH', ARGV[3], ARGV[1])
 return 1";
@@ -215,7 +217,12 @@ fn value(key: &str, c: usize, turn: usize) -> String {
 
 /// The waiter id of ring client `c`.
 fn waiter(key: &str, c: usize) -> String {
-    format!("{key}:waiter:{c}")
+    format!("{}{c}", waiter_prefix(key))
+}
+
+/// What every ring client's waiter id starts with (no value held starts with it).
+fn waiter_prefix(key: &str) -> String {
+    format!("{key}:waiter:")
 }
 
 /// One ring client's settings.
@@ -335,7 +342,7 @@ impl Client {
             // The library's release returns at the `n - quorum + 1`-th reply.
             let next_waiter = waiter(&self.key, next);
             let next_channel = channel(&self.key, next);
-            let own_waiter = waiter(&self.key, self.me);
+            let waiters = waiter_prefix(&self.key);
             if let Err(e) = fan_out(&member.conns, Enough::Replies(self.n - quorum + 1), |cmd| {
                 cmd.arg(&self.release_sha)
                     .arg(1)
@@ -344,7 +351,7 @@ impl Client {
                     .arg(&next_waiter)
                     .arg(&next_channel)
                     .arg(HANDED_MS)
-                    .arg(&own_waiter);
+                    .arg(&waiters);
             })
             .await
             {
@@ -367,8 +374,10 @@ enum Enough {
 }
 
 /// Sends `EVALSHA` (its arguments added by `args`) to every master at once and reads
-/// replies until `enough`; the rest are read by each connection's driver task and
-/// dropped. Returns how many of the replies read were 1.
+/// replies until `enough`; the requests still pending then are driven to their end by a
+/// task of their own, as the library's rounds do (dropped, a request not yet handed to
+/// its connection would never reach its master). Returns how many of the replies read
+/// were 1.
 async fn fan_out(
     conns: &[MultiplexedConnection],
     enough: Enough,
@@ -400,8 +409,15 @@ async fn fan_out(
         }
         Ok(ones)
     };
-    match tokio::time::timeout(STEP_BOUND, counted).await {
+    let result = match tokio::time::timeout(STEP_BOUND, counted).await {
         Ok(result) => result,
         Err(_) => Err(format!("no answer within {STEP_BOUND:?}")),
+    };
+    if !pending.is_empty() {
+        tokio::spawn(async move {
+            let late = async { while pending.next().await.is_some() {} };
+            let _ = tokio::time::timeout(STEP_BOUND, late).await;
+        });
     }
+    result
 }

@@ -1184,6 +1184,18 @@ async fn reconnect(weak: Weak<Shared>, _running: oneshot::Receiver<()>) {
 }
 
 /// Sends one op on `conn` and interprets the answer.
+/// The answer of `acquire.lua` and `acquire_queued.lua`: code, epoch record, server time,
+/// fence counter, holder's PTTL (or a marker), detail, ticket counter.
+type CheckedAnswer = (
+    i64,
+    String,
+    String,
+    Option<String>,
+    i64,
+    Option<String>,
+    Option<String>,
+);
+
 async fn run(
     op: &Op,
     conn: &mut MultiplexedConnection,
@@ -1211,19 +1223,10 @@ async fn run(
                 #[cfg(feature = "mutants")]
                 FenceRead::IncrementWhenGranted => (&*scripts::ACQUIRE_ONE_ROUND_TOKEN, "1"),
             };
-            type Answer = (
-                i64,
-                String,
-                String,
-                Option<String>,
-                i64,
-                Option<String>,
-                Option<String>,
-            );
-            let (code, record, now, counter, pttl, detail, ticket): Answer = invoke_agreed(
+            let (code, record, now, counter, pttl, detail, ticket): CheckedAnswer = invoke_agreed(
                 conn,
                 shared,
-                |a: &Answer| a.0,
+                |a: &CheckedAnswer| a.0,
                 |fingerprint| {
                     let mut call = script.key(&**key);
                     call.key(scripts::EPOCH_KEY)
@@ -1908,19 +1911,10 @@ async fn acquire_queued(
         FenceRead::Skip => "0",
         _ => "1",
     };
-    type Answer = (
-        i64,
-        String,
-        String,
-        Option<String>,
-        i64,
-        Option<String>,
-        Option<String>,
-    );
-    let (code, record, now, counter, pttl, detail, ticket): Answer = invoke_agreed(
+    let (code, record, now, counter, pttl, detail, ticket): CheckedAnswer = invoke_agreed(
         conn,
         shared,
-        |a: &Answer| a.0,
+        |a: &CheckedAnswer| a.0,
         |fingerprint| {
             let mut call = script.key(&**key);
             call.key(scripts::EPOCH_KEY)

@@ -220,36 +220,18 @@ async fn every_way_a_waiter_ends_removes_its_registration() {
     let options = AcquireOptions::new().wait_timeout("300ms");
     let err = waiter.acquire_with(&key, &options).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::WaitTimeout, "{err}");
-    wait_until(Duration::from_secs(2), "the timed-out waiter left", || {
-        let (cluster, key) = (&cluster, &key);
-        async move { queued_on(cluster, key, 1).await == 0 }
-    })
-    .await;
+    wait_unqueued(&cluster, &key).await;
 
     // By a dropped future, right after it registered.
     {
         let mut waiting = pin!(waiter.acquire(&key));
-        let registered = async {
-            wait_until(
-                Duration::from_secs(5),
-                "the dropped waiter registered",
-                || {
-                    let (cluster, key) = (&cluster, &key);
-                    async move { queued_on(cluster, key, 1).await == 3 }
-                },
-            )
-            .await;
-        };
+        let registered = wait_registered(&cluster, &key, 3);
         tokio::select! {
             _ = &mut waiting => panic!("the lock is held"),
             () = registered => {}
         }
     }
-    wait_until(Duration::from_secs(2), "the dropped waiter left", || {
-        let (cluster, key) = (&cluster, &key);
-        async move { queued_on(cluster, key, 1).await == 0 }
-    })
-    .await;
+    wait_unqueued(&cluster, &key).await;
 
     // By an error: this client takes the lock while its own call waits (AlreadyHeld).
     let same = brisk(&cluster).build().unwrap();
@@ -661,17 +643,7 @@ async fn a_head_that_dies_is_passed_by() {
     let head = {
         let fair = AcquireOptions::new().fair(true);
         let mut dropped = pin!(first.acquire_with(&key, &fair));
-        let registered = async {
-            wait_until(
-                Duration::from_secs(5),
-                "the first waiter registered",
-                || {
-                    let (cluster, key) = (&cluster, &key);
-                    async move { queued_on(cluster, key, 1).await == 3 }
-                },
-            )
-            .await;
-        };
+        let registered = wait_registered(&cluster, &key, 3);
         tokio::select! {
             _ = &mut dropped => panic!("the lock is held"),
             () = registered => {}

@@ -11,6 +11,17 @@ use redquorum::testkit::{Mode, Proxy};
 use redquorum::{AcquireOptions, ErrorKind, Redlock};
 use support::*;
 
+/// A waiter over `cluster` that never polls (its retry pause is 30 s) and refreshes its
+/// registration every 300 ms (waiter TTL 900 ms): only hand-offs and refreshes move it.
+fn quiet(cluster: &Cluster) -> Redlock {
+    client(cluster)
+        .retry_delay("30s")
+        .retry_jitter("1ms")
+        .waiter_ttl("900ms")
+        .build()
+        .unwrap()
+}
+
 /// A holder whose lease lives on a bare quorum (its request to one master was lost) and a
 /// queued waiter: on the master the holder never reached, the waiter's refresh hands the
 /// free key to itself, and its confirm is granted there and refused elsewhere. The
@@ -41,12 +52,7 @@ async fn minority_hand_off(fair: bool) {
     assert_eq!(value_on(cluster.server(2), &key).await, None);
 
     // A waiter with a 900 ms waiter TTL (a refresh every 300 ms) and a 30 s retry pause.
-    let waiter = client(&cluster)
-        .retry_delay("30s")
-        .retry_jitter("1ms")
-        .waiter_ttl("900ms")
-        .build()
-        .unwrap();
+    let waiter = quiet(&cluster);
     let options = AcquireOptions::new().fair(fair).wait_timeout("2s");
     let error = waiter.acquire_with(&key, &options).await.unwrap_err();
     assert_eq!(error.kind(), ErrorKind::WaitTimeout, "{error}");
@@ -150,15 +156,7 @@ async fn a_late_release_does_not_set_the_next_waiter_confirming_in_a_loop() {
         let (first, key, fair) = (first.clone(), key.clone(), fair.clone());
         async move { first.acquire_with(&key, &fair).await }
     });
-    wait_until(
-        Duration::from_secs(5),
-        "the first waiter registered",
-        || {
-            let (cluster, key) = (&cluster, &key);
-            async move { queued_on(cluster, key, 1).await == 3 }
-        },
-    )
-    .await;
+    wait_registered(&cluster, &key, 3).await;
     let waiting = tokio::spawn({
         let (second, key) = (second.clone(), key.clone());
         async move {
@@ -267,12 +265,7 @@ async fn a_waiter_does_not_confirm_in_a_loop_through_an_outage() {
     let holder = client(&cluster).build().unwrap();
     let key = unique_key("outage");
     let lease = holder.acquire(&key).await.unwrap();
-    let waiter = client(&cluster)
-        .retry_delay("30s")
-        .retry_jitter("1ms")
-        .waiter_ttl("900ms")
-        .build()
-        .unwrap();
+    let waiter = quiet(&cluster);
     let waiting = tokio::spawn({
         let (waiter, key) = (waiter.clone(), key.clone());
         async move {
@@ -302,12 +295,7 @@ async fn a_queued_waiter_s_error_counts_its_attempts_as_its_message_does() {
     let holder = client(&cluster).build().unwrap();
     let key = unique_key("counted");
     let lease = holder.acquire(&key).await.unwrap();
-    let waiter = client(&cluster)
-        .retry_delay("30s")
-        .retry_jitter("1ms")
-        .waiter_ttl("900ms")
-        .build()
-        .unwrap();
+    let waiter = quiet(&cluster);
     let options = AcquireOptions::new().wait_timeout("1500ms");
     let error = waiter.acquire_with(&key, &options).await.unwrap_err();
     assert_eq!(error.kind(), ErrorKind::WaitTimeout, "{error}");
@@ -325,12 +313,7 @@ async fn a_queued_waiter_whose_name_turns_into_another_kind_stops_at_once() {
     let holder = client(&cluster).build().unwrap();
     let key = unique_key("kind");
     let lease = holder.acquire(&key).await.unwrap();
-    let waiter = client(&cluster)
-        .retry_delay("30s")
-        .retry_jitter("1ms")
-        .waiter_ttl("900ms")
-        .build()
-        .unwrap();
+    let waiter = quiet(&cluster);
     let waiting = tokio::spawn({
         let (waiter, key) = (waiter.clone(), key.clone());
         async move {

@@ -957,11 +957,17 @@ impl Outcome {
         }
         let from = from.saturating_sub(self.schedule.ttl);
         let to = to.saturating_add(self.schedule.ttl / 4);
-        // A trace is asked for on purpose: show all of it.
+        self.write_events(&mut out, (from, to), 80);
+        out
+    }
+
+    /// The events from `from` to `to`, at most `max_lines` of them unless a trace is asked
+    /// for on purpose (then all of them).
+    fn write_events(&self, out: &mut String, (from, to): (Duration, Duration), max_lines: usize) {
         let max_lines = if std::env::var_os(TRACE_ENV).is_some() {
             usize::MAX
         } else {
-            80
+            max_lines
         };
         let window: Vec<&(Duration, String)> = self
             .events
@@ -979,7 +985,6 @@ impl Outcome {
         for (at, text) in window.iter().take(max_lines) {
             let _ = writeln!(out, "    {:>12} {text}", ms(*at));
         }
-        out
     }
 }
 
@@ -1008,27 +1013,7 @@ impl Outcome {
             to = to.max(w.end);
         }
         let from = from.saturating_sub(self.schedule.ttl);
-        let max_lines = if std::env::var_os(TRACE_ENV).is_some() {
-            usize::MAX
-        } else {
-            120
-        };
-        let window: Vec<&(Duration, String)> = self
-            .events
-            .iter()
-            .filter(|(at, _)| from <= *at && *at <= to)
-            .collect();
-        let _ = writeln!(
-            out,
-            "  events from {} to {} ({} of {}):",
-            ms(from),
-            ms(to),
-            window.len().min(max_lines),
-            window.len()
-        );
-        for (at, text) in window.iter().take(max_lines) {
-            let _ = writeln!(out, "    {:>12} {text}", ms(*at));
-        }
+        self.write_events(&mut out, (from, to), 120);
         out
     }
 }

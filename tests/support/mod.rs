@@ -142,6 +142,16 @@ pub async fn queued_on(cluster: &Cluster, key: &str, n: usize) -> usize {
     count
 }
 
+/// Waits (at most 2 s) until no live master of `cluster` has a waiter queued for `key`.
+pub async fn wait_unqueued(cluster: &Cluster, key: &str) {
+    wait_until(
+        Duration::from_secs(2),
+        "the waiter left the queue",
+        || async move { queued_on(cluster, key, 1).await == 0 },
+    )
+    .await;
+}
+
 /// Waits (at most 5 s) until `masters` masters of `cluster` have a waiter queued for `key`.
 pub async fn wait_registered(cluster: &Cluster, key: &str, masters: usize) {
     wait_until(

@@ -49,6 +49,18 @@ impl Inner {
         }
     }
 
+    /// The bounds of a clean-up round run by a background task: every master's answer is
+    /// awaited (each within its node timeout), and the task that collects them is tracked,
+    /// so that [`Redlock::shutdown`](crate::Redlock::shutdown) waits for all of them even
+    /// when the first answer already decided the round.
+    pub(crate) fn cleanup_bounds(&self) -> Bounds<'_> {
+        Bounds {
+            until: None,
+            tracker: Some(&self.background),
+            every: true,
+        }
+    }
+
     /// The bounds of a round of this client that must be decided by `until`.
     pub(crate) fn bounds(&self, until: Option<Instant>) -> Bounds<'_> {
         Bounds {
@@ -101,9 +113,10 @@ pub(crate) fn release_in_background(
         _ => names.join(", "),
     };
     let shown = inner.config.trace_resource_names;
+    let tracked = Arc::clone(inner);
     inner.spawn(async move {
         // Wait for every target (each bounded by the node timeout) so failures are traced.
         let resource = telemetry::resource(&resource, shown);
-        let _ = quorum::run(&targets, op, need, resource, Bounds::default()).await;
+        let _ = quorum::run(&targets, op, need, resource, tracked.cleanup_bounds()).await;
     });
 }

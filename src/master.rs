@@ -40,6 +40,10 @@ use crate::error::{MasterError, MasterErrorKind, human};
 use crate::mutants::Mutant;
 use crate::scripts;
 
+mod order;
+
+use order::Order;
+
 /// One request of the lock protocol, as sent to every master of a round.
 #[derive(Debug)]
 pub(crate) enum Op {
@@ -648,6 +652,8 @@ struct Shared {
     /// The `run_id` the latest connection read, if it could.
     run_id: Mutex<Option<String>>,
     generation: AtomicU64,
+    /// The order in which calls write their requests: the order in which they were made.
+    order: Arc<Order>,
 }
 
 /// A live connection, its generation, and why its master can evict lock keys (if it can).
@@ -758,6 +764,7 @@ impl RedisMaster {
                 scripts_loaded: AtomicU64::new(0),
                 run_id: Mutex::new(None),
                 generation: AtomicU64::new(0),
+                order: Arc::default(),
             }),
         })
     }
@@ -770,10 +777,17 @@ impl Master for RedisMaster {
 
     fn call(&self, op: Arc<Op>) -> BoxFuture<'static, Result<Reply, MasterError>> {
         let shared = Arc::clone(&self.shared);
+        // Its place in this master's order, taken now: a clean-up made after this call
+        // writes its request after this one, even while the first connection is still
+        // being set up (docs/design.md §2).
+        let mut place = shared.order.take();
         // The future is boxed once per master and round: what it keeps across its awaits
         // is kept small (one `run`, the rare paths boxed on their own), so that the box
         // is cheap to allocate and to fill.
         Box::pin(async move {
+            place
+                .turn(shared.connect_timeout + shared.node_timeout)
+                .await;
             let (mut conn, generation, evicts) = match shared.ready() {
                 Some(ready) => ready?,
                 None => Box::pin(shared.connection()).await?,
@@ -840,7 +854,16 @@ impl Master for RedisMaster {
                 }
                 reply
             };
-            match tokio::time::timeout(shared.node_timeout, request).await {
+            // The first poll writes the request (and the loads and reads sent with it)
+            // to the connection: later calls may write theirs from then on.
+            let mut request = std::pin::pin!(tokio::time::timeout(shared.node_timeout, request));
+            let answered = std::future::poll_fn(|cx| {
+                let polled = request.as_mut().poll(cx);
+                place.pass();
+                polled
+            })
+            .await;
+            match answered {
                 Ok(Ok(reply)) => Ok(reply),
                 Ok(Err(err)) => {
                     if err.breaks_connection() {

@@ -627,9 +627,13 @@ impl Drop for DequeueGuard {
             .unwrap_or(&self.key)
             .to_owned();
         let shown = self.inner.config.trace_resource_names;
+        let inner = Arc::clone(&self.inner);
         self.inner.spawn(async move {
             let resource = telemetry::resource(&resource, shown);
-            let _ = quorum::run(&masters, op, need, resource, Bounds::default()).await;
+            // A master that answers first that it had nothing to pass on decides the
+            // round; the others are still awaited, by a task `Redlock::shutdown` waits for.
+            let bounds = inner.cleanup_bounds();
+            let _ = quorum::run(&masters, op, need, resource, bounds).await;
         });
     }
 }

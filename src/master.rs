@@ -1741,11 +1741,13 @@ async fn run(
         } => {
             let mut call = scripts::RELEASE_MANY.prepare_invoke();
             for key in keys {
-                call.key(&**key).key(scripts::owner_key(key));
+                call.key(&**key)
+                    .key(scripts::owner_key(key))
+                    .key(scripts::queue_key(key));
             }
             call.arg(&**value);
-            for channel in channels {
-                call.arg(&**channel);
+            for (key, channel) in keys.iter().zip(channels) {
+                call.arg(&**channel).arg(scripts::waiter_prefix(key));
             }
             let (deleted, _missing, held): (i64, i64, i64) = call
                 .invoke_async(conn)
@@ -1836,7 +1838,9 @@ async fn run(
                 .key(&**key)
                 .key(scripts::owner_key(key))
                 .key(scripts::fence_key(key))
+                .key(scripts::queue_key(key))
                 .arg(&**channel)
+                .arg(scripts::waiter_prefix(key))
                 .invoke_async(conn)
                 .await
                 .map_err(MasterError::from_redis)?;

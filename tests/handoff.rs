@@ -959,3 +959,127 @@ mod planted {
         }
     }
 }
+
+/// `count` dead registrations (no liveness key) written by hand at the head of `key`'s
+/// queue on every master, with scores below any ticket a client takes.
+async fn dead_fleet(cluster: &Cluster, key: &str, count: usize) {
+    let members: Vec<(u64, String)> = (0..count).map(|i| (0, format!("dead-{i:05}"))).collect();
+    for server in cluster.servers() {
+        let mut conn = raw(&server.url()).await;
+        let _: () = conn.zadd_multiple(queue_key(key), &members).await.unwrap();
+    }
+}
+
+/// A killed fleet of 200 waiters left dead registrations at the head of the queue: a fair
+/// newcomer is still refused while a live fair waiter queued behind them waits, and the
+/// release hands the lock to that waiter at once (the scripts used to give up pruning
+/// after 64 members, grant the newcomer, and hand the key to no one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_fleet_at_the_head_neither_admits_a_fair_newcomer_nor_stalls_the_hand_off() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster).build().unwrap();
+    let key = unique_key("dead-fleet");
+    let lease = holder.acquire(&key).await.unwrap();
+    // Live fair waiter: its first refresh is 1.5 s away (waiter TTL 4.5 s).
+    let waiter = patient(&cluster).build().unwrap();
+    let waiting = tokio::spawn({
+        let (waiter, key) = (waiter.clone(), key.clone());
+        async move {
+            let fair = AcquireOptions::new().fair(true).wait_timeout("20s");
+            waiter.acquire_with(&key, &fair).await
+        }
+    });
+    wait_registered(&cluster, &key, 3).await;
+    dead_fleet(&cluster, &key, 200).await;
+    let released = Instant::now();
+    lease.release().await.unwrap();
+    let taken = timeout(Duration::from_millis(1000), waiting)
+        .await
+        .expect("handed over at the release, not at a refresh 1.5 s later")
+        .unwrap()
+        .unwrap();
+    assert!(released.elapsed() < Duration::from_millis(1000));
+    // The fleet is pruned on every master the release reached.
+    for server in cluster.servers() {
+        let queued = members(server, &key).await;
+        assert!(
+            queued.iter().all(|m| !m.starts_with("dead-")),
+            "dead members left: {}",
+            queued.len()
+        );
+    }
+    taken.release().await.unwrap();
+
+    // Now a fleet too large for one script run (600 dead) before a live fair waiter,
+    // with the lock free: a fair newcomer must be refused on every master.
+    let key = unique_key("dead-fleet-large");
+    let lease = holder.acquire(&key).await.unwrap();
+    let waiting = tokio::spawn({
+        let (waiter, key) = (waiter.clone(), key.clone());
+        async move {
+            let fair = AcquireOptions::new().fair(true).wait_timeout("20s");
+            waiter.acquire_with(&key, &fair).await
+        }
+    });
+    wait_registered(&cluster, &key, 3).await;
+    dead_fleet(&cluster, &key, 600).await;
+    lease.release().await.unwrap();
+    // One fair attempt, which does not queue.
+    let newcomer = patient(&cluster).build().unwrap();
+    let fair_once = AcquireOptions::new().fair(true).attempts(1);
+    let refused = newcomer.acquire_with(&key, &fair_once).await.unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::Contended, "{refused}");
+    // The live waiter's refreshes prune on (256 a run) until it heads, then take the key:
+    // within two refresh periods (1.5 s each) of the release, with margin below its
+    // 20 s budget.
+    let taken = timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the live waiter is served once its refreshes pruned the fleet")
+        .unwrap()
+        .unwrap();
+    taken.release().await.unwrap();
+}
+
+/// Releasing a lease over several resources, and an operator's `force_unlock_any`, hand
+/// each lock to its queued waiter as a plain release does: the waiter is served at once,
+/// not at its next refresh (1.5 s away).
+#[tokio::test]
+async fn many_key_releases_and_force_unlocks_hand_the_lock_on() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster).build().unwrap();
+    let waiter = patient(&cluster).build().unwrap();
+    let (key, other) = (unique_key("many-handed"), unique_key("many-other"));
+    let serve = |key: String| {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            let options = AcquireOptions::new().wait_timeout("20s");
+            waiter.acquire_with(&key, &options).await
+        })
+    };
+
+    let lease = holder.acquire_many(&[&key, &other]).await.unwrap();
+    let waiting = serve(key.clone());
+    wait_registered(&cluster, &key, 3).await;
+    lease.release().await.unwrap();
+    let taken = timeout(Duration::from_millis(1000), waiting)
+        .await
+        .expect("the many-key release handed the lock on")
+        .unwrap()
+        .unwrap();
+    taken.release().await.unwrap();
+
+    let _lease = holder.acquire(&key).await.unwrap();
+    let waiting = serve(key.clone());
+    wait_registered(&cluster, &key, 3).await;
+    holder.force_unlock_any(&key).await.unwrap();
+    let taken = timeout(Duration::from_millis(1000), waiting)
+        .await
+        .expect("the force-unlock handed the lock on")
+        .unwrap()
+        .unwrap();
+    taken.release().await.unwrap();
+    wait_until(Duration::from_secs(2), "nothing left", || {
+        no_waiter_left(&cluster, &key)
+    })
+    .await;
+}

@@ -7,7 +7,10 @@ mod support;
 use redis::{AsyncCommands, Script};
 use support::*;
 
-const RELEASE: &str = include_str!("../src/scripts/release.lua");
+const RELEASE: &str = concat!(
+    include_str!("../src/scripts/queue.lua"),
+    include_str!("../src/scripts/release.lua")
+);
 const EXTEND: &str = include_str!("../src/scripts/extend.lua");
 const ACQUIRE: &str = include_str!("../src/scripts/acquire.lua");
 const FENCE: &str = include_str!("../src/scripts/fence.lua");
@@ -15,17 +18,32 @@ const EPOCH: &str = include_str!("../src/scripts/epoch.lua");
 const FENCED_SET: &str = include_str!("../src/scripts/fenced_set.lua");
 const STAMP: &str = include_str!("../src/scripts/stamp.lua");
 const INSPECT: &str = include_str!("../src/scripts/inspect.lua");
-const FORCE_UNLOCK: &str = include_str!("../src/scripts/force_unlock.lua");
+const FORCE_UNLOCK: &str = concat!(
+    include_str!("../src/scripts/queue.lua"),
+    include_str!("../src/scripts/force_unlock.lua")
+);
 const SEMAPHORE: &str = include_str!("../src/scripts/semaphore.lua");
 const EXTEND_MANY: &str = include_str!("../src/scripts/extend_many.lua");
-const RELEASE_MANY: &str = include_str!("../src/scripts/release_many.lua");
+const RELEASE_MANY: &str = concat!(
+    include_str!("../src/scripts/queue.lua"),
+    include_str!("../src/scripts/release_many.lua")
+);
 const ACQUIRE_MANY: &str = include_str!("../src/scripts/acquire_many.lua");
 const RW_ACQUIRE: &str = include_str!("../src/scripts/rw_acquire.lua");
 const RW_DOWNGRADE: &str = include_str!("../src/scripts/rw_downgrade.lua");
 const RW_EXTEND_READ: &str = include_str!("../src/scripts/rw_extend_read.lua");
-const ACQUIRE_QUEUED: &str = include_str!("../src/scripts/acquire_queued.lua");
-const ENQUEUE: &str = include_str!("../src/scripts/enqueue.lua");
-const DEQUEUE: &str = include_str!("../src/scripts/dequeue.lua");
+const ACQUIRE_QUEUED: &str = concat!(
+    include_str!("../src/scripts/queue.lua"),
+    include_str!("../src/scripts/acquire_queued.lua")
+);
+const ENQUEUE: &str = concat!(
+    include_str!("../src/scripts/queue.lua"),
+    include_str!("../src/scripts/enqueue.lua")
+);
+const DEQUEUE: &str = concat!(
+    include_str!("../src/scripts/queue.lua"),
+    include_str!("../src/scripts/dequeue.lua")
+);
 
 #[tokio::test]
 async fn release_contract() {
@@ -297,14 +315,22 @@ async fn release_many_contract() {
         .iter()
         .map(|k| format!("redquorum:released:{k}"))
         .collect();
+    let queues: Vec<String> = keys
+        .iter()
+        .map(|k| format!("redquorum:queue:{k}"))
+        .collect();
+    let prefixes: Vec<String> = keys
+        .iter()
+        .map(|k| format!("redquorum:waiter:{k}:"))
+        .collect();
     let release = || {
         let mut call = script.prepare_invoke();
-        for (key, owner) in keys.iter().zip(&owners) {
-            call.key(key).key(owner);
+        for ((key, owner), queue) in keys.iter().zip(&owners).zip(&queues) {
+            call.key(key).key(owner).key(queue);
         }
         call.arg("mine");
-        for channel in &channels {
-            call.arg(channel);
+        for (channel, prefix) in channels.iter().zip(&prefixes) {
+            call.arg(channel).arg(prefix);
         }
         call
     };
@@ -359,6 +385,53 @@ async fn release_many_contract() {
     // Again: nothing of ours left.
     let counts: (i64, i64, i64) = release().invoke_async(&mut conn).await.unwrap();
     assert_eq!(counts, (0, 2, 1));
+
+    // A key with a live queued waiter is handed to it, as by `release.lua`: set to its id
+    // with its waiter TTL and told on its own channel; the dead member before it is
+    // pruned. A key without a queue still gets its release notice.
+    let handoff = "redquorum:handoff:client-w";
+    sub.subscribe(handoff).await.unwrap();
+    for i in [0, 2] {
+        let _: () = conn.pset_ex(&keys[i], "mine", 10_000).await.unwrap();
+    }
+    let _: () = conn
+        .zadd_multiple(&queues[0], &[(1, "dead"), (2, "w")])
+        .await
+        .unwrap();
+    let _: () = conn
+        .pset_ex(format!("{}w", prefixes[0]), format!("900 {handoff}"), 900)
+        .await
+        .unwrap();
+    let counts: (i64, i64, i64) = release().invoke_async(&mut conn).await.unwrap();
+    assert_eq!(counts, (2, 0, 1));
+    assert_eq!(get(&server.url(), &keys[0]).await.as_deref(), Some("w"));
+    let pttl: i64 = conn.pttl(&keys[0]).await.unwrap();
+    assert!((1..=900).contains(&pttl), "the waiter's own TTL: {pttl}");
+    let members: Vec<String> = conn.zrange(&queues[0], 0, -1).await.unwrap();
+    assert_eq!(members, ["w"], "the dead member is pruned, the head stays");
+    assert_eq!(get(&server.url(), &keys[2]).await, None);
+    let mut heard = Vec::new();
+    {
+        use futures::StreamExt;
+        let mut messages = sub.on_message();
+        for _ in 0..2 {
+            let msg = tokio::time::timeout(std::time::Duration::from_secs(2), messages.next())
+                .await
+                .unwrap()
+                .unwrap();
+            heard.push((
+                msg.get_channel_name().to_owned(),
+                msg.get_payload::<String>().unwrap(),
+            ));
+        }
+    }
+    heard.sort();
+    let mut expected = vec![
+        (handoff.to_owned(), "w".to_owned()),
+        (channels[2].clone(), keys[2].clone()),
+    ];
+    expected.sort();
+    assert_eq!(heard, expected);
 }
 
 type Acquired = (
@@ -830,9 +903,17 @@ async fn force_unlock_contract() {
     let key = unique_key("force_unlock_script");
     let (owner, fence) = (unique_key("owner"), unique_key("fence"));
     let channel = format!("redquorum:released:{key}");
+    let (queue, prefix) = (
+        format!("redquorum:queue:{key}"),
+        format!("redquorum:waiter:{key}:"),
+    );
     let force = || {
         let mut call = script.key(&key);
-        call.key(&owner).key(&fence).arg(&channel);
+        call.key(&owner)
+            .key(&fence)
+            .key(&queue)
+            .arg(&channel)
+            .arg(&prefix);
         call
     };
     let mut sub = redis::Client::open(server.url())
@@ -882,6 +963,46 @@ async fn force_unlock_contract() {
     let permits: Option<String> = conn.hget(&key, "permits").await.unwrap();
     assert_eq!(permits.as_deref(), Some("3"));
     assert_eq!(conn.get::<_, u64>(&fence).await.unwrap(), 42);
+
+    // A lock with live queued waiters goes to the head, told on its channel, as a release
+    // would hand it.
+    let _: () = conn.del(&key).await.unwrap();
+    let handoff = "redquorum:handoff:client-h";
+    sub.subscribe(handoff).await.unwrap();
+    let _: () = conn.pset_ex(&key, "theirs", 10_000).await.unwrap();
+    let _: () = conn
+        .zadd_multiple(&queue, &[(1, "h"), (2, "x")])
+        .await
+        .unwrap();
+    for waiter in ["h", "x"] {
+        let _: () = conn
+            .pset_ex(format!("{prefix}{waiter}"), format!("900 {handoff}"), 900)
+            .await
+            .unwrap();
+    }
+    let r: ForceUnlocked = force().invoke_async(&mut conn).await.unwrap();
+    assert_eq!(r, (1, Some("theirs".to_owned()), Some(43)));
+    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("h"));
+    let msg = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+        use futures::StreamExt;
+        sub.on_message().next().await
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        (msg.get_channel_name(), msg.get_payload::<String>().unwrap()),
+        (handoff, "h".to_owned())
+    );
+    // Force-unlocking the key handed to h takes h out of the queue (its liveness key
+    // too), and the key goes on to x, never straight back to h.
+    let r: ForceUnlocked = force().invoke_async(&mut conn).await.unwrap();
+    assert_eq!(r, (1, Some("h".to_owned()), Some(44)));
+    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("x"));
+    let members: Vec<String> = conn.zrange(&queue, 0, -1).await.unwrap();
+    assert_eq!(members, ["x"]);
+    let live: bool = conn.exists(format!("{prefix}h")).await.unwrap();
+    assert!(!live, "the unlocked waiter's liveness key is gone");
 }
 
 #[tokio::test]
@@ -1155,7 +1276,7 @@ fn script_hashes_are_pinned() {
         (
             "release.lua",
             RELEASE,
-            "32dfacaac365a212e7c771f5f7e130f7376b570c",
+            "6f79eb483bca1225b8b3edb2be7e18432d36e12a",
         ),
         (
             "extend.lua",
@@ -1200,7 +1321,7 @@ fn script_hashes_are_pinned() {
         (
             "force_unlock.lua",
             FORCE_UNLOCK,
-            "5b10aef332b2e29f15e2e82f9cf3ee1d862e34b6",
+            "f33e26b1ee1479fe6c2df432a426683bca8a6840",
         ),
         (
             "extend_many.lua",
@@ -1210,7 +1331,7 @@ fn script_hashes_are_pinned() {
         (
             "release_many.lua",
             RELEASE_MANY,
-            "399540d6d42e7b75844fecbc60441258753ca443",
+            "646e07bfeaaff5b744aa52eaa4bdd82906b1fffa",
         ),
         (
             "rw_acquire.lua",
@@ -1230,17 +1351,17 @@ fn script_hashes_are_pinned() {
         (
             "acquire_queued.lua",
             ACQUIRE_QUEUED,
-            "00d4cbd75ce6f3050147e8dafdcb5bda0dc522f4",
+            "5305a379f683c18c4f48f6c99c1bceedb35604ba",
         ),
         (
             "enqueue.lua",
             ENQUEUE,
-            "4ebe4833a8b666eb9b196823a8c3b481d1818234",
+            "bc421624bd8bd55f9ba369789388b7cd54764020",
         ),
         (
             "dequeue.lua",
             DEQUEUE,
-            "360dffe9a68cef06520109a3f7fb2d72b92eb770",
+            "4ce5292da011cb08158be6befee1a0d0bdaeca0b",
         ),
     ];
     for (name, source, hash) in pinned {

@@ -12,15 +12,6 @@
 --          holder's pttl, -3 granted or -2 free but queued behind a live waiter,
 --          detail or false, ticket counter (fair) or false}
 -- code: as `acquire.lua`'s
-local function live_head()
-  for _ = 1, 64 do
-    local m = redis.call('ZRANGE', KEYS[6], 0, 0)[1]
-    if not m then return nil end
-    if redis.call('EXISTS', ARGV[12] .. m) == 1 then return m end
-    redis.call('ZREM', KEYS[6], m)
-  end
-  return nil
-end
 local t = redis.call('TIME')
 local now = t[1] .. string.format('%06d', t[2])
 local epoch = redis.call('GET', KEYS[2])
@@ -45,8 +36,9 @@ local current = redis.call('GET', KEYS[1])
 local ok = current == false or (waiter ~= '' and current == waiter)
 local queued = false
 if ok and ARGV[11] == '1' then
-  local head = live_head()
-  if head and head ~= waiter then
+  -- A head the prune budget did not reach (nil) may be an earlier live waiter: refused.
+  local head = live_head(KEYS[6], ARGV[12])
+  if head == nil or (head and head ~= waiter) then
     ok = false
     queued = true
   end

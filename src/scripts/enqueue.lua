@@ -14,15 +14,6 @@
 --          the lock key's pttl (-2 when free or handed), detail or false}
 -- code: 1 registered, 0 the ticket counter is at or above the score (strict; nothing
 -- written), -2 the cluster record's fingerprint differs, -3 the name holds another kind
-local function live_head()
-  for _ = 1, 64 do
-    local m = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
-    if not m then return nil end
-    if redis.call('EXISTS', ARGV[9] .. m) == 1 then return m end
-    redis.call('ZREM', KEYS[4], m)
-  end
-  return nil
-end
 local t = redis.call('TIME')
 local now = t[1] .. string.format('%06d', t[2])
 local epoch = redis.call('GET', KEYS[2])
@@ -70,13 +61,15 @@ if redis.call('PTTL', KEYS[4]) < keep then
 end
 local current = redis.call('GET', KEYS[1])
 local handed = 0
+-- Every registration prunes the dead members at the head of the queue (within the
+-- budget), so that a queue headed by many dead waiters is cleared by its live ones.
+local head = live_head(KEYS[4], ARGV[9])
 -- A key that is free (its holder expired or crashed) or handed to a queued waiter (this
 -- one or another) belongs to the live head: a release that ran before the head
 -- registered here, or while scores disagreed, handed it out of turn. It moves to the
 -- head, which is told when it is not the caller. A waiter id is never a lease value, so
--- no lease is touched.
+-- no lease is touched. An unknown head (nil) moves nothing.
 if current == false or current == ARGV[1] or redis.call('ZSCORE', KEYS[4], current) then
-  local head = live_head()
   if head == ARGV[1] then
     if current ~= ARGV[1] then
       redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])

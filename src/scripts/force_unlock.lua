@@ -1,8 +1,11 @@
 -- Force-unlock, an operator's tool: delete the lock key KEYS[1] whatever value it holds,
 -- with its owner record KEYS[2], raise the fence counter KEYS[3] by one, and where a lock
--- was deleted publish a release notice on channel ARGV[1]. Another kind of lock under the
--- name (a key of another type, or a string whose owner record names another kind) is left
--- alone, and so is its counter.
+-- was deleted hand it to the live head of its waiter queue KEYS[4] as `release.lua` does
+-- (`hand_on`; ARGV[2] the prefix of the waiters' liveness keys), or publish a release
+-- notice on channel ARGV[1]. A value that is a waiter's id (a key handed to a queued
+-- waiter) takes that waiter out of the queue first, so that the key is never handed
+-- straight back to it. Another kind of lock under the name (a key of another type, or a
+-- string whose owner record names another kind) is left alone, and so is its counter.
 -- Returns {1 deleted | 0 missing | -3 another kind of lock,
 --          the value deleted, or that kind, or false, the fence counter after the raise or false}
 local kind = redis.call('TYPE', KEYS[1])['ok']
@@ -25,5 +28,7 @@ if kind == 'none' then
 end
 local value = redis.call('GET', KEYS[1])
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[1], KEYS[1])
+redis.call('ZREM', KEYS[4], value)
+redis.call('DEL', ARGV[2] .. value)
+hand_on(KEYS[1], KEYS[4], ARGV[2], ARGV[1])
 return {1, value, counter}

@@ -10,7 +10,7 @@ use redis::Script;
 /// Compare-and-delete plus hand-off to the next live waiter, or the release notice; see
 /// `release.lua`.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
-const RELEASE_LUA: &str = include_str!("release.lua");
+const RELEASE_LUA: &str = concat!(include_str!("queue.lua"), include_str!("release.lua"));
 
 /// Compare-and-PEXPIRE, never setting a missing key again; see `extend.lua`.
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
@@ -24,7 +24,7 @@ const EXTEND_MANY_LUA: &str = include_str!("extend_many.lua");
 /// Compare-and-delete of every key of a lease over several keys, each with its release
 /// notice; see `release_many.lua`.
 pub(crate) static RELEASE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_MANY_LUA));
-const RELEASE_MANY_LUA: &str = include_str!("release_many.lua");
+const RELEASE_MANY_LUA: &str = concat!(include_str!("queue.lua"), include_str!("release_many.lua"));
 
 /// `SET NX PX` reading the data epoch and the fence counter; see `acquire.lua`.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
@@ -34,15 +34,18 @@ const ACQUIRE_LUA: &str = include_str!("acquire.lua");
 /// `acquire_queued.lua`.
 pub(crate) static ACQUIRE_QUEUED: LazyLock<Script> =
     LazyLock::new(|| Script::new(ACQUIRE_QUEUED_LUA));
-const ACQUIRE_QUEUED_LUA: &str = include_str!("acquire_queued.lua");
+const ACQUIRE_QUEUED_LUA: &str = concat!(
+    include_str!("queue.lua"),
+    include_str!("acquire_queued.lua")
+);
 
 /// Registers or refreshes a waiter in a lock's queue; see `enqueue.lua`.
 pub(crate) static ENQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(ENQUEUE_LUA));
-const ENQUEUE_LUA: &str = include_str!("enqueue.lua");
+const ENQUEUE_LUA: &str = concat!(include_str!("queue.lua"), include_str!("enqueue.lua"));
 
 /// Removes a waiter from a lock's queue, passing on a key handed to it; see `dequeue.lua`.
 pub(crate) static DEQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(DEQUEUE_LUA));
-const DEQUEUE_LUA: &str = include_str!("dequeue.lua");
+const DEQUEUE_LUA: &str = concat!(include_str!("queue.lua"), include_str!("dequeue.lua"));
 
 /// Several locks at once, all or none; see `acquire_many.lua`.
 pub(crate) static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_MANY_LUA));
@@ -89,7 +92,7 @@ const INSPECT_LUA: &str = include_str!("inspect.lua");
 
 /// Deletes whatever holds a lock and raises its fence counter; see `force_unlock.lua`.
 pub(crate) static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_UNLOCK_LUA));
-const FORCE_UNLOCK_LUA: &str = include_str!("force_unlock.lua");
+const FORCE_UNLOCK_LUA: &str = concat!(include_str!("queue.lua"), include_str!("force_unlock.lua"));
 
 /// Storage-side fencing check; see `fenced_set.lua`.
 pub(crate) static FENCED_SET: LazyLock<Script> = LazyLock::new(|| Script::new(FENCED_SET_LUA));
@@ -178,33 +181,33 @@ mod planted {
         )
     });
 
-    /// The line of `live_head` (in every script that hands a lock on) that checks the
-    /// waiter's liveness key, and its planted replacement: the first member is the head,
-    /// live or not, and nobody is pruned (`Mutant::HandoffIgnoresLiveness`).
-    const LIVENESS_CHECK: &str = "    if redis.call('EXISTS', ARGV[3] .. m) == 1 then return m end";
-    const LIVENESS_IGNORED: &str = "    if true then return m end";
+    /// The line of `live_head` (`queue.lua`, joined in front of every script that keeps
+    /// a queue) that checks a waiter's liveness key, and its planted replacement: the
+    /// first member is the head, live or not, and nobody is pruned
+    /// (`Mutant::HandoffIgnoresLiveness`).
+    const LIVENESS_CHECK: &str = "      if redis.call('EXISTS', prefix .. m) == 1 then";
+    const LIVENESS_IGNORED: &str = "      if true then";
 
-    /// The liveness check of `source`, whose liveness-key prefix is `ARGV[arg]`, ignored.
-    fn ignoring_liveness(source: &str, arg: usize) -> String {
-        let check = LIVENESS_CHECK.replace("ARGV[3]", &format!("ARGV[{arg}]"));
-        changed(source, &check, LIVENESS_IGNORED)
+    /// The liveness check of `source` ignored.
+    fn ignoring_liveness(source: &str) -> String {
+        changed(source, LIVENESS_CHECK, LIVENESS_IGNORED)
     }
 
     /// `release.lua` handing the lock to the queue's first member, live or not.
     pub(super) static RELEASE_IGNORES_LIVENESS: LazyLock<String> =
-        LazyLock::new(|| ignoring_liveness(super::RELEASE_LUA, 3));
+        LazyLock::new(|| ignoring_liveness(super::RELEASE_LUA));
 
     /// `dequeue.lua` handing the lock to the queue's first member, live or not.
     pub(super) static DEQUEUE_IGNORES_LIVENESS: LazyLock<String> =
-        LazyLock::new(|| ignoring_liveness(super::DEQUEUE_LUA, 3));
+        LazyLock::new(|| ignoring_liveness(super::DEQUEUE_LUA));
 
     /// `enqueue.lua` taking the queue's first member as its head, live or not.
     pub(super) static ENQUEUE_IGNORES_LIVENESS: LazyLock<String> =
-        LazyLock::new(|| ignoring_liveness(super::ENQUEUE_LUA, 9));
+        LazyLock::new(|| ignoring_liveness(super::ENQUEUE_LUA));
 
     /// `acquire_queued.lua` taking the queue's first member as its head, live or not.
     pub(super) static ACQUIRE_QUEUED_IGNORES_LIVENESS: LazyLock<String> =
-        LazyLock::new(|| ignoring_liveness(super::ACQUIRE_QUEUED_LUA, 12));
+        LazyLock::new(|| ignoring_liveness(super::ACQUIRE_QUEUED_LUA));
 
     /// `acquire_queued.lua` keeping a handed key's expiry (`KEEPTTL`) when it confirms:
     /// `Mutant::ConfirmKeepsHandoffExpiry`.

@@ -20,7 +20,8 @@
 //!   them: each lock key's queue (a sorted set, ordered by score, then by member bytes),
 //!   the waiters' liveness keys expiring on the master's own clock, the fair lock's
 //!   ticket counter; `release.lua`'s hand-off to the live head (`live_head` prunes the
-//!   dead members it meets, at most 64 steps, then answers none), `acquire_queued.lua`
+//!   dead members it meets, at most 256, then knows no head: a fair grant is refused and
+//!   nothing is handed on), `acquire_queued.lua`
 //!   (granted where the key is free or handed to the caller's waiter id, a fair acquire
 //!   only behind no other live waiter, `PX ttl` never keeping a handed key's expiry; the
 //!   served waiter leaves the queue), `enqueue.lua` (the strict ticket write-back, a

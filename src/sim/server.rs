@@ -327,34 +327,38 @@ impl Data {
         self.journal.mark(key, waiter, why);
     }
 
-    /// The scripts' `live_head(Q)`: the first member whose liveness key lives, pruning the
-    /// dead ones met before it, at most 64 steps (then none). With `ignore_liveness`
-    /// (`Mutant::HandoffIgnoresLiveness`), the first member, dead or alive.
-    fn live_head(
-        &mut self,
-        key: &Arc<str>,
-        now_us: u64,
-        ignore_liveness: bool,
-    ) -> Option<Arc<str>> {
-        for _ in 0..LIVE_HEAD_STEPS {
-            let first = self.queue(key, now_us)?.first()?;
+    /// `queue.lua`'s `live_head(Q)`: the first member whose liveness key lives, pruning
+    /// the dead ones met before it, at most [`PRUNE`] of them (then the head is unknown).
+    /// With `ignore_liveness` (`Mutant::HandoffIgnoresLiveness`), the first member, dead or
+    /// alive.
+    fn live_head(&mut self, key: &Arc<str>, now_us: u64, ignore_liveness: bool) -> Head {
+        for _ in 0..PRUNE {
+            let Some(first) = self.queue(key, now_us).and_then(|q| q.first()) else {
+                return Head::None;
+            };
             if ignore_liveness || self.waiter(key, &first, now_us).is_some() {
-                return Some(first);
+                return Head::Live(first);
             }
             self.leave(key, &first, Registration::Expired, now_us);
             self.journal.pruned += 1;
         }
-        None
+        // The script checks its budget before each batch: a queue left empty by exactly
+        // `PRUNE` removals answers none there too.
+        match self.queue(key, now_us).and_then(|q| q.first()) {
+            None => Head::None,
+            Some(_) => Head::Unknown,
+        }
     }
 
-    /// The hand-off of `release.lua` and `dequeue.lua` once the key is free: to the live
-    /// head, if any, with the `PX` its liveness key names (the release notice otherwise;
-    /// no notice has a subscriber here). Returns the waiter handed to.
+    /// `queue.lua`'s `hand_on` once the key is free: to the live head, if any, with the
+    /// `PX` its liveness key names (the release notice otherwise; no notice has a
+    /// subscriber here). Returns the waiter handed to.
     fn hand_off(&mut self, key: &Arc<str>, now_us: u64, ignore_liveness: bool) -> Option<Arc<str>> {
-        let head = self.live_head(key, now_us, ignore_liveness)?;
+        let Head::Live(head) = self.live_head(key, now_us, ignore_liveness) else {
+            return None;
+        };
         // `"<ttl ms> <channel>"`; a dead head (only the planted bug hands to one) has no
-        // liveness key: the script's `tonumber` of nothing makes `SET` fail, and the key
-        // stays free.
+        // liveness key, and the key stays free.
         let ttl_ms = self
             .waiter(key, &head, now_us)
             .and_then(|v| v.split_once(' ').and_then(|(ms, _)| ms.parse::<u64>().ok()))?;
@@ -394,11 +398,13 @@ impl Data {
         let current = self.live(key, now_us);
         let handed = !q.waiter.is_empty() && current.as_deref() == Some(&**q.waiter);
         let mut ok = current.is_none() || handed;
-        if ok
-            && q.fair
-            && let Some(head) = self.live_head(key, now_us, q.ignore_liveness)
-        {
-            ok = head == *q.waiter;
+        if ok && q.fair {
+            // A head the prune budget did not reach may be an earlier live waiter.
+            ok = match self.live_head(key, now_us, q.ignore_liveness) {
+                Head::Live(head) => head == *q.waiter,
+                Head::None => true,
+                Head::Unknown => false,
+            };
         }
         if !ok {
             let pttl = self
@@ -531,6 +537,11 @@ impl Data {
             (score, Registration::Live),
         );
         let current = self.live(key, now_us);
+        // Every registration prunes the dead at the head of the queue (within the budget).
+        let head = match self.live_head(key, now_us, e.ignore_liveness) {
+            Head::Live(head) => Some(head),
+            Head::None | Head::Unknown => None,
+        };
         // A key free or handed to a queued waiter (this one or another: `ZSCORE queue
         // current`) belongs to the live head: to this waiter when it heads; otherwise a key
         // handed out of turn (to this waiter or another behind the head) goes on to the
@@ -542,10 +553,7 @@ impl Data {
                 .queue(key, now_us)
                 .is_some_and(|q| q.scores.contains_key(current)),
         };
-        let head = match takeable {
-            true => self.live_head(key, now_us, e.ignore_liveness),
-            false => None,
-        };
+        let head = head.filter(|_| takeable);
         let handed = match head {
             Some(head) if head == *e.waiter => {
                 if current.as_deref() != Some(&**e.waiter) {
@@ -607,8 +615,29 @@ impl Data {
     }
 }
 
-/// The most members `live_head` looks at (the scripts' bound).
-const LIVE_HEAD_STEPS: usize = 64;
+/// The most dead members one run of `live_head` prunes (`queue.lua`'s `PRUNE`).
+const PRUNE: usize = 256;
+
+/// What `live_head` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Head {
+    /// The first member whose liveness key lives.
+    Live(Arc<str>),
+    /// No live member: the queue is empty once the dead are pruned.
+    None,
+    /// The prune budget ran out before a live member was found.
+    Unknown,
+}
+
+impl Head {
+    /// The live head's id, if one was found.
+    fn as_deref(&self) -> Option<&str> {
+        match self {
+            Head::Live(head) => Some(head),
+            Head::None | Head::Unknown => None,
+        }
+    }
+}
 
 /// The arguments of `AcquireQueued` that its body reads.
 #[derive(Debug)]
@@ -1625,12 +1654,14 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             }
         }
         // release_many.lua (the release notices have no subscriber in the simulation)
+        // release_many.lua: each key of ours deleted and handed to its queue's live head.
         Op::ReleaseMany { keys, value, .. } => {
             let (mut deleted, mut held) = (0, 0);
             for key in keys {
                 match data.live(key, now_us) {
                     Some(current) if current == *value => {
                         data.locks.remove(&**key);
+                        data.hand_off(key, now_us, false);
                         deleted += 1;
                     }
                     Some(_) => held += 1,
@@ -1920,11 +1951,17 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 queued,
             }))
         }
-        // force_unlock.lua: whatever holds the key is deleted and the counter raised (the
-        // release notice has no subscriber here).
+        // force_unlock.lua: whatever holds the key is deleted and the counter raised; a
+        // waiter's id leaves the queue, and the key goes to the live head (the release
+        // notice has no subscriber here).
         Op::ForceUnlock { key, .. } => {
-            let removed = data.live(key, now_us).map(|v| v.to_string());
+            let current = data.live(key, now_us);
+            let removed = current.as_ref().map(|v| v.to_string());
             data.locks.remove(&**key);
+            if let Some(current) = current {
+                data.leave(key, &current, Registration::Dequeued, now_us);
+                data.hand_off(key, now_us, false);
+            }
             let counter = data.fences.entry(scripts::fence_key(key)).or_insert(0);
             *counter += 1;
             Reply::ForceUnlocked {
@@ -2462,16 +2499,16 @@ mod tests {
         let mut d = Data::default();
         let (k, v): (Arc<str>, Arc<str>) = (key(), "v".into());
         apply(&mut d, &acquire("v", FenceRead::Skip), T0, id);
-        for i in 0..70u64 {
-            d.enqueue(&enq(&k, &format!("w{i:02}").into(), i + 1, true), T0);
+        for i in 0..300u64 {
+            d.enqueue(&enq(&k, &format!("w{i:03}").into(), i + 1, true), T0);
         }
-        // All dead: 64 pruned, six left for the next call.
+        // All dead: 256 pruned, 44 left for the next call, which finds none live.
         let at = T0 + 31_000;
         assert_eq!(d.release_handing_off(&k, &v, at, false), Reply::Granted);
         assert_eq!(d.live(&k, at), None);
-        assert_eq!(d.journal.pruned, 64);
-        assert_eq!(d.queue(&k, at).map(|q| q.ordered.len()), Some(6));
-        assert_eq!(d.live_head(&k, at, false), None);
+        assert_eq!(d.journal.pruned, 256);
+        assert_eq!(d.queue(&k, at).map(|q| q.ordered.len()), Some(44));
+        assert_eq!(d.live_head(&k, at, false), Head::None);
         assert!(d.queue(&k, at).is_none());
     }
 
@@ -2502,6 +2539,33 @@ mod tests {
             d.acquire_queued(&queued(&k, &w, &a, true), T0),
             (false, Some(100))
         );
+    }
+
+    #[test]
+    fn a_head_past_the_prune_budget_refuses_fair_grants_until_refreshes_prune_on() {
+        let mut d = Data::default();
+        let (k, live, v, none): (Arc<str>, Arc<str>, Arc<str>, Arc<str>) =
+            (key(), "live".into(), "v".into(), "".into());
+        // 600 registrations that die (30 ms waiter TTL), then one that stays live.
+        for i in 0..600u64 {
+            d.enqueue(&enq(&k, &format!("dead{i:03}").into(), i + 1, true), T0);
+        }
+        d.locks.clear();
+        let at = T0 + 40_000;
+        d.enqueue(&enq(&k, &live, 1_000, true), at);
+        // That registration pruned 256; the head is still unknown.
+        assert_eq!(d.journal.pruned, 256);
+        assert_eq!(d.live(&k, at), None);
+        // A fair first attempt is refused while the head is unknown (it prunes 256 more).
+        assert_eq!(
+            d.acquire_queued(&queued(&k, &v, &none, true), at),
+            (false, Some(-2))
+        );
+        assert_eq!(d.journal.pruned, 512);
+        // The live waiter's refresh prunes the rest, heads, and takes the free key.
+        assert!(d.enqueue(&enq(&k, &live, 1_000, true), at).handed);
+        assert_eq!(d.journal.pruned, 600);
+        assert_eq!(d.live(&k, at).as_deref(), Some("live"));
     }
 
     #[test]

@@ -1,0 +1,50 @@
+-- The waiter queue of a lock (docs/design.md §17), shared by every script that keeps one:
+-- joined in front of each at compile time (`scripts/mod.rs`).
+--
+-- live_head(q, prefix): the live head of queue `q`, whose waiters' liveness keys are
+-- `prefix .. id`: its first member whose liveness key exists. The dead members met before
+-- it are removed, at most PRUNE in one run, so that a script's time stays bounded. Returns
+-- the head; false when no member is live; nil when the budget ran out before a live
+-- member was found (the head is unknown: a fair grant must not be made, and the next run
+-- prunes on).
+local PRUNE = 256
+local function live_head(q, prefix)
+  local pruned = 0
+  while pruned < PRUNE do
+    local batch = redis.call('ZRANGE', q, 0, 63)
+    if #batch == 0 then return false end
+    local dead = {}
+    for _, m in ipairs(batch) do
+      if redis.call('EXISTS', prefix .. m) == 1 then
+        if #dead > 0 then redis.call('ZREM', q, unpack(dead)) end
+        return m
+      end
+      dead[#dead + 1] = m
+    end
+    redis.call('ZREM', q, unpack(dead))
+    pruned = pruned + #dead
+  end
+  return nil
+end
+
+-- hand_on(key, q, prefix, notice): lock key `key` was just freed; it goes to the live head
+-- of `q`: set to the head's id with the head's own waiter TTL, and the head alone is told
+-- on its channel. Without a known live head, the release notice is published on channel
+-- `notice` for waiters that are not queued (docs/design.md §6); a live head the budget did
+-- not reach takes the free key at its next refresh. Returns the waiter handed to, or false.
+local function hand_on(key, q, prefix, notice)
+  local head = live_head(q, prefix)
+  if head then
+    local live = redis.call('GET', prefix .. head)
+    if live then
+      local ttl, channel = string.match(live, '^(%d+) (.*)$')
+      redis.call('SET', key, head, 'PX', ttl)
+      redis.call('PUBLISH', channel, head)
+      return head
+    end
+    return false
+  end
+  redis.call('PUBLISH', notice, key)
+  return false
+end
+

@@ -131,7 +131,10 @@ impl RwLock {
     /// reader holds the lock, by a quorum of them. While readers hold it, each attempt sets
     /// the writer's intent (for one TTL), which keeps new readers out; the waiting writer
     /// tries again at least every third of its TTL, so the intent does not lapse while it
-    /// waits, and clears it when it gives up or is dropped.
+    /// waits. The intent ends with the call, on every master: once granted, the writer
+    /// clears it in the background where the granting attempt did not (masters that
+    /// refused it or had not answered it yet); a writer that gives up or is dropped
+    /// clears it everywhere. A write granted by every master at once sends nothing more.
     ///
     /// # Errors
     /// As for [`read_with`](RwLock::read_with).

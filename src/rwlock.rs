@@ -28,9 +28,10 @@ use crate::telemetry;
 /// wait. A write lease can be turned into a read lease ([`Lease::downgrade`]); a read
 /// lease cannot be upgraded (release it, then write).
 ///
-/// The name is a lock name of its own kind: a mutex ([`Redlock::acquire`]) on the same
-/// name is refused with [`ErrorKind::WrongKind`], and so is this lock on a name a mutex
-/// holds.
+/// The name is a lock name of its own kind: a mutex on the same name
+/// ([`Redlock::acquire`], or the name in a [`Redlock::acquire_many`] list) is refused with
+/// [`ErrorKind::WrongKind`] while readers or a writer hold it, and so is this lock on a
+/// name a mutex holds.
 ///
 /// ```no_run
 /// # async fn run(client: redquorum::Redlock) -> Result<(), redquorum::Error> {

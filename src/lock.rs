@@ -606,7 +606,7 @@ impl Redlock {
         self.inner.held.check(&target.name, &keys, held_mode)?;
         // A writer's intent (docs/design.md §16), chosen once per call: cleared when the
         // call ends without the lock (returned or dropped) so that readers need not wait
-        // for it to expire.
+        // for it to expire; a granted attempt clears it where its grant did not.
         let intent_guard = match (&target.shape, target.keys.first()) {
             (Shape::Write { intent, .. }, Some((_, key))) => Some(IntentGuard {
                 inner: Arc::clone(&self.inner),
@@ -1314,6 +1314,9 @@ impl Redlock {
                 }
             };
             guard.disarm();
+            if let (Shape::Write { intent, .. }, [(_, key)]) = (shape, &*target.keys) {
+                clear_intent_after_grant(inner, key, intent, &round.outcomes, round.late);
+            }
             let claim = inner.held.claim(
                 &target
                     .keys
@@ -1911,9 +1914,10 @@ impl Shape {
     }
 }
 
-/// Clears a writer's intent in the background (compare-and-delete, publishing the release
-/// notice so that readers it held back wake) unless the call acquired the lock, whose
-/// grant cleared it already.
+/// Clears a writer's intent on every master in the background (compare-and-delete,
+/// publishing the release notice so that readers it held back wake) when the call ends
+/// without the lock: an error, the wait budget, a dropped future. A call that acquired
+/// the lock disarms it: [`clear_intent_after_grant`] takes over.
 struct IntentGuard {
     inner: Arc<Inner>,
     key: Arc<str>,
@@ -1940,6 +1944,61 @@ impl Drop for IntentGuard {
             &[(intent, channel)],
             &self.intent,
         );
+    }
+}
+
+/// After a writer's grant (docs/design.md §16): the masters that granted deleted the
+/// call's intent; every other one may hold it, set by this attempt or an earlier one of
+/// the call, and it is cleared there in the background as [`IntentGuard`] clears it. A
+/// master whose answer was still pending is judged by its `late` answer: a grant there
+/// deleted the intent too, and an unknown answer is cleared. A write granted by every
+/// master sends nothing more.
+fn clear_intent_after_grant(
+    inner: &Arc<Inner>,
+    key: &Arc<str>,
+    intent: &Arc<str>,
+    outcomes: &[MasterOutcome],
+    late: Option<tokio::sync::oneshot::Receiver<Vec<(usize, MasterOutcome)>>>,
+) {
+    if outcomes.iter().all(MasterOutcome::is_granted) {
+        return;
+    }
+    let mut left: Vec<bool> = outcomes.iter().map(|o| !o.is_granted()).collect();
+    let keys: [(Arc<str>, Arc<str>); 1] = [(
+        scripts::intent_key(key).into(),
+        scripts::release_channel(key).into(),
+    )];
+    let clear = move |inner: &Arc<Inner>, left: &[bool], intent: &Arc<str>| {
+        let targets: Vec<Arc<dyn Master>> = inner
+            .masters
+            .iter()
+            .zip(left)
+            .filter(|(_, left)| **left)
+            .map(|(m, _)| Arc::clone(m))
+            .collect();
+        release_in_background(inner, targets, &keys, intent);
+    };
+    let pending = outcomes.iter().any(|o| matches!(o, MasterOutcome::Pending));
+    match late {
+        Some(late) if pending => {
+            let (shared, intent) = (Arc::clone(inner), Arc::clone(intent));
+            let spawned = inner.spawn(async move {
+                // The stragglers answer within the node timeout; a closed channel leaves
+                // them to be cleared.
+                if let Ok(answers) = late.await {
+                    for (i, outcome) in answers {
+                        if let Some(left) = left.get_mut(i) {
+                            *left = !outcome.is_granted();
+                        }
+                    }
+                }
+                clear(&shared, &left, &intent);
+            });
+            if !spawned {
+                tracing::debug!("no runtime to clear a writer's intent: it expires with its TTL");
+            }
+        }
+        _ => clear(inner, &left, intent),
     }
 }
 

@@ -2034,6 +2034,7 @@ async fn enqueue(
                 .key(scripts::queue_key(key))
                 .key(scripts::ticket_key(key))
                 .key(scripts::waiter_key(key, waiter))
+                .key(scripts::owner_key(key))
                 .arg(&**waiter)
                 .arg(*score)
                 .arg(if *strict { "1" } else { "0" })
@@ -2173,17 +2174,23 @@ fn refused_again() -> MasterError {
 
 /// The error of a lock script that found another kind of lock under the name.
 fn wrong_kind(found: Option<&str>) -> MasterError {
-    let found = match found {
-        Some("rwlock") => Some("read-write lock"),
-        other => other,
-    };
     MasterError::new(
         MasterErrorKind::WrongKind,
         format!(
             "the name holds a {} here, not a lock: use another name",
-            found.unwrap_or("value of another kind")
+            kind_shown(found)
         ),
     )
+}
+
+/// A kind a lock script found under a name (a Redis type, or an owner record's kind), as
+/// the errors name it.
+fn kind_shown(found: Option<&str>) -> &str {
+    match found {
+        Some("rwlock") => "read-write lock",
+        Some(other) => other,
+        None => "value of another kind",
+    }
 }
 
 /// The error of `rw_acquire.lua` finding another kind of lock under the name.
@@ -2206,7 +2213,7 @@ fn wrong_kind_at(key: &str, found: Option<&str>) -> MasterError {
         MasterErrorKind::WrongKind,
         format!(
             "the name {key:?} holds a {} here, not a lock: use another name",
-            found.unwrap_or("value of another kind")
+            kind_shown(found)
         ),
     )
 }

@@ -28,9 +28,10 @@ use crate::telemetry;
 /// wait. A write lease can be turned into a read lease ([`Lease::downgrade`]); a read
 /// lease cannot be upgraded (release it, then write).
 ///
-/// The name is a lock name of its own kind: a mutex ([`Redlock::acquire`]) on the same
-/// name is refused with [`ErrorKind::WrongKind`], and so is this lock on a name a mutex
-/// holds.
+/// The name is a lock name of its own kind: a mutex on the same name
+/// ([`Redlock::acquire`], or the name in a [`Redlock::acquire_many`] list) is refused with
+/// [`ErrorKind::WrongKind`] while readers or a writer hold it, and so is this lock on a
+/// name a mutex holds.
 ///
 /// ```no_run
 /// # async fn run(client: redquorum::Redlock) -> Result<(), redquorum::Error> {
@@ -131,7 +132,10 @@ impl RwLock {
     /// reader holds the lock, by a quorum of them. While readers hold it, each attempt sets
     /// the writer's intent (for one TTL), which keeps new readers out; the waiting writer
     /// tries again at least every third of its TTL, so the intent does not lapse while it
-    /// waits, and clears it when it gives up or is dropped.
+    /// waits. The intent ends with the call, on every master: once granted, the writer
+    /// clears it in the background where the granting attempt did not (masters that
+    /// refused it or had not answered it yet); a writer that gives up or is dropped
+    /// clears it everywhere. A write granted by every master at once sends nothing more.
     ///
     /// # Errors
     /// As for [`read_with`](RwLock::read_with).

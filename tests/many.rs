@@ -201,6 +201,64 @@ async fn a_name_of_another_kind_is_named_and_the_longest_list_is_locked() {
     none_left(&cluster, &others).await;
 }
 
+/// A name held by readers of a read-write lock has no lock key, only its owner record
+/// (kind `rwlock`) and the reader keys: still another kind of lock to `acquire_many`,
+/// refused as `WrongKind` (permanent), with nothing set and the readers' records left as
+/// they were; a mutex on the name stays refused while the reader holds.
+#[tokio::test]
+async fn a_name_held_by_readers_is_refused_as_another_kind() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let readers = client(&cluster).build().unwrap();
+    let locker = client(&cluster).build().unwrap();
+    let (doc, other) = (unique_key("read_doc"), unique_key("read_other"));
+    let read = readers.rwlock(&doc).read().await.unwrap();
+    let owner = format!("redquorum:owner:{doc}");
+    let index = format!("redquorum:rw:{doc}:readers");
+    // The read round returns on a quorum: await its records on every master.
+    wait_until(
+        Duration::from_secs(2),
+        "the reader is on every master",
+        || held_everywhere(&cluster, read.key(), read.value()),
+    )
+    .await;
+    let err = match locker
+        .acquire_many_with(&[&doc, &other], &AcquireOptions::new().attempts(1))
+        .await
+    {
+        Ok(lease) => panic!(
+            "acquire_many granted {doc:?} while a reader holds it: {:?}",
+            lease.masters()
+        ),
+        Err(err) => err,
+    };
+    assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
+    assert!(!err.is_retryable(), "{err}");
+    assert!(err.to_string().contains(doc.as_str()), "{err}");
+    assert!(err.to_string().contains("read-write lock"), "{err}");
+    none_left(&cluster, &[&doc, &other]).await;
+    for server in cluster.servers() {
+        let mut conn = raw(&server.url()).await;
+        let record: std::collections::HashMap<String, String> = conn.hgetall(&owner).await.unwrap();
+        assert_eq!(
+            record,
+            [("kind".to_owned(), "rwlock".to_owned())].into(),
+            "the owner record of the read-write lock changed"
+        );
+        let pttl: i64 = conn.pttl(&owner).await.unwrap();
+        assert!(pttl > 0, "the owner record lost its expiry: {pttl}");
+        let member: bool = conn.sismember(&index, read.value()).await.unwrap();
+        assert!(member, "the reader left the index");
+        assert_eq!(
+            value_on(server, read.key()).await.as_deref(),
+            Some(read.value())
+        );
+    }
+    let err = locker.try_acquire(&doc).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
+    assert!(!read.handle().is_lost());
+    read.release().await.unwrap();
+}
+
 /// Two clients list the same two resources in opposite orders and contend in a loop: no
 /// hold-and-wait, so both finish every cycle, and never hold a resource at once.
 #[tokio::test]

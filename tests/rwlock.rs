@@ -7,7 +7,8 @@ mod support;
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redquorum::{AcquireOptions, ErrorKind, LeaseMode, Redlock};
+use redquorum::testkit::{Latency, Mode, Proxy};
+use redquorum::{AcquireOptions, ErrorKind, LeaseMode, MasterOutcome, Redlock};
 use support::*;
 use tokio::time::Instant;
 
@@ -118,6 +119,242 @@ async fn a_waiting_writer_stops_new_readers_and_gets_in_when_the_reader_leaves()
         let exists: bool = raw(&url).await.exists(&intent).await.unwrap();
         assert!(!exists);
     }
+    w.release().await.unwrap();
+}
+
+/// On how many running masters of `cluster` the writer intent of lock `name` lives.
+async fn intents_on(cluster: &Cluster, name: &str) -> usize {
+    let intent = format!("redquorum:rw:{name}:intent");
+    let mut count = 0;
+    for server in cluster.servers() {
+        if !server.is_running() || server.is_paused() {
+            continue;
+        }
+        let exists: bool = raw(&server.url()).await.exists(&intent).await.unwrap();
+        count += usize::from(exists);
+    }
+    count
+}
+
+/// Awaits the writer intent of lock `name` on every master of `cluster`.
+async fn wait_intent_everywhere(cluster: &Cluster, name: &str) {
+    wait_until(
+        Duration::from_secs(5),
+        "the writer's intent is set",
+        || async { intents_on(cluster, name).await == cluster.len() },
+    )
+    .await;
+}
+
+/// A writer that got in leaves its intent on no master. Its granted attempt deleted the
+/// intent where it was granted; a master that refused that attempt (a reader still there)
+/// or had not answered it may still hold the intent of this or an earlier attempt, and the
+/// writer clears it there in the background. Left there, intents of successive writers
+/// keep new readers out of such masters for the writers' TTL, with no writer anywhere.
+#[tokio::test]
+async fn a_writer_that_got_in_leaves_no_intent_behind() {
+    let mut cluster = Cluster::start(3).await.unwrap();
+    let readers = client_with(&cluster, |b| b.ttl("10s"));
+    let name = unique_key("leftover");
+    let first = readers.rwlock(&name).read().await.unwrap();
+    let second = readers.rwlock(&name).read().await.unwrap();
+    for lease in [&first, &second] {
+        wait_until(
+            Duration::from_secs(2),
+            "the reader is on every master",
+            || held_everywhere(&cluster, lease.key(), lease.value()),
+        )
+        .await;
+    }
+    // The second reader's key is left on the last master only (as if it had expired on
+    // the others): that master refuses the attempt that lets the writer in.
+    for url in &cluster.urls()[..2] {
+        let _: () = raw(url).await.del(second.key()).await.unwrap();
+    }
+    // The intent lives for the writer's TTL, 10 s: far longer than any wait below.
+    let writer = client_with(&cluster, |b| b.ttl("10s")).rwlock(&name);
+    let writing = tokio::spawn(async move { writer.write().await });
+    wait_intent_everywhere(&cluster, &name).await;
+    first.release().await.unwrap();
+    let w = writing.await.unwrap().unwrap();
+    assert!(
+        !w.masters()[2].outcome().is_granted(),
+        "the last master, where a reader is left, granted the writer: {:?}",
+        w.masters()
+    );
+    w.release().await.unwrap();
+    wait_until(
+        Duration::from_secs(2),
+        "no writer intent is left on any master",
+        || async { intents_on(&cluster, &name).await == 0 },
+    )
+    .await;
+    // With the first master down, a reader needs the last one: it is let in at once.
+    cluster.server_mut(0).kill().unwrap();
+    let reader = super_client(&cluster)
+        .rwlock(&name)
+        .read_with(&once())
+        .await
+        .unwrap();
+    reader.release().await.unwrap();
+    second.release().await.unwrap();
+}
+
+/// A master whose answer to the granting attempt is still pending when the round is
+/// decided may refuse it afterwards (a reader left there) and set the intent then: the
+/// writer awaits that late answer and clears the intent there too.
+#[tokio::test]
+async fn a_writer_clears_its_intent_where_a_late_answer_refused_it() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let readers = client_with(&cluster, |b| b.ttl("10s"));
+    let name = unique_key("late");
+    let first = readers.rwlock(&name).read().await.unwrap();
+    let second = readers.rwlock(&name).read().await.unwrap();
+    for lease in [&first, &second] {
+        wait_until(
+            Duration::from_secs(2),
+            "the reader is on every master",
+            || held_everywhere(&cluster, lease.key(), lease.value()),
+        )
+        .await;
+    }
+    for url in &cluster.urls()[..2] {
+        let _: () = raw(url).await.del(second.key()).await.unwrap();
+    }
+    // The writer reaches the last master through a proxy that holds back its replies, so
+    // its rounds are decided by the first two before the last one answers.
+    let slow = Proxy::for_server(cluster.server(2)).await.unwrap();
+    slow.set_mode(Mode::Delay {
+        to_server: Latency::ZERO,
+        to_client: Latency::new(Duration::from_millis(500), Duration::ZERO),
+    });
+    let mut urls = cluster.urls();
+    urls[2] = slow.url();
+    let writer = Redlock::builder()
+        .quarantine(false)
+        .masters(urls)
+        .ttl("10s")
+        .node_timeout("3s")
+        .connect_timeout("5s")
+        .build()
+        .unwrap()
+        .rwlock(&name);
+    let writing = tokio::spawn(async move { writer.write().await });
+    wait_intent_everywhere(&cluster, &name).await;
+    first.release().await.unwrap();
+    let w = writing.await.unwrap().unwrap();
+    assert!(
+        matches!(w.masters()[2].outcome(), MasterOutcome::Pending),
+        "the slow master answered before the round was decided: {:?}",
+        w.masters()
+    );
+    wait_until(
+        Duration::from_secs(3),
+        "no writer intent is left on any master",
+        || async { intents_on(&cluster, &name).await == 0 },
+    )
+    .await;
+    w.release().await.unwrap();
+    second.release().await.unwrap();
+}
+
+/// A writer that gives up on its wait budget, and one whose call is dropped while it
+/// waits, clear their intent on every master: a reader is let in at once afterwards.
+#[tokio::test]
+async fn a_writer_that_gives_up_or_is_dropped_leaves_no_intent_behind() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let readers = client_with(&cluster, |b| b.ttl("10s"));
+    for drop_it in [false, true] {
+        let name = unique_key("ended");
+        let held = readers.rwlock(&name).read().await.unwrap();
+        let writers = client_with(&cluster, |b| b.ttl("10s"));
+        let writer = writers.rwlock(&name);
+        let writing = tokio::spawn(async move {
+            writer
+                .write_with(&AcquireOptions::new().wait_timeout("1s"))
+                .await
+        });
+        wait_intent_everywhere(&cluster, &name).await;
+        if drop_it {
+            writing.abort();
+            assert!(writing.await.unwrap_err().is_cancelled());
+        } else {
+            let err = writing.await.unwrap().unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::WaitTimeout, "{err}");
+        }
+        wait_until(
+            Duration::from_secs(2),
+            "no writer intent is left on any master",
+            || async { intents_on(&cluster, &name).await == 0 },
+        )
+        .await;
+        held.release().await.unwrap();
+        super_client(&cluster)
+            .rwlock(&name)
+            .read_with(&once())
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        writers.shutdown().await;
+    }
+}
+
+/// Every script command of the masters (`EVALSHA`, or `EVAL` after a flushed cache),
+/// summed over `cluster`: `INFO commandstats` calls.
+async fn script_calls(cluster: &Cluster) -> u64 {
+    let mut total = 0;
+    for url in cluster.urls() {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut raw(&url).await)
+            .await
+            .unwrap();
+        for line in info.lines() {
+            let Some((name, stats)) = line.split_once(':') else {
+                continue;
+            };
+            if name != "cmdstat_evalsha" && name != "cmdstat_eval" {
+                continue;
+            }
+            total += stats
+                .split(',')
+                .find_map(|f| f.strip_prefix("calls="))
+                .and_then(|c| c.parse::<u64>().ok())
+                .unwrap();
+        }
+    }
+    total
+}
+
+/// A write acquire granted by every master at its first attempt set no intent anywhere,
+/// and sends nothing but its one round: no clean-up follows it.
+#[tokio::test]
+async fn an_uncontended_writer_sends_nothing_but_its_round() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    // Connect (and load the scripts) first.
+    client
+        .rwlock(&unique_key("warm"))
+        .write()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    client.shutdown().await;
+    let before = script_calls(&cluster).await;
+    // The round returns on a quorum: the last master's answer (a grant) is often still
+    // pending then, and is no reason to clean up there.
+    let w = client.rwlock(&unique_key("alone")).write().await.unwrap();
+    // Whatever the acquire left to run in the background has run by now.
+    assert_eq!(client.shutdown().await, 0);
+    assert_eq!(
+        script_calls(&cluster).await - before,
+        3,
+        "one script call per master"
+    );
     w.release().await.unwrap();
 }
 

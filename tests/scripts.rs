@@ -666,6 +666,192 @@ async fn acquire_contract() {
     assert_eq!((ok, kind.as_deref()), (-3, Some("semaphore")));
 }
 
+/// A read-write lock held by a reader has no lock key: only its owner record (kind
+/// `rwlock`), the reader's key and the index, as `rw_acquire.lua` leaves them. Every script
+/// that takes the name as a mutex (`acquire.lua`, `acquire_queued.lua`, `acquire_many.lua`,
+/// `enqueue.lua`) answers -3 with that kind and changes nothing.
+#[tokio::test]
+async fn a_name_held_by_a_reader_is_another_kind_to_every_mutex_script() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let keys = QueueKeys::new("read_held");
+    let key = keys.key.clone();
+    let (epoch, record) = (keys.epoch.clone(), keys.record.clone());
+    let owner = format!("redquorum:owner:{key}");
+    let fence = format!("redquorum:fence:{key}");
+    let index = format!("redquorum:rw:{key}:readers");
+    let reader = format!("redquorum:rw:{key}:reader:r1");
+    let rw = Script::new(RW_ACQUIRE);
+    let (code, ..): (i64, String, String, Option<String>, i64, Option<String>) = rw
+        .key(&key)
+        .key(&epoch)
+        .key(&fence)
+        .key(&record)
+        .key(&owner)
+        .key(&index)
+        .key(format!("redquorum:rw:{key}:intent"))
+        .key(format!("redquorum:rw:{key}:reader:"))
+        .arg("r1")
+        .arg(10_000)
+        .arg("e1")
+        .arg("0")
+        .arg("")
+        .arg("client")
+        .arg("host")
+        .arg(1)
+        .arg("")
+        .arg("r")
+        .arg("")
+        .arg(0)
+        .arg(64)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(code, 1, "the reader is granted");
+    // A waiter of a mutex queued on the name before it became a read-write lock.
+    let _: () = conn.zadd(&keys.queue, "w1", 1).await.unwrap();
+    let _: () = conn
+        .pset_ex(
+            format!("{}w1", keys.waiters),
+            "800 redquorum:handoff:c",
+            5000,
+        )
+        .await
+        .unwrap();
+    type State = (
+        std::collections::HashMap<String, String>,
+        Option<String>,
+        Vec<String>,
+        bool,
+        Vec<String>,
+    );
+    let state = |mut conn: redis::aio::MultiplexedConnection| {
+        let (key, owner, index, reader, queue) = (
+            key.clone(),
+            owner.clone(),
+            index.clone(),
+            reader.clone(),
+            keys.queue.clone(),
+        );
+        async move {
+            let state: State = (
+                conn.hgetall(&owner).await.unwrap(),
+                conn.get(&reader).await.unwrap(),
+                conn.smembers(&index).await.unwrap(),
+                conn.exists(&key).await.unwrap(),
+                conn.zrange(&queue, 0, -1).await.unwrap(),
+            );
+            state
+        }
+    };
+    let before = state(conn.clone()).await;
+    assert_eq!(
+        before,
+        (
+            [("kind".to_owned(), "rwlock".to_owned())].into(),
+            Some("r1".to_owned()),
+            vec!["r1".to_owned()],
+            false,
+            vec!["w1".to_owned()],
+        )
+    );
+
+    let (code, _, _, _, _, kind, _): Acquired = Script::new(ACQUIRE)
+        .key(&key)
+        .key(&epoch)
+        .key(&fence)
+        .key(&record)
+        .key(&owner)
+        .key(&keys.ticket)
+        .arg("m1")
+        .arg(10_000)
+        .arg("e1")
+        .arg("0")
+        .arg("")
+        .arg("client")
+        .arg("host")
+        .arg(1)
+        .arg("")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((code, kind.as_deref()), (-3, Some("rwlock")), "acquire.lua");
+    assert_eq!(state(conn.clone()).await, before, "acquire.lua");
+
+    let (code, _, _, _, _, kind, _): AcquiredQueued = Script::new(ACQUIRE_QUEUED)
+        .key(&key)
+        .key(&epoch)
+        .key(&fence)
+        .key(&record)
+        .key(&owner)
+        .key(&keys.queue)
+        .key(&keys.ticket)
+        .arg("m2")
+        .arg(10_000)
+        .arg("e1")
+        .arg("0")
+        .arg("")
+        .arg("client")
+        .arg("host")
+        .arg(1)
+        .arg("")
+        .arg("w1")
+        .arg("1")
+        .arg(&keys.waiters)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        (code, kind.as_deref()),
+        (-3, Some("rwlock")),
+        "acquire_queued.lua"
+    );
+    assert_eq!(state(conn.clone()).await, before, "acquire_queued.lua");
+
+    let other = unique_key("read_held_other");
+    let (code, _, _, _, at, kind): AcquiredMany = Script::new(ACQUIRE_MANY)
+        .key(&epoch)
+        .key(&record)
+        .key(&key)
+        .key(&fence)
+        .key(&owner)
+        .key(&other)
+        .key(format!("redquorum:fence:{other}"))
+        .key(format!("redquorum:owner:{other}"))
+        .arg("m3")
+        .arg(10_000)
+        .arg("e1")
+        .arg("0")
+        .arg("")
+        .arg("client")
+        .arg("host")
+        .arg(1)
+        .arg("")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        (code, kind.as_deref(), at),
+        (-3, Some("rwlock"), vec![1]),
+        "acquire_many.lua"
+    );
+    assert_eq!(state(conn.clone()).await, before, "acquire_many.lua");
+    assert_eq!(get(&server.url(), &other).await, None, "acquire_many.lua");
+
+    let script = Script::new(ENQUEUE);
+    let (code, _, _, _, handed, _, kind): Enqueued = keys
+        .enqueue(&script, "w1", 1, (false, false), "redquorum:handoff:c", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        (code, handed, kind.as_deref()),
+        (-3, 0, Some("rwlock")),
+        "enqueue.lua"
+    );
+    assert_eq!(state(conn.clone()).await, before, "enqueue.lua");
+}
+
 type Permits = (
     i64,
     String,
@@ -1334,6 +1520,11 @@ fn script_hashes_are_pinned() {
             "646e07bfeaaff5b744aa52eaa4bdd82906b1fffa",
         ),
         (
+            "acquire_many.lua",
+            ACQUIRE_MANY,
+            "9d789acccf1c5da95b51040b1d40c661a66e568c",
+        ),
+        (
             "rw_acquire.lua",
             RW_ACQUIRE,
             "278b62f8e03de31dfc8be14f20fdda826a4a867a",
@@ -1356,7 +1547,7 @@ fn script_hashes_are_pinned() {
         (
             "enqueue.lua",
             ENQUEUE,
-            "bc421624bd8bd55f9ba369789388b7cd54764020",
+            "dd88db795b3f4aeeff74de513dd3fdc9b672ead2",
         ),
         (
             "dequeue.lua",
@@ -1454,9 +1645,10 @@ type Enqueued = (
     Option<String>,
 );
 
-/// The keys of one lock's queue for `enqueue.lua`, and its invocation: a waiter
-/// registering with `score` (`strict`: a fair ticket's write-back), its hand-off `channel`
-/// and waiter TTL 800 ms, from a caller whose cluster fingerprint is `fingerprint`.
+/// The keys of one lock's queue for `enqueue.lua` (and the lock's owner record), and its
+/// invocation: a waiter registering with `score` (`strict`: a fair ticket's write-back), its
+/// hand-off `channel` and waiter TTL 800 ms, from a caller whose cluster fingerprint is
+/// `fingerprint`.
 struct QueueKeys {
     key: String,
     epoch: String,
@@ -1495,6 +1687,7 @@ impl QueueKeys {
             .key(&self.queue)
             .key(&self.ticket)
             .key(format!("{}{waiter}", self.waiters))
+            .key(format!("redquorum:owner:{}", self.key))
             .arg(waiter)
             .arg(score)
             .arg(if strict { "1" } else { "0" })

@@ -46,6 +46,10 @@ pub(crate) struct Round {
     pub(crate) replies: Vec<Option<Reply>>,
     /// The round was failed by its time bound (`Bounds::until`), not by the masters.
     pub(crate) cut: bool,
+    /// The outcomes of the masters still [`MasterOutcome::Pending`] when the round was
+    /// decided, by index, once the last of them answered or failed; `None` when none was
+    /// pending. Closed without a value when no runtime collected them.
+    pub(crate) late: Option<tokio::sync::oneshot::Receiver<Vec<(usize, MasterOutcome)>>>,
 }
 
 impl Round {
@@ -318,12 +322,16 @@ pub(crate) async fn run(
         );
     });
 
+    let mut late = None;
     if !in_flight.is_empty()
         && let Ok(runtime) = tokio::runtime::Handle::try_current()
     {
         let names: Vec<Arc<str>> = masters.iter().map(|m| Arc::clone(m.name())).collect();
         let op_name = op.name();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        late = Some(rx);
         let stragglers = async move {
+            let mut outcomes = Vec::with_capacity(in_flight.len());
             while let Some((i, reply)) = in_flight.next().await {
                 let outcome = outcome(&reply);
                 telemetry::master_answered(|| &names[i], op_name, &outcome);
@@ -332,7 +340,10 @@ pub(crate) async fn run(
                     op = op_name,
                     "late reply after the round was decided: {outcome}"
                 );
+                outcomes.push((i, outcome));
             }
+            // Nobody may be listening: most callers never ask.
+            let _ = tx.send(outcomes);
         };
         match bounds.tracker {
             Some(tracker) => runtime.spawn(tracker.track_future(stragglers)),
@@ -350,6 +361,7 @@ pub(crate) async fn run(
         t0,
         replies,
         cut,
+        late,
     }
 }
 

@@ -34,8 +34,10 @@ for i = 1, n do
   if kind ~= 'none' and kind ~= 'string' then
     return {-3, epoch, now, {}, {i}, kind}
   end
+  -- The owner record marks the name whatever the key holds: a read-write lock held by
+  -- readers only has no key here, only its record (kind 'rwlock').
   local owned = redis.call('HGET', owner, 'kind')
-  if kind == 'string' and owned and owned ~= 'lock' then
+  if owned and owned ~= 'lock' then
     return {-3, epoch, now, {}, {i}, owned}
   end
   fences[i] = false

@@ -4,7 +4,7 @@
 -- when it heads; otherwise a key handed out of turn (to this waiter or another behind the
 -- head) goes on to the head, which is told, and a free key is left to the head.
 -- KEYS[1] lock key, KEYS[2] epoch record, KEYS[3] cluster record, KEYS[4] waiter queue,
--- KEYS[5] ticket counter, KEYS[6] the waiter's liveness key
+-- KEYS[5] ticket counter, KEYS[6] the waiter's liveness key, KEYS[7] owner record
 -- ARGV[1] waiter id, ARGV[2] score (a ticket), ARGV[3] strict: '1' only for a fair
 -- registration's ticket write-back, ARGV[4] waiter ttl ms, ARGV[5] the waiter's hand-off
 -- channel, ARGV[6] fair: '1' or '0' (the steps are the same), ARGV[7] id for a new
@@ -14,6 +14,7 @@
 --          the lock key's pttl (-2 when free or handed), detail or false}
 -- code: 1 registered, 0 the ticket counter is at or above the score (strict; nothing
 -- written), -2 the cluster record's fingerprint differs, -3 the name holds another kind
+-- (detail: its kind; nothing written)
 local t = redis.call('TIME')
 local now = t[1] .. string.format('%06d', t[2])
 local epoch = redis.call('GET', KEYS[2])
@@ -28,6 +29,10 @@ end
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'none' and kind ~= 'string' then
   return {-3, epoch, now, false, 0, -2, kind}
+end
+local owned = redis.call('HGET', KEYS[7], 'kind')
+if owned and owned ~= 'lock' then
+  return {-3, epoch, now, false, 0, -2, owned}
 end
 local score, strict = ARGV[2], ARGV[3]
 local counter = false

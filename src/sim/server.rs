@@ -1563,7 +1563,9 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             }
         }
         // acquire_many.lua, past its comparison of fingerprints (`apply_as`): every key or
-        // none (the planted partial vote grants each free key and says granted if any was)
+        // none (the planted partial vote grants each free key and says granted if any was);
+        // the model keeps no owner records, so its kind check is not modelled (see
+        // rw_acquire.lua below)
         Op::AcquireMany {
             keys,
             value,
@@ -2018,7 +2020,8 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 ticket: fair.then(|| data.tickets.get(&**key).copied().unwrap_or(0)),
             }
         }
-        // enqueue.lua, past its comparison of fingerprints (`apply_as`)
+        // enqueue.lua, past its comparison of fingerprints (`apply_as`); the model keeps no
+        // owner records, so its kind check is not modelled (see rw_acquire.lua above)
         Op::Enqueue {
             key,
             waiter,

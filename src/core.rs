@@ -58,6 +58,7 @@ impl Inner {
             until: None,
             tracker: Some(&self.background),
             every: true,
+            late: false,
         }
     }
 
@@ -67,6 +68,7 @@ impl Inner {
             until,
             tracker: Some(&self.background),
             every: false,
+            late: false,
         }
     }
 }

@@ -28,7 +28,7 @@ use crate::lease::{Lease, LeaseHandle, LeaseKey, LeaseMode, LeaseParams, Watchdo
 use crate::master::{FenceRead, Master, Op, RedisMaster, Reply, RwMode};
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
-use crate::quorum::{self, Decision};
+use crate::quorum::{self, Bounds, Decision};
 use crate::telemetry;
 use crate::wait::{Notifier, Subscription};
 use crate::{deadline, scripts};
@@ -1209,7 +1209,12 @@ impl Redlock {
                 partial: config.planted.is(Mutant::ManyPartialVote),
             },
         };
-        let bounds = inner.bounds(Some(plan.give_up_at));
+        // A writer learns how its stragglers answered, to clear its intent where they
+        // refused (`clear_intent_after_grant`).
+        let bounds = Bounds {
+            late: matches!(shape, Shape::Write { .. }),
+            ..inner.bounds(Some(plan.give_up_at))
+        };
         let traced = telemetry::resource(resource, config.trace_resource_names);
         let round = quorum::run(&inner.masters, Arc::new(op), inner.quorum, traced, bounds).await;
         let reports = round.reports(&inner.masters);

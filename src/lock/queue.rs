@@ -469,6 +469,7 @@ impl Redlock {
                                 until: Some(plan.give_up_at),
                                 tracker: Some(&inner.background),
                                 every: true,
+                                late: false,
                             };
                             let need = masters.len();
                             let _ = quorum::run(&masters, op, need, traced(), bounds).await;
@@ -583,6 +584,7 @@ impl Redlock {
             until: Some(until),
             tracker: Some(&inner.background),
             every: !strict,
+            late: false,
         };
         quorum::run(&inner.masters, op, inner.quorum, traced, bounds).await
     }

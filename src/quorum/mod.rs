@@ -46,9 +46,9 @@ pub(crate) struct Round {
     pub(crate) replies: Vec<Option<Reply>>,
     /// The round was failed by its time bound (`Bounds::until`), not by the masters.
     pub(crate) cut: bool,
-    /// The outcomes of the masters still [`MasterOutcome::Pending`] when the round was
-    /// decided, by index, once the last of them answered or failed; `None` when none was
-    /// pending. Closed without a value when no runtime collected them.
+    /// With [`Bounds::late`]: the outcomes of the masters still [`MasterOutcome::Pending`]
+    /// when the round was decided, by index, once the last of them answered or failed;
+    /// `None` when none was pending. Closed without a value when no runtime collected them.
     pub(crate) late: Option<tokio::sync::oneshot::Receiver<Vec<(usize, MasterOutcome)>>>,
 }
 
@@ -230,6 +230,9 @@ pub(crate) struct Bounds<'a> {
     /// Wait for every master's answer (each within its node timeout) even once decided,
     /// so that the outcomes report every master.
     pub(crate) every: bool,
+    /// Report the outcomes of the masters still pending at the decision once they answer
+    /// ([`Round::late`]); off for most rounds, which never ask.
+    pub(crate) late: bool,
 }
 
 /// Runs `op` on every master in `masters` concurrently and decides once `need` grants are
@@ -328,10 +331,13 @@ pub(crate) async fn run(
     {
         let names: Vec<Arc<str>> = masters.iter().map(|m| Arc::clone(m.name())).collect();
         let op_name = op.name();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        late = Some(rx);
+        let mut tx = None;
+        if bounds.late {
+            let (sender, receiver) = tokio::sync::oneshot::channel();
+            (tx, late) = (Some(sender), Some(receiver));
+        }
         let stragglers = async move {
-            let mut outcomes = Vec::with_capacity(in_flight.len());
+            let mut outcomes = Vec::new();
             while let Some((i, reply)) = in_flight.next().await {
                 let outcome = outcome(&reply);
                 telemetry::master_answered(|| &names[i], op_name, &outcome);
@@ -340,10 +346,14 @@ pub(crate) async fn run(
                     op = op_name,
                     "late reply after the round was decided: {outcome}"
                 );
-                outcomes.push((i, outcome));
+                if tx.is_some() {
+                    outcomes.push((i, outcome));
+                }
             }
-            // Nobody may be listening: most callers never ask.
-            let _ = tx.send(outcomes);
+            if let Some(tx) = tx {
+                // The caller may have stopped listening.
+                let _ = tx.send(outcomes);
+            }
         };
         match bounds.tracker {
             Some(tracker) => runtime.spawn(tracker.track_future(stragglers)),

@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redquorum::testkit::{Mode, Proxy};
+use redquorum::testkit::{Latency, Mode, Proxy};
 use redquorum::{AcquireOptions, ErrorKind, Redlock};
 use support::*;
 
@@ -335,4 +335,73 @@ async fn a_queued_waiter_whose_name_turns_into_another_kind_stops_at_once() {
     // refreshes before the change, and the one that met it).
     assert!(error.attempts() <= 20, "{error}");
     let _ = lease.release().await;
+}
+
+/// A head waiter whose confirm fails while one master holds a stale foreign key (a
+/// contender that crashed after its `SET`) and another answers too late: the masters that
+/// refused it never give new evidence (the stale key outlives the test; in the second
+/// variant that master is killed), while the other two keep the key handed to the waiter.
+/// The waiter must confirm again once a refresh finds the key handed to it on a quorum,
+/// within a few refresh periods (300 ms each), not stall for its whole budget while every
+/// other client is refused.
+async fn a_failed_confirm_is_retried_on_a_fresh_quorum(kill_the_refuser: bool) {
+    let mut cluster = Cluster::start(3).await.unwrap();
+    let proxy = Proxy::for_server(cluster.server(2)).await.unwrap();
+    let holder = client(&cluster).ttl("10s").build().unwrap();
+    let waiter = Redlock::builder()
+        .quarantine(false)
+        .masters([
+            cluster.server(0).url(),
+            cluster.server(1).url(),
+            proxy.url(),
+        ])
+        .ttl("10s")
+        .node_timeout("200ms")
+        .retry_delay("30s")
+        .retry_jitter("1ms")
+        .waiter_ttl("900ms")
+        .build()
+        .unwrap();
+    let key = unique_key("stalled-head");
+    let lease = holder.acquire(&key).await.unwrap();
+    let waiting = tokio::spawn({
+        let (waiter, key) = (waiter.clone(), key.clone());
+        async move {
+            let options = AcquireOptions::new().wait_timeout("20s");
+            waiter.acquire_with(&key, &options).await
+        }
+    });
+    wait_registered(&cluster, &key, 3).await;
+    // Master 1: the holder's key replaced by a stale foreign one that outlives the test.
+    let mut conn = raw(&cluster.server(1).url()).await;
+    let _: () = conn.pset_ex(&key, "stale-contender", 60_000).await.unwrap();
+    // The waiter's requests to master 2 are late (500 ms, past its 200 ms node timeout)
+    // for the confirm the release sets off; its notices come through at once.
+    proxy.set_mode(Mode::Delay {
+        to_server: Latency::new(Duration::from_millis(500), Duration::ZERO),
+        to_client: Latency::ZERO,
+    });
+    let released = tokio::time::Instant::now();
+    lease.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.set_mode(Mode::Pass);
+    if kill_the_refuser {
+        cluster.server_mut(1).kill().unwrap();
+    }
+    let taken = match tokio::time::timeout(Duration::from_secs(4), waiting).await {
+        Ok(done) => done.unwrap().unwrap(),
+        Err(_) => panic!("the waiter stalled although masters 0 and 2 hold its id"),
+    };
+    assert!(released.elapsed() < Duration::from_secs(4));
+    taken.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_refused_by_a_stale_key_confirms_again_on_a_fresh_quorum() {
+    a_failed_confirm_is_retried_on_a_fresh_quorum(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_refused_by_a_master_that_then_dies_confirms_again_on_a_fresh_quorum() {
+    a_failed_confirm_is_retried_on_a_fresh_quorum(true).await;
 }

@@ -112,10 +112,13 @@ struct Evidence {
     until: Vec<Option<Instant>>,
     waiter_ttl: Duration,
     /// After a failed confirm, the masters that refused it: the next confirm also needs
-    /// new evidence from one of them. The others may hand the key back to the waiter
-    /// when its value is released there — among them masters whose grant did not count
-    /// (an abstention, a late answer, a master that may evict keys) — and those notices
-    /// alone would start the same confirm again, and fail it again, in a loop.
+    /// new evidence from one of them, or a registration round of its own that finds the
+    /// key handed to the waiter on a quorum. The others may hand the key back to the
+    /// waiter when its value is released there — among them masters whose grant did not
+    /// count (an abstention, a late answer, a master that may evict keys) — and those
+    /// notices alone would start the same confirm again, and fail it again, in a loop. A
+    /// refuser that dies or keeps a stale key never gives new evidence: the refresh's own
+    /// quorum of answers ends the wait for it within one refresh period.
     awaited: Vec<usize>,
 }
 
@@ -157,8 +160,10 @@ impl Evidence {
     }
 
     /// The answers of a registration round: handed to the waiter there or not. A master
-    /// that did not answer keeps what it had.
-    fn note_round(&mut self, round: &Round) {
+    /// that did not answer keeps what it had. A round that finds the key handed to the
+    /// waiter on a quorum is evidence newer than any failed confirm: nothing more is
+    /// awaited.
+    fn note_round(&mut self, round: &Round, quorum: usize) {
         let seen: Vec<usize> = round
             .replies
             .iter()
@@ -172,6 +177,9 @@ impl Evidence {
             {
                 *slot = None;
             }
+        }
+        if seen.len() >= quorum {
+            self.awaited.clear();
         }
         self.note_notices(&seen);
     }
@@ -270,7 +278,7 @@ impl Redlock {
             {
                 Ok((round, retried)) => {
                     wrong_kind(&round, &target.name, *total)?;
-                    evidence.note_round(&round);
+                    evidence.note_round(&round, inner.quorum);
                     if retried {
                         // The rounds before the last may have left this waiter an older,
                         // smaller score on masters that refused the ticket it got at last:
@@ -282,7 +290,7 @@ impl Redlock {
                             .enqueue(&registration, false, plan.give_up_at, traced())
                             .await;
                         wrong_kind(&round, &target.name, *total)?;
-                        evidence.note_round(&round);
+                        evidence.note_round(&round, inner.quorum);
                     }
                 }
                 // Not issued within the budget or the bound: fail as the masters said.
@@ -310,7 +318,7 @@ impl Redlock {
                 .enqueue(&registration, false, plan.give_up_at, traced())
                 .await;
             wrong_kind(&round, &target.name, *total)?;
-            evidence.note_round(&round);
+            evidence.note_round(&round, inner.quorum);
         }
         tracing::trace!(
             resource = %traced(),
@@ -371,7 +379,7 @@ impl Redlock {
                     .await;
                 next_refresh = Instant::now() + refresh_every;
                 wrong_kind(&round, &target.name, *total)?;
-                evidence.note_round(&round);
+                evidence.note_round(&round, inner.quorum);
                 evidence.note_notices(&handoffs.fresh());
                 tracing::trace!(
                     resource = %traced(),

@@ -1083,3 +1083,65 @@ async fn many_key_releases_and_force_unlocks_hand_the_lock_on() {
     })
     .await;
 }
+
+/// Forty fair contenders arriving at once behind a holder: their ticket rounds conflict
+/// with each other, which spends rounds, never the call. Every one queues and is served in
+/// turn within its budget; none gives up with `Contended` (16 did after about 80 ms, when a
+/// fixed count of ticket rounds ran out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_forty_fair_contenders_all_queue_and_are_served() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster).build().unwrap();
+    let key = unique_key("fair-burst-40");
+    let lease = holder.acquire(&key).await.unwrap();
+    let clients: Vec<Redlock> = (0..40)
+        .map(|_| client(&cluster).waiter_ttl("3s").build().unwrap())
+        .collect();
+    let start = Arc::new(tokio::sync::Barrier::new(clients.len()));
+    let ended = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let contenders: Vec<_> = clients
+        .iter()
+        .cloned()
+        .map(|c| {
+            let (key, start, ended) = (key.clone(), Arc::clone(&start), Arc::clone(&ended));
+            tokio::spawn(async move {
+                let fair = AcquireOptions::new().fair(true).wait_timeout("60s");
+                start.wait().await;
+                let acquired = c.acquire_with(&key, &fair).await;
+                ended.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let lease = acquired?;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                lease.release().await?;
+                Ok::<_, redquorum::Error>(())
+            })
+        })
+        .collect();
+    // Let every contender take its place (or give up) before the holder lets go.
+    wait_until(
+        Duration::from_secs(10),
+        "every contender queued or ended",
+        || {
+            let (cluster, key, ended) = (&cluster, &key, &ended);
+            async move {
+                let queued = members(cluster.server(0), key).await.len();
+                queued + ended.load(std::sync::atomic::Ordering::Relaxed) >= 40
+            }
+        },
+    )
+    .await;
+    lease.release().await.unwrap();
+    let mut failures = Vec::new();
+    for contender in contenders {
+        match timeout(Duration::from_secs(30), contender).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => failures.push(format!("{:?}: {e}", e.kind())),
+            Ok(Err(join)) => failures.push(format!("panicked: {join}")),
+            Err(_) => failures.push("not served within 30 s".to_owned()),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of 40 failed: {failures:#?}",
+        failures.len()
+    );
+}

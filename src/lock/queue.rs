@@ -41,11 +41,6 @@ use crate::mutants::Mutant;
 use crate::quorum::{self, Bounds, Decision, Round};
 use crate::{scripts, telemetry};
 
-/// The most strict registration rounds a fair call makes to have its ticket issued: each
-/// conflict raises the ticket past a counter that exists; the bound only guards against a
-/// master answering nonsense, as the fencing write-back's does.
-const MAX_TICKET_ROUNDS: usize = 16;
-
 /// A call about to queue: what its refused attempt learnt.
 pub(super) struct Queue<'a> {
     pub(super) target: &'a Target,
@@ -305,11 +300,7 @@ impl Redlock {
                         return Err(refused);
                     }
                     return Err(Error::new(kind, &*target.name)
-                        .with_detail(format!(
-                            "no fair ticket issued in {MAX_TICKET_ROUNDS} registration \
-                             rounds: {}",
-                            kind_word(kind)
-                        ))
+                        .with_detail(format!("no fair ticket issued: {}", kind_word(kind)))
                         .with_attempts(*total));
                 }
             }
@@ -519,11 +510,14 @@ impl Redlock {
 
     /// Issues a fair call's ticket, the registration's score (one above every counter
     /// its refused attempt read): written back strictly until a quorum took it, each
-    /// conflict raising it past the counter met. The round that issued it once issued
-    /// (its answers say where the key is handed to the waiter meanwhile), and whether a
-    /// conflict made it retry (earlier rounds may have written a smaller score); when not issued
-    /// within the budget or the bound, the last round if the masters failed it by
-    /// timeouts, abstentions or errors rather than by conflicts.
+    /// conflict raising it past the counter met. Contenders that read the same counters
+    /// conflict with each other, so each conflict is followed by a random pause that grows
+    /// with the conflicts in a row (§6's spread), which pulls a burst apart; only the wait
+    /// budget ends the rounds. Returns the round that issued it once issued (its answers
+    /// say where the key is handed to the waiter meanwhile), and whether a conflict made
+    /// it retry (earlier rounds may have written a smaller score); when not issued within
+    /// the budget or the bound, the last round if the masters failed it by timeouts,
+    /// abstentions or errors rather than by conflicts.
     async fn issue_ticket(
         &self,
         registration: &mut Registration,
@@ -531,15 +525,15 @@ impl Redlock {
         traced: telemetry::Traced<'_>,
     ) -> Result<(Round, bool), Option<Round>> {
         let mut failed = None;
-        let mut retried = false;
-        for _ in 0..MAX_TICKET_ROUNDS {
+        let mut conflicts = 0u32;
+        loop {
             if Instant::now() >= give_up_at {
                 return Err(failed);
             }
             let started = Instant::now();
             let round = self.enqueue(registration, true, give_up_at, traced).await;
             if round.decision == Decision::Reached {
-                return Ok((round, retried));
+                return Ok((round, conflicts > 0));
             }
             if refused_kind(&round).is_some() {
                 return Err(Some(round));
@@ -558,22 +552,24 @@ impl Redlock {
                 })
                 .max()
                 .filter(|c| *c >= registration.score);
-            if let Some(counter) = conflict {
-                registration.score = counter.saturating_add(1);
-                retried = true;
-                failed = None;
-                continue;
-            }
-            if round.cut {
-                return Err(failed);
-            }
-            // Timeouts or abstentions, with no conflict: the same ticket again after a
-            // pause of one round (at least a millisecond).
-            let pause = started.elapsed().max(Duration::from_millis(1));
-            failed = Some(round);
+            let pause = match conflict {
+                Some(counter) => {
+                    registration.score = counter.saturating_add(1);
+                    failed = None;
+                    conflicts += 1;
+                    spread(started.elapsed(), conflicts - 1)
+                }
+                // Cut by the budget: fail as the masters said last.
+                None if round.cut => return Err(failed),
+                // Timeouts or abstentions, with no conflict: the same ticket again after a
+                // pause of one round (at least a millisecond).
+                None => {
+                    failed = Some(round);
+                    started.elapsed().max(Duration::from_millis(1))
+                }
+            };
             tokio::time::sleep_until((Instant::now() + pause).min(give_up_at)).await;
         }
-        Err(failed)
     }
 
     /// One `Enqueue` round of `registration` to every master, decided by a quorum's

@@ -352,12 +352,19 @@ fn tls_failure(err: &redis::RedisError) -> Option<String> {
 pub enum ErrorKind {
     /// Another client holds the lock on enough masters that no quorum was possible.
     Contended,
-    /// Too many masters failed or did not answer for a quorum to be reached.
+    /// Too many masters failed or did not answer for a quorum to be reached: down,
+    /// unreachable, unresolvable or timing out. Also how a waiting acquire ends when its
+    /// wait budget runs out and its last attempt failed so, whether or not a master
+    /// refused the lock earlier in the wait (the detail says which): an outage, never
+    /// [`WaitTimeout`](Self::WaitTimeout). Retryable.
     NoQuorum,
     /// A quorum granted the lock, but the time it took used up the lock's validity, so it
     /// was released again.
     ValidityExhausted,
-    /// The wait budget ran out before the lock could be acquired.
+    /// The wait budget ran out while the lock was held by another client: the last
+    /// attempt was refused ([`Contended`](Self::Contended)). A wait whose last attempt
+    /// failed otherwise ends with that failure's kind instead ([`NoQuorum`](Self::NoQuorum)
+    /// when the masters are down). Retryable.
     WaitTimeout,
     /// The lease is lost: it expired, or an extension did not reach a quorum in time.
     LeaseLost,
@@ -474,6 +481,11 @@ impl Error {
     pub(crate) fn with_kind(mut self, kind: ErrorKind) -> Self {
         self.kind = kind;
         self
+    }
+
+    /// The detail after the kind's words in the message, if any.
+    pub(crate) fn detail(&self) -> Option<&str> {
+        self.detail.as_deref()
     }
 
     /// What kind of failure this is.

@@ -243,13 +243,17 @@ impl Builder {
     /// masters are connected on first use.
     ///
     /// # Errors
-    /// A [`ConfigError`] naming the first setting that cannot work and what to change:
-    /// no masters, an unparsable or duplicate master URL, a duration that does not parse,
-    /// a zero TTL or node timeout, a TTL not larger than the drift allowance plus the node
-    /// timeout plus the safety margin, a TTL above `ttl_max`, a duration above its
-    /// documented maximum (see "Limits" above), a drift factor out of range, zero attempts,
-    /// pauses that overflow, or a `waiter_ttl` that is zero, not above three node timeouts
-    /// or above the TTL.
+    /// A [`ConfigError`] naming each setting that cannot work and what to change (one
+    /// problem as its own variant, several as [`ConfigError::Several`]; see
+    /// [`ConfigError::primary`] and [`ConfigError::problems`]): no masters, an unparsable
+    /// or duplicate master URL, a duration that does not parse, a zero TTL or node
+    /// timeout, a TTL not larger than the drift allowance plus the node timeout plus the
+    /// safety margin (in whole milliseconds, as the masters keep it), a TTL above
+    /// `ttl_max`, a duration above its documented maximum (see "Limits" above), a drift
+    /// factor out of range, zero attempts, pauses that overflow, an `extend_interval` not
+    /// below the TTL, or a `waiter_ttl` that is zero, not above three node timeouts or
+    /// above the TTL. Two masters are accepted, with a warning (see
+    /// [`Builder::masters`]).
     pub fn build(self) -> Result<Redlock, ConfigError> {
         telemetry::describe();
         self.into_config().and_then(Redlock::from_config)
@@ -1058,8 +1062,10 @@ impl Redlock {
         let options_hold = parsed("max_hold", &options.max_hold)?;
         let ttl = match options_ttl {
             Some(ttl) => {
-                let ttl = deadline::whole_millis(ttl);
+                // Checked as given: cut to whole milliseconds, a sub-millisecond TTL
+                // would read as zero.
                 config.check_ttl(ttl).map_err(|e| invalid(e.to_string()))?;
+                let ttl = deadline::whole_millis(ttl);
                 config
                     .check_ttl_max(ttl)
                     .map_err(|e| invalid(e.to_string()))?;
@@ -1109,12 +1115,27 @@ impl Redlock {
             Some(label) => Arc::new(self.inner.owner.labelled(label)),
             None => Arc::clone(&self.inner.owner),
         };
+        let watchdog = options.watchdog.unwrap_or(config.watchdog);
+        // The builder refuses an interval not below the client's TTL; a shorter TTL of
+        // this call's own can make it one that could never be kept.
+        if watchdog
+            && let Some(interval) = config.extend_interval
+            && interval >= ttl
+        {
+            return Err(invalid(format!(
+                "this call's ttl {} is not above the client's extend_interval {}: the lease \
+                 would expire before the watchdog extended it at that interval; give the \
+                 call a longer ttl, or lower extend_interval",
+                human(ttl),
+                human(interval)
+            )));
+        }
         Ok(Plan {
             ttl,
             fencing,
             attempts,
             give_up_at,
-            watchdog: options.watchdog.unwrap_or(config.watchdog),
+            watchdog,
             max_hold,
             owner,
             fair: options.fair,

@@ -313,6 +313,35 @@ fn rows() -> Vec<Row> {
             },
         ),
         row(
+            "AcquireOptions::ttl(500us): too short, not zero",
+            "InvalidOptions",
+            false,
+            "ttl 500us is too short",
+            |rt, _| {
+                let client = offline().build().unwrap();
+                let options = AcquireOptions::new().ttl(Duration::from_micros(500));
+                acquire_in(rt, client.acquire_with("misuse:ttl500us", &options))
+            },
+        ),
+        row(
+            "a watchdog call whose ttl is not above the client's extend_interval",
+            "InvalidOptions",
+            false,
+            "ttl 3s is not above the client's extend_interval 4s",
+            |rt, _| {
+                let client = offline().extend_interval("4s").build().unwrap();
+                let options = AcquireOptions::new().ttl("3s");
+                rt.block_on(async {
+                    let work = client.with_lock("misuse:interval", &options, |_| async {});
+                    match tokio::time::timeout(Duration::from_secs(20), work).await {
+                        Ok(Ok(())) => panic!("locked with a ttl below the watchdog's interval"),
+                        Ok(Err(e)) => Got::from(e),
+                        Err(_) => panic!("with_lock hung"),
+                    }
+                })
+            },
+        ),
+        row(
             "12: AcquireOptions::wait_timeout(Duration::MAX)",
             "InvalidOptions",
             false,

@@ -775,3 +775,86 @@ async fn no_public_type_shows_a_password() {
         assert!(!text.contains(SECRET), "{name} shows the password: {text}");
     }
 }
+
+/// A master whose host name cannot be resolved says so, without the TLS hint of a
+/// connection that broke (which cannot be the cause), and stays retryable: a resolver can
+/// fail for a while. The wait ends as an outage.
+#[tokio::test]
+async fn an_unresolvable_master_says_so() {
+    // A label longer than 63 bytes: the resolver refuses the name on this machine at
+    // once, without asking any DNS server.
+    let host = format!("{}.invalid", "m".repeat(64));
+    let urls: Vec<String> = (1..=3)
+        .map(|port| format!("redis://{host}:{port}"))
+        .collect();
+    let client = client_of(urls, false).build().unwrap();
+    let options = AcquireOptions::new().wait_timeout("300ms");
+    let err = client
+        .acquire_with("misuse:dns", &options)
+        .await
+        .unwrap_err();
+    eprintln!("{err}");
+    assert_eq!(err.kind(), redquorum::ErrorKind::NoQuorum, "{err}");
+    assert!(err.is_retryable(), "{err}");
+    let mut failed = 0;
+    for report in err.masters() {
+        if let redquorum::MasterOutcome::Failed(e) = report.outcome() {
+            failed += 1;
+            let said = e.to_string();
+            assert!(
+                said.contains(&format!("could not resolve host {host:?}")),
+                "{said}"
+            );
+            assert!(!said.contains("rediss://"), "{said}");
+            assert!(!e.kind().is_permanent(), "{said}");
+        }
+    }
+    assert!(failed >= 2, "{err}");
+}
+
+/// A port that answers something other than Redis (here an HTTP server's refusal) is
+/// reported on one line, saying that the peer does not speak the Redis protocol and to
+/// check the port, instead of the parser's raw complaint.
+#[tokio::test]
+async fn a_port_that_does_not_speak_redis_says_so_on_one_line() {
+    use tokio::io::AsyncWriteExt;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        for _ in 0..100 {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let _ = socket
+                .write_all(
+                    b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\
+                      Content-Length: 11\r\nConnection: close\r\n\r\nBad Request",
+                )
+                .await;
+            let _ = socket.shutdown().await;
+        }
+    });
+    let client = client_of(vec![format!("redis://127.0.0.1:{port}")], false)
+        .build()
+        .unwrap();
+    let err = client.try_acquire("misuse:http").await.unwrap_err();
+    eprintln!("{err}");
+    server.abort();
+    let [report] = err.masters() else {
+        panic!("one master: {err}")
+    };
+    let redquorum::MasterOutcome::Failed(e) = report.outcome() else {
+        panic!("{err}")
+    };
+    let said = e.to_string();
+    assert!(
+        said.contains("does not speak the Redis protocol") && said.contains("is the port right"),
+        "{said}"
+    );
+    assert!(
+        !said.contains('\n') && !err.to_string().contains('\n'),
+        "{said:?}"
+    );
+    assert!(!said.contains("rediss://"), "{said}");
+}

@@ -1567,14 +1567,22 @@ fn parse_masters(urls: &[String], tls: &TlsSettings, problems: &mut Problems) ->
     if urls.is_empty() {
         problems.push(ConfigError::NoMasters);
     }
-    let certificates = problems.keep(tls.load()).flatten();
+    // `None`: the TLS settings are refused already; nothing more is said of them.
+    let loaded = problems.keep(tls.load());
+    let certificates = loaded.as_ref().and_then(Option::as_ref);
     let mut specs: Vec<MasterSpec> = Vec::with_capacity(urls.len());
     for url in urls {
-        if let Some(spec) = problems.keep(parse_master(url, tls, certificates.as_ref(), &specs)) {
+        if let Some(spec) = problems.keep(parse_master(url, tls, certificates, &specs)) {
             specs.push(spec);
         }
     }
-    if tls.is_set() && !urls.is_empty() && !specs.iter().any(|s| is_tls(&s.info)) {
+    // Judged only when every master was understood: a refused one may be the TLS one.
+    if loaded.is_some()
+        && tls.is_set()
+        && !urls.is_empty()
+        && specs.len() == urls.len()
+        && !specs.iter().any(|s| is_tls(&s.info))
+    {
         problems.push(ConfigError::Tls {
             setting: tls.setting(),
             reason: "given, but no master uses TLS: write the masters' URLs as \

@@ -1373,6 +1373,7 @@ impl Builder {
         // not below the TTL could never be kept.
         if let (Some(ttl), Some(Some(interval))) = (ttl, extend_interval)
             && !interval.is_zero()
+            && !ttl.is_zero()
             && interval >= ttl
         {
             problems.push(ConfigError::ExtendInterval { interval, ttl });

@@ -1300,7 +1300,9 @@ impl Builder {
         };
         if let Some(Some(max)) = ttl_max {
             problems.check(at_most("ttl_max", max, MAX_TTL));
-            if let Some(ttl) = ttl
+            // Compared as the masters keep them, in whole milliseconds.
+            let max = deadline::whole_millis(max);
+            if let Some(ttl) = ttl.map(deadline::whole_millis)
                 && ttl > max
             {
                 problems.push(ConfigError::TtlAboveTtlMax { ttl, ttl_max: max });

@@ -170,7 +170,10 @@ pub enum Backoff {
     },
 }
 
-/// A configuration value that cannot work, found by [`Builder::build`].
+/// A configuration value that cannot work, found by [`Builder::build`]: one problem as
+/// its own variant, or every problem found as [`Several`](ConfigError::Several).
+/// [`primary`](ConfigError::primary) and [`problems`](ConfigError::problems) read both
+/// alike.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
@@ -345,6 +348,64 @@ pub enum ConfigError {
         /// The base delay.
         delay: Duration,
     },
+    /// The watchdog's interval is not below the TTL: a lease would expire before the
+    /// interval ends, so the interval could never be kept.
+    #[error(
+        "extend_interval {} is not below the ttl {}: a lease would expire before the watchdog extended it at that interval (it extends just before the lease's safety point instead, whatever the interval); lower extend_interval (it defaults to a third of the ttl) or raise ttl",
+        human(*.interval),
+        human(*.ttl)
+    )]
+    ExtendInterval {
+        /// The interval given.
+        interval: Duration,
+        /// The TTL.
+        ttl: Duration,
+    },
+    /// Several settings cannot work: each of them, as one of the other variants, in the
+    /// order the settings are checked (never nested). A build with one problem reports
+    /// that problem's own variant instead; [`problems`](ConfigError::problems) and
+    /// [`primary`](ConfigError::primary) work the same for both.
+    #[error("{} settings cannot work: {}", .0.len(), several(.0))]
+    Several(Vec<ConfigError>),
+}
+
+impl ConfigError {
+    /// The first problem found, in the order the settings are checked: this error, or the
+    /// first of [`Several`](ConfigError::Several). Match on it to handle one kind of
+    /// problem whatever else is wrong.
+    ///
+    /// ```
+    /// use redquorum::{ConfigError, Redlock};
+    ///
+    /// let err = Redlock::builder().ttl("0s").build().unwrap_err();
+    /// assert_eq!(err.primary(), &ConfigError::NoMasters);
+    /// assert_eq!(err.problems().len(), 2);
+    /// ```
+    pub fn primary(&self) -> &ConfigError {
+        match self {
+            ConfigError::Several(problems) => problems.first().unwrap_or(self),
+            other => other,
+        }
+    }
+
+    /// Every problem found, in the order the settings are checked: this error alone, or
+    /// each of [`Several`](ConfigError::Several).
+    pub fn problems(&self) -> &[ConfigError] {
+        match self {
+            ConfigError::Several(problems) => problems,
+            other => std::slice::from_ref(other),
+        }
+    }
+}
+
+/// The problems of [`ConfigError::Several`], numbered, on one line.
+fn several(problems: &[ConfigError]) -> String {
+    problems
+        .iter()
+        .enumerate()
+        .map(|(i, problem)| format!("({}) {problem}", i + 1))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// One validated master: how to connect, and how to name it in reports.
@@ -509,6 +570,9 @@ fn least_validity(
     }
 }
 
+/// Checks `ttl` as given (before it is cut to whole milliseconds): not zero, at most
+/// [`MAX_TTL`], and in whole milliseconds (`PX`) above the drift allowance, one node
+/// timeout and the least validity a lease must have.
 fn check_ttl(
     ttl: Duration,
     drift_factor: f64,
@@ -523,7 +587,8 @@ fn check_ttl(
     let needed = drift
         .saturating_add(node_timeout)
         .saturating_add(least_validity);
-    if ttl <= needed {
+    // The masters keep whole milliseconds: a TTL below one is no TTL at all.
+    if deadline::whole_millis(ttl) <= needed {
         // Name the setting that takes the largest share, so the advice points at it.
         let knob = [
             (node_timeout, "node_timeout"),
@@ -542,6 +607,51 @@ fn check_ttl(
         });
     }
     Ok(())
+}
+
+/// The problems [`Builder::build`] found, in the order the settings are checked.
+#[derive(Debug, Default)]
+struct Problems(Vec<ConfigError>);
+
+impl Problems {
+    fn push(&mut self, problem: ConfigError) {
+        match problem {
+            ConfigError::Several(problems) => self.0.extend(problems),
+            problem => self.0.push(problem),
+        }
+    }
+
+    /// Notes the problem of `checked`, if any.
+    fn check(&mut self, checked: Result<(), ConfigError>) {
+        self.keep(checked);
+    }
+
+    /// The value of `checked`, or `None` with its problem noted.
+    fn keep<T>(&mut self, checked: Result<T, ConfigError>) -> Option<T> {
+        checked.map_err(|problem| self.push(problem)).ok()
+    }
+
+    /// An optional duration setting: `Some(None)` when not given, `None` when given and
+    /// it did not parse (its problem noted).
+    fn optional(
+        &mut self,
+        setting: &'static str,
+        value: Option<DurationSetting>,
+    ) -> Option<Option<Duration>> {
+        match value {
+            Some(value) => self.keep(duration(setting, value)).map(Some),
+            None => Some(None),
+        }
+    }
+
+    /// The error that reports every problem: the one itself, or [`ConfigError::Several`].
+    fn finish(mut self) -> Result<(), ConfigError> {
+        match self.0.len() {
+            0 => Ok(()),
+            1 => Err(self.0.remove(0)),
+            _ => Err(ConfigError::Several(self.0)),
+        }
+    }
 }
 
 /// What to do about a zero `setting`.
@@ -798,12 +908,20 @@ impl Builder {
     /// take the place of the builder's CA or client certificate for that master.
     ///
     /// Masters must be independent servers (not replicas of each other). Defaults to none.
+    /// How many: see [`masters`](Builder::masters).
     pub fn master(mut self, url: impl AsRef<str>) -> Self {
         self.masters.push(url.as_ref().to_owned());
         self
     }
 
     /// Adds several masters by URL; see [`master`](Builder::master). Defaults to none.
+    ///
+    /// A lock needs a quorum of `N / 2 + 1` masters, so `N - quorum` of them may fail: 3
+    /// masters tolerate one failure, 5 tolerate two. Two masters tolerate none (a quorum
+    /// of 2 of 2: one master down stops every lock, twice as likely as with one master);
+    /// [`build`](Builder::build) accepts them with a `tracing` warning, and
+    /// [`Redlock::check_masters`](crate::Redlock::check_masters) notes it. An even count
+    /// tolerates no more failures than one master fewer.
     pub fn masters<I>(mut self, urls: I) -> Self
     where
         I: IntoIterator,
@@ -1013,7 +1131,12 @@ impl Builder {
     }
 
     /// The watchdog's pause between extensions. Defaults to a third of the TTL; at most
-    /// [`MAX_TTL`].
+    /// [`MAX_TTL`], and below the TTL, or [`build`](Builder::build) fails with
+    /// [`ConfigError::ExtendInterval`] (a lease would expire first). An acquisition with
+    /// the watchdog whose own TTL ([`AcquireOptions::ttl`](crate::AcquireOptions::ttl)) is
+    /// not above it fails with [`ErrorKind::InvalidOptions`](crate::ErrorKind::InvalidOptions).
+    /// Whatever the interval, the watchdog starts each extension early enough to finish
+    /// before the lease's safety point.
     pub fn extend_interval(mut self, interval: impl IntoDuration) -> Self {
         self.extend_interval = Some(interval.into_duration());
         self
@@ -1147,119 +1270,185 @@ impl Builder {
             planted,
         } = self;
 
-        check_key_prefix(&key_prefix)?;
+        // Every setting is checked, and every problem reported at once; a check that
+        // needs a setting that did not parse is left out rather than run on a guess.
+        let mut problems = Problems::default();
+        problems.check(check_key_prefix(&key_prefix));
         if label.len() > MAX_LABEL_LEN {
-            return Err(ConfigError::LabelTooLong { len: label.len() });
+            problems.push(ConfigError::LabelTooLong { len: label.len() });
         }
 
-        let masters = parse_masters(&masters, &tls)?;
-        let ttl = deadline::whole_millis(duration("ttl", ttl)?);
-        let node_timeout = duration("node_timeout", node_timeout)?;
-        let connect_timeout = duration("connect_timeout", connect_timeout)?;
-        let retry_delay = duration("retry_delay", retry_delay)?;
+        let masters = parse_masters(&masters, &tls, &mut problems);
+        let ttl = problems.keep(duration("ttl", ttl));
+        let node_timeout = problems.keep(duration("node_timeout", node_timeout));
+        let connect_timeout = problems.keep(duration("connect_timeout", connect_timeout));
+        let retry_delay = problems.keep(duration("retry_delay", retry_delay));
         // Jitter follows the delay unless set.
         let retry_jitter = match retry_jitter {
-            Some(jitter) => duration("retry_jitter", jitter)?,
+            Some(jitter) => problems.keep(duration("retry_jitter", jitter)),
             None => retry_delay,
         };
-        let min_validity = duration("min_validity", min_validity)?;
-        let wait_timeout = wait_timeout
-            .map(|w| duration("wait_timeout", w))
-            .transpose()?;
-        let extend_interval = extend_interval
-            .map(|d| duration("extend_interval", d))
-            .transpose()?;
-        let max_hold = max_hold.map(|d| duration("max_hold", d)).transpose()?;
-        let safety_margin = safety_margin
-            .map(|d| duration("safety_margin", d))
-            .transpose()?;
+        let min_validity = problems.keep(duration("min_validity", min_validity));
+        let wait_timeout = problems.optional("wait_timeout", wait_timeout);
+        let extend_interval = problems.optional("extend_interval", extend_interval);
+        let max_hold = problems.optional("max_hold", max_hold);
+        let safety_margin = problems.optional("safety_margin", safety_margin);
+        // `None`: given, and did not parse; it defaults to the TTL.
         let ttl_max = match ttl_max {
-            Some(d) => deadline::whole_millis(duration("ttl_max", d)?),
-            None => ttl,
+            Some(d) => problems.keep(duration("ttl_max", d)).map(Some),
+            None => Some(None),
         };
-        at_most("ttl", ttl, MAX_TTL)?;
-        at_most("ttl_max", ttl_max, MAX_TTL)?;
-        if ttl > ttl_max {
-            return Err(ConfigError::TtlAboveTtlMax { ttl, ttl_max });
+        if let Some(Some(max)) = ttl_max {
+            problems.check(at_most("ttl_max", max, MAX_TTL));
+            // Compared as the masters keep them, in whole milliseconds.
+            let max = deadline::whole_millis(max);
+            if let Some(ttl) = ttl.map(deadline::whole_millis)
+                && ttl > max
+            {
+                problems.push(ConfigError::TtlAboveTtlMax { ttl, ttl_max: max });
+            }
         }
         if fencing && !quarantine {
-            return Err(ConfigError::FencingNeedsQuarantine);
+            problems.push(ConfigError::FencingNeedsQuarantine);
         }
         #[cfg(feature = "mutants")]
         if !(planted.clock_rate.is_finite()
             && planted.clock_rate > 0.1
             && planted.clock_rate <= 10.0)
         {
-            return Err(ConfigError::ClockRate(planted.clock_rate));
+            problems.push(ConfigError::ClockRate(planted.clock_rate));
         }
         for (setting, value) in [("extend_interval", extend_interval), ("max_hold", max_hold)] {
-            if value.is_some_and(|d| d.is_zero()) {
-                return Err(ConfigError::Zero { setting });
+            if value.flatten().is_some_and(|d| d.is_zero()) {
+                problems.push(ConfigError::Zero { setting });
             }
         }
 
-        if !drift_factor.is_finite() || !(0.0..1.0).contains(&drift_factor) {
-            return Err(ConfigError::DriftFactor(drift_factor));
+        let drift_ok = drift_factor.is_finite() && (0.0..1.0).contains(&drift_factor);
+        if !drift_ok {
+            problems.push(ConfigError::DriftFactor(drift_factor));
         }
-        if node_timeout.is_zero() {
-            return Err(ConfigError::Zero {
-                setting: "node_timeout",
-            });
+        for (setting, value) in [
+            ("node_timeout", node_timeout),
+            ("connect_timeout", connect_timeout),
+        ] {
+            if value.is_some_and(|d| d.is_zero()) {
+                problems.push(ConfigError::Zero { setting });
+            }
         }
-        if connect_timeout.is_zero() {
-            return Err(ConfigError::Zero {
-                setting: "connect_timeout",
-            });
+        if let Some(node_timeout) = node_timeout {
+            problems.check(at_most("node_timeout", node_timeout, MAX_NODE_TIMEOUT));
         }
-        at_most("node_timeout", node_timeout, MAX_NODE_TIMEOUT)?;
-        at_most("connect_timeout", connect_timeout, MAX_CONNECT_TIMEOUT)?;
+        if let Some(connect_timeout) = connect_timeout {
+            problems.check(at_most(
+                "connect_timeout",
+                connect_timeout,
+                MAX_CONNECT_TIMEOUT,
+            ));
+        }
         for (setting, value, max) in [
             ("wait_timeout", wait_timeout, MAX_WAIT_TIMEOUT),
             ("max_hold", max_hold, MAX_MAX_HOLD),
             ("extend_interval", extend_interval, MAX_TTL),
         ] {
-            if let Some(d) = value {
-                at_most(setting, d, max)?;
+            if let Some(Some(d)) = value {
+                problems.check(at_most(setting, d, max));
             }
         }
-        check_ttl(
-            ttl,
-            drift_factor,
-            node_timeout,
-            least_validity(min_validity, safety_margin, ttl),
-        )?;
-        let attempts = retry_attempts
-            .map(|a| {
-                NonZeroU32::new(a).ok_or(ConfigError::Zero {
-                    setting: "retry_attempts",
-                })
-            })
-            .transpose()?;
-
-        let largest_pause = match backoff {
-            Backoff::Fixed => retry_delay,
-            Backoff::Exponential { max } => {
-                if max < retry_delay {
-                    return Err(ConfigError::BackoffMax {
-                        max,
-                        delay: retry_delay,
-                    });
-                }
-                max
-            }
-        };
-        fits_clock(
-            "retry_delay + retry_jitter",
-            largest_pause.checked_add(retry_jitter),
-        )?;
-        let waiter_ttl = match waiter_ttl {
-            Some(given) => check_waiter_ttl(
-                deadline::whole_millis(duration("waiter_ttl", given)?),
+        if let (Some(ttl), Some(node_timeout), Some(min_validity), Some(safety_margin), true) =
+            (ttl, node_timeout, min_validity, safety_margin, drift_ok)
+        {
+            problems.check(check_ttl(
                 ttl,
+                drift_factor,
                 node_timeout,
-            )?,
-            None => default_waiter_ttl(ttl, node_timeout),
+                least_validity(min_validity, safety_margin, ttl),
+            ));
+        } else if let Some(ttl) = ttl {
+            // What can be said of the TTL alone.
+            if ttl.is_zero() {
+                problems.push(ConfigError::Zero { setting: "ttl" });
+            }
+            problems.check(at_most("ttl", ttl, MAX_TTL));
+        }
+        // The watchdog extends a lease before its safety point whatever the interval: one
+        // not below the TTL could never be kept.
+        if let (Some(ttl), Some(Some(interval))) = (ttl, extend_interval)
+            && !interval.is_zero()
+            && !ttl.is_zero()
+            && interval >= ttl
+        {
+            problems.push(ConfigError::ExtendInterval { interval, ttl });
+        }
+        let attempts = match retry_attempts.map(NonZeroU32::new) {
+            Some(None) => {
+                problems.push(ConfigError::Zero {
+                    setting: "retry_attempts",
+                });
+                None
+            }
+            Some(attempts) => attempts,
+            None => None,
         };
+        if let (Some(retry_delay), Some(retry_jitter)) = (retry_delay, retry_jitter) {
+            let largest_pause = match backoff {
+                Backoff::Fixed => retry_delay,
+                Backoff::Exponential { max } => {
+                    if max < retry_delay {
+                        problems.push(ConfigError::BackoffMax {
+                            max,
+                            delay: retry_delay,
+                        });
+                    }
+                    max.max(retry_delay)
+                }
+            };
+            problems.check(fits_clock(
+                "retry_delay + retry_jitter",
+                largest_pause.checked_add(retry_jitter),
+            ));
+        }
+        let waiter_ttl = match (waiter_ttl, ttl, node_timeout) {
+            (Some(given), ttl, node_timeout) => {
+                match (
+                    problems.keep(duration("waiter_ttl", given)),
+                    ttl,
+                    node_timeout,
+                ) {
+                    (Some(given), Some(ttl), Some(node_timeout)) => problems.keep(
+                        check_waiter_ttl(deadline::whole_millis(given), ttl, node_timeout),
+                    ),
+                    _ => None,
+                }
+            }
+            (None, Some(ttl), Some(node_timeout)) => Some(default_waiter_ttl(
+                deadline::whole_millis(ttl),
+                node_timeout,
+            )),
+            (None, _, _) => None,
+        };
+        problems.finish()?;
+
+        // Every value parsed and passed its checks: the defaults below are never used.
+        let ttl = deadline::whole_millis(ttl.unwrap_or(defaults::TTL));
+        let ttl_max = ttl_max.flatten().map_or(ttl, deadline::whole_millis);
+        if masters.len() == 2 {
+            tracing::warn!(
+                masters = ?masters.iter().map(|m| &*m.name).collect::<Vec<_>>(),
+                "two masters: a quorum of 2 of 2 tolerates no failure, so one master down \
+                 stops every lock; use 3 or 5 independent masters"
+            );
+        }
+        let node_timeout = node_timeout.unwrap_or(defaults::NODE_TIMEOUT);
+        let connect_timeout = connect_timeout.unwrap_or(defaults::CONNECT_TIMEOUT);
+        let retry_delay = retry_delay.unwrap_or(defaults::RETRY_DELAY);
+        let retry_jitter = retry_jitter.unwrap_or(defaults::RETRY_JITTER);
+        let min_validity = min_validity.unwrap_or_default();
+        let wait_timeout = wait_timeout.flatten();
+        let extend_interval = extend_interval.flatten();
+        let max_hold = max_hold.flatten();
+        let safety_margin = safety_margin.flatten();
+        let waiter_ttl = waiter_ttl.unwrap_or_else(|| default_waiter_ttl(ttl, node_timeout));
 
         Ok(Config {
             masters,
@@ -1375,68 +1564,135 @@ fn fits_clock(setting: &'static str, value: Option<Duration>) -> Result<(), Conf
     }
 }
 
-fn parse_masters(urls: &[String], tls: &TlsSettings) -> Result<Vec<MasterSpec>, ConfigError> {
+/// The masters of `urls`, each checked; every problem goes to `problems`, and the masters
+/// that have one are left out.
+fn parse_masters(urls: &[String], tls: &TlsSettings, problems: &mut Problems) -> Vec<MasterSpec> {
     if urls.is_empty() {
-        return Err(ConfigError::NoMasters);
+        problems.push(ConfigError::NoMasters);
     }
-    let certificates = tls.load()?;
+    // `None`: the TLS settings are refused already; nothing more is said of them.
+    let loaded = problems.keep(tls.load());
+    let certificates = loaded.as_ref().and_then(Option::as_ref);
     let mut specs: Vec<MasterSpec> = Vec::with_capacity(urls.len());
     for url in urls {
-        let name = redact(url);
-        check_tls_url(url, &name)?;
-        let info = url
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| ConfigError::InvalidUrl {
-                url: name.clone(),
-                reason: redact_message(&e.to_string(), url),
-            })?;
-        // The parser forgives what the check above reads literally (a space before the
-        // scheme, a tab inside it): the parsed address is what counts.
-        if matches!(info.addr(), ConnectionAddr::TcpTls { insecure: true, .. }) {
-            return Err(insecure_url(&name));
+        if let Some(spec) = problems.keep(parse_master(url, tls, certificates, &specs)) {
+            specs.push(spec);
         }
-        if !info.addr().is_supported() {
-            return Err(ConfigError::InvalidUrl {
-                url: name,
-                reason: "this address is not supported on this platform; use redis://".to_owned(),
-            });
-        }
-        if let Some(other) = specs.iter().find(|s| same_server(&s.info, &info)) {
-            return Err(ConfigError::DuplicateMaster {
-                url: name,
-                other: other.name.to_string(),
-            });
-        }
-        // Files named in the URL take the place of the builder's settings for this master.
-        let own = url_tls(url, &name, &info)?;
-        let own_certificates = match &own {
-            Some(own) => own.or(tls).load().map_err(|e| ConfigError::InvalidUrl {
-                url: name.clone(),
-                reason: e.to_string(),
-            })?,
-            None => None,
-        };
-        let client = open_client(&info, own_certificates.as_ref().or(certificates.as_ref()))
-            .map_err(|e| ConfigError::InvalidUrl {
-                url: name.clone(),
-                reason: redact_message(&e.to_string(), url),
-            })?;
-        specs.push(MasterSpec {
-            info,
-            name: name.into(),
-            client,
-        });
     }
-    if tls.is_set() && !specs.iter().any(|s| is_tls(&s.info)) {
-        return Err(ConfigError::Tls {
+    // Judged only when every master was understood: a refused one may be the TLS one.
+    if loaded.is_some()
+        && tls.is_set()
+        && !urls.is_empty()
+        && specs.len() == urls.len()
+        && !specs.iter().any(|s| is_tls(&s.info))
+    {
+        problems.push(ConfigError::Tls {
             setting: tls.setting(),
             reason: "given, but no master uses TLS: write the masters' URLs as \
                      rediss://host:port, or remove the TLS settings"
                 .to_owned(),
         });
     }
-    Ok(specs)
+    specs
+}
+
+/// One master of `url`, checked against the masters before it (`specs`).
+fn parse_master(
+    url: &str,
+    tls: &TlsSettings,
+    certificates: Option<&Certificates>,
+    specs: &[MasterSpec],
+) -> Result<MasterSpec, ConfigError> {
+    let name = redact(url);
+    check_tls_url(url, &name)?;
+    let info = url
+        .into_connection_info()
+        .map_err(|e| ConfigError::InvalidUrl {
+            url: name.clone(),
+            reason: url_problem(url, &e),
+        })?;
+    // The parser forgives what the check above reads literally (a space before the
+    // scheme, a tab inside it): the parsed address is what counts.
+    if matches!(info.addr(), ConnectionAddr::TcpTls { insecure: true, .. }) {
+        return Err(insecure_url(&name));
+    }
+    if !info.addr().is_supported() {
+        return Err(ConfigError::InvalidUrl {
+            url: name,
+            reason: "this address is not supported on this platform; use redis://".to_owned(),
+        });
+    }
+    if let Some(other) = specs.iter().find(|s| same_server(&s.info, &info)) {
+        return Err(ConfigError::DuplicateMaster {
+            url: name,
+            other: other.name.to_string(),
+        });
+    }
+    // Files named in the URL take the place of the builder's settings for this master.
+    let own = url_tls(url, &name, &info)?;
+    let own_certificates = match &own {
+        Some(own) => own.or(tls).load().map_err(|e| ConfigError::InvalidUrl {
+            url: name.clone(),
+            reason: e.to_string(),
+        })?,
+        None => None,
+    };
+    let client = open_client(&info, own_certificates.as_ref().or(certificates)).map_err(|e| {
+        ConfigError::InvalidUrl {
+            url: name.clone(),
+            reason: redact_message(&e.to_string(), url),
+        }
+    })?;
+    Ok(MasterSpec {
+        info,
+        name: name.into(),
+        client,
+    })
+}
+
+/// What the redis client's refusal of `url` means, and what a valid URL looks like: the
+/// client's own words do not say which part is wrong.
+fn url_problem(url: &str, refused: &redis::RedisError) -> String {
+    const VALID: &str = "write it as redis://host:port (with a user, password and database: \
+                         redis://user:password@host:port/0), rediss://host:port for TLS \
+                         (feature `tls`), or redis+unix:///path/to/socket";
+    let wrong = match url::Url::parse(url.trim()) {
+        Err(url::ParseError::RelativeUrlWithoutBase) => "it has no scheme".to_owned(),
+        Err(url::ParseError::InvalidPort) => "its port is not a number up to 65535".to_owned(),
+        Err(url::ParseError::EmptyHost) => "it names no host".to_owned(),
+        Err(e) => format!("its host is not a valid name or IP address ({e})"),
+        Ok(parsed) => {
+            let scheme = parsed.scheme();
+            let tcp = matches!(scheme, "redis" | "rediss" | "valkey" | "valkeys");
+            let unix = matches!(scheme, "redis+unix" | "unix" | "valkey+unix");
+            if !tcp && !unix {
+                match url.contains("://") {
+                    true => format!("its scheme {scheme}:// is not a Redis scheme"),
+                    false => "it has no scheme".to_owned(),
+                }
+            } else if tcp && parsed.host_str().is_none_or(str::is_empty) {
+                "it names no host".to_owned()
+            } else if tcp
+                && parsed
+                    .host_str()
+                    .is_some_and(|h| matches!(h, "0.0.0.0" | "[::]"))
+            {
+                "0.0.0.0 and :: are no address to connect to: name the master's host".to_owned()
+            } else if tcp && !parsed.path().trim_matches('/').is_empty() {
+                format!(
+                    "its path {:?} is not a database number (such as /0)",
+                    parsed.path()
+                )
+            } else if unix && parsed.path().is_empty() {
+                "it names no socket: give the socket's absolute path".to_owned()
+            } else {
+                let said = redact_message(&refused.to_string(), url);
+                let said = said.replace(" - InvalidClientConfig", "");
+                format!("the redis client refuses it ({said})")
+            }
+        }
+    };
+    format!("{wrong}; {VALID}")
 }
 
 /// The URL parameters that name TLS files for one master.
@@ -1772,6 +2028,13 @@ fn check_client_key(
         })
 }
 
+/// The certificates [`TlsSettings::load`] reads.
+#[cfg(feature = "tls")]
+type Certificates = redis::TlsCertificates;
+/// No certificates without the `tls` feature.
+#[cfg(not(feature = "tls"))]
+type Certificates = std::convert::Infallible;
+
 /// The redis client of one master: with the builder's certificates for a TLS master.
 #[cfg(feature = "tls")]
 fn open_client(
@@ -1853,6 +2116,15 @@ fn same_server(a: &ConnectionInfo, b: &ConnectionInfo) -> bool {
 /// The URL with any password replaced by `***`, for errors, `Debug` and tracing.
 pub(crate) fn redact(url: &str) -> String {
     match url::Url::parse(url) {
+        // Nothing secret: shown as written, not as the parser would rewrite it.
+        Ok(parsed)
+            if parsed.password().is_none()
+                && !parsed
+                    .query_pairs()
+                    .any(|(k, _)| k == "pass" || k == "password") =>
+        {
+            url.to_owned()
+        }
         Ok(mut parsed) => {
             if parsed.password().is_some() {
                 let _ = parsed.set_password(Some("***"));
@@ -1876,9 +2148,16 @@ pub(crate) fn redact(url: &str) -> String {
             }
             parsed.to_string().replace("%2A%2A%2A", "***")
         }
-        // Unparsable: hide everything between the scheme and an `@`, if any.
+        // Unparsable: hide everything between the scheme and an `@` but a user name
+        // before a `:`, if any.
         Err(_) => match (url.find("://"), url.rfind('@')) {
-            (Some(s), Some(at)) if at > s + 3 => format!("{}***{}", &url[..s + 3], &url[at..]),
+            (Some(s), Some(at)) if at > s + 3 => {
+                let user = url
+                    .get(s + 3..at)
+                    .and_then(|info| info.split_once(':'))
+                    .map_or(String::new(), |(user, _)| format!("{user}:"));
+                format!("{}{user}***{}", &url[..s + 3], &url[at..])
+            }
             _ => url.to_owned(),
         },
     }

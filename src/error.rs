@@ -204,6 +204,18 @@ impl MasterError {
                 until: None,
             };
         }
+        // The decoder's complaint about bytes that are no Redis reply at all (not a reply
+        // of an unexpected type): several lines that say nothing of the likely cause.
+        if err.kind() == K::Parse && err.to_string().contains("Parse error at") {
+            return Self {
+                kind: MasterErrorKind::Protocol,
+                message: "the peer does not speak the Redis protocol (is the port right?): \
+                          check the host and port in the master's URL"
+                    .into(),
+                source: Some(Arc::new(err)),
+                until: None,
+            };
+        }
         let kind = if err.is_connection_refusal() {
             MasterErrorKind::Refused
         } else if err.is_timeout() {
@@ -238,6 +250,23 @@ impl MasterError {
     pub(crate) fn with_note(mut self, note: &str) -> Self {
         self.message = format!("{}{note}", self.message).into();
         self
+    }
+
+    /// The same error, kind and cause, with `message` in place of its message.
+    pub(crate) fn with_message(mut self, message: impl Into<Arc<str>>) -> Self {
+        self.message = message.into();
+        self
+    }
+
+    /// Whether the master's host name could not be resolved to an address: the
+    /// resolver's answer (which the standard library words "failed to lookup address
+    /// information"), or a name with no address.
+    pub(crate) fn is_unresolved(&self) -> bool {
+        self.source.as_deref().is_some_and(|err| {
+            let text = err.to_string();
+            text.contains("failed to lookup address information")
+                || text.contains("No address found for host")
+        })
     }
 
     /// What went wrong, coarsely.
@@ -352,12 +381,19 @@ fn tls_failure(err: &redis::RedisError) -> Option<String> {
 pub enum ErrorKind {
     /// Another client holds the lock on enough masters that no quorum was possible.
     Contended,
-    /// Too many masters failed or did not answer for a quorum to be reached.
+    /// Too many masters failed or did not answer for a quorum to be reached: down,
+    /// unreachable, unresolvable or timing out. Also how a waiting acquire ends when its
+    /// wait budget runs out and its last attempt failed so, whether or not a master
+    /// refused the lock earlier in the wait (the detail says which): an outage, never
+    /// [`WaitTimeout`](Self::WaitTimeout). Retryable.
     NoQuorum,
     /// A quorum granted the lock, but the time it took used up the lock's validity, so it
     /// was released again.
     ValidityExhausted,
-    /// The wait budget ran out before the lock could be acquired.
+    /// The wait budget ran out while the lock was held by another client: the last
+    /// attempt was refused ([`Contended`](Self::Contended)). A wait whose last attempt
+    /// failed otherwise ends with that failure's kind instead ([`NoQuorum`](Self::NoQuorum)
+    /// when the masters are down). Retryable.
     WaitTimeout,
     /// The lease is lost: it expired, or an extension did not reach a quorum in time.
     LeaseLost,
@@ -474,6 +510,11 @@ impl Error {
     pub(crate) fn with_kind(mut self, kind: ErrorKind) -> Self {
         self.kind = kind;
         self
+    }
+
+    /// The detail after the kind's words in the message, if any.
+    pub(crate) fn detail(&self) -> Option<&str> {
+        self.detail.as_deref()
     }
 
     /// What kind of failure this is.
@@ -672,6 +713,28 @@ mod tests {
         let error = Error::new(ErrorKind::InvalidResource, long.as_str());
         assert!(error.to_string().len() < 200, "{error}");
         assert!(format!("{error:?}").len() < 200, "{error:?}");
+    }
+
+    /// Bytes that are no Redis reply say that the peer does not speak the protocol, on
+    /// one line; a reply of an unexpected type (the same kind of redis error) keeps its
+    /// own words.
+    #[test]
+    fn only_bytes_that_are_no_reply_read_as_another_protocol() {
+        let garbage = redis::parse_redis_value(b"HTTP/1.1 400 Bad Request\r\n\r\n").unwrap_err();
+        let error = MasterError::from_redis(garbage);
+        assert_eq!(error.kind(), MasterErrorKind::Protocol, "{error}");
+        assert!(
+            error
+                .to_string()
+                .contains("does not speak the Redis protocol"),
+            "{error}"
+        );
+        assert!(!error.to_string().contains('\n'), "{error:?}");
+        let typed =
+            redis::from_redis_value::<i64>(redis::Value::SimpleString("x".into())).unwrap_err();
+        let error = MasterError::from_redis(redis::RedisError::from(typed));
+        assert_eq!(error.kind(), MasterErrorKind::Protocol, "{error}");
+        assert!(!error.to_string().contains("Redis protocol"), "{error}");
     }
 
     /// Each handshake failure the testkit cannot stage (an expired certificate, one not

@@ -63,6 +63,23 @@ impl HealthReport {
         self.quorum
     }
 
+    /// How many masters may fail with locks still granted: `N - quorum`. Two masters
+    /// tolerate none (a quorum of 2 of 2), no more than one alone, and `Display` notes it.
+    pub fn tolerates(&self) -> usize {
+        self.masters.len().saturating_sub(self.quorum)
+    }
+
+    /// The note on the masters as a whole, if any: two masters tolerate no failure.
+    fn fragile(&self) -> Option<String> {
+        (self.masters.len() == 2).then(|| {
+            format!(
+                "2 masters with a quorum of {} tolerate no failure: one master down stops every \
+                 lock; use 3 or 5 independent masters",
+                self.quorum
+            )
+        })
+    }
+
     /// Whether no master has a problem. Notes do not count.
     pub fn is_healthy(&self) -> bool {
         self.masters.iter().all(MasterHealth::is_healthy)
@@ -84,7 +101,9 @@ impl HealthReport {
 impl fmt::Display for HealthReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let problems = self.problems().count();
-        let notes: usize = self.masters.iter().map(|m| m.findings.len()).sum::<usize>() - problems;
+        let fragile = self.fragile();
+        let notes: usize = self.masters.iter().map(|m| m.findings.len()).sum::<usize>() - problems
+            + usize::from(fragile.is_some());
         writeln!(
             f,
             "{} masters, quorum {}: {} reachable, {} ({} {}, {} {})",
@@ -101,6 +120,9 @@ impl fmt::Display for HealthReport {
             notes,
             plural(notes, "note", "notes"),
         )?;
+        if let Some(fragile) = fragile {
+            writeln!(f, "   {}: {fragile}", Severity::Note)?;
+        }
         for (i, master) in self.masters.iter().enumerate() {
             write!(f, "{}. {master}", i + 1)?;
         }
@@ -1669,6 +1691,12 @@ mod tests {
             "{shown}"
         );
         assert!(shown.contains("2. hung: unreachable"), "{shown}");
+        // Two masters tolerate no failure: noted for the masters as a whole.
+        assert_eq!(report.tolerates(), 0);
+        assert!(
+            shown.contains("note: 2 masters with a quorum of 2 tolerate no failure"),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -76,6 +76,12 @@
 //!     }
 //!     // Held by another client for the whole wait budget (twice ttl_max by default).
 //!     Err(e) if e.kind() == ErrorKind::WaitTimeout => println!("someone else is on it"),
+//!     // No quorum of masters answered for the whole wait budget (down, unresolvable,
+//!     // timing out): an outage, not contention. The message names each master's failure.
+//!     Err(e) if e.kind() == ErrorKind::NoQuorum => {
+//!         eprintln!("the lock's masters are unavailable: {e}");
+//!         return Err(e.into());
+//!     }
 //!     Err(e) => return Err(e.into()),
 //! }
 //! // Before the process exits: finish the releases still running in the background.

@@ -243,13 +243,17 @@ impl Builder {
     /// masters are connected on first use.
     ///
     /// # Errors
-    /// A [`ConfigError`] naming the first setting that cannot work and what to change:
-    /// no masters, an unparsable or duplicate master URL, a duration that does not parse,
-    /// a zero TTL or node timeout, a TTL not larger than the drift allowance plus the node
-    /// timeout plus the safety margin, a TTL above `ttl_max`, a duration above its
-    /// documented maximum (see "Limits" above), a drift factor out of range, zero attempts,
-    /// pauses that overflow, or a `waiter_ttl` that is zero, not above three node timeouts
-    /// or above the TTL.
+    /// A [`ConfigError`] naming each setting that cannot work and what to change (one
+    /// problem as its own variant, several as [`ConfigError::Several`]; see
+    /// [`ConfigError::primary`] and [`ConfigError::problems`]): no masters, an unparsable
+    /// or duplicate master URL, a duration that does not parse, a zero TTL or node
+    /// timeout, a TTL not larger than the drift allowance plus the node timeout plus the
+    /// safety margin (in whole milliseconds, as the masters keep it), a TTL above
+    /// `ttl_max`, a duration above its documented maximum (see "Limits" above), a drift
+    /// factor out of range, zero attempts, pauses that overflow, an `extend_interval` not
+    /// below the TTL, or a `waiter_ttl` that is zero, not above three node timeouts or
+    /// above the TTL. Two masters are accepted, with a warning (see
+    /// [`Builder::masters`]).
     pub fn build(self) -> Result<Redlock, ConfigError> {
         telemetry::describe();
         self.into_config().and_then(Redlock::from_config)
@@ -490,10 +494,14 @@ impl Redlock {
     /// timed retry does.
     ///
     /// # Errors
-    /// After the last attempt, or when the wait budget runs out: [`ErrorKind::Contended`]
-    /// (held by another client), [`ErrorKind::NoQuorum`] (masters failed),
-    /// [`ErrorKind::ValidityExhausted`] (a quorum answered too late), or
-    /// [`ErrorKind::WaitTimeout`]; each with every master's outcome in the last attempt.
+    /// After the last attempt: [`ErrorKind::Contended`] (held by another client),
+    /// [`ErrorKind::NoQuorum`] (masters failed or did not answer),
+    /// [`ErrorKind::NotEnoughVoters`] (masters in restart quarantine) or
+    /// [`ErrorKind::ValidityExhausted`] (a quorum answered too late). When the wait budget
+    /// runs out: [`ErrorKind::WaitTimeout`] if the last attempt found the lock held, and
+    /// otherwise the kind of the last attempt's failure, [`ErrorKind::NoQuorum`] when
+    /// the masters are down or unreachable, so that an outage never reads as contention.
+    /// Each with every master's outcome in the last attempt.
     /// At once, without further attempts, when so many masters fail for a reason that
     /// lasts that no quorum is possible: [`ErrorKind::Auth`] (a password or ACL refused),
     /// [`ErrorKind::Tls`] (a TLS handshake failed: an untrusted certificate, a wrong host)
@@ -640,6 +648,9 @@ impl Redlock {
         let mut wake = Wake::Timer;
         // The last error that the masters decided, for a budget that ends mid-round.
         let mut decided: Option<Error> = None;
+        // Whether a master refused the lock in any attempt: a wait that met only failures
+        // is an outage, not contention (docs/design.md §9).
+        let mut refused = false;
         // A waiting acquire of one resource queues to be handed the lock, and a fair one
         // takes it only in ticket order (docs/design.md §17). Its first attempt is the
         // plain acquire unless fair: the uncontended path stays one plain round.
@@ -686,17 +697,18 @@ impl Redlock {
             };
             let round = started.elapsed();
             let error = failed.error.with_attempts(rounds);
+            refused |= refused_by_any(&error);
             if failed.cut {
                 // The budget ended this round: say what the masters said last.
                 let last = decided.take().map_or(error, |e| e.with_attempts(rounds));
-                return Err(wait_timeout(last, rounds));
+                return Err(budget_spent(last, rounds, refused));
             }
             decided = Some(error.clone());
             if !error.is_retryable() || spent >= plan.attempts {
                 return Err(error);
             }
             if Instant::now() >= plan.give_up_at {
-                return Err(wait_timeout(error, rounds));
+                return Err(budget_spent(error, rounds, refused));
             }
             // Held: queue to be handed the lock (a fair call needs a quorum's ticket
             // counters for its ticket; without them it tries again as usual).
@@ -736,7 +748,7 @@ impl Redlock {
                 );
                 match tokio::time::timeout_at(plan.give_up_at, subscribe).await {
                     Ok(subscriptions) => waiting.extend(subscriptions),
-                    Err(_) => return Err(wait_timeout(error, rounds)),
+                    Err(_) => return Err(budget_spent(error, rounds, refused)),
                 }
                 wake = Wake::Timer;
                 continue;
@@ -780,7 +792,7 @@ impl Redlock {
                 }
             }
             if wake_at >= plan.give_up_at && waiting.is_empty() {
-                return Err(wait_timeout(error, rounds));
+                return Err(budget_spent(error, rounds, refused));
             }
             let until = wake_at.min(plan.give_up_at);
             let traced = telemetry::resource(&target.name, config.trace_resource_names);
@@ -815,7 +827,7 @@ impl Redlock {
                 }
             }
             if Instant::now() >= plan.give_up_at {
-                return Err(wait_timeout(error, rounds));
+                return Err(budget_spent(error, rounds, refused));
             }
         }
     }
@@ -1050,8 +1062,10 @@ impl Redlock {
         let options_hold = parsed("max_hold", &options.max_hold)?;
         let ttl = match options_ttl {
             Some(ttl) => {
-                let ttl = deadline::whole_millis(ttl);
+                // Checked as given: cut to whole milliseconds, a sub-millisecond TTL
+                // would read as zero.
                 config.check_ttl(ttl).map_err(|e| invalid(e.to_string()))?;
+                let ttl = deadline::whole_millis(ttl);
                 config
                     .check_ttl_max(ttl)
                     .map_err(|e| invalid(e.to_string()))?;
@@ -1101,12 +1115,27 @@ impl Redlock {
             Some(label) => Arc::new(self.inner.owner.labelled(label)),
             None => Arc::clone(&self.inner.owner),
         };
+        let watchdog = options.watchdog.unwrap_or(config.watchdog);
+        // The builder refuses an interval not below the client's TTL; a shorter TTL of
+        // this call's own can make it one that could never be kept.
+        if watchdog
+            && let Some(interval) = config.extend_interval
+            && interval >= ttl
+        {
+            return Err(invalid(format!(
+                "this call's ttl {} is not above the client's extend_interval {}: the lease \
+                 would expire before the watchdog extended it at that interval; give the \
+                 call a longer ttl, or lower extend_interval",
+                human(ttl),
+                human(interval)
+            )));
+        }
         Ok(Plan {
             ttl,
             fencing,
             attempts,
             give_up_at,
-            watchdog: options.watchdog.unwrap_or(config.watchdog),
+            watchdog,
             max_hold,
             owner,
             fair: options.fair,
@@ -1770,15 +1799,102 @@ pub(crate) fn failure_kind(
     (ErrorKind::NoQuorum, None)
 }
 
+/// The error of a wait whose budget ran out (docs/design.md §9), from `error`: the last
+/// failure the masters decided or, when none was, the round the budget cut. Only a
+/// refusal says that the lock is held: [`ErrorKind::WaitTimeout`]. Any other failure
+/// keeps its kind, an outage ([`ErrorKind::NoQuorum`]) above all, so that a wait that met
+/// only failures never reads as "someone else holds it". `refused` says whether a master
+/// refused the lock at any point of the wait.
+pub(crate) fn budget_spent(error: Error, attempts: u32, refused: bool) -> Error {
+    let attempts_made = match attempts {
+        1 => "1 attempt".to_owned(),
+        n => format!("{n} attempts"),
+    };
+    if error.kind() == ErrorKind::Contended {
+        let detail = format!(
+            "wait budget used up after {attempts_made} (last: {})",
+            kind_word(error.kind())
+        );
+        return error
+            .with_kind(ErrorKind::WaitTimeout)
+            .with_detail(detail)
+            .with_attempts(attempts);
+    }
+    let history = match refused {
+        true => {
+            "; a master refused the lock during the wait, but the last attempt failed for \
+                 another reason"
+        }
+        false => ", and no master ever refused the lock",
+    };
+    let mut detail = format!("gave up waiting: wait budget used up after {attempts_made}{history}");
+    if let Some(before) = error.detail() {
+        detail.push_str("; ");
+        detail.push_str(before);
+    }
+    error.with_detail(detail).with_attempts(attempts)
+}
+
+/// [`budget_spent`] for a wait that queued behind a refusal (docs/design.md §17).
 pub(crate) fn wait_timeout(error: Error, attempts: u32) -> Error {
-    let detail = format!(
-        "wait budget used up after {attempts} attempts (last: {})",
-        kind_word(error.kind())
-    );
+    budget_spent(error, attempts, true)
+}
+
+impl Redlock {
+    /// What a queued waiter reports if its budget ends after `round`, a refresh of its
+    /// registration (docs/design.md §9, §17): `held`, the refusal it queued behind, while
+    /// enough masters answer the refresh for a quorum; otherwise the outage, so that a
+    /// waiter whose masters went down since it queued does not report contention. A
+    /// refresh that the budget cut leaves `last` as it was.
+    pub(crate) fn after_refresh(
+        &self,
+        round: &quorum::Round,
+        name: &str,
+        held: &Error,
+        last: Error,
+    ) -> Error {
+        if round.cut {
+            // The budget, not the masters, ended it: it decides nothing.
+            return last;
+        }
+        let inner = &self.inner;
+        let answered = round
+            .outcomes
+            .iter()
+            .filter(|o| {
+                !matches!(
+                    o,
+                    MasterOutcome::Failed(_)
+                        | MasterOutcome::Pending
+                        | MasterOutcome::Abstained { .. }
+                )
+            })
+            .count();
+        if answered >= inner.quorum {
+            return held.clone();
+        }
+        let reports = round.reports(&inner.masters);
+        let spare = inner.masters.len() - inner.quorum;
+        if let Some((kind, fixes)) = permanent_failure(&reports, spare) {
+            return Error::new(kind, name)
+                .with_detail(fixes)
+                .with_masters(reports);
+        }
+        let (kind, voters_at) = failure_kind(&round.outcomes, inner.quorum);
+        let error = Error::new(kind, name).with_masters(reports);
+        match voters_at {
+            Some(at) => error.with_retry_at(at),
+            None => error,
+        }
+    }
+}
+
+/// Whether a master refused the lock in `error`'s round: it holds another value.
+pub(crate) fn refused_by_any(error: &Error) -> bool {
     error
-        .with_kind(ErrorKind::WaitTimeout)
-        .with_detail(detail)
-        .with_attempts(attempts)
+        .masters()
+        .iter()
+        .any(|r| matches!(r.outcome(), MasterOutcome::HeldByOther))
 }
 
 fn kind_word(kind: ErrorKind) -> &'static str {

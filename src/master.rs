@@ -1041,13 +1041,26 @@ impl Shared {
     /// A failure to connect, with a hint when the URL's scheme may not match the port: a
     /// port that only accepts TLS closes a connection that does not speak it, and a port
     /// without TLS waits for more of a handshake it reads as a command, until the timeout.
-    /// Both stay retryable: a network fault looks the same.
+    /// Both stay retryable: a network fault looks the same. A host name that does not
+    /// resolve says so instead (no hint: no port was reached), retryable as well: a
+    /// resolver can fail for a while.
     fn connect_failed(&self, err: redis::RedisError) -> MasterError {
         let error = MasterError::from_redis(err);
-        let tls = matches!(
-            self.client.get_connection_info().addr(),
-            redis::ConnectionAddr::TcpTls { .. }
-        );
+        let (host, tls) = match self.client.get_connection_info().addr() {
+            redis::ConnectionAddr::Tcp(host, _) => (Some(host), false),
+            redis::ConnectionAddr::TcpTls { host, .. } => (Some(host), true),
+            _ => (None, false),
+        };
+        // No address was reached: neither scheme can be the cause, the name is.
+        if let Some(host) = host
+            && error.is_unresolved()
+        {
+            let message = format!(
+                "could not resolve host {host:?} ({error}): check the host name in the \
+                 master's URL, and that this machine's DNS resolves it"
+            );
+            return error.with_message(message);
+        }
         match (tls, error.kind()) {
             (false, MasterErrorKind::Io) => error.with_note(
                 " (if the master only accepts TLS on this port, write its URL as rediss://)",

@@ -25,8 +25,8 @@ use crate::fencing::FencingToken;
 use crate::held::HeldMode;
 use crate::lease::{Lease, LeaseHandle, LeaseKey, LeaseMode, LeaseParams, Watchdog};
 use crate::lock::{
-    AcquireOptions, AttemptGuard, Plan, Redlock, Wake, check_resource, check_runtime, failure_kind,
-    holder_wake, permanent_failure, refusal, spread, wait_timeout,
+    AcquireOptions, AttemptGuard, Plan, Redlock, Wake, budget_spent, check_resource, check_runtime,
+    failure_kind, holder_wake, permanent_failure, refusal, refused_by_any, spread,
 };
 use crate::master::{Op, PermitsOp, Reply};
 #[cfg(feature = "mutants")]
@@ -154,8 +154,10 @@ impl Semaphore {
     /// client's own leases hold so many permits that `permits` more could only come from
     /// them (unless [`Builder::wait_for_own_leases`](crate::Builder::wait_for_own_leases)). Otherwise as [`Redlock::acquire`]:
     /// [`ErrorKind::Contended`] (too few free slots), [`ErrorKind::NoQuorum`],
-    /// [`ErrorKind::ValidityExhausted`], [`ErrorKind::WaitTimeout`] and the permanent
-    /// failures, each with every master's outcome in the last attempt.
+    /// [`ErrorKind::ValidityExhausted`], [`ErrorKind::WaitTimeout`] (the wait budget ran
+    /// out while the last attempt found too few free slots; with masters down it ends as
+    /// [`ErrorKind::NoQuorum`] instead) and the permanent failures, each with every
+    /// master's outcome in the last attempt.
     ///
     /// # Cancel safety
     /// Dropping the future leaves no slot held beyond its TTL: the attempt in flight is
@@ -363,6 +365,8 @@ impl Semaphore {
         let mut spent = 0u32;
         let mut wake = Wake::Timer;
         let mut decided: Option<Error> = None;
+        // Whether a master refused the permits in any attempt (docs/design.md §9).
+        let mut refused = false;
         loop {
             *rounds += 1;
             let rounds = *rounds;
@@ -395,16 +399,17 @@ impl Semaphore {
             };
             let round = started.elapsed();
             let error = failed.error.with_attempts(rounds);
+            refused |= refused_by_any(&error);
             if failed.cut {
                 let last = decided.take().map_or(error, |e| e.with_attempts(rounds));
-                return Err(wait_timeout(last, rounds));
+                return Err(budget_spent(last, rounds, refused));
             }
             decided = Some(error.clone());
             if !error.is_retryable() {
                 return Err(error);
             }
             if Instant::now() >= plan.give_up_at {
-                return Err(wait_timeout(error, rounds));
+                return Err(budget_spent(error, rounds, refused));
             }
             wanted = choose(&failed.free, shape.limit as usize, k, &own);
             // Refused for the slots it guessed while others are free on a quorum: try those
@@ -433,7 +438,7 @@ impl Semaphore {
                     .subscribe(Arc::clone(&shape.channel));
                 match tokio::time::timeout_at(plan.give_up_at, subscribe).await {
                     Ok(subscription) => waiting = Some(subscription),
-                    Err(_) => return Err(wait_timeout(error, rounds)),
+                    Err(_) => return Err(budget_spent(error, rounds, refused)),
                 }
                 wake = Wake::Timer;
                 continue;
@@ -462,7 +467,7 @@ impl Semaphore {
                 }
             }
             if wake_at >= plan.give_up_at && waiting.is_none() {
-                return Err(wait_timeout(error, rounds));
+                return Err(budget_spent(error, rounds, refused));
             }
             let until = wake_at.min(plan.give_up_at);
             match waiting.as_mut() {
@@ -488,7 +493,7 @@ impl Semaphore {
                 }
             }
             if Instant::now() >= plan.give_up_at {
-                return Err(wait_timeout(error, rounds));
+                return Err(budget_spent(error, rounds, refused));
             }
         }
     }

@@ -142,6 +142,130 @@ async fn retries_are_bounded_by_attempts_and_by_the_wait_budget() {
     assert!(err.to_string().contains("wait budget"), "{err}");
 }
 
+/// Asserts that `err` ends a wait that no master ever refused: `NoQuorum`, retryable,
+/// after several attempts, with the failure of every master that answered in `masters()`
+/// (enough to rule out a quorum; the round decides without waiting for the rest, which
+/// stay pending).
+fn assert_outage(err: &redquorum::Error, n: usize) {
+    assert_eq!(err.kind(), ErrorKind::NoQuorum, "{err}");
+    assert!(err.is_retryable(), "{err}");
+    assert!(err.attempts() > 1, "the call did not wait: {err}");
+    assert_eq!(err.masters().len(), n, "{err}");
+    let mut failed = 0;
+    for report in err.masters() {
+        match report.outcome() {
+            MasterOutcome::Failed(_) => failed += 1,
+            MasterOutcome::Pending => {}
+            other => panic!("{}: {other}: {err}", report.master()),
+        }
+    }
+    assert!(failed > n - (n / 2 + 1), "{err}");
+    let shown = err.to_string();
+    assert!(
+        shown.contains("wait budget used up") && shown.contains("no master ever refused"),
+        "{shown}"
+    );
+}
+
+/// A wait that no master ever refused is an outage, not contention: with every master
+/// down (killed servers, closed ports) the wait budget runs out with `NoQuorum` and each
+/// master's failure, whatever the lock kind; a wait for a held lock still ends with
+/// `WaitTimeout`.
+#[tokio::test]
+async fn a_wait_with_every_master_down_ends_in_no_quorum_not_wait_timeout() {
+    let mut cluster = Cluster::start(3).await.unwrap();
+    let budget = AcquireOptions::new().wait_timeout("300ms");
+    let holder = client(&cluster).build().unwrap();
+    let waiter = client(&cluster).build().unwrap();
+    let key = unique_key("held");
+    let lease = holder.acquire(&key).await.unwrap();
+    let err = waiter.acquire_with(&key, &budget).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WaitTimeout, "{err}");
+    assert!(err.is_retryable(), "{err}");
+    lease.release().await.unwrap();
+
+    for server in cluster.servers_mut() {
+        server.kill().unwrap();
+    }
+    // A client that never reached them, and one whose connections broke.
+    for down in [client(&cluster).build().unwrap(), waiter] {
+        let err = down
+            .acquire_with(&unique_key("down"), &budget)
+            .await
+            .unwrap_err();
+        assert_outage(&err, 3);
+        let semaphore = down.semaphore(&unique_key("down-sem"), 2).unwrap();
+        let err = semaphore.acquire_with(1, &budget).await.unwrap_err();
+        assert_outage(&err, 3);
+        let rwlock = down.rwlock(&unique_key("down-rw"));
+        let err = rwlock.write_with(&budget).await.unwrap_err();
+        assert_outage(&err, 3);
+        let many = [unique_key("down-a"), unique_key("down-b")];
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let err = down.acquire_many_with(&many, &budget).await.unwrap_err();
+        assert_outage(&err, 3);
+    }
+}
+
+/// A wait that found the lock held, and whose masters then all went down, ends as the
+/// outage its last rounds met, not as contention: queued for a hand-off (its
+/// registration's refreshes fail) or retrying on its own. The holder's lock (5 s) outlives
+/// the budget (1.5 s): with the masters up, the wait would have ended in `WaitTimeout`.
+#[tokio::test]
+async fn a_wait_whose_masters_go_down_after_a_refusal_ends_in_no_quorum() {
+    for handoff in [true, false] {
+        let mut cluster = Cluster::start(3).await.unwrap();
+        let holder = client(&cluster).build().unwrap();
+        let waiter = client(&cluster).handoff(handoff).build().unwrap();
+        let key = unique_key("held-then-down");
+        let _lease = holder.acquire(&key).await.unwrap();
+        let waiting = tokio::spawn({
+            let (waiter, key) = (waiter.clone(), key.clone());
+            async move {
+                let budget = AcquireOptions::new().wait_timeout("1500ms");
+                waiter.acquire_with(&key, &budget).await
+            }
+        });
+        // Refused once: queued on every master, or subscribed to the release notices.
+        if handoff {
+            wait_registered(&cluster, &key, 3).await;
+        } else {
+            let channel = format!("redquorum:released:{key}");
+            wait_until(Duration::from_secs(5), "the waiter subscribed", || {
+                let (url, channel) = (cluster.server(0).url(), channel.clone());
+                async move {
+                    let (_, n): (String, i64) = redis::cmd("PUBSUB")
+                        .arg("NUMSUB")
+                        .arg(&channel)
+                        .query_async(&mut raw(&url).await)
+                        .await
+                        .unwrap();
+                    n > 0
+                }
+            })
+            .await;
+        }
+        for server in cluster.servers_mut() {
+            server.kill().unwrap();
+        }
+        let err = waiting.await.unwrap().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NoQuorum, "handoff {handoff}: {err}");
+        assert!(err.is_retryable(), "{err}");
+        let shown = err.to_string();
+        assert!(
+            shown.contains("wait budget used up")
+                && shown.contains("a master refused the lock during the wait"),
+            "handoff {handoff}: {shown}"
+        );
+        assert!(
+            err.masters()
+                .iter()
+                .any(|r| matches!(r.outcome(), MasterOutcome::Failed(_))),
+            "{err}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn quorum_survives_a_killed_minority() {
     let mut cluster = Cluster::start(5).await.unwrap();

@@ -327,3 +327,154 @@ fn tls_urls_need_the_tls_feature() {
         assert!(msg.contains("`tls` feature"), "{msg}");
     }
 }
+
+/// A master URL that does not parse is named (its password redacted) with what is wrong
+/// with it and what a valid one looks like, never as the URL parser's bare complaint.
+#[test]
+fn a_bad_url_says_what_is_wrong_and_what_a_valid_one_looks_like() {
+    for (url, wrong) in [
+        ("not a url", "no scheme"),
+        ("127.0.0.1:7001", "scheme"),
+        ("http://127.0.0.1:7001", "http://"),
+        ("redis://127.0.0.1:notaport", "port"),
+        ("redis://127.0.0.1:99999", "port"),
+        ("redis://", "no host"),
+        ("redis://0.0.0.0:7001", "0.0.0.0"),
+        ("redis://127.0.0.1:7001/x", "database"),
+        ("redis://user:s3cr3t@127.0.0.1:notaport", "port"),
+    ] {
+        let (err, msg) = rejected(Redlock::builder().masters([url, B]));
+        assert!(
+            matches!(err, ConfigError::InvalidUrl { .. }),
+            "{url}: {err:?}"
+        );
+        let shown = url.replace("s3cr3t", "***");
+        assert!(msg.contains(&format!("{shown:?}")), "{url}: {msg}");
+        assert!(msg.contains(wrong), "{url}: {msg}");
+        assert!(
+            msg.contains("redis://host:port") && msg.contains("redis+unix:///"),
+            "{url}: {msg}"
+        );
+        assert!(
+            !msg.contains("did not parse") && !msg.contains("InvalidClientConfig"),
+            "{url}: {msg}"
+        );
+        assert!(!msg.contains("s3cr3t") && !format!("{err:?}").contains("s3cr3t"));
+        assert_eq!(msg, msg.trim_end_matches('.'), "{url}: {msg}");
+    }
+}
+
+/// PX keeps whole milliseconds: a TTL below one is too short (by the drift allowance
+/// alone), and says so with the value given, not as "zero".
+#[test]
+fn a_sub_millisecond_ttl_is_too_short_not_zero() {
+    let (err, msg) = rejected(three().ttl(Duration::from_micros(500)));
+    assert!(matches!(err, ConfigError::TtlTooShort { .. }), "{err:?}");
+    assert!(msg.contains("ttl 500us is too short"), "{msg}");
+    assert!(!msg.contains("zero"), "{msg}");
+    let (err, msg) = rejected(three().ttl_max("10s").ttl("999us"));
+    assert!(matches!(err, ConfigError::TtlTooShort { .. }), "{err:?}");
+    assert!(msg.contains("ttl 999us"), "{msg}");
+}
+
+/// Every setting that cannot work is reported at once, in the order they are checked;
+/// the first stays at hand for matching.
+#[test]
+fn several_bad_settings_are_all_reported() {
+    let (err, msg) = rejected(
+        Redlock::builder()
+            .masters([A, "http://127.0.0.1:7002", C])
+            .ttl("ten seconds")
+            .node_timeout("0s")
+            .drift_factor(2.0)
+            .retry_attempts(0),
+    );
+    let problems = err.problems();
+    assert_eq!(problems.len(), 5, "{err:?}");
+    assert!(
+        matches!(err.primary(), ConfigError::InvalidUrl { .. }),
+        "{err:?}"
+    );
+    assert!(
+        matches!(
+            problems[1],
+            ConfigError::InvalidDuration { setting: "ttl", .. }
+        ),
+        "{err:?}"
+    );
+    assert!(problems.contains(&ConfigError::Zero {
+        setting: "node_timeout"
+    }));
+    assert!(problems.contains(&ConfigError::DriftFactor(2.0)));
+    assert!(problems.contains(&ConfigError::Zero {
+        setting: "retry_attempts"
+    }));
+    for problem in problems {
+        assert!(msg.contains(&problem.to_string()), "{problem}: {msg}");
+    }
+    assert!(msg.starts_with("5 settings cannot work"), "{msg}");
+    // One problem is that problem itself, as before.
+    let (err, _) = rejected(three().node_timeout("0s"));
+    assert_eq!(err.problems(), std::slice::from_ref(&err));
+    assert_eq!(err.primary(), &err);
+}
+
+/// Two masters build (a legal setup), with a warning: a quorum of 2 of 2 tolerates no
+/// failure. Three do not warn.
+#[test]
+fn two_masters_build_with_a_warning() {
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let _subscriber = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish(),
+    );
+    let text = || String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+
+    let client = Redlock::builder().masters([A, B]).build().unwrap();
+    assert_eq!(client.quorum(), 2);
+    let warned = text();
+    assert!(
+        warned.contains("WARN") && warned.contains("2 of 2") && warned.contains("no failure"),
+        "{warned:?}"
+    );
+    captured.0.lock().unwrap().clear();
+    three().build().unwrap();
+    assert_eq!(text(), "");
+}
+
+/// A watchdog interval at or above the TTL could never be kept: the lease would expire
+/// first. Refused at build, naming both values; per call, a TTL at or below the client's
+/// interval is refused when the watchdog runs.
+#[test]
+fn an_extend_interval_not_below_the_ttl_is_refused() {
+    for interval in ["10s", "11s"] {
+        let (err, msg) = rejected(three().ttl("10s").extend_interval(interval));
+        assert!(
+            matches!(err, ConfigError::ExtendInterval { .. }),
+            "{interval}: {err:?}"
+        );
+        assert!(
+            msg.contains(&format!("extend_interval {interval}")) && msg.contains("ttl 10s"),
+            "{msg}"
+        );
+        assert!(msg.contains("lower extend_interval"), "{msg}");
+    }
+    three().ttl("10s").extend_interval("9s").build().unwrap();
+}

@@ -313,6 +313,35 @@ fn rows() -> Vec<Row> {
             },
         ),
         row(
+            "AcquireOptions::ttl(500us): too short, not zero",
+            "InvalidOptions",
+            false,
+            "ttl 500us is too short",
+            |rt, _| {
+                let client = offline().build().unwrap();
+                let options = AcquireOptions::new().ttl(Duration::from_micros(500));
+                acquire_in(rt, client.acquire_with("misuse:ttl500us", &options))
+            },
+        ),
+        row(
+            "a watchdog call whose ttl is not above the client's extend_interval",
+            "InvalidOptions",
+            false,
+            "ttl 3s is not above the client's extend_interval 4s",
+            |rt, _| {
+                let client = offline().extend_interval("4s").build().unwrap();
+                let options = AcquireOptions::new().ttl("3s");
+                rt.block_on(async {
+                    let work = client.with_lock("misuse:interval", &options, |_| async {});
+                    match tokio::time::timeout(Duration::from_secs(20), work).await {
+                        Ok(Ok(())) => panic!("locked with a ttl below the watchdog's interval"),
+                        Ok(Err(e)) => Got::from(e),
+                        Err(_) => panic!("with_lock hung"),
+                    }
+                })
+            },
+        ),
+        row(
             "12: AcquireOptions::wait_timeout(Duration::MAX)",
             "InvalidOptions",
             false,
@@ -745,4 +774,87 @@ async fn no_public_type_shows_a_password() {
     for (name, text) in &shown {
         assert!(!text.contains(SECRET), "{name} shows the password: {text}");
     }
+}
+
+/// A master whose host name cannot be resolved says so, without the TLS hint of a
+/// connection that broke (which cannot be the cause), and stays retryable: a resolver can
+/// fail for a while. The wait ends as an outage.
+#[tokio::test]
+async fn an_unresolvable_master_says_so() {
+    // A label longer than 63 bytes: the resolver refuses the name on this machine at
+    // once, without asking any DNS server.
+    let host = format!("{}.invalid", "m".repeat(64));
+    let urls: Vec<String> = (1..=3)
+        .map(|port| format!("redis://{host}:{port}"))
+        .collect();
+    let client = client_of(urls, false).build().unwrap();
+    let options = AcquireOptions::new().wait_timeout("300ms");
+    let err = client
+        .acquire_with("misuse:dns", &options)
+        .await
+        .unwrap_err();
+    eprintln!("{err}");
+    assert_eq!(err.kind(), redquorum::ErrorKind::NoQuorum, "{err}");
+    assert!(err.is_retryable(), "{err}");
+    let mut failed = 0;
+    for report in err.masters() {
+        if let redquorum::MasterOutcome::Failed(e) = report.outcome() {
+            failed += 1;
+            let said = e.to_string();
+            assert!(
+                said.contains(&format!("could not resolve host {host:?}")),
+                "{said}"
+            );
+            assert!(!said.contains("rediss://"), "{said}");
+            assert!(!e.kind().is_permanent(), "{said}");
+        }
+    }
+    assert!(failed >= 2, "{err}");
+}
+
+/// A port that answers something other than Redis (here an HTTP server's refusal) is
+/// reported on one line, saying that the peer does not speak the Redis protocol and to
+/// check the port, instead of the parser's raw complaint.
+#[tokio::test]
+async fn a_port_that_does_not_speak_redis_says_so_on_one_line() {
+    use tokio::io::AsyncWriteExt;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        for _ in 0..100 {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let _ = socket
+                .write_all(
+                    b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\
+                      Content-Length: 11\r\nConnection: close\r\n\r\nBad Request",
+                )
+                .await;
+            let _ = socket.shutdown().await;
+        }
+    });
+    let client = client_of(vec![format!("redis://127.0.0.1:{port}")], false)
+        .build()
+        .unwrap();
+    let err = client.try_acquire("misuse:http").await.unwrap_err();
+    eprintln!("{err}");
+    server.abort();
+    let [report] = err.masters() else {
+        panic!("one master: {err}")
+    };
+    let redquorum::MasterOutcome::Failed(e) = report.outcome() else {
+        panic!("{err}")
+    };
+    let said = e.to_string();
+    assert!(
+        said.contains("does not speak the Redis protocol") && said.contains("is the port right"),
+        "{said}"
+    );
+    assert!(
+        !said.contains('\n') && !err.to_string().contains('\n'),
+        "{said:?}"
+    );
+    assert!(!said.contains("rediss://"), "{said}");
 }

@@ -793,6 +793,14 @@ async fn a_failed_downgrade_loses_the_lease_and_releases_both_forms() {
     let name = unique_key("downfail");
     let w = client.rwlock(&name).write().await.unwrap();
     let reader = format!("redquorum:rw:{name}:reader:{}", w.value());
+    // The write is on every master first: a straggler's SET must not land after the
+    // deletes below.
+    wait_until(
+        Duration::from_secs(2),
+        "the write lease is on every master",
+        || held_everywhere(&cluster, &name, w.value()),
+    )
+    .await;
     // Two masters lose the writer key (as after an operator's delete).
     for url in &cluster.urls()[..2] {
         let _: () = raw(url).await.del(&name).await.unwrap();

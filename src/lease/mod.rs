@@ -266,10 +266,13 @@ impl LeaseShared {
                 "extend must be called inside a tokio runtime (features rt, time, net)",
             ));
         }
+        // Checked as given: cut to whole milliseconds, a sub-millisecond TTL would read
+        // as zero.
+        let given = ttl;
         let ttl = deadline::whole_millis(ttl);
         inner
             .config
-            .check_ttl(ttl)
+            .check_ttl(given)
             .and_then(|()| inner.config.check_ttl_max(ttl))
             .map_err(|e| {
                 Error::new(ErrorKind::InvalidOptions, resource).with_detail(e.to_string())

@@ -321,6 +321,7 @@ impl Redlock {
         );
         let refresh_every = config.waiter_ttl / 3;
         let mut next_refresh = Instant::now() + refresh_every;
+        let held = refused.clone();
         let mut last = refused;
         // Confirms that failed in a row: each after the first pauses longer, so that a
         // split between two waiters cannot loop hot.
@@ -370,6 +371,7 @@ impl Redlock {
                     .await;
                 next_refresh = Instant::now() + refresh_every;
                 wrong_kind(&round, &target.name, *total)?;
+                last = self.after_refresh(&round, &target.name, &held, last);
                 evidence.note_round(&round, inner.quorum);
                 evidence.note_notices(&handoffs.fresh());
                 tracing::trace!(

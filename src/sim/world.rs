@@ -1595,7 +1595,9 @@ async fn queued_call(
     match &out {
         None if killed => book.stats.killed += 1,
         None => book.stats.dropped += 1,
-        Some(Err(e)) if e.kind() == ErrorKind::WaitTimeout && short => book.stats.gave_up += 1,
+        // Its budget ran out: held (`WaitTimeout`) or, under faults, the kind of the
+        // masters' last failure (docs/design.md §9).
+        Some(Err(e)) if e.is_retryable() && short => book.stats.gave_up += 1,
         _ => {}
     }
     drop(book);

@@ -548,6 +548,15 @@ impl Config {
         Ok(())
     }
 
+    /// The longest a call to one master can take (docs/design.md §2): its turn behind
+    /// the earlier calls to that master (at most a connect and a node timeout), its own
+    /// first connection, and its request.
+    pub(crate) fn call_bound(&self) -> Duration {
+        self.connect_timeout
+            .saturating_add(self.node_timeout)
+            .saturating_mul(2)
+    }
+
     /// The watchdog's pause between extensions of a lease of `ttl`.
     pub(crate) fn extend_interval(&self, ttl: Duration) -> Duration {
         self.extend_interval

@@ -187,8 +187,11 @@ impl Master for Guarded {
     fn call(&self, op: Arc<Op>) -> BoxFuture<'static, Result<Reply, MasterError>> {
         let inner = Arc::clone(&self.inner);
         let shared = Arc::clone(&self.shared);
+        // Made now, not at the first poll: the call takes its place in the master's order
+        // when it is made (docs/design.md §2).
+        let call = inner.call(Arc::clone(&op));
         async move {
-            let reply = inner.call(Arc::clone(&op)).await;
+            let reply = call.await;
             let now = Instant::now();
             shared.take_vitals(inner.vitals(), now);
             shared.judge(&op, reply?, now)

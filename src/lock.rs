@@ -383,8 +383,10 @@ impl Redlock {
     /// process exits, so that no lock it held stays on the masters until its TTL.
     ///
     /// A background release may first wait for an extension of its lease that is in
-    /// flight (one round), then runs its own round; each round is bounded by the connect
-    /// timeout plus the node timeout, so this call waits at most twice that. Returns how
+    /// flight (one round), then runs its own round; each round is bounded by twice the
+    /// connect timeout plus the node timeout (a request's turn behind earlier requests to
+    /// its master, then its connect and its answer), so this call waits at most twice
+    /// that. Returns how
     /// many were still running when that bound ran out (zero when all finished). The
     /// client stays usable afterwards.
     ///
@@ -404,12 +406,8 @@ impl Redlock {
             // Nothing can wait without a runtime; report what is still running elsewhere.
             return background.len();
         }
-        let config = &self.inner.config;
         // An extension in flight (one round), then the release round itself.
-        let bound = config
-            .connect_timeout
-            .saturating_add(config.node_timeout)
-            .saturating_mul(2);
+        let bound = self.inner.config.call_bound().saturating_mul(2);
         background.close();
         let _ = tokio::time::timeout(bound, background.wait()).await;
         let unfinished = background.len();
@@ -2104,7 +2102,7 @@ fn clear_intent_after_grant(
         Some(late) if pending => {
             let (shared, intent) = (Arc::clone(inner), Arc::clone(intent));
             let spawned = inner.spawn(async move {
-                // The stragglers answer within the node timeout; a closed channel leaves
+                // The stragglers answer within their call bound; a closed channel leaves
                 // them to be cleared.
                 if let Ok(answers) = late.await {
                     for (i, outcome) in answers {

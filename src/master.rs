@@ -28,7 +28,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use crate::backoff::Doubling;
 use crate::cluster::{self, Admission, Owner, Record, View};
@@ -586,9 +586,13 @@ pub(crate) trait Master: Send + Sync + fmt::Debug {
     /// The master's address, password redacted.
     fn name(&self) -> &Arc<str>;
 
-    /// Runs `op` on this master. The returned future owns everything it needs, so a
-    /// round can hand it to a background task once the round is decided; it finishes
-    /// within the node timeout (plus the connect timeout on first use).
+    /// Runs `op` on this master. The call takes its place in the master's order when it
+    /// is made, not when its future is first polled (docs/design.md §2): implementations
+    /// that wrap another master make the inner call at once. The returned future owns
+    /// everything it needs, so a round can hand it to a background task once the round is
+    /// decided; it finishes within the node timeout, plus, before its request leaves, at
+    /// most the connect timeout (first use) and its turn behind earlier calls (at most a
+    /// connect and a node timeout).
     fn call(&self, op: Arc<Op>) -> BoxFuture<'static, Result<Reply, MasterError>>;
 
     /// What the latest (re)connection read of the master, numbered by connection, when
@@ -645,8 +649,10 @@ struct Shared {
     /// Read the master's vitals on every (re)connect (restart quarantine).
     read_vitals: bool,
     vitals: Mutex<Option<(u64, Arc<Vitals>)>>,
-    /// Serialises the first connection attempt, so concurrent first calls share it.
-    first_connect: tokio::sync::Mutex<()>,
+    /// The first connection in progress, if any: every call that needs it waits for its
+    /// outcome. It runs in a task of its own, so it ends (within the connect timeout)
+    /// whether or not the call that started it is still polled.
+    connecting: Mutex<Option<Connecting>>,
     /// The connection (generation) known to have the scripts loaded.
     scripts_loaded: AtomicU64,
     /// The `run_id` the latest connection read, if it could.
@@ -655,6 +661,9 @@ struct Shared {
     /// The order in which calls write their requests: the order in which they were made.
     order: Arc<Order>,
 }
+
+/// The outcome of a first connection in progress, once it is known.
+type Connecting = watch::Receiver<Option<Result<(), MasterError>>>;
 
 /// A live connection, its generation, and why its master can evict lock keys (if it can).
 type Connection = (MultiplexedConnection, u64, Arc<Eviction>);
@@ -760,7 +769,7 @@ impl RedisMaster {
                 state: Mutex::new(State::Idle),
                 read_vitals,
                 vitals: Mutex::new(None),
-                first_connect: tokio::sync::Mutex::new(()),
+                connecting: Mutex::new(None),
                 scripts_loaded: AtomicU64::new(0),
                 run_id: Mutex::new(None),
                 generation: AtomicU64::new(0),
@@ -856,7 +865,12 @@ impl Master for RedisMaster {
             };
             // The first poll writes the request (and the loads and reads sent with it)
             // to the connection: later calls may write theirs from then on.
-            let mut request = std::pin::pin!(tokio::time::timeout(shared.node_timeout, request));
+            // Unconstrained by tokio's cooperative budget: a first poll that the budget cut
+            // short would pass the place without having written anything.
+            let mut request = std::pin::pin!(tokio::task::unconstrained(tokio::time::timeout(
+                shared.node_timeout,
+                request
+            )));
             let answered = std::future::poll_fn(|cx| {
                 let polled = request.as_mut().poll(cx);
                 place.pass();
@@ -960,16 +974,61 @@ impl Shared {
         if let Some(ready) = self.ready() {
             return ready;
         }
-        let _first = self.first_connect.lock().await;
-        if let Some(ready) = self.ready() {
-            return ready;
-        }
-        match self.open().await {
-            Ok(conn) => Ok(self.set_up(conn)),
-            Err(err) => {
-                self.mark_down(0, err.clone());
-                Err(err)
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Err(MasterError::new(
+                MasterErrorKind::Other,
+                "no tokio runtime to connect from",
+            ));
+        };
+        let mut outcome = {
+            let mut connecting = self
+                .connecting
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match &*connecting {
+                Some(outcome) => outcome.clone(),
+                None => {
+                    if let Some(ready) = self.ready() {
+                        return ready;
+                    }
+                    let (tell, outcome) = watch::channel(None);
+                    *connecting = Some(outcome.clone());
+                    let shared = Arc::clone(self);
+                    runtime.spawn(async move {
+                        // `open` is bounded by the connect timeout.
+                        let opened = match shared.open().await {
+                            Ok(conn) => {
+                                shared.set_up(conn);
+                                Ok(())
+                            }
+                            Err(err) => {
+                                shared.mark_down(0, err.clone());
+                                Err(err)
+                            }
+                        };
+                        *shared
+                            .connecting
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner) = None;
+                        let _ = tell.send(Some(opened));
+                    });
+                    outcome
+                }
             }
+        };
+        let opened = match outcome.wait_for(Option::is_some).await {
+            Ok(opened) => opened.clone(),
+            // The task ended without a word: its runtime shut down.
+            Err(_) => None,
+        };
+        match opened {
+            Some(Err(err)) => Err(err),
+            _ => self.ready().unwrap_or_else(|| {
+                Err(MasterError::new(
+                    MasterErrorKind::Other,
+                    "the connection was set up in a runtime that has shut down",
+                ))
+            }),
         }
     }
 

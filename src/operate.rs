@@ -908,7 +908,7 @@ impl UnlockReport {
 /// master's own bound; this one only makes sure no answer is waited for longer).
 async fn ask_all(inner: &Inner, op: &Arc<Op>) -> Vec<Result<Reply, MasterError>> {
     let config = &inner.config;
-    let bound = config.connect_timeout.saturating_add(config.node_timeout);
+    let bound = config.call_bound();
     join_all(inner.masters.iter().map(|m| {
         let call = m.call(Arc::clone(op));
         async move {
@@ -917,7 +917,8 @@ async fn ask_all(inner: &Inner, op: &Arc<Op>) -> Vec<Result<Reply, MasterError>>
                 Err(_) => Err(MasterError::new(
                     MasterErrorKind::Timeout,
                     format!(
-                        "no answer within the connect and node timeouts ({})",
+                        "no answer within {} (twice the connect and node timeouts: the \
+                         turn behind earlier requests, then the connect and the request)",
                         human(bound)
                     ),
                 )),

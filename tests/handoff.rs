@@ -1145,3 +1145,62 @@ async fn a_burst_of_forty_fair_contenders_all_queue_and_are_served() {
         failures.len()
     );
 }
+
+/// EVALSHA calls `server` has answered so far.
+async fn evalsha_calls(server: &Server) -> u64 {
+    let mut conn = raw(&server.url()).await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .and_then(|l| l.split("calls=").nth(1))
+        .and_then(|s| s.split(',').next())
+        .map(|s| s.parse().unwrap())
+        .unwrap_or(0)
+}
+
+/// A fair waiter whose ticket rounds fail on a quorum without a conflict (two of three
+/// masters answer the registration with an error: its queue key holds a string there)
+/// spends an attempt per round and pauses as the retry policy says: it ends once its
+/// attempts are spent, saying how the masters failed, neither after its whole budget
+/// nor as if the lock were merely held, and without a round every millisecond.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_ticket_rounds_that_fail_without_a_conflict_spend_attempts() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster).ttl("30s").build().unwrap();
+    let key = unique_key("ticket-failing");
+    let _lease = holder.try_acquire(&key).await.unwrap();
+    for i in [1, 2] {
+        let mut conn = raw(&cluster.server(i).url()).await;
+        let _: () = conn.set(queue_key(&key), "not a zset").await.unwrap();
+    }
+    let waiter = client(&cluster).build().unwrap();
+    let before = evalsha_calls(cluster.server(0)).await;
+    let options = AcquireOptions::new()
+        .fair(true)
+        .attempts(5)
+        .wait_timeout("20s");
+    let started = Instant::now();
+    let error = waiter.acquire_with(&key, &options).await.unwrap_err();
+    let calls = evalsha_calls(cluster.server(0)).await - before;
+    assert_ne!(error.kind(), ErrorKind::WaitTimeout, "{error}");
+    assert_ne!(error.kind(), ErrorKind::Contended, "{error}");
+    assert!(
+        error.to_string().contains("no fair ticket issued"),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    // The first attempt, then at most four registration rounds, and what ends the call.
+    assert!(
+        calls <= 10,
+        "{calls} scripts on one master for five attempts"
+    );
+    waiter.shutdown().await;
+}

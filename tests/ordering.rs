@@ -130,3 +130,97 @@ async fn a_dropped_waiter_leaves_no_registration_behind() {
     lease.release().await.unwrap();
     assert!(left.is_empty(), "registrations left behind: {left:?}");
 }
+
+/// A round decided by masters that fail at once (three of five known down) returns before
+/// the other two masters' calls were ever polled. The attempt's release, made after the
+/// round, must still reach those two after its acquire, with restart quarantine on (its
+/// guard wraps every master) as well as off: otherwise their keys stay for the whole TTL.
+async fn keys_left_by_failed_attempts(quarantine: bool) -> usize {
+    let mut cluster = Cluster::start(5).await.unwrap();
+    let client = Redlock::builder()
+        .quarantine(quarantine)
+        .masters(cluster.urls())
+        .ttl("5s")
+        .node_timeout("200ms")
+        .retry_delay("5ms")
+        .retry_jitter("5ms")
+        .build()
+        .unwrap();
+    // Connected everywhere, then three masters die and are found down.
+    let _ = client.try_acquire(&unique_key("connect")).await;
+    client.shutdown().await;
+    for i in 0..3 {
+        cluster.server_mut(i).kill().unwrap();
+    }
+    for _ in 0..3 {
+        let _ = client.try_acquire(&unique_key("down")).await;
+    }
+    client.shutdown().await;
+    let mut left = 0;
+    for _ in 0..100 {
+        let key = unique_key("overtaken");
+        let error = client.try_acquire(&key).await.unwrap_err();
+        assert!(error.is_retryable(), "{error}");
+        assert_eq!(
+            client.shutdown().await,
+            0,
+            "shutdown left clean-ups running"
+        );
+        for i in 3..5 {
+            if value_on(cluster.server(i), &key).await.is_some() {
+                left += 1;
+            }
+        }
+    }
+    left
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_follows_an_unpolled_acquire_with_quarantine_on() {
+    assert_eq!(keys_left_by_failed_attempts(true).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_follows_an_unpolled_acquire_with_quarantine_off() {
+    assert_eq!(keys_left_by_failed_attempts(false).await, 0);
+}
+
+/// A call future polled once while its master's first connection is being set up, then
+/// kept without being polled again (an application that stopped driving it): the
+/// connection is still set up, and the calls made after it wait for its turn at most once
+/// (connect plus node timeout, 500 ms here), not each of them, for as long as it is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_unpolled_call_holds_later_calls_up_once() {
+    let cluster = Cluster::start(1).await.unwrap();
+    let proxy = Proxy::for_server(cluster.server(0)).await.unwrap();
+    proxy.set_mode(Mode::delay(
+        Duration::from_millis(20),
+        Duration::from_millis(5),
+    ));
+    let client = Redlock::builder()
+        .quarantine(false)
+        .master(proxy.url())
+        .ttl("5s")
+        .node_timeout("200ms")
+        .connect_timeout("300ms")
+        .build()
+        .unwrap();
+    let kept_key = unique_key("kept");
+    let mut kept = Box::pin(client.try_acquire(&kept_key));
+    assert!(futures::poll!(kept.as_mut()).is_pending());
+    proxy.set_mode(Mode::Pass);
+    let mut cycles = Vec::new();
+    for _ in 0..4 {
+        let started = tokio::time::Instant::now();
+        let lease = client.try_acquire(&unique_key("behind")).await.unwrap();
+        lease.release().await.unwrap();
+        cycles.push(started.elapsed());
+    }
+    drop(kept);
+    // The first cycle may wait one limit for the kept call; the others must not (each
+    // waited one limit per call before: a second per cycle).
+    assert!(
+        cycles[1..].iter().all(|c| *c < Duration::from_millis(500)),
+        "{cycles:?}"
+    );
+}

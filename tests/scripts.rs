@@ -1462,7 +1462,7 @@ fn script_hashes_are_pinned() {
         (
             "release.lua",
             RELEASE,
-            "6f79eb483bca1225b8b3edb2be7e18432d36e12a",
+            "35d1a6d8babfb9187657803e0132c17428b20bbe",
         ),
         (
             "extend.lua",
@@ -1507,7 +1507,7 @@ fn script_hashes_are_pinned() {
         (
             "force_unlock.lua",
             FORCE_UNLOCK,
-            "f33e26b1ee1479fe6c2df432a426683bca8a6840",
+            "cd663aeaa8b860d0e6178e5f6b74430f18e33392",
         ),
         (
             "extend_many.lua",
@@ -1517,7 +1517,7 @@ fn script_hashes_are_pinned() {
         (
             "release_many.lua",
             RELEASE_MANY,
-            "646e07bfeaaff5b744aa52eaa4bdd82906b1fffa",
+            "2f0930e34cc2a712b5f9aaee047703dc67572370",
         ),
         (
             "acquire_many.lua",
@@ -1542,17 +1542,17 @@ fn script_hashes_are_pinned() {
         (
             "acquire_queued.lua",
             ACQUIRE_QUEUED,
-            "5305a379f683c18c4f48f6c99c1bceedb35604ba",
+            "686b5a0408bdbbd992361949b372be3766305f02",
         ),
         (
             "enqueue.lua",
             ENQUEUE,
-            "dd88db795b3f4aeeff74de513dd3fdc9b672ead2",
+            "89e61f2228694bfa09c5d6a1cfe077f8a5653707",
         ),
         (
             "dequeue.lua",
             DEQUEUE,
-            "4ce5292da011cb08158be6befee1a0d0bdaeca0b",
+            "277b05c6d055ca259cf480ebfb698d2f561c2961",
         ),
     ];
     for (name, source, hash) in pinned {
@@ -2168,4 +2168,58 @@ async fn enqueue_gives_a_handed_key_to_the_head_and_only_once() {
         .unwrap();
     assert_eq!((r.0, r.4), (1, 1), "{r:?}");
     assert_eq!(get(&server.url(), &key).await.as_deref(), Some("h"));
+}
+
+/// `live_head` at its prune budget (256 dead members a run): a queue of exactly 256 dead
+/// members has no live member once pruned, and a fair first attempt takes the free key;
+/// with 257, one is left unread, the head is unknown, and the fair attempt is refused
+/// (free, but queued: -2). The simulation's model answers the same.
+#[tokio::test]
+async fn live_head_at_its_prune_budget() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let script = Script::new(ACQUIRE_QUEUED);
+    for (dead, granted) in [(256u64, 1i64), (257, 0)] {
+        let key = unique_key("prune_budget");
+        let queue = format!("redquorum:queue:{key}");
+        let members: Vec<(u64, String)> =
+            (0..dead).map(|i| (i + 1, format!("dead{i:03}"))).collect();
+        let _: () = conn.zadd_multiple(&queue, &members).await.unwrap();
+        let reply: Vec<redis::Value> = script
+            .key(&key)
+            .key(unique_key("epoch"))
+            .key(unique_key("fence"))
+            .key(unique_key("cluster"))
+            .key(unique_key("owner"))
+            .key(&queue)
+            .key(unique_key("ticket"))
+            .arg("v")
+            .arg(30_000)
+            .arg("e1")
+            .arg("0")
+            .arg("")
+            .arg("client")
+            .arg("host")
+            .arg(1)
+            .arg("")
+            .arg("")
+            .arg("1")
+            .arg(format!("redquorum:waiter:{key}:"))
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        let int = |v: &redis::Value| match v {
+            redis::Value::Int(i) => *i,
+            other => panic!("{other:?}"),
+        };
+        let left: u64 = conn.zcard(&queue).await.unwrap();
+        assert_eq!(
+            (int(&reply[0]), left),
+            (granted, dead - 256),
+            "{dead} dead members: {reply:?}"
+        );
+        if granted == 0 {
+            assert_eq!(int(&reply[4]), -2, "free but queued behind an unknown head");
+        }
+    }
 }

@@ -268,7 +268,7 @@ impl Redlock {
         let mut evidence = Evidence::new(inner.masters.len(), config.waiter_ttl);
         if plan.fair {
             match self
-                .issue_ticket(&mut registration, plan.give_up_at, traced())
+                .issue_ticket(&mut registration, plan, &mut spent, traced())
                 .await
             {
                 Ok((round, retried)) => {
@@ -288,20 +288,18 @@ impl Redlock {
                         evidence.note_round(&round, inner.quorum);
                     }
                 }
-                // Not issued within the budget or the bound: fail as the masters said.
-                Err(_) if Instant::now() >= plan.give_up_at => {
-                    return Err(wait_timeout(refused, *total));
-                }
-                Err(None) => return Err(refused),
+                // The budget ran out among conflicts or a cut round: the lock was held.
+                Err(None) => return Err(wait_timeout(refused, *total)),
+                // The masters failed the rounds without conflicts until the attempts or
+                // the budget ran out: say how they failed, not that the lock was held.
                 Err(Some(round)) => {
                     wrong_kind(&round, &target.name, *total)?;
                     let (kind, _) = failure_kind(&round.outcomes, inner.quorum);
-                    if kind == ErrorKind::Contended {
-                        return Err(refused);
-                    }
-                    return Err(Error::new(kind, &*target.name)
+                    let error = Error::new(kind, &*target.name)
                         .with_detail(format!("no fair ticket issued: {}", kind_word(kind)))
-                        .with_attempts(*total));
+                        .with_masters(round.reports(&inner.masters))
+                        .with_attempts(*total);
+                    return Err(error);
                 }
             }
         } else {
@@ -514,18 +512,22 @@ impl Redlock {
     /// its refused attempt read): written back strictly until a quorum took it, each
     /// conflict raising it past the counter met. Contenders that read the same counters
     /// conflict with each other, so each conflict is followed by a random pause that grows
-    /// with the conflicts in a row (§6's spread), which pulls a burst apart; only the wait
-    /// budget ends the rounds. Returns the round that issued it once issued (its answers
-    /// say where the key is handed to the waiter meanwhile), and whether a conflict made
-    /// it retry (earlier rounds may have written a smaller score); when not issued within
-    /// the budget or the bound, the last round if the masters failed it by timeouts,
-    /// abstentions or errors rather than by conflicts.
+    /// with the conflicts in a row (§6's spread), which pulls a burst apart; conflicts
+    /// spend no attempt, and only the wait budget ends them. A round that fails without a
+    /// conflict (masters down, abstaining or failing) is a failed attempt like any other:
+    /// it spends one of the call's attempts (`spent`) and pauses as the retry policy says.
+    /// Returns the round that issued the ticket (its answers say where the key is handed
+    /// to the waiter meanwhile) and whether a conflict made it retry (earlier rounds may
+    /// have written a smaller score); otherwise the last round the masters failed without
+    /// a conflict, if any, once the attempts or the budget ran out.
     async fn issue_ticket(
         &self,
         registration: &mut Registration,
-        give_up_at: Instant,
+        plan: &Plan,
+        spent: &mut u32,
         traced: telemetry::Traced<'_>,
     ) -> Result<(Round, bool), Option<Round>> {
+        let give_up_at = plan.give_up_at;
         let mut failed = None;
         let mut conflicts = 0u32;
         loop {
@@ -561,13 +563,17 @@ impl Redlock {
                     conflicts += 1;
                     spread(started.elapsed(), conflicts - 1)
                 }
-                // Cut by the budget: fail as the masters said last.
+                // Cut by the budget: the masters decided nothing more.
                 None if round.cut => return Err(failed),
-                // Timeouts or abstentions, with no conflict: the same ticket again after a
-                // pause of one round (at least a millisecond).
+                // Timeouts, abstentions or errors, with no conflict: a failed attempt; the
+                // same ticket again after the retry policy's pause.
                 None => {
+                    *spent += 1;
+                    if *spent >= plan.attempts {
+                        return Err(Some(round));
+                    }
                     failed = Some(round);
-                    started.elapsed().max(Duration::from_millis(1))
+                    self.inner.config.retry.delay(*spent)
                 }
             };
             tokio::time::sleep_until((Instant::now() + pause).min(give_up_at)).await;

@@ -10,34 +10,36 @@
 //! without writing.
 //!
 //! A call waits for its turn at most `limit` (the longest an earlier call may take before
-//! it writes: a connect and a round trip); past that it goes anyway, so that an earlier
-//! call whose future nobody polls any more cannot hold the master up for good.
+//! it writes: a connect and a round trip). Past that, every earlier place still unpassed
+//! is given up on at once — its call, whenever it writes, no longer holds anyone back —
+//! so that a call whose future nobody polls any more costs the calls behind it one limit,
+//! once, and not one limit each.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Poll, Waker};
 use std::time::Duration;
-
-use tokio::sync::Notify;
 
 /// One master's order of calls.
 #[derive(Debug, Default)]
 pub(super) struct Order {
     /// The place the next call takes.
     next: AtomicU64,
-    /// Every place below it has written its request or ended (mirrors `passed.upto`,
-    /// read without the lock).
+    /// Every place below it has written its request, ended, or was given up on (mirrors
+    /// `state.upto`, read without the lock).
     upto: AtomicU64,
-    passed: Mutex<Passed>,
-    turn: Notify,
+    state: Mutex<State>,
 }
 
 #[derive(Debug, Default)]
-struct Passed {
+struct State {
     upto: u64,
     /// Places above `upto` that passed out of turn (ended while waiting, or went on after
     /// the limit).
     early: BTreeSet<u64>,
+    /// The calls waiting for their turn, by place: only the one at `upto` is woken.
+    waiting: BTreeMap<u64, Waker>,
 }
 
 impl Order {
@@ -50,24 +52,48 @@ impl Order {
         }
     }
 
-    fn pass(&self, at: u64) {
-        let mut passed = self.passed.lock().unwrap_or_else(PoisonError::into_inner);
-        if at != passed.upto {
-            passed.early.insert(at);
-            return;
-        }
-        let mut upto = at + 1;
-        while passed.early.remove(&upto) {
-            upto += 1;
-        }
-        passed.upto = upto;
-        self.upto.store(upto, Ordering::Release);
-        drop(passed);
-        self.turn.notify_waiters();
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every change below leaves the state consistent: a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn is_turn(&self, at: u64) -> bool {
         self.upto.load(Ordering::Acquire) >= at
+    }
+
+    /// Place `at` has written its request or ended.
+    fn pass(&self, at: u64) {
+        let mut state = self.lock();
+        if at < state.upto {
+            // Given up on already.
+            return;
+        }
+        if at > state.upto {
+            state.early.insert(at);
+            return;
+        }
+        self.advance(&mut state, at + 1);
+    }
+
+    /// Moves the turn on to `to` (then past every place that passed early) and wakes the
+    /// call whose turn it is.
+    fn advance(&self, state: &mut State, to: u64) {
+        let mut upto = to.max(state.upto);
+        state.early = state.early.split_off(&upto);
+        while state.early.remove(&upto) {
+            upto += 1;
+        }
+        state.upto = upto;
+        self.upto.store(upto, Ordering::Release);
+        // Waiters below the turn were given up on with it; the one at the turn may go.
+        let later = state.waiting.split_off(&upto);
+        let released = std::mem::replace(&mut state.waiting, later);
+        for (_, waker) in released {
+            waker.wake();
+        }
+        if let Some(waker) = state.waiting.remove(&upto) {
+            waker.wake();
+        }
     }
 }
 
@@ -81,7 +107,8 @@ pub(super) struct Place {
 }
 
 impl Place {
-    /// Waits until every earlier call has written its request or ended, at most `limit`.
+    /// Waits until every earlier call has written its request or ended, at most `limit`;
+    /// past it, the earlier calls that have not are given up on.
     ///
     /// # Cancel safety
     /// Dropping the future keeps the place; dropping the place passes it.
@@ -89,22 +116,28 @@ impl Place {
         if self.order.is_turn(self.at) {
             return;
         }
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            let notified = self.order.turn.notified();
-            let mut notified = std::pin::pin!(notified);
-            // Registered before the check: a pass between the two still wakes us.
-            notified.as_mut().enable();
-            if self.order.is_turn(self.at) {
-                return;
+        let order = &self.order;
+        let at = self.at;
+        let waited = std::future::poll_fn(|cx| {
+            let mut state = order.lock();
+            if state.upto >= at {
+                state.waiting.remove(&at);
+                return Poll::Ready(());
             }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            state.waiting.insert(at, cx.waker().clone());
+            Poll::Pending
+        });
+        if tokio::time::timeout(limit, waited).await.is_err() {
+            let mut state = order.lock();
+            state.waiting.remove(&at);
+            if state.upto < at {
                 tracing::debug!(
-                    place = self.at,
-                    "an earlier request to this master is still unsent after {limit:?}: \
-                     sending without waiting for it"
+                    place = at,
+                    behind = at - state.upto,
+                    "earlier requests to this master are still unsent after {limit:?}: \
+                     sending without waiting for them"
                 );
-                return;
+                order.advance(&mut state, at);
             }
         }
     }
@@ -154,18 +187,25 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_place_never_passed_holds_later_calls_at_most_the_limit() {
+    async fn a_place_never_passed_holds_later_calls_one_limit_once() {
         let order = Arc::new(Order::default());
         let stuck = order.take();
-        let later = order.take();
+        let mut later = order.take();
         let start = tokio::time::Instant::now();
         later.turn(Duration::from_millis(300)).await;
         assert_eq!(start.elapsed(), Duration::from_millis(300));
-        // Passed out of turn, then the stuck one ends: both are behind the next call.
-        drop(later);
-        assert!(!order.is_turn(2));
+        later.pass();
+        // The stuck place was given up on: a thousand calls behind it wait no longer.
+        let start = tokio::time::Instant::now();
+        for _ in 0..1000 {
+            order.take().turn(Duration::from_millis(300)).await;
+        }
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        // Its late pass changes nothing, and nothing is kept for it.
         drop(stuck);
-        assert!(order.is_turn(2));
+        assert!(order.is_turn(1002));
+        let state = order.lock();
+        assert!(state.early.is_empty() && state.waiting.is_empty());
     }
 
     #[tokio::test(start_paused = true)]
@@ -177,5 +217,37 @@ mod tests {
         let start = tokio::time::Instant::now();
         later.turn(Duration::from_secs(10)).await;
         assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_the_next_place_is_woken() {
+        let order = Arc::new(Order::default());
+        let mut first = order.take();
+        let polls = Arc::new(AtomicU64::new(0));
+        let mut waiters = Vec::new();
+        for _ in 0..50 {
+            let place = order.take();
+            let polls = Arc::clone(&polls);
+            waiters.push(tokio::spawn(async move {
+                {
+                    let mut turn = std::pin::pin!(place.turn(Duration::from_secs(10)));
+                    std::future::poll_fn(|cx| {
+                        polls.fetch_add(1, Ordering::Relaxed);
+                        turn.as_mut().poll(cx)
+                    })
+                    .await;
+                }
+                place
+            }));
+        }
+        tokio::task::yield_now().await;
+        first.pass();
+        for waiter in waiters {
+            let mut place = waiter.await.unwrap();
+            place.pass();
+        }
+        // Each waiter is polled about twice (once to wait, once when woken), not once per
+        // pass ahead of it.
+        assert!(polls.load(Ordering::Relaxed) <= 150, "{polls:?}");
     }
 }

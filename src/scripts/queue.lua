@@ -9,6 +9,10 @@
 -- prunes on).
 local PRUNE = 256
 local function live_head(q, prefix)
+  -- The common case, a live first member, costs one ZRANGE and one EXISTS.
+  local first = redis.call('ZRANGE', q, 0, 0)[1]
+  if not first then return false end
+  if redis.call('EXISTS', prefix .. first) == 1 then return first end
   local pruned = 0
   while pruned < PRUNE do
     local batch = redis.call('ZRANGE', q, 0, 63)
@@ -24,6 +28,7 @@ local function live_head(q, prefix)
     redis.call('ZREM', q, unpack(dead))
     pruned = pruned + #dead
   end
+  if redis.call('ZCARD', q) == 0 then return false end
   return nil
 end
 

@@ -342,8 +342,8 @@ impl Data {
             self.leave(key, &first, Registration::Expired, now_us);
             self.journal.pruned += 1;
         }
-        // The script checks its budget before each batch: a queue left empty by exactly
-        // `PRUNE` removals answers none there too.
+        // A queue left empty by exactly `PRUNE` removals has no live member (the script
+        // checks `ZCARD` once its budget is spent).
         match self.queue(key, now_us).and_then(|q| q.first()) {
             None => Head::None,
             Some(_) => Head::Unknown,
@@ -2569,6 +2569,21 @@ mod tests {
         assert!(d.enqueue(&enq(&k, &live, 1_000, true), at).handed);
         assert_eq!(d.journal.pruned, 600);
         assert_eq!(d.live(&k, at).as_deref(), Some("live"));
+    }
+
+    #[test]
+    fn live_head_at_its_prune_budget_matches_the_script() {
+        // As `tests/scripts.rs::live_head_at_its_prune_budget`: 256 dead, none live; 257,
+        // unknown.
+        for (dead, expected) in [(256u64, Head::None), (257, Head::Unknown)] {
+            let mut d = Data::default();
+            let k = key();
+            for i in 0..dead {
+                d.enqueue(&enq(&k, &format!("dead{i:03}").into(), i + 1, false), T0);
+            }
+            d.locks.clear();
+            assert_eq!(d.live_head(&k, T0 + 40_000, false), expected, "{dead} dead");
+        }
     }
 
     #[test]

@@ -65,7 +65,7 @@ fn handoff_holds() {
         fixed: 60,
         rotating: 30,
     };
-    queued_hold("handoff_holds", &HANDOFF, share);
+    queued_hold(test_path!(), &HANDOFF, share);
 }
 
 #[test]
@@ -74,7 +74,7 @@ fn fair_holds() {
         fixed: 60,
         rotating: 30,
     };
-    let held = queued_hold("fair_holds", &FAIR, share);
+    let held = queued_hold(test_path!(), &FAIR, share);
     if held.full {
         assert!(
             held.fixed.fair_calls > held.fixed.schedules,
@@ -107,7 +107,7 @@ fn fair_among_calm_masters_holds() {
         fixed: 30,
         rotating: 30,
     };
-    let held = hold("fair_among_calm_masters_holds", &profile, share, &[]);
+    let held = hold(test_path!(), &profile, share, &[]);
     if held.full {
         let stats = held.fixed;
         assert!(
@@ -151,7 +151,7 @@ mod mutants {
             ..QUEUED_DURABLE
         };
         detect(
-            "handoff::mutants::confirm_keeping_the_handoff_expiry_is_caught",
+            test_path!(),
             &profile,
             200,
             violation(&profile, |_, v| v.is_overlap()),
@@ -170,7 +170,7 @@ mod mutants {
             ..QUEUED_DURABLE
         };
         detect(
-            "handoff::mutants::fair_by_arrival_is_caught",
+            test_path!(),
             &profile,
             300,
             queue_violation(&profile, |v| matches!(v, QueueViolation::Fifo { .. })),
@@ -193,7 +193,7 @@ mod mutants {
             ..QUEUED_DURABLE
         };
         detect(
-            "handoff::mutants::handoff_ignoring_liveness_is_caught",
+            test_path!(),
             &profile,
             300,
             queue_violation(&profile, |v| matches!(v, QueueViolation::Stall { .. })),

@@ -340,7 +340,7 @@ fn rw_hold(test: &str, share: Share, faults: RwFaults) {
 #[test]
 fn rwlock_among_faults_holds() {
     rw_hold(
-        "rwlock::rwlock_among_faults_holds",
+        test_path!(),
         Share {
             fixed: 12,
             rotating: 8,
@@ -388,7 +388,7 @@ fn the_rw_checker_finds_a_writer_overlapping_a_reader() {
 /// the masters' model): within a few schedules, a read lease valid while a write lease is.
 #[test]
 fn readers_ignoring_the_writer_key_are_caught_by_the_exclusion_checker() {
-    let test = "rwlock::readers_ignoring_the_writer_key_are_caught_by_the_exclusion_checker";
+    let test = test_path!();
     for seed in detect_seeds(10) {
         let (_, records) = rw_schedule(seed, RW_FAULTS, true);
         if let Some(v) = rw_violation(&records) {
@@ -484,7 +484,7 @@ fn starved(mutant: Option<Mutant>, seed: u64) -> Option<String> {
 /// within the bound.
 #[test]
 fn a_writer_behind_a_stream_of_readers_gets_in_within_its_bound() {
-    let test = "rwlock::a_writer_behind_a_stream_of_readers_gets_in_within_its_bound";
+    let test = test_path!();
     let (seeds, _) = hold_seeds(
         test,
         Share {
@@ -505,7 +505,7 @@ fn a_writer_behind_a_stream_of_readers_gets_in_within_its_bound() {
 #[cfg(feature = "mutants")]
 #[test]
 fn reader_ignoring_intent_is_caught() {
-    let test = "rwlock::reader_ignoring_intent_is_caught";
+    let test = test_path!();
     for seed in detect_seeds(4) {
         if let Some(why) = starved(Some(Mutant::ReaderIgnoresIntent), seed) {
             eprintln!(

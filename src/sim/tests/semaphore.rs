@@ -326,11 +326,7 @@ const ONE_LIMIT: SemProfile = SemProfile {
 
 #[test]
 fn semaphore_holds_its_limit_under_faults() {
-    let (_, held, _, _, _) = hold_semaphore(
-        "sim::tests::semaphore::semaphore_holds_its_limit_under_faults",
-        &ONE_LIMIT,
-        16,
-    );
+    let (_, held, _, _, _) = hold_semaphore(test_path!(), &ONE_LIMIT, 16);
     assert!(held > 40, "too few leases to prove anything: {held}");
 }
 
@@ -344,11 +340,7 @@ fn semaphore_clients_with_different_limits_never_hold_together() {
         limits: &[2, 3],
         ..ONE_LIMIT
     };
-    let (_, held, _, mismatches, replaced) = hold_semaphore(
-        "sim::tests::semaphore::semaphore_clients_with_different_limits_never_hold_together",
-        &profile,
-        16,
-    );
+    let (_, held, _, mismatches, replaced) = hold_semaphore(test_path!(), &profile, 16);
     assert!(held > 40, "too few leases: {held}");
     assert!(mismatches > 0, "no client was refused for its limit");
     assert!(replaced > 0, "no limit was replaced");

@@ -835,13 +835,12 @@ fn first_difference(a: &[String], b: &[String]) -> Option<String> {
 
 /// A replay repeats a schedule exactly: two runs of one seed record the same history,
 /// event for event, down to each master's ops and their virtual times (see "Determinism
-/// and replay" in `mod.rs`), for clients that wait without hand-off. The comparison
-/// itself is shown to see a difference.
+/// and replay" in `mod.rs`), for clients that wait without hand-off, with it (queued
+/// waiters, whose ids order equal scores and whose pauses after a failed confirm are
+/// random), and fair ones. The comparison itself is shown to see a difference.
 #[test]
 fn same_seed_same_history() {
-    // Hand-off off: a queued waiter draws its score (unless fair) and its pause after a
-    // failed confirm from the thread's RNG, which no seed fixes.
-    let profile = Profile {
+    let herd = Profile {
         name: "replay",
         masters: &[3, 5],
         faults: Faults {
@@ -855,29 +854,32 @@ fn same_seed_same_history() {
         Some(seed) => vec![seed],
         None => vec![0, 1, 2, base_seed(test_path!())],
     };
-    let mut previous: Option<Vec<String>> = None;
-    for seed in seeds {
-        let first = history(&world::run_traced(&profile, seed, true));
-        let again = history(&world::run_traced(&profile, seed, true));
-        // The masters' ops are in it, not just the leases.
-        assert!(
-            first.iter().filter(|l| l.contains(": acquire r")).count() > 10,
-            "the trace is missing: {first:#?}"
-        );
-        if let Some(diff) = first_difference(&first, &again) {
-            panic!(
-                "seed {seed} ran differently the second time, at {diff}\n{}",
-                replay(test_path!(), seed)
+    for profile in [herd, handoff::HANDOFF, handoff::FAIR] {
+        let mut previous: Option<Vec<String>> = None;
+        for &seed in &seeds {
+            let first = history(&world::run_traced(&profile, seed, true));
+            let again = history(&world::run_traced(&profile, seed, true));
+            // The masters' ops are in it, not just the leases.
+            assert!(
+                first.iter().filter(|l| l.contains(": acquire r")).count() > 10,
+                "the trace is missing: {first:#?}"
             );
+            if let Some(diff) = first_difference(&first, &again) {
+                panic!(
+                    "profile {}: seed {seed} ran differently the second time, at {diff}\n{}",
+                    profile.name,
+                    replay(test_path!(), seed)
+                );
+            }
+            // The comparison can fail: another seed, or one changed line, differs.
+            if let Some(other) = previous.replace(first.clone()) {
+                assert!(first_difference(&first, &other).is_some(), "seed {seed}");
+            }
+            let mut changed = first.clone();
+            let last = changed.len() / 2;
+            changed[last].push('!');
+            assert!(first_difference(&first, &changed).is_some());
         }
-        // The comparison can fail: another seed, or one changed line, differs.
-        if let Some(other) = previous.replace(first.clone()) {
-            assert!(first_difference(&first, &other).is_some(), "seed {seed}");
-        }
-        let mut changed = first.clone();
-        let last = changed.len() / 2;
-        changed[last].push('!');
-        assert!(first_difference(&first, &changed).is_some());
     }
 }
 

@@ -240,6 +240,9 @@ enum Stream {
     Schedule,
     Client(usize),
     Link(usize, usize),
+    /// The library's own draws (lock values, waiter ids, pauses), through
+    /// `core::with_rng`.
+    Library,
 }
 
 fn splitmix(x: u64) -> u64 {
@@ -254,6 +257,7 @@ fn rng(seed: u64, stream: Stream) -> StdRng {
         Stream::Schedule => 1,
         Stream::Client(c) => (2 << 32) | c as u64,
         Stream::Link(c, m) => (3 << 32) | ((c as u64) << 16) | m as u64,
+        Stream::Library => 4 << 32,
     };
     StdRng::seed_from_u64(splitmix(seed) ^ splitmix(tag))
 }
@@ -1034,8 +1038,11 @@ pub(super) fn run_traced(profile: &Profile, seed: u64, trace: bool) -> Outcome {
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
+    // Every task runs on this thread: the library's draws come from the schedule's seed.
+    let seeded = crate::core::seeded::install(rng(seed, Stream::Library).random());
     let (book, queues) = runtime.block_on(drive(profile, &schedule, trace));
     drop(runtime);
+    drop(seeded);
     let violations = check::check(&book.leases, &book.writes);
     let mut stats = book.stats;
     stats.schedules = 1;

@@ -22,7 +22,7 @@ const QUEUED: Queued = Queued {
 };
 
 /// Hand-off among the hostile faults, every protection on.
-const HANDOFF: Profile = Profile {
+pub(super) const HANDOFF: Profile = Profile {
     name: "hand-off",
     masters: &[3, 5],
     waiting: Waiting::Queued(QUEUED),
@@ -30,7 +30,7 @@ const HANDOFF: Profile = Profile {
 };
 
 /// Mostly fair waiters, arriving at staggered times, among the hostile faults.
-const FAIR: Profile = Profile {
+pub(super) const FAIR: Profile = Profile {
     name: "fair lock",
     waiting: Waiting::Queued(Queued {
         fair: 0.8,

@@ -133,6 +133,8 @@ fn rw_schedule(seed: u64, faults: RwFaults, planted: bool) -> (usize, Vec<RwReco
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
+    // The library's draws, from the seed too (see "Determinism and replay" in `mod.rs`).
+    let _seeded = crate::core::seeded::install(splitmix(seed));
     let records = runtime.block_on(async move {
         let clock = Clock::start();
         let servers: Vec<Arc<SimServer>> = (0..n)
@@ -471,6 +473,7 @@ fn starved(mutant: Option<Mutant>, seed: u64) -> Option<String> {
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
+    let _seeded = crate::core::seeded::install(splitmix(seed));
     match runtime.block_on(writer_behind_readers(mutant, seed)) {
         Some(waited) if waited <= STARVATION_BOUND => None,
         Some(waited) => Some(format!(

@@ -379,9 +379,12 @@ impl Breaches {
 /// Why a violation is outside what the lock promises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Exception {
-    /// An overlap such that a master's clock jumped forward after the earlier lease's
-    /// attempt began and before the overlap began: a lock key may have expired early
-    /// (the lock's assumption is that server clocks run at one rate).
+    /// An overlap such that a master's clock jumped forward after the earlier of the two
+    /// leases' attempts began (whichever sent its first request first) and before the
+    /// overlap began: a lock key may have expired early (the lock's assumption is that
+    /// server clocks run at one rate). Either lease's keys count from its attempt's start,
+    /// so the window opens with the first of the two attempts, whichever lease was
+    /// acquired first; a fault before both attempts touched neither's keys.
     ClockJump,
     /// A fencing violation (duplicate token, token order, succession, or a lost update
     /// between the two leases' writes) between an earlier lease L1 and a later lease L2
@@ -393,10 +396,10 @@ pub(super) enum Exception {
     /// documents it (such a master must not rejoin until its counters are restored).
     /// Overlaps are never excused by it.
     UnseenLoss,
-    /// An overlap on a resource that an operator force-unlocked after the earlier lease's
-    /// attempt began and before the overlap began: deleting a live lease's keys hands the
-    /// lock to the next client by design (fencing keeps the storage safe). Fencing
-    /// violations are never excused by it.
+    /// An overlap on a resource that an operator force-unlocked after the earlier of the
+    /// two leases' attempts began (as for [`Exception::ClockJump`]) and before the overlap
+    /// began: deleting a live lease's keys hands the lock to the next client by design
+    /// (fencing keeps the storage safe). Fencing violations are never excused by it.
     ForceUnlock,
 }
 
@@ -430,7 +433,7 @@ impl Exception {
                     ..
                 },
             ) => {
-                // From the first request of the earlier attempt to the overlap.
+                // From the first request of the earlier of the two attempts to the overlap.
                 let start = lease(first)?
                     .attempt_start
                     .min(lease(second)?.attempt_start);
@@ -439,8 +442,8 @@ impl Exception {
                     .iter()
                     .find(|&&at| start <= at && at <= from)?;
                 Some(format!(
-                    "a clock jumped forward at {}, after lease #{first}'s or #{second}'s \
-                     attempt began ({}) and before the overlap ({})",
+                    "a clock jumped forward at {}, after the first of lease #{first}'s and \
+                     #{second}'s attempts began ({}) and before the overlap ({})",
                     ms(*at),
                     ms(start),
                     ms(from)
@@ -465,8 +468,9 @@ impl Exception {
                     .iter()
                     .find(|&&(at, r)| r == resource && start <= at && at <= from)?;
                 Some(format!(
-                    "r{resource} was force-unlocked at {}, after lease #{first}'s or \
-                     #{second}'s attempt began ({}) and before the overlap ({})",
+                    "r{resource} was force-unlocked at {}, after the first of lease \
+                     #{first}'s and #{second}'s attempts began ({}) and before the overlap \
+                     ({})",
                     ms(*at),
                     ms(start),
                     ms(from)
@@ -1081,6 +1085,54 @@ mod tests {
             &unlocks(&[(150, 0)]),
             v
         )));
+    }
+
+    #[test]
+    fn a_fault_excuses_an_overlap_only_from_the_first_of_the_two_attempts() {
+        // Lease 0 tried from 100 and valid [110, 300); lease 1, whose attempt began first
+        // (at 20) and was slow, was acquired at 250: they overlap during [250, 300). A
+        // fault before both attempts touched no key of either and excuses nothing. One
+        // after lease 1's attempt began, even before lease 0's, may have removed a key
+        // that lease 1 had written and counted: a force-unlock at 199 that deleted the
+        // later lease's first key, granted at 140 in an attempt that began at 132, let the
+        // earlier lease (attempt from 213) take a quorum beside it (seed
+        // 3517220926238697642 of the force-unlock profile without fencing).
+        let slow = lease(1, 20, 250, 500, None);
+        for h in [
+            [lease(0, 100, 110, 300, None), slow.clone()],
+            [slow.clone(), lease(0, 100, 110, 300, None)],
+        ] {
+            let found = check(&h, &[]);
+            assert_eq!(found.len(), 1, "{found:?}");
+            let jumps = |at: u64| Breaches {
+                clock_jumps: vec![t(at)],
+                ..Breaches::default()
+            };
+            let unlocks = |at: u64| Breaches {
+                force_unlocks: vec![(t(at), 0)],
+                ..Breaches::default()
+            };
+            for (at, excused) in [
+                (0, false),
+                (19, false),
+                (20, true),
+                (50, true),
+                (100, true),
+                (250, true),
+                (251, false),
+            ] {
+                assert_eq!(
+                    Exception::ClockJump.excuses(&h, &jumps(at), &found[0]),
+                    excused,
+                    "a clock jump at {at}"
+                );
+                assert_eq!(
+                    Exception::ForceUnlock.excuses(&h, &unlocks(at), &found[0]),
+                    excused,
+                    "a force-unlock at {at}"
+                );
+            }
+        }
     }
 
     /// A first connection served at `at`, after `losses` data losses of its master.

@@ -90,8 +90,13 @@
 //! narrow as the fault that explains it, and every run prints how many violations each
 //! excused:
 //! - *clock jump*: an overlap is excused when a master's clock jumped forward after the
-//!   earlier lease's attempt began and before the overlap began (the lock assumes clocks
-//!   run at one rate). Only the clock-jump profile allows it.
+//!   earlier of the two leases' attempts began (whichever sent its first request first)
+//!   and before the overlap began (the lock assumes clocks run at one rate). Each lease's
+//!   keys are written from its attempt's start on, and the fault may have touched the
+//!   keys of either: the window does not wait for the attempt of the lease acquired first
+//!   (a slow attempt of the later one can count a key written before that). A queued
+//!   waiter's attempt is its confirm, with a value of its own: its wait before it opens
+//!   no window. Only the clock-jump profile allows it.
 //! - *unseen loss*: a fencing violation between an earlier lease L1 and a later L2 (a
 //!   repeated or smaller token, or the lost update between their writes) is excused when
 //!   a durable master lost its data after L1's attempt began and before L2 was acquired,
@@ -102,7 +107,8 @@
 //!   flushes no durable master loses data at all (checked on every schedule). Overlaps are
 //!   never excused by it.
 //! - *force-unlock*: an overlap on a resource that an operator force-unlocked after the
-//!   earlier lease's attempt began and before the overlap began (handing the lock on is
+//!   earlier of the two attempts began (as above) and before the overlap began (handing
+//!   the lock on is
 //!   what a force-unlock does). Only the force-unlock profiles allow it; it never excuses
 //!   a fencing violation.
 //!

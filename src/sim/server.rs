@@ -129,10 +129,8 @@ struct Data {
     record: Option<Record>,
     /// Semaphores' limit records (no TTL), by key.
     limits: BTreeMap<String, usize>,
-    /// A planted fault of the model (not of the product): `rw_acquire.lua` grants a
-    /// reader whatever the writer key holds, to show that the read-write checker catches
-    /// a reader overlapping a writer. Kept with the data so crashes keep it.
-    reader_ignores_writer: bool,
+    /// Faults planted in the model, kept over data losses.
+    plants: Plants,
     /// Hand-off queues (`redquorum:queue:<key>`, sorted sets), by lock key.
     queues: BTreeMap<Arc<str>, Queue>,
     /// Waiters' liveness keys (`redquorum:waiter:<key>:<waiter>`), by lock key and waiter
@@ -142,6 +140,19 @@ struct Data {
     tickets: BTreeMap<Arc<str>, u64>,
     /// What the checkers read of the queues (not data: a data loss keeps it).
     journal: Journal,
+}
+
+/// Faults planted in the model (not in the product), each to show that a checker catches
+/// what it breaks.
+#[derive(Debug, Clone, Copy, Default)]
+struct Plants {
+    /// `rw_acquire.lua` grants a reader whatever the writer key holds: the read-write
+    /// checker must catch a reader overlapping a writer.
+    reader_ignores_writer: bool,
+    /// `rw_acquire.lua` refuses every reader, as if a writer held the lock: a writer then
+    /// never waits behind readers, and the starvation check must say that it proved
+    /// nothing.
+    readers_refused: bool,
 }
 
 /// A sorted set: members ordered by score, equal scores by member bytes, as Redis orders
@@ -290,6 +301,7 @@ impl Data {
         }
         *self = Data {
             journal,
+            plants: self.plants,
             ..Data::default()
         };
     }
@@ -922,9 +934,14 @@ impl SimServer {
         (grants, state.data.journal.pruned)
     }
 
-    /// Plants the model's fault [`Data::reader_ignores_writer`].
+    /// Plants the model's fault [`Plants::reader_ignores_writer`].
     pub(super) fn plant_reader_ignores_writer(&self) {
-        self.lock().data.reader_ignores_writer = true;
+        self.lock().data.plants.reader_ignores_writer = true;
+    }
+
+    /// Plants the model's fault [`Plants::readers_refused`].
+    pub(super) fn plant_readers_refused(&self) {
+        self.lock().data.plants.readers_refused = true;
     }
 
     /// Moves the server's wall clock by `delta_us` (forward when positive): lock keys then
@@ -1722,7 +1739,9 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             let intent = data.pttl(&intent_key, now_us).filter(|p| !p.is_zero());
             let (granted, holder_ttl) = match mode {
                 RwMode::Read => {
-                    if writer.is_some() && !data.reader_ignores_writer {
+                    if data.plants.readers_refused {
+                        (false, Some(*ttl))
+                    } else if writer.is_some() && !data.plants.reader_ignores_writer {
                         (false, writer)
                     } else if intent.is_some() && !ignore_intent {
                         (false, intent)

@@ -71,11 +71,18 @@
 //! - *FIFO among live fair waiters*: if fair call A's ticket was issued before fair call
 //!   B began, and A was still waiting when B was granted (its call running, not granted
 //!   yet), B was not granted first. Two excuses, each counted by reason in the printout:
-//!   on every master that granted B, A's registration was not live then (its liveness key
-//!   had expired because refreshes were lost or late, it had left after a grant of its
-//!   own there — a confirm that failed elsewhere — or the master had lost its data), or a
-//!   master lost its data (the ticket counters) between A's start and B's grant. A live
-//!   registration of A passed by B's grant is never excused where no data was lost.
+//!   on every master that granted B, A's registration was not live then, each for a fault
+//!   of that master's: it lost its data; A's liveness key had outlived the waiter TTL
+//!   since the master last wrote it (the master's journal keeps when, on its own clock:
+//!   the refreshes came late or were lost); or, never registered there or gone otherwise
+//!   (left after a grant of its own there — a confirm that failed elsewhere), a call of A
+//!   to that master was lost, late or failed (the send log keeps each waiter's troubled
+//!   calls). Or A was live on some granting master, B's ticket was below A's wherever it
+//!   was, and a master lost its data (the ticket counters) between A's start and B's
+//!   grant. A registration refreshed in time by a master that keeps its data is never
+//!   missing, so among calm masters no excuse at all is allowed. Each run prints how many
+//!   pairs of fair calls the checker judged (A issued before B began, and B granted while
+//!   A waited or after A's grant), and a fair profile fails when none were.
 //! - *Liveness*: a registered waiter whose call still runs one TTL + one waiter TTL + one
 //!   refresh period (+ two node timeouts for the rounds) after the lock became free (no
 //!   valid lease, from its registration or the end of the leases before) sees a lease

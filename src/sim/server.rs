@@ -153,6 +153,10 @@ struct Plants {
     /// never waits behind readers, and the starvation check must say that it proved
     /// nothing.
     readers_refused: bool,
+    /// `enqueue.lua` gives a waiter's liveness key a quarter of the waiter TTL, so that a
+    /// registration lapses before every refresh with no fault anywhere: the FIFO checker
+    /// must not excuse what that lets pass.
+    waiters_lapse: bool,
 }
 
 /// A sorted set: members ordered by score, equal scores by member bytes, as Redis orders
@@ -208,6 +212,11 @@ pub(super) struct Known {
     pub(super) waiter: Arc<str>,
     pub(super) score: u64,
     pub(super) registration: Registration,
+    /// When its registration was last written here (its liveness key set), on the
+    /// master's own clock, and the waiter TTL it asked for: the key lives until their sum
+    /// unless the master loses it.
+    pub(super) written_us: u64,
+    pub(super) waiter_ttl_us: u64,
 }
 
 /// A grant of `AcquireQueued` on one master, with every waiter the master had registered
@@ -221,15 +230,27 @@ pub(super) struct QueuedGrant {
     pub(super) waiter: Arc<str>,
     pub(super) fair: bool,
     pub(super) waiters: Vec<Known>,
-    /// When the master granted it (from the schedule's origin).
+    /// When the master granted it (from the schedule's origin), and on its own clock.
     pub(super) at: Duration,
+    pub(super) at_us: u64,
+}
+
+/// What one master's journal keeps of a waiter's registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Journaled {
+    score: u64,
+    registration: Registration,
+    /// When its liveness key was last set, on the master's clock, and for how long the
+    /// waiter asked (the planted lapse shortens the key, not this).
+    written_us: u64,
+    waiter_ttl_us: u64,
 }
 
 /// The queues' history on one master, for the FIFO checker; never lost with the data.
 #[derive(Debug, Clone, Default)]
 struct Journal {
-    /// By lock key and waiter id: its score and what became of its registration.
-    waiters: BTreeMap<(Arc<str>, Arc<str>), (u64, Registration)>,
+    /// By lock key and waiter id: what became of its registration.
+    waiters: BTreeMap<(Arc<str>, Arc<str>), Journaled>,
     grants: Vec<QueuedGrant>,
     /// How many times a dead member was pruned from a queue.
     pruned: u64,
@@ -238,7 +259,7 @@ struct Journal {
 impl Journal {
     fn mark(&mut self, key: &Arc<str>, waiter: &Arc<str>, registration: Registration) {
         if let Some(entry) = self.waiters.get_mut(&(Arc::clone(key), Arc::clone(waiter))) {
-            entry.1 = registration;
+            entry.registration = registration;
         }
     }
 }
@@ -297,7 +318,7 @@ impl Data {
     fn lose(&mut self) {
         let mut journal = std::mem::take(&mut self.journal);
         for entry in journal.waiters.values_mut() {
-            entry.1 = Registration::Lost;
+            entry.registration = Registration::Lost;
         }
         *self = Data {
             journal,
@@ -448,22 +469,23 @@ impl Data {
             fair: q.fair,
             waiters: snapshot,
             at: Duration::ZERO,
+            at_us: now_us,
         });
         (true, None)
     }
 
     /// Every waiter ever registered for `key` here, with what became of it.
     fn known(&mut self, key: &Arc<str>, now_us: u64) -> Vec<Known> {
-        let ids: Vec<(Arc<str>, u64, Registration)> = self
+        let ids: Vec<(Arc<str>, Journaled)> = self
             .journal
             .waiters
             .range((Arc::clone(key), Arc::from(""))..)
             .take_while(|((k, _), _)| k == key)
-            .map(|((_, w), (score, r))| (Arc::clone(w), *score, *r))
+            .map(|((_, w), entry)| (Arc::clone(w), *entry))
             .collect();
         ids.into_iter()
-            .map(|(waiter, score, registration)| {
-                let registration = match registration {
+            .map(|(waiter, entry)| {
+                let registration = match entry.registration {
                     Registration::Live if self.waiter(key, &waiter, now_us).is_none() => {
                         Registration::Expired
                     }
@@ -471,8 +493,10 @@ impl Data {
                 };
                 Known {
                     waiter,
-                    score,
+                    score: entry.score,
                     registration,
+                    written_us: entry.written_us,
+                    waiter_ttl_us: entry.waiter_ttl_us,
                 }
             })
             .collect()
@@ -541,12 +565,20 @@ impl Data {
             (Arc::clone(key), Arc::clone(e.waiter)),
             Entry {
                 value: format!("{ttl_ms} {}", e.channel).into(),
-                expires_us: now_us.saturating_add(ttl_ms.saturating_mul(1000)),
+                expires_us: now_us.saturating_add(match self.plants.waiters_lapse {
+                    false => ttl_ms.saturating_mul(1000),
+                    true => ttl_ms.saturating_mul(250),
+                }),
             },
         );
         self.journal.waiters.insert(
             (Arc::clone(key), Arc::clone(e.waiter)),
-            (score, Registration::Live),
+            Journaled {
+                score,
+                registration: Registration::Live,
+                written_us: now_us,
+                waiter_ttl_us: ttl_ms.saturating_mul(1000),
+            },
         );
         let current = self.live(key, now_us);
         // Every registration prunes the dead at the head of the queue (within the budget).
@@ -942,6 +974,11 @@ impl SimServer {
     /// Plants the model's fault [`Plants::readers_refused`].
     pub(super) fn plant_readers_refused(&self) {
         self.lock().data.plants.readers_refused = true;
+    }
+
+    /// Plants the model's fault [`Plants::waiters_lapse`].
+    pub(super) fn plant_waiters_lapse(&self) {
+        self.lock().data.plants.waiters_lapse = true;
     }
 
     /// Moves the server's wall clock by `delta_us` (forward when positive): lock keys then
@@ -2493,7 +2530,10 @@ mod tests {
         assert_eq!(d.pttl_ms(&k, at), 30, "the PX the liveness key names");
         assert_eq!(d.journal.pruned, 1);
         assert_eq!(
-            d.journal.waiters.get(&(k.clone(), a.clone())).map(|e| e.1),
+            d.journal
+                .waiters
+                .get(&(k.clone(), a.clone()))
+                .map(|e| e.registration),
             Some(Registration::Expired)
         );
         // B confirms: granted, served, out of the queue.
@@ -2600,14 +2640,17 @@ mod tests {
         d.dequeue(&k, &a, T0, false);
         assert_eq!(d.live(&k, T0).as_deref(), Some("B"));
         assert_eq!(
-            d.journal.waiters.get(&(k.clone(), a)).map(|e| e.1),
+            d.journal
+                .waiters
+                .get(&(k.clone(), a))
+                .map(|e| e.registration),
             Some(Registration::Dequeued)
         );
         // A crash without data loses queues, liveness keys and counters.
         d.lose();
         assert!(d.queues.is_empty() && d.waiters.is_empty() && d.tickets.is_empty());
         assert_eq!(
-            d.journal.waiters.get(&(k, b)).map(|e| e.1),
+            d.journal.waiters.get(&(k, b)).map(|e| e.registration),
             Some(Registration::Lost)
         );
     }

@@ -435,6 +435,17 @@ fn hold_each(
             held.fixed_excused += here;
         }
     }
+    // The FIFO checker must have judged the order of some fair calls, or it proved nothing.
+    if let Waiting::Queued(q) = profile.waiting
+        && q.fair > 0.0
+        && held.full
+    {
+        assert!(
+            held.fixed.fifo_judged > 0,
+            "{test}: the FIFO checker judged no pair of fair calls: {}",
+            held.fixed
+        );
+    }
     let fifo_excused = match fifo_excused.is_empty() {
         true => String::new(),
         false => format!(

@@ -747,9 +747,9 @@ struct State {
 /// A log of every op the masters executed, for replays (`REDQUORUM_SIM_TRACE`) and for
 /// comparing two runs of one seed.
 ///
-/// Lock values are random (the library draws them from the thread's RNG), so the log names
-/// each by the order in which it first appeared (`v0`, `v1`, …): two runs of one schedule
-/// then log the same lines.
+/// Lock values and waiter ids are 128 random bits (drawn by the library, from the
+/// schedule's seed here), so the log names each by the order in which it first appeared
+/// (`v0`, `v1`, …): short to read, and the same in two runs of one schedule.
 #[derive(Debug)]
 pub(super) struct Trace {
     clock: Clock,

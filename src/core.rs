@@ -82,7 +82,7 @@ pub(crate) fn random_value() -> String {
 /// Runs `draw` on the library's random source, the thread-local CSPRNG. The client's
 /// draws go through here: lock values, waiter ids, the spread of pauses, the order in
 /// which a semaphore tries its slots. In the crate's own tests a generator that
-/// [`seeded::install`] put on this thread stands in for it, so that the simulation draws
+/// `seeded::install` put on this thread stands in for it, so that the simulation draws
 /// the same values again from a schedule's seed.
 pub(crate) fn with_rng<T>(draw: impl FnOnce(&mut dyn rand::Rng) -> T) -> T {
     #[cfg(test)]

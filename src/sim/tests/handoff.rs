@@ -154,9 +154,10 @@ fn lapsing_registrations_among_calm_masters_are_caught() {
     );
 }
 
-/// The same among the hostile faults: a lapse is excused only where a call of the earlier
-/// waiter was lost or late or a master lost data before the grant, so the lapses the
-/// plant makes elsewhere are still caught.
+/// The same among the hostile faults: a registration not live on a granting master is
+/// excused only for a fault of that master's (its data lost, the liveness key outliving
+/// the waiter TTL since it was last written, a call of the waiter to it lost, late or
+/// failed), so the lapses the plant makes are still caught.
 #[test]
 fn lapsing_registrations_among_faults_are_caught() {
     let profile = Profile {

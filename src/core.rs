@@ -9,6 +9,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use rand::RngExt;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
@@ -73,9 +74,23 @@ impl Inner {
     }
 }
 
-/// A fresh 128-bit value from the thread-local CSPRNG, as 32 hex digits.
+/// A fresh 128-bit value from the library's random source, as 32 hex digits.
 pub(crate) fn random_value() -> String {
-    format!("{:032x}", rand::random::<u128>())
+    format!("{:032x}", with_rng(|rng| rng.random::<u128>()))
+}
+
+/// Runs `draw` on the library's random source, the thread-local CSPRNG. The client's
+/// draws go through here: lock values, waiter ids, the spread of pauses, the order in
+/// which a semaphore tries its slots. In the crate's own tests a generator that
+/// `seeded::install` put on this thread stands in for it, so that the simulation draws
+/// the same values again from a schedule's seed.
+pub(crate) fn with_rng<T>(draw: impl FnOnce(&mut dyn rand::Rng) -> T) -> T {
+    #[cfg(test)]
+    let draw = match seeded::try_draw(draw) {
+        Ok(drawn) => return drawn,
+        Err(draw) => draw,
+    };
+    draw(&mut rand::rng())
 }
 
 /// Sends the release script to `targets` from a background task tracked for
@@ -121,4 +136,45 @@ pub(crate) fn release_in_background(
         let resource = telemetry::resource(&resource, shown);
         let _ = quorum::run(&targets, op, need, resource, tracked.cleanup_bounds()).await;
     });
+}
+
+/// A seeded random source for the library's draws on one thread (tests only).
+#[cfg(test)]
+pub(crate) mod seeded {
+    use std::cell::RefCell;
+
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    thread_local! {
+        static SOURCE: RefCell<Option<StdRng>> = const { RefCell::new(None) };
+    }
+
+    /// Until the returned guard is dropped, the library draws on this thread from a
+    /// generator seeded with `seed` (then from what it drew from before).
+    pub(crate) fn install(seed: u64) -> Installed {
+        let previous = SOURCE.with_borrow_mut(|s| s.replace(StdRng::seed_from_u64(seed)));
+        Installed { previous }
+    }
+
+    /// Keeps a seeded source installed; see [`install`].
+    #[must_use = "the seeded source is removed when this is dropped"]
+    pub(crate) struct Installed {
+        previous: Option<StdRng>,
+    }
+
+    impl Drop for Installed {
+        fn drop(&mut self) {
+            let previous = self.previous.take();
+            SOURCE.with_borrow_mut(|s| *s = previous);
+        }
+    }
+
+    /// `draw` run on the installed source, or given back when none is installed.
+    pub(super) fn try_draw<T, F: FnOnce(&mut dyn rand::Rng) -> T>(draw: F) -> Result<T, F> {
+        SOURCE.with_borrow_mut(|source| match source {
+            Some(rng) => Ok(draw(rng)),
+            None => Err(draw),
+        })
+    }
 }

@@ -9,10 +9,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rand::RngExt;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use crate::core::{Inner, random_value, release_in_background};
+use crate::core::{Inner, random_value, release_in_background, with_rng};
 
 use crate::cluster::{Owner, Terms, View};
 use crate::config::{
@@ -1755,7 +1756,7 @@ pub(crate) fn spread(round: Duration, herd: u32) -> Duration {
     round
         .max(Duration::from_millis(1))
         .saturating_mul(1 << herd.min(3))
-        .mul_f64(rand::random::<f64>())
+        .mul_f64(with_rng(|rng| rng.random::<f64>()))
 }
 
 /// When a waiter tries again after the holder's keys expire at `free`: spread out like

@@ -19,7 +19,7 @@ use rand::seq::SliceRandom;
 use tokio::time::Instant;
 
 use crate::config::limits::MAX_PERMITS;
-use crate::core::random_value;
+use crate::core::{random_value, with_rng};
 use crate::error::{Error, ErrorKind, MasterOutcome, human};
 use crate::fencing::FencingToken;
 use crate::held::HeldMode;
@@ -771,7 +771,7 @@ fn choose(free: &[Vec<u32>], limit: usize, k: usize, own: &[u32]) -> Vec<u32> {
         }
     }
     let mut order: Vec<u32> = (0..limit).filter_map(|i| u32::try_from(i).ok()).collect();
-    order.shuffle(&mut rand::rng());
+    with_rng(|rng| order.shuffle(rng));
     // Stable: a random order among equal scores, this client's own slots last.
     order.sort_by_key(|slot| (own.contains(slot), std::cmp::Reverse(score[*slot as usize])));
     order.truncate(k);

@@ -379,9 +379,12 @@ impl Breaches {
 /// Why a violation is outside what the lock promises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Exception {
-    /// An overlap such that a master's clock jumped forward after the earlier lease's
-    /// attempt began and before the overlap began: a lock key may have expired early
-    /// (the lock's assumption is that server clocks run at one rate).
+    /// An overlap such that a master's clock jumped forward after the earlier of the two
+    /// leases' attempts began (whichever sent its first request first) and before the
+    /// overlap began: a lock key may have expired early (the lock's assumption is that
+    /// server clocks run at one rate). Either lease's keys count from its attempt's start,
+    /// so the window opens with the first of the two attempts, whichever lease was
+    /// acquired first; a fault before both attempts touched neither's keys.
     ClockJump,
     /// A fencing violation (duplicate token, token order, succession, or a lost update
     /// between the two leases' writes) between an earlier lease L1 and a later lease L2
@@ -393,10 +396,10 @@ pub(super) enum Exception {
     /// documents it (such a master must not rejoin until its counters are restored).
     /// Overlaps are never excused by it.
     UnseenLoss,
-    /// An overlap on a resource that an operator force-unlocked after the earlier lease's
-    /// attempt began and before the overlap began: deleting a live lease's keys hands the
-    /// lock to the next client by design (fencing keeps the storage safe). Fencing
-    /// violations are never excused by it.
+    /// An overlap on a resource that an operator force-unlocked after the earlier of the
+    /// two leases' attempts began (as for [`Exception::ClockJump`]) and before the overlap
+    /// began: deleting a live lease's keys hands the lock to the next client by design
+    /// (fencing keeps the storage safe). Fencing violations are never excused by it.
     ForceUnlock,
 }
 
@@ -430,7 +433,7 @@ impl Exception {
                     ..
                 },
             ) => {
-                // From the first request of the earlier attempt to the overlap.
+                // From the first request of the earlier of the two attempts to the overlap.
                 let start = lease(first)?
                     .attempt_start
                     .min(lease(second)?.attempt_start);
@@ -439,8 +442,8 @@ impl Exception {
                     .iter()
                     .find(|&&at| start <= at && at <= from)?;
                 Some(format!(
-                    "a clock jumped forward at {}, after lease #{first}'s or #{second}'s \
-                     attempt began ({}) and before the overlap ({})",
+                    "a clock jumped forward at {}, after the first of lease #{first}'s and \
+                     #{second}'s attempts began ({}) and before the overlap ({})",
                     ms(*at),
                     ms(start),
                     ms(from)
@@ -465,8 +468,9 @@ impl Exception {
                     .iter()
                     .find(|&&(at, r)| r == resource && start <= at && at <= from)?;
                 Some(format!(
-                    "r{resource} was force-unlocked at {}, after lease #{first}'s or \
-                     #{second}'s attempt began ({}) and before the overlap ({})",
+                    "r{resource} was force-unlocked at {}, after the first of lease \
+                     #{first}'s and #{second}'s attempts began ({}) and before the overlap \
+                     ({})",
                     ms(*at),
                     ms(start),
                     ms(from)
@@ -616,7 +620,12 @@ pub(super) enum FifoExcuse {
     /// not live at that moment, for this reason (the first such master's): its liveness
     /// key had expired (refreshes lost or late), it had left after a grant of its own
     /// there (a confirm that failed elsewhere), or the master had lost its data (`None`:
-    /// it never registered there).
+    /// it never registered there). Only where a fault explains it on each of those
+    /// masters: the master lost its data; its liveness key had outlived the waiter TTL
+    /// since the master last wrote it (the refreshes were late or lost); or, never
+    /// registered or gone otherwise, a call of the waiter to that master was lost, late
+    /// or failed between its start and the grant. A registration refreshed in time by a
+    /// master that keeps its data is never missing.
     NotLive(Option<Registration>),
     /// A master lost its data (with the ticket counters) after the earlier call began and
     /// before the later one was granted, and the later call's ticket was below the earlier
@@ -637,19 +646,35 @@ impl fmt::Display for FifoExcuse {
     }
 }
 
+/// What the FIFO checker found, and how many pairs of calls it judged.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(super) struct FifoCheck {
+    /// Each violation, with the excuse that explains it, if one does.
+    pub(super) found: Vec<(QueueViolation, Option<FifoExcuse>)>,
+    /// Pairs (A, B) of fair calls on one resource such that A's ticket was issued before B
+    /// began and B was granted while A was waiting or after A was granted: those whose
+    /// order the check judged (the others, where A gave up first, promise nothing).
+    pub(super) judged: u64,
+}
+
 /// FIFO among live fair waiters: if fair call A's ticket was issued before fair call B
 /// began, and A was still waiting when B was granted (A's call still running and not
 /// granted yet), B was not granted first. Each violation found comes with the excuse
 /// that explains it, if one does (see [`FifoExcuse`]), else `None`. `grants` are the
-/// masters' grants of queued acquires, each with the waiters the master knew then.
+/// masters' grants of queued acquires, each with the waiters the master knew then;
+/// `trouble`, each waiter's troubled calls (its id, the master, when sent), which with the
+/// data `losses` and the masters' own record of when they last wrote a registration are the
+/// only evidence that excuses a registration that was not live.
 pub(super) fn fifo(
     waits: &[WaitRecord],
     leases: &[LeaseRecord],
     grants: &[QueuedGrant],
     losses: &[DataLoss],
-) -> Vec<(QueueViolation, Option<FifoExcuse>)> {
+    trouble: &[(Arc<str>, usize, Duration)],
+) -> FifoCheck {
     let acquired = |id: usize| leases.iter().find(|l| l.id == id).map(|l| l.acquired);
     let mut out = Vec::new();
+    let mut judged = 0;
     for a in waits.iter().filter(|a| a.fair) {
         let (Some(issued), Some(wa)) = (a.registered, a.waiter.as_ref()) else {
             continue;
@@ -666,18 +691,27 @@ pub(super) fn fifo(
             };
             // A issued before B began, still waiting (not granted yet) when B was granted.
             let a_granted = a.lease.as_ref().and_then(|(l, _)| acquired(*l));
-            if issued >= b.start || a.end <= granted || a_granted.is_some_and(|t| t <= granted) {
+            if issued >= b.start {
                 continue;
             }
+            if a_granted.is_some_and(|t| t <= granted) {
+                // In order.
+                judged += 1;
+                continue;
+            }
+            if a.end <= granted {
+                continue;
+            }
+            judged += 1;
             // The grants that counted: made by the time B had its lease (a slow request can
             // be granted later, after the round was decided without it).
             let on: Vec<&QueuedGrant> = grants
                 .iter()
                 .filter(|g| g.value == *value && g.at <= granted)
                 .collect();
-            let states: Vec<(usize, Option<&Known>)> = on
+            let states: Vec<(&QueuedGrant, Option<&Known>)> = on
                 .iter()
-                .map(|g| (g.master, g.waiters.iter().find(|k| k.waiter == *wa)))
+                .map(|g| (*g, g.waiters.iter().find(|k| k.waiter == *wa)))
                 .collect();
             let b_score = b.waiter.as_ref().and_then(|wb| {
                 on.iter()
@@ -685,27 +719,62 @@ pub(super) fn fifo(
                     .find(|k| k.waiter == *wb)
                     .map(|k| k.score)
             });
+            // Why A's registration was not live on the master of grant `g`, when a fault
+            // explains it: the master lost its data; its liveness key outlived the waiter
+            // TTL it asked for since it was last written there (refreshes late or lost); or,
+            // never registered there, or left (its own confirm granted there, or a
+            // dequeue), a call of it to that master was lost, late or failed.
+            let fault = |g: &QueuedGrant, k: Option<&Known>| -> Option<&'static str> {
+                let lost = losses
+                    .iter()
+                    .any(|l| l.master == g.master && a.start <= l.at && l.at <= g.at);
+                let troubled = trouble
+                    .iter()
+                    .any(|(w, m, at)| w == wa && *m == g.master && a.start <= *at && *at <= g.at);
+                match k.map(|k| (k.registration, k.written_us.saturating_add(k.waiter_ttl_us))) {
+                    Some((Registration::Live, _)) => None,
+                    Some((Registration::Lost, _)) => Some("its data lost"),
+                    _ if lost => Some("its data lost"),
+                    Some((Registration::Expired, until)) => {
+                        (until <= g.at_us).then_some("not refreshed within the waiter TTL")
+                    }
+                    _ => troubled.then_some("a call of it lost, late or failed"),
+                }
+            };
             let seen = states
                 .iter()
-                .map(|(m, k)| match k {
-                    Some(k) => format!("m{m}: {:?} with score {}", k.registration, k.score),
-                    None => format!("m{m}: never registered"),
+                .map(|(g, k)| {
+                    let why = fault(g, *k).unwrap_or("no fault explains it");
+                    match k {
+                        Some(k) if k.registration == Registration::Live => {
+                            format!("m{}: Live with score {}", g.master, k.score)
+                        }
+                        Some(k) => format!(
+                            "m{}: {:?} with score {} ({why})",
+                            g.master, k.registration, k.score
+                        ),
+                        None => format!("m{}: never registered ({why})", g.master),
+                    }
                 })
                 .collect::<Vec<_>>()
                 .join(", ");
             let seen = format!("{seen}; the later call's score {b_score:?}");
+            // Not live on every granting master, each for a fault of its own: a
+            // registration refreshed in time by a master that keeps its data is never
+            // missing.
             let not_live: Option<Option<Registration>> = (!states.is_empty()
-                && states
-                    .iter()
-                    .all(|(_, k)| k.is_none_or(|k| k.registration != Registration::Live)))
+                && states.iter().all(|(g, k)| {
+                    k.is_none_or(|k| k.registration != Registration::Live) && fault(g, *k).is_some()
+                }))
             .then(|| states.iter().find_map(|(_, k)| k.map(|k| k.registration)));
-            // Where A was live, B's ticket must have been below A's: a counter lost can
-            // only reorder tickets.
-            let inverted = states.iter().all(|(_, k)| {
-                k.is_none_or(|k| {
-                    k.registration != Registration::Live || b_score.is_some_and(|b| b < k.score)
-                })
-            });
+            // A was live on some granting master, and wherever it was, B's ticket was below
+            // A's: a counter lost can only reorder tickets. (Live nowhere, it is a matter
+            // for the excuse above, which lost counters do not widen.)
+            let live = |k: &Option<&Known>| k.is_some_and(|k| k.registration == Registration::Live);
+            let inverted = states.iter().any(|(_, k)| live(k))
+                && states.iter().all(|(_, k)| {
+                    !live(k) || k.is_some_and(|k| b_score.is_some_and(|b| b < k.score))
+                });
             let excuse = not_live.map(FifoExcuse::NotLive).or_else(|| {
                 (inverted && losses.iter().any(|l| a.start <= l.at && l.at <= granted))
                     .then_some(FifoExcuse::CountersLost)
@@ -722,7 +791,7 @@ pub(super) fn fifo(
             ));
         }
     }
-    out
+    FifoCheck { found: out, judged }
 }
 
 /// What the liveness checker looked at.
@@ -1083,6 +1152,54 @@ mod tests {
         )));
     }
 
+    #[test]
+    fn a_fault_excuses_an_overlap_only_from_the_first_of_the_two_attempts() {
+        // Lease 0 tried from 100 and valid [110, 300); lease 1, whose attempt began first
+        // (at 20) and was slow, was acquired at 250: they overlap during [250, 300). A
+        // fault before both attempts touched no key of either and excuses nothing. One
+        // after lease 1's attempt began, even before lease 0's, may have removed a key
+        // that lease 1 had written and counted: a force-unlock at 199 that deleted the
+        // later lease's first key, granted at 140 in an attempt that began at 132, let the
+        // earlier lease (attempt from 213) take a quorum beside it (seed
+        // 3517220926238697642 of the force-unlock profile without fencing).
+        let slow = lease(1, 20, 250, 500, None);
+        for h in [
+            [lease(0, 100, 110, 300, None), slow.clone()],
+            [slow.clone(), lease(0, 100, 110, 300, None)],
+        ] {
+            let found = check(&h, &[]);
+            assert_eq!(found.len(), 1, "{found:?}");
+            let jumps = |at: u64| Breaches {
+                clock_jumps: vec![t(at)],
+                ..Breaches::default()
+            };
+            let unlocks = |at: u64| Breaches {
+                force_unlocks: vec![(t(at), 0)],
+                ..Breaches::default()
+            };
+            for (at, excused) in [
+                (0, false),
+                (19, false),
+                (20, true),
+                (50, true),
+                (100, true),
+                (250, true),
+                (251, false),
+            ] {
+                assert_eq!(
+                    Exception::ClockJump.excuses(&h, &jumps(at), &found[0]),
+                    excused,
+                    "a clock jump at {at}"
+                );
+                assert_eq!(
+                    Exception::ForceUnlock.excuses(&h, &unlocks(at), &found[0]),
+                    excused,
+                    "a force-unlock at {at}"
+                );
+            }
+        }
+    }
+
     /// A first connection served at `at`, after `losses` data losses of its master.
     fn contact(at: u64, losses: u64) -> Option<Contact> {
         Some(Contact {
@@ -1248,13 +1365,17 @@ mod tests {
         }
     }
 
-    /// Master `master` granted lease `lease` (value `v<lease>`) to waiter `by`, knowing
-    /// the waiters `known` as (id, score, registration).
+    /// The waiter TTL of every registration in the FIFO cases.
+    const WAITER_TTL_MS: u64 = 50;
+
+    /// Master `master` granted lease `lease` (value `v<lease>`) to waiter `by` at 90 (its
+    /// own clock reads in microseconds the milliseconds of the schedule), knowing the
+    /// waiters `known` as (id, score, registration, when last written there).
     fn grant(
         master: usize,
         lease: usize,
         by: &str,
-        known: &[(&str, u64, Registration)],
+        known: &[(&str, u64, Registration, u64)],
     ) -> QueuedGrant {
         QueuedGrant {
             master,
@@ -1263,29 +1384,44 @@ mod tests {
             waiter: by.into(),
             fair: true,
             at: t(90),
+            at_us: 90_000,
             waiters: known
                 .iter()
-                .map(|&(w, score, registration)| Known {
+                .map(|&(w, score, registration, written)| Known {
                     waiter: w.into(),
                     score,
                     registration,
+                    written_us: written * 1000,
+                    waiter_ttl_us: WAITER_TTL_MS * 1000,
                 })
                 .collect(),
         }
     }
 
+    /// The FIFO check of `waits`, with no troubled call of any waiter.
+    fn fifo_calm(
+        waits: &[WaitRecord],
+        leases: &[LeaseRecord],
+        grants: &[QueuedGrant],
+        losses: &[DataLoss],
+    ) -> Vec<(QueueViolation, Option<FifoExcuse>)> {
+        fifo(waits, leases, grants, losses, &[]).found
+    }
+
     #[test]
     fn fifo_fires_when_a_live_earlier_ticket_is_passed_and_names_the_excuse() {
         use Registration::*;
-        // Call 0 registered at 20; call 1 began at 30 and got lease 0 at 100 while call 0
-        // still waited (until 300, lease 1).
+        // Call 0 registered at 20; call 1 began at 30 and got lease 0 at 100 (granted by
+        // the masters at 90) while call 0 still waited (until 260, lease 1).
         let leases = [lease(0, 90, 100, 200, None), lease(1, 250, 260, 400, None)];
         let waits = [wait(0, 0, 20, 260, Some(1)), wait(1, 30, 40, 100, Some(0))];
         let live = [
-            grant(0, 0, "w1", &[("w0", 5, Live), ("w1", 4, Live)]),
-            grant(1, 0, "w1", &[("w0", 5, Live), ("w1", 4, Live)]),
+            grant(0, 0, "w1", &[("w0", 5, Live, 70), ("w1", 4, Live, 70)]),
+            grant(1, 0, "w1", &[("w0", 5, Live, 70), ("w1", 4, Live, 70)]),
         ];
-        let found = fifo(&waits, &leases, &live, &[]);
+        let checked = fifo(&waits, &leases, &live, &[], &[]);
+        assert_eq!(checked.judged, 1);
+        let found = checked.found;
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(matches!(
             found[0],
@@ -1299,63 +1435,125 @@ mod tests {
                 None
             )
         ));
-        // Not live on one granting master only: still unexplained.
+        // A call of call 0's waiter to m1 lost or late at 50.
+        let troubled = [(Arc::from("w0"), 1, t(50))];
+        // Not live on one granting master only: still unexplained, trouble or not.
         let one = [
-            grant(0, 0, "w1", &[("w0", 1, Expired), ("w1", 4, Live)]),
-            grant(1, 0, "w1", &[("w0", 1, Live), ("w1", 4, Live)]),
+            grant(0, 0, "w1", &[("w0", 1, Expired, 30), ("w1", 4, Live, 70)]),
+            grant(1, 0, "w1", &[("w0", 1, Live, 70), ("w1", 4, Live, 70)]),
         ];
-        assert_eq!(fifo(&waits, &leases, &one, &[])[0].1, None);
-        // Not live on every granting master: excused, with the reason.
-        let lapsed = [
-            grant(0, 0, "w1", &[("w0", 1, Expired), ("w1", 4, Live)]),
-            grant(1, 0, "w1", &[("w1", 4, Live)]),
-        ];
+        assert_eq!(fifo(&waits, &leases, &one, &[], &troubled).found[0].1, None);
+        // Not live on every granting master, each for a fault: on m0 last written at 30,
+        // expired by its TTL at 80; on m1 never registered, a call of it there troubled.
+        // Excused, with the reason.
+        let lapsed = |written| {
+            [
+                grant(
+                    0,
+                    0,
+                    "w1",
+                    &[("w0", 1, Expired, written), ("w1", 4, Live, 70)],
+                ),
+                grant(1, 0, "w1", &[("w1", 4, Live, 70)]),
+            ]
+        };
         assert_eq!(
-            fifo(&waits, &leases, &lapsed, &[])[0].1,
+            fifo(&waits, &leases, &lapsed(30), &[], &troubled).found[0].1,
             Some(FifoExcuse::NotLive(Some(Expired)))
         );
-        // A data loss within the window explains a passed live ticket.
+        // Gone from m0 before its TTL was out (written at 60, due to live until 110): no
+        // fault explains that, whatever happened elsewhere.
+        let early = fifo(&waits, &leases, &lapsed(60), &[], &troubled).found;
+        assert_eq!(early[0].1, None);
+        assert!(
+            matches!(&early[0].0, QueueViolation::Fifo { seen, .. }
+                if seen.contains("m0: Expired with score 1 (no fault explains it)")),
+            "{early:?}"
+        );
+        // Never registered on m1 with no call of it there lost or late: another waiter's
+        // trouble, one on another master, or one after the grant explains nothing.
+        for trouble in [
+            vec![],
+            vec![(Arc::from("w1"), 1, t(50))],
+            vec![(Arc::from("w0"), 0, t(50))],
+            vec![(Arc::from("w0"), 1, t(91))],
+        ] {
+            let found = fifo(&waits, &leases, &lapsed(30), &[], &trouble).found;
+            assert_eq!(found[0].1, None, "{trouble:?}");
+            assert!(
+                matches!(&found[0].0, QueueViolation::Fifo { seen, .. }
+                    if seen.contains("m1: never registered (no fault explains it)")),
+                "{found:?}"
+            );
+        }
+        // m1's data lost within the window explains the missing registration there, and a
+        // passed live ticket (the counters lost).
         let loss = DataLoss {
-            master: 2,
+            master: 1,
             durable: false,
             at: t(50),
             nth: 1,
         };
         assert_eq!(
-            fifo(&waits, &leases, &live, &[loss])[0].1,
+            fifo_calm(&waits, &leases, &lapsed(30), &[loss])[0].1,
+            Some(FifoExcuse::NotLive(Some(Expired)))
+        );
+        assert_eq!(fifo_calm(&waits, &leases, &lapsed(60), &[loss])[0].1, None);
+        let lost = [grant(
+            0,
+            0,
+            "w1",
+            &[("w0", 1, Lost, 70), ("w1", 4, Live, 70)],
+        )];
+        assert_eq!(
+            fifo_calm(&waits, &leases, &lost, &[])[0].1,
+            Some(FifoExcuse::NotLive(Some(Lost)))
+        );
+        assert_eq!(
+            fifo_calm(&waits, &leases, &live, &[loss])[0].1,
             Some(FifoExcuse::CountersLost)
         );
         let early = DataLoss { at: t(0), ..loss };
         assert_eq!(
-            fifo(&waits, &leases, &live, &[early])[0].1,
+            fifo_calm(&waits, &leases, &live, &[early])[0].1,
             Some(FifoExcuse::CountersLost)
         );
-        let upright = [grant(0, 0, "w1", &[("w0", 3, Live), ("w1", 4, Live)])];
-        assert_eq!(fifo(&waits, &leases, &upright, &[loss])[0].1, None);
+        let upright = [grant(
+            0,
+            0,
+            "w1",
+            &[("w0", 3, Live, 70), ("w1", 4, Live, 70)],
+        )];
+        assert_eq!(fifo_calm(&waits, &leases, &upright, &[loss])[0].1, None);
         let late = DataLoss { at: t(101), ..loss };
-        assert_eq!(fifo(&waits, &leases, &live, &[late])[0].1, None);
+        assert_eq!(fifo_calm(&waits, &leases, &live, &[late])[0].1, None);
         // No grant recorded for the lease: nothing excuses it.
-        assert_eq!(fifo(&waits, &leases, &[], &[])[0].1, None);
+        assert_eq!(fifo(&waits, &leases, &[], &[], &troubled).found[0].1, None);
     }
 
     #[test]
     fn fifo_ignores_concurrent_tickets_given_up_calls_and_the_fair_order() {
         use Registration::*;
         let leases = [lease(0, 90, 100, 200, None), lease(1, 250, 260, 400, None)];
-        let live = [grant(0, 0, "w1", &[("w0", 5, Live)])];
-        // Call 0's ticket came after call 1 began.
+        let live = [grant(0, 0, "w1", &[("w0", 5, Live, 70)])];
+        let judged = |waits: &[WaitRecord]| {
+            let checked = fifo(waits, &leases, &live, &[], &[]);
+            assert!(checked.found.is_empty(), "{checked:?}");
+            checked.judged
+        };
+        // Call 0's ticket came after call 1 began: not judged.
         let concurrent = [wait(0, 0, 35, 260, Some(1)), wait(1, 30, 40, 100, Some(0))];
-        assert!(fifo(&concurrent, &leases, &live, &[]).is_empty());
-        // Call 0 gave up at 90, before call 1's grant.
+        assert_eq!(judged(&concurrent), 0);
+        // Call 0 gave up at 90, before call 1's grant: not judged.
         let gave_up = [wait(0, 0, 20, 90, None), wait(1, 30, 40, 100, Some(0))];
-        assert!(fifo(&gave_up, &leases, &live, &[]).is_empty());
-        // In order: call 0 first.
+        assert_eq!(judged(&gave_up), 0);
+        // In order: call 0 first, judged.
         let in_order = [wait(0, 0, 20, 100, Some(0)), wait(1, 30, 40, 260, Some(1))];
-        assert!(fifo(&in_order, &leases, &live, &[]).is_empty());
+        assert_eq!(judged(&in_order), 1);
         // Non-fair calls are not ordered.
         let mut unfair = [wait(0, 0, 20, 260, Some(1)), wait(1, 30, 40, 100, Some(0))];
         unfair[1].fair = false;
-        assert!(fifo(&unfair, &leases, &live, &[]).is_empty());
+        assert_eq!(judged(&unfair), 0);
     }
 
     #[test]

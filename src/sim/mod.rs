@@ -71,11 +71,18 @@
 //! - *FIFO among live fair waiters*: if fair call A's ticket was issued before fair call
 //!   B began, and A was still waiting when B was granted (its call running, not granted
 //!   yet), B was not granted first. Two excuses, each counted by reason in the printout:
-//!   on every master that granted B, A's registration was not live then (its liveness key
-//!   had expired because refreshes were lost or late, it had left after a grant of its
-//!   own there — a confirm that failed elsewhere — or the master had lost its data), or a
-//!   master lost its data (the ticket counters) between A's start and B's grant. A live
-//!   registration of A passed by B's grant is never excused where no data was lost.
+//!   on every master that granted B, A's registration was not live then, each for a fault
+//!   of that master's: it lost its data; A's liveness key had outlived the waiter TTL
+//!   since the master last wrote it (the master's journal keeps when, on its own clock:
+//!   the refreshes came late or were lost); or, never registered there or gone otherwise
+//!   (left after a grant of its own there — a confirm that failed elsewhere), a call of A
+//!   to that master was lost, late or failed (the send log keeps each waiter's troubled
+//!   calls). Or A was live on some granting master, B's ticket was below A's wherever it
+//!   was, and a master lost its data (the ticket counters) between A's start and B's
+//!   grant. A registration refreshed in time by a master that keeps its data is never
+//!   missing, so among calm masters no excuse at all is allowed. Each run prints how many
+//!   pairs of fair calls the checker judged (A issued before B began, and B granted while
+//!   A waited or after A's grant), and a fair profile fails when none were.
 //! - *Liveness*: a registered waiter whose call still runs one TTL + one waiter TTL + one
 //!   refresh period (+ two node timeouts for the rounds) after the lock became free (no
 //!   valid lease, from its registration or the end of the leases before) sees a lease
@@ -90,8 +97,13 @@
 //! narrow as the fault that explains it, and every run prints how many violations each
 //! excused:
 //! - *clock jump*: an overlap is excused when a master's clock jumped forward after the
-//!   earlier lease's attempt began and before the overlap began (the lock assumes clocks
-//!   run at one rate). Only the clock-jump profile allows it.
+//!   earlier of the two leases' attempts began (whichever sent its first request first)
+//!   and before the overlap began (the lock assumes clocks run at one rate). Each lease's
+//!   keys are written from its attempt's start on, and the fault may have touched the
+//!   keys of either: the window does not wait for the attempt of the lease acquired first
+//!   (a slow attempt of the later one can count a key written before that). A queued
+//!   waiter's attempt is its confirm, with a value of its own: its wait before it opens
+//!   no window. Only the clock-jump profile allows it.
 //! - *unseen loss*: a fencing violation between an earlier lease L1 and a later L2 (a
 //!   repeated or smaller token, or the lost update between their writes) is excused when
 //!   a durable master lost its data after L1's attempt began and before L2 was acquired,
@@ -102,7 +114,8 @@
 //!   flushes no durable master loses data at all (checked on every schedule). Overlaps are
 //!   never excused by it.
 //! - *force-unlock*: an overlap on a resource that an operator force-unlocked after the
-//!   earlier lease's attempt began and before the overlap began (handing the lock on is
+//!   earlier of the two attempts began (as above) and before the overlap began (handing
+//!   the lock on is
 //!   what a force-unlock does). Only the force-unlock profiles allow it; it never excuses
 //!   a fencing violation.
 //!
@@ -135,35 +148,38 @@
 //!   ever written under a lock's name here).
 //! - The watchdog and `with_lock` in the random schedules: clients extend explicitly.
 //!   Both call the same extension code; the cancellation matrix runs them in its cases.
-//! - Retry jitter: set to zero, because the library draws it from the thread's RNG.
+//! - Retry jitter: set to zero; the settings draw it from the thread's RNG, outside the
+//!   seeded source (below).
 //! - Client clock drift (all clients share one clock, so `drift_factor` is never needed),
 //!   eviction policies, `NOSCRIPT`, restores from stale snapshots, and `RedisMaster`'s
 //!   background reconnection with backoff (a client reconnects inline on its next call).
 //!
 //! # Determinism and replay
 //! A schedule is a function of its seed: every random choice comes from a `StdRng` seeded
-//! from it, one stream per component (schedule, each client, each link), and each schedule
-//! runs on a fresh current-thread runtime with a paused clock, so no task or timer leaks
-//! between schedules. Lock values come from the thread's RNG, but they are only compared
-//! for equality, and the trace names them by order of appearance. Tokio itself draws from an RNG whose seed cannot be fixed without
-//! `tokio_unstable`, in two places that matter here: `tokio::select!` without `biased`
-//! picks at random among branches ready in the same poll, and a `watch` channel wakes its
-//! waiters in a random order. The model never parks on a `watch` (a stopped master
-//! releases its waiting requests from a FIFO), and the library's unbiased `select!`s
-//! (waiting for a release notice, `Lease::lost`, the watchdog) are not on the paths driven
-//! here, so a replay repeats the schedule exactly; `same_seed_same_history` checks that,
-//! comparing two traced runs of each of a few seeds line by line (every op each master
-//! executed, with its virtual time). A scenario that adds the watchdog would lose that
-//! exactness after a tie between its branches.
+//! from it, one stream per component (schedule, each client, each link, and the library),
+//! and each schedule runs on a fresh current-thread runtime with a paused clock, so no task
+//! or timer leaks between schedules. The library draws its lock values, waiter ids and
+//! random pauses (a queued waiter's after a failed confirm, a fair call's after a ticket
+//! conflict, the spread of waiters woken together) through one crate-private source
+//! (`core::with_rng`); for the crate's own tests a seeded generator can stand in for it on
+//! one thread (`core::seeded`), and each schedule installs one seeded from its seed for
+//! its run. Every task of the schedule runs on that thread, in an order fixed by the
+//! paused clock, so the library draws the same values again: waiters with equal scores are
+//! ordered by the same ids, and confirms are timed alike. The trace names lock values and
+//! waiter ids by order of appearance.
 //!
-//! Hand-off loses it too: a queued waiter draws its score (unless fair: its ticket) and
-//! its pause after a failed confirm from the thread's RNG, and equal scores are ordered by
-//! waiter ids, which are random. A replay of a schedule whose clients wait with hand-off
-//! (the library's default, so every profile but the replay check's) repeats its faults,
-//! its network and its clients' choices, but waiters may be served in another order and
-//! confirms timed otherwise: a failure's report (every event, with
-//! `REDQUORUM_SIM_TRACE=1` every op) is the evidence, and a replay may not fail the same
-//! way.
+//! Tokio itself draws from an RNG whose seed cannot be fixed without `tokio_unstable`, in
+//! two places that matter here: `tokio::select!` without `biased` picks at random among
+//! branches ready in the same poll, and a `watch` channel wakes its waiters in a random
+//! order. The model never parks on a `watch` (a stopped master releases its waiting
+//! requests from a FIFO); the library's unbiased `select!`s on the paths driven here (a
+//! retry's wait and the queued wait: a notice, a timer, a lease of the same client taking
+//! the key) have two branches ready in one poll, without notices, only when a lease of
+//! the same client takes the key at the instant the timer fires. A replay so
+//! repeats the schedule exactly; `same_seed_same_history` checks that for waiters without
+//! hand-off, with it and fair ones, comparing two traced runs of each of a few seeds line
+//! by line (every op each master executed, with its virtual time). A scenario that adds
+//! the watchdog would lose that exactness after a tie between its branches.
 //!
 //! Each HOLD test runs fixed seeds and, beyond them, seeds from a base that changes every
 //! run and is printed (`REDQUORUM_SIM_BASE_SEED` sets it); see `tests.rs`. A failing

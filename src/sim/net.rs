@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -83,6 +84,12 @@ pub(super) struct SendLog {
     /// When a message was lost or slow, and the lock key its op is about (`None`: a
     /// connection's, or several keys'), for the liveness checker's quiet windows.
     anomalies: Mutex<Vec<(Instant, Option<Arc<str>>)>>,
+    /// Every call carrying a waiter id (a registration, a refresh, a confirm) that was
+    /// troubled, by that waiter id, the master's own number and when it was sent: the call
+    /// failed (lost, timed out, refused, reset), or one of its messages was lost or late
+    /// (slow, held behind a slow one on its connection, or held by a stopped master). The
+    /// FIFO checker's evidence that a registration could be missing on that master.
+    waiter_trouble: Mutex<Vec<(Arc<str>, usize, Instant)>>,
 }
 
 /// A registration sent: by which client (as numbered by [`SendLog::add_client`]), for
@@ -209,6 +216,15 @@ impl SendLog {
     /// Every registration sent (client, waiter id, when, strict), in order.
     pub(super) fn registering(&self) -> Vec<Registering> {
         self.registering
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Every troubled call of a waiter (see `waiter_trouble`): its waiter id, the master
+    /// and when it was sent, in order.
+    pub(super) fn waiter_trouble(&self) -> Vec<(Arc<str>, usize, Instant)> {
+        self.waiter_trouble
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
@@ -411,6 +427,30 @@ impl Inner {
     /// (node timeout, plus the connect timeout when connecting).
     async fn exchange(self: Arc<Self>, op: Arc<Op>) -> Result<Reply, MasterError> {
         let sent = Instant::now();
+        let trouble = Arc::new(AtomicBool::new(false));
+        let result = Arc::clone(&self)
+            .call_once(Arc::clone(&op), sent, Arc::clone(&trouble))
+            .await;
+        if let Some(waiter) = waiter_of(&op)
+            && (result.is_err() || trouble.load(Ordering::Relaxed))
+        {
+            self.sends
+                .waiter_trouble
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((Arc::clone(waiter), self.server.index(), sent));
+        }
+        result
+    }
+
+    /// [`Inner::exchange`]'s call, which sets `trouble` when one of its messages is lost or
+    /// late.
+    async fn call_once(
+        self: Arc<Self>,
+        op: Arc<Op>,
+        sent: Instant,
+        trouble: Arc<AtomicBool>,
+    ) -> Result<Reply, MasterError> {
         self.sends.note(self.client, &op);
         let (status, incarnation) = self.server.status();
         if status == Status::Down {
@@ -425,7 +465,8 @@ impl Inner {
             Some(_) => self.node_timeout,
             None => self.node_timeout.saturating_add(self.connect_timeout),
         };
-        match tokio::time::timeout(budget, self.converse(open, Arc::clone(&op))).await {
+        let conversation = self.converse(open, Arc::clone(&op), &trouble);
+        match tokio::time::timeout(budget, conversation).await {
             Ok(result) => {
                 if let Ok(reply) = &result {
                     self.sends
@@ -444,6 +485,7 @@ impl Inner {
         self: &Arc<Self>,
         open: Option<u64>,
         op: Arc<Op>,
+        trouble: &Arc<AtomicBool>,
     ) -> Result<Reply, MasterError> {
         let incarnation = match open {
             Some(i) => i,
@@ -457,7 +499,7 @@ impl Inner {
                 let request = Request::Connect {
                     vitals: self.read_vitals,
                 };
-                let (incarnation, answer, served) = self.round_trip(None, request).await?;
+                let (incarnation, answer, served) = self.round_trip(None, request, trouble).await?;
                 let Answer::Connected {
                     vitals,
                     run_id,
@@ -468,8 +510,13 @@ impl Inner {
                 };
                 self.sends
                     .connected(self.client, self.server.index(), served);
-                self.admit(incarnation, Some(run_id.clone()), record.as_deref())
-                    .await?;
+                self.admit(
+                    incarnation,
+                    Some(run_id.clone()),
+                    record.as_deref(),
+                    trouble,
+                )
+                .await?;
                 let mut link = self.link();
                 link.generation += 1;
                 link.open = Some(incarnation);
@@ -483,7 +530,7 @@ impl Inner {
         // record then, is read again before it votes; a master the view refuses is not
         // even asked; each request carries the fingerprint the view has when it is sent.
         if !op.is_unguarded() && self.view.stale(self.index) {
-            self.reread(incarnation).await?;
+            self.reread(incarnation, trouble).await?;
         }
         if !op.is_unguarded()
             && let Some(refusal) = self.view.refused(self.index)
@@ -492,11 +539,11 @@ impl Inner {
         }
         let fingerprint: Arc<str> = self.view.fingerprint().into();
         match self
-            .round_trip(Some(incarnation), Request::Op(op, fingerprint))
+            .round_trip(Some(incarnation), Request::Op(op, fingerprint), trouble)
             .await?
         {
             (_, Answer::Reply(reply), _) => Ok(reply),
-            (_, Answer::RecordDiffers, _) => Err(self.record_changed(incarnation).await),
+            (_, Answer::RecordDiffers, _) => Err(self.record_changed(incarnation, trouble).await),
             (_, Answer::LimitDiffers { stored, ours }, _) => Err(crate::master::limit_mismatch(
                 Some(&stored.to_string()),
                 ours,
@@ -513,6 +560,7 @@ impl Inner {
         incarnation: u64,
         run_id: Option<String>,
         record: Option<&Record>,
+        trouble: &Arc<AtomicBool>,
     ) -> Result<(), MasterError> {
         let admission = self.view.connected(self.index, run_id.as_deref(), record);
         self.link().run_id = run_id;
@@ -524,7 +572,7 @@ impl Inner {
             bootstrap: None,
         };
         let request = Request::Op(Arc::new(stamp), "".into());
-        match self.round_trip(Some(incarnation), request).await? {
+        match self.round_trip(Some(incarnation), request, trouble).await? {
             (_, Answer::Reply(Reply::Stamped { .. }), _) => Ok(()),
             _ => Err(protocol()),
         }
@@ -532,22 +580,31 @@ impl Inner {
 
     /// As `RedisMaster`'s `reread`: reads the cluster record again and judges it as at a
     /// connect.
-    async fn reread(self: &Arc<Self>, incarnation: u64) -> Result<(), MasterError> {
+    async fn reread(
+        self: &Arc<Self>,
+        incarnation: u64,
+        trouble: &Arc<AtomicBool>,
+    ) -> Result<(), MasterError> {
         let record = match self
-            .round_trip(Some(incarnation), Request::ReadRecord)
+            .round_trip(Some(incarnation), Request::ReadRecord, trouble)
             .await?
         {
             (_, Answer::Record(record), _) => record,
             _ => return Err(protocol()),
         };
         let run_id = self.link().run_id.clone();
-        self.admit(incarnation, run_id, record.as_deref()).await
+        self.admit(incarnation, run_id, record.as_deref(), trouble)
+            .await
     }
 
     /// As `RedisMaster`'s `record_changed`, after a script found another fingerprint than
     /// the one sent: reads the record again and judges it as at a connect.
-    async fn record_changed(self: &Arc<Self>, incarnation: u64) -> MasterError {
-        if let Err(error) = self.reread(incarnation).await {
+    async fn record_changed(
+        self: &Arc<Self>,
+        incarnation: u64,
+        trouble: &Arc<AtomicBool>,
+    ) -> MasterError {
+        if let Err(error) = self.reread(incarnation, trouble).await {
             return error;
         }
         match self.view.refused(self.index) {
@@ -561,17 +618,19 @@ impl Inner {
 
     /// Sends `request` on the connection to `incarnation` (`None`: opens one) and waits for
     /// the answer, and when the master served it; never returns when a message is lost
-    /// (the caller's timeout ends it).
+    /// (the caller's timeout ends it). Sets `trouble` when a message is lost or arrives
+    /// late: slow, behind a slow one on the connection, or held by a stopped master.
     async fn round_trip(
         self: &Arc<Self>,
         incarnation: Option<u64>,
         request: Request,
+        trouble: &Arc<AtomicBool>,
     ) -> Result<(u64, Answer, Served), MasterError> {
+        let normal = self.net.delay.1;
         let (out, back, arrival) = {
             let mut link = self.link();
             let out = self.net.leg(&mut link.rng);
             let back = self.net.leg(&mut link.rng);
-            let normal = self.net.delay.1;
             if out.lost || back.lost || out.delay > normal || back.delay > normal {
                 self.sends
                     .anomalies
@@ -579,7 +638,11 @@ impl Inner {
                     .unwrap_or_else(PoisonError::into_inner)
                     .push((Instant::now(), key_of(&request)));
             }
-            let arrival = (Instant::now() + out.delay).max(link.request_fifo);
+            let now = Instant::now();
+            let arrival = (now + out.delay).max(link.request_fifo);
+            if out.lost || back.lost || arrival > now + normal || back.delay > normal {
+                trouble.store(true, Ordering::Relaxed);
+            }
             if !out.lost {
                 link.request_fifo = arrival;
             }
@@ -592,10 +655,15 @@ impl Inner {
         let inner = Arc::clone(self);
         // The master serves the request whether or not the caller still waits.
         let sends = Arc::clone(&self.sends);
+        let late = Arc::clone(trouble);
         tokio::spawn(sends.in_flight.track_future(async move {
             tokio::time::sleep_until(arrival).await;
             inner.gate.pass().await;
             let answer = inner.server.serve(incarnation, &request).await;
+            if Instant::now() > arrival {
+                // Held at the master (stopped) or at a gate.
+                late.store(true, Ordering::Relaxed);
+            }
             // Nothing else runs between the request's execution and here (one thread, no
             // await), so no loss can fall between them.
             let served = Served {
@@ -612,6 +680,10 @@ impl Inner {
                 link.reply_fifo = at;
                 at
             };
+            if at > Instant::now() + normal {
+                // Behind a slow reply on the connection.
+                late.store(true, Ordering::Relaxed);
+            }
             tokio::time::sleep_until(at).await;
             let _ = tx.send(answer);
         }));
@@ -626,6 +698,16 @@ impl Inner {
             }
             Err(_lost) => futures::future::pending().await,
         }
+    }
+}
+
+/// The waiter id an op carries: a registration or refresh (`Enqueue`), or a waiter's
+/// confirm (`AcquireQueued` with its id).
+fn waiter_of(op: &Op) -> Option<&Arc<str>> {
+    match op {
+        Op::Enqueue { waiter, .. } => Some(waiter),
+        Op::AcquireQueued { waiter, .. } if !waiter.is_empty() => Some(waiter),
+        _ => None,
     }
 }
 

@@ -129,10 +129,8 @@ struct Data {
     record: Option<Record>,
     /// Semaphores' limit records (no TTL), by key.
     limits: BTreeMap<String, usize>,
-    /// A planted fault of the model (not of the product): `rw_acquire.lua` grants a
-    /// reader whatever the writer key holds, to show that the read-write checker catches
-    /// a reader overlapping a writer. Kept with the data so crashes keep it.
-    reader_ignores_writer: bool,
+    /// Faults planted in the model, kept over data losses.
+    plants: Plants,
     /// Hand-off queues (`redquorum:queue:<key>`, sorted sets), by lock key.
     queues: BTreeMap<Arc<str>, Queue>,
     /// Waiters' liveness keys (`redquorum:waiter:<key>:<waiter>`), by lock key and waiter
@@ -142,6 +140,23 @@ struct Data {
     tickets: BTreeMap<Arc<str>, u64>,
     /// What the checkers read of the queues (not data: a data loss keeps it).
     journal: Journal,
+}
+
+/// Faults planted in the model (not in the product), each to show that a checker catches
+/// what it breaks.
+#[derive(Debug, Clone, Copy, Default)]
+struct Plants {
+    /// `rw_acquire.lua` grants a reader whatever the writer key holds: the read-write
+    /// checker must catch a reader overlapping a writer.
+    reader_ignores_writer: bool,
+    /// `rw_acquire.lua` refuses every reader, as if a writer held the lock: a writer then
+    /// never waits behind readers, and the starvation check must say that it proved
+    /// nothing.
+    readers_refused: bool,
+    /// `enqueue.lua` gives a waiter's liveness key a quarter of the waiter TTL, so that a
+    /// registration lapses before every refresh with no fault anywhere: the FIFO checker
+    /// must not excuse what that lets pass.
+    waiters_lapse: bool,
 }
 
 /// A sorted set: members ordered by score, equal scores by member bytes, as Redis orders
@@ -197,6 +212,11 @@ pub(super) struct Known {
     pub(super) waiter: Arc<str>,
     pub(super) score: u64,
     pub(super) registration: Registration,
+    /// When its registration was last written here (its liveness key set), on the
+    /// master's own clock, and the waiter TTL it asked for: the key lives until their sum
+    /// unless the master loses it.
+    pub(super) written_us: u64,
+    pub(super) waiter_ttl_us: u64,
 }
 
 /// A grant of `AcquireQueued` on one master, with every waiter the master had registered
@@ -210,15 +230,27 @@ pub(super) struct QueuedGrant {
     pub(super) waiter: Arc<str>,
     pub(super) fair: bool,
     pub(super) waiters: Vec<Known>,
-    /// When the master granted it (from the schedule's origin).
+    /// When the master granted it (from the schedule's origin), and on its own clock.
     pub(super) at: Duration,
+    pub(super) at_us: u64,
+}
+
+/// What one master's journal keeps of a waiter's registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Journaled {
+    score: u64,
+    registration: Registration,
+    /// When its liveness key was last set, on the master's clock, and for how long the
+    /// waiter asked (the planted lapse shortens the key, not this).
+    written_us: u64,
+    waiter_ttl_us: u64,
 }
 
 /// The queues' history on one master, for the FIFO checker; never lost with the data.
 #[derive(Debug, Clone, Default)]
 struct Journal {
-    /// By lock key and waiter id: its score and what became of its registration.
-    waiters: BTreeMap<(Arc<str>, Arc<str>), (u64, Registration)>,
+    /// By lock key and waiter id: what became of its registration.
+    waiters: BTreeMap<(Arc<str>, Arc<str>), Journaled>,
     grants: Vec<QueuedGrant>,
     /// How many times a dead member was pruned from a queue.
     pruned: u64,
@@ -227,7 +259,7 @@ struct Journal {
 impl Journal {
     fn mark(&mut self, key: &Arc<str>, waiter: &Arc<str>, registration: Registration) {
         if let Some(entry) = self.waiters.get_mut(&(Arc::clone(key), Arc::clone(waiter))) {
-            entry.1 = registration;
+            entry.registration = registration;
         }
     }
 }
@@ -286,10 +318,11 @@ impl Data {
     fn lose(&mut self) {
         let mut journal = std::mem::take(&mut self.journal);
         for entry in journal.waiters.values_mut() {
-            entry.1 = Registration::Lost;
+            entry.registration = Registration::Lost;
         }
         *self = Data {
             journal,
+            plants: self.plants,
             ..Data::default()
         };
     }
@@ -436,22 +469,23 @@ impl Data {
             fair: q.fair,
             waiters: snapshot,
             at: Duration::ZERO,
+            at_us: now_us,
         });
         (true, None)
     }
 
     /// Every waiter ever registered for `key` here, with what became of it.
     fn known(&mut self, key: &Arc<str>, now_us: u64) -> Vec<Known> {
-        let ids: Vec<(Arc<str>, u64, Registration)> = self
+        let ids: Vec<(Arc<str>, Journaled)> = self
             .journal
             .waiters
             .range((Arc::clone(key), Arc::from(""))..)
             .take_while(|((k, _), _)| k == key)
-            .map(|((_, w), (score, r))| (Arc::clone(w), *score, *r))
+            .map(|((_, w), entry)| (Arc::clone(w), *entry))
             .collect();
         ids.into_iter()
-            .map(|(waiter, score, registration)| {
-                let registration = match registration {
+            .map(|(waiter, entry)| {
+                let registration = match entry.registration {
                     Registration::Live if self.waiter(key, &waiter, now_us).is_none() => {
                         Registration::Expired
                     }
@@ -459,8 +493,10 @@ impl Data {
                 };
                 Known {
                     waiter,
-                    score,
+                    score: entry.score,
                     registration,
+                    written_us: entry.written_us,
+                    waiter_ttl_us: entry.waiter_ttl_us,
                 }
             })
             .collect()
@@ -529,12 +565,20 @@ impl Data {
             (Arc::clone(key), Arc::clone(e.waiter)),
             Entry {
                 value: format!("{ttl_ms} {}", e.channel).into(),
-                expires_us: now_us.saturating_add(ttl_ms.saturating_mul(1000)),
+                expires_us: now_us.saturating_add(match self.plants.waiters_lapse {
+                    false => ttl_ms.saturating_mul(1000),
+                    true => ttl_ms.saturating_mul(250),
+                }),
             },
         );
         self.journal.waiters.insert(
             (Arc::clone(key), Arc::clone(e.waiter)),
-            (score, Registration::Live),
+            Journaled {
+                score,
+                registration: Registration::Live,
+                written_us: now_us,
+                waiter_ttl_us: ttl_ms.saturating_mul(1000),
+            },
         );
         let current = self.live(key, now_us);
         // Every registration prunes the dead at the head of the queue (within the budget).
@@ -703,9 +747,9 @@ struct State {
 /// A log of every op the masters executed, for replays (`REDQUORUM_SIM_TRACE`) and for
 /// comparing two runs of one seed.
 ///
-/// Lock values are random (the library draws them from the thread's RNG), so the log names
-/// each by the order in which it first appeared (`v0`, `v1`, …): two runs of one schedule
-/// then log the same lines.
+/// Lock values and waiter ids are 128 random bits (drawn by the library, from the
+/// schedule's seed here), so the log names each by the order in which it first appeared
+/// (`v0`, `v1`, …): short to read, and the same in two runs of one schedule.
 #[derive(Debug)]
 pub(super) struct Trace {
     clock: Clock,
@@ -922,9 +966,19 @@ impl SimServer {
         (grants, state.data.journal.pruned)
     }
 
-    /// Plants the model's fault [`Data::reader_ignores_writer`].
+    /// Plants the model's fault [`Plants::reader_ignores_writer`].
     pub(super) fn plant_reader_ignores_writer(&self) {
-        self.lock().data.reader_ignores_writer = true;
+        self.lock().data.plants.reader_ignores_writer = true;
+    }
+
+    /// Plants the model's fault [`Plants::readers_refused`].
+    pub(super) fn plant_readers_refused(&self) {
+        self.lock().data.plants.readers_refused = true;
+    }
+
+    /// Plants the model's fault [`Plants::waiters_lapse`].
+    pub(super) fn plant_waiters_lapse(&self) {
+        self.lock().data.plants.waiters_lapse = true;
     }
 
     /// Moves the server's wall clock by `delta_us` (forward when positive): lock keys then
@@ -1722,7 +1776,9 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             let intent = data.pttl(&intent_key, now_us).filter(|p| !p.is_zero());
             let (granted, holder_ttl) = match mode {
                 RwMode::Read => {
-                    if writer.is_some() && !data.reader_ignores_writer {
+                    if data.plants.readers_refused {
+                        (false, Some(*ttl))
+                    } else if writer.is_some() && !data.plants.reader_ignores_writer {
                         (false, writer)
                     } else if intent.is_some() && !ignore_intent {
                         (false, intent)
@@ -2474,7 +2530,10 @@ mod tests {
         assert_eq!(d.pttl_ms(&k, at), 30, "the PX the liveness key names");
         assert_eq!(d.journal.pruned, 1);
         assert_eq!(
-            d.journal.waiters.get(&(k.clone(), a.clone())).map(|e| e.1),
+            d.journal
+                .waiters
+                .get(&(k.clone(), a.clone()))
+                .map(|e| e.registration),
             Some(Registration::Expired)
         );
         // B confirms: granted, served, out of the queue.
@@ -2596,14 +2655,17 @@ mod tests {
         d.dequeue(&k, &a, T0, false);
         assert_eq!(d.live(&k, T0).as_deref(), Some("B"));
         assert_eq!(
-            d.journal.waiters.get(&(k.clone(), a)).map(|e| e.1),
+            d.journal
+                .waiters
+                .get(&(k.clone(), a))
+                .map(|e| e.registration),
             Some(Registration::Dequeued)
         );
         // A crash without data loses queues, liveness keys and counters.
         d.lose();
         assert!(d.queues.is_empty() && d.waiters.is_empty() && d.tickets.is_empty());
         assert_eq!(
-            d.journal.waiters.get(&(k, b)).map(|e| e.1),
+            d.journal.waiters.get(&(k, b)).map(|e| e.registration),
             Some(Registration::Lost)
         );
     }

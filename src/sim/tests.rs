@@ -36,6 +36,20 @@ const COUNT_ENV: &str = "REDQUORUM_SIM_SCHEDULES";
 
 const MS: Duration = Duration::from_millis(1);
 
+/// The path of the test function it is written in, as the test harness names the test
+/// (`sim::tests::handoff::fair_holds`): what the replay commands and printouts name, taken
+/// from the function itself so that it always names a test that exists.
+macro_rules! test_path {
+    () => {{
+        fn here() {}
+        let path = std::any::type_name_of_val(&here);
+        let path = path.strip_suffix("::here").unwrap_or(path);
+        let path = path.strip_suffix("::{{closure}}").unwrap_or(path);
+        path.strip_prefix(concat!(env!("CARGO_CRATE_NAME"), "::"))
+            .unwrap_or(path)
+    }};
+}
+
 mod cluster;
 mod handoff;
 mod many;
@@ -216,11 +230,37 @@ fn detect_seeds(budget: u64) -> Vec<u64> {
     }
 }
 
-/// The one-line command that runs `seed` of `test` alone.
+/// The one-line command that runs `seed` of `test` (its path, from [`test_path`]) alone.
 fn replay(test: &str, seed: u64) -> String {
     format!(
-        "replay: {SEED_ENV}={seed} cargo nextest run --all-features --locked -E 'test(=sim::tests::{test})'"
+        "replay: {SEED_ENV}={seed} cargo nextest run --all-features --locked -E 'test(={test})'"
     )
+}
+
+/// The replay commands name the test that prints them as the harness names it, whatever
+/// its module, async or not: `REDQUORUM_SIM_SEED` with that filter runs exactly it.
+#[test]
+fn replay_commands_name_the_test_that_prints_them() {
+    let path = test_path!();
+    assert_eq!(
+        path,
+        "sim::tests::replay_commands_name_the_test_that_prints_them"
+    );
+    assert_eq!(
+        replay(path, 7),
+        format!(
+            "replay: REDQUORUM_SIM_SEED=7 cargo nextest run --all-features --locked -E \
+             'test(=sim::tests::replay_commands_name_the_test_that_prints_them)'"
+        )
+    );
+}
+
+#[tokio::test]
+async fn replay_commands_name_an_async_test_too() {
+    assert_eq!(
+        test_path!(),
+        "sim::tests::replay_commands_name_an_async_test_too"
+    );
 }
 
 /// How many violations each exception excused.
@@ -395,6 +435,17 @@ fn hold_each(
             held.fixed_excused += here;
         }
     }
+    // The FIFO checker must have judged the order of some fair calls, or it proved nothing.
+    if let Waiting::Queued(q) = profile.waiting
+        && q.fair > 0.0
+        && held.full
+    {
+        assert!(
+            held.fixed.fifo_judged > 0,
+            "{test}: the FIFO checker judged no pair of fair calls: {}",
+            held.fixed
+        );
+    }
     let fifo_excused = match fifo_excused.is_empty() {
         true => String::new(),
         false => format!(
@@ -472,12 +523,7 @@ fn protected_three_masters_hold() {
         fixed: 300,
         rotating: 300,
     };
-    let held = hold(
-        "protected_three_masters_hold",
-        &PROTECTED,
-        share,
-        &[Exception::UnseenLoss],
-    );
+    let held = hold(test_path!(), &PROTECTED, share, &[Exception::UnseenLoss]);
     if held.full {
         let stats = held.fixed;
         // The dangerous situations were reached, not just survived by luck of the draw.
@@ -504,12 +550,7 @@ fn protected_five_masters_hold() {
         fixed: 200,
         rotating: 200,
     };
-    let held = hold(
-        "protected_five_masters_hold",
-        &profile,
-        share,
-        &[Exception::UnseenLoss],
-    );
+    let held = hold(test_path!(), &profile, share, &[Exception::UnseenLoss]);
     if held.full {
         assert!(held.fixed.held_keys_lost > 0, "{}", held.fixed);
     }
@@ -522,12 +563,7 @@ fn fencing_on_durable_masters_holds() {
         fixed: 200,
         rotating: 200,
     };
-    let held = hold(
-        "fencing_on_durable_masters_holds",
-        &FENCING_DURABLE,
-        share,
-        &[],
-    );
+    let held = hold(test_path!(), &FENCING_DURABLE, share, &[]);
     if held.full {
         let stats = held.fixed;
         assert!(stats.crashes > 0 && stats.fenced_rejections > 0, "{stats}");
@@ -547,7 +583,7 @@ fn quarantine_without_fencing_holds() {
         fixed: 150,
         rotating: 150,
     };
-    let held = hold("quarantine_without_fencing_holds", &profile, share, &[]);
+    let held = hold(test_path!(), &profile, share, &[]);
     if held.full {
         assert!(held.fixed.held_keys_lost > 0, "{}", held.fixed);
     }
@@ -568,12 +604,7 @@ fn durable_masters_without_quarantine_hold() {
         fixed: 150,
         rotating: 150,
     };
-    let held = hold(
-        "durable_masters_without_quarantine_hold",
-        &profile,
-        share,
-        &[],
-    );
+    let held = hold(test_path!(), &profile, share, &[]);
     if held.full {
         assert!(held.fixed.crashes > 0, "{}", held.fixed);
     }
@@ -591,7 +622,7 @@ fn empty_restarts_with_quarantine_hold() {
         fixed: 200,
         rotating: 200,
     };
-    let held = hold("empty_restarts_with_quarantine_hold", &profile, share, &[]);
+    let held = hold(test_path!(), &profile, share, &[]);
     if held.full {
         assert!(held.fixed.held_keys_lost > 0, "{}", held.fixed);
     }
@@ -602,7 +633,7 @@ fn empty_restarts_with_quarantine_hold() {
 fn empty_restarts_without_quarantine_double_grant() {
     let profile = &EMPTY_RESTARTS_NO_QUARANTINE;
     detect(
-        "empty_restarts_without_quarantine_double_grant",
+        test_path!(),
         profile,
         500,
         violation(profile, |_, v| v.is_overlap()),
@@ -619,12 +650,7 @@ fn clock_jumps_break_exclusion_but_not_fencing() {
         fixed: 300,
         rotating: 100,
     };
-    let held = hold(
-        "clock_jumps_break_exclusion_but_not_fencing",
-        &CLOCK_JUMPS,
-        share,
-        &[Exception::ClockJump],
-    );
+    let held = hold(test_path!(), &CLOCK_JUMPS, share, &[Exception::ClockJump]);
     if held.full {
         assert!(held.fixed.clock_jumps > 0, "{}", held.fixed);
         assert!(
@@ -704,7 +730,7 @@ fn rolling_restarts_keep_issuing_tokens(test: &str, masters: &'static [usize], s
 #[test]
 fn rolling_restarts_of_three_durable_masters_keep_issuing_tokens() {
     rolling_restarts_keep_issuing_tokens(
-        "rolling_restarts_of_three_durable_masters_keep_issuing_tokens",
+        test_path!(),
         &[3],
         Share {
             fixed: 40,
@@ -716,7 +742,7 @@ fn rolling_restarts_of_three_durable_masters_keep_issuing_tokens() {
 #[test]
 fn rolling_restarts_of_five_durable_masters_keep_issuing_tokens() {
     rolling_restarts_keep_issuing_tokens(
-        "rolling_restarts_of_five_durable_masters_keep_issuing_tokens",
+        test_path!(),
         &[5],
         Share {
             fixed: 25,
@@ -736,7 +762,7 @@ fn rolling_restarts_of_five_durable_masters_keep_issuing_tokens() {
 /// longer than a quarantine.
 #[test]
 fn rolling_restarts_below_a_durable_quorum_never_issue_a_token() {
-    let test = "rolling_restarts_below_a_durable_quorum_never_issue_a_token";
+    let test = test_path!();
     let profile = Profile {
         name: "rolling restarts, fewer than a quorum durable",
         masters: &[3, 5],
@@ -820,13 +846,12 @@ fn first_difference(a: &[String], b: &[String]) -> Option<String> {
 
 /// A replay repeats a schedule exactly: two runs of one seed record the same history,
 /// event for event, down to each master's ops and their virtual times (see "Determinism
-/// and replay" in `mod.rs`), for clients that wait without hand-off. The comparison
-/// itself is shown to see a difference.
+/// and replay" in `mod.rs`), for clients that wait without hand-off, with it (queued
+/// waiters, whose ids order equal scores and whose pauses after a failed confirm are
+/// random), and fair ones. The comparison itself is shown to see a difference.
 #[test]
 fn same_seed_same_history() {
-    // Hand-off off: a queued waiter draws its score (unless fair) and its pause after a
-    // failed confirm from the thread's RNG, which no seed fixes.
-    let profile = Profile {
+    let herd = Profile {
         name: "replay",
         masters: &[3, 5],
         faults: Faults {
@@ -838,31 +863,34 @@ fn same_seed_same_history() {
     };
     let seeds = match replaying() {
         Some(seed) => vec![seed],
-        None => vec![0, 1, 2, base_seed("same_seed_same_history")],
+        None => vec![0, 1, 2, base_seed(test_path!())],
     };
-    let mut previous: Option<Vec<String>> = None;
-    for seed in seeds {
-        let first = history(&world::run_traced(&profile, seed, true));
-        let again = history(&world::run_traced(&profile, seed, true));
-        // The masters' ops are in it, not just the leases.
-        assert!(
-            first.iter().filter(|l| l.contains(": acquire r")).count() > 10,
-            "the trace is missing: {first:#?}"
-        );
-        if let Some(diff) = first_difference(&first, &again) {
-            panic!(
-                "seed {seed} ran differently the second time, at {diff}\n{}",
-                replay("same_seed_same_history", seed)
+    for profile in [herd, handoff::HANDOFF, handoff::FAIR] {
+        let mut previous: Option<Vec<String>> = None;
+        for &seed in &seeds {
+            let first = history(&world::run_traced(&profile, seed, true));
+            let again = history(&world::run_traced(&profile, seed, true));
+            // The masters' ops are in it, not just the leases.
+            assert!(
+                first.iter().filter(|l| l.contains(": acquire r")).count() > 10,
+                "the trace is missing: {first:#?}"
             );
+            if let Some(diff) = first_difference(&first, &again) {
+                panic!(
+                    "profile {}: seed {seed} ran differently the second time, at {diff}\n{}",
+                    profile.name,
+                    replay(test_path!(), seed)
+                );
+            }
+            // The comparison can fail: another seed, or one changed line, differs.
+            if let Some(other) = previous.replace(first.clone()) {
+                assert!(first_difference(&first, &other).is_some(), "seed {seed}");
+            }
+            let mut changed = first.clone();
+            let last = changed.len() / 2;
+            changed[last].push('!');
+            assert!(first_difference(&first, &changed).is_some());
         }
-        // The comparison can fail: another seed, or one changed line, differs.
-        if let Some(other) = previous.replace(first.clone()) {
-            assert!(first_difference(&first, &other).is_some(), "seed {seed}");
-        }
-        let mut changed = first.clone();
-        let last = changed.len() / 2;
-        changed[last].push('!');
-        assert!(first_difference(&first, &changed).is_some());
     }
 }
 
@@ -982,7 +1010,7 @@ mod mutants {
             FENCING_DURABLE,
         );
         detect(
-            "mutants::one_round_token_is_caught",
+            test_path!(),
             &profile,
             200,
             violation(&profile, |_, v| is_fencing(v)),
@@ -1001,7 +1029,7 @@ mod mutants {
             PROTECTED,
         );
         detect(
-            "mutants::one_round_tokens_are_not_excused_as_unseen_losses",
+            test_path!(),
             &profile,
             200,
             violation(&profile, |o, v| {
@@ -1017,7 +1045,7 @@ mod mutants {
     fn half_quorum_is_caught() {
         let profile = with(Mutant::HalfQuorum, "half quorum", PROTECTED);
         detect(
-            "mutants::half_quorum_is_caught",
+            test_path!(),
             &profile,
             200,
             violation(&profile, |_, v| v.is_overlap()),
@@ -1043,7 +1071,7 @@ mod mutants {
             )
         };
         detect(
-            "mutants::ignore_elapsed_is_caught",
+            test_path!(),
             &profile,
             300,
             violation(&profile, |_, v| v.is_overlap()),
@@ -1056,7 +1084,7 @@ mod mutants {
     fn plain_del_release_is_caught() {
         let profile = with(Mutant::PlainDelRelease, "release by DEL", PLAIN_DURABLE);
         detect(
-            "mutants::plain_del_release_is_caught",
+            test_path!(),
             &profile,
             200,
             violation(&profile, |_, v| v.is_overlap()),
@@ -1068,20 +1096,15 @@ mod mutants {
     #[test]
     fn no_node_timeout_is_caught() {
         let profile = with(Mutant::NoNodeTimeout, "no node timeout", PLAIN_DURABLE);
-        detect(
-            "mutants::no_node_timeout_is_caught",
-            &profile,
-            200,
-            |outcome| {
-                (outcome.stats.unfinished > 0).then(|| {
-                    format!(
-                        "clients still running at the horizon ({:?})\n{}\n",
-                        world::HORIZON,
-                        outcome.schedule
-                    )
-                })
-            },
-        );
+        detect(test_path!(), &profile, 200, |outcome| {
+            (outcome.stats.unfinished > 0).then(|| {
+                format!(
+                    "clients still running at the horizon ({:?})\n{}\n",
+                    world::HORIZON,
+                    outcome.schedule
+                )
+            })
+        });
     }
 
     /// A max-write write-back (`c <= T`): in random schedules the ownership check
@@ -1112,7 +1135,7 @@ mod mutants {
             CLOCK_JUMPS,
         );
         detect(
-            "mutants::overlaps_no_clock_jump_touched_are_not_excused",
+            test_path!(),
             &profile,
             200,
             violation(&profile, |o, v| {

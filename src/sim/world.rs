@@ -90,6 +90,9 @@ pub(super) struct Queued {
     pub(super) killed: f64,
     /// A long wait budget, in TTLs.
     pub(super) budget: f64,
+    /// A fault planted in the masters' model (not in the product): registrations lapse
+    /// between refreshes with no fault anywhere (the server's `Plants::waiters_lapse`).
+    pub(super) lapse: bool,
 }
 
 /// A cluster record written by `init_cluster` before the clients start, on the first
@@ -240,6 +243,9 @@ enum Stream {
     Schedule,
     Client(usize),
     Link(usize, usize),
+    /// The library's own draws (lock values, waiter ids, pauses), through
+    /// `core::with_rng`.
+    Library,
 }
 
 fn splitmix(x: u64) -> u64 {
@@ -254,6 +260,7 @@ fn rng(seed: u64, stream: Stream) -> StdRng {
         Stream::Schedule => 1,
         Stream::Client(c) => (2 << 32) | c as u64,
         Stream::Link(c, m) => (3 << 32) | ((c as u64) << 16) | m as u64,
+        Stream::Library => 4 << 32,
     };
     StdRng::seed_from_u64(splitmix(seed) ^ splitmix(tag))
 }
@@ -569,8 +576,10 @@ pub(super) struct Stats {
     /// on a granting master), and dead waiters pruned from queues.
     pub(super) handed_leases: u64,
     pub(super) pruned: u64,
-    /// FIFO violations excused (each reason counted on its own in the test's printout),
-    /// and free stretches the liveness checker judged, or skipped near a fault.
+    /// Pairs of fair calls whose order the FIFO checker judged, and its violations
+    /// excused (each reason counted on its own in the test's printout); free stretches the
+    /// liveness checker judged, or skipped near a fault.
+    pub(super) fifo_judged: u64,
     pub(super) fifo_excused: u64,
     pub(super) stall_checked: u64,
     pub(super) stall_faulted: u64,
@@ -603,6 +612,7 @@ impl AddAssign for Stats {
         self.killed += o.killed;
         self.handed_leases += o.handed_leases;
         self.pruned += o.pruned;
+        self.fifo_judged += o.fifo_judged;
         self.fifo_excused += o.fifo_excused;
         self.stall_checked += o.stall_checked;
         self.stall_faulted += o.stall_faulted;
@@ -641,8 +651,8 @@ impl fmt::Display for Stats {
             write!(
                 f,
                 "; {} queued calls ({} fair, {} gave up, {} dropped, {} killed), {} leases by hand-off, \
-                 {} dead waiters pruned, {} FIFO violations excused, liveness: {} free \
-                 stretches judged ({} skipped near a fault)",
+                 {} dead waiters pruned, FIFO: {} pairs of fair calls judged ({} violations \
+                 excused), liveness: {} free stretches judged ({} skipped near a fault)",
                 self.queued_calls,
                 self.fair_calls,
                 self.gave_up,
@@ -650,6 +660,7 @@ impl fmt::Display for Stats {
                 self.killed,
                 self.handed_leases,
                 self.pruned,
+                self.fifo_judged,
                 self.fifo_excused,
                 self.stall_checked,
                 self.stall_faulted,
@@ -1034,19 +1045,25 @@ pub(super) fn run_traced(profile: &Profile, seed: u64, trace: bool) -> Outcome {
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
+    // Every task runs on this thread: the library's draws come from the schedule's seed.
+    let seeded = crate::core::seeded::install(rng(seed, Stream::Library).random());
     let (book, queues) = runtime.block_on(drive(profile, &schedule, trace));
     drop(runtime);
+    drop(seeded);
     let violations = check::check(&book.leases, &book.writes);
     let mut stats = book.stats;
     stats.schedules = 1;
     let mut queue_violations = Vec::new();
     if let Waiting::Queued(_) = profile.waiting {
-        queue_violations = check::fifo(
+        let fifo = check::fifo(
             &book.waits,
             &book.leases,
             &queues.grants,
             &book.breaches.data_losses,
+            &queues.trouble,
         );
+        queue_violations = fifo.found;
+        stats.fifo_judged = fifo.judged;
         stats.fifo_excused = queue_violations.iter().filter(|v| v.1.is_some()).count() as u64;
         let (stalls, count) = check::stalls(
             &book.waits,
@@ -1090,6 +1107,9 @@ struct QueueHistory {
     faults: Vec<(Duration, Option<usize>)>,
     /// The liveness checker's bound.
     bound: Duration,
+    /// Each waiter's troubled calls (lost, late, failed): its id, the master, and when
+    /// sent.
+    trouble: Vec<(Arc<str>, usize, Duration)>,
 }
 
 /// The waiter TTL of a client with the schedule's settings (the library's default).
@@ -1198,6 +1218,11 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> (Book, Qu
             ..Book::default()
         }),
     });
+    if let Waiting::Queued(Queued { lapse: true, .. }) = profile.waiting {
+        for server in &world.servers {
+            server.plant_waiters_lapse();
+        }
+    }
     if let Some(members) = schedule.cluster {
         bootstrap(profile, schedule, &world.servers[..members]).await;
     }
@@ -1313,6 +1338,12 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> (Book, Qu
                     .and_then(|k| k.strip_prefix('r')?.parse().ok());
                 (clock.at(*at), resource)
             }));
+        queues.trouble = world
+            .sends
+            .waiter_trouble()
+            .into_iter()
+            .map(|(waiter, master, at)| (waiter, master, clock.at(at)))
+            .collect();
         let wt = waiter_ttl(schedule);
         queues.bound = schedule.ttl + wt + wt / 3 + schedule.node_timeout * 2;
         let quorum = schedule.masters / 2 + 1;

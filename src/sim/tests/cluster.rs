@@ -178,7 +178,7 @@ fn agreement(outcome: &Outcome, seen: &std::cell::Cell<Mismatched>) -> Result<()
 /// those listing a master outside the cluster hold some, through the members they list.
 #[test]
 fn mismatched_configurations_never_hold_a_lease() {
-    let test = "cluster::mismatched_configurations_never_hold_a_lease";
+    let test = test_path!();
     let seen = std::cell::Cell::new(Mismatched::default());
     let share = Share {
         fixed: 120,
@@ -201,7 +201,7 @@ fn mismatched_configurations_never_hold_a_lease() {
 /// their data, which is safe when every client agrees).
 #[test]
 fn mismatched_configurations_without_quarantine_never_hold_a_lease() {
-    let test = "cluster::mismatched_configurations_without_quarantine_never_hold_a_lease";
+    let test = test_path!();
     let profile = Profile {
         name: "clients configured otherwise over one cluster, no quarantine",
         quarantine: false,
@@ -236,7 +236,7 @@ const FORCE_UNLOCKS: Faults = Faults {
 /// excused.
 #[test]
 fn force_unlocks_break_leases_but_not_fencing() {
-    let test = "cluster::force_unlocks_break_leases_but_not_fencing";
+    let test = test_path!();
     let profile = Profile {
         name: "force-unlocks, fencing",
         masters: &[3, 5],
@@ -267,7 +267,7 @@ fn force_unlocks_break_leases_but_not_fencing() {
 /// alone are excused, and counted.
 #[test]
 fn force_unlocks_without_fencing_excuse_only_their_own_overlaps() {
-    let test = "cluster::force_unlocks_without_fencing_excuse_only_their_own_overlaps";
+    let test = test_path!();
     let profile = Profile {
         name: "force-unlocks, no fencing",
         masters: &[3, 5],
@@ -344,7 +344,7 @@ mod mutants {
             ..AGREEMENT
         };
         detect(
-            "mutants::ignore_fingerprint_is_caught",
+            test_path!(),
             &profile,
             300,
             violation(&profile, |_, v| v.is_overlap()),
@@ -365,7 +365,7 @@ mod mutants {
             ..PROTECTED
         };
         detect(
-            "mutants::overlaps_no_force_unlock_touched_are_not_excused",
+            test_path!(),
             &profile,
             200,
             violation(&profile, |o, v| {

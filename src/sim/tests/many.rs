@@ -31,12 +31,7 @@ fn several_resources_at_once_hold() {
         fixed: 40,
         rotating: 20,
     };
-    let held = hold(
-        "several_resources_at_once_hold",
-        &MANY,
-        share,
-        &[Exception::UnseenLoss],
-    );
+    let held = hold(test_path!(), &MANY, share, &[Exception::UnseenLoss]);
     if held.full {
         let stats = held.fixed;
         // The dangerous situations were reached: leases lost keys, holders paused past
@@ -60,12 +55,7 @@ fn several_resources_on_durable_masters_hold() {
         fixed: 30,
         rotating: 10,
     };
-    let held = hold(
-        "several_resources_on_durable_masters_hold",
-        &MANY_DURABLE,
-        share,
-        &[],
-    );
+    let held = hold(test_path!(), &MANY_DURABLE, share, &[]);
     if held.full {
         let stats = held.fixed;
         assert!(stats.crashes > 0 && stats.fenced_writes > 0, "{stats}");
@@ -86,7 +76,7 @@ fn many_partial_vote_is_caught() {
         ..MANY_DURABLE
     };
     detect(
-        "many::many_partial_vote_is_caught",
+        test_path!(),
         &profile,
         300,
         violation(&profile, |_, v| v.is_overlap()),

@@ -28,12 +28,7 @@ fn reentry_holds() {
         fixed: 30,
         rotating: 30,
     };
-    let held = hold(
-        "reentry::reentry_holds",
-        &REENTRY,
-        share,
-        &[Exception::UnseenLoss],
-    );
+    let held = hold(test_path!(), &REENTRY, share, &[Exception::UnseenLoss]);
     if held.full {
         let stats = held.fixed;
         assert!(stats.reentries > stats.schedules, "{stats}");
@@ -73,12 +68,7 @@ fn reentry_on_plain_redlock_holds() {
         fixed: 40,
         rotating: 20,
     };
-    let held = hold(
-        "reentry::reentry_on_plain_redlock_holds",
-        &REENTRY_PLAIN,
-        share,
-        &[],
-    );
+    let held = hold(test_path!(), &REENTRY_PLAIN, share, &[]);
     if held.full {
         let stats = held.fixed;
         assert!(stats.reentries_after_pause > stats.schedules, "{stats}");
@@ -99,7 +89,7 @@ fn reentry_counter_is_caught() {
         ..REENTRY_PLAIN
     };
     detect(
-        "reentry::reentry_counter_is_caught",
+        test_path!(),
         &profile,
         200,
         violation(&profile, |_, v| v.is_overlap()),

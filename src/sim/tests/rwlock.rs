@@ -4,9 +4,12 @@
 //! write lease valid at once with any other lease of the lock (readers may overlap);
 //! fencing tokens, one counter for both modes, unique and increasing in real time. And a
 //! starvation profile: a writer behind a stream of overlapping readers gets in within a
-//! bound, which the planted `ReaderIgnoresIntent` breaks.
+//! bound, which the planted `ReaderIgnoresIntent` breaks; a schedule in which no reader
+//! held the lock as the writer came fails, since it proves nothing (a fault planted in the
+//! masters' model, every reader refused, shows it).
 
 use rand::RngExt;
+use tokio::time::Instant;
 
 use super::*;
 
@@ -133,6 +136,8 @@ fn rw_schedule(seed: u64, faults: RwFaults, planted: bool) -> (usize, Vec<RwReco
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
+    // The library's draws, from the seed too (see "Determinism and replay" in `mod.rs`).
+    let _seeded = crate::core::seeded::install(splitmix(seed));
     let records = runtime.block_on(async move {
         let clock = Clock::start();
         let servers: Vec<Arc<SimServer>> = (0..n)
@@ -340,7 +345,7 @@ fn rw_hold(test: &str, share: Share, faults: RwFaults) {
 #[test]
 fn rwlock_among_faults_holds() {
     rw_hold(
-        "rwlock::rwlock_among_faults_holds",
+        test_path!(),
         Share {
             fixed: 12,
             rotating: 8,
@@ -388,7 +393,7 @@ fn the_rw_checker_finds_a_writer_overlapping_a_reader() {
 /// the masters' model): within a few schedules, a read lease valid while a write lease is.
 #[test]
 fn readers_ignoring_the_writer_key_are_caught_by_the_exclusion_checker() {
-    let test = "rwlock::readers_ignoring_the_writer_key_are_caught_by_the_exclusion_checker";
+    let test = test_path!();
     for seed in detect_seeds(10) {
         let (_, records) = rw_schedule(seed, RW_FAULTS, true);
         if let Some(v) = rw_violation(&records) {
@@ -400,9 +405,26 @@ fn readers_ignoring_the_writer_key_are_caught_by_the_exclusion_checker() {
     panic!("{test}: the exclusion checker found nothing");
 }
 
+/// What the writer behind a stream of readers saw.
+#[derive(Debug, Clone, Copy)]
+struct BehindReaders {
+    /// How long the writer waited, if it got in.
+    waited: Option<Duration>,
+    /// Read leases granted during the stream.
+    readers: usize,
+    /// Read leases valid when the writer began its call: the readers it was behind.
+    ahead: usize,
+}
+
 /// A writer behind a stream of overlapping readers (a new one every `hold / 3`, each
-/// holding `hold`, for `stream`): how long it waited, and whether it got in.
-async fn writer_behind_readers(mutant: Option<Mutant>, seed: u64) -> Option<Duration> {
+/// holding `hold`, for `stream`): how long it waited, whether it got in, and how many
+/// readers were granted, before it among them. With `readers_refused`, the masters' model
+/// refuses every reader (a planted fault).
+async fn writer_behind_readers(
+    mutant: Option<Mutant>,
+    seed: u64,
+    readers_refused: bool,
+) -> BehindReaders {
     let mut rng = StdRng::seed_from_u64(seed);
     let ttl = Duration::from_millis(600);
     let hold = Duration::from_millis(rng.random_range(100..=200));
@@ -411,6 +433,11 @@ async fn writer_behind_readers(mutant: Option<Mutant>, seed: u64) -> Option<Dura
     let servers: Vec<Arc<SimServer>> = (0..3)
         .map(|m| Arc::new(SimServer::new(m, true, clock)))
         .collect();
+    if readers_refused {
+        for server in &servers {
+            server.plant_readers_refused();
+        }
+    }
     let net = NetParams {
         delay: (MS, 3 * MS),
         ..CALM
@@ -428,63 +455,102 @@ async fn writer_behind_readers(mutant: Option<Mutant>, seed: u64) -> Option<Dura
         )
         .0
     };
+    // Each read lease's validity: from its acquisition to its release (or deadline).
+    let held = Arc::new(std::sync::Mutex::new(Vec::<(Instant, Instant)>::new()));
     let reader = client();
-    let readers = tokio::spawn(async move {
-        let lock = reader.rwlock("r");
-        let end = tokio::time::Instant::now() + stream;
-        let mut tasks = Vec::new();
-        while tokio::time::Instant::now() < end {
-            let lock = lock.clone();
-            tasks.push(tokio::spawn(async move {
-                let options = AcquireOptions::new().wait_timeout(ttl * 2);
-                if let Ok(lease) = lock.read_with(&options).await {
-                    tokio::time::sleep(hold).await;
-                    let _ = lease.release().await;
-                }
-            }));
-            tokio::time::sleep(hold / 3).await;
-        }
-        for task in tasks {
-            let _ = task.await;
+    let readers = tokio::spawn({
+        let held = Arc::clone(&held);
+        async move {
+            let lock = reader.rwlock("r");
+            let end = Instant::now() + stream;
+            let mut tasks = Vec::new();
+            while Instant::now() < end {
+                let lock = lock.clone();
+                let held = Arc::clone(&held);
+                tasks.push(tokio::spawn(async move {
+                    let options = AcquireOptions::new().wait_timeout(ttl * 2);
+                    if let Ok(lease) = lock.read_with(&options).await {
+                        let from = Instant::now();
+                        tokio::time::sleep(hold).await;
+                        let to = Instant::now().min(lease.deadline());
+                        held.lock().unwrap().push((from, to));
+                        let _ = lease.release().await;
+                    }
+                }));
+                tokio::time::sleep(hold / 3).await;
+            }
+            for task in tasks {
+                let _ = task.await;
+            }
         }
     });
     tokio::time::sleep(hold).await;
     let writer = client();
-    let started = tokio::time::Instant::now();
+    let started = Instant::now();
     let options = AcquireOptions::new().wait_timeout(stream + ttl * 2);
     let got = writer.rwlock("r").write_with(&options).await;
     let waited = started.elapsed();
     readers.await.unwrap();
-    got.ok().map(|lease| {
-        drop(lease);
-        waited
-    })
+    let held = held.lock().unwrap().clone();
+    BehindReaders {
+        waited: got.ok().map(|lease| {
+            drop(lease);
+            waited
+        }),
+        readers: held.len(),
+        ahead: held
+            .iter()
+            .filter(|&&(from, to)| from <= started && started < to)
+            .count(),
+    }
 }
 
 /// The bound a writer waits within behind readers: the longest hold of the readers it
 /// found (under a TTL), plus the intent's refresh (a third of the TTL) and a few rounds.
 const STARVATION_BOUND: Duration = Duration::from_millis(1_000);
 
-fn starved(mutant: Option<Mutant>, seed: u64) -> Option<String> {
+/// Whether the writer of the schedule of `seed` starved: `Ok(Some(why))` when it waited
+/// beyond the bound or never got in, `Ok(None)` when it got in within it; `Err(why)` when
+/// no reader held the lock as the writer came, so that the schedule proves nothing about
+/// starvation, whatever the writer did.
+fn starved(
+    mutant: Option<Mutant>,
+    seed: u64,
+    readers_refused: bool,
+) -> Result<Option<String>, String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
-    match runtime.block_on(writer_behind_readers(mutant, seed)) {
+    let _seeded = crate::core::seeded::install(splitmix(seed));
+    let seen = runtime.block_on(writer_behind_readers(mutant, seed, readers_refused));
+    if seen.ahead == 0 {
+        return Err(format!(
+            "no reader held the lock when the writer came ({} read leases in the stream): \
+             the writer was behind nobody",
+            seen.readers
+        ));
+    }
+    Ok(match seen.waited {
         Some(waited) if waited <= STARVATION_BOUND => None,
         Some(waited) => Some(format!(
-            "the writer waited {waited:?}, beyond {STARVATION_BOUND:?}"
+            "the writer waited {waited:?} behind {} readers, beyond {STARVATION_BOUND:?}",
+            seen.ahead
         )),
-        None => Some("the writer never got in".to_owned()),
-    }
+        None => Some(format!(
+            "the writer never got in behind {} readers",
+            seen.ahead
+        )),
+    })
 }
 
 /// Writers are not starved: behind a stream of overlapping readers, a writer gets in
-/// within the bound.
+/// within the bound. Readers must have held the lock as the writer came, or the schedule
+/// fails: a writer that found the lock free proves nothing.
 #[test]
 fn a_writer_behind_a_stream_of_readers_gets_in_within_its_bound() {
-    let test = "rwlock::a_writer_behind_a_stream_of_readers_gets_in_within_its_bound";
+    let test = test_path!();
     let (seeds, _) = hold_seeds(
         test,
         Share {
@@ -493,10 +559,25 @@ fn a_writer_behind_a_stream_of_readers_gets_in_within_its_bound() {
         },
     );
     for seed in seeds {
-        if let Some(why) = starved(None, seed) {
-            panic!("{test}: {why}\n{}", replay(test, seed));
+        match starved(None, seed, false) {
+            Ok(None) => {}
+            Ok(Some(why)) | Err(why) => panic!("{test}: {why}\n{}", replay(test, seed)),
         }
     }
+}
+
+/// The starvation check proves something only with readers ahead of the writer: with every
+/// reader refused (a fault planted in the masters' model), the writer gets in at once,
+/// and the check must fail the schedule instead of passing it.
+#[test]
+fn a_writer_with_no_reader_ahead_proves_nothing() {
+    let verdict = starved(None, 0, true);
+    assert!(
+        verdict
+            .as_ref()
+            .is_err_and(|why| why.contains("no reader held the lock")),
+        "the starvation check judged a writer that no reader was ahead of: {verdict:?}"
+    );
 }
 
 /// Readers granted past a writer's intent (the planted `ReaderIgnoresIntent`): the stream
@@ -505,9 +586,10 @@ fn a_writer_behind_a_stream_of_readers_gets_in_within_its_bound() {
 #[cfg(feature = "mutants")]
 #[test]
 fn reader_ignoring_intent_is_caught() {
-    let test = "rwlock::reader_ignoring_intent_is_caught";
+    let test = test_path!();
     for seed in detect_seeds(4) {
-        if let Some(why) = starved(Some(Mutant::ReaderIgnoresIntent), seed) {
+        // Only a writer that was behind readers shows starvation.
+        if let Ok(Some(why)) = starved(Some(Mutant::ReaderIgnoresIntent), seed, false) {
             eprintln!(
                 "{test}: found at seed {seed}: {why}\n{}",
                 replay(test, seed)

@@ -3,7 +3,10 @@
 //! holders pause past their deadline. The checker: at no instant do valid leases hold more
 //! permits than the limit, and leases valid at one instant all gave the same limit (a
 //! client with another limit than the stored one is refused; refused clients may replace
-//! the stored limit with theirs, which masters holding permits refuse).
+//! the stored limit with theirs, which masters holding permits refuse); and every client
+//! finishes its calls by the horizon, as in the main world (a call that never returns
+//! fails the schedule). Each HOLD test runs fixed seeds and seeds from the run's base
+//! seed, as every profile does (`hold_seeds`).
 
 use super::*;
 
@@ -54,7 +57,23 @@ struct SemOutcome {
     seed: u64,
     masters: usize,
     book: SemBook,
+    /// Clients were still running at the horizon (a call that never returns).
+    unfinished: bool,
     violation: Option<String>,
+}
+
+impl SemOutcome {
+    /// What fails the schedule: a violation, or clients still running at the horizon.
+    fn failure(&self) -> Option<String> {
+        match (&self.violation, self.unfinished) {
+            (Some(v), _) => Some(v.clone()),
+            (None, true) => Some(format!(
+                "clients still running at the horizon ({:?})",
+                world::HORIZON
+            )),
+            (None, false) => None,
+        }
+    }
 }
 
 /// The first instant at which the valid leases hold more permits than their limit, or
@@ -89,18 +108,24 @@ fn run(profile: &SemProfile, seed: u64) -> SemOutcome {
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
-    let (masters, book) = runtime.block_on(drive(profile, seed));
+    // The library's draws (lock values, the order of slots), from the seed too.
+    let seeded = crate::core::seeded::install(splitmix(seed));
+    let (masters, book, finished) = runtime.block_on(drive(profile, seed));
     drop(runtime);
+    drop(seeded);
     let violation = over_admitted(&book.held);
     SemOutcome {
         seed,
         masters,
         book,
+        unfinished: !finished,
         violation,
     }
 }
 
-async fn drive(profile: &SemProfile, seed: u64) -> (usize, SemBook) {
+/// Runs one schedule; returns the master count, what was recorded, and whether every
+/// client finished by the horizon.
+async fn drive(profile: &SemProfile, seed: u64) -> (usize, SemBook, bool) {
     let mut rng = StdRng::seed_from_u64(seed);
     let n = profile.masters[rng.random_range(0..profile.masters.len())];
     let ttl = Duration::from_millis(rng.random_range(200..=600));
@@ -183,15 +208,25 @@ async fn drive(profile: &SemProfile, seed: u64) -> (usize, SemBook) {
     if let Some(nemesis) = nemesis {
         nemesis.abort();
     }
-    if let Ok(joined) = finished {
-        for result in joined {
-            if let Err(e) = result {
-                std::panic::resume_unwind(e.into_panic());
+    let finished = match finished {
+        Ok(joined) => {
+            for result in joined {
+                if let Err(e) = result {
+                    std::panic::resume_unwind(e.into_panic());
+                }
             }
+            true
         }
-    }
+        Err(_) => {
+            let at = clock.at(Instant::now());
+            lock(&book)
+                .events
+                .push((at, "the horizon: clients still running".to_owned()));
+            false
+        }
+    };
     let book = std::mem::take(&mut *lock(&book));
-    (n, book)
+    (n, book, finished)
 }
 
 fn lock(book: &std::sync::Mutex<SemBook>) -> std::sync::MutexGuard<'_, SemBook> {
@@ -261,57 +296,101 @@ async fn semaphore_client(
     }
 }
 
-/// Runs `schedules` seeds of `profile` from `first`; the first violation, if any.
+/// What a run of semaphore schedules did.
+#[derive(Debug, Default, Clone, Copy)]
+struct SemTotals {
+    runs: u64,
+    held: u64,
+    failed: u64,
+    mismatches: u64,
+    /// Replacements of the stored limit that a quorum took.
+    replaced: u64,
+}
+
+impl SemTotals {
+    fn add(&mut self, book: &SemBook) {
+        self.runs += 1;
+        self.held += book.held.len() as u64;
+        self.failed += book.failed;
+        self.mismatches += book.mismatches;
+        self.replaced += book.replaced;
+    }
+}
+
+impl std::fmt::Display for SemTotals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} schedules, {} leases, {} acquires failed ({} limit mismatches, {} limits \
+             replaced on a quorum)",
+            self.runs, self.held, self.failed, self.mismatches, self.replaced
+        )
+    }
+}
+
+/// Runs the schedules of `seeds` until one that `stop` accepts; counts what they did
+/// (those run, that one included).
 fn search(
     profile: &SemProfile,
-    seeds: impl Iterator<Item = u64>,
-) -> (u64, u64, u64, u64, u64, Option<SemOutcome>) {
-    let (mut runs, mut held, mut failed, mut mismatches, mut replaced) = (0, 0, 0, 0, 0);
+    seeds: impl IntoIterator<Item = u64>,
+    stop: impl Fn(&SemOutcome) -> bool,
+) -> (SemTotals, Option<SemOutcome>) {
+    let mut totals = SemTotals::default();
     for seed in seeds {
         let outcome = run(profile, seed);
-        runs += 1;
-        held += outcome.book.held.len() as u64;
-        failed += outcome.book.failed;
-        mismatches += outcome.book.mismatches;
-        replaced += outcome.book.replaced;
-        if outcome.violation.is_some() {
-            return (runs, held, failed, mismatches, replaced, Some(outcome));
+        totals.add(&outcome.book);
+        if stop(&outcome) {
+            return (totals, Some(outcome));
         }
     }
-    (runs, held, failed, mismatches, replaced, None)
+    (totals, None)
 }
 
-fn schedules(default: u64) -> Box<dyn Iterator<Item = u64>> {
-    match replaying() {
-        Some(seed) => Box::new(std::iter::once(seed)),
-        None => Box::new(0..parse(COUNT_ENV).unwrap_or(default)),
-    }
+/// The schedule, what failed it and its events, with the command that replays it.
+fn sem_report(test: &str, profile: &SemProfile, outcome: &SemOutcome) -> String {
+    format!(
+        "{test} ({}): seed {} ({} masters): {}\nevents: {:#?}\n{}",
+        profile.name,
+        outcome.seed,
+        outcome.masters,
+        outcome.failure().unwrap_or_default(),
+        outcome.book.events,
+        replay(test, outcome.seed)
+    )
 }
 
-/// HOLD: `profile` stays within its limit in every schedule.
-fn hold_semaphore(test: &str, profile: &SemProfile, default: u64) -> (u64, u64, u64, u64, u64) {
+/// HOLD: `profile` stays within its limit, and every client finishes by the horizon, in
+/// every schedule: the fixed seeds and as many from the run's base seed as `share` says
+/// (see `hold_seeds`). Returns the totals over the fixed seeds, and whether every fixed
+/// seed ran (only then must the dangerous situations have been reached).
+fn hold_semaphore(test: &str, profile: &SemProfile, share: Share) -> (SemTotals, bool) {
     let started = std::time::Instant::now();
-    let (runs, held, failed, mismatches, replaced, found) = search(profile, schedules(default));
-    if let Some(outcome) = found {
-        panic!(
-            "{test} ({}): seed {} ({} masters): {}\nevents: {:#?}\nreplay: {SEED_ENV}={} cargo test \
-             --all-features --lib {test}",
-            profile.name,
-            outcome.seed,
-            outcome.masters,
-            outcome.violation.unwrap_or_default(),
-            outcome.book.events,
-            outcome.seed
-        );
+    let (seeds, fixed) = hold_seeds(test, share);
+    let mut totals = SemTotals::default();
+    let mut fixed_totals = SemTotals::default();
+    for (i, seed) in seeds.iter().copied().enumerate() {
+        let outcome = run(profile, seed);
+        if outcome.failure().is_some() {
+            panic!("{}", sem_report(test, profile, &outcome));
+        }
+        totals.add(&outcome.book);
+        if (i as u64) < fixed {
+            fixed_totals.add(&outcome.book);
+        }
     }
     eprintln!(
-        "{test} ({}): {runs} schedules, {held} leases, {failed} acquires failed ({mismatches} limit \
-         mismatches, {replaced} limits replaced on a quorum), {:.1}s",
+        "{test} ({}): {totals} ({fixed} fixed seeds), {:.1}s",
         profile.name,
         started.elapsed().as_secs_f64()
     );
-    (runs, held, failed, mismatches, replaced)
+    (fixed_totals, fixed == share.fixed)
 }
+
+/// The schedules of each semaphore HOLD test.
+const SEM_SHARE: Share = Share {
+    fixed: 16,
+    rotating: 32,
+};
 
 const ONE_LIMIT: SemProfile = SemProfile {
     name: "semaphore under faults",
@@ -326,12 +405,10 @@ const ONE_LIMIT: SemProfile = SemProfile {
 
 #[test]
 fn semaphore_holds_its_limit_under_faults() {
-    let (_, held, _, _, _) = hold_semaphore(
-        "sim::tests::semaphore::semaphore_holds_its_limit_under_faults",
-        &ONE_LIMIT,
-        16,
-    );
-    assert!(held > 40, "too few leases to prove anything: {held}");
+    let (fixed, full) = hold_semaphore(test_path!(), &ONE_LIMIT, SEM_SHARE);
+    if full {
+        assert!(fixed.held > 40, "too few leases to prove anything: {fixed}");
+    }
 }
 
 /// Clients that disagree on the limit (2 or 3): clients with another limit than the stored
@@ -344,14 +421,12 @@ fn semaphore_clients_with_different_limits_never_hold_together() {
         limits: &[2, 3],
         ..ONE_LIMIT
     };
-    let (_, held, _, mismatches, replaced) = hold_semaphore(
-        "sim::tests::semaphore::semaphore_clients_with_different_limits_never_hold_together",
-        &profile,
-        16,
-    );
-    assert!(held > 40, "too few leases: {held}");
-    assert!(mismatches > 0, "no client was refused for its limit");
-    assert!(replaced > 0, "no limit was replaced");
+    let (fixed, full) = hold_semaphore(test_path!(), &profile, SEM_SHARE);
+    if full {
+        assert!(fixed.held > 40, "too few leases: {fixed}");
+        assert!(fixed.mismatches > 0, "no client was refused for its limit");
+        assert!(fixed.replaced > 0, "no limit was replaced");
+    }
 }
 
 /// The checker fires: a history with three permits held under limit 2, and one mixing
@@ -386,11 +461,37 @@ fn semaphore_count_per_master_is_caught() {
         clients: (4, 6),
         most: 1,
     };
-    let (runs, _, _, _, _, found) = search(&profile, 0..50);
-    let outcome =
-        found.unwrap_or_else(|| panic!("{}: no over-admission in {runs} schedules", profile.name));
+    let test = test_path!();
+    let (totals, found) = search(&profile, detect_seeds(50), |o| o.violation.is_some());
+    let outcome = found
+        .unwrap_or_else(|| panic!("{test}: no over-admission in {totals} of {}", profile.name));
     eprintln!(
-        "{}: caught at seed {}: {:?}",
-        profile.name, outcome.seed, outcome.violation
+        "{test}: caught after {} schedules: {}\n{}",
+        totals.runs,
+        outcome.violation.unwrap_or_default(),
+        replay(test, outcome.seed)
+    );
+}
+
+/// DETECT: without a per-master timeout (the mutant waits an hour), a lost message holds
+/// a client's call past the horizon; a schedule that ends with clients still running
+/// fails, as in the main world.
+#[cfg(feature = "mutants")]
+#[test]
+fn semaphore_without_node_timeout_is_caught() {
+    let profile = SemProfile {
+        name: "semaphore without a node timeout",
+        mutant: Some(Mutant::NoNodeTimeout),
+        ..ONE_LIMIT
+    };
+    let test = test_path!();
+    let (totals, found) = search(&profile, detect_seeds(16), |o| o.unfinished);
+    let outcome =
+        found.unwrap_or_else(|| panic!("{test}: no schedule hung in {totals} of {}", profile.name));
+    eprintln!(
+        "{test}: caught after {} schedules: {}\n{}",
+        totals.runs,
+        outcome.failure().unwrap_or_default(),
+        replay(test, outcome.seed)
     );
 }

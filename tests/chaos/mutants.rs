@@ -323,9 +323,10 @@ const HUNTS: &[Hunt] = &[
     },
 ];
 
-/// Mutants of the public surface (a lease's extend and release paths), caught against real
-/// masters by a named integration test, not by a contention scenario: the mutant, the test
-/// file, and the test function there, which must exist and plant that mutant.
+/// Mutants of the public surface (a lease's extend and release paths, a waiter's clean-up
+/// when its call ends), caught against real masters by a named integration test, not by a
+/// contention scenario: the mutant, the test file, and the test function there, which must
+/// exist and plant that mutant.
 const HUNTED_ELSEWHERE: &[(Mutant, &str, &str)] = &[
     (
         Mutant::ShrinkKeepsDeadline,
@@ -342,10 +343,25 @@ const HUNTED_ELSEWHERE: &[(Mutant, &str, &str)] = &[
         "tests/surface.rs",
         "the_no_background_release_mutant_is_caught",
     ),
+    // Its registration left behind after each way a call ends, and a dropped head's
+    // handed key not passed on, each checked well within the waiter TTL.
+    (
+        Mutant::DequeueNeverSent,
+        "tests/handoff.rs",
+        "the_dequeue_never_sent_mutant_is_caught",
+    ),
+    (
+        Mutant::DequeueNeverSent,
+        "tests/handoff.rs",
+        "a_dropped_head_that_sends_no_dequeue_is_caught",
+    ),
 ];
 
 /// The test files `HUNTED_ELSEWHERE` may name, with their sources.
-const ELSEWHERE_SOURCES: &[(&str, &str)] = &[("tests/surface.rs", include_str!("../surface.rs"))];
+const ELSEWHERE_SOURCES: &[(&str, &str)] = &[
+    ("tests/surface.rs", include_str!("../surface.rs")),
+    ("tests/handoff.rs", include_str!("../handoff.rs")),
+];
 
 /// What is wrong with `hunted` (entries of `HUNTED_ELSEWHERE`), given the test files'
 /// `sources`: a file that is not there, a test function that is not in its file, or one

@@ -332,7 +332,8 @@ pub struct Outcome {
     pub token_violations: u64,
     pub notes: Vec<String>,
     /// What makes the run itself untrustworthy, whatever it expects: a worker that
-    /// panicked, a history whose sections do not pair up, a liveness check without a heal.
+    /// panicked or was stuck past its bound, a history whose sections do not pair up, a
+    /// liveness check without a heal.
     pub broken: Vec<String>,
     pub expect: Option<Expect>,
     pub seed: u64,
@@ -452,6 +453,8 @@ pub struct Env {
     started: Instant,
     notes: Vec<String>,
     violations: u64,
+    /// What the scenario found that makes the run untrustworthy (see [`Env::broken`]).
+    broken: Vec<String>,
     over_admitted: u64,
     starved: u64,
     resources: Vec<String>,
@@ -516,6 +519,7 @@ impl Env {
             started: Instant::now(),
             notes: Vec::new(),
             violations: 0,
+            broken: Vec::new(),
             over_admitted: 0,
             starved: 0,
             resources: Vec::new(),
@@ -593,18 +597,15 @@ impl Env {
     pub async fn finish(mut self, workers: Workers, checks: Checks) -> Outcome {
         let grace = self.ttl_max * 3 + Duration::from_secs(5);
         let joined = join_workers(workers, grace).await;
-        if joined.stuck > 0 {
-            self.notes
-                .push(format!("{} worker(s) stuck and aborted", joined.stuck));
-        }
         let end_ns = now_ns();
         let history = self.history.snapshot();
         let mut out = Outcome {
             acquired: history.iter().filter(|e| e.op == Op::AcqOk).count() as u64,
             failures: checker::failures(&history),
-            broken: joined.panicked,
+            broken: joined.broken(),
             ..Outcome::default()
         };
+        out.broken.append(&mut self.broken);
         for m in checker::malformed(&history) {
             out.broken.push(format!("malformed history: {m:?}"));
         }
@@ -796,6 +797,12 @@ impl Env {
         t_ns.saturating_sub(started) / 1_000_000
     }
 
+    /// Records what makes the run itself untrustworthy (workers the scenario joined itself
+    /// that panicked or were stuck): the run fails whatever it expects.
+    pub fn broken(&mut self, what: impl Into<String>) {
+        self.broken.push(what.into());
+    }
+
     /// Records a scenario-specific violation (counted with the checkers').
     pub fn violation(&mut self, what: impl Into<String>) {
         self.violations += 1;
@@ -939,6 +946,22 @@ pub struct Joined {
     pub stuck: usize,
     /// One message per worker that panicked (inside the library or the scenario's code).
     pub panicked: Vec<String>,
+}
+
+impl Joined {
+    /// What makes the run untrustworthy, as [`Outcome::broken`] lists it: every panic, and
+    /// workers stuck past their bound (an acquire that never returned or a section never
+    /// ended may hide what the checkers should have seen).
+    pub fn broken(&self) -> Vec<String> {
+        let mut broken = self.panicked.clone();
+        if self.stuck > 0 {
+            broken.push(format!(
+                "{} worker(s) stuck past their bound and aborted",
+                self.stuck
+            ));
+        }
+        broken
+    }
 }
 
 /// Tells `workers` to stop and joins them, aborting those still running after `grace`.
@@ -1358,7 +1381,7 @@ mod tests {
         for (expect, overlaps) in [(Expect::Hold, 0), (Expect::Detect(Checker::Overlap), 1)] {
             let out = Outcome {
                 overlaps,
-                broken: joined.panicked.clone(),
+                broken: joined.broken(),
                 expect: Some(expect),
                 ..Outcome::default()
             };
@@ -1369,13 +1392,28 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_stuck_worker_is_aborted() {
+    async fn a_stuck_worker_is_aborted_and_fails_the_scenario() {
         let stop = Arc::new(AtomicBool::new(false));
         let tasks = vec![tokio::spawn(std::future::pending::<()>())];
         let joined =
             join_workers(Workers::from_parts(stop, tasks), Duration::from_millis(50)).await;
         assert_eq!(joined.stuck, 1);
         assert!(joined.panicked.is_empty());
+
+        // A worker that never stopped may have hidden anything (an acquire that never
+        // returned, a section never ended): a HOLD run with a clean history fails, and so
+        // does a DETECT run whose checker fired.
+        for (expect, overlaps) in [(Expect::Hold, 0), (Expect::Detect(Checker::Overlap), 1)] {
+            let out = Outcome {
+                overlaps,
+                broken: joined.broken(),
+                expect: Some(expect),
+                ..Outcome::default()
+            };
+            assert!(!out.met(expect), "{expect:?} met with a stuck worker");
+            let checked = std::panic::catch_unwind(|| out.check());
+            assert!(checked.is_err(), "{expect:?} passed with a stuck worker");
+        }
     }
 
     #[test]

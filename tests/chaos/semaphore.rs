@@ -281,11 +281,8 @@ pub async fn s30(
         env.violation(format!("{} slots held twice at once", found.slot_overlaps));
     }
     env.over_admitted(found.over, found.first.unwrap_or_default());
-    if joined.stuck > 0 || !joined.panicked.is_empty() {
-        env.violation(format!(
-            "{} takers stuck, panics: {:?}",
-            joined.stuck, joined.panicked
-        ));
+    for broken in joined.broken() {
+        env.broken(format!("takers: {broken}"));
     }
     if mutant.is_none() && sections.len() < MIN_LEASES {
         env.violation(format!(

@@ -19,9 +19,18 @@ use crate::checker;
 use crate::event::Op;
 use crate::history::{History, Recorder, now_ns};
 
+/// The mutant hunt a scenario runs in: the mutant hunted, and whether it is planted in
+/// this run (the hunts of wall-clock checkers also run their scenario unplanted).
+#[derive(Debug, Clone, Copy)]
+pub struct Hunted {
+    pub mutant: Mutant,
+    pub planted: bool,
+}
+
 tokio::task_local! {
-    /// The mutant a scenario runs against, for its report line (set by the mutant hunt).
-    pub static PLANTED: Mutant;
+    /// The mutant hunt a scenario runs in, for its phase and its report line (set by the
+    /// mutant hunt).
+    pub static HUNTED: Hunted;
 }
 
 /// A checker a DETECT scenario or a mutant hunt names as the one that must fire: another
@@ -131,7 +140,7 @@ pub fn phase() -> Duration {
         .ok()
         .and_then(|s| s.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s > 0.0)
-        .unwrap_or(if PLANTED.try_with(|_| ()).is_ok() {
+        .unwrap_or(if HUNTED.try_with(|_| ()).is_ok() {
             1.0
         } else {
             2.0
@@ -884,8 +893,15 @@ impl Env {
             Expect::Fenced if out.storage_violations() > 0 => "UNFENCED",
             Expect::Fenced => "MISSED",
         };
-        let name = match PLANTED.try_with(|m| *m) {
-            Ok(m) => format!("{} [mutant {m:?}]", self.setup.name),
+        let name = match HUNTED.try_with(|h| *h) {
+            Ok(Hunted {
+                mutant,
+                planted: true,
+            }) => format!("{} [mutant {mutant:?}]", self.setup.name),
+            Ok(Hunted {
+                mutant,
+                planted: false,
+            }) => format!("{} [unplanted, hunt of {mutant:?}]", self.setup.name),
             Err(_) => self.setup.name.clone(),
         };
         let mut line = format!(

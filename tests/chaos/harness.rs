@@ -270,19 +270,23 @@ pub struct Checks {
     /// Keys may legitimately remain at the end (a scripted holder gave up its release);
     /// they must then expire within `ttl_max`.
     pub keys_may_expire: bool,
-    /// Fair waiters must be served in ticket order (see [`checker::overtaken`]).
-    pub fifo: bool,
+    /// Fair waiters must be served in ticket order (see [`checker::fifo`]), and a HOLD run
+    /// must judge at least this many pairs of them, or it proves nothing of the order and
+    /// fails as broken. (A DETECT run whose checker fired judged what it needed.)
+    pub fifo: Option<u64>,
     /// The hand-off liveness bound (see [`checker::stalls`]).
     pub handoff: Option<HandoffBound>,
 }
 
 /// The hand-off liveness bound of a scenario: once the lock is free with a live waiter
 /// queued, the next grant comes within `bound`; a killed holder's lock is free
-/// `holder_ttl` after its death.
+/// `holder_ttl` after its death. A HOLD run must judge at least `judged` such instants,
+/// or it proves nothing of the hand-off and fails as broken.
 #[derive(Debug, Clone, Copy)]
 pub struct HandoffBound {
     pub bound: Duration,
     pub holder_ttl: Duration,
+    pub judged: u64,
 }
 
 impl Checks {
@@ -292,7 +296,7 @@ impl Checks {
         liveness: None,
         acquire_bound: None,
         keys_may_expire: true,
-        fifo: false,
+        fifo: None,
         handoff: None,
     };
 }
@@ -708,11 +712,21 @@ impl Env {
                 .push("a liveness bound was set but the scenario never marked its heal".into()),
             (None, _) => {}
         }
-        if checks.fifo {
+        if let Some(min) = checks.fifo {
             let queued = history.iter().filter(|e| e.op == Op::Queued).count();
-            out.notes
-                .push(format!("fifo: {queued} fair call(s) seen queued"));
-            let found = checker::overtaken(&history);
+            let report = checker::fifo(&history);
+            out.notes.push(format!(
+                "fifo: {queued} fair call(s) seen queued, {} pair(s) judged (at least {min})",
+                report.judged
+            ));
+            if self.setup.expect == Expect::Hold && report.judged < min {
+                out.broken.push(format!(
+                    "the FIFO checker judged {} pair(s) of fair calls, fewer than {min}: the \
+                     run proves nothing of their order",
+                    report.judged
+                ));
+            }
+            let found = report.overtaken;
             out.overtaken = found.len() as u64;
             if let Some(o) = found.first() {
                 out.notes.push(format!(
@@ -743,6 +757,13 @@ impl Env {
                 },
                 h.bound.as_millis()
             ));
+            if self.setup.expect == Expect::Hold && report.judged < h.judged {
+                out.broken.push(format!(
+                    "the hand-off checker judged {} free lock(s) with a waiter queued, fewer \
+                     than {}: the run proves nothing of the hand-off",
+                    report.judged, h.judged
+                ));
+            }
             let found = report.stalls;
             out.stalled = found.len() as u64;
             if let Some(s) = found.first() {

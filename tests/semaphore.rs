@@ -335,31 +335,38 @@ async fn with_permits_runs_and_releases() {
     }
 }
 
-/// Dropping the acquire future after each poll leaves no slot behind beyond the
-/// background release: every slot key is gone long before its TTL.
+/// Dropping the acquire future after each of its first polls, while two of the three
+/// masters are paused (`CLIENT PAUSE`, 300 ms) so that no quorum can answer before the
+/// drop, leaves no slot behind beyond the background release: every slot key is gone
+/// long before its 30 s TTL. Each future must still be pending when it is dropped, or
+/// the drop tested nothing.
 #[tokio::test]
 async fn a_dropped_acquire_leaves_no_slot() {
     let cluster = Cluster::start(3).await.unwrap();
     let client = client(&cluster).ttl("30s").build().unwrap();
     let name = unique_key("cancel");
     let semaphore = client.semaphore(&name, 2).unwrap();
+    // Connected before the first drop: the requests of each attempt leave at once.
+    semaphore.acquire(2).await.unwrap().release().await.unwrap();
     for k in 1..=12 {
+        for i in 0..2 {
+            cluster
+                .server(i)
+                .client_pause(Duration::from_millis(300))
+                .await
+                .unwrap();
+        }
         // The future lives in this block only: it is dropped at the block's end.
-        let done = {
+        {
             let mut acquire = std::pin::pin!(semaphore.acquire(2));
-            let mut done = None;
-            for _ in 0..k {
-                if let std::task::Poll::Ready(r) = futures::poll!(acquire.as_mut()) {
-                    done = Some(r);
-                    break;
-                }
+            for poll in 1..=k {
+                let polled = futures::poll!(acquire.as_mut());
+                assert!(
+                    polled.is_pending(),
+                    "k={k}: the acquire completed at poll {poll} with two masters paused"
+                );
                 tokio::task::yield_now().await;
             }
-            done
-        };
-        if let Some(lease) = done {
-            lease.unwrap().release().await.unwrap();
-            break;
         }
         for i in 0..2 {
             let key = slot(&name, i);

@@ -10,7 +10,7 @@
 //! Besides overlap and lost updates, the queue checkers run: **stalled** (once the lock
 //! is free with a live waiter queued, the next grant comes within one TTL and one waiter
 //! TTL, plus scheduling slack) and, for fair waiters, **fifo** (no live waiter is
-//! overtaken by one that started after its ticket was issued), which must judge a least
+//! overtaken by one that started after its ticket was issued), which must judge a minimum
 //! number of pairs of fair calls in a run that must hold it.
 
 use std::collections::BTreeSet;

@@ -86,11 +86,16 @@ pub enum Mutant {
     /// then order two waiters differently, and the fair lock stops serving in ticket
     /// order.
     FairByArrival,
+    /// A queued waiter's call sends no `Dequeue` when it ends (a lease, an error, its
+    /// budget or its future dropped): its registration stays in the queue on every master
+    /// that did not grant it until its liveness key expires (one `waiter_ttl`), and a key
+    /// handed to it meanwhile is passed on only by that expiry.
+    DequeueNeverSent,
 }
 
 impl Mutant {
     /// Every mutant, for suites that must run them all.
-    pub const ALL: [Mutant; 20] = [
+    pub const ALL: [Mutant; 21] = [
         Mutant::HalfQuorum,
         Mutant::IgnoreElapsed,
         Mutant::PlainDelRelease,
@@ -111,6 +116,7 @@ impl Mutant {
         Mutant::HandoffIgnoresLiveness,
         Mutant::ConfirmKeepsHandoffExpiry,
         Mutant::FairByArrival,
+        Mutant::DequeueNeverSent,
     ];
 }
 
@@ -157,6 +163,7 @@ every_variant![
     HandoffIgnoresLiveness,
     ConfirmKeepsHandoffExpiry,
     FairByArrival,
+    DequeueNeverSent,
 ];
 
 /// The test seams of one client: a planted bug, and how fast its clock runs against real

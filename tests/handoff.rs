@@ -13,10 +13,25 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::AsyncCommands;
+#[cfg(feature = "mutants")]
+use redquorum::Mutant;
 use redquorum::testkit::{Latency, Mode, Proxy};
 use redquorum::{AcquireOptions, ConfigError, ErrorKind, Redlock};
 use support::*;
 use tokio::time::{Instant, timeout};
+
+/// Without the `mutants` feature no bug can be planted.
+#[cfg(not(feature = "mutants"))]
+type Mutant = std::convert::Infallible;
+
+/// `builder` with `mutant` planted, if any.
+fn with_mutant(builder: redquorum::Builder, mutant: Option<Mutant>) -> redquorum::Builder {
+    match mutant {
+        #[cfg(feature = "mutants")]
+        Some(m) => builder.mutant(m),
+        _ => builder,
+    }
+}
 
 /// The queue of a lock key.
 fn queue_key(key: &str) -> String {
@@ -208,79 +223,178 @@ async fn without_handoff_no_queue_waiter_or_ticket_key_is_written() {
     }
 }
 
-#[tokio::test]
-async fn every_way_a_waiter_ends_removes_its_registration() {
+/// How a queued waiter's call ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// Its wait budget runs out.
+    Budget,
+    /// Its future is dropped while it waits.
+    Dropped,
+    /// An error: its own client takes the lock while the call waits (`AlreadyHeld`).
+    Error,
+    /// A lease, confirmed on two masters while the third refuses it (a foreign key there),
+    /// so that the third still holds the registration when the call returns.
+    Lease,
+}
+
+/// A client whose waiters live long: a waiter TTL of 10 s (a refresh every 3.3 s), a TTL
+/// of 20 s and a retry pause of 30 s. A registration its call leaves behind lives 10 s
+/// on its own, and a key handed to it as long: far beyond [`LEFT_BOUND`].
+fn long_lived(cluster: &Cluster, mutant: Option<Mutant>) -> redquorum::Builder {
+    with_mutant(
+        client(cluster)
+            .ttl("20s")
+            .waiter_ttl("10s")
+            .retry_delay("30s")
+            .retry_jitter("1ms"),
+        mutant,
+    )
+}
+
+/// How long after a waiter's call ended its registration may still be seen: a fifth of
+/// the [`long_lived`] waiter TTL, so that only the call's own `Dequeue` can remove it.
+const LEFT_BOUND: Duration = Duration::from_secs(2);
+
+/// The waiter registrations of `key` on each master of `cluster`: queue members and
+/// liveness keys.
+async fn registrations(cluster: &Cluster, key: &str) -> Vec<(Vec<String>, Vec<String>)> {
+    let mut found = Vec::new();
+    for server in cluster.servers() {
+        let mut conn = raw(&server.url()).await;
+        let waiters: Vec<String> = conn.keys(format!("{}*", waiter_prefix(key))).await.unwrap();
+        found.push((members(server, key).await, waiters));
+    }
+    found
+}
+
+/// Waits at most [`LEFT_BOUND`] until no master of `cluster` holds a waiter registration
+/// for `key`; the registrations still there otherwise.
+async fn registrations_gone(cluster: &Cluster, key: &str, end: End) -> Result<(), String> {
+    let give_up = Instant::now() + LEFT_BOUND;
+    loop {
+        let found = registrations(cluster, key).await;
+        if found.iter().all(|(q, w)| q.is_empty() && w.is_empty()) {
+            return Ok(());
+        }
+        if Instant::now() >= give_up {
+            return Err(format!(
+                "{end:?}: a registration is left {LEFT_BOUND:?} after the call ended \
+                 (queue members, liveness keys per master): {found:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A queued waiter's call by a [`long_lived`] client with `mutant` planted, ended the way
+/// `end` says while a holder keeps the lock. Returns what is wrong if a registration of
+/// it is still on a master [`LEFT_BOUND`] after the call ended, or the call did not end
+/// as asked.
+async fn waiter_ending(end: End, mutant: Option<Mutant>) -> Result<(), String> {
     let cluster = Cluster::start(3).await.unwrap();
-    let holder = client(&cluster).build().unwrap();
-    let waiter = brisk(&cluster).build().unwrap();
+    let holder = client(&cluster).ttl("20s").build().unwrap();
+    let waiter = long_lived(&cluster, mutant).build().unwrap();
     let key = unique_key("ends");
     let lease = holder.acquire(&key).await.unwrap();
-
-    // By its budget.
-    let options = AcquireOptions::new().wait_timeout("300ms");
-    let err = waiter.acquire_with(&key, &options).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::WaitTimeout, "{err}");
-    wait_unqueued(&cluster, &key).await;
-
-    // By a dropped future, right after it registered.
-    {
-        let mut waiting = pin!(waiter.acquire(&key));
-        let registered = wait_registered(&cluster, &key, 3);
-        tokio::select! {
-            _ = &mut waiting => panic!("the lock is held"),
-            () = registered => {}
-        }
-    }
-    wait_unqueued(&cluster, &key).await;
-
-    // By an error: this client takes the lock while its own call waits (AlreadyHeld).
-    let same = brisk(&cluster).build().unwrap();
-    let waiting = tokio::spawn({
-        let (same, key) = (same.clone(), key.clone());
-        async move { same.acquire(&key).await }
-    });
-    wait_registered(&cluster, &key, 3).await;
-    lease.release().await.unwrap();
-    // Its own other call is handed the lock first or takes it: either way one of the two
-    // holds it and the other ends, without a registration left behind.
-    let own = same.try_acquire(&key).await;
-    let waited = timeout(Duration::from_secs(4), waiting)
-        .await
-        .unwrap()
-        .unwrap();
-    match (own, waited) {
-        (Ok(lease), Err(err)) => {
-            assert_eq!(err.kind(), ErrorKind::AlreadyHeld, "{err}");
-            lease.release().await.unwrap();
-        }
-        (Err(err), Ok(lease)) => {
-            assert!(
-                matches!(err.kind(), ErrorKind::Contended | ErrorKind::AlreadyHeld),
-                "{err}"
-            );
-            lease.release().await.unwrap();
-        }
-        (own, waited) => panic!("{own:?} / {waited:?}"),
-    }
-
-    // By success: served, then released.
-    let lease = holder.acquire(&key).await.unwrap();
-    let waiting = tokio::spawn({
-        let (waiter, key) = (waiter.clone(), key.clone());
-        async move { waiter.acquire(&key).await }
-    });
-    wait_registered(&cluster, &key, 3).await;
-    lease.release().await.unwrap();
-    let taken = timeout(Duration::from_secs(4), waiting)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    taken.release().await.unwrap();
-    wait_until(Duration::from_secs(2), "nothing left", || {
-        no_waiter_left(&cluster, &key)
+    wait_until(Duration::from_secs(2), "the holder's keys landed", || {
+        held_everywhere(&cluster, &key, lease.value())
     })
     .await;
+    match end {
+        End::Budget => {
+            let options = AcquireOptions::new().wait_timeout("1500ms");
+            let mut waiting = pin!(waiter.acquire_with(&key, &options));
+            tokio::select! {
+                _ = &mut waiting => panic!("the call ended before it registered"),
+                () = wait_registered(&cluster, &key, 3) => {}
+            }
+            let err = waiting.await.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::WaitTimeout, "{err}");
+        }
+        End::Dropped => {
+            let mut waiting = pin!(waiter.acquire(&key));
+            tokio::select! {
+                _ = &mut waiting => panic!("the lock is held"),
+                () = wait_registered(&cluster, &key, 3) => {}
+            }
+        }
+        End::Error => {
+            let waiting = tokio::spawn({
+                let (waiter, key) = (waiter.clone(), key.clone());
+                async move { waiter.acquire(&key).await }
+            });
+            wait_registered(&cluster, &key, 3).await;
+            // The holder's keys vanish without a release (no notice is published), and
+            // the waiting call's own client takes the free lock long before the call's
+            // next refresh (3.3 s) could: the call ends with AlreadyHeld.
+            for server in cluster.servers() {
+                let _: () = raw(&server.url()).await.del(&key).await.unwrap();
+            }
+            let own = waiter.try_acquire(&key).await.unwrap();
+            let err = timeout(Duration::from_secs(2), waiting)
+                .await
+                .expect("the call ends when its own client takes the lock")
+                .unwrap()
+                .unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::AlreadyHeld, "{err}");
+            own.release().await.unwrap();
+        }
+        End::Lease => {
+            let waiting = tokio::spawn({
+                let (waiter, key) = (waiter.clone(), key.clone());
+                async move { waiter.acquire(&key).await }
+            });
+            wait_registered(&cluster, &key, 3).await;
+            // Master 2 holds a foreign key: the release hands the lock to the waiter on
+            // masters 0 and 1 only, and master 2 refuses its confirm and keeps its
+            // registration, which only the call's `Dequeue` removes.
+            let mut conn = raw(&cluster.server(2).url()).await;
+            let _: () = conn.pset_ex(&key, "foreign", 60_000).await.unwrap();
+            lease.release().await.unwrap();
+            let taken = timeout(Duration::from_secs(3), waiting)
+                .await
+                .expect("handed over well before the waiter's refresh (3.3 s)")
+                .unwrap()
+                .unwrap();
+            let granted: Vec<bool> = taken
+                .masters()
+                .iter()
+                .map(|r| r.outcome().is_granted())
+                .collect();
+            assert_eq!(granted, [true, true, false]);
+            let left = registrations_gone(&cluster, &key, end).await;
+            taken.release().await.unwrap();
+            return left;
+        }
+    }
+    let left = registrations_gone(&cluster, &key, end).await;
+    let _ = lease.release().await;
+    left
+}
+
+/// Every way a call ends: each must remove its registration within the bound.
+const EVERY_END: [End; 4] = [End::Budget, End::Dropped, End::Error, End::Lease];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_way_a_waiter_ends_removes_its_registration() {
+    let mut left = Vec::new();
+    for end in EVERY_END {
+        if let Err(found) = waiter_ending(end, None).await {
+            left.push(found);
+        }
+    }
+    assert!(left.is_empty(), "{}", left.join("\n"));
+}
+
+/// The planted bug leaves the registration behind whichever way the call ends: each of
+/// the checks above can fail.
+#[cfg(feature = "mutants")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dequeue_never_sent_mutant_is_caught() {
+    for end in EVERY_END {
+        let caught = waiter_ending(end, Some(Mutant::DequeueNeverSent)).await;
+        assert!(caught.is_err(), "{end:?}: the planted bug went unnoticed");
+    }
 }
 
 /// Runs `waiters` fair waiters of one lock, spread over eight clients, each arriving once
@@ -634,12 +748,21 @@ async fn a_head_that_dies_is_passed_by() {
         .unwrap();
     assert!(released.elapsed() < Duration::from_secs(3));
     taken.release().await.unwrap();
+}
 
-    // A waiter at the head (the first to queue) handed the lock and dropped
-    // before it confirms: its Dequeue passes the key on, and the next one is served.
+/// A fair waiter at the head of the queue (the first to queue), handed the lock and
+/// dropped before it confirms: its `Dequeue` passes the key on, and the next waiter is
+/// served at once. Both waiters are [`long_lived`]: the key handed to the dropped head
+/// would live 10 s, and so would its registration, and the next waiter refreshes only
+/// every 3.3 s, so neither an expiry nor a refresh serves it within the 2.5 s bound.
+/// Returns what is wrong if the next waiter is not served within it.
+async fn a_dropped_head_passes_the_key_on(mutant: Option<Mutant>) -> Result<(), String> {
+    let cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster).build().unwrap();
+    let key = unique_key("dropped-head");
     let lease = holder.acquire(&key).await.unwrap();
-    let first = brisk(&cluster).retry_delay("30s").build().unwrap();
-    let second = brisk(&cluster).retry_delay("30s").build().unwrap();
+    let first = long_lived(&cluster, mutant).build().unwrap();
+    let second = long_lived(&cluster, mutant).build().unwrap();
     let head = {
         let fair = AcquireOptions::new().fair(true);
         let mut dropped = pin!(first.acquire_with(&key, &fair));
@@ -660,9 +783,11 @@ async fn a_head_that_dies_is_passed_by() {
         let (second, key) = (second.clone(), key.clone());
         async move { second.acquire(&key).await }
     });
-    let released = Instant::now();
-    let taken = match timeout(Duration::from_secs(3), waiting).await {
-        Ok(done) => done.unwrap().unwrap(),
+    let verdict = match timeout(Duration::from_millis(2500), waiting).await {
+        Ok(done) => {
+            done.unwrap().unwrap().release().await.unwrap();
+            Ok(())
+        }
         Err(_) => {
             let mut state = Vec::new();
             for server in cluster.servers() {
@@ -671,15 +796,25 @@ async fn a_head_that_dies_is_passed_by() {
                 let queue: Vec<String> = conn.zrange(queue_key(&key), 0, -1).await.unwrap();
                 state.push(format!("{held:?} {queue:?}"));
             }
-            panic!("not served after {head} left: {state:#?}");
+            Err(format!(
+                "not served within 2.5 s after {head} left: {state:?}"
+            ))
         }
     };
-    assert!(released.elapsed() < Duration::from_millis(1500));
-    taken.release().await.unwrap();
-    wait_until(Duration::from_secs(2), "nothing left", || {
-        no_waiter_left(&cluster, &key)
-    })
-    .await;
+    second.shutdown().await;
+    verdict
+}
+
+#[tokio::test]
+async fn a_head_dropped_after_it_was_handed_the_lock_passes_it_on() {
+    a_dropped_head_passes_the_key_on(None).await.unwrap();
+}
+
+#[cfg(feature = "mutants")]
+#[tokio::test]
+async fn a_dropped_head_that_sends_no_dequeue_is_caught() {
+    let caught = a_dropped_head_passes_the_key_on(Some(Mutant::DequeueNeverSent)).await;
+    assert!(caught.is_err(), "the planted bug went unnoticed");
 }
 
 #[tokio::test]
@@ -806,7 +941,6 @@ async fn bad_waiter_ttls_and_fair_misuse_are_refused() {
 #[cfg(feature = "mutants")]
 mod planted {
     use super::*;
-    use redquorum::Mutant;
 
     #[tokio::test]
     async fn a_confirm_that_keeps_the_hand_off_expiry_leaves_short_keys_behind_a_long_lease() {

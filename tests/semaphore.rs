@@ -335,31 +335,38 @@ async fn with_permits_runs_and_releases() {
     }
 }
 
-/// Dropping the acquire future after each poll leaves no slot behind beyond the
-/// background release: every slot key is gone long before its TTL.
+/// Dropping the acquire future after each of its first polls, while two of the three
+/// masters are paused (`CLIENT PAUSE`, 300 ms) so that no quorum can answer before the
+/// drop, leaves no slot behind beyond the background release: every slot key is gone
+/// long before its 30 s TTL. Each future must still be pending when it is dropped, or
+/// the drop tested nothing.
 #[tokio::test]
 async fn a_dropped_acquire_leaves_no_slot() {
     let cluster = Cluster::start(3).await.unwrap();
     let client = client(&cluster).ttl("30s").build().unwrap();
     let name = unique_key("cancel");
     let semaphore = client.semaphore(&name, 2).unwrap();
+    // Connected before the first drop: the requests of each attempt leave at once.
+    semaphore.acquire(2).await.unwrap().release().await.unwrap();
     for k in 1..=12 {
+        for i in 0..2 {
+            cluster
+                .server(i)
+                .client_pause(Duration::from_millis(300))
+                .await
+                .unwrap();
+        }
         // The future lives in this block only: it is dropped at the block's end.
-        let done = {
+        {
             let mut acquire = std::pin::pin!(semaphore.acquire(2));
-            let mut done = None;
-            for _ in 0..k {
-                if let std::task::Poll::Ready(r) = futures::poll!(acquire.as_mut()) {
-                    done = Some(r);
-                    break;
-                }
+            for poll in 1..=k {
+                let polled = futures::poll!(acquire.as_mut());
+                assert!(
+                    polled.is_pending(),
+                    "k={k}: the acquire completed at poll {poll} with two masters paused"
+                );
                 tokio::task::yield_now().await;
             }
-            done
-        };
-        if let Some(lease) = done {
-            lease.unwrap().release().await.unwrap();
-            break;
         }
         for i in 0..2 {
             let key = slot(&name, i);
@@ -376,6 +383,45 @@ async fn a_dropped_acquire_leaves_no_slot() {
     }
 }
 
+/// The output of `future` at its first poll: a call that is refused "at once" must not
+/// wait for anything, not even a round trip to a master. Panics if it is still pending.
+fn at_first_poll<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let waker = futures::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(out) => out,
+        std::task::Poll::Pending => panic!("still pending at its first poll: it waited"),
+    }
+}
+
+/// Scripts each master of `cluster` ran so far (`INFO commandstats`: `EVALSHA` and `EVAL`
+/// calls): each attempt of a semaphore acquire runs one on every master it reaches.
+async fn script_calls(cluster: &Cluster) -> Vec<u64> {
+    let mut calls = Vec::new();
+    for url in cluster.urls() {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut raw(&url).await)
+            .await
+            .unwrap();
+        let counted: u64 = info
+            .lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum();
+        calls.push(counted);
+    }
+    calls
+}
+
 /// A client's own permits: never asked for again, and a request only its own leases could
 /// satisfy is refused at once with AlreadyHeld (or waits, with `wait_for_own_leases`).
 #[tokio::test]
@@ -385,13 +431,12 @@ async fn own_permits_are_skipped_and_never_waited_for() {
     let name = unique_key("own");
     let semaphore = client.semaphore(&name, 3).unwrap();
     let two = semaphore.acquire(2).await.unwrap();
-    let started = tokio::time::Instant::now();
-    let err = semaphore.acquire(2).await.unwrap_err();
+    // Refused at its first poll: it neither waited nor asked a master.
+    let err = at_first_poll(semaphore.acquire(2)).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::AlreadyHeld, "{err}");
     assert!(!err.is_retryable());
     assert!(err.masters().is_empty(), "no master was asked: {err}");
     assert!(err.to_string().contains("wait_for_own_leases"), "{err}");
-    assert!(started.elapsed() < Duration::from_millis(100));
     // One more: the slot it does not hold, at the first attempt.
     let once = AcquireOptions::new().attempts(1);
     for _ in 0..5 {
@@ -407,8 +452,18 @@ async fn own_permits_are_skipped_and_never_waited_for() {
         .unwrap();
     let shared = patient.semaphore(&name, 3).unwrap();
     let first = shared.acquire(3).await.unwrap();
+    let before = script_calls(&cluster).await;
     let waiting = tokio::spawn(async move { shared.acquire(1).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Two attempts of the waiter reached every master and were refused: it waits rather
+    // than failing for its own permits.
+    wait_until(Duration::from_secs(5), "two refused attempts", || {
+        let (cluster, before) = (&cluster, &before);
+        async move {
+            let now = script_calls(cluster).await;
+            now.iter().zip(before).all(|(n, b)| *n >= b + 2)
+        }
+    })
+    .await;
     assert!(!waiting.is_finished());
     first.release().await.unwrap();
     waiting.await.unwrap().unwrap().release().await.unwrap();

@@ -616,6 +616,10 @@ struct DequeueGuard {
 
 impl Drop for DequeueGuard {
     fn drop(&mut self) {
+        #[cfg(feature = "mutants")]
+        if self.inner.config.planted.is(Mutant::DequeueNeverSent) {
+            return;
+        }
         let op = Arc::new(Op::Dequeue {
             key: Arc::clone(&self.key),
             waiter: Arc::clone(&self.waiter),

@@ -520,8 +520,27 @@ pub struct Overtaken {
 /// after the registration reached a quorum, `acq_start` before anything is sent, and B's
 /// grant happened before its `acq_ok`, so A was waiting at the grant.
 pub fn overtaken(history: &[Event]) -> Vec<Overtaken> {
+    fifo(history).overtaken
+}
+
+/// What the FIFO checker judged: the pairs of fair calls whose order it could tell, and
+/// the overtaken ones among them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Fifo {
+    /// Pairs (A, B) of fair calls of one resource with A seen queued before B started, A
+    /// still waiting when B started, and B granted, where A was either granted too or
+    /// still waiting at B's grant: the pairs whose order says something. (A pair whose A
+    /// was served before B began, or gave up or was killed before B's grant, says
+    /// nothing.)
+    pub judged: u64,
+    pub overtaken: Vec<Overtaken>,
+}
+
+/// [`overtaken`], with the number of pairs judged: a run that judged none proves nothing
+/// of the order.
+pub fn fifo(history: &[Event]) -> Fifo {
     let calls = calls(history);
-    let mut found = Vec::new();
+    let mut report = Fifo::default();
     for a in calls.iter().filter(|c| c.fair) {
         let Some(queued) = a.queued else { continue };
         for b in calls
@@ -529,8 +548,15 @@ pub fn overtaken(history: &[Event]) -> Vec<Overtaken> {
             .filter(|b| b.fair && b.id != a.id && b.resource == a.resource)
         {
             let Some(granted) = b.ok else { continue };
-            if queued < b.start && a.end.is_none_or(|end| end > granted) {
-                found.push(Overtaken {
+            if queued >= b.start || a.end.is_some_and(|end| end <= b.start) {
+                continue;
+            }
+            let waiting = a.end.is_none_or(|end| end > granted);
+            if waiting || a.ok.is_some() {
+                report.judged += 1;
+            }
+            if waiting {
+                report.overtaken.push(Overtaken {
                     resource: a.resource.clone(),
                     first: a.id.clone(),
                     overtaker: b.id.clone(),
@@ -541,8 +567,8 @@ pub fn overtaken(history: &[Event]) -> Vec<Overtaken> {
             }
         }
     }
-    found.sort_by_key(|o| o.granted_ns);
-    found
+    report.overtaken.sort_by_key(|o| o.granted_ns);
+    report
 }
 
 /// The lock became free with a live waiter queued, and nobody was granted it within the
@@ -1054,6 +1080,50 @@ mod tests {
         h.extend(granted("a", 100));
         h.extend(granted("b", 110));
         assert!(overtaken(&h).is_empty(), "{:?}", overtaken(&h));
+        assert_eq!(fifo(&h).judged, 1);
+    }
+
+    #[test]
+    fn only_pairs_whose_order_tells_something_are_judged() {
+        // Overtaken: judged.
+        let mut h = fair_waiter("a", 0, 10);
+        h.extend(fair_waiter("b", 20, 30));
+        h.extend(granted("b", 100));
+        assert_eq!(fifo(&h).judged, 1);
+        // a served before b started; a gave up, or was killed, before b's grant; b
+        // started before a was queued; a never seen queued: none judged.
+        let mut before = fair_waiter("a", 0, 10);
+        before.extend(granted("a", 15));
+        before.extend(fair_waiter("b", 30, 40));
+        before.extend(granted("b", 100));
+        let mut gave_up = fair_waiter("a", 0, 10);
+        gave_up.extend(fair_waiter("b", 20, 30));
+        gave_up.push(ev("a", 1, Op::AcqFail, 60));
+        gave_up.extend(granted("b", 100));
+        let mut dead = fair_waiter("a", 0, 10);
+        dead.extend(fair_waiter("b", 20, 30));
+        dead.push(killed("a", 50));
+        dead.extend(granted("b", 100));
+        let mut concurrent = fair_waiter("a", 0, 30);
+        concurrent.extend(fair_waiter("b", 20, 40));
+        concurrent.extend(granted("b", 100));
+        concurrent.extend(granted("a", 110));
+        let mut unseen: Vec<Event> = fair_waiter("a", 0, 10)
+            .into_iter()
+            .filter(|e| e.op != Op::Queued)
+            .collect();
+        unseen.extend(fair_waiter("b", 20, 30));
+        unseen.extend(granted("a", 100));
+        unseen.extend(granted("b", 110));
+        for (name, h) in [
+            ("served before", before),
+            ("gave up", gave_up),
+            ("dead", dead),
+            ("concurrent", concurrent),
+            ("unseen", unseen),
+        ] {
+            assert_eq!(fifo(&h), Fifo::default(), "{name}");
+        }
     }
 
     #[test]

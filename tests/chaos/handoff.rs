@@ -1,14 +1,17 @@
 //! H1–H5: hand-off to the next waiter and the fair lock (design.md §17) under faults.
 //!
-//! Waiters queue one by one: each next one starts only once the one before was seen in
-//! the lock's queue (`redquorum:queue:<key>`) on a quorum of masters, and the suite then
-//! records `queued` for it. For a fair waiter that is after its ticket was issued (a
-//! registration reaches the queue only where its ticket was written), so the FIFO
-//! checker knows which waiter must come first. Besides overlap and lost updates, the
-//! queue checkers run: **stalled** (once the lock is free with a live waiter queued, the
-//! next grant comes within one TTL and one waiter TTL, plus scheduling slack) and, for
-//! fair waiters, **fifo** (no live waiter is overtaken by one that started after its
-//! ticket was issued).
+//! Scripted waiters queue one by one: each next one starts only once the one before was
+//! seen in the lock's queue (`redquorum:queue:<key>`) on a quorum of masters, and the
+//! suite then records `queued` for it. For a fair waiter that is after its ticket was
+//! issued (a registration reaches the queue only where its ticket was written), so the
+//! FIFO checker knows which waiter must come first. Looping fair waiters (H3f, H4f)
+//! record `queued` when the library traces that the call waits in the queue, which for
+//! a fair call it does once its ticket was written on a quorum (see [`QueuedProbe`]).
+//! Besides overlap and lost updates, the queue checkers run: **stalled** (once the lock
+//! is free with a live waiter queued, the next grant comes within one TTL and one waiter
+//! TTL, plus scheduling slack) and, for fair waiters, **fifo** (no live waiter is
+//! overtaken by one that started after its ticket was issued), which must judge a minimum
+//! number of pairs of fair calls in a run that must hold it.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -20,11 +23,12 @@ use redquorum::testkit::{Mode, Proxy};
 use redquorum::{AcquireOptions, Mutant, Redlock};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout};
+use tracing::instrument::WithSubscriber as _;
 
 use crate::clients::args;
 use crate::event::Op;
 use crate::harness::*;
-use crate::history::now_ns;
+use crate::history::{History, now_ns};
 use crate::process::ClientProcess;
 
 /// The waiters' liveness TTL: a refresh every 53 ms.
@@ -38,10 +42,12 @@ const SLACK: Duration = Duration::from_millis(300);
 
 /// The hand-off bound of design.md §17 for waiters of the suite's TTL: one TTL plus one
 /// waiter TTL plus [`SLACK`]; a killed holder's lock is free `holder_ttl` after its death.
-pub fn bound(holder_ttl: Duration) -> HandoffBound {
+/// A HOLD run judges at least `judged` free locks with a waiter queued.
+pub fn bound(holder_ttl: Duration, judged: u64) -> HandoffBound {
     HandoffBound {
         bound: TTL + WAITER_TTL + SLACK,
         holder_ttl,
+        judged,
     }
 }
 
@@ -308,8 +314,10 @@ pub async fn h1(fair: bool, hold: Duration, mutant: Option<Mutant>, expect: Expe
         .finish(
             waiters(tasks),
             Checks {
-                fifo: fair,
-                handoff: Some(bound(TTL)),
+                // The three waiters behind the killed head, served in ticket order.
+                fifo: fair.then_some(3),
+                // The holder's release and those of the two waiters behind the next one.
+                handoff: Some(bound(TTL, 3)),
                 keys_may_expire: true,
                 ..Checks::default()
             },
@@ -368,8 +376,11 @@ pub async fn h2(fair: bool, mutant: Option<Mutant>, expect: Expect) -> Outcome {
     env.finish(
         waiters(tasks),
         Checks {
-            fifo: fair,
-            handoff: Some(bound(holder_ttl)),
+            // Every pair of the four waiters, served in ticket order.
+            fifo: fair.then_some(6),
+            // The releases of the first three waiters (the killed holder's keys may expire
+            // after the first waiter is in, so that instant is not always judged).
+            handoff: Some(bound(holder_ttl, 3)),
             keys_may_expire: true,
             ..Checks::default()
         },
@@ -377,8 +388,82 @@ pub async fn h2(fair: bool, mutant: Option<Mutant>, expect: Expect) -> Outcome {
     .await
 }
 
+/// The message of the event the library traces when a refused call's waiter is
+/// registered in the lock's queue and the call begins to wait there (src/lock/queue.rs).
+/// A fair call traces it only after its ticket was written on a quorum of masters (the
+/// strict registration round that issues it); an unfair call after its first
+/// registration round, whichever masters took it.
+const QUEUED_EVENT: &str = "acquire attempt failed, waiting in the queue";
+
+/// A `tracing` subscriber for one fair acquire call, installed on that call's future only
+/// (`WithSubscriber`, so concurrent calls each have their own): at [`QUEUED_EVENT`] it
+/// records `queued` for the call, with its waiter id. Only fair calls carry it, since
+/// only their event comes after a quorum registered them. A call that never traces the
+/// event (the library renamed it, say) is never seen queued: the FIFO checker then
+/// judges no pair and a run that needs it fails as broken, not silently clean.
+struct QueuedProbe {
+    history: History,
+    client: String,
+    attempt: u64,
+    resource: String,
+}
+
+/// The fields of an event the probe reads.
+#[derive(Default)]
+struct QueuedFields {
+    message: Option<String>,
+    waiter: Option<String>,
+}
+
+impl tracing::field::Visit for QueuedFields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        match field.name() {
+            "message" => self.message = Some(format!("{value:?}")),
+            "waiter" => self.waiter = Some(format!("{value:?}")),
+            _ => {}
+        }
+    }
+}
+
+impl tracing::Subscriber for QueuedProbe {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        metadata.is_event() && metadata.target().starts_with("redquorum")
+    }
+
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::TRACE)
+    }
+
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        // No span is enabled; an id is needed all the same.
+        tracing::span::Id::from_u64(1)
+    }
+
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut fields = QueuedFields::default();
+        event.record(&mut fields);
+        if fields.message.as_deref() == Some(QUEUED_EVENT) {
+            self.history.mark(
+                &self.client,
+                self.attempt,
+                &self.resource,
+                Op::Queued,
+                fields.waiter.as_deref().unwrap_or(""),
+            );
+        }
+    }
+
+    fn enter(&self, _: &tracing::span::Id) {}
+
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
 /// Looping waiters for H3 and H4: acquire (fair or not), a short section, release, a
-/// short pause, until stopped.
+/// short pause, until stopped. A fair call records `queued` through a [`QueuedProbe`].
 fn spawn_looping(
     env: &mut Env,
     k: usize,
@@ -402,12 +487,23 @@ fn spawn_looping(
                 if stop.load(std::sync::atomic::Ordering::SeqCst) {
                     return;
                 }
-                if fair {
+                let acquired = if fair {
                     rec.acq_start_fair();
+                    let probe = QueuedProbe {
+                        history: rec.history().clone(),
+                        client: rec.client().to_owned(),
+                        attempt: rec.attempt(),
+                        resource: resource.clone(),
+                    };
+                    client
+                        .acquire_with(&resource, &options)
+                        .with_subscriber(probe)
+                        .await
                 } else {
                     rec.acq_start();
-                }
-                match client.acquire_with(&resource, &options).await {
+                    client.acquire_with(&resource, &options).await
+                };
+                match acquired {
                     Ok(lease) => {
                         rec.acq_ok(&lease);
                         let cs = Cs::Short(Duration::from_millis(10));
@@ -481,11 +577,21 @@ pub async fn h3(n: usize, fair: bool, mutant: Option<Mutant>, expect: Expect) ->
         workers,
         Checks {
             liveness: Some(healed_bound()),
+            // Fair: the order and the hand-off bound too (a lock freed inside the fault
+            // window is not judged).
+            fifo: fair.then_some(H3F_PAIRS),
+            handoff: fair.then(|| bound(TTL, H3F_FREES)),
             ..Checks::default()
         },
     )
     .await
 }
+
+/// The pairs of fair calls H3f must judge: eight looping waiters make a thousand or more
+/// in a short run.
+const H3F_PAIRS: u64 = 100;
+/// The free locks with a waiter queued H3f must judge: about two hundred in a short run.
+const H3F_FREES: u64 = 50;
 
 /// H4: clients and masters split into two sides (N = 5: masters {0, 1} and {2, 3, 4}),
 /// so each side's waiters are queued on their side's masters only; the larger side goes
@@ -563,6 +669,9 @@ pub async fn h4(fair: bool, mutant: Option<Mutant>, expect: Expect) -> Outcome {
             workers,
             Checks {
                 liveness: Some(healed_bound()),
+                // No FIFO check, fair or not: a fair waiter of the smaller side queued
+                // before the split is rightly passed by the larger side's waiters, since
+                // its registrations there lapse while it cannot refresh them.
                 ..Checks::default()
             },
         )
@@ -681,8 +790,10 @@ pub async fn h5(mutant: Option<Mutant>, expect: Expect) -> Outcome {
         .finish(
             waiters(tasks),
             Checks {
-                fifo: true,
-                handoff: Some(bound(TTL)),
+                // A before B.
+                fifo: Some(1),
+                // The holder's release, with A and B queued.
+                handoff: Some(bound(TTL, 1)),
                 keys_may_expire: true,
                 ..Checks::default()
             },
@@ -729,6 +840,11 @@ async fn h3f_master_restarted_empty_under_a_long_queue_fair_n5() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h4_partition_splits_the_queue_n5() {
     h4(false, None, Expect::Hold).await.check();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h4f_partition_splits_the_queue_fair_n5() {
+    h4(true, None, Expect::Hold).await.check();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,9 +19,18 @@ use crate::checker;
 use crate::event::Op;
 use crate::history::{History, Recorder, now_ns};
 
+/// The mutant hunt a scenario runs in: the mutant hunted, and whether it is planted in
+/// this run (the hunts of wall-clock checkers also run their scenario unplanted).
+#[derive(Debug, Clone, Copy)]
+pub struct Hunted {
+    pub mutant: Mutant,
+    pub planted: bool,
+}
+
 tokio::task_local! {
-    /// The mutant a scenario runs against, for its report line (set by the mutant hunt).
-    pub static PLANTED: Mutant;
+    /// The mutant hunt a scenario runs in, for its phase and its report line (set by the
+    /// mutant hunt).
+    pub static HUNTED: Hunted;
 }
 
 /// A checker a DETECT scenario or a mutant hunt names as the one that must fire: another
@@ -131,7 +140,7 @@ pub fn phase() -> Duration {
         .ok()
         .and_then(|s| s.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s > 0.0)
-        .unwrap_or(if PLANTED.try_with(|_| ()).is_ok() {
+        .unwrap_or(if HUNTED.try_with(|_| ()).is_ok() {
             1.0
         } else {
             2.0
@@ -261,19 +270,23 @@ pub struct Checks {
     /// Keys may legitimately remain at the end (a scripted holder gave up its release);
     /// they must then expire within `ttl_max`.
     pub keys_may_expire: bool,
-    /// Fair waiters must be served in ticket order (see [`checker::overtaken`]).
-    pub fifo: bool,
+    /// Fair waiters must be served in ticket order (see [`checker::fifo`]), and a HOLD run
+    /// must judge at least this many pairs of them, or it proves nothing of the order and
+    /// fails as broken. (A DETECT run whose checker fired judged what it needed.)
+    pub fifo: Option<u64>,
     /// The hand-off liveness bound (see [`checker::stalls`]).
     pub handoff: Option<HandoffBound>,
 }
 
 /// The hand-off liveness bound of a scenario: once the lock is free with a live waiter
 /// queued, the next grant comes within `bound`; a killed holder's lock is free
-/// `holder_ttl` after its death.
+/// `holder_ttl` after its death. A HOLD run must judge at least `judged` such instants,
+/// or it proves nothing of the hand-off and fails as broken.
 #[derive(Debug, Clone, Copy)]
 pub struct HandoffBound {
     pub bound: Duration,
     pub holder_ttl: Duration,
+    pub judged: u64,
 }
 
 impl Checks {
@@ -283,7 +296,7 @@ impl Checks {
         liveness: None,
         acquire_bound: None,
         keys_may_expire: true,
-        fifo: false,
+        fifo: None,
         handoff: None,
     };
 }
@@ -332,7 +345,8 @@ pub struct Outcome {
     pub token_violations: u64,
     pub notes: Vec<String>,
     /// What makes the run itself untrustworthy, whatever it expects: a worker that
-    /// panicked, a history whose sections do not pair up, a liveness check without a heal.
+    /// panicked or was stuck past its bound, a history whose sections do not pair up, a
+    /// liveness check without a heal.
     pub broken: Vec<String>,
     pub expect: Option<Expect>,
     pub seed: u64,
@@ -452,6 +466,8 @@ pub struct Env {
     started: Instant,
     notes: Vec<String>,
     violations: u64,
+    /// What the scenario found that makes the run untrustworthy (see [`Env::broken`]).
+    broken: Vec<String>,
     over_admitted: u64,
     starved: u64,
     resources: Vec<String>,
@@ -516,6 +532,7 @@ impl Env {
             started: Instant::now(),
             notes: Vec::new(),
             violations: 0,
+            broken: Vec::new(),
             over_admitted: 0,
             starved: 0,
             resources: Vec::new(),
@@ -593,18 +610,15 @@ impl Env {
     pub async fn finish(mut self, workers: Workers, checks: Checks) -> Outcome {
         let grace = self.ttl_max * 3 + Duration::from_secs(5);
         let joined = join_workers(workers, grace).await;
-        if joined.stuck > 0 {
-            self.notes
-                .push(format!("{} worker(s) stuck and aborted", joined.stuck));
-        }
         let end_ns = now_ns();
         let history = self.history.snapshot();
         let mut out = Outcome {
             acquired: history.iter().filter(|e| e.op == Op::AcqOk).count() as u64,
             failures: checker::failures(&history),
-            broken: joined.panicked,
+            broken: joined.broken(),
             ..Outcome::default()
         };
+        out.broken.append(&mut self.broken);
         for m in checker::malformed(&history) {
             out.broken.push(format!("malformed history: {m:?}"));
         }
@@ -698,11 +712,21 @@ impl Env {
                 .push("a liveness bound was set but the scenario never marked its heal".into()),
             (None, _) => {}
         }
-        if checks.fifo {
+        if let Some(min) = checks.fifo {
             let queued = history.iter().filter(|e| e.op == Op::Queued).count();
-            out.notes
-                .push(format!("fifo: {queued} fair call(s) seen queued"));
-            let found = checker::overtaken(&history);
+            let report = checker::fifo(&history);
+            out.notes.push(format!(
+                "fifo: {queued} fair call(s) seen queued, {} pair(s) judged (at least {min})",
+                report.judged
+            ));
+            if self.setup.expect == Expect::Hold && report.judged < min {
+                out.broken.push(format!(
+                    "the FIFO checker judged {} pair(s) of fair calls, fewer than {min}: the \
+                     run proves nothing of their order",
+                    report.judged
+                ));
+            }
+            let found = report.overtaken;
             out.overtaken = found.len() as u64;
             if let Some(o) = found.first() {
                 out.notes.push(format!(
@@ -733,6 +757,13 @@ impl Env {
                 },
                 h.bound.as_millis()
             ));
+            if self.setup.expect == Expect::Hold && report.judged < h.judged {
+                out.broken.push(format!(
+                    "the hand-off checker judged {} free lock(s) with a waiter queued, fewer \
+                     than {}: the run proves nothing of the hand-off",
+                    report.judged, h.judged
+                ));
+            }
             let found = report.stalls;
             out.stalled = found.len() as u64;
             if let Some(s) = found.first() {
@@ -794,6 +825,12 @@ impl Env {
     fn since_start(&self, t_ns: u64) -> u64 {
         let started = now_ns().saturating_sub(self.started.elapsed().as_nanos() as u64);
         t_ns.saturating_sub(started) / 1_000_000
+    }
+
+    /// Records what makes the run itself untrustworthy (workers the scenario joined itself
+    /// that panicked or were stuck): the run fails whatever it expects.
+    pub fn broken(&mut self, what: impl Into<String>) {
+        self.broken.push(what.into());
     }
 
     /// Records a scenario-specific violation (counted with the checkers').
@@ -877,8 +914,15 @@ impl Env {
             Expect::Fenced if out.storage_violations() > 0 => "UNFENCED",
             Expect::Fenced => "MISSED",
         };
-        let name = match PLANTED.try_with(|m| *m) {
-            Ok(m) => format!("{} [mutant {m:?}]", self.setup.name),
+        let name = match HUNTED.try_with(|h| *h) {
+            Ok(Hunted {
+                mutant,
+                planted: true,
+            }) => format!("{} [mutant {mutant:?}]", self.setup.name),
+            Ok(Hunted {
+                mutant,
+                planted: false,
+            }) => format!("{} [unplanted, hunt of {mutant:?}]", self.setup.name),
             Err(_) => self.setup.name.clone(),
         };
         let mut line = format!(
@@ -939,6 +983,22 @@ pub struct Joined {
     pub stuck: usize,
     /// One message per worker that panicked (inside the library or the scenario's code).
     pub panicked: Vec<String>,
+}
+
+impl Joined {
+    /// What makes the run untrustworthy, as [`Outcome::broken`] lists it: every panic, and
+    /// workers stuck past their bound (an acquire that never returned or a section never
+    /// ended may hide what the checkers should have seen).
+    pub fn broken(&self) -> Vec<String> {
+        let mut broken = self.panicked.clone();
+        if self.stuck > 0 {
+            broken.push(format!(
+                "{} worker(s) stuck past their bound and aborted",
+                self.stuck
+            ));
+        }
+        broken
+    }
 }
 
 /// Tells `workers` to stop and joins them, aborting those still running after `grace`.
@@ -1358,7 +1418,7 @@ mod tests {
         for (expect, overlaps) in [(Expect::Hold, 0), (Expect::Detect(Checker::Overlap), 1)] {
             let out = Outcome {
                 overlaps,
-                broken: joined.panicked.clone(),
+                broken: joined.broken(),
                 expect: Some(expect),
                 ..Outcome::default()
             };
@@ -1369,13 +1429,28 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_stuck_worker_is_aborted() {
+    async fn a_stuck_worker_is_aborted_and_fails_the_scenario() {
         let stop = Arc::new(AtomicBool::new(false));
         let tasks = vec![tokio::spawn(std::future::pending::<()>())];
         let joined =
             join_workers(Workers::from_parts(stop, tasks), Duration::from_millis(50)).await;
         assert_eq!(joined.stuck, 1);
         assert!(joined.panicked.is_empty());
+
+        // A worker that never stopped may have hidden anything (an acquire that never
+        // returned, a section never ended): a HOLD run with a clean history fails, and so
+        // does a DETECT run whose checker fired.
+        for (expect, overlaps) in [(Expect::Hold, 0), (Expect::Detect(Checker::Overlap), 1)] {
+            let out = Outcome {
+                overlaps,
+                broken: joined.broken(),
+                expect: Some(expect),
+                ..Outcome::default()
+            };
+            assert!(!out.met(expect), "{expect:?} met with a stuck worker");
+            let checked = std::panic::catch_unwind(|| out.check());
+            assert!(checked.is_err(), "{expect:?} passed with a stuck worker");
+        }
     }
 
     #[test]

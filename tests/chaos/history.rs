@@ -79,6 +79,21 @@ impl Recorder {
         &self.resource
     }
 
+    /// The client name the events are recorded under.
+    pub fn client(&self) -> &str {
+        &self.client
+    }
+
+    /// The number of the current acquisition (counted by `acq_start`).
+    pub fn attempt(&self) -> u64 {
+        self.attempt
+    }
+
+    /// The history recorded into.
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
     /// Starts the next acquisition and records `acq_start`.
     pub fn acq_start(&mut self) {
         self.attempt += 1;

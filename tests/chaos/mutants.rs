@@ -1,7 +1,10 @@
 //! Checker strength: every planted bug of `redquorum::Mutant` must be caught by a scenario
 //! that holds for the real algorithm, and by the checker the hunt names (a slow acquire
 //! on a loaded machine catching an ordering bug would prove nothing). A checker that has
-//! never caught a bug proves nothing.
+//! never caught a bug proves nothing. A hunt whose checker judges wall-clock time (a slow
+//! acquire, a starved writer, a stalled hand-off), which a loaded machine can fire without
+//! any bug, also runs its scenario unplanted, and that run must be clean: the catch is the
+//! difference between the two.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,8 +14,9 @@ use redquorum::Mutant;
 
 use crate::harness::*;
 
-/// A scenario run against a planted bug, with the expectation it is given.
-type Scenario = fn(Mutant) -> Pin<Box<dyn Future<Output = Outcome>>>;
+/// A scenario run against a planted bug (or none, for the unplanted run), with the
+/// expectation it is given.
+type Scenario = fn(Option<Mutant>, Expect) -> Pin<Box<dyn Future<Output = Outcome>>>;
 
 /// One hunt: the mutant, what the hunt adds to its name, the checker that must fire, and
 /// the scenario. A hunt that is not `required` has its catch rate printed and reported
@@ -33,13 +37,7 @@ const HUNTS: &[Hunt] = &[
         mutant: Mutant::HalfQuorum,
         with: "",
         checker: Checker::Overlap,
-        scenario: |m| {
-            Box::pin(crate::network::s11p(
-                4,
-                Some(m),
-                Expect::Detect(Checker::Overlap),
-            ))
-        },
+        scenario: |m, expect| Box::pin(crate::network::s11p(4, m, expect)),
         required: true,
         why: "",
     },
@@ -48,13 +46,7 @@ const HUNTS: &[Hunt] = &[
         mutant: Mutant::IgnoreElapsed,
         with: "",
         checker: Checker::Overlap,
-        scenario: |m| {
-            Box::pin(crate::network::s10c(
-                3,
-                Some(m),
-                Expect::Detect(Checker::Overlap),
-            ))
-        },
+        scenario: |m, expect| Box::pin(crate::network::s10c(3, m, expect)),
         required: true,
         why: "",
     },
@@ -63,13 +55,7 @@ const HUNTS: &[Hunt] = &[
         mutant: Mutant::PlainDelRelease,
         with: "",
         checker: Checker::Overlap,
-        scenario: |m| {
-            Box::pin(crate::release::s18(
-                3,
-                Some(m),
-                Expect::Detect(Checker::Overlap),
-            ))
-        },
+        scenario: |m, expect| Box::pin(crate::release::s18(3, m, expect)),
         required: true,
         why: "",
     },
@@ -79,13 +65,7 @@ const HUNTS: &[Hunt] = &[
         mutant: Mutant::NoNodeTimeout,
         with: "",
         checker: Checker::SlowAcquire,
-        scenario: |m| {
-            Box::pin(crate::pause::s4(
-                3,
-                Some(m),
-                Expect::Detect(Checker::SlowAcquire),
-            ))
-        },
+        scenario: |m, expect| Box::pin(crate::pause::s4(3, m, expect)),
         required: true,
         why: "",
     },
@@ -95,12 +75,7 @@ const HUNTS: &[Hunt] = &[
         mutant: Mutant::ReuseValue,
         with: "",
         checker: Checker::Overlap,
-        scenario: |m| {
-            Box::pin(crate::contention::s19r(
-                Some(m),
-                Expect::Detect(Checker::Overlap),
-            ))
-        },
+        scenario: |m, expect| Box::pin(crate::contention::s19r(m, expect)),
         required: true,
         why: "",
     },
@@ -115,13 +90,7 @@ const HUNTS: &[Hunt] = &[
         mutant: Mutant::ReuseValue,
         with: " with the ownership check",
         checker: Checker::Overlap,
-        scenario: |m| {
-            Box::pin(crate::contention::s19r_with(
-                Some(m),
-                Expect::Detect(Checker::Overlap),
-                Guards::RSV_F,
-            ))
-        },
+        scenario: |m, expect| Box::pin(crate::contention::s19r_with(m, expect, Guards::RSV_F)),
         required: true,
         why: "",
     },
@@ -132,15 +101,7 @@ const HUNTS: &[Hunt] = &[
         mutant: Mutant::OneRoundToken,
         with: "",
         checker: Checker::Tokens,
-        scenario: |m| {
-            Box::pin(crate::restart::s20_with(
-                3,
-                Some(m),
-                Expect::Detect(Checker::Tokens),
-                Guards::RSV_F,
-                true,
-            ))
-        },
+        scenario: |m, expect| Box::pin(crate::restart::s20_with(3, m, expect, Guards::RSV_F, true)),
         required: true,
         why: "",
     },
@@ -151,7 +112,7 @@ const HUNTS: &[Hunt] = &[
         mutant: Mutant::WritebackNoGuard,
         with: "",
         checker: Checker::FencedStorage,
-        scenario: |m| Box::pin(crate::clock::s15c(Some(m), Expect::Fenced)),
+        scenario: |m, expect| Box::pin(crate::clock::s15c(m, expect)),
         required: true,
         why: "",
     },
@@ -162,13 +123,7 @@ const HUNTS: &[Hunt] = &[
         mutant: Mutant::ExtendRecreates,
         with: "",
         checker: Checker::SlowAcquire,
-        scenario: |m| {
-            Box::pin(crate::unlock::s25e(
-                3,
-                Some(m),
-                Expect::Detect(Checker::SlowAcquire),
-            ))
-        },
+        scenario: |m, expect| Box::pin(crate::unlock::s25e(3, m, expect)),
         required: true,
         why: "",
     },
@@ -179,12 +134,12 @@ const HUNTS: &[Hunt] = &[
         mutant: Mutant::IgnoreFingerprint,
         with: "",
         checker: Checker::Overlap,
-        scenario: |m| {
+        scenario: |m, expect| {
             Box::pin(crate::cluster::s22(
                 true,
                 crate::cluster::Second::OtherTerms,
-                Some(m),
-                Expect::Detect(Checker::Overlap),
+                m,
+                expect,
             ))
         },
         required: true,
@@ -196,12 +151,7 @@ const HUNTS: &[Hunt] = &[
         mutant: Mutant::BootstrapSkipsEmptiness,
         with: "",
         checker: Checker::Overlap,
-        scenario: |m| {
-            Box::pin(crate::cluster::s24(
-                Some(m),
-                Expect::Detect(Checker::Overlap),
-            ))
-        },
+        scenario: |m, expect| Box::pin(crate::cluster::s24(m, expect)),
         required: true,
         why: "",
     },
@@ -213,15 +163,7 @@ const HUNTS: &[Hunt] = &[
         mutant: Mutant::SemaphoreCountPerMaster,
         with: "",
         checker: Checker::Holders,
-        scenario: |m| {
-            Box::pin(crate::semaphore::s30(
-                3,
-                (2, 1, 16),
-                true,
-                Some(m),
-                Expect::Detect(Checker::Holders),
-            ))
-        },
+        scenario: |m, expect| Box::pin(crate::semaphore::s30(3, (2, 1, 16), true, m, expect)),
         required: true,
         why: "",
     },
@@ -232,12 +174,7 @@ const HUNTS: &[Hunt] = &[
         mutant: Mutant::ReentryCounter,
         with: "",
         checker: Checker::Overlap,
-        scenario: |m| {
-            Box::pin(crate::reentry::s26r(
-                Some(m),
-                Expect::Detect(Checker::Overlap),
-            ))
-        },
+        scenario: |m, expect| Box::pin(crate::reentry::s26r(m, expect)),
         required: true,
         why: "",
     },
@@ -247,13 +184,7 @@ const HUNTS: &[Hunt] = &[
         mutant: Mutant::ManyPartialVote,
         with: "",
         checker: Checker::Overlap,
-        scenario: |m| {
-            Box::pin(crate::many::s28(
-                3,
-                Some(m),
-                Expect::Detect(Checker::Overlap),
-            ))
-        },
+        scenario: |m, expect| Box::pin(crate::many::s28(3, m, expect)),
         required: true,
         why: "",
     },
@@ -264,13 +195,7 @@ const HUNTS: &[Hunt] = &[
         mutant: Mutant::ReaderIgnoresIntent,
         with: "",
         checker: Checker::Starvation,
-        scenario: |m| {
-            Box::pin(crate::rwlock::rw3(
-                3,
-                Some(m),
-                Expect::Detect(Checker::Starvation),
-            ))
-        },
+        scenario: |m, expect| Box::pin(crate::rwlock::rw3(3, m, expect)),
         required: true,
         why: "",
     },
@@ -281,12 +206,12 @@ const HUNTS: &[Hunt] = &[
         mutant: Mutant::HandoffIgnoresLiveness,
         with: "",
         checker: Checker::Stalled,
-        scenario: |m| {
+        scenario: |m, expect| {
             Box::pin(crate::handoff::h1(
                 true,
                 Duration::from_millis(30),
-                Some(m),
-                Expect::Detect(Checker::Stalled),
+                m,
+                expect,
             ))
         },
         required: true,
@@ -298,12 +223,12 @@ const HUNTS: &[Hunt] = &[
         mutant: Mutant::ConfirmKeepsHandoffExpiry,
         with: "",
         checker: Checker::Overlap,
-        scenario: |m| {
+        scenario: |m, expect| {
             Box::pin(crate::handoff::h1(
                 false,
                 Duration::from_millis(400),
-                Some(m),
-                Expect::Detect(Checker::Overlap),
+                m,
+                expect,
             ))
         },
         required: true,
@@ -317,15 +242,16 @@ const HUNTS: &[Hunt] = &[
         mutant: Mutant::FairByArrival,
         with: "",
         checker: Checker::Fifo,
-        scenario: |m| Box::pin(crate::handoff::h5(Some(m), Expect::Detect(Checker::Fifo))),
+        scenario: |m, expect| Box::pin(crate::handoff::h5(m, expect)),
         required: true,
         why: "",
     },
 ];
 
-/// Mutants of the public surface (a lease's extend and release paths), caught against real
-/// masters by a named integration test, not by a contention scenario: the mutant, the test
-/// file, and the test function there, which must exist and plant that mutant.
+/// Mutants of the public surface (a lease's extend and release paths, a waiter's clean-up
+/// when its call ends), caught against real masters by a named integration test, not by a
+/// contention scenario: the mutant, the test file, and the test function there, which must
+/// exist and plant that mutant.
 const HUNTED_ELSEWHERE: &[(Mutant, &str, &str)] = &[
     (
         Mutant::ShrinkKeepsDeadline,
@@ -342,10 +268,25 @@ const HUNTED_ELSEWHERE: &[(Mutant, &str, &str)] = &[
         "tests/surface.rs",
         "the_no_background_release_mutant_is_caught",
     ),
+    // Its registration left behind after each way a call ends, and a dropped head's
+    // handed key not passed on, each checked well within the waiter TTL.
+    (
+        Mutant::DequeueNeverSent,
+        "tests/handoff.rs",
+        "the_dequeue_never_sent_mutant_is_caught",
+    ),
+    (
+        Mutant::DequeueNeverSent,
+        "tests/handoff.rs",
+        "a_dropped_head_that_sends_no_dequeue_is_caught",
+    ),
 ];
 
 /// The test files `HUNTED_ELSEWHERE` may name, with their sources.
-const ELSEWHERE_SOURCES: &[(&str, &str)] = &[("tests/surface.rs", include_str!("../surface.rs"))];
+const ELSEWHERE_SOURCES: &[(&str, &str)] = &[
+    ("tests/surface.rs", include_str!("../surface.rs")),
+    ("tests/handoff.rs", include_str!("../handoff.rs")),
+];
 
 /// What is wrong with `hunted` (entries of `HUNTED_ELSEWHERE`), given the test files'
 /// `sources`: a file that is not there, a test function that is not in its file, or one
@@ -431,30 +372,100 @@ fn a_hunt_elsewhere_must_name_a_test_that_plants_its_mutant() {
     assert!(found.iter().any(|f| f.contains("not among")), "{found:?}");
 }
 
-/// Runs the hunt of `mutant` (`with` names the variant) [`runs`] times, prints and
-/// reports its catch rate, and asserts that every run caught the mutant with the named
-/// checker.
+/// Whether the hunt of `checker` also runs its scenario unplanted: the checkers that
+/// judge wall-clock time, which a loaded machine can fire without the mutant.
+fn needs_unplanted(checker: Checker) -> bool {
+    matches!(
+        checker,
+        Checker::SlowAcquire | Checker::Starvation | Checker::Stalled
+    )
+}
+
+/// What `hunt` makes of its runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tally {
+    runs: usize,
+    /// Planted runs that the named checker caught (the run itself sound).
+    caught: usize,
+    /// Unplanted runs made, and those that were clean.
+    unplanted: usize,
+    clean: usize,
+}
+
+impl Tally {
+    /// Counts a planted run's outcome: caught when sound and `checker` fired.
+    fn planted(&mut self, out: &Outcome, checker: Checker) {
+        self.runs += 1;
+        if out.broken.is_empty() && out.fired(checker) {
+            self.caught += 1;
+        }
+    }
+
+    /// Counts an unplanted run's outcome: clean when it meets HOLD (sound, no checker
+    /// fired).
+    fn unplanted(&mut self, out: &Outcome) {
+        self.unplanted += 1;
+        if out.met(Expect::Hold) {
+            self.clean += 1;
+        }
+    }
+
+    /// Whether the hunt caught its mutant: every planted run caught, and every unplanted
+    /// run clean, so that the checker fired for the bug and not for the machine.
+    fn caught_every_time(&self) -> bool {
+        self.caught == self.runs && self.clean == self.unplanted
+    }
+}
+
+/// Runs the hunt of `mutant` (`with` names the variant) [`runs`] times, each followed by
+/// an unplanted run of the same scenario when its checker judges wall-clock time, prints
+/// and reports its catch rate, and asserts that every planted run caught the mutant with
+/// the named checker and every unplanted run was clean.
 async fn hunt(mutant: Mutant, with: &str) {
     let h = HUNTS
         .iter()
         .find(|h| h.mutant == mutant && h.with == with)
         .unwrap();
-    let runs = runs();
-    let mut caught = 0;
+    let mut tally = Tally {
+        runs: 0,
+        caught: 0,
+        unplanted: 0,
+        clean: 0,
+    };
     let mut code = String::from("?");
-    for _ in 0..runs {
-        let out = PLANTED.scope(h.mutant, (h.scenario)(h.mutant)).await;
+    for _ in 0..runs() {
+        let planted = Hunted {
+            mutant: h.mutant,
+            planted: true,
+        };
+        let scenario = (h.scenario)(Some(h.mutant), Expect::Detect(h.checker));
+        let out = HUNTED.scope(planted, scenario).await;
         code = out.line.split_whitespace().next().unwrap_or("?").to_owned();
-        if out.broken.is_empty() && out.fired(h.checker) {
-            caught += 1;
+        tally.planted(&out, h.checker);
+        if needs_unplanted(h.checker) {
+            let unplanted = Hunted {
+                planted: false,
+                ..planted
+            };
+            let scenario = (h.scenario)(None, Expect::Hold);
+            let out = HUNTED.scope(unplanted, scenario).await;
+            tally.unplanted(&out);
         }
     }
-    let line = format!(
-        "MUTANT {:?}{}: caught {caught}/{runs} by {code} ({})",
+    let mut line = format!(
+        "MUTANT {:?}{}: caught {}/{} by {code} ({})",
         h.mutant,
         h.with,
+        tally.caught,
+        tally.runs,
         h.checker.word()
     );
+    if tally.unplanted > 0 {
+        line.push_str(&format!(
+            ", unplanted clean {}/{}",
+            tally.clean, tally.unplanted
+        ));
+    }
     if !h.required {
         let line = format!("{line} (reported only: {})", h.why);
         eprintln!("[chaos] {line}");
@@ -463,10 +474,55 @@ async fn hunt(mutant: Mutant, with: &str) {
     }
     eprintln!("[chaos] {line}");
     append_report(&line);
-    assert_eq!(
-        caught, runs,
-        "{line}: the mutant survived some runs (see the scenario lines above)"
+    assert!(
+        tally.caught_every_time(),
+        "{line}: the mutant survived some runs, or the unplanted scenario was not clean \
+         (a catch that the machine alone can make proves nothing; see the scenario lines \
+         above)"
     );
+}
+
+#[test]
+fn a_hunt_needs_every_unplanted_run_clean() {
+    let fired = Outcome {
+        starved: 1,
+        ..Outcome::default()
+    };
+    let clean = Outcome::default();
+    let mut tally = Tally {
+        runs: 0,
+        caught: 0,
+        unplanted: 0,
+        clean: 0,
+    };
+    tally.planted(&fired, Checker::Starvation);
+    tally.unplanted(&clean);
+    assert!(tally.caught_every_time(), "{tally:?}");
+    // The same checker firing without the mutant: the catch proves nothing.
+    tally.planted(&fired, Checker::Starvation);
+    tally.unplanted(&fired);
+    assert!(!tally.caught_every_time(), "{tally:?}");
+    // A broken unplanted run is not clean either.
+    let broken = Outcome {
+        broken: vec!["a worker panicked".into()],
+        ..Outcome::default()
+    };
+    let mut tally = Tally {
+        runs: 0,
+        caught: 0,
+        unplanted: 0,
+        clean: 0,
+    };
+    tally.planted(&fired, Checker::Starvation);
+    tally.unplanted(&broken);
+    assert!(!tally.caught_every_time(), "{tally:?}");
+    for checker in [Checker::SlowAcquire, Checker::Starvation, Checker::Stalled] {
+        assert!(needs_unplanted(checker), "{checker:?}");
+        assert!(
+            HUNTS.iter().filter(|h| h.checker == checker).count() > 0,
+            "no hunt by {checker:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,8 @@
 //! while a minority of masters is killed, stopped and restarted (HOLD); RW2 a writer
 //! frozen past its TTL inside its section while a reader gets in (DETECT, and FENCED with
 //! tokens: the reader's later token refuses the stale writer); RW3 a writer behind a
-//! stream of overlapping readers gets in within its bound (the starvation checker).
+//! stream of overlapping readers gets in within its bound (the starvation checker), and
+//! no reader is inside during its section (the overlap checker).
 //!
 //! Checker 1 is mode-aware: read sections may overlap each other, never a write section.
 
@@ -274,9 +275,13 @@ async fn rw2_writer_frozen_past_its_ttl_fenced_n3() {
 /// intent's refresh (a third of the TTL) and a few rounds.
 const WRITER_BOUND: Duration = Duration::from_millis(1_000);
 
+/// How long RW3's writer stays inside its section.
+const WRITER_SECTION: Duration = Duration::from_millis(100);
+
 /// RW3: readers keep coming (a new one every 50 ms, each holding 150 ms, so they always
 /// overlap); a writer that starts among them must get in within `WRITER_BOUND`, not
-/// when the stream stops. The stream lasts at least 2.5 s.
+/// when the stream stops, and no reader may be inside during its section (100 ms, a
+/// counter read and write on the checker store). The stream lasts at least 2.5 s.
 pub async fn rw3(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
     let setup = Setup::new(
         "RW3",
@@ -335,7 +340,9 @@ pub async fn rw3(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
             // A client of its own: a client's write while it reads is an upgrade.
             let client = writer.clone();
             let mut rec = env.history.recorder("RW3-writer", resource.clone());
+            let store_url = env.store.url();
             writing = Some(tokio::spawn(async move {
+                let mut store = crate::support::raw(&store_url).await;
                 let started = Instant::now();
                 rec.acq_start();
                 let got = client.rwlock(rec.resource()).write().await;
@@ -343,9 +350,12 @@ pub async fn rw3(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
                 match got {
                     Ok(lease) => {
                         rec.acq_ok_mode(&lease, "write");
-                        rec.cs_start();
-                        rec.cs_end_read();
-                        release(&mut rec, lease).await;
+                        // A real section, judged against the readers' by the overlap and
+                        // lost-update checkers: it lasts two reader arrivals, so a reader
+                        // let in beside the writer would start inside it.
+                        let held = Held::inside(rec, lease, &mut store).await;
+                        sleep(WRITER_SECTION).await;
+                        held.leave(&mut store).await;
                         Some(waited)
                     }
                     Err(e) => {

@@ -1,7 +1,7 @@
 //! S30: the semaphore (docs/design.md §15). Mixed clients take 1..k permits of one
 //! semaphore while a minority of masters is killed, paused or restarted (HOLD: at no
-//! instant do the holders' critical sections hold more permits than the limit, and no
-//! slot has two holders at once). S30f: a permit holder frozen past its TTL (DETECT with
+//! instant do the holders' critical sections hold more permits than the limit, no slot
+//! has two holders at once, and at some instant all `limit` permits are held). S30f: a permit holder frozen past its TTL (DETECT with
 //! the holders checker; FENCED with per-slot tokens: its stale write is refused).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -281,16 +281,21 @@ pub async fn s30(
         env.violation(format!("{} slots held twice at once", found.slot_overlaps));
     }
     env.over_admitted(found.over, found.first.unwrap_or_default());
-    if joined.stuck > 0 || !joined.panicked.is_empty() {
-        env.violation(format!(
-            "{} takers stuck, panics: {:?}",
-            joined.stuck, joined.panicked
-        ));
+    for broken in joined.broken() {
+        env.broken(format!("takers: {broken}"));
     }
     if mutant.is_none() && sections.len() < MIN_LEASES {
         env.violation(format!(
             "too few leases ({}) to prove anything",
             sections.len()
+        ));
+    }
+    // A semaphore that never lets `limit` permits be held at once is wrong too, and a run
+    // whose takers never pressed against the limit proved nothing of it.
+    if mutant.is_none() && found.most < limit {
+        env.violation(format!(
+            "the limit was never reached: at most {} of {limit} permits held at once",
+            found.most
         ));
     }
     let left = slots_left(&env, &sem).await;

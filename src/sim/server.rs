@@ -112,34 +112,34 @@ pub(super) enum Answer {
 pub(super) struct Reset;
 
 #[derive(Debug, Clone)]
-struct Entry {
-    value: Arc<str>,
-    expires_us: u64,
+pub(super) struct Entry {
+    pub(super) value: Arc<str>,
+    pub(super) expires_us: u64,
 }
 
 /// A master's dataset.
 #[derive(Debug, Clone, Default)]
-struct Data {
-    locks: BTreeMap<Arc<str>, Entry>,
+pub(super) struct Data {
+    pub(super) locks: BTreeMap<Arc<str>, Entry>,
     /// Fence counters, by their key (`redquorum:fence:<key>`); never expire.
-    fences: BTreeMap<String, u64>,
+    pub(super) fences: BTreeMap<String, u64>,
     /// The data epoch record, `<id>:<created us>`.
-    epoch: Option<String>,
+    pub(super) epoch: Option<String>,
     /// The cluster record (`redquorum:cluster`, no TTL), as `stamp.lua` wrote it.
-    record: Option<Record>,
+    pub(super) record: Option<Record>,
     /// Semaphores' limit records (no TTL), by key.
-    limits: BTreeMap<String, usize>,
+    pub(super) limits: BTreeMap<String, usize>,
     /// A planted fault of the model (not of the product): `rw_acquire.lua` grants a
     /// reader whatever the writer key holds, to show that the read-write checker catches
     /// a reader overlapping a writer. Kept with the data so crashes keep it.
     reader_ignores_writer: bool,
     /// Hand-off queues (`redquorum:queue:<key>`, sorted sets), by lock key.
-    queues: BTreeMap<Arc<str>, Queue>,
+    pub(super) queues: BTreeMap<Arc<str>, Queue>,
     /// Waiters' liveness keys (`redquorum:waiter:<key>:<waiter>`), by lock key and waiter
     /// id: the value `"<waiter_ttl ms> <channel>"` and its expiry.
-    waiters: BTreeMap<(Arc<str>, Arc<str>), Entry>,
+    pub(super) waiters: BTreeMap<(Arc<str>, Arc<str>), Entry>,
     /// Ticket counters of fair locks (`redquorum:ticket:<key>`), by lock key; no TTL.
-    tickets: BTreeMap<Arc<str>, u64>,
+    pub(super) tickets: BTreeMap<Arc<str>, u64>,
     /// What the checkers read of the queues (not data: a data loss keeps it).
     journal: Journal,
 }
@@ -147,10 +147,10 @@ struct Data {
 /// A sorted set: members ordered by score, equal scores by member bytes, as Redis orders
 /// them; with the key's expiry, if any.
 #[derive(Debug, Clone, Default)]
-struct Queue {
+pub(super) struct Queue {
     ordered: std::collections::BTreeSet<(u64, Arc<str>)>,
-    scores: HashMap<Arc<str>, u64>,
-    expires_us: Option<u64>,
+    pub(super) scores: HashMap<Arc<str>, u64>,
+    pub(super) expires_us: Option<u64>,
 }
 
 impl Queue {
@@ -1062,23 +1062,39 @@ impl SimServer {
                 }
             }
             Request::ReadRecord => Answer::Record(data.record.clone().map(Box::new)),
-            Request::Op(op, caller)
-                if let Some((stored, ours)) = limit_differs(data, op, caller) =>
-            {
-                data.epoch_or_create(&mut fresh_id, now_us);
-                Answer::LimitDiffers { stored, ours }
-            }
-            Request::Op(op, caller) => match apply_as(data, op, caller, now_us, fresh_id) {
+            Request::Op(op, caller) => match answer(data, op, caller, now_us, fresh_id) {
                 // `INFO server` gives a survey the process's run_id.
-                Some(Reply::Survey { record, epoch, .. }) => Answer::Reply(Reply::Survey {
-                    run_id,
-                    record,
-                    epoch,
-                }),
-                Some(reply) => Answer::Reply(reply),
-                None => Answer::RecordDiffers,
+                Answer::Reply(Reply::Survey { record, epoch, .. }) => {
+                    Answer::Reply(Reply::Survey {
+                        run_id,
+                        record,
+                        epoch,
+                    })
+                }
+                answer => answer,
             },
         }
+    }
+}
+
+/// A master's answer to `op` from a caller whose cluster fingerprint is `caller`, on
+/// `data` at server time `now_us`: the semaphore's check of its stored limit, then the
+/// script ([`apply_as`]). A survey's `run_id` is left empty: it is the process's, not the
+/// data's. The differential test (`tests/differential.rs`) runs this against the scripts.
+pub(super) fn answer(
+    data: &mut Data,
+    op: &Op,
+    caller: &str,
+    now_us: u64,
+    mut fresh_id: impl FnMut() -> String,
+) -> Answer {
+    if let Some((stored, ours)) = limit_differs(data, op, caller) {
+        data.epoch_or_create(&mut fresh_id, now_us);
+        return Answer::LimitDiffers { stored, ours };
+    }
+    match apply_as(data, op, caller, now_us, fresh_id) {
+        Some(reply) => Answer::Reply(reply),
+        None => Answer::RecordDiffers,
     }
 }
 

@@ -37,6 +37,8 @@ const COUNT_ENV: &str = "REDQUORUM_SIM_SCHEDULES";
 const MS: Duration = Duration::from_millis(1);
 
 mod cluster;
+#[cfg(feature = "testkit")]
+mod differential;
 mod handoff;
 mod many;
 mod reentry;

@@ -342,12 +342,10 @@ impl Data {
             self.leave(key, &first, Registration::Expired, now_us);
             self.journal.pruned += 1;
         }
-        // The script checks its budget before each batch: a queue left empty by exactly
-        // `PRUNE` removals answers none there too.
-        match self.queue(key, now_us).and_then(|q| q.first()) {
-            None => Head::None,
-            Some(_) => Head::Unknown,
-        }
+        // The script checks its budget before it reads the next batch: once it has pruned
+        // `PRUNE` members it stops without looking further, so a queue left empty by
+        // exactly `PRUNE` removals has an unknown head there too.
+        Head::Unknown
     }
 
     /// `queue.lua`'s `hand_on` once the key is free: to the live head, if any, with the

@@ -204,6 +204,74 @@ async fn the_model_answers_as_the_scripts_do() {
     }
 }
 
+/// `live_head`'s budget (`queue.lua`): it prunes dead members in batches of 64 while it
+/// has pruned fewer than 256, so a queue whose first 256 members are dead has an unknown
+/// head, even when no member follows them. A fair acquire is then refused (queued behind
+/// a head it cannot know); the next finds the queue empty and is granted.
+#[tokio::test]
+async fn a_queue_of_exactly_the_prune_budget_of_dead_waiters_has_an_unknown_head() {
+    const BUDGET: u64 = 256;
+    let mut real = Real::start().await;
+    let mut run = Sequence::new(&mut real).await;
+    let mut stats = Stats::default();
+    let (key, owner) = (MUTEXES[0], Arc::clone(&run.owner));
+    let reads = || Some(vec![key]);
+    // A lease holds the key while the queue fills, so that nobody is handed it.
+    let lease = Duration::from_millis(1500);
+    let mut steps = vec![Step::op(
+        "acquire",
+        format!("acquire {key} val0 ttl {lease:?}"),
+        acquire(key, "val0", lease, FenceRead::Skip, &owner),
+        reads(),
+    )];
+    // Registered last to first, so that each registration finds a live head (the
+    // earliest, still alive) and prunes nobody; the second round leaves each alive for
+    // 25 ms, the queue itself for 10 s.
+    for waiter_ttl in [Duration::from_secs(5), Duration::from_millis(25)] {
+        for score in (1..=BUDGET).rev() {
+            let waiter = format!("dead{score:03}");
+            steps.push(Step {
+                quick: true,
+                ..Step::op(
+                    "enqueue",
+                    format!("enqueue {key} {waiter} score {score} waiter ttl {waiter_ttl:?}"),
+                    enqueue(key, &waiter, score, true, false, waiter_ttl),
+                    reads(),
+                )
+            });
+        }
+    }
+    for step in &steps {
+        assert_eq!(run.step(step, &mut stats).await, Ok(true), "{}", step.label);
+    }
+    // Until the lease and every waiter expired.
+    let last = run
+        .model
+        .waiters
+        .values()
+        .chain(run.model.locks.get(key))
+        .map(|e| e.expires_us)
+        .max()
+        .unwrap();
+    let mut steps = vec![Step::pause(Duration::from_micros(
+        (last + 2 * GUARD).saturating_sub(wall_us()),
+    ))];
+    for value in ["val1", "val2"] {
+        steps.push(Step::op(
+            "acquire_queued",
+            format!("acquire {key} {value} fair, a first attempt"),
+            acquire_queued(key, value, lease, FenceRead::Skip, &owner, "", true),
+            reads(),
+        ));
+    }
+    for step in &steps {
+        assert_eq!(run.step(step, &mut stats).await, Ok(true), "{}", step.label);
+    }
+    // The first was refused behind the unknown head, the second granted.
+    let held = run.model.locks.get(key).map(|e| e.value.to_string());
+    assert_eq!(held.as_deref(), Some("val2"));
+}
+
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().map(|v| {
         v.parse()

@@ -389,26 +389,27 @@ impl Data {
     /// The body of `AcquireQueued` (after the preamble): `value` is set where the key is
     /// free or handed to `waiter` (and, when `fair`, no other live waiter heads the
     /// queue). Returns whether it was granted and, when refused, the holder's `PTTL` in ms
-    /// (-2: free, but queued behind a live waiter). With `keep_ttl`
+    /// (-2: free or handed to `waiter`, but queued behind another waiter, live or beyond
+    /// the prune budget). With `keep_ttl`
     /// (`Mutant::ConfirmKeepsHandoffExpiry`), a key handed to `waiter` keeps its expiry.
     fn acquire_queued(&mut self, q: &QueuedAcquire<'_>, now_us: u64) -> (bool, Option<i64>) {
         let key = q.key;
         let current = self.live(key, now_us);
         let handed = !q.waiter.is_empty() && current.as_deref() == Some(&**q.waiter);
-        let mut ok = current.is_none() || handed;
-        if ok && q.fair {
+        if current.is_some() && !handed {
+            return (false, Some(self.pttl_ms(key, now_us)));
+        }
+        if q.fair {
             // A head the prune budget did not reach may be an earlier live waiter.
-            ok = match self.live_head(key, now_us, q.ignore_liveness) {
+            let first = match self.live_head(key, now_us, q.ignore_liveness) {
                 Head::Live(head) => head == *q.waiter,
                 Head::None => true,
                 Head::Unknown => false,
             };
-        }
-        if !ok {
-            let pttl = self
-                .pttl(key, now_us)
-                .map_or(-2, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-            return (false, Some(pttl));
+            // Queued behind another waiter: -2, even where the key is handed to this one.
+            if !first {
+                return (false, Some(-2));
+            }
         }
         let snapshot = self.known(key, now_us);
         if handed && q.keep_ttl {

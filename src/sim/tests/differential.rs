@@ -275,6 +275,71 @@ async fn a_queue_of_exactly_the_prune_budget_of_dead_waiters_has_an_unknown_head
     assert_eq!(held.as_deref(), Some("val2"));
 }
 
+/// A fair confirm of a key handed to its waiter, refused because another live waiter heads
+/// the queue, is refused as queued (`acquire_queued.lua`'s -2: no holder TTL), not as held.
+/// The key reaches that state when the waiter's liveness key expires while the key handed
+/// to it lives on (a hand-off late in the waiter's TTL), and a registration of another
+/// waiter prunes it from the queue: the key, no longer a member's, is not moved.
+#[tokio::test]
+async fn a_fair_confirm_queued_behind_another_head_has_no_holder_ttl() {
+    let mut real = Real::start().await;
+    let mut run = Sequence::new(&mut real).await;
+    let mut stats = Stats::default();
+    let (key, owner) = (MUTEXES[0], Arc::clone(&run.owner));
+    let reads = || Some(vec![key]);
+    let ttl = Duration::from_secs(3);
+    let waiter_ttl = Duration::from_millis(300);
+    let register = |waiter: &str, score: u64, waiter_ttl: Duration| {
+        Step::op(
+            "enqueue",
+            format!("enqueue {key} {waiter} score {score} waiter ttl {waiter_ttl:?}"),
+            enqueue(key, waiter, score, true, false, waiter_ttl),
+            reads(),
+        )
+    };
+    let steps = [
+        Step::op(
+            "acquire",
+            format!("acquire {key} val0 ttl {ttl:?}"),
+            acquire(key, "val0", ttl, FenceRead::Skip, &owner),
+            reads(),
+        ),
+        register("wtr0", 1, waiter_ttl),
+        // Half the waiter's TTL on, the release hands it the key for a whole waiter TTL.
+        Step::pause(waiter_ttl / 2),
+        Step::op(
+            "release",
+            format!("release {key} val0"),
+            release(&[key.into()], "val0", key),
+            reads(),
+        ),
+    ];
+    for step in &steps {
+        assert_eq!(run.step(step, &mut stats).await, Ok(true), "{}", step.label);
+    }
+    let holder = |run: &Sequence<'_>| run.model.locks.get(key).map(|e| e.value.to_string());
+    assert_eq!(holder(&run).as_deref(), Some("wtr0"));
+    // Once wtr0's liveness key expired (the key handed to it lives on), wtr1's
+    // registration prunes wtr0 and heads the queue; then wtr0 confirms.
+    let dead_at = run.model.waiters[&(key.into(), "wtr0".into())].expires_us;
+    let steps = [
+        Step::pause(Duration::from_micros(
+            (dead_at + PAST_AN_EXPIRY).saturating_sub(wall_us()),
+        )),
+        register("wtr1", 2, Duration::from_secs(2)),
+        Step::op(
+            "acquire_queued",
+            format!("acquire {key} val1 as waiter wtr0, fair"),
+            acquire_queued(key, "val1", ttl, FenceRead::Skip, &owner, "wtr0", true),
+            reads(),
+        ),
+    ];
+    for step in &steps {
+        assert_eq!(run.step(step, &mut stats).await, Ok(true), "{}", step.label);
+    }
+    assert_eq!(holder(&run).as_deref(), Some("wtr0"));
+}
+
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().map(|v| {
         v.parse()

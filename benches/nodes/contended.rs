@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redquorum::testkit::Cluster;
-use redquorum::{AcquireOptions, Builder};
+use redquorum::{AcquireOptions, Builder, Error, ErrorKind, MasterOutcome};
 
 use super::args::Budget;
 use super::harness::{Keys, Outcome, Series, Tally, plain, set_nx};
@@ -423,6 +423,10 @@ async fn window_of(
                 let asked = Instant::now();
                 let lease = match client.acquire_with(&resource, &options).await {
                     Ok(lease) => lease,
+                    Err(e) if gave_up(&e) => {
+                        tally.gave_up += 1;
+                        continue;
+                    }
                     Err(e) => {
                         tally.errors += 1;
                         tally.first_error.get_or_insert(e.to_string());
@@ -476,16 +480,23 @@ async fn window_of(
         stop.store(true, Ordering::Relaxed);
         total.done += t.done;
         total.errors += t.errors;
+        total.gave_up += t.gave_up;
         if total.first_error.is_none() {
             total.first_error = t.first_error;
         }
     }
     let elapsed = start.elapsed();
     let label = condition(hold, waiting);
-    if let Some(e) = &total.first_error {
+    if total.gave_up > 0 {
         eprintln!(
             "  note: N={n}, {label}: {} contended acquires gave up after the {WAIT_BUDGET:?} \
-             wait budget or failed; the first: {e}",
+             wait budget",
+            total.gave_up
+        );
+    }
+    if let Some(e) = &total.first_error {
+        eprintln!(
+            "  warning: N={n}, {label}: {} operations failed; the first: {e}",
             total.errors
         );
     }
@@ -505,6 +516,7 @@ async fn window_of(
     )
     .condition(format!("{CONTENDERS} clients, {label}"))
     .rate(total.done, elapsed, total.errors)
+    .gave_up(total.gave_up)
     .against(&mechanism.sections)
     .referring_to(limit);
     let hand_off = Row::new(
@@ -520,6 +532,7 @@ async fn window_of(
     let wait = Row::new(Scenario::Contended, Metric::Wait, n, "wait for the lock")
         .condition(label.clone())
         .latency(&mut take(&turns.waits), total.errors)
+        .gave_up(total.gave_up)
         .against(rtt);
     let held = Row::new(
         Scenario::Contended,
@@ -531,6 +544,17 @@ async fn window_of(
     .latency(&mut take(&turns.holds), 0);
     results.rows.extend([sections, hand_off, wait, held]);
     Ok(())
+}
+
+/// Whether a contended acquire gave up rather than failed: its wait budget (or its
+/// attempts) ran out while another client held the lock (a master said so in the last
+/// round) or while the last round was still running. Masters that failed, with none
+/// holding the lock, are a failure.
+fn gave_up(e: &Error) -> bool {
+    let outcome = |f: fn(&MasterOutcome) -> bool| e.masters().iter().any(|m| f(m.outcome()));
+    matches!(e.kind(), ErrorKind::WaitTimeout | ErrorKind::Contended)
+        && (outcome(|o| matches!(o, MasterOutcome::HeldByOther))
+            || !outcome(|o| matches!(o, MasterOutcome::Failed(_))))
 }
 
 pub(crate) fn push(samples: &Mutex<Vec<u64>>, d: Duration) {

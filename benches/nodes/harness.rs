@@ -208,6 +208,8 @@ pub(crate) struct Tally {
     pub(crate) done: usize,
     pub(crate) errors: usize,
     pub(crate) first_error: Option<String>,
+    /// Contended acquires that gave up (the wait budget ran out): not errors.
+    pub(crate) gave_up: usize,
 }
 
 /// Progress on stderr: a line per step, and a percentage within a step on a terminal.

@@ -101,7 +101,7 @@ pub(crate) enum Metric {
     Sections,
     /// From one holder starting its release to the next holder's acquire returning.
     HandOff,
-    /// From a contended acquire's call to its return (its errors are the give-ups).
+    /// From a contended acquire's call to its return (without the give-ups).
     Wait,
     /// The most critical sections per second one resource allows: one per section plus
     /// one quorum round.
@@ -125,6 +125,9 @@ pub(crate) struct Row {
     pub(crate) samples: usize,
     /// Operations that failed (and are left out of the figures).
     pub(crate) errors: usize,
+    /// Contended acquires that gave up when their wait budget ran out (or their attempts
+    /// did): the lock was busy, nothing failed. Left out of the figures, not errors.
+    pub(crate) gave_up: usize,
     pub(crate) latency: Option<Pcts>,
     /// Operations per second.
     pub(crate) rate: Option<f64>,
@@ -157,6 +160,7 @@ impl Row {
             condition: String::new(),
             samples: 0,
             errors: 0,
+            gave_up: 0,
             latency: None,
             rate: None,
             versus: None,
@@ -184,6 +188,32 @@ impl Row {
         let secs = elapsed.as_secs_f64();
         self.rate = (secs > 0.0 && done > 0).then(|| done as f64 / secs);
         self
+    }
+
+    /// This row with `gave_up` contended acquires that gave up (not errors).
+    pub(crate) fn gave_up(mut self, gave_up: usize) -> Row {
+        self.gave_up = gave_up;
+        self
+    }
+
+    /// The share of this row's operations that failed, if it attempted any.
+    pub(crate) fn error_share(&self) -> Option<f64> {
+        let attempted = self.samples + self.errors + self.gave_up;
+        (attempted > 0).then(|| self.errors as f64 / attempted as f64)
+    }
+
+    /// The row in words: N, scenario, label and condition.
+    pub(crate) fn name(&self) -> String {
+        let condition = match self.condition.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", self.condition),
+        };
+        format!(
+            "N={} {} {}{condition}",
+            self.n,
+            self.scenario.name(),
+            self.label
+        )
     }
 
     /// Ratios of this row to `base`.
@@ -225,7 +255,29 @@ pub(crate) struct Results {
     pub(crate) rows: Vec<Row>,
 }
 
+/// The largest share of a row's operations that may fail: beyond it the run fails, since
+/// its figures describe a run that did not work.
+pub(crate) const MAX_ERROR_SHARE: f64 = 0.01;
+
 impl Results {
+    /// The rows with more than [`MAX_ERROR_SHARE`] of their operations failed, each in
+    /// words with its count.
+    pub(crate) fn failing(&self) -> Vec<String> {
+        self.rows
+            .iter()
+            .filter_map(|row| {
+                let share = row.error_share().filter(|s| *s > MAX_ERROR_SHARE)?;
+                Some(format!(
+                    "{}: {} of {} operations failed ({:.1} %)",
+                    row.name(),
+                    row.errors,
+                    row.samples + row.errors + row.gave_up,
+                    share * 100.0
+                ))
+            })
+            .collect()
+    }
+
     /// The row of `metric` for `n` masters in `scenario` (the first, if several).
     pub(crate) fn find(&self, scenario: Scenario, metric: Metric, n: usize) -> Option<&Row> {
         self.rows

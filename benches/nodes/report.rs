@@ -107,6 +107,13 @@ pub(crate) fn table(
                 row.errors
             );
         }
+        if row.gave_up > 0 {
+            let _ = writeln!(
+                out,
+                "    ({} acquires gave up after the wait budget and are not counted)",
+                row.gave_up
+            );
+        }
     }
     if !targets.is_empty() {
         let _ = writeln!(out, "\ntargets (ratios measured in this run):");
@@ -155,7 +162,7 @@ fn csv_num(v: Option<f64>) -> String {
 /// One line per row, every figure absolute and as ratios.
 pub(crate) fn csv(results: &Results) -> String {
     let mut out = String::from(
-        "n,scenario,metric,condition,samples,errors,p50_us,p90_us,p99_us,max_us,per_s,\
+        "n,scenario,metric,condition,samples,errors,gave_up,p50_us,p90_us,p99_us,max_us,per_s,\
          baseline,x_p50,x_p90,x_p99,x_max,x_rate,reference,xref_p50,xref_p99\n",
     );
     for row in &results.rows {
@@ -169,6 +176,7 @@ pub(crate) fn csv(results: &Results) -> String {
             csv_field(&row.condition),
             row.samples.to_string(),
             row.errors.to_string(),
+            row.gave_up.to_string(),
             csv_num(l.map(|l| l.p50)),
             csv_num(l.map(|l| l.p90)),
             csv_num(l.map(|l| l.p99)),
@@ -227,6 +235,7 @@ struct RowJson<'a> {
     condition: &'a str,
     samples: usize,
     errors: usize,
+    gave_up: usize,
     latency_us: Option<LatencyJson>,
     per_s: Option<f64>,
     versus_baseline: Option<VersusJson<'a>>,
@@ -311,6 +320,7 @@ pub(crate) fn json(
                 condition: &row.condition,
                 samples: row.samples,
                 errors: row.errors,
+                gave_up: row.gave_up,
                 latency_us: row
                     .latency
                     .map(|l| LatencyJson::new([l.p50, l.p90, l.p99, l.max])),
@@ -607,10 +617,10 @@ pub(crate) fn markdown(
                     .and_then(|r| r.reference.as_ref()?.latency)
                     .map(|r| r[0])),
                 md(of(Metric::Wait).and_then(|r| r.latency).map(|l| l.p50)),
-                // The ring's errors are a broken ring, not waits given up.
+                // The ring never gives up (its errors are a broken ring).
                 match waiting == ring::LABEL {
                     true => "-".to_owned(),
-                    false => sections.errors.to_string(),
+                    false => sections.gave_up.to_string(),
                 },
             );
         }

@@ -128,7 +128,7 @@ fn contended(results: &Results, targets: &mut Vec<Target>) {
             }
             targets.push(Target {
                 goal: format!("contended acquires that gave up at N={N}, {label} (count)"),
-                ratio: sections.errors as f64,
+                ratio: sections.gave_up as f64,
                 limit: 0.0,
                 at_least: false,
             });

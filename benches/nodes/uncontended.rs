@@ -15,9 +15,15 @@ use super::harness::{
 };
 use super::model::{Metric, Results, Row, Scenario};
 
-/// The library's compare-and-delete release script, for the raw fan-out.
-static RELEASE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../src/scripts/release.lua")));
+/// The library's compare-and-delete release script, for the raw fan-out: `release.lua`
+/// with the queue functions it calls (`queue.lua`) in front, as `src/scripts/mod.rs`
+/// joins them.
+static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(concat!(
+        include_str!("../../src/scripts/queue.lua"),
+        include_str!("../../src/scripts/release.lua")
+    ))
+});
 /// The library's acquire script, for the raw fan-out of what each master runs to grant a
 /// lock: the `SET NX PX` and the per-master checks around it (cluster record, data
 /// epoch, kind of lock) and the owner record.

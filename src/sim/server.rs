@@ -112,32 +112,32 @@ pub(super) enum Answer {
 pub(super) struct Reset;
 
 #[derive(Debug, Clone)]
-struct Entry {
-    value: Arc<str>,
-    expires_us: u64,
+pub(super) struct Entry {
+    pub(super) value: Arc<str>,
+    pub(super) expires_us: u64,
 }
 
 /// A master's dataset.
 #[derive(Debug, Clone, Default)]
-struct Data {
-    locks: BTreeMap<Arc<str>, Entry>,
+pub(super) struct Data {
+    pub(super) locks: BTreeMap<Arc<str>, Entry>,
     /// Fence counters, by their key (`redquorum:fence:<key>`); never expire.
-    fences: BTreeMap<String, u64>,
+    pub(super) fences: BTreeMap<String, u64>,
     /// The data epoch record, `<id>:<created us>`.
-    epoch: Option<String>,
+    pub(super) epoch: Option<String>,
     /// The cluster record (`redquorum:cluster`, no TTL), as `stamp.lua` wrote it.
-    record: Option<Record>,
+    pub(super) record: Option<Record>,
     /// Semaphores' limit records (no TTL), by key.
-    limits: BTreeMap<String, usize>,
+    pub(super) limits: BTreeMap<String, usize>,
     /// Faults planted in the model, kept over data losses.
     plants: Plants,
     /// Hand-off queues (`redquorum:queue:<key>`, sorted sets), by lock key.
-    queues: BTreeMap<Arc<str>, Queue>,
+    pub(super) queues: BTreeMap<Arc<str>, Queue>,
     /// Waiters' liveness keys (`redquorum:waiter:<key>:<waiter>`), by lock key and waiter
     /// id: the value `"<waiter_ttl ms> <channel>"` and its expiry.
-    waiters: BTreeMap<(Arc<str>, Arc<str>), Entry>,
+    pub(super) waiters: BTreeMap<(Arc<str>, Arc<str>), Entry>,
     /// Ticket counters of fair locks (`redquorum:ticket:<key>`), by lock key; no TTL.
-    tickets: BTreeMap<Arc<str>, u64>,
+    pub(super) tickets: BTreeMap<Arc<str>, u64>,
     /// What the checkers read of the queues (not data: a data loss keeps it).
     journal: Journal,
 }
@@ -162,10 +162,10 @@ struct Plants {
 /// A sorted set: members ordered by score, equal scores by member bytes, as Redis orders
 /// them; with the key's expiry, if any.
 #[derive(Debug, Clone, Default)]
-struct Queue {
+pub(super) struct Queue {
     ordered: std::collections::BTreeSet<(u64, Arc<str>)>,
-    scores: HashMap<Arc<str>, u64>,
-    expires_us: Option<u64>,
+    pub(super) scores: HashMap<Arc<str>, u64>,
+    pub(super) expires_us: Option<u64>,
 }
 
 impl Queue {
@@ -424,26 +424,27 @@ impl Data {
     /// The body of `AcquireQueued` (after the preamble): `value` is set where the key is
     /// free or handed to `waiter` (and, when `fair`, no other live waiter heads the
     /// queue). Returns whether it was granted and, when refused, the holder's `PTTL` in ms
-    /// (-2: free, but queued behind a live waiter). With `keep_ttl`
+    /// (-2: free or handed to `waiter`, but queued behind another waiter, live or beyond
+    /// the prune budget). With `keep_ttl`
     /// (`Mutant::ConfirmKeepsHandoffExpiry`), a key handed to `waiter` keeps its expiry.
     fn acquire_queued(&mut self, q: &QueuedAcquire<'_>, now_us: u64) -> (bool, Option<i64>) {
         let key = q.key;
         let current = self.live(key, now_us);
         let handed = !q.waiter.is_empty() && current.as_deref() == Some(&**q.waiter);
-        let mut ok = current.is_none() || handed;
-        if ok && q.fair {
+        if current.is_some() && !handed {
+            return (false, Some(self.pttl_ms(key, now_us)));
+        }
+        if q.fair {
             // A head the prune budget did not reach may be an earlier live waiter.
-            ok = match self.live_head(key, now_us, q.ignore_liveness) {
+            let first = match self.live_head(key, now_us, q.ignore_liveness) {
                 Head::Live(head) => head == *q.waiter,
                 Head::None => true,
                 Head::Unknown => false,
             };
-        }
-        if !ok {
-            let pttl = self
-                .pttl(key, now_us)
-                .map_or(-2, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-            return (false, Some(pttl));
+            // Queued behind another waiter: -2, even where the key is handed to this one.
+            if !first {
+                return (false, Some(-2));
+            }
         }
         let snapshot = self.known(key, now_us);
         if handed && q.keep_ttl {
@@ -1116,23 +1117,39 @@ impl SimServer {
                 }
             }
             Request::ReadRecord => Answer::Record(data.record.clone().map(Box::new)),
-            Request::Op(op, caller)
-                if let Some((stored, ours)) = limit_differs(data, op, caller) =>
-            {
-                data.epoch_or_create(&mut fresh_id, now_us);
-                Answer::LimitDiffers { stored, ours }
-            }
-            Request::Op(op, caller) => match apply_as(data, op, caller, now_us, fresh_id) {
+            Request::Op(op, caller) => match answer(data, op, caller, now_us, fresh_id) {
                 // `INFO server` gives a survey the process's run_id.
-                Some(Reply::Survey { record, epoch, .. }) => Answer::Reply(Reply::Survey {
-                    run_id,
-                    record,
-                    epoch,
-                }),
-                Some(reply) => Answer::Reply(reply),
-                None => Answer::RecordDiffers,
+                Answer::Reply(Reply::Survey { record, epoch, .. }) => {
+                    Answer::Reply(Reply::Survey {
+                        run_id,
+                        record,
+                        epoch,
+                    })
+                }
+                answer => answer,
             },
         }
+    }
+}
+
+/// A master's answer to `op` from a caller whose cluster fingerprint is `caller`, on
+/// `data` at server time `now_us`: the semaphore's check of its stored limit, then the
+/// script ([`apply_as`]). A survey's `run_id` is left empty: it is the process's, not the
+/// data's. The differential test (`tests/differential.rs`) runs this against the scripts.
+pub(super) fn answer(
+    data: &mut Data,
+    op: &Op,
+    caller: &str,
+    now_us: u64,
+    mut fresh_id: impl FnMut() -> String,
+) -> Answer {
+    if let Some((stored, ours)) = limit_differs(data, op, caller) {
+        data.epoch_or_create(&mut fresh_id, now_us);
+        return Answer::LimitDiffers { stored, ours };
+    }
+    match apply_as(data, op, caller, now_us, fresh_id) {
+        Some(reply) => Answer::Reply(reply),
+        None => Answer::RecordDiffers,
     }
 }
 

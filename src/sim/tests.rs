@@ -51,6 +51,8 @@ macro_rules! test_path {
 }
 
 mod cluster;
+#[cfg(feature = "testkit")]
+mod differential;
 mod handoff;
 mod many;
 mod reentry;

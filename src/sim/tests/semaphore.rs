@@ -329,7 +329,8 @@ impl std::fmt::Display for SemTotals {
 }
 
 /// Runs the schedules of `seeds` until one that `stop` accepts; counts what they did
-/// (those run, that one included).
+/// (those run, that one included). Only the DETECT tests, which plant a mutant, search.
+#[cfg(feature = "mutants")]
 fn search(
     profile: &SemProfile,
     seeds: impl IntoIterator<Item = u64>,

@@ -180,18 +180,24 @@ pub(crate) async fn run(
     }
     // The mechanism with raw commands first, once per hold: what the library's variants
     // are held against beside the limit.
+    // Both mechanisms run: today's confirm ring, which the library's rows are held
+    // against, and the direct-grant ring beside it.
     let mut rings: Vec<(Duration, Mechanism)> = Vec::new();
     for (hold, limit) in &limit_rows {
-        let ring = ring::window(urls, &storage_url, *hold, window).await?;
-        let [sections, hand_off, held] = ring_rows(n, *hold, &ring, (limit, &limits.rtt));
-        rings.push((
-            *hold,
-            Mechanism {
-                sections: sections.clone(),
-                hand_off: hand_off.clone(),
-            },
-        ));
-        results.rows.extend([sections, hand_off, held]);
+        for mode in ring::Mode::ALL {
+            let ring = ring::window(mode, urls, &storage_url, *hold, window).await?;
+            let [sections, hand_off, held] = ring_rows(n, *hold, mode, &ring, (limit, &limits.rtt));
+            if mode == ring::Mode::Confirm {
+                rings.push((
+                    *hold,
+                    Mechanism {
+                        sections: sections.clone(),
+                        hand_off: hand_off.clone(),
+                    },
+                ));
+            }
+            results.rows.extend([sections, hand_off, held]);
+        }
     }
     for (hold, waiting) in plan {
         let Some((_, limit)) = limit_rows.iter().find(|(h, _)| *h == hold) else {
@@ -327,8 +333,14 @@ struct Mechanism {
 /// sections against the section-bound limit, its hand-off against the round trip, and
 /// how long it held. A ring that stopped on an error has rows without figures, so that no
 /// ratio is taken to it.
-fn ring_rows(n: usize, hold: Duration, ring: &ring::Ring, (limit, rtt): (&Row, &Row)) -> [Row; 3] {
-    let label = format!("hold {} ms, {}", hold.as_millis(), ring::LABEL);
+fn ring_rows(
+    n: usize,
+    hold: Duration,
+    mode: ring::Mode,
+    ring: &ring::Ring,
+    (limit, rtt): (&Row, &Row),
+) -> [Row; 3] {
+    let label = format!("hold {} ms, {}", hold.as_millis(), mode.label());
     let broken = ring.tally.errors > 0;
     if let Some(e) = &ring.tally.first_error {
         eprintln!(

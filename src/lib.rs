@@ -169,3 +169,13 @@ pub use semaphore::{LimitReplaced, Semaphore};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The guide's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide.md")]
+pub struct GuideDoctests;
+
+/// The command's page, whose examples are shell: kept compiling as the README is.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/cli.md")]
+pub struct CliDoctests;

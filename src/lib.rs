@@ -134,6 +134,8 @@ mod master;
 #[cfg_attr(not(feature = "mutants"), allow(dead_code, unreachable_pub))]
 mod mutants;
 mod operate;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod quarantine;
 mod quorum;
 mod rwlock;

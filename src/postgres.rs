@@ -554,6 +554,17 @@ where
             return Err(FenceError::new(kind, resource, token).with_source(error));
         }
     };
+    if tx.client().is_closed() {
+        // The session ended before COMMIT could be sent (the server's idle timeout ends
+        // it so): nothing was committed.
+        let closed = tx.commit().await.err();
+        let error = FenceError::new(FenceErrorKind::Connection, resource, token)
+            .with_detail("the session had ended before COMMIT was sent");
+        return Err(match closed {
+            Some(e) => error.with_source(Box::new(e)),
+            None => error,
+        });
+    }
     tx.commit().await.map_err(|e| {
         FenceError::new(classify(&e, true), resource, token).with_source(Box::new(e))
     })?;

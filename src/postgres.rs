@@ -400,6 +400,7 @@ impl StdError for FenceError {
 ///     }
 ///     Claim::Refused { newest } => {
 ///         // Token `newest` has claimed the order: this holder's lease is over.
+///         eprintln!("refused: token {newest} wrote first");
 ///         tx.rollback().await?;
 ///     }
 ///     _ => tx.rollback().await?,

@@ -328,8 +328,8 @@ impl fmt::Display for FenceError {
             ),
             FenceErrorKind::TimedOut => write!(
                 f,
-                "fenced transaction for {resource:?} ran out of the lease's time (lock wait, idle \
-                 session or statement cancelled); nothing was committed: acquire the lock again"
+                "fenced transaction for {resource:?} ran out of the lease's time; nothing was \
+                 committed: acquire the lock again"
             ),
             FenceErrorKind::Connection => write!(
                 f,
@@ -615,9 +615,12 @@ fn timeouts(
             } else {
                 FenceErrorKind::InvalidInput
             };
-            return Err(FenceError::new(kind, resource, token).with_detail(format!(
-                "{what} is zero, which PostgreSQL reads as no limit: the lease has no time left"
-            )));
+            let detail = if kind == FenceErrorKind::TimedOut {
+                "the budget is zero: the lease has no time left".to_owned()
+            } else {
+                format!("{what} is zero, which PostgreSQL reads as no limit: give a positive one")
+            };
+            return Err(FenceError::new(kind, resource, token).with_detail(detail));
         }
         Ok(timeout.as_nanos().div_ceil(1_000_000).min(MAX_TIMEOUT_MS))
     };

@@ -337,6 +337,39 @@ async fn the_idle_timeout_ends_a_paused_holders_transaction() {
     assert_eq!(fence_of(&observer, r).await, Some(5));
 }
 
+/// A body that idles past the budget after its last statement: the server ends the
+/// session before `COMMIT` is sent, so nothing was committed, and the error says so
+/// (a lost connection, retryable), not "unknown outcome".
+#[tokio::test]
+async fn a_session_ended_before_commit_is_known_not_committed() {
+    let (db, mut holder) = start().await;
+    let observer = connect(&db).await;
+    let holder_pid = backend_pid(&holder).await;
+    let r = "accounts:8";
+    let ended = postgres::fenced(
+        &mut holder,
+        r,
+        token(2),
+        &FenceOptions::new(Duration::from_millis(200)),
+        async |tx| {
+            tx.execute("INSERT INTO counters VALUES ($1, 1)", &[&r])
+                .await?;
+            // Idle in the transaction until the server has ended the session.
+            support::wait_until(Duration::from_secs(10), "the session ended", || {
+                let observer = &observer;
+                async move { !backend_alive(observer, holder_pid).await }
+            })
+            .await;
+            Ok::<(), tokio_postgres::Error>(())
+        },
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(ended.kind(), FenceErrorKind::Connection, "{ended}");
+    assert!(ended.is_retryable());
+    assert_eq!(counter(&observer, r).await, None);
+}
+
 /// A writer waits for the fence row at most its `lock_timeout`: behind a holder that
 /// keeps its transaction open (not idle long enough to be ended), it fails as TimedOut,
 /// 55P03, retryable, and the holder's claim stands.
@@ -446,7 +479,7 @@ async fn bad_input_is_refused_before_anything_is_sent() {
             1,
             generous().idle_timeout(Duration::ZERO),
             FenceErrorKind::InvalidInput,
-            "no limit",
+            "reads as no limit",
         ),
     ];
     for (resource, t, options, kind, says) in cases {

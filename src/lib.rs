@@ -35,7 +35,7 @@
 //!   [`Builder::fencing`] or [`AcquireOptions::fencing`], and have the storage check each
 //!   lease's [`FencingToken`] ([`fenced_set`] for Redis-backed data; a
 //!   `WHERE fence <= $token` condition in SQL; with the feature `postgres`, a fence table
-//!   claimed inside the writing transaction, [`postgres::fenced`]). Tokens count only
+//!   claimed inside the writing transaction, `postgres::fenced`). Tokens count only
 //!   durable masters (`appendonly yes`, `appendfsync always`).
 //! - **Many readers or one writer**: [`Redlock::rwlock`] gives an [`RwLock`] whose read
 //!   leases are shared and whose write lease is exclusive, both on a quorum of masters;
@@ -104,12 +104,10 @@
 //!   the application installs the exporter it wants. Their names and labels, and every
 //!   `tracing` span and event, are listed in [docs/observability.md] in the repository;
 //!   [`Builder::trace_resource_names`] says whether traces show resource names.
-//! - `postgres`: fencing checked in PostgreSQL, atomically with the writes
-//!   ([`postgres`]): the fence table's [`SCHEMA`](postgres::SCHEMA) and
-//!   [`CLAIM`](postgres::CLAIM) as SQL for any driver, [`postgres::claim`] and
-//!   [`postgres::fenced`] over `tokio-postgres` (the application's own client; the
-//!   library opens no connection). With `testkit`, [`testkit::Postgres`] starts a real
-//!   server for tests.
+//! - `postgres`: fencing checked in PostgreSQL, atomically with the writes (the module
+//!   `postgres`): the fence table's `SCHEMA` and `CLAIM` as SQL for any driver, `claim`
+//!   and `fenced` over `tokio-postgres` (the application's own client; the library opens
+//!   no connection). With `testkit`, `testkit::Postgres` starts a real server for tests.
 //! - `cli`: the `redquorum` command (`cargo install redquorum --features cli`): runs a
 //!   program while holding a lock and stops it before the lock can expire if the lock is
 //!   lost; inspects, force-unlocks, initialises and checks the masters. The library never

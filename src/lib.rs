@@ -34,8 +34,9 @@
 //! - **Fencing**, where a late write would do damage: acquire with
 //!   [`Builder::fencing`] or [`AcquireOptions::fencing`], and have the storage check each
 //!   lease's [`FencingToken`] ([`fenced_set`] for Redis-backed data; a
-//!   `WHERE fence <= $token` condition in SQL). Tokens count only durable masters
-//!   (`appendonly yes`, `appendfsync always`).
+//!   `WHERE fence <= $token` condition in SQL; with the feature `postgres`, a fence table
+//!   claimed inside the writing transaction, `postgres::fenced`). Tokens count only
+//!   durable masters (`appendonly yes`, `appendfsync always`).
 //! - **Many readers or one writer**: [`Redlock::rwlock`] gives an [`RwLock`] whose read
 //!   leases are shared and whose write lease is exclusive, both on a quorum of masters;
 //!   a waiting writer is not starved by a stream of readers.
@@ -103,6 +104,10 @@
 //!   the application installs the exporter it wants. Their names and labels, and every
 //!   `tracing` span and event, are listed in [docs/observability.md] in the repository;
 //!   [`Builder::trace_resource_names`] says whether traces show resource names.
+//! - `postgres`: fencing checked in PostgreSQL, atomically with the writes (the module
+//!   `postgres`): the fence table's `SCHEMA` and `CLAIM` as SQL for any driver, `claim`
+//!   and `fenced` over `tokio-postgres` (the application's own client; the library opens
+//!   no connection). With `testkit`, `testkit::Postgres` starts a real server for tests.
 //! - `cli`: the `redquorum` command (`cargo install redquorum --features cli`): runs a
 //!   program while holding a lock and stops it before the lock can expire if the lock is
 //!   lost; inspects, force-unlocks, initialises and checks the masters. The library never
@@ -134,6 +139,8 @@ mod master;
 #[cfg_attr(not(feature = "mutants"), allow(dead_code, unreachable_pub))]
 mod mutants;
 mod operate;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod quarantine;
 mod quorum;
 mod rwlock;

@@ -45,6 +45,7 @@ const LAYERS: &[&[&str]] = &[
         "cluster",
         "telemetry",
         "held",
+        "postgres",
     ],
 ];
 

@@ -127,7 +127,7 @@ impl Redlock {
     pub async fn init_cluster(&self) -> Result<ClusterInit, Error> {
         let inner = &self.inner;
         let subject = cluster::record_key(&inner.config.key_prefix);
-        crate::lock::check_runtime(&subject)?;
+        crate::core::check_runtime(&subject)?;
         let names: Vec<Arc<str>> = inner.masters.iter().map(|m| Arc::clone(m.name())).collect();
         // What can be refused at once (a master down, another configuration's record, one
         // server listed twice) is refused before anything is written, even a claim.

@@ -120,6 +120,7 @@ mod cluster;
 mod config;
 mod core;
 mod deadline;
+mod engine;
 mod error;
 mod fencing;
 mod guard;
@@ -148,6 +149,7 @@ mod wait;
 
 pub use admin::{ClusterInit, InitOutcome};
 pub use config::{Backoff, Builder, ConfigError, IntoDuration, defaults, limits};
+pub use engine::AcquireOptions;
 pub use error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
 pub use fencing::{FencingToken, fenced_set};
 pub use health::{
@@ -158,7 +160,7 @@ pub use lease::{
     DowngradeError, ExtendReport, Lease, LeaseHandle, LeaseMode, Lost, LostReason, Reentry,
     ReleaseReport,
 };
-pub use lock::{AcquireOptions, Redlock};
+pub use lock::Redlock;
 #[cfg(feature = "mutants")]
 pub use mutants::Mutant;
 pub use operate::{Holding, Inspection, MasterView, OwnerInfo, UnlockReport, Verdict};

@@ -9,18 +9,18 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::RngExt;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use crate::core::{Inner, random_value, release_in_background, with_rng};
+use crate::core::{Inner, check_resource, check_runtime, random_value, release_in_background};
+use crate::engine::failure::{
+    budget_spent, failure_kind, holder_wake, permanent_failure, refusal, refused_by_any, spread,
+};
+pub(crate) use crate::engine::{AcquireOptions, Plan};
 
 use crate::cluster::{Owner, Terms, View};
-use crate::config::{
-    Builder, Config, ConfigError, DurationSetting, IntoDuration, MAX_LABEL_LEN, MAX_MAX_HOLD,
-    MAX_RESOURCE_LEN, MAX_RESOURCES, MAX_WAIT_TIMEOUT, at_most, duration,
-};
-use crate::error::{Error, ErrorKind, MasterErrorKind, MasterOutcome, MasterReport, human};
+use crate::config::{Builder, Config, ConfigError, MAX_RESOURCES};
+use crate::error::{Error, ErrorKind, MasterErrorKind, MasterOutcome, human};
 use crate::fencing::FencingToken;
 use crate::guard::Guarded;
 use crate::health::{self, HealthReport};
@@ -74,141 +74,6 @@ impl fmt::Debug for Redlock {
             .field("handoff", &self.inner.config.handoff)
             .field("waiter_ttl", &self.inner.config.waiter_ttl)
             .finish_non_exhaustive()
-    }
-}
-
-/// Per-call settings for [`Redlock::acquire_with`] and [`Redlock::with_lock`]; unset
-/// values use the client's. Durations are given as for the [`Builder`]: a [`Duration`] or a
-/// string such as `"30s"` ([`IntoDuration`]); a string that does not parse is reported by
-/// the call as [`ErrorKind::InvalidOptions`].
-///
-/// ```
-/// use redquorum::AcquireOptions;
-/// use std::time::Duration;
-///
-/// let opts = AcquireOptions::new()
-///     .ttl(Duration::from_secs(30))
-///     .wait_timeout("2s")
-///     .watchdog(true)
-///     .max_hold(Duration::from_secs(300));
-/// # let _ = opts;
-/// ```
-#[derive(Debug, Clone, Default)]
-#[must_use]
-pub struct AcquireOptions {
-    ttl: Option<DurationSetting>,
-    attempts: Option<u32>,
-    wait_timeout: Option<DurationSetting>,
-    watchdog: Option<bool>,
-    max_hold: Option<DurationSetting>,
-    fencing: Option<bool>,
-    label: Option<String>,
-    fair: bool,
-}
-
-impl AcquireOptions {
-    /// Options that use every client default.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The lock's TTL for this acquisition. Defaults to the client's TTL. Must exceed
-    /// the drift allowance plus the node timeout plus the safety margin, and must not
-    /// exceed the client's `ttl_max`, which **defaults to the client's TTL**: to take
-    /// longer locks per call, raise [`Builder::ttl_max`] when building the client.
-    /// At most [`MAX_TTL`](crate::limits::MAX_TTL) in any case.
-    pub fn ttl(mut self, ttl: impl IntoDuration) -> Self {
-        self.ttl = Some(ttl.into_duration());
-        self
-    }
-
-    /// The most acquire rounds to make. Defaults to the client's `retry_attempts`.
-    pub fn attempts(mut self, attempts: u32) -> Self {
-        self.attempts = Some(attempts);
-        self
-    }
-
-    /// The most time to spend trying, over all attempts; while it lasts, a waiter is woken
-    /// by the holder's release. Defaults to the client's `wait_timeout`. At most
-    /// [`MAX_WAIT_TIMEOUT`](crate::limits::MAX_WAIT_TIMEOUT).
-    pub fn wait_timeout(mut self, wait: impl IntoDuration) -> Self {
-        self.wait_timeout = Some(wait.into_duration());
-        self
-    }
-
-    /// Whether the lease gets a watchdog that extends it while held. Defaults to the
-    /// client's `watchdog` setting; [`Redlock::with_lock`] always turns it on.
-    pub fn watchdog(mut self, on: bool) -> Self {
-        self.watchdog = Some(on);
-        self
-    }
-
-    /// The most time the watchdog keeps this lease alive. Defaults to the client's
-    /// `max_hold`. At most [`MAX_MAX_HOLD`](crate::limits::MAX_MAX_HOLD).
-    pub fn max_hold(mut self, max_hold: impl IntoDuration) -> Self {
-        self.max_hold = Some(max_hold.into_duration());
-        self
-    }
-
-    /// Whether this acquisition gets a fencing token (one more round trip). Defaults to
-    /// the client's `fencing` setting; needs restart quarantine.
-    pub fn fencing(mut self, on: bool) -> Self {
-        self.fencing = Some(on);
-        self
-    }
-
-    /// What this lock's owner record calls its holder ([`Redlock::inspect`]). Defaults to
-    /// the client's [`label`](Builder::label); at most
-    /// [`MAX_LABEL_LEN`](crate::limits::MAX_LABEL_LEN) bytes.
-    pub fn label(mut self, label: impl Into<String>) -> Self {
-        self.label = Some(label.into());
-        self
-    }
-
-    /// Whether this acquisition is fair: waiters are served in the order they arrived
-    /// (first in, first out), each one's place fixed by a ticket issued on a quorum of
-    /// masters, and a newcomer never takes the lock ahead of a live waiter. Defaults to
-    /// off: an unfair acquire takes a free lock at once, and once it waits it queues too,
-    /// in about the order of arrival, by a ticket taken without the fair lock's extra
-    /// write-back (docs/design.md §17). Only for the lock of one resource
-    /// ([`Redlock::acquire_with`], [`Redlock::with_lock`]); `acquire_many`, semaphores and
-    /// read-write locks refuse it with [`ErrorKind::InvalidOptions`]. A fair first attempt
-    /// runs a script that also reads the queue, instead of the plain acquire script.
-    pub fn fair(mut self, on: bool) -> Self {
-        self.fair = on;
-        self
-    }
-}
-
-/// Settings of one acquire call, resolved against the client's configuration.
-pub(crate) struct Plan {
-    pub(crate) ttl: Duration,
-    pub(crate) fencing: bool,
-    /// Attempts that may spend the budget (see `acquire_with`).
-    pub(crate) attempts: u32,
-    pub(crate) give_up_at: Instant,
-    pub(crate) watchdog: bool,
-    pub(crate) max_hold: Option<Duration>,
-    /// Who the owner record names.
-    pub(crate) owner: Arc<Owner>,
-    /// Served in ticket order (docs/design.md §17).
-    pub(crate) fair: bool,
-}
-
-impl Plan {
-    /// Refuses a fair acquisition of `what` (named in the message), which only the lock
-    /// of one resource supports (docs/design.md §17): before any round trip, not
-    /// retryable.
-    pub(crate) fn refuse_fair(&self, resource: &str, what: &str) -> Result<(), Error> {
-        if !self.fair {
-            return Ok(());
-        }
-        Err(
-            Error::new(ErrorKind::InvalidOptions, resource).with_detail(format!(
-                "fair(true) is not supported by {what}: only the lock of one resource \
-                 (acquire_with, with_lock) is fair; drop fair(true) from the options"
-            )),
-        )
     }
 }
 
@@ -580,7 +445,7 @@ impl Redlock {
     ) -> Result<Lease, Error> {
         check_runtime(resource)?;
         check_resource(&self.inner.config.key_prefix, resource)?;
-        let plan = self.plan(resource, options)?;
+        let plan = Plan::new(&self.inner, resource, options)?;
         if let Shape::Read | Shape::Write { .. } = shape {
             plan.refuse_fair(resource, "read-write locks")?;
         }
@@ -997,7 +862,7 @@ impl Redlock {
     ) -> Result<Lease, Error> {
         let target = Target::many(&self.inner.config, resources)?;
         check_runtime(&target.name)?;
-        let plan = self.plan(&target.name, options)?;
+        let plan = Plan::new(&self.inner, &target.name, options)?;
         plan.refuse_fair(&target.name, "acquire_many")?;
         self.acquire_target(&target, &plan, rounds).await
     }
@@ -1043,102 +908,6 @@ impl Redlock {
         let options = options.clone().watchdog(true);
         let lease = self.acquire_many_with(resources, &options).await?;
         self.hold(lease, work).await
-    }
-
-    pub(crate) fn plan(&self, resource: &str, options: &AcquireOptions) -> Result<Plan, Error> {
-        let config = &self.inner.config;
-        let invalid =
-            |detail: String| Error::new(ErrorKind::InvalidOptions, resource).with_detail(detail);
-        let parsed = |setting: &'static str, value: &Option<DurationSetting>| {
-            value
-                .clone()
-                .map(|v| duration(setting, v))
-                .transpose()
-                .map_err(|e| invalid(e.to_string()))
-        };
-        let options_ttl = parsed("ttl", &options.ttl)?;
-        let options_wait = parsed("wait_timeout", &options.wait_timeout)?;
-        let options_hold = parsed("max_hold", &options.max_hold)?;
-        let ttl = match options_ttl {
-            Some(ttl) => {
-                // Checked as given: cut to whole milliseconds, a sub-millisecond TTL
-                // would read as zero.
-                config.check_ttl(ttl).map_err(|e| invalid(e.to_string()))?;
-                let ttl = deadline::whole_millis(ttl);
-                config
-                    .check_ttl_max(ttl)
-                    .map_err(|e| invalid(e.to_string()))?;
-                ttl
-            }
-            None => config.ttl,
-        };
-        let fencing = options.fencing.unwrap_or(config.fencing);
-        if fencing && !config.quarantine {
-            return Err(invalid(ConfigError::FencingNeedsQuarantine.to_string()));
-        }
-        if let Some(w) = options_wait {
-            at_most("wait_timeout", w, MAX_WAIT_TIMEOUT).map_err(|e| invalid(e.to_string()))?;
-        }
-        if let Some(m) = options_hold {
-            at_most("max_hold", m, MAX_MAX_HOLD).map_err(|e| invalid(e.to_string()))?;
-        }
-        // The default patience: long enough for any holder's lock to expire and for new
-        // masters to leave restart quarantine, with room for the rounds around it.
-        let wait = options_wait
-            .or(config.wait_timeout)
-            .unwrap_or_else(|| config.ttl_max.saturating_mul(2));
-        let give_up_at = Instant::now()
-            .checked_add(wait)
-            .ok_or_else(|| invalid(format!("wait_timeout {} overflows the clock", human(wait))))?;
-        let attempts = match options.attempts {
-            Some(0) => {
-                return Err(invalid(
-                    "attempts is zero: make at least one attempt".into(),
-                ));
-            }
-            Some(a) => a,
-            None => config.retry.attempts.map_or(u32::MAX, |a| a.get()),
-        };
-        let max_hold = options_hold.or(config.max_hold);
-        if max_hold.is_some_and(|m| m.is_zero()) {
-            return Err(invalid(
-                "max_hold is zero: give it a positive duration".into(),
-            ));
-        }
-        let owner = match &options.label {
-            Some(label) if label.len() > MAX_LABEL_LEN => {
-                return Err(invalid(
-                    ConfigError::LabelTooLong { len: label.len() }.to_string(),
-                ));
-            }
-            Some(label) => Arc::new(self.inner.owner.labelled(label)),
-            None => Arc::clone(&self.inner.owner),
-        };
-        let watchdog = options.watchdog.unwrap_or(config.watchdog);
-        // The builder refuses an interval not below the client's TTL; a shorter TTL of
-        // this call's own can make it one that could never be kept.
-        if watchdog
-            && let Some(interval) = config.extend_interval
-            && interval >= ttl
-        {
-            return Err(invalid(format!(
-                "this call's ttl {} is not above the client's extend_interval {}: the lease \
-                 would expire before the watchdog extended it at that interval; give the \
-                 call a longer ttl, or lower extend_interval",
-                human(ttl),
-                human(interval)
-            )));
-        }
-        Ok(Plan {
-            ttl,
-            fencing,
-            attempts,
-            give_up_at,
-            watchdog,
-            max_hold,
-            owner,
-            fair: options.fair,
-        })
     }
 
     /// One acquire attempt: the acquire round and, with fencing, the write-back. With
@@ -1557,46 +1326,6 @@ impl Redlock {
     }
 }
 
-/// Refuses to run outside a tokio runtime, where the masters' I/O and timers cannot run.
-pub(crate) fn check_runtime(resource: &str) -> Result<(), Error> {
-    if tokio::runtime::Handle::try_current().is_ok() {
-        return Ok(());
-    }
-    Err(Error::new(ErrorKind::NoRuntime, resource).with_detail(
-        "redquorum must be called inside a tokio runtime (features rt, time, net, macros; \
-         rt-multi-thread for #[tokio::main]) with time and I/O enabled",
-    ))
-}
-
-/// Refuses resource names that are empty, in the crate's record namespace (alone or
-/// behind `prefix`, the key prefix), or longer than [`MAX_RESOURCE_LEN`].
-pub(crate) fn check_resource(prefix: &str, resource: &str) -> Result<(), Error> {
-    let namespace = scripts::RECORD_NAMESPACE;
-    // The key is `prefix + resource`; a prefix never starts with the namespace (the
-    // builder refuses it), but it may be the namespace's beginning ("redq").
-    let in_records = namespace
-        .strip_prefix(prefix)
-        .is_some_and(|rest| resource.starts_with(rest));
-    let detail = if resource.is_empty() {
-        "it is empty: name the resource to lock, such as \"orders:42\"".to_owned()
-    } else if resource.starts_with(namespace) {
-        format!("it starts with {namespace:?}, where the lock's own records live: use another name")
-    } else if in_records {
-        format!(
-            "its key, {prefix:?} followed by the name, starts with {namespace:?}, where the \
-             lock's own records live: use another name"
-        )
-    } else if resource.len() > MAX_RESOURCE_LEN {
-        format!(
-            "it is longer than MAX_RESOURCE_LEN ({MAX_RESOURCE_LEN} bytes): use a shorter \
-             name, such as a hash of this one"
-        )
-    } else {
-        return Ok(());
-    };
-    Err(Error::new(ErrorKind::InvalidResource, resource).with_detail(detail))
-}
-
 impl Redlock {
     /// Before an operator's write that ignores values (a force-unlock): reads every
     /// master's cluster record (`Op::Survey`) and judges them from scratch, as a new client
@@ -1654,256 +1383,6 @@ impl Redlock {
                 refused.join("; ")
             )),
         )
-    }
-}
-
-/// A refusal that no quorum can outvote (docs/design.md §11): a master whose cluster record
-/// disagrees with this client's configuration (or that it reaches twice), or a name that
-/// holds another kind of lock. Its kind and the masters' own words.
-pub(crate) fn refusal(reports: &[MasterReport]) -> Option<(ErrorKind, String)> {
-    for (master_kind, kind) in [
-        (MasterErrorKind::ClusterMismatch, ErrorKind::ClusterMismatch),
-        (MasterErrorKind::WrongKind, ErrorKind::WrongKind),
-        (MasterErrorKind::LimitMismatch, ErrorKind::LimitMismatch),
-    ] {
-        // Each distinct reason once; the masters' reports name who said it.
-        let mut found: Vec<String> = Vec::new();
-        for report in reports {
-            if let MasterOutcome::Failed(e) = report.outcome()
-                && e.kind() == master_kind
-                && !found.iter().any(|f| *f == e.to_string())
-            {
-                found.push(e.to_string());
-            }
-        }
-        if !found.is_empty() {
-            return Some((kind, found.join("; ")));
-        }
-    }
-    None
-}
-
-/// Failures that last until a configuration changes (authentication, evicting masters), if
-/// they alone leave too few masters able to grant: their kind and what to change. `spare`
-/// is how many masters a quorum can do without.
-pub(crate) fn permanent_failure(
-    reports: &[MasterReport],
-    spare: usize,
-) -> Option<(ErrorKind, String)> {
-    let failed = |kind: MasterErrorKind| -> Vec<&str> {
-        reports
-            .iter()
-            .filter(|r| matches!(r.outcome(), MasterOutcome::Failed(e) if e.kind() == kind))
-            .map(MasterReport::master)
-            .collect()
-    };
-    let auth = failed(MasterErrorKind::Auth);
-    let tls = failed(MasterErrorKind::Tls);
-    let evicting = failed(MasterErrorKind::Misconfigured);
-    // Failures that last until a configuration changes leave too few masters able to
-    // grant, whatever the others do: retrying cannot help.
-    if auth.len() + tls.len() + evicting.len() > spare {
-        let mut fixes = Vec::new();
-        // The masters that failed the TLS handshake, grouped by what to change (the CA,
-        // the host name, a certificate).
-        let mut handshakes: Vec<(String, Vec<&str>)> = Vec::new();
-        for report in reports {
-            if let MasterOutcome::Failed(e) = report.outcome()
-                && e.kind() == MasterErrorKind::Tls
-            {
-                let why = e.to_string();
-                match handshakes.iter_mut().find(|(w, _)| *w == why) {
-                    Some((_, masters)) => masters.push(report.master()),
-                    None => handshakes.push((why, vec![report.master()])),
-                }
-            }
-        }
-        for (why, masters) in handshakes {
-            fixes.push(format!("{}: {why}", masters.join(", ")));
-        }
-        if !auth.is_empty() {
-            fixes.push(format!(
-                "{} refused authentication: check the user and password in their URLs and \
-                 the masters' ACLs",
-                auth.join(", ")
-            ));
-        }
-        // Each unfit master with its own reason (an evicting policy, a missing cluster
-        // record, a copy of another master's data) and what to change.
-        for report in reports {
-            if let MasterOutcome::Failed(e) = report.outcome()
-                && e.kind() == MasterErrorKind::Misconfigured
-            {
-                fixes.push(format!("{}: {e}", report.master()));
-            }
-        }
-        let kind = if !tls.is_empty() {
-            ErrorKind::Tls
-        } else if auth.is_empty() {
-            ErrorKind::Misconfigured
-        } else {
-            ErrorKind::Auth
-        };
-        return Some((kind, fixes.join("; ")));
-    }
-    None
-}
-
-/// A random pause that spreads the waiters woken by one event over a round's time (at
-/// least a millisecond), doubling after each of up to three lost races in a row, so that
-/// the first usually wins alone instead of splitting the votes.
-pub(crate) fn spread(round: Duration, herd: u32) -> Duration {
-    round
-        .max(Duration::from_millis(1))
-        .saturating_mul(1 << herd.min(3))
-        .mul_f64(with_rng(|rng| rng.random::<f64>()))
-}
-
-/// When a waiter tries again after the holder's keys expire at `free`: spread out like
-/// the waiters woken by a notice, since they all read the same expiry.
-pub(crate) fn holder_wake(free: Instant, now: Instant, round: Duration, herd: u32) -> Instant {
-    free.max(now) + spread(round, herd)
-}
-
-/// The kind of a failed acquire round and, when too few masters vote, the instant enough
-/// of them vote again.
-pub(crate) fn failure_kind(
-    outcomes: &[MasterOutcome],
-    quorum: usize,
-) -> (ErrorKind, Option<Instant>) {
-    let n = outcomes.len();
-    let denied = outcomes
-        .iter()
-        .filter(|o| matches!(o, MasterOutcome::HeldByOther))
-        .count();
-    // Held by others on so many masters that no quorum was possible even if every
-    // failed master had granted: contention, not an outage.
-    if denied > n - quorum {
-        return (ErrorKind::Contended, None);
-    }
-    let mut abstaining: Vec<Instant> = outcomes
-        .iter()
-        .filter_map(|o| match o {
-            MasterOutcome::Abstained { until } => Some(*until),
-            _ => None,
-        })
-        .collect();
-    let voters = n - abstaining.len();
-    if voters < quorum {
-        // Enough of them must come back for a quorum: the (quorum - voters)-th earliest.
-        abstaining.sort_unstable();
-        let at = abstaining.get(quorum - voters - 1).copied();
-        return (ErrorKind::NotEnoughVoters, at);
-    }
-    (ErrorKind::NoQuorum, None)
-}
-
-/// The error of a wait whose budget ran out (docs/design.md §9), from `error`: the last
-/// failure the masters decided or, when none was, the round the budget cut. Only a
-/// refusal says that the lock is held: [`ErrorKind::WaitTimeout`]. Any other failure
-/// keeps its kind, an outage ([`ErrorKind::NoQuorum`]) above all, so that a wait that met
-/// only failures never reads as "someone else holds it". `refused` says whether a master
-/// refused the lock at any point of the wait.
-pub(crate) fn budget_spent(error: Error, attempts: u32, refused: bool) -> Error {
-    let attempts_made = match attempts {
-        1 => "1 attempt".to_owned(),
-        n => format!("{n} attempts"),
-    };
-    if error.kind() == ErrorKind::Contended {
-        let detail = format!(
-            "wait budget used up after {attempts_made} (last: {})",
-            kind_word(error.kind())
-        );
-        return error
-            .with_kind(ErrorKind::WaitTimeout)
-            .with_detail(detail)
-            .with_attempts(attempts);
-    }
-    let history = match refused {
-        true => {
-            "; a master refused the lock during the wait, but the last attempt failed for \
-                 another reason"
-        }
-        false => ", and no master ever refused the lock",
-    };
-    let mut detail = format!("gave up waiting: wait budget used up after {attempts_made}{history}");
-    if let Some(before) = error.detail() {
-        detail.push_str("; ");
-        detail.push_str(before);
-    }
-    error.with_detail(detail).with_attempts(attempts)
-}
-
-/// [`budget_spent`] for a wait that queued behind a refusal (docs/design.md §17).
-pub(crate) fn wait_timeout(error: Error, attempts: u32) -> Error {
-    budget_spent(error, attempts, true)
-}
-
-impl Redlock {
-    /// What a queued waiter reports if its budget ends after `round`, a refresh of its
-    /// registration (docs/design.md §9, §17): `held`, the refusal it queued behind, while
-    /// enough masters answer the refresh for a quorum; otherwise the outage, so that a
-    /// waiter whose masters went down since it queued does not report contention. A
-    /// refresh that the budget cut leaves `last` as it was.
-    pub(crate) fn after_refresh(
-        &self,
-        round: &quorum::Round,
-        name: &str,
-        held: &Error,
-        last: Error,
-    ) -> Error {
-        if round.cut {
-            // The budget, not the masters, ended it: it decides nothing.
-            return last;
-        }
-        let inner = &self.inner;
-        let answered = round
-            .outcomes
-            .iter()
-            .filter(|o| {
-                !matches!(
-                    o,
-                    MasterOutcome::Failed(_)
-                        | MasterOutcome::Pending
-                        | MasterOutcome::Abstained { .. }
-                )
-            })
-            .count();
-        if answered >= inner.quorum {
-            return held.clone();
-        }
-        let reports = round.reports(&inner.masters);
-        let spare = inner.masters.len() - inner.quorum;
-        if let Some((kind, fixes)) = permanent_failure(&reports, spare) {
-            return Error::new(kind, name)
-                .with_detail(fixes)
-                .with_masters(reports);
-        }
-        let (kind, voters_at) = failure_kind(&round.outcomes, inner.quorum);
-        let error = Error::new(kind, name).with_masters(reports);
-        match voters_at {
-            Some(at) => error.with_retry_at(at),
-            None => error,
-        }
-    }
-}
-
-/// Whether a master refused the lock in `error`'s round: it holds another value.
-pub(crate) fn refused_by_any(error: &Error) -> bool {
-    error
-        .masters()
-        .iter()
-        .any(|r| matches!(r.outcome(), MasterOutcome::HeldByOther))
-}
-
-fn kind_word(kind: ErrorKind) -> &'static str {
-    match kind {
-        ErrorKind::Contended => "held by another client",
-        ErrorKind::NoQuorum => "no quorum reachable",
-        ErrorKind::ValidityExhausted => "validity used up",
-        ErrorKind::NotEnoughVoters => "too few masters vote yet",
-        ErrorKind::FencingFailed => "no fencing token confirmed",
-        _ => "failed",
     }
 }
 
@@ -2178,84 +1657,6 @@ impl Drop for AttemptGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn no_resource_names_a_record_alone_or_behind_the_key_prefix() {
-        let refused = |prefix: &str, resource: &str| {
-            check_resource(prefix, resource).is_err_and(|e| e.kind() == ErrorKind::InvalidResource)
-        };
-        assert!(refused("", "redquorum:epoch"));
-        assert!(refused("locks:", "redquorum:epoch"));
-        // The prefix begins the namespace, the name ends it: the key is a record's.
-        assert!(refused("redq", "uorum:epoch"));
-        assert!(refused("redquorum", ":fence:orders"));
-        assert!(refused("r", "edquorum:cluster"));
-        // The waiter queue, a waiter's liveness key and the ticket counter of a lock.
-        for record in [
-            scripts::queue_key("orders:1"),
-            scripts::waiter_key("orders:1", "00ff"),
-            scripts::ticket_key("orders:1"),
-        ] {
-            assert!(refused("", &record), "{record}");
-            assert!(refused("locks:", &record), "{record}");
-        }
-        // Near misses are names like any other.
-        assert!(!refused("redq", "uorum-epoch"));
-        assert!(!refused("locks:", "uorum:epoch"));
-        assert!(!refused("redquorum", "s:orders"));
-        assert!(!refused("", "orders:42"));
-    }
-
-    #[test]
-    fn waiters_woken_by_the_holders_expiry_do_not_all_wake_at_once() {
-        let now = Instant::now();
-        let free = now + Duration::from_millis(50);
-        let round = Duration::from_micros(400);
-        let wakes: Vec<Instant> = (0..64).map(|_| holder_wake(free, now, round, 0)).collect();
-        assert!(
-            wakes
-                .iter()
-                .all(|w| *w >= free && *w < free + Duration::from_millis(1))
-        );
-        let first = wakes[0];
-        assert!(
-            wakes.iter().any(|w| *w != first),
-            "no jitter at the holder's expiry"
-        );
-        // After lost races the spread grows, up to eight times.
-        let late = (0..64)
-            .map(|_| holder_wake(free, now, round, 10))
-            .max()
-            .unwrap_or(free);
-        assert!(late < free + Duration::from_millis(8));
-    }
-
-    #[test]
-    fn too_few_voters_say_when_enough_vote_again() {
-        let now = Instant::now();
-        let at = |ms| MasterOutcome::Abstained {
-            until: now + Duration::from_millis(ms),
-        };
-        let granted = MasterOutcome::Granted;
-        // 5 masters, quorum 3: one votes, four abstain; two of them must come back.
-        let outcomes = [granted.clone(), at(400), at(100), at(300), at(200)];
-        let (kind, when) = failure_kind(&outcomes, 3);
-        assert_eq!(kind, ErrorKind::NotEnoughVoters);
-        assert_eq!(when, Some(now + Duration::from_millis(200)));
-        // Enough vote: a failure among the voters is an outage, not quarantine.
-        let outcomes = [
-            granted.clone(),
-            granted.clone(),
-            at(100),
-            MasterOutcome::Pending,
-            at(5),
-        ];
-        assert_eq!(failure_kind(&outcomes, 3), (ErrorKind::NoQuorum, None));
-        // Held elsewhere beats everything.
-        let held = MasterOutcome::HeldByOther;
-        let outcomes = [held.clone(), held.clone(), held, at(1), at(2)];
-        assert_eq!(failure_kind(&outcomes, 3), (ErrorKind::Contended, None));
-    }
 
     /// A durable, long-running master that grants every acquire, releases, and answers
     /// each fencing write-back from a script (the last answer repeats).

@@ -34,12 +34,13 @@ use futures::future::join_all;
 use tokio::time::Instant;
 
 use crate::core::Inner;
+use crate::core::{check_resource, check_runtime};
 use crate::deadline;
 use crate::error::{
     Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport, ShortName, human,
 };
 use crate::fencing::FencingToken;
-use crate::lock::{Redlock, check_resource, check_runtime};
+use crate::lock::Redlock;
 use crate::master::{Inspected, Op, Reply};
 use crate::scripts;
 use crate::telemetry;

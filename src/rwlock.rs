@@ -7,9 +7,10 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
+use crate::engine::AcquireOptions;
 use crate::error::{Error, ErrorKind};
 use crate::lease::{Lease, LeaseHandle};
-use crate::lock::{AcquireOptions, Redlock, Shape};
+use crate::lock::{Redlock, Shape};
 use crate::telemetry;
 
 /// A read-write lock on one name: any number of readers at once, or one writer alone.

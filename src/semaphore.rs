@@ -19,15 +19,16 @@ use rand::seq::SliceRandom;
 use tokio::time::Instant;
 
 use crate::config::limits::MAX_PERMITS;
-use crate::core::{random_value, with_rng};
+use crate::core::{check_resource, check_runtime, random_value, with_rng};
+use crate::engine::failure::{
+    budget_spent, failure_kind, holder_wake, permanent_failure, refusal, refused_by_any, spread,
+};
+use crate::engine::{AcquireOptions, Plan};
 use crate::error::{Error, ErrorKind, MasterOutcome, human};
 use crate::fencing::FencingToken;
 use crate::held::HeldMode;
 use crate::lease::{Lease, LeaseHandle, LeaseKey, LeaseMode, LeaseParams, Watchdog};
-use crate::lock::{
-    AcquireOptions, AttemptGuard, Plan, Redlock, Wake, budget_spent, check_resource, check_runtime,
-    failure_kind, holder_wake, permanent_failure, refusal, refused_by_any, spread,
-};
+use crate::lock::{AttemptGuard, Redlock, Wake};
 use crate::master::{Op, PermitsOp, Reply};
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
@@ -224,7 +225,7 @@ impl Semaphore {
         let name = &*shape.name;
         check_runtime(name)?;
         let inner = &self.client.inner;
-        let plan = self.client.plan(name, &AcquireOptions::default())?;
+        let plan = Plan::new(&self.client.inner, name, &AcquireOptions::default())?;
         let op = Op::AcquirePermits(Box::new(PermitsOp {
             limit_key: Arc::clone(&shape.limit_key),
             slots: Arc::clone(&shape.slots),
@@ -354,7 +355,7 @@ impl Semaphore {
         }
         // Permits only this client's own leases could free: refused before any round trip.
         let mut own = self.own_slots(permits)?;
-        let plan = self.client.plan(name, options)?;
+        let plan = Plan::new(&self.client.inner, name, options)?;
         plan.refuse_fair(name, "semaphores")?;
         let config = &self.client.inner.config;
         let k = permits as usize;

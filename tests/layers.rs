@@ -28,6 +28,8 @@ const LAYERS: &[&[&str]] = &[
     // The lock family's facades: above `lock`, whose acquire settings and helpers they use.
     &["semaphore", "rwlock"],
     &["lock"],
+    // The acquire engine: plan, failure classification (docs/design.md §3, §6).
+    &["engine"],
     &["lease"],
     &["core"],
     &["quorum", "guard", "wait", "health"],

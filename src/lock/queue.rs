@@ -31,8 +31,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Plan, Redlock, Target, failure_kind, kind_word, spread, wait_timeout};
+use super::{Plan, Redlock, Target};
 use crate::core::{Inner, random_value};
+use crate::engine::failure::{after_refresh, failure_kind, kind_word, spread, wait_timeout};
 use crate::error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome};
 use crate::lease::{Lease, Watchdog};
 use crate::master::{Master, Op, Reply};
@@ -369,7 +370,7 @@ impl Redlock {
                     .await;
                 next_refresh = Instant::now() + refresh_every;
                 wrong_kind(&round, &target.name, *total)?;
-                last = self.after_refresh(&round, &target.name, &held, last);
+                last = after_refresh(inner, &round, &target.name, &held, last);
                 evidence.note_round(&round, inner.quorum);
                 evidence.note_notices(&handoffs.fresh());
                 tracing::trace!(

@@ -12,27 +12,26 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use crate::core::{Inner, check_resource, check_runtime, random_value, release_in_background};
-use crate::engine::failure::{
-    budget_spent, failure_kind, holder_wake, permanent_failure, refusal, refused_by_any, spread,
-};
+use crate::core::{Inner, check_resource, check_runtime, random_value};
+use crate::engine::attempt::attempt;
+use crate::engine::failure::{budget_spent, holder_wake, refused_by_any, spread};
+use crate::engine::intent::IntentGuard;
+use crate::engine::target::{Intent, Kind, Target};
 pub(crate) use crate::engine::{AcquireOptions, Plan};
 
 use crate::cluster::{Owner, Terms, View};
-use crate::config::{Builder, Config, ConfigError, MAX_RESOURCES};
-use crate::error::{Error, ErrorKind, MasterErrorKind, MasterOutcome, human};
-use crate::fencing::FencingToken;
+use crate::config::{Builder, Config, ConfigError};
+use crate::error::{Error, ErrorKind, MasterErrorKind};
 use crate::guard::Guarded;
 use crate::health::{self, HealthReport};
-use crate::held::{Held, HeldMode};
-use crate::lease::{Lease, LeaseHandle, LeaseKey, LeaseMode, LeaseParams, Watchdog, list_name};
-use crate::master::{FenceRead, Master, Op, RedisMaster, Reply, RwMode};
+use crate::held::Held;
+use crate::lease::{Lease, LeaseHandle, Watchdog};
+use crate::master::{Master, Op, RedisMaster, Reply};
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
-use crate::quorum::{self, Bounds, Decision};
+use crate::quorum;
 use crate::telemetry;
 use crate::wait::{Notifier, Subscription};
-use crate::{deadline, scripts};
 
 mod queue;
 
@@ -84,24 +83,6 @@ pub(crate) enum Wake {
     Timer,
     /// Something that happened on the masters: the next attempt is free.
     Event,
-}
-
-/// A failed attempt, with what a waiter needs to know.
-struct Failed {
-    error: Error,
-    /// When enough of the holder's keys expire for a quorum to be free, if known; for
-    /// several keys, when the longest-held of them is free.
-    holder_free_at: Option<Instant>,
-    /// Of several keys, which ones some master found held (empty for one key).
-    held: Vec<bool>,
-    /// The wait budget ended the round before the masters decided it.
-    cut: bool,
-    /// The fair lock's ticket counters the masters answered (a fair attempt only).
-    tickets: Vec<u64>,
-    /// A queued waiter's confirm keeps the release of what it was granted to its caller,
-    /// which first registers the waiter again where the grant removed it (docs/design.md
-    /// §17); dropped, it releases. `None`: released already.
-    release: Option<AttemptGuard>,
 }
 
 impl Builder {
@@ -446,48 +427,39 @@ impl Redlock {
         check_runtime(resource)?;
         check_resource(&self.inner.config.key_prefix, resource)?;
         let plan = Plan::new(&self.inner, resource, options)?;
-        if let Shape::Read | Shape::Write { .. } = shape {
+        if let Shape::Read | Shape::Write = shape {
             plan.refuse_fair(resource, "read-write locks")?;
         }
         // A writer's intent (docs/design.md §16): one id for the whole call, refreshed by
         // each attempt while readers hold the lock.
-        let shape = match shape {
-            Shape::Write { .. } => Shape::Write {
-                intent: random_value().into(),
-                intent_ttl: plan.ttl,
-            },
-            other => other.clone(),
+        let kind = match shape {
+            Shape::Mutex => Kind::Mutex,
+            Shape::Read => Kind::Read,
+            Shape::Write => Kind::Write(Intent {
+                id: random_value().into(),
+                ttl: plan.ttl,
+            }),
         };
-        let target = Target::one(&self.inner.config, resource, shape);
-        self.acquire_target(&target, &plan, rounds).await
+        let target = Target::one(&self.inner.config, resource, kind);
+        self.acquire_target(target, &plan, rounds).await
     }
 
     /// The acquire loop over `target`'s keys (docs/design.md §3, §6, §14): attempts until
     /// one succeeds or the plan's budgets run out, waiting for the holders in between.
     async fn acquire_target(
         &self,
-        target: &Target,
+        mut target: Target,
         plan: &Plan,
         rounds: &mut u32,
     ) -> Result<Lease, Error> {
         let config = &self.inner.config;
-        let keys: Vec<&str> = target.keys.iter().map(|(_, key)| &**key).collect();
         // This client's own lease on a key: refused before any round trip (§14); a write
         // acquire of a lock it reads is an upgrade, refused too (§16).
-        let held_mode = target.shape.held_mode();
-        self.inner.held.check(&target.name, &keys, held_mode)?;
+        target.check_held(&self.inner.held)?;
         // A writer's intent (docs/design.md §16), chosen once per call: cleared when the
         // call ends without the lock (returned or dropped) so that readers need not wait
         // for it to expire; a granted attempt clears it where its grant did not.
-        let intent_guard = match (&target.shape, target.keys.first()) {
-            (Shape::Write { intent, .. }, Some((_, key))) => Some(IntentGuard {
-                inner: Arc::clone(&self.inner),
-                key: Arc::clone(key),
-                intent: Arc::clone(intent),
-                armed: true,
-            }),
-            _ => None,
-        };
+        let intent_guard = IntentGuard::of(&self.inner, &target);
         let reused: Option<Arc<str>> = None;
         #[cfg(feature = "mutants")]
         let reused = reused.or_else(|| {
@@ -518,9 +490,7 @@ impl Redlock {
         // A waiting acquire of one resource queues to be handed the lock, and a fair one
         // takes it only in ticket order (docs/design.md §17). Its first attempt is the
         // plain acquire unless fair: the uncontended path stays one plain round.
-        let queued = matches!(target.shape, Shape::Mutex)
-            && target.keys.len() == 1
-            && (config.handoff || plan.fair);
+        let queued = target.queues(config.handoff, plan.fair);
         let no_waiter: Arc<str> = "".into();
         let total = rounds;
         loop {
@@ -532,15 +502,14 @@ impl Redlock {
             if rounds > 1 {
                 // A lease of this client took the key while this call waited: waiting on
                 // would be waiting for ourselves.
-                self.inner
-                    .held
-                    .check(&target.name, &keys, held_mode)
+                target
+                    .check_held(&self.inner.held)
                     .map_err(|e| e.with_attempts(rounds - 1))?;
             }
             let value = reused.clone().unwrap_or_else(|| random_value().into());
             let started = Instant::now();
             let queue = (queued && plan.fair).then_some((&no_waiter, true));
-            let failed = match self.attempt(target, value, plan, queue).await {
+            let failed = match attempt(&self.inner, &target, value, plan, queue).await {
                 Ok(lease) => {
                     if let Some(guard) = intent_guard {
                         guard.disarm();
@@ -552,7 +521,7 @@ impl Redlock {
                             round_time: config.node_timeout,
                         });
                     }
-                    if noticed {
+                    if noticed && target.hands_off() {
                         telemetry::handoff();
                     }
                     return Ok(lease);
@@ -578,13 +547,13 @@ impl Redlock {
             // counters for its ticket; without them it tries again as usual).
             if queued
                 && error.kind() == ErrorKind::Contended
-                && (!plan.fair || failed.tickets.len() >= self.inner.quorum)
+                && (!plan.fair || failed.seen.tickets.len() >= self.inner.quorum)
             {
                 let queue = queue::Queue {
-                    target,
+                    target: &mut target,
                     plan,
                     refused: error,
-                    tickets: &failed.tickets,
+                    tickets: &failed.seen.tickets,
                     reused: reused.clone(),
                     spent,
                 };
@@ -597,7 +566,7 @@ impl Redlock {
             let fresh: Vec<Arc<str>> =
                 match config.notifications && error.kind() == ErrorKind::Contended {
                     true => target
-                        .channels(&failed.held)
+                        .channels(&failed.seen)
                         .into_iter()
                         .filter(|channel| !subscribed.contains(channel))
                         .collect(),
@@ -646,10 +615,10 @@ impl Redlock {
             }
             // A waiting writer refreshes its intent well before it expires: each attempt
             // sets it again where readers still hold the lock (docs/design.md §16).
-            if let Shape::Write { intent_ttl, .. } = &target.shape
+            if let Kind::Write(intent) = &target.kind
                 && error.kind() == ErrorKind::Contended
             {
-                let refresh = now + *intent_ttl / 3;
+                let refresh = now + intent.ttl / 3;
                 if refresh < wake_at {
                     wake_at = refresh;
                     reason = Wake::Event;
@@ -662,6 +631,7 @@ impl Redlock {
             let traced = telemetry::resource(&target.name, config.trace_resource_names);
             tracing::trace!(resource = %traced, rounds, "acquire attempt failed, waiting");
             noticed = false;
+            let keys = target.lock_keys();
             match waiting.as_mut_slice() {
                 [] => {
                     tokio::select! {
@@ -864,7 +834,7 @@ impl Redlock {
         check_runtime(&target.name)?;
         let plan = Plan::new(&self.inner, &target.name, options)?;
         plan.refuse_fair(&target.name, "acquire_many")?;
-        self.acquire_target(&target, &plan, rounds).await
+        self.acquire_target(target, &plan, rounds).await
     }
 
     /// Runs `work` while holding the locks on every resource of `resources`, and releases
@@ -908,421 +878,6 @@ impl Redlock {
         let options = options.clone().watchdog(true);
         let lease = self.acquire_many_with(resources, &options).await?;
         self.hold(lease, work).await
-    }
-
-    /// One acquire attempt: the acquire round and, with fencing, the write-back. With
-    /// `queue` (a waiter id, empty before the call queued, and whether the acquisition is
-    /// fair), the lock of one resource is taken as a queued waiter or fair contender
-    /// (`Op::AcquireQueued`, docs/design.md §17).
-    async fn attempt(
-        &self,
-        target: &Target,
-        value: Arc<str>,
-        plan: &Plan,
-        queue: Option<(&Arc<str>, bool)>,
-    ) -> Result<Lease, Failed> {
-        let inner = &self.inner;
-        let config = &inner.config;
-        let ttl = plan.ttl;
-        let resource = &target.name;
-        let shape = &target.shape;
-        // The key that holds this attempt's value: a reader's own key, or the lock key.
-        let holding: Option<Arc<str>> = match (shape, &*target.keys) {
-            (Shape::Read, [(_, key)]) => Some(scripts::reader_key(key, &value).into()),
-            _ => None,
-        };
-        let mut guard = AttemptGuard {
-            inner: Arc::clone(inner),
-            keys: match &holding {
-                Some(reader) => vec![Arc::clone(reader)],
-                None => target.keys.iter().map(|(_, key)| Arc::clone(key)).collect(),
-            },
-            channel: None,
-            value: Arc::clone(&value),
-            outcomes: None,
-            armed: true,
-        };
-        // A queued waiter's failed confirm hands its release to the caller (see `Failed`).
-        let queued = queue.is_some_and(|(waiter, _)| !waiter.is_empty());
-        let keep = |guard: AttemptGuard| queued.then_some(guard);
-        let fence = match plan.fencing {
-            false => FenceRead::Skip,
-            true => FenceRead::Read,
-        };
-        #[cfg(feature = "mutants")]
-        let fence = match (fence, config.planted.is(Mutant::OneRoundToken)) {
-            (FenceRead::Read, true) => FenceRead::IncrementWhenGranted,
-            (fence, _) => fence,
-        };
-        let op = match (shape, &*target.keys) {
-            (Shape::Read | Shape::Write { .. }, [(_, key)]) => Op::RwAcquire {
-                key: Arc::clone(key),
-                value: Arc::clone(&value),
-                ttl,
-                fence,
-                owner: Arc::clone(&plan.owner),
-                mode: match shape {
-                    Shape::Write { intent, intent_ttl } => RwMode::Write {
-                        intent: Arc::clone(intent),
-                        intent_ttl: *intent_ttl,
-                    },
-                    _ => RwMode::Read,
-                },
-                #[cfg(feature = "mutants")]
-                ignore_intent: config.planted.is(Mutant::ReaderIgnoresIntent),
-            },
-            (_, [(_, key)]) => match queue {
-                Some((waiter, fair)) => Op::AcquireQueued {
-                    key: Arc::clone(key),
-                    value: Arc::clone(&value),
-                    ttl,
-                    fence,
-                    owner: Arc::clone(&plan.owner),
-                    waiter: Arc::clone(waiter),
-                    fair,
-                    #[cfg(feature = "mutants")]
-                    keep_handoff_expiry: config.planted.is(Mutant::ConfirmKeepsHandoffExpiry),
-                    #[cfg(feature = "mutants")]
-                    ignore_liveness: config.planted.is(Mutant::HandoffIgnoresLiveness),
-                },
-                None => Op::AcquireChecked {
-                    key: Arc::clone(key),
-                    value: Arc::clone(&value),
-                    ttl,
-                    fence,
-                    owner: Arc::clone(&plan.owner),
-                },
-            },
-            (_, keys) => Op::AcquireMany {
-                keys: keys.iter().map(|(_, key)| Arc::clone(key)).collect(),
-                value: Arc::clone(&value),
-                ttl,
-                fence: match plan.fencing {
-                    false => FenceRead::Skip,
-                    true => FenceRead::Read,
-                },
-                owner: Arc::clone(&plan.owner),
-                #[cfg(feature = "mutants")]
-                partial: config.planted.is(Mutant::ManyPartialVote),
-            },
-        };
-        // A writer learns how its stragglers answered, to clear its intent where they
-        // refused (`clear_intent_after_grant`).
-        let bounds = Bounds {
-            late: matches!(shape, Shape::Write { .. }),
-            ..inner.bounds(Some(plan.give_up_at))
-        };
-        let traced = telemetry::resource(resource, config.trace_resource_names);
-        let round = quorum::run(&inner.masters, Arc::new(op), inner.quorum, traced, bounds).await;
-        let reports = round.reports(&inner.masters);
-        let drift = deadline::drift(ttl, config.drift_factor);
-
-        // A master whose cluster record disagrees with this client, or a name that holds
-        // another kind of lock: refuse whatever was granted (the guard releases it).
-        if let Some((kind, detail)) = refusal(&reports) {
-            guard.outcomes = Some(round.outcomes);
-            return Err(Failed {
-                error: Error::new(kind, &**resource)
-                    .with_detail(detail)
-                    .with_masters(reports),
-                holder_free_at: None,
-                held: Vec::new(),
-                cut: false,
-                tickets: Vec::new(),
-                release: keep(guard),
-            });
-        }
-
-        if round.decision == Decision::Reached {
-            let now = Instant::now();
-            let t0 = round.t0;
-            #[cfg(feature = "mutants")]
-            let t0 = match config.planted.is(Mutant::IgnoreElapsed) {
-                true => now,
-                false => t0,
-            };
-            let least = config.least_validity(ttl);
-            let valid = config
-                .lease_deadline(t0, ttl)
-                .filter(|dl| deadline::validity_left(*dl, now, least).is_some());
-            let Some(deadline) = valid else {
-                guard.outcomes = Some(round.outcomes);
-                let detail = format!(
-                    "the round took {} of a {} TTL (drift allowance {})",
-                    human(now - round.t0),
-                    human(ttl),
-                    human(drift)
-                );
-                return Err(Failed {
-                    error: Error::new(ErrorKind::ValidityExhausted, &**resource)
-                        .with_detail(detail)
-                        .with_masters(reports),
-                    holder_free_at: None,
-                    held: Vec::new(),
-                    cut: false,
-                    tickets: Vec::new(),
-                    release: keep(guard),
-                });
-            };
-            let tokens = match (fence, &*target.keys) {
-                (FenceRead::Skip, _) => vec![None; target.keys.len()],
-                #[cfg(feature = "mutants")]
-                (FenceRead::IncrementWhenGranted, [_]) => {
-                    vec![Some(round.fence_counters().max().unwrap_or(0))]
-                }
-                (_, keys) => {
-                    // One counter per key, each written back on its own (docs/design.md
-                    // §8, §14); the write-backs of several keys run at once.
-                    let first = |i: usize| match keys {
-                        [_] => round.fence_counters().max(),
-                        _ => round.fence_counters_of(i).max(),
-                    };
-                    let write_backs = keys.iter().enumerate().map(|(i, (resource, key))| {
-                        // A reader writes back through its own key; the counter is the
-                        // lock's (docs/design.md §16).
-                        self.fence(
-                            (holding.as_ref().unwrap_or(key), key),
-                            resource,
-                            &value,
-                            first(i).unwrap_or(0).saturating_add(1),
-                            (deadline, least),
-                            plan.give_up_at,
-                        )
-                    });
-                    let mut tokens = Vec::with_capacity(keys.len());
-                    for written in futures::future::join_all(write_backs).await {
-                        match written {
-                            Ok(token) => tokens.push(Some(token)),
-                            Err((error, cut)) => {
-                                guard.outcomes = Some(round.outcomes);
-                                // Cut by the wait budget: what the acquire round said is
-                                // the more useful report.
-                                let error = match cut {
-                                    true => error.with_masters(reports),
-                                    false => error,
-                                };
-                                return Err(Failed {
-                                    error,
-                                    holder_free_at: None,
-                                    held: Vec::new(),
-                                    cut,
-                                    tickets: Vec::new(),
-                                    release: keep(guard),
-                                });
-                            }
-                        }
-                    }
-                    tokens
-                }
-            };
-            guard.disarm();
-            if let (Shape::Write { intent, .. }, [(_, key)]) = (shape, &*target.keys) {
-                clear_intent_after_grant(inner, key, intent, &round.outcomes, round.late);
-            }
-            let claim = inner.held.claim(
-                &target
-                    .keys
-                    .iter()
-                    .map(|(_, k)| Arc::clone(k))
-                    .collect::<Vec<_>>(),
-                shape.held_mode(),
-            );
-            let keys = target
-                .keys
-                .iter()
-                .zip(tokens)
-                .map(|((resource, key), token)| {
-                    let lock = LeaseKey::new(
-                        Arc::clone(resource),
-                        Arc::clone(key),
-                        token.map(FencingToken::new),
-                    );
-                    // A read lease's key is its reader key; its release notice goes on the
-                    // lock's channel, where writers wait (docs/design.md §16).
-                    match &holding {
-                        Some(reader) => LeaseKey {
-                            key: Arc::clone(reader),
-                            ..lock
-                        },
-                        None => lock,
-                    }
-                })
-                .collect();
-            return Ok(Lease::new(
-                Arc::clone(inner),
-                LeaseParams {
-                    keys,
-                    mode: shape.mode(),
-                    value,
-                    ttl,
-                    deadline,
-                    safety_margin: config.safety_margin(ttl),
-                    acquired: reports,
-                },
-            )
-            .with_claim(claim));
-        }
-
-        let spare = inner.masters.len() - inner.quorum;
-        let (kind, detail, voters_at) = match permanent_failure(&reports, spare) {
-            Some((kind, fixes)) => (kind, Some(fixes), None),
-            None => {
-                let (kind, voters_at) = failure_kind(&round.outcomes, inner.quorum);
-                let detail = voters_at.map(|_| {
-                    "too few masters vote yet: the others are in restart quarantine, because \
-                     they may have lost lock keys (new masters abstain once, for ttl_max)"
-                        .to_owned()
-                });
-                (kind, detail, voters_at)
-            }
-        };
-        let holder_free_at = round
-            .holder_free_in(inner.quorum)
-            .and_then(|d| round.t0.checked_add(d));
-        let held = match target.keys.len() {
-            1 => Vec::new(),
-            n => round.held_keys(n),
-        };
-        guard.outcomes = Some(round.outcomes);
-        let mut error = Error::new(kind, &**resource).with_masters(reports);
-        if let Some(detail) = detail {
-            error = error.with_detail(detail);
-        }
-        if let Some(at) = voters_at {
-            error = error.with_retry_at(at);
-        }
-        let tickets = round
-            .replies
-            .iter()
-            .flatten()
-            .filter_map(|r| match r {
-                Reply::Checked {
-                    ticket: Some(t), ..
-                } => Some(*t),
-                _ => None,
-            })
-            .collect();
-        Err(Failed {
-            error,
-            holder_free_at,
-            held,
-            cut: round.cut,
-            tickets,
-            release: keep(guard),
-        })
-    }
-
-    /// The fencing write-back (phase 2, see `fencing.rs`): raises the counters to a token
-    /// starting at `token`, above every counter a master reports in conflict, until a
-    /// quorum accepted one, within the lease's validity.
-    pub(crate) async fn fence(
-        &self,
-        (key, lock): (&Arc<str>, &Arc<str>),
-        resource: &Arc<str>,
-        value: &Arc<str>,
-        mut token: u64,
-        (deadline, least): (Instant, Duration),
-        give_up_at: Instant,
-    ) -> Result<u64, (Error, bool)> {
-        // Each conflict raises the token past a counter that exists, and each failure
-        // without one is retried after a pause; the bound only guards against a master
-        // answering nonsense. The lease's validity bounds the time. The error comes with
-        // whether the wait budget cut a round.
-        const MAX_ROUNDS: usize = 16;
-        let inner = &self.inner;
-        let n = inner.masters.len();
-        let mut last = Vec::new();
-        for _ in 0..MAX_ROUNDS {
-            if deadline::validity_left(deadline, Instant::now(), least).is_none() {
-                break;
-            }
-            let op = Arc::new(Op::Fence {
-                counter: scripts::fence_key(lock).into(),
-                key: Arc::clone(key),
-                value: Arc::clone(value),
-                token,
-                #[cfg(feature = "mutants")]
-                strict: !inner.config.planted.is(Mutant::WritebackNoGuard),
-            });
-            let bounds = inner.bounds(Some(deadline.min(give_up_at)));
-            let started = Instant::now();
-            let traced = telemetry::resource(resource, inner.config.trace_resource_names);
-            let round = quorum::run(&inner.masters, op, inner.quorum, traced, bounds).await;
-            if round.cut && Instant::now() >= give_up_at {
-                let error = Error::new(ErrorKind::FencingFailed, &**resource)
-                    .with_detail("the wait budget ran out during the fencing write-back");
-                return Err((error, true));
-            }
-            // Keep what each master last said: a master cut off by the deadline in this
-            // round may have said why it does not count in an earlier one.
-            let reports = round.reports(&inner.masters);
-            last = if last.is_empty() {
-                reports
-            } else {
-                reports
-                    .into_iter()
-                    .zip(last)
-                    .map(|(new, old)| match new.outcome() {
-                        MasterOutcome::Pending => old,
-                        _ => new,
-                    })
-                    .collect()
-            };
-            if round.decision == Decision::Reached {
-                if deadline::validity_left(deadline, Instant::now(), least).is_none() {
-                    break;
-                }
-                return Ok(token);
-            }
-            if let Some(counter) = round.fence_counters().max().filter(|c| *c >= token) {
-                token = counter.saturating_add(1);
-                continue;
-            }
-            let count =
-                |f: fn(&MasterOutcome) -> bool| round.outcomes.iter().filter(|o| f(o)).count();
-            if count(|o| matches!(o, MasterOutcome::HeldByOther)) > n - inner.quorum {
-                return Err((
-                    Error::new(ErrorKind::FencingFailed, &**resource)
-                        .with_detail("no quorum of masters still held this acquisition")
-                        .with_masters(last),
-                    false,
-                ));
-            }
-            let unfit = count(
-                |o| matches!(o, MasterOutcome::Failed(e) if e.kind() == MasterErrorKind::Misconfigured),
-            );
-            if unfit > n - inner.quorum {
-                return Err((
-                    Error::new(ErrorKind::Misconfigured, &**resource)
-                        .with_detail(
-                            "fencing tokens need durable masters (appendonly yes, appendfsync \
-                             always) that never lost data, and too few are: make the masters \
-                             durable, or acquire without fencing",
-                        )
-                        .with_masters(last),
-                    false,
-                ));
-            }
-            // Timeouts or abstentions, with no conflict: try the same token again after a
-            // pause of one round (at least a millisecond), while the lease is valid.
-            let pause = started.elapsed().max(Duration::from_millis(1));
-            let latest = deadline
-                .checked_sub(least)
-                .unwrap_or(deadline)
-                .min(give_up_at);
-            tokio::time::sleep_until((Instant::now() + pause).min(latest)).await;
-        }
-        let detail = if deadline::validity_left(deadline, Instant::now(), least).is_some() {
-            format!("no quorum of masters confirmed a token in {MAX_ROUNDS} write-back rounds")
-        } else {
-            "the lease's validity ran out before a quorum confirmed a token".to_owned()
-        };
-        Err((
-            Error::new(ErrorKind::FencingFailed, &**resource)
-                .with_detail(detail)
-                .with_masters(last),
-            false,
-        ))
     }
 }
 
@@ -1386,82 +941,6 @@ impl Redlock {
     }
 }
 
-/// What one acquire call locks: one resource, or several.
-struct Target {
-    /// (resource, key on the masters) pairs: one, or several sorted by key.
-    keys: Vec<(Arc<str>, Arc<str>)>,
-    /// The name in errors and traces: the resource, or the resources joined.
-    name: Arc<str>,
-    /// A mutex (one key or several), or a read-write lock in one mode (one key).
-    shape: Shape,
-}
-
-impl Target {
-    /// The locks of every resource of `resources`, keys sorted; refuses an empty list, a
-    /// resource listed twice, more than [`MAX_RESOURCES`], and any name `acquire` refuses.
-    fn many(config: &Config, resources: &[&str]) -> Result<Self, Error> {
-        let listed = list_name(resources);
-        let invalid = |detail: String| {
-            Err(Error::new(ErrorKind::InvalidResource, listed.as_str()).with_detail(detail))
-        };
-        if resources.is_empty() {
-            return invalid(
-                "the list of resources is empty: name at least one resource to lock".into(),
-            );
-        }
-        if resources.len() > MAX_RESOURCES {
-            return invalid(format!(
-                "{} resources listed, more than MAX_RESOURCES ({MAX_RESOURCES}): lock fewer at \
-                 once, or lock one resource that stands for the group",
-                resources.len()
-            ));
-        }
-        for resource in resources {
-            check_resource(&config.key_prefix, resource)?;
-        }
-        let mut keys: Vec<(Arc<str>, Arc<str>)> = resources
-            .iter()
-            .map(|r| (Arc::from(*r), format!("{}{r}", config.key_prefix).into()))
-            .collect();
-        keys.sort_unstable_by(|a, b| a.1.cmp(&b.1));
-        if let Some(pair) = keys.windows(2).find(|w| w[0].1 == w[1].1) {
-            let twice = &pair[0].0;
-            return invalid(format!(
-                "{twice:?} is listed twice: list each resource once"
-            ));
-        }
-        let name = list_name(&keys.iter().map(|(r, _)| &**r).collect::<Vec<_>>()).into();
-        Ok(Self {
-            keys,
-            name,
-            shape: Shape::Mutex,
-        })
-    }
-
-    /// The lock of `resource` alone, taken as `shape` says.
-    fn one(config: &Config, resource: &str, shape: Shape) -> Self {
-        let key: Arc<str> = format!("{}{resource}", config.key_prefix).into();
-        let resource: Arc<str> = resource.into();
-        Self {
-            keys: vec![(Arc::clone(&resource), key)],
-            name: resource,
-            shape,
-        }
-    }
-
-    /// The release channels to wait on after an attempt found the lock held: those of the
-    /// keys found `held` (all of them when none is known).
-    fn channels(&self, held: &[bool]) -> Vec<Arc<str>> {
-        let known = held.iter().any(|h| *h);
-        self.keys
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !known || held.get(*i).copied().unwrap_or(false))
-            .map(|(_, (_, key))| scripts::release_channel(key).into())
-            .collect()
-    }
-}
-
 /// Resolves at the next release notice of any of `subscriptions`.
 async fn notified(subscriptions: &mut [Subscription]) {
     match subscriptions {
@@ -1474,184 +953,13 @@ async fn notified(subscriptions: &mut [Subscription]) {
     }
 }
 
-/// What an acquire call takes: a mutex, or a read-write lock in one mode
+/// What an acquire of one resource takes: a mutex, or a read-write lock in one mode
 /// (docs/design.md §16).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) enum Shape {
     Mutex,
     Read,
-    /// A writer; the intent's id and TTL are chosen per call by `acquire_rounds`.
-    Write {
-        intent: Arc<str>,
-        intent_ttl: Duration,
-    },
-}
-
-impl Shape {
-    /// A writer, its intent still to be chosen.
-    pub(crate) fn write() -> Self {
-        Shape::Write {
-            intent: "".into(),
-            intent_ttl: Duration::ZERO,
-        }
-    }
-
-    /// How a lease of this shape holds its lock's key in the client's registry.
-    fn held_mode(&self) -> HeldMode {
-        match self {
-            Shape::Read => HeldMode::Shared,
-            Shape::Mutex | Shape::Write { .. } => HeldMode::Exclusive,
-        }
-    }
-
-    fn mode(&self) -> LeaseMode {
-        match self {
-            Shape::Mutex => LeaseMode::Exclusive,
-            Shape::Read => LeaseMode::Read,
-            Shape::Write { .. } => LeaseMode::Write,
-        }
-    }
-}
-
-/// Clears a writer's intent on every master in the background (compare-and-delete,
-/// publishing the release notice so that readers it held back wake) when the call ends
-/// without the lock: an error, the wait budget, a dropped future. A call that acquired
-/// the lock disarms it: [`clear_intent_after_grant`] takes over.
-struct IntentGuard {
-    inner: Arc<Inner>,
-    key: Arc<str>,
-    intent: Arc<str>,
-    armed: bool,
-}
-
-impl IntentGuard {
-    fn disarm(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for IntentGuard {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let intent: Arc<str> = scripts::intent_key(&self.key).into();
-        let channel: Arc<str> = scripts::release_channel(&self.key).into();
-        release_in_background(
-            &self.inner,
-            self.inner.masters.clone(),
-            &[(intent, channel)],
-            &self.intent,
-        );
-    }
-}
-
-/// After a writer's grant (docs/design.md §16): the masters that granted deleted the
-/// call's intent; every other one may hold it, set by this attempt or an earlier one of
-/// the call, and it is cleared there in the background as [`IntentGuard`] clears it. A
-/// master whose answer was still pending is judged by its `late` answer: a grant there
-/// deleted the intent too, and an unknown answer is cleared. A write granted by every
-/// master sends nothing more.
-fn clear_intent_after_grant(
-    inner: &Arc<Inner>,
-    key: &Arc<str>,
-    intent: &Arc<str>,
-    outcomes: &[MasterOutcome],
-    late: Option<tokio::sync::oneshot::Receiver<Vec<(usize, MasterOutcome)>>>,
-) {
-    if outcomes.iter().all(MasterOutcome::is_granted) {
-        return;
-    }
-    let mut left: Vec<bool> = outcomes.iter().map(|o| !o.is_granted()).collect();
-    let keys: [(Arc<str>, Arc<str>); 1] = [(
-        scripts::intent_key(key).into(),
-        scripts::release_channel(key).into(),
-    )];
-    let clear = move |inner: &Arc<Inner>, left: &[bool], intent: &Arc<str>| {
-        let targets: Vec<Arc<dyn Master>> = inner
-            .masters
-            .iter()
-            .zip(left)
-            .filter(|(_, left)| **left)
-            .map(|(m, _)| Arc::clone(m))
-            .collect();
-        release_in_background(inner, targets, &keys, intent);
-    };
-    let pending = outcomes.iter().any(|o| matches!(o, MasterOutcome::Pending));
-    match late {
-        Some(late) if pending => {
-            let (shared, intent) = (Arc::clone(inner), Arc::clone(intent));
-            let spawned = inner.spawn(async move {
-                // The stragglers answer within their call bound; a closed channel leaves
-                // them to be cleared.
-                if let Ok(answers) = late.await {
-                    for (i, outcome) in answers {
-                        if let Some(left) = left.get_mut(i) {
-                            *left = !outcome.is_granted();
-                        }
-                    }
-                }
-                clear(&shared, &left, &intent);
-            });
-            if !spawned {
-                tracing::debug!("no runtime to clear a writer's intent: it expires with its TTL");
-            }
-        }
-        _ => clear(inner, &left, intent),
-    }
-}
-
-/// Releases an attempt's value in the background unless the attempt became a lease:
-/// on failure, and when the acquire future is dropped mid-round.
-pub(crate) struct AttemptGuard {
-    pub(crate) inner: Arc<Inner>,
-    /// The attempt's lock keys (one, or several for `acquire_many`, or a semaphore's slots).
-    pub(crate) keys: Vec<Arc<str>>,
-    /// The release notice of every key (a semaphore's slots share one); `None`: each
-    /// key's own channel.
-    pub(crate) channel: Option<Arc<str>>,
-    pub(crate) value: Arc<str>,
-    /// The round's outcomes when known: masters that refused never set our value and
-    /// are skipped. `None` (cancelled mid-round): release everywhere.
-    pub(crate) outcomes: Option<Vec<MasterOutcome>>,
-    pub(crate) armed: bool,
-}
-
-impl AttemptGuard {
-    pub(crate) fn disarm(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for AttemptGuard {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let targets: Vec<Arc<dyn Master>> = match &self.outcomes {
-            Some(outcomes) => self
-                .inner
-                .masters
-                .iter()
-                .zip(outcomes)
-                .filter(|(_, o)| !matches!(o, MasterOutcome::HeldByOther))
-                .map(|(m, _)| Arc::clone(m))
-                .collect(),
-            None => self.inner.masters.clone(),
-        };
-        let keys: Vec<(Arc<str>, Arc<str>)> = self
-            .keys
-            .iter()
-            .map(|k| {
-                let channel = match &self.channel {
-                    Some(shared) => Arc::clone(shared),
-                    None => scripts::release_channel(k).into(),
-                };
-                (Arc::clone(k), channel)
-            })
-            .collect();
-        release_in_background(&self.inner, targets, &keys, &self.value);
-    }
+    Write,
 }
 
 #[cfg(test)]

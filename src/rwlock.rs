@@ -146,7 +146,7 @@ impl RwLock {
     /// writer's intent in the background (it expires within one TTL otherwise).
     pub async fn write_with(&self, options: &AcquireOptions) -> Result<Lease, Error> {
         self.client
-            .acquire_shaped(&self.name, options, Shape::write())
+            .acquire_shaped(&self.name, options, Shape::Write)
             .await
     }
 

@@ -121,19 +121,6 @@ pub(crate) struct LeaseKey {
     pub(crate) token: Option<FencingToken>,
 }
 
-impl LeaseKey {
-    /// The key of `resource` under `key`, announced on its own release channel.
-    pub(crate) fn new(resource: Arc<str>, key: Arc<str>, token: Option<FencingToken>) -> Self {
-        let channel = scripts::release_channel(&key).into();
-        Self {
-            resource,
-            key,
-            channel,
-            token,
-        }
-    }
-}
-
 /// The name of a lease over `resources` in errors and traces: the names joined, or for a
 /// long list the first three and the count.
 pub(crate) fn list_name(resources: &[&str]) -> String {

@@ -31,9 +31,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Plan, Redlock, Target};
+use super::Redlock;
 use crate::core::{Inner, random_value};
+use crate::engine::Plan;
+use crate::engine::attempt::attempt;
 use crate::engine::failure::{after_refresh, failure_kind, kind_word, spread, wait_timeout};
+use crate::engine::target::Target;
 use crate::error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome};
 use crate::lease::{Lease, Watchdog};
 use crate::master::{Master, Op, Reply};
@@ -44,7 +47,7 @@ use crate::{scripts, telemetry};
 
 /// A call about to queue: what its refused attempt learnt.
 pub(super) struct Queue<'a> {
-    pub(super) target: &'a Target,
+    pub(super) target: &'a mut Target,
     pub(super) plan: &'a Plan,
     /// The refusal that made it queue; reported if it never gets the lock.
     pub(super) refused: Error,
@@ -232,11 +235,10 @@ impl Redlock {
         } = queue;
         let inner = &self.inner;
         let config = &inner.config;
-        let Some((_, key)) = target.keys.first() else {
+        let Some(key) = target.first_key().cloned() else {
             return Err(refused);
         };
-        let keys = [&**key];
-        let held_mode = target.shape.held_mode();
+        let keys = [&*key];
         let waiter: Arc<str> = random_value().into();
         let channel: Arc<str> = scripts::handoff_channel(&inner.owner.client).into();
         // Known to the router before it registers anywhere, and removed from every master
@@ -245,7 +247,7 @@ impl Redlock {
         let mut handoffs = inner.notifier.waiter(Arc::clone(&waiter));
         let mut leave = DequeueGuard {
             inner: Arc::clone(inner),
-            key: Arc::clone(key),
+            key: Arc::clone(&key),
             waiter: Arc::clone(&waiter),
             left: Vec::new(),
         };
@@ -258,14 +260,15 @@ impl Redlock {
             return Err(wait_timeout(refused, *total));
         }
         let mut registration = Registration {
-            key: Arc::clone(key),
+            key: Arc::clone(&key),
             waiter: Arc::clone(&waiter),
             channel,
             // One above every counter read; a fair call writes it back strictly below.
             score: tickets.iter().max().copied().unwrap_or(0).saturating_add(1),
             fair: plan.fair,
         };
-        let traced = || telemetry::resource(&target.name, config.trace_resource_names);
+        let name = Arc::clone(&target.name);
+        let traced = || telemetry::resource(&name, config.trace_resource_names);
         let mut evidence = Evidence::new(inner.masters.len(), config.waiter_ttl);
         if plan.fair {
             match self
@@ -348,9 +351,8 @@ impl Redlock {
                     Woken::Taken => {
                         // A lease of this client took the key while this call waited:
                         // waiting on would be waiting for ourselves (docs/design.md §14).
-                        inner
-                            .held
-                            .check(&target.name, &keys, held_mode)
+                        target
+                            .check_held(&inner.held)
                             .map_err(|e| e.with_attempts(*total))?;
                         continue;
                     }
@@ -389,17 +391,13 @@ impl Redlock {
             }
             // A lease of this client took the key while this call waited: waiting on
             // would be waiting for ourselves.
-            inner
-                .held
-                .check(&target.name, &keys, held_mode)
+            target
+                .check_held(&inner.held)
                 .map_err(|e| e.with_attempts(*total))?;
             *total += 1;
             let value = reused.clone().unwrap_or_else(|| random_value().into());
             let started = Instant::now();
-            match self
-                .attempt(target, value, plan, Some((&waiter, plan.fair)))
-                .await
-            {
+            match attempt(inner, target, value, plan, Some((&waiter, plan.fair))).await {
                 Ok(lease) => {
                     // Where the confirm was granted, the script removed the registration
                     // already; a master still pending removes it when it grants, and one

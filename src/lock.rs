@@ -9,14 +9,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use crate::core::{Inner, check_resource, check_runtime, random_value};
-use crate::engine::attempt::attempt;
-use crate::engine::failure::{budget_spent, holder_wake, refused_by_any, spread};
-use crate::engine::intent::IntentGuard;
-use crate::engine::target::{Intent, Kind, Target};
+use crate::engine::{self, Intent, Kind, Target};
 pub(crate) use crate::engine::{AcquireOptions, Plan};
 
 use crate::cluster::{Owner, Terms, View};
@@ -25,15 +21,13 @@ use crate::error::{Error, ErrorKind, MasterErrorKind};
 use crate::guard::Guarded;
 use crate::health::{self, HealthReport};
 use crate::held::Held;
-use crate::lease::{Lease, LeaseHandle, Watchdog};
+use crate::lease::{Lease, LeaseHandle};
 use crate::master::{Master, Op, RedisMaster, Reply};
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
 use crate::quorum;
 use crate::telemetry;
-use crate::wait::{Notifier, Subscription};
-
-mod queue;
+use crate::wait::Notifier;
 
 /// A Redlock client over a fixed set of independent Redis masters.
 ///
@@ -74,15 +68,6 @@ impl fmt::Debug for Redlock {
             .field("waiter_ttl", &self.inner.config.waiter_ttl)
             .finish_non_exhaustive()
     }
-}
-
-/// What woke a waiting acquire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wake {
-    /// The retry timer: the next attempt spends the attempt budget.
-    Timer,
-    /// Something that happened on the masters: the next attempt is free.
-    Event,
 }
 
 impl Builder {
@@ -401,269 +386,35 @@ impl Redlock {
         self.acquire_shaped(resource, options, Shape::Mutex).await
     }
 
-    /// Acquires `resource` as `shape` says: the body of every acquire call.
+    /// Acquires `resource` as `shape` says: the body of every acquire call of one
+    /// resource.
     pub(crate) async fn acquire_shaped(
         &self,
         resource: &str,
         options: &AcquireOptions,
         shape: Shape,
     ) -> Result<Lease, Error> {
-        let (started, mut rounds) = (telemetry::start(), 0);
-        let acquired = self
-            .acquire_rounds(resource, options, &shape, &mut rounds)
-            .await;
-        telemetry::acquire_finished(&acquired, started, rounds);
-        acquired
-    }
-
-    /// The body of [`acquire_with`](Redlock::acquire_with), counting its `rounds`.
-    async fn acquire_rounds(
-        &self,
-        resource: &str,
-        options: &AcquireOptions,
-        shape: &Shape,
-        rounds: &mut u32,
-    ) -> Result<Lease, Error> {
-        check_runtime(resource)?;
-        check_resource(&self.inner.config.key_prefix, resource)?;
-        let plan = Plan::new(&self.inner, resource, options)?;
-        if let Shape::Read | Shape::Write = shape {
-            plan.refuse_fair(resource, "read-write locks")?;
-        }
-        // A writer's intent (docs/design.md §16): one id for the whole call, refreshed by
-        // each attempt while readers hold the lock.
-        let kind = match shape {
-            Shape::Mutex => Kind::Mutex,
-            Shape::Read => Kind::Read,
-            Shape::Write => Kind::Write(Intent {
-                id: random_value().into(),
-                ttl: plan.ttl,
-            }),
-        };
-        let target = Target::one(&self.inner.config, resource, kind);
-        self.acquire_target(target, &plan, rounds).await
-    }
-
-    /// The acquire loop over `target`'s keys (docs/design.md §3, §6, §14): attempts until
-    /// one succeeds or the plan's budgets run out, waiting for the holders in between.
-    async fn acquire_target(
-        &self,
-        mut target: Target,
-        plan: &Plan,
-        rounds: &mut u32,
-    ) -> Result<Lease, Error> {
-        let config = &self.inner.config;
-        // This client's own lease on a key: refused before any round trip (§14); a write
-        // acquire of a lock it reads is an upgrade, refused too (§16).
-        target.check_held(&self.inner.held)?;
-        // A writer's intent (docs/design.md §16), chosen once per call: cleared when the
-        // call ends without the lock (returned or dropped) so that readers need not wait
-        // for it to expire; a granted attempt clears it where its grant did not.
-        let intent_guard = IntentGuard::of(&self.inner, &target);
-        let reused: Option<Arc<str>> = None;
-        #[cfg(feature = "mutants")]
-        let reused = reused.or_else(|| {
-            config
-                .planted
-                .is(Mutant::ReuseValue)
-                .then(|| random_value().into())
-        });
-        // The release notices waited for: none until an attempt found the lock held; of
-        // several keys, those of every key an attempt found held (`subscribed` names them).
-        let mut waiting: Vec<Subscription> = Vec::new();
-        let mut subscribed: Vec<Arc<str>> = Vec::new();
-        // Failed attempts in a row that a release notice had woken: every waiter of the
-        // lock wakes on the same notice, and on several masters they split the votes.
-        let mut herd = 0u32;
-        // Whether a release notice woke the attempt about to run (a hand-off if it acquires).
-        let mut noticed = false;
-        // Attempts that spend the attempt budget: all but those woken by an event (the
-        // holder's release notice or expiry, masters leaving quarantine). Those come from
-        // what happened on the masters, not from impatience; the time budget bounds them.
-        let mut spent = 0u32;
-        let mut wake = Wake::Timer;
-        // The last error that the masters decided, for a budget that ends mid-round.
-        let mut decided: Option<Error> = None;
-        // Whether a master refused the lock in any attempt: a wait that met only failures
-        // is an outage, not contention (docs/design.md §9).
-        let mut refused = false;
-        // A waiting acquire of one resource queues to be handed the lock, and a fair one
-        // takes it only in ticket order (docs/design.md §17). Its first attempt is the
-        // plain acquire unless fair: the uncontended path stays one plain round.
-        let queued = target.queues(config.handoff, plan.fair);
-        let no_waiter: Arc<str> = "".into();
-        let total = rounds;
-        loop {
-            *total += 1;
-            let rounds = *total;
-            if wake == Wake::Timer {
-                spent += 1;
+        let inner = &self.inner;
+        engine::acquire(inner, || {
+            check_runtime(resource)?;
+            check_resource(&inner.config.key_prefix, resource)?;
+            let plan = Plan::new(inner, resource, options)?;
+            if let Shape::Read | Shape::Write = shape {
+                plan.refuse_fair(resource, "read-write locks")?;
             }
-            if rounds > 1 {
-                // A lease of this client took the key while this call waited: waiting on
-                // would be waiting for ourselves.
-                target
-                    .check_held(&self.inner.held)
-                    .map_err(|e| e.with_attempts(rounds - 1))?;
-            }
-            let value = reused.clone().unwrap_or_else(|| random_value().into());
-            let started = Instant::now();
-            let queue = (queued && plan.fair).then_some((&no_waiter, true));
-            let failed = match attempt(&self.inner, &target, value, plan, queue).await {
-                Ok(lease) => {
-                    if let Some(guard) = intent_guard {
-                        guard.disarm();
-                    }
-                    if plan.watchdog {
-                        lease.start_watchdog(Watchdog {
-                            interval: config.extend_interval(plan.ttl),
-                            give_up_at: plan.max_hold.and_then(|m| Instant::now().checked_add(m)),
-                            round_time: config.node_timeout,
-                        });
-                    }
-                    if noticed && target.hands_off() {
-                        telemetry::handoff();
-                    }
-                    return Ok(lease);
-                }
-                Err(failed) => failed,
+            // A writer's intent (docs/design.md §16): one id for the whole call, refreshed
+            // by each attempt while readers hold the lock.
+            let kind = match shape {
+                Shape::Mutex => Kind::Mutex,
+                Shape::Read => Kind::Read,
+                Shape::Write => Kind::Write(Intent {
+                    id: random_value().into(),
+                    ttl: plan.ttl,
+                }),
             };
-            let round = started.elapsed();
-            let error = failed.error.with_attempts(rounds);
-            refused |= refused_by_any(&error);
-            if failed.cut {
-                // The budget ended this round: say what the masters said last.
-                let last = decided.take().map_or(error, |e| e.with_attempts(rounds));
-                return Err(budget_spent(last, rounds, refused));
-            }
-            decided = Some(error.clone());
-            if !error.is_retryable() || spent >= plan.attempts {
-                return Err(error);
-            }
-            if Instant::now() >= plan.give_up_at {
-                return Err(budget_spent(error, rounds, refused));
-            }
-            // Held: queue to be handed the lock (a fair call needs a quorum's ticket
-            // counters for its ticket; without them it tries again as usual).
-            if queued
-                && error.kind() == ErrorKind::Contended
-                && (!plan.fair || failed.seen.tickets.len() >= self.inner.quorum)
-            {
-                let queue = queue::Queue {
-                    target: &mut target,
-                    plan,
-                    refused: error,
-                    tickets: &failed.seen.tickets,
-                    reused: reused.clone(),
-                    spent,
-                };
-                return self.wait_queued(queue, total).await;
-            }
-            // Subscribe before the next attempt: a release after it reaches us, and one
-            // before the subscription took effect is seen by that attempt (wait.rs). Of
-            // several keys, the one that keeps us out may change from attempt to attempt:
-            // each key found held for the first time is subscribed to then (§14).
-            let fresh: Vec<Arc<str>> =
-                match config.notifications && error.kind() == ErrorKind::Contended {
-                    true => target
-                        .channels(&failed.seen)
-                        .into_iter()
-                        .filter(|channel| !subscribed.contains(channel))
-                        .collect(),
-                    false => Vec::new(),
-                };
-            if !fresh.is_empty() {
-                subscribed.extend(fresh.iter().cloned());
-                let subscribe = futures::future::join_all(
-                    fresh
-                        .into_iter()
-                        .map(|channel| self.inner.notifier.subscribe(channel)),
-                );
-                match tokio::time::timeout_at(plan.give_up_at, subscribe).await {
-                    Ok(subscriptions) => waiting.extend(subscriptions),
-                    Err(_) => return Err(budget_spent(error, rounds, refused)),
-                }
-                wake = Wake::Timer;
-                continue;
-            }
-            let spread = || spread(round, herd);
-            let now = Instant::now();
-            let mut wake_at = now + config.retry.delay(spent);
-            let mut reason = Wake::Timer;
-            if error.kind() == ErrorKind::NotEnoughVoters
-                && let Some(after) = error.retry_after()
-            {
-                // Masters in restart quarantine vote again at a known time: sleep until
-                // then, unless it lies beyond the budget (then say when, at once).
-                let voters_at = now + after + spread();
-                if voters_at >= plan.give_up_at {
-                    return Err(error);
-                }
-                // A time already past is no event to wait for: the timer decides then.
-                if after > Duration::from_millis(1) {
-                    wake_at = voters_at;
-                    reason = Wake::Event;
-                }
-            } else if !waiting.is_empty()
-                && let Some(free) = failed.holder_free_at
-            {
-                let free = holder_wake(free, now, round, herd);
-                if free < wake_at {
-                    wake_at = free;
-                    reason = Wake::Event;
-                }
-            }
-            // A waiting writer refreshes its intent well before it expires: each attempt
-            // sets it again where readers still hold the lock (docs/design.md §16).
-            if let Kind::Write(intent) = &target.kind
-                && error.kind() == ErrorKind::Contended
-            {
-                let refresh = now + intent.ttl / 3;
-                if refresh < wake_at {
-                    wake_at = refresh;
-                    reason = Wake::Event;
-                }
-            }
-            if wake_at >= plan.give_up_at && waiting.is_empty() {
-                return Err(budget_spent(error, rounds, refused));
-            }
-            let until = wake_at.min(plan.give_up_at);
-            let traced = telemetry::resource(&target.name, config.trace_resource_names);
-            tracing::trace!(resource = %traced, rounds, "acquire attempt failed, waiting");
-            noticed = false;
-            let keys = target.lock_keys();
-            match waiting.as_mut_slice() {
-                [] => {
-                    tokio::select! {
-                        () = tokio::time::sleep_until(until) => {}
-                        // Refused at the top of the loop (§14).
-                        () = self.inner.held.taken(&keys) => {}
-                    }
-                    wake = reason;
-                }
-                subscriptions => {
-                    noticed = tokio::select! {
-                        () = notified(subscriptions) => true,
-                        () = tokio::time::sleep_until(until) => false,
-                        // Refused at the top of the loop (§14).
-                        () = self.inner.held.taken(&keys) => false,
-                    };
-                    if noticed {
-                        let pause = spread();
-                        tokio::time::sleep_until((Instant::now() + pause).min(plan.give_up_at))
-                            .await;
-                        herd += 1;
-                        wake = Wake::Event;
-                    } else {
-                        herd = 0;
-                        wake = reason;
-                    }
-                }
-            }
-            if Instant::now() >= plan.give_up_at {
-                return Err(budget_spent(error, rounds, refused));
-            }
-        }
+            Ok((Target::one(&inner.config, resource, kind), plan))
+        })
+        .await
     }
 
     /// Runs `work` while holding the lock on `resource`, and releases it afterwards.
@@ -815,26 +566,15 @@ impl Redlock {
         resources: &[&str],
         options: &AcquireOptions,
     ) -> Result<Lease, Error> {
-        let (started, mut rounds) = (telemetry::start(), 0);
-        let acquired = self
-            .acquire_many_rounds(resources, options, &mut rounds)
-            .await;
-        telemetry::acquire_finished(&acquired, started, rounds);
-        acquired
-    }
-
-    /// The body of [`acquire_many_with`](Redlock::acquire_many_with).
-    async fn acquire_many_rounds(
-        &self,
-        resources: &[&str],
-        options: &AcquireOptions,
-        rounds: &mut u32,
-    ) -> Result<Lease, Error> {
-        let target = Target::many(&self.inner.config, resources)?;
-        check_runtime(&target.name)?;
-        let plan = Plan::new(&self.inner, &target.name, options)?;
-        plan.refuse_fair(&target.name, "acquire_many")?;
-        self.acquire_target(target, &plan, rounds).await
+        let inner = &self.inner;
+        engine::acquire(inner, || {
+            let target = Target::many(&inner.config, resources)?;
+            check_runtime(&target.name)?;
+            let plan = Plan::new(inner, &target.name, options)?;
+            plan.refuse_fair(&target.name, "acquire_many")?;
+            Ok((target, plan))
+        })
+        .await
     }
 
     /// Runs `work` while holding the locks on every resource of `resources`, and releases
@@ -938,18 +678,6 @@ impl Redlock {
                 refused.join("; ")
             )),
         )
-    }
-}
-
-/// Resolves at the next release notice of any of `subscriptions`.
-async fn notified(subscriptions: &mut [Subscription]) {
-    match subscriptions {
-        [] => std::future::pending().await,
-        [one] => one.notified().await,
-        many => {
-            let each = many.iter_mut().map(|s| Box::pin(s.notified()));
-            let _ = futures::future::select_all(each).await;
-        }
     }
 }
 

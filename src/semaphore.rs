@@ -14,18 +14,12 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use tokio::time::Instant;
-
 use crate::config::limits::MAX_PERMITS;
 use crate::core::{check_resource, check_runtime, random_value};
-use crate::engine::attempt::attempt;
-use crate::engine::failure::{budget_spent, holder_wake, refusal, refused_by_any, spread};
-use crate::engine::slots::{SlotSet, Slots};
-use crate::engine::target::Target;
-use crate::engine::{AcquireOptions, Plan};
+use crate::engine::{self, AcquireOptions, Plan, SlotSet, Slots, Target, refusal};
 use crate::error::{Error, ErrorKind, MasterOutcome};
-use crate::lease::{Lease, LeaseHandle, Watchdog};
-use crate::lock::{Redlock, Wake};
+use crate::lease::{Lease, LeaseHandle};
+use crate::lock::Redlock;
 use crate::master::{Op, PermitsOp};
 use crate::quorum;
 use crate::telemetry;
@@ -154,10 +148,29 @@ impl Semaphore {
         permits: u32,
         options: &AcquireOptions,
     ) -> Result<Lease, Error> {
-        let (started, mut rounds) = (telemetry::start(), 0);
-        let acquired = self.acquire_rounds(permits, options, &mut rounds).await;
-        telemetry::acquire_finished(&acquired, started, rounds);
-        acquired
+        let set = &self.shared;
+        let inner = &self.client.inner;
+        engine::acquire(inner, || {
+            let name = &*set.name;
+            check_runtime(name)?;
+            if permits == 0 || permits > set.limit {
+                return Err(
+                    Error::new(ErrorKind::InvalidOptions, name).with_detail(format!(
+                        "{permits} permits asked of a semaphore whose limit is {}: ask for 1 \
+                         to {}",
+                        set.limit, set.limit
+                    )),
+                );
+            }
+            // Permits only this client's own leases could free: refused before any round
+            // trip.
+            let own = set.own(&inner.held, permits)?;
+            let plan = Plan::new(inner, name, options)?;
+            plan.refuse_fair(name, "semaphores")?;
+            let slots = Slots::new(Arc::clone(set), permits, own);
+            Ok((Target::slots(slots), plan))
+        })
+        .await
     }
 
     /// Stores this handle's limit on the masters in place of another one: the explicit
@@ -304,153 +317,6 @@ impl Semaphore {
                     .with_detail(format!("the critical section was aborted: {reason}"));
                 let _ = lease.release().await;
                 Err(error)
-            }
-        }
-    }
-
-    /// The body of [`acquire_with`](Semaphore::acquire_with), counting its `rounds`; the
-    /// waiting follows `Redlock::acquire_with` (docs/design.md §6).
-    async fn acquire_rounds(
-        &self,
-        permits: u32,
-        options: &AcquireOptions,
-        rounds: &mut u32,
-    ) -> Result<Lease, Error> {
-        let set = &self.shared;
-        let name = &*set.name;
-        check_runtime(name)?;
-        if permits == 0 || permits > set.limit {
-            return Err(
-                Error::new(ErrorKind::InvalidOptions, name).with_detail(format!(
-                    "{permits} permits asked of a semaphore whose limit is {}: ask for 1 to {}",
-                    set.limit, set.limit
-                )),
-            );
-        }
-        let inner = &self.client.inner;
-        // Permits only this client's own leases could free: refused before any round trip.
-        let own = set.own(&inner.held, permits)?;
-        let plan = Plan::new(inner, name, options)?;
-        plan.refuse_fair(name, "semaphores")?;
-        let config = &inner.config;
-        let mut target = Target::slots(Slots::new(Arc::clone(set), permits, own));
-        let mut waiting = None;
-        let mut herd = 0u32;
-        let mut spent = 0u32;
-        let mut wake = Wake::Timer;
-        let mut decided: Option<Error> = None;
-        // Whether a master refused the permits in any attempt (docs/design.md §9).
-        let mut refused = false;
-        loop {
-            *rounds += 1;
-            let rounds = *rounds;
-            if wake == Wake::Timer {
-                spent += 1;
-            }
-            if rounds > 1 {
-                // A lease of this client may have taken slots while this call waited.
-                target
-                    .check_held(&inner.held)
-                    .map_err(|e| e.with_attempts(rounds - 1))?;
-            }
-            let started = Instant::now();
-            let value: Arc<str> = random_value().into();
-            let failed = match attempt(inner, &target, value, &plan, None).await {
-                Ok(lease) => {
-                    if plan.watchdog {
-                        lease.start_watchdog(Watchdog {
-                            interval: config.extend_interval(plan.ttl),
-                            give_up_at: plan.max_hold.and_then(|m| Instant::now().checked_add(m)),
-                            round_time: config.node_timeout,
-                        });
-                    }
-                    return Ok(lease);
-                }
-                Err(failed) => failed,
-            };
-            let round = started.elapsed();
-            let error = failed.error.with_attempts(rounds);
-            refused |= refused_by_any(&error);
-            if failed.cut {
-                let last = decided.take().map_or(error, |e| e.with_attempts(rounds));
-                return Err(budget_spent(last, rounds, refused));
-            }
-            decided = Some(error.clone());
-            if !error.is_retryable() {
-                return Err(error);
-            }
-            if Instant::now() >= plan.give_up_at {
-                return Err(budget_spent(error, rounds, refused));
-            }
-            if target.retry_at_once(&failed.seen, error.kind(), inner.quorum) {
-                wake = Wake::Event;
-                continue;
-            }
-            if spent >= plan.attempts {
-                return Err(error);
-            }
-            // Subscribe before the next attempt (docs/design.md §6): a release after it
-            // reaches us, one before it is seen by that attempt.
-            if waiting.is_none() && config.notifications && error.kind() == ErrorKind::Contended {
-                let subscribe = inner.notifier.subscribe(Arc::clone(&set.channel));
-                match tokio::time::timeout_at(plan.give_up_at, subscribe).await {
-                    Ok(subscription) => waiting = Some(subscription),
-                    Err(_) => return Err(budget_spent(error, rounds, refused)),
-                }
-                wake = Wake::Timer;
-                continue;
-            }
-            let now = Instant::now();
-            let mut wake_at = now + config.retry.delay(spent);
-            let mut reason = Wake::Timer;
-            if error.kind() == ErrorKind::NotEnoughVoters
-                && let Some(after) = error.retry_after()
-            {
-                let voters_at = now + after + spread(round, herd);
-                if voters_at >= plan.give_up_at {
-                    return Err(error);
-                }
-                if after > std::time::Duration::from_millis(1) {
-                    wake_at = voters_at;
-                    reason = Wake::Event;
-                }
-            } else if waiting.is_some()
-                && let Some(free) = failed.holder_free_at
-            {
-                let free = holder_wake(free, now, round, herd);
-                if free < wake_at {
-                    wake_at = free;
-                    reason = Wake::Event;
-                }
-            }
-            if wake_at >= plan.give_up_at && waiting.is_none() {
-                return Err(budget_spent(error, rounds, refused));
-            }
-            let until = wake_at.min(plan.give_up_at);
-            match waiting.as_mut() {
-                Some(subscription) => {
-                    let noticed = tokio::select! {
-                        () = subscription.notified() => true,
-                        () = tokio::time::sleep_until(until) => false,
-                    };
-                    if noticed {
-                        let pause = spread(round, herd);
-                        tokio::time::sleep_until((Instant::now() + pause).min(plan.give_up_at))
-                            .await;
-                        herd += 1;
-                        wake = Wake::Event;
-                    } else {
-                        herd = 0;
-                        wake = reason;
-                    }
-                }
-                None => {
-                    tokio::time::sleep_until(until).await;
-                    wake = reason;
-                }
-            }
-            if Instant::now() >= plan.give_up_at {
-                return Err(budget_spent(error, rounds, refused));
             }
         }
     }

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use futures::future::join_all;
 
+use crate::client::Redlock;
 use crate::cluster::{self, Admission, Record, View};
 use crate::error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
-use crate::lock::Redlock;
 use crate::master::{Master, Op, Reply, StampOutcome};
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;

@@ -116,6 +116,7 @@ mod backoff;
 #[cfg(feature = "bench-internals")]
 #[doc(hidden)]
 pub mod bench_internals;
+mod client;
 mod cluster;
 mod config;
 mod core;
@@ -128,6 +129,7 @@ mod health;
 mod held;
 mod lease;
 mod lock;
+mod many;
 mod master;
 // The planted bugs exist only with the `mutants` feature; the crate's own tests (the
 // simulation) name them in their profiles, and plant them only with the feature too.
@@ -148,6 +150,7 @@ pub mod testkit;
 mod wait;
 
 pub use admin::{ClusterInit, InitOutcome};
+pub use client::Redlock;
 pub use config::{Backoff, Builder, ConfigError, IntoDuration, defaults, limits};
 pub use engine::AcquireOptions;
 pub use error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
@@ -160,7 +163,6 @@ pub use lease::{
     DowngradeError, ExtendReport, Lease, LeaseHandle, LeaseMode, Lost, LostReason, Reentry,
     ReleaseReport,
 };
-pub use lock::Redlock;
 #[cfg(feature = "mutants")]
 pub use mutants::Mutant;
 pub use operate::{Holding, Inspection, MasterView, OwnerInfo, UnlockReport, Verdict};

@@ -33,6 +33,7 @@ use std::time::{Duration, SystemTime};
 use futures::future::join_all;
 use tokio::time::Instant;
 
+use crate::client::Redlock;
 use crate::core::Inner;
 use crate::core::{check_resource, check_runtime};
 use crate::deadline;
@@ -40,7 +41,6 @@ use crate::error::{
     Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport, ShortName, human,
 };
 use crate::fencing::FencingToken;
-use crate::lock::Redlock;
 use crate::master::{Inspected, Op, Reply};
 use crate::scripts;
 use crate::telemetry;

@@ -7,19 +7,21 @@
 //! by every acquisition, so clients that disagree on it are refused instead of taking
 //! slots the others do not know.
 //!
-//! Layer: a facade beside `lock` (docs/design.md §10); it uses `lock`, `lease`, `core`
-//! and below, and nothing in the crate uses it.
+//! A facade over the acquire engine: its target is the slots it asks for (`Kind::Slots`,
+//! whose choice of slots lives with the target); `replace_limit` is its own round. Layer:
+//! a facade, beside `lock`, `many` and `rwlock`, none of which it uses (docs/design.md
+//! §10).
 
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
+use crate::client::Redlock;
 use crate::config::limits::MAX_PERMITS;
 use crate::core::{check_resource, check_runtime, random_value};
 use crate::engine::{self, AcquireOptions, Plan, SlotSet, Slots, Target, refusal};
 use crate::error::{Error, ErrorKind, MasterOutcome};
 use crate::lease::{Lease, LeaseHandle};
-use crate::lock::Redlock;
 use crate::master::{Op, PermitsOp};
 use crate::quorum;
 use crate::telemetry;
@@ -293,32 +295,7 @@ impl Semaphore {
     {
         let options = options.clone().watchdog(true);
         let lease = self.acquire_with(permits, &options).await?;
-        let lost = lease.lost();
-        let outcome = tokio::select! {
-            biased;
-            reason = lost => Err(reason),
-            output = work(lease.handle()) => Ok(output),
-        };
-        let name = &*self.shared.name;
-        match outcome {
-            Ok(output) => {
-                if let Err(error) = lease.release().await {
-                    let shown = self.client.inner.config.trace_resource_names;
-                    tracing::warn!(
-                        resource = %telemetry::resource(name, shown),
-                        error = %telemetry::error(&error, shown),
-                        "release after the critical section failed"
-                    );
-                }
-                Ok(output)
-            }
-            Err(reason) => {
-                let error = Error::new(ErrorKind::LeaseLost, name)
-                    .with_detail(format!("the critical section was aborted: {reason}"));
-                let _ = lease.release().await;
-                Err(error)
-            }
-        }
+        engine::hold(&self.client.inner, lease, &self.shared.name, work).await
     }
 }
 

@@ -8,6 +8,7 @@
 //!
 //! Layer: below the facades, above the lease and the core (docs/design.md §10).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::core::{Inner, random_value};
 use crate::error::{Error, ErrorKind};
-use crate::lease::{Lease, Watchdog};
+use crate::lease::{Lease, LeaseHandle, Watchdog};
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
 use crate::telemetry;
@@ -62,6 +63,54 @@ pub(crate) async fn acquire(
     };
     telemetry::acquire_finished(&acquired, started, rounds);
     acquired
+}
+
+/// Runs `work` while `lease` holds (the scoped form of every facade: `with_lock`,
+/// `with_lock_many`, `with_permits`, `with_read`, `with_write`), then releases it: `work`
+/// is dropped the moment the lease is lost, and the call returns `LeaseLost`, naming
+/// `name`. A release that fails after `work` finished is logged, not returned.
+///
+/// # Errors
+/// [`ErrorKind::LeaseLost`] when the lease is lost while `work` runs.
+///
+/// # Cancel safety
+/// Dropping the future drops `work` and releases the lease in the background.
+pub(crate) async fn hold<F, Fut, T>(
+    inner: &Inner,
+    lease: Lease,
+    name: &str,
+    work: F,
+) -> Result<T, Error>
+where
+    F: FnOnce(LeaseHandle) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let lost = lease.lost();
+    let outcome = tokio::select! {
+        biased;
+        reason = lost => Err(reason),
+        output = work(lease.handle()) => Ok(output),
+    };
+    match outcome {
+        Ok(output) => {
+            if let Err(error) = lease.release().await {
+                let shown = inner.config.trace_resource_names;
+                tracing::warn!(
+                    target: TRACE_TARGET,
+                    resource = %telemetry::resource(name, shown),
+                    error = %telemetry::error(&error, shown),
+                    "release after the critical section failed"
+                );
+            }
+            Ok(output)
+        }
+        Err(reason) => {
+            let error = Error::new(ErrorKind::LeaseLost, name)
+                .with_detail(format!("the critical section was aborted: {reason}"));
+            let _ = lease.release().await;
+            Err(error)
+        }
+    }
 }
 
 /// What woke a waiting acquire.
@@ -420,7 +469,8 @@ impl<'a> Call<'a> {
     }
 }
 
-/// The target of the acquire loop's trace events, as docs/observability.md lists them.
+/// The target of the engine's trace events, as docs/observability.md lists them: the
+/// module the mutex, whose calls they trace first, lives in.
 const TRACE_TARGET: &str = "redquorum::lock";
 
 /// Resolves at the next release notice of any of `subscriptions`.

@@ -5,8 +5,9 @@
 //! resource name a lock can have).
 //!
 //! It owns no locking logic: rounds are run by `quorum`, leases by `lease`, the acquire
-//! loop by `lock`. It may use the layers below it (settings, masters, the round, notices)
-//! and must not use `lease` or any facade (docs/design.md §10, the layer order).
+//! loop by `engine`. It may use the layers below it (settings, masters, the round,
+//! notices) and must not use `lease`, the engine or any facade (docs/design.md §10, the
+//! layer order).
 
 use std::future::Future;
 use std::sync::Arc;

@@ -22,8 +22,8 @@
 //!   reaches, so the counters move past the old holder's token
 //!   ([`UnlockReport::fence_counter`] is above it) and the unlock shows in them.
 //!
-//! Layer: the top, beside `admin.rs` (docs/design.md §10); it uses the facade, the core
-//! and the masters, and nothing uses it.
+//! Layer: the top, beside `admin.rs` (docs/design.md §10); it uses the client handle, the
+//! core and the masters, and nothing uses it.
 
 use std::collections::BTreeMap;
 use std::fmt;

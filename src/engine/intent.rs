@@ -103,7 +103,10 @@ pub(crate) fn clear_intent_after_grant(
                 clear(&shared, &left, &intent);
             });
             if !spawned {
-                tracing::debug!("no runtime to clear a writer's intent: it expires with its TTL");
+                tracing::debug!(
+                    target: super::TRACE_TARGET,
+                    "no runtime to clear a writer's intent: it expires with its TTL"
+                );
             }
         }
         _ => clear(inner, &left, intent),

@@ -45,6 +45,9 @@ use crate::quorum::{self, Bounds, Decision, Round};
 use crate::wait::Handoffs;
 use crate::{scripts, telemetry};
 
+/// The target of the queued wait's trace events.
+const TRACE_TARGET: &str = "redquorum::lock::queue";
+
 /// A call about to queue: what its refused attempt learnt.
 pub(super) struct Queue<'a> {
     pub(super) target: &'a mut Target,
@@ -334,6 +337,7 @@ impl<'a> Waiter<'a> {
         };
         waiter.register().await?;
         tracing::trace!(
+            target: TRACE_TARGET,
             resource = %waiter.traced(),
             rounds = *waiter.total,
             waiter = %waiter.id,
@@ -424,7 +428,12 @@ impl<'a> Waiter<'a> {
             };
             match woken {
                 Woken::Notice => {
-                    tracing::trace!(resource = %self.traced(), waiter = %self.id, "hand-off notice");
+                    tracing::trace!(
+                        target: TRACE_TARGET,
+                        resource = %self.traced(),
+                        waiter = %self.id,
+                        "hand-off notice"
+                    );
                     continue;
                 }
                 Woken::Taken => {
@@ -473,6 +482,7 @@ impl<'a> Waiter<'a> {
         self.evidence.note_round(&round, inner.quorum);
         self.evidence.note_notices(&self.handoffs.fresh());
         tracing::trace!(
+            target: TRACE_TARGET,
             resource = %self.traced(),
             waiter = %self.id,
             handed = self.evidence.count(),
@@ -509,11 +519,12 @@ impl<'a> Waiter<'a> {
             }
             Err(failed) => {
                 tracing::trace!(
-                    resource = %self.traced(),
-                    waiter = %self.id,
-                    error = %failed.error,
-                    "confirm failed"
-                );
+                target: TRACE_TARGET,
+                        resource = %self.traced(),
+                        waiter = %self.id,
+                        error = %failed.error,
+                        "confirm failed"
+                    );
                 self.confirm_failed(failed, ticked, started).await?;
                 Ok(None)
             }

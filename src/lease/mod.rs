@@ -2,8 +2,8 @@
 //! the watchdog that extends it (docs/design.md §4, §5). The rules are documented on
 //! [`Lease`] for users.
 //!
-//! Layer: above the core and the round, below the facade (docs/design.md §10); it must not
-//! use `lock.rs`.
+//! Layer: above the core and the round, below the acquire engine and the facades
+//! (docs/design.md §10); it must not use them.
 
 mod reentry;
 mod watchdog;

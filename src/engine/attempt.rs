@@ -261,14 +261,11 @@ impl AttemptGuard {
     fn disarm(mut self) {
         self.armed = false;
     }
-}
 
-impl Drop for AttemptGuard {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let targets: Vec<Arc<dyn Master>> = match &self.outcomes {
+    /// The masters that may hold the attempt's value: every one but those that refused
+    /// it (they never set it); every one while the round's outcomes are unknown.
+    pub(crate) fn holders(&self) -> Vec<Arc<dyn Master>> {
+        match &self.outcomes {
             Some(outcomes) => self
                 .inner
                 .masters
@@ -278,7 +275,16 @@ impl Drop for AttemptGuard {
                 .map(|(m, _)| Arc::clone(m))
                 .collect(),
             None => self.inner.masters.clone(),
-        };
+        }
+    }
+}
+
+impl Drop for AttemptGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let targets = self.holders();
         let keys: Vec<(Arc<str>, Arc<str>)> = self
             .keys
             .iter()

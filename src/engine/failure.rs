@@ -218,18 +218,17 @@ pub(crate) fn wait_timeout(error: Error, attempts: u32) -> Error {
 /// What a queued waiter reports if its budget ends after `round`, a refresh of its
 /// registration (docs/design.md §9, §17): `held`, the refusal it queued behind, while
 /// enough masters answer the refresh for a quorum; otherwise the outage, so that a
-/// waiter whose masters went down since it queued does not report contention. A
-/// refresh that the budget cut leaves `last` as it was.
+/// waiter whose masters went down since it queued does not report contention. `None`: a
+/// refresh that the budget cut leaves what it would report as it was.
 pub(crate) fn after_refresh(
     inner: &Inner,
     round: &quorum::Round,
     name: &str,
     held: &Error,
-    last: Error,
-) -> Error {
+) -> Option<Error> {
     if round.cut {
         // The budget, not the masters, ended it: it decides nothing.
-        return last;
+        return None;
     }
     let answered = round
         .outcomes
@@ -242,7 +241,7 @@ pub(crate) fn after_refresh(
         })
         .count();
     if answered >= inner.quorum {
-        return held.clone();
+        return Some(held.clone());
     }
     let reports = round.reports(&inner.masters);
     let (kind, fixes, voters_at) = classify(&reports, &round.outcomes, inner.quorum);
@@ -250,10 +249,10 @@ pub(crate) fn after_refresh(
     if let Some(fixes) = fixes {
         error = error.with_detail(fixes);
     }
-    match voters_at {
+    Some(match voters_at {
         Some(at) => error.with_retry_at(at),
         None => error,
-    }
+    })
 }
 
 /// Whether a master refused the lock in `error`'s round: it holds another value.

@@ -353,19 +353,20 @@ impl<'a> Waiter<'a> {
         telemetry::resource(&self.name, self.inner.config.trace_resource_names)
     }
 
+    /// One registration round, not strict: an unfair call's first registration, a
+    /// refresh, or a fair ticket sent everywhere after conflicts; decided by a quorum or
+    /// the budget.
+    async fn enqueue(&self) -> Round {
+        let until = self.plan.give_up_at;
+        enqueue(self.inner, &self.registration, false, until, self.traced()).await
+    }
+
     /// The first registration: a fair call's ticket (docs/design.md §17), or an unfair
     /// call's registration with the score its refused attempt read.
     async fn register(&mut self) -> Result<(), Error> {
         let (inner, plan, total) = (self.inner, self.plan, *self.total);
         if !plan.fair {
-            let round = enqueue(
-                inner,
-                &self.registration,
-                false,
-                plan.give_up_at,
-                self.traced(),
-            )
-            .await;
+            let round = self.enqueue().await;
             wrong_kind(&round, &self.name, total)?;
             self.evidence.note_round(&round, inner.quorum);
             return Ok(());
@@ -382,8 +383,7 @@ impl<'a> Waiter<'a> {
                     // would hand the key to it while the others hand it to the true
                     // head. Its ticket goes everywhere now, as a refresh would write
                     // it, so that the masters agree on the head (docs/design.md §17).
-                    let round =
-                        enqueue(inner, &self.registration, false, plan.give_up_at, traced).await;
+                    let round = self.enqueue().await;
                     wrong_kind(&round, &self.name, total)?;
                     self.evidence.note_round(&round, inner.quorum);
                 }
@@ -464,21 +464,15 @@ impl<'a> Waiter<'a> {
     /// waiter to the live head (docs/design.md §17). Woken by its timer, it spends the
     /// attempt budget as a timed retry does.
     async fn refresh(&mut self) -> Result<(), Error> {
-        let (inner, plan) = (self.inner, self.plan);
+        let inner = self.inner;
         *self.total += 1;
         self.spent += 1;
-        let round = enqueue(
-            inner,
-            &self.registration,
-            false,
-            plan.give_up_at,
-            self.traced(),
-        )
-        .await;
+        let round = self.enqueue().await;
         self.next_refresh = Instant::now() + inner.config.waiter_ttl / 3;
         wrong_kind(&round, &self.name, *self.total)?;
-        let last = std::mem::replace(&mut self.last, self.held.clone());
-        self.last = after_refresh(inner, &round, &self.name, &self.held, last);
+        if let Some(last) = after_refresh(inner, &round, &self.name, &self.held) {
+            self.last = last;
+        }
         self.evidence.note_round(&round, inner.quorum);
         self.evidence.note_notices(&self.handoffs.fresh());
         tracing::trace!(
@@ -599,16 +593,7 @@ impl<'a> Waiter<'a> {
     /// unknown) are exactly those the release goes to.
     async fn register_again(&self, release: AttemptGuard) {
         let inner = self.inner;
-        let masters: Vec<Arc<dyn Master>> = match &release.outcomes {
-            Some(outcomes) => inner
-                .masters
-                .iter()
-                .zip(outcomes)
-                .filter(|(_, o)| !matches!(o, MasterOutcome::HeldByOther))
-                .map(|(m, _)| Arc::clone(m))
-                .collect(),
-            None => inner.masters.clone(),
-        };
+        let masters = release.holders();
         if !masters.is_empty() {
             let op = Arc::new(self.registration.op(inner, false));
             let bounds = Bounds {

@@ -1,7 +1,7 @@
 //! Operating a cluster (docs/design.md §11): its bootstrap ([`Redlock::init_cluster`]).
 //!
-//! Layer: the top, beside the crate root (docs/design.md §10); it uses the facade, the core
-//! and the masters, and nothing uses it.
+//! Layer: the top, beside the crate root (docs/design.md §10); it uses the client handle,
+//! the core and the masters, and nothing uses it.
 
 use std::fmt;
 use std::sync::Arc;
@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use futures::future::join_all;
 
+use crate::client::Redlock;
 use crate::cluster::{self, Admission, Record, View};
 use crate::error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
-use crate::lock::Redlock;
 use crate::master::{Master, Op, Reply, StampOutcome};
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
@@ -127,7 +127,7 @@ impl Redlock {
     pub async fn init_cluster(&self) -> Result<ClusterInit, Error> {
         let inner = &self.inner;
         let subject = cluster::record_key(&inner.config.key_prefix);
-        crate::lock::check_runtime(&subject)?;
+        crate::core::check_runtime(&subject)?;
         let names: Vec<Arc<str>> = inner.masters.iter().map(|m| Arc::clone(m.name())).collect();
         // What can be refused at once (a master down, another configuration's record, one
         // server listed twice) is refused before anything is written, even a claim.

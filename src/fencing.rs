@@ -45,8 +45,8 @@
 //! its counters are restored (or every counter it may have held is raised past the
 //! others').
 //!
-//! Owns the token type and the storage-side check; the write-back rounds are the facade's
-//! (`lock.rs`). Layer: a leaf (docs/design.md §10).
+//! Owns the token type and the storage-side check; the write-back rounds are the acquire
+//! engine's (`engine/fence.rs`). Layer: a leaf (docs/design.md §10).
 
 use std::fmt;
 

@@ -121,10 +121,12 @@ mod backoff;
 #[cfg(feature = "bench-internals")]
 #[doc(hidden)]
 pub mod bench_internals;
+mod client;
 mod cluster;
 mod config;
 mod core;
 mod deadline;
+mod engine;
 mod error;
 mod fencing;
 mod guard;
@@ -132,6 +134,7 @@ mod health;
 mod held;
 mod lease;
 mod lock;
+mod many;
 mod master;
 // The planted bugs exist only with the `mutants` feature; the crate's own tests (the
 // simulation) name them in their profiles, and plant them only with the feature too.
@@ -154,7 +157,9 @@ pub mod testkit;
 mod wait;
 
 pub use admin::{ClusterInit, InitOutcome};
+pub use client::Redlock;
 pub use config::{Backoff, Builder, ConfigError, IntoDuration, defaults, limits};
+pub use engine::AcquireOptions;
 pub use error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
 pub use fencing::{FencingToken, fenced_set};
 pub use health::{
@@ -165,7 +170,6 @@ pub use lease::{
     DowngradeError, ExtendReport, Lease, LeaseHandle, LeaseMode, Lost, LostReason, Reentry,
     ReleaseReport,
 };
-pub use lock::{AcquireOptions, Redlock};
 #[cfg(feature = "mutants")]
 pub use mutants::Mutant;
 pub use operate::{Holding, Inspection, MasterView, OwnerInfo, UnlockReport, Verdict};

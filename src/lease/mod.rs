@@ -2,8 +2,8 @@
 //! the watchdog that extends it (docs/design.md §4, §5). The rules are documented on
 //! [`Lease`] for users.
 //!
-//! Layer: above the core and the round, below the facade (docs/design.md §10); it must not
-//! use `lock.rs`.
+//! Layer: above the core and the round, below the acquire engine and the facades
+//! (docs/design.md §10); it must not use them.
 
 mod reentry;
 mod watchdog;
@@ -119,19 +119,6 @@ pub(crate) struct LeaseKey {
     pub(crate) channel: Arc<str>,
     /// This key's fencing token, when acquired with fencing.
     pub(crate) token: Option<FencingToken>,
-}
-
-impl LeaseKey {
-    /// The key of `resource` under `key`, announced on its own release channel.
-    pub(crate) fn new(resource: Arc<str>, key: Arc<str>, token: Option<FencingToken>) -> Self {
-        let channel = scripts::release_channel(&key).into();
-        Self {
-            resource,
-            key,
-            channel,
-            token,
-        }
-    }
 }
 
 /// The name of a lease over `resources` in errors and traces: the names joined, or for a

@@ -242,7 +242,7 @@ pub(crate) struct Bounds<'a> {
 /// # Cancel safety
 /// Dropping the returned future drops the requests still in flight; requests already
 /// written to a connection still run on their master. Callers that may have locked a key
-/// must release it (see the acquire guard in `lock.rs`).
+/// must release it (see the acquire guard in `engine/attempt.rs`).
 pub(crate) async fn run(
     masters: &[Arc<dyn Master>],
     op: Arc<Op>,

@@ -38,8 +38,8 @@ use super::net::{NetParams, SendLog};
 use super::server::{Clock, SimServer};
 use super::world::{self, ClientSpec};
 use crate::lease::LeaseHandle;
-use crate::lock::{AcquireOptions, Redlock};
 use crate::mutants::Mutant;
+use crate::{AcquireOptions, Redlock};
 
 const MS: Duration = Duration::from_millis(1);
 const TTL: Duration = Duration::from_secs(2);

@@ -1,4 +1,4 @@
-//! Fencing tokens (docs/design.md §8).
+//! Fencing tokens (docs/design.md §8, I12).
 //!
 //! A lease can only promise exclusion while its holder stops at the deadline; a process
 //! pause or a slow network can carry a write past it. A fencing token lets the *storage*

@@ -1,5 +1,5 @@
-//! The mutex: the lock of one resource on a quorum of masters (docs/design.md §3), waited
-//! for (§6, §17) and fenced (§8): [`Redlock::acquire`], [`Redlock::try_acquire`],
+//! The mutex: the lock of one resource on a quorum of masters (docs/design.md §3, I4),
+//! waited for (§6, §17) and fenced (§8): [`Redlock::acquire`], [`Redlock::try_acquire`],
 //! [`Redlock::acquire_with`], [`Redlock::with_lock`].
 //!
 //! A facade over the acquire engine: it checks what it is given, names its target (the

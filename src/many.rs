@@ -1,5 +1,6 @@
-//! Several resources locked at once, all or none, as one lease (docs/design.md §14):
-//! [`Redlock::acquire_many`], [`Redlock::acquire_many_with`], [`Redlock::with_lock_many`].
+//! Several resources locked at once, all or none, as one lease (docs/design.md §14, I14
+//! and I15): [`Redlock::acquire_many`], [`Redlock::acquire_many_with`],
+//! [`Redlock::with_lock_many`].
 //!
 //! A facade over the acquire engine: its target is the sorted keys of every resource
 //! (`Kind::Many`), which each master sets all or none. Layer: a facade, beside `lock`,

@@ -1,5 +1,5 @@
 //! Fencing checked in PostgreSQL, atomically with the writes (feature `postgres`;
-//! docs/design.md §8).
+//! docs/design.md §8, I13).
 //!
 //! A lease cannot stop a holder that pauses past its deadline (a GC pause, a stopped VM):
 //! only the storage can, by refusing writes that carry an older [`FencingToken`] than one

@@ -1,5 +1,5 @@
 //! The read-write lock: many readers or one writer, each mode on a quorum of masters
-//! (docs/design.md §16).
+//! (docs/design.md §16, I17).
 //!
 //! A facade over the acquire engine: its targets are the lock's key in one mode
 //! (`Kind::Read`, or `Kind::Write` with the call's intent). Layer: a facade, beside

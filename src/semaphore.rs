@@ -1,5 +1,5 @@
-//! The semaphore (docs/design.md §15): at most `limit` permits of one name held at any
-//! instant, each permit an ordinary quorum mutex over one of `limit` slots.
+//! The semaphore (docs/design.md §15, I16): at most `limit` permits of one name held at
+//! any instant, each permit an ordinary quorum mutex over one of `limit` slots.
 //!
 //! Taking k permits is an all-or-none acquisition of k slots chosen free: one script per
 //! master (`semaphore.lua`) sets every chosen slot or none, and a master's vote counts

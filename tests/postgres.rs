@@ -137,6 +137,7 @@ async fn the_first_claim_of_a_resource_is_granted_and_recorded() {
     assert_eq!(fence_of(&client, "orders:1").await, Some(3));
 }
 
+// Checks I13 (fenced writes commit in token order).
 #[tokio::test]
 async fn newer_and_equal_tokens_are_granted_older_ones_refused() {
     let (_db, mut client) = start().await;
@@ -203,6 +204,7 @@ async fn the_claim_sql_works_from_any_driver() {
 /// Holder A claims token 7 and stays in its transaction; B's claim of 6 waits for A's
 /// row lock (seen in pg_stat_activity), and once A commits, B re-reads the row and is
 /// refused: zero rows under READ COMMITTED.
+// Checks I13 (fenced writes commit in token order).
 #[tokio::test]
 async fn a_claim_blocked_behind_a_holder_is_refused_once_it_commits() {
     let (db, mut a) = start().await;
@@ -236,6 +238,7 @@ async fn a_claim_blocked_behind_a_holder_is_refused_once_it_commits() {
 /// snapshot and fails with SQLSTATE 40001, which is retryable and neither a refusal nor a
 /// success; run again, it is refused. A newer token blocked the same way is a conflict
 /// too, and granted when run again.
+// Checks I13 (fenced writes commit in token order).
 #[tokio::test]
 async fn a_blocked_claim_under_repeatable_read_is_a_retryable_conflict() {
     let (db, mut a) = start().await;
@@ -397,6 +400,7 @@ async fn lock_timeout_bounds_the_wait_for_the_fence_row() {
     assert_eq!(increment(&mut waiter, r, 4, &generous()).await.unwrap(), 8);
 }
 
+// Checks I13 (fenced writes commit in token order).
 #[tokio::test]
 async fn a_failing_body_rolls_everything_back() {
     let (_db, mut client) = start().await;

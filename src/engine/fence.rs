@@ -1,5 +1,5 @@
-//! The fencing write-back of a granted acquire (docs/design.md §8): phase 2 of a fencing
-//! token, one per key, within the lease's validity.
+//! The fencing write-back of a granted acquire (docs/design.md §8, I12): phase 2 of a
+//! fencing token, one per key, within the lease's validity.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! The queued wait of the lock of one resource: hand-off to the next waiter, and the fair
-//! lock (docs/design.md §17).
+//! lock (docs/design.md §17, I18 and I19).
 //!
 //! A call whose attempt found the lock held registers a waiter id `W` (128 random bits,
 //! one per call, never a lease value) in the lock's queue on every master, then waits for

@@ -140,7 +140,7 @@ impl Slots {
 /// The `k` slots (of `limit`) to try next: those free on the most masters of the last
 /// attempt, ties broken at random so that concurrent takers spread over the slots, never
 /// one of `own` (this client's leases hold them) while others remain. Never a count of
-/// permits: a slot is what each master grants or refuses (docs/design.md §15).
+/// permits: a slot is what each master grants or refuses (docs/design.md §15, I16).
 fn choose(free: &[Vec<u32>], limit: usize, k: usize, own: &[u32]) -> Vec<u32> {
     let mut score = vec![0usize; limit];
     for slots in free {

@@ -34,7 +34,7 @@ pub(crate) struct Target {
 pub(crate) enum Kind {
     /// The lock of one resource; a waiting call queues for it (docs/design.md §17).
     Mutex,
-    /// The locks of several resources, all or none (docs/design.md §14).
+    /// The locks of several resources, all or none (docs/design.md §14, I14).
     Many,
     /// A read-write lock's read mode (docs/design.md §16).
     Read,
@@ -464,7 +464,7 @@ impl Target {
     }
 
     /// The first token to write back for the `index`-th key of a granted `round`: one
-    /// above every counter the granting masters read (docs/design.md §8, §14).
+    /// above every counter the granting masters read (docs/design.md §8, §14, I12).
     pub(crate) fn first_token(&self, round: &Round, index: usize) -> u64 {
         let read = match (&self.kind, self.keys.len()) {
             (Kind::Slots(_), _) => round

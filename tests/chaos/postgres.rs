@@ -469,6 +469,7 @@ impl DbReport {
 }
 
 /// The database checker (see the module's docs), over `ops` and what PostgreSQL holds.
+// Checks I13 (fenced writes commit in token order).
 pub async fn check_db(observer: &Client, resources: &[String], ops: &[PgOp]) -> DbReport {
     let mut report = DbReport {
         ops: ops.len() as u64,
@@ -1565,6 +1566,7 @@ async fn p4_scripted_interleavings_lose_nothing() {
 
 /// Each planted bug must be caught by the database checker in the scripted cases, where
 /// the product is clean (see `p4_scripted_interleavings_lose_nothing`).
+// Checks I13 (fenced writes commit in token order).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn planted_sql_bugs_are_caught() {
     let mut caught = Vec::new();

@@ -715,3 +715,81 @@ fn running(pid: u32) -> bool {
             .any(|l| l.starts_with("State:") && l.contains('Z'))
     })
 }
+
+/// The id of a running process's shared-memory segment, from line 7 of `postmaster.pid`.
+fn shmid_of(db: &Postgres) -> i64 {
+    let pid_file = std::fs::read_to_string(db.dir().join("data/postmaster.pid")).unwrap();
+    let line = pid_file.lines().nth(6).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Whether System V shared-memory segment `shmid` exists.
+fn segment_exists(shmid: i64) -> bool {
+    std::fs::read_to_string("/proc/sysvipc/shm")
+        .unwrap()
+        .lines()
+        .skip(1)
+        .any(|l| l.split_whitespace().nth(1) == Some(shmid.to_string().as_str()))
+}
+
+/// A server dropped, or killed and dropped, leaves no shared-memory segment behind (the
+/// machine has a few thousand).
+#[tokio::test]
+async fn a_dropped_server_leaves_no_shared_memory_segment() {
+    let db = Postgres::start().await.unwrap();
+    let shmid = shmid_of(&db);
+    assert!(segment_exists(shmid));
+    drop(db);
+    assert!(!segment_exists(shmid), "segment {shmid} left by a drop");
+
+    let mut db = Postgres::start().await.unwrap();
+    let client = connect(&db).await;
+    let shmid = shmid_of(&db);
+    db.kill().unwrap();
+    drop(client);
+    drop(db);
+    assert!(!segment_exists(shmid), "segment {shmid} left by a kill");
+}
+
+/// The `initdb` processes that are children of this test process.
+fn our_initdbs() -> Vec<u32> {
+    let me = std::process::id();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            let (name, rest) = stat.split_once(" (")?.1.rsplit_once(')')?;
+            let parent: u32 = rest.split_whitespace().nth(1)?.parse().ok()?;
+            (parent == me && name == "initdb").then_some(pid)
+        })
+        .collect()
+}
+
+/// `Postgres::start` dropped after each of its polls while `initdb` runs: `initdb` is
+/// killed and reaped by the drop, not left running on its own.
+#[tokio::test]
+async fn a_start_dropped_during_initdb_leaves_no_initdb_running() {
+    let mut seen = 0;
+    for polls in [1, 2, 5, 10, 20] {
+        let mut start = Box::pin(Postgres::start());
+        let mut initdbs = Vec::new();
+        for _ in 0..polls {
+            if futures::poll!(start.as_mut()).is_ready() {
+                break;
+            }
+            initdbs.extend(our_initdbs());
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        drop(start);
+        seen += initdbs.len();
+        for pid in initdbs {
+            assert!(
+                !running(pid),
+                "initdb {pid} survived the drop after {polls} polls"
+            );
+        }
+    }
+    assert!(seen > 0, "no drop happened while initdb ran");
+}

@@ -40,6 +40,13 @@ const SERVER_LOG: &str = "postgres.log";
 const PID_FILE: &str = "postmaster.pid";
 /// The status line of a postmaster that accepts connections.
 const READY: &str = "ready";
+/// How long a dropped server gets to shut down on `SIGQUIT` (removing its shared memory)
+/// before it is killed.
+const QUIT_TIMEOUT: Duration = Duration::from_secs(2);
+/// The pause between two checks of whether it has exited.
+const EXIT_PROBE_INTERVAL: Duration = Duration::from_millis(10);
+/// Where Linux lists the System V shared-memory segments.
+const SYSV_SHM: &str = "/proc/sysvipc/shm";
 /// How long `initdb` may take.
 const INITDB_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a start may take before it is abandoned.
@@ -67,8 +74,9 @@ const PORT_TAKEN: &str = "Address already in use";
 pub enum PostgresError {
     /// No folder holding both `initdb` and `postgres` was found.
     #[error(
-        "PostgreSQL's server binaries (initdb, postgres) not found (tried {tried}): install them \
-         with `apt-get install postgresql` (as root), or set REDQUORUM_PG_BINDIR to their folder"
+        "PostgreSQL's server binaries (initdb, postgres; version 13 or newer) not found (tried \
+         {tried}): install them with `apt-get install postgresql` (as root), or set \
+         REDQUORUM_PG_BINDIR to their folder"
     )]
     NotInstalled {
         /// Where the testkit looked.
@@ -145,7 +153,7 @@ pub enum PostgresError {
 }
 
 /// A PostgreSQL server on `127.0.0.1`, with a fresh cluster in a temporary directory,
-/// killed (with every backend) when dropped.
+/// shut down (with every backend, and its shared memory removed) when dropped.
 ///
 /// - **The binaries**: `initdb` and `postgres` from `REDQUORUM_PG_BINDIR` if set, else
 ///   from `pg_config --bindir`, else from the newest `/usr/lib/postgresql/*/bin` (Debian),
@@ -157,7 +165,10 @@ pub enum PostgresError {
 ///   its own directory; `fsync=off` (a killed server loses nothing the kernel has; only a
 ///   machine crash would) and `track_commit_timestamp=on` (`pg_xact_commit_timestamp`
 ///   orders committed rows); trust authentication for the superuser `postgres`,
-///   database `postgres`.
+///   database `postgres`. **For tests only**: any local user can connect to it as
+///   superuser, without a password.
+/// - **Version**: PostgreSQL 13 or newer (`redquorum::postgres` needs
+///   `pg_current_xact_id`).
 /// - **Faults**, by PID: [`pause`](Self::pause) and [`resume`](Self::resume)
 ///   (`SIGSTOP`/`SIGCONT` to the postmaster and to each process it started, since every
 ///   backend runs in a session of its own), [`kill`](Self::kill) (`SIGKILL` to them all:
@@ -204,7 +215,8 @@ impl Postgres {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future kills the server it started and removes its directory.
+    /// Dropping the future kills (and reaps) the `initdb` or the server it started, and
+    /// removes its directory.
     pub async fn start() -> Result<Postgres, PostgresError> {
         let bindir = find_bindir()?;
         let run_as = service_user()?;
@@ -322,9 +334,10 @@ impl Postgres {
     }
 
     /// Kills the server with `SIGKILL` (a crash): the postmaster is stopped first, then
-    /// every process it started is killed, then the postmaster, which is reaped. Does
-    /// nothing if it is not running. Every connection to it breaks; committed
-    /// transactions survive a [`restart`](Self::restart).
+    /// every process it started is killed, then the postmaster, which is reaped, and its
+    /// System V shared-memory segment, which a killed postmaster leaves, is removed (best
+    /// effort). Does nothing if it is not running. Every connection to it breaks;
+    /// committed transactions survive a [`restart`](Self::restart).
     ///
     /// # Errors
     ///
@@ -352,7 +365,59 @@ impl Postgres {
             .wait()
             .map_err(io_error(format!("reap postgres pid {pid}")))?;
         self.child = None;
+        self.remove_shared_memory(pid);
         Ok(())
+    }
+
+    /// Removes the shared-memory segment that postmaster `pid` created, named on line 7 of
+    /// its `postmaster.pid` (key and id): best effort, and only if the kernel still lists
+    /// a segment of that key and id created by `pid`. A killed postmaster leaves it behind
+    /// (the machine has a few thousand); a restart would reuse it, but a last kill would
+    /// leak it.
+    fn remove_shared_memory(&self, pid: u32) {
+        let pid_file = read_lossy(&self.dir.path().join(DATA).join(PID_FILE));
+        let Some((key, shmid)) = pid_file.lines().nth(6).and_then(|line| {
+            let mut fields = line.split_whitespace();
+            Some((fields.next()?.to_owned(), fields.next()?.to_owned()))
+        }) else {
+            return;
+        };
+        let listed = read_lossy(Path::new(SYSV_SHM)).lines().skip(1).any(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.first() == Some(&key.as_str())
+                && fields.get(1) == Some(&shmid.as_str())
+                && fields.get(4) == Some(&pid.to_string().as_str())
+        });
+        if listed {
+            let _ = Command::new("ipcrm")
+                .args(["-m", &shmid])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+
+    /// Shuts the server down with `SIGQUIT` (immediate shutdown: its backends end, and it
+    /// removes its shared memory), waiting at most [`QUIT_TIMEOUT`]; kills it if it is
+    /// still running then.
+    fn shut_down(&mut self) -> Result<(), PostgresError> {
+        let Some(pid) = self.pid() else {
+            return Ok(());
+        };
+        if self.paused {
+            // A stopped postmaster would not act on SIGQUIT.
+            self.resume()?;
+        }
+        ignore_gone(send(pid, Signal::SIGQUIT))?;
+        let started = std::time::Instant::now();
+        while started.elapsed() < QUIT_TIMEOUT {
+            if self.pid().is_none() {
+                return Ok(());
+            }
+            std::thread::sleep(EXIT_PROBE_INTERVAL);
+        }
+        self.kill()
     }
 
     /// Kills it (as [`kill`](Self::kill)) if it is running, then starts it again on the
@@ -391,9 +456,14 @@ impl Postgres {
             ])
             .stdin(Stdio::null())
             .stdout(stdout)
-            .stderr(stderr);
+            .stderr(stderr)
+            // Its own process group, so that its own children can be killed with it.
+            .process_group(0);
         self.drop_privileges(&mut command);
-        let mut child = command.spawn().map_err(|source| self.spawn_error(source))?;
+        let child = command.spawn().map_err(|source| self.spawn_error(source))?;
+        // Killed and reaped, with its group, if this future is dropped before it ends.
+        let mut child = KillOnDrop(child);
+        let child = &mut child.0;
         let started = Instant::now();
         for _ in 0..MAX_PROBES {
             match child.try_wait() {
@@ -407,8 +477,6 @@ impl Postgres {
                 Ok(None) if started.elapsed() < INITDB_TIMEOUT => sleep(PROBE_INTERVAL).await,
                 Ok(None) => break,
                 Err(source) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
                     return Err(PostgresError::Io {
                         action: "wait for initdb".into(),
                         source,
@@ -416,8 +484,6 @@ impl Postgres {
                 }
             }
         }
-        let _ = child.kill();
-        let _ = child.wait();
         Err(PostgresError::Initdb {
             status: format!("still running after {INITDB_TIMEOUT:?}; killed"),
             log: tail(read_lossy(&log_path)),
@@ -579,8 +645,29 @@ impl Postgres {
 
 impl Drop for Postgres {
     fn drop(&mut self) {
-        // Runs during unwinding too: `kill` never panics.
-        let _ = self.kill();
+        // Runs during unwinding too: neither panics.
+        if self.shut_down().is_err() {
+            let _ = self.kill();
+        }
+    }
+}
+
+/// A child process (the leader of its own process group) that is killed with its group
+/// and reaped when dropped, unless it has exited: `initdb` while `start` runs.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Ok(Some(_)) = self.0.try_wait() {
+            return;
+        }
+        let pid = self.0.id();
+        if let Ok(raw) = i32::try_from(pid) {
+            // The group first (its children), then the leader itself for good measure.
+            let _ = signal::killpg(Pid::from_raw(raw), Signal::SIGKILL);
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 

@@ -24,7 +24,10 @@
 //! 2. A claim that waits behind another writer's lock re-reads the row once that writer
 //!    commits: under `READ COMMITTED` it sees the newer token and is refused (zero rows);
 //!    under `REPEATABLE READ` or `SERIALIZABLE` it fails with SQLSTATE 40001 instead
-//!    ([`FenceErrorKind::Conflict`]), which is neither a grant nor a refusal.
+//!    ([`FenceErrorKind::Conflict`]), which is neither a grant nor a refusal. (A writer
+//!    that committed a token not larger than the claim's lets the claim through under
+//!    `READ COMMITTED`; one that rolled back leaves the row as it was, and the claim is
+//!    judged against that, at every level.)
 //! 3. A granted claim leaves the row at the claimer's token, so once a holder with token
 //!    `t` committed, every later claim with a token below `t` is refused, and with it the
 //!    writes of that transaction. Equal tokens are granted: one holder may write in
@@ -40,15 +43,20 @@
 //! [`SCHEMA`] and [`CLAIM`] are plain SQL, usable from any driver. [`claim`] runs the
 //! claim in a `tokio-postgres` transaction; [`fenced`] runs a whole fenced transaction on
 //! the application's own client: it begins, bounds the transaction by the lease
-//! (`SET LOCAL lock_timeout` and `idle_in_transaction_session_timeout`), claims, runs the
-//! body, and commits. The library never opens a connection.
+//! (`SET LOCAL lock_timeout` and `idle_in_transaction_session_timeout` on the server, and
+//! the budget on the client up to `COMMIT`), claims, runs the body, checks that the
+//! transaction was not aborted by a failed statement, and commits. The library never opens
+//! a connection. [`fenced`] needs PostgreSQL 13 or newer (`pg_current_xact_id`).
 //!
 //! Layer: a leaf (docs/design.md §10); it uses only `fencing`.
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::future::Future;
+use std::io;
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, IsolationLevel, Transaction};
@@ -74,6 +82,20 @@ RETURNING token";
 
 /// The newest token of a resource, read after a refused claim (which locked the row).
 const NEWEST: &str = "SELECT token FROM redquorum_fence WHERE resource = $1";
+
+/// The fenced transaction's id, read with the claim (which has given it one).
+const XID: &str = "SELECT pg_current_xact_id()::text";
+
+/// The id of the transaction in progress, if any, read before `COMMIT`; fails with 25P02
+/// in an aborted transaction.
+const CURRENT_XID: &str = "SELECT pg_current_xact_id_if_assigned()::text";
+
+/// The oldest PostgreSQL [`fenced`] works with (`pg_current_xact_id`).
+const MIN_SERVER_VERSION: u32 = 13;
+
+/// What a 25P03 means for the caller.
+const SESSION_ENDED: &str = "the server ended the session idle in the transaction, so the \
+client is closed: run it again on a new connection";
 
 /// The longest resource name accepted, in bytes: 1024, as for the lock itself.
 pub const MAX_RESOURCE_LEN: usize = 1024;
@@ -105,18 +127,27 @@ pub enum Claim {
 /// level is the database's default (`READ COMMITTED` unless configured otherwise).
 #[derive(Debug, Clone)]
 pub struct FenceOptions {
+    budget: Duration,
     lock_timeout: Duration,
     idle_timeout: Duration,
     isolation: Option<IsolationLevel>,
 }
 
 impl FenceOptions {
-    /// Options for a holder whose lease has `budget` left (`lease.remaining()`): the
-    /// transaction waits at most that long for any lock (`SET LOCAL lock_timeout`),
-    /// including the fence row a paused holder may hold, and the server ends its session
-    /// if it sits idle inside the transaction that long
-    /// (`SET LOCAL idle_in_transaction_session_timeout`), so a holder paused between two
-    /// statements cannot keep the fence row locked forever.
+    /// Options for a holder whose lease has `budget` left (`lease.remaining()`). It bounds
+    /// the transaction in three ways:
+    /// - on the client, [`fenced`] gives up once `budget` has passed and `COMMIT` has not
+    ///   been sent yet ([`FenceErrorKind::TimedOut`], nothing committed), whatever the
+    ///   server does, even when it no longer answers;
+    /// - on the server, the transaction waits at most that long for any lock
+    ///   (`SET LOCAL lock_timeout`), including the fence row a paused holder may hold;
+    /// - and the server ends its session if it sits idle inside the transaction that long
+    ///   (`SET LOCAL idle_in_transaction_session_timeout`), so a holder paused between two
+    ///   statements cannot keep the fence row locked forever.
+    ///
+    /// The `COMMIT` itself is not bounded (cut short, its outcome would be unknown); a
+    /// server that vanishes during it is noticed by TCP: set keepalives or
+    /// `tcp_user_timeout` on the client's connection.
     ///
     /// Timeouts are whole milliseconds, rounded up, at most `i32::MAX` ms. A zero budget
     /// (a lease that ran out) makes [`fenced`] fail with [`FenceErrorKind::TimedOut`]
@@ -124,6 +155,7 @@ impl FenceOptions {
     #[must_use]
     pub fn new(budget: Duration) -> Self {
         Self {
+            budget,
             lock_timeout: budget,
             idle_timeout: budget,
             isolation: None,
@@ -175,20 +207,28 @@ pub enum FenceErrorKind {
     /// deadlock victim (40P01): it was rolled back, neither refused nor committed.
     /// Retryable: run it again with the same token while the lease lasts.
     Conflict,
-    /// The lease's time ran out: the budget was zero, a lock wait passed `lock_timeout`
-    /// (55P03), the server ended a session idle in the transaction (25P03), or a statement
-    /// was cancelled (57014). Nothing was committed. Retryable with a new lease.
+    /// The lease's time ran out: the budget was zero, it passed before `COMMIT` was sent,
+    /// a lock wait passed `lock_timeout` (55P03), the server ended a session idle in the
+    /// transaction (25P03: the client is then closed, and a new connection is needed), or
+    /// a statement was cancelled (57014). Nothing was committed. Retryable with a new
+    /// lease.
     TimedOut,
     /// The connection failed or was closed before `COMMIT` was sent: nothing was
     /// committed. Retryable on a new connection (the client is then unusable).
     Connection,
     /// The connection failed while `COMMIT` was on its way: the transaction may or may not
-    /// have committed. Not retryable as it stands: find out from the data first, since a
-    /// retry with the same token is granted and would write again.
+    /// have committed. Not retryable as it stands: find out first, since a retry with the
+    /// same token is granted and would write again. [`FenceError::xid`] is the
+    /// transaction's id: on a new connection, `SELECT pg_xact_status($1::text::xid8)` with
+    /// it as text says `committed`, `aborted` or `in progress`.
     CommitUnknown,
-    /// The body returned an error ([`FenceError::source`]); the transaction was rolled
-    /// back. Not retryable as far as the library can tell (a body error that carries a
-    /// `tokio_postgres::Error` is classified by it instead, as above or below).
+    /// The body returned an error ([`FenceError::source`]), or it went on after a failed
+    /// statement (whose error it did not return) so that the transaction was aborted, or
+    /// it ended the transaction itself (`COMMIT` or `ROLLBACK`); the transaction was
+    /// rolled back, or for a body that committed, what it wrote before is committed.
+    /// Not retryable as far as the library can tell (a body error that carries a
+    /// `tokio_postgres::Error` is classified by it instead, as above or below; errors the
+    /// client raises itself, such as no row for `query_one`, stay the body's).
     Body,
     /// Another database error: the fence table is missing (run [`SCHEMA`]), a permission,
     /// a constraint. Nothing was committed. Not retryable: the detail says what failed.
@@ -207,6 +247,7 @@ pub struct FenceError {
     resource: Box<str>,
     token: FencingToken,
     newest: Option<FencingToken>,
+    xid: Option<u64>,
     detail: Option<Box<str>>,
     source: Option<Box<dyn StdError + Send + Sync + 'static>>,
 }
@@ -218,6 +259,7 @@ impl FenceError {
             resource: resource.into(),
             token,
             newest: None,
+            xid: None,
             detail: None,
             source: None,
         }
@@ -235,14 +277,24 @@ impl FenceError {
 
     /// A database error met outside `COMMIT`.
     fn database(resource: &str, token: FencingToken, error: tokio_postgres::Error) -> Self {
-        let missing_table = error.code() == Some(&SqlState::UNDEFINED_TABLE);
-        let e = Self::new(classify(&error, false), resource, token);
-        let e = if missing_table {
+        let kind = classify(&error, false);
+        let e = Self::new(kind, resource, token);
+        let e = if error.code() == Some(&SqlState::UNDEFINED_TABLE) {
             e.with_detail("create the fence table first (redquorum::postgres::SCHEMA)")
+        } else if error.code() == Some(&SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT) {
+            e.with_detail(SESSION_ENDED)
         } else {
             e
         };
         e.with_source(Box::new(error))
+    }
+
+    /// The budget passed before `COMMIT` was sent.
+    fn expired(resource: &str, token: FencingToken) -> Self {
+        Self::new(FenceErrorKind::TimedOut, resource, token).with_detail(
+            "the budget passed before COMMIT was sent, so the transaction was abandoned and \
+             rolled back",
+        )
     }
 
     /// What went wrong.
@@ -266,6 +318,13 @@ impl FenceError {
     /// For a refusal, the newest token of the resource, larger than [`token`](Self::token).
     pub fn newest(&self) -> Option<FencingToken> {
         self.newest
+    }
+
+    /// For a [`CommitUnknown`](FenceErrorKind::CommitUnknown), the transaction's id
+    /// (PostgreSQL's `xid8`, from `pg_current_xact_id()`): on a new connection,
+    /// `SELECT pg_xact_status($1::text::xid8)` with it as text tells whether it committed.
+    pub fn xid(&self) -> Option<u64> {
+        self.xid
     }
 
     /// The resource that was claimed.
@@ -299,6 +358,7 @@ impl fmt::Debug for FenceError {
             .field("resource", &format_args!("{}", ShortName(&self.resource)))
             .field("token", &self.token)
             .field("newest", &self.newest)
+            .field("xid", &self.xid)
             .field("detail", &self.detail)
             .field("source", &self.source)
             .finish()
@@ -337,11 +397,20 @@ impl fmt::Display for FenceError {
                 "fenced transaction for {resource}: the connection failed before COMMIT; \
                  nothing was committed: run it again on a new connection"
             ),
-            FenceErrorKind::CommitUnknown => write!(
-                f,
-                "fenced transaction for {resource}: the connection failed during COMMIT, so it \
-                 may or may not have committed: check the data before running it again"
-            ),
+            FenceErrorKind::CommitUnknown => match self.xid {
+                Some(xid) => write!(
+                    f,
+                    "fenced transaction {xid} for {resource}: the connection failed during \
+                     COMMIT, so it may or may not have committed: before running it again, ask \
+                     a new connection (SELECT pg_xact_status('{xid}'::xid8))"
+                ),
+                None => write!(
+                    f,
+                    "fenced transaction for {resource}: the connection failed during COMMIT, \
+                     so it may or may not have committed: check the data before running it \
+                     again"
+                ),
+            },
             FenceErrorKind::Body => write!(
                 f,
                 "fenced transaction for {resource} rolled back: its body failed"
@@ -467,11 +536,28 @@ pub async fn claim(
 /// Runs `body` in a fenced transaction on `client`: begins (at the isolation level of
 /// `options`), bounds it by the lease (`SET LOCAL lock_timeout` and
 /// `idle_in_transaction_session_timeout`), claims `resource` for `token`, runs `body`,
-/// and commits. Returns the body's value once committed.
+/// checks that the transaction is still the one it began and not aborted, and commits.
+/// Returns the body's value once committed.
 ///
 /// The body gets the transaction: read and write through it, after the claim, so that the
 /// reads feeding the writes are not older than a newer holder's write. Pass the lease's
-/// token and `FenceOptions::new(lease.remaining())`.
+/// token, the resource that token belongs to, and `FenceOptions::new(lease.remaining())`.
+/// For a lease over several resources, [`fencing_token`](crate::LeaseHandle::fencing_token)
+/// is the token of [`resource`](crate::LeaseHandle::resource) (the first in the lease's
+/// sorted order); take each resource's own from
+/// [`fencing_tokens`](crate::LeaseHandle::fencing_tokens).
+///
+/// **The body must return the errors of its statements** (`?`). A failed statement
+/// aborts the whole transaction in PostgreSQL, and a body that goes on regardless gets
+/// [`FenceErrorKind::Body`], nothing committed, rather than a success; to carry on past
+/// an expected failure, run that statement in a savepoint (`tx.transaction()`). The body
+/// must not end the transaction itself (`COMMIT`, `ROLLBACK`): that is reported as
+/// [`FenceErrorKind::Body`] too, and what it committed stays committed.
+///
+/// **Time**: the whole call, up to sending `COMMIT`, is bounded by the budget of
+/// `options` on the client (see [`FenceOptions::new`]); `COMMIT` itself is not. The
+/// round trips: `BEGIN`; the settings, the claim and the read of the transaction's id
+/// together; the body's; one check before `COMMIT`; `COMMIT`.
 ///
 /// ```no_run
 /// use redquorum::postgres::{self, FenceErrorKind, FenceOptions};
@@ -497,7 +583,8 @@ pub async fn claim(
 /// - [`FenceErrorKind::Refused`]: a newer token claimed the resource; rolled back.
 /// - [`FenceErrorKind::Body`]: the body failed (its error is the source); rolled back.
 ///   A body error that carries a `tokio_postgres::Error` (itself, or in its source chain)
-///   is classified by that error as the kinds below.
+///   is classified by that error as the kinds below. Also a body that went on after a
+///   failed statement (nothing committed), or that ended the transaction itself.
 /// - [`FenceErrorKind::Conflict`], [`FenceErrorKind::TimedOut`],
 ///   [`FenceErrorKind::Connection`] (retryable), [`FenceErrorKind::CommitUnknown`],
 ///   [`FenceErrorKind::Database`]: see each kind.
@@ -506,7 +593,8 @@ pub async fn claim(
 /// # Cancel safety
 /// Dropping the future before `COMMIT` was sent rolls the transaction back (the driver
 /// sends `ROLLBACK` when the transaction is dropped), and `client` stays usable; dropped
-/// while `COMMIT` is on its way, the transaction may have committed.
+/// while `COMMIT` is on its way, the transaction may have committed. The budget's bound
+/// drops the steps before `COMMIT` the same way.
 pub async fn fenced<T, E, F>(
     client: &mut Client,
     resource: &str,
@@ -520,32 +608,51 @@ where
 {
     check_claim(resource, token)?;
     let settings = timeouts(resource, token, options)?;
+    // Before COMMIT is sent nothing is committed, so every step up to it may be abandoned
+    // at the budget; COMMIT itself is never cut short (its outcome would be unknown).
+    let deadline = Instant::now().checked_add(options.budget);
+    let expired = || FenceError::expired(resource, token);
     let mut builder = client.build_transaction();
     if let Some(level) = options.isolation {
         builder = builder.isolation_level(level);
     }
-    let mut tx = builder
-        .start()
+    let mut tx = within(deadline, builder.start())
         .await
+        .ok_or_else(expired)?
         .map_err(|e| FenceError::database(resource, token, e))?;
-    // One round trip: the settings and the claim are sent together (the server runs them
-    // in order, so the claim already waits under `lock_timeout`).
-    let (set, claimed) = futures::join!(tx.batch_execute(&settings), claim(&tx, resource, token));
+    // One round trip: the settings, the claim and the read of the transaction's id are
+    // sent together (the server runs them in order, so the claim already waits under
+    // `lock_timeout`).
+    let (set, claimed, xid) = within(deadline, async {
+        futures::join!(
+            tx.batch_execute(&settings),
+            claim(&tx, resource, token),
+            tx.query_typed(XID, &[]),
+        )
+    })
+    .await
+    .ok_or_else(expired)?;
     set.map_err(|e| FenceError::database(resource, token, e))?;
     match claimed? {
         Claim::Granted => {}
         Claim::Refused { newest } => {
             // Dropping the transaction would roll back too; this reports nothing new.
-            let _ = tx.rollback().await;
+            let _ = within(deadline, tx.rollback()).await;
             let mut error = FenceError::new(FenceErrorKind::Refused, resource, token);
             error.newest = Some(newest);
             return Err(error);
         }
     }
-    let value = match body(&mut tx).await {
-        Ok(value) => value,
-        Err(error) => {
-            let _ = tx.rollback().await;
+    let xid = read_xid(xid).map_err(|e| match e {
+        Ok(e) => FenceError::database(resource, token, e),
+        Err(detail) => {
+            FenceError::new(FenceErrorKind::Database, resource, token).with_detail(detail)
+        }
+    })?;
+    let value = match within(deadline, body(&mut tx)).await {
+        Some(Ok(value)) => value,
+        Some(Err(error)) => {
+            let _ = within(deadline, tx.rollback()).await;
             let error: Box<dyn StdError + Send + Sync + 'static> = error.into();
             let kind = postgres_error(error.as_ref()).map_or(FenceErrorKind::Body, |e| {
                 match classify(e, false) {
@@ -555,10 +662,42 @@ where
             });
             return Err(FenceError::new(kind, resource, token).with_source(error));
         }
+        // Dropping the transaction sends ROLLBACK.
+        None => return Err(expired()),
     };
+    // A body that went on after a failed statement leaves the transaction aborted, and
+    // PostgreSQL answers COMMIT with ROLLBACK, not with an error; a body that ended the
+    // transaction itself leaves none, or another. Ask before COMMIT: an aborted
+    // transaction fails this with 25P02, another transaction has another id (or none).
+    let current = within(deadline, tx.query_typed(CURRENT_XID, &[]))
+        .await
+        .ok_or_else(expired)?;
+    let current = match current {
+        Ok(rows) => rows
+            .first()
+            .and_then(|row| row.try_get::<_, Option<String>>(0).ok().flatten()),
+        Err(e) if e.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) => {
+            return Err(FenceError::new(FenceErrorKind::Body, resource, token)
+                .with_detail(
+                    "a statement failed and the body went on without returning its error, so \
+                     the transaction was aborted by an earlier failed statement; nothing \
+                     committed (a body must return the errors of its statements)",
+                )
+                .with_source(Box::new(e)));
+        }
+        Err(e) => return Err(FenceError::database(resource, token, e)),
+    };
+    if current.as_deref() != Some(xid.to_string().as_str()) {
+        return Err(
+            FenceError::new(FenceErrorKind::Body, resource, token).with_detail(
+                "the body ended the transaction itself (COMMIT or ROLLBACK): what it wrote \
+             before that is committed or not as it said, and what after it is not fenced; \
+             a body must leave the transaction to fenced",
+            ),
+        );
+    }
     if tx.client().is_closed() {
-        // The session ended before COMMIT could be sent (the server's idle timeout ends
-        // it so): nothing was committed.
+        // The session ended before COMMIT could be sent: nothing was committed.
         let closed = tx.commit().await.err();
         let error = FenceError::new(FenceErrorKind::Connection, resource, token)
             .with_detail("the session had ended before COMMIT was sent");
@@ -568,9 +707,50 @@ where
         });
     }
     tx.commit().await.map_err(|e| {
-        FenceError::new(classify(&e, true), resource, token).with_source(Box::new(e))
+        let kind = classify(&e, true);
+        let mut error = FenceError::new(kind, resource, token);
+        if kind == FenceErrorKind::CommitUnknown {
+            error.xid = Some(xid);
+        } else if e.code() == Some(&SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT) {
+            error = error.with_detail(SESSION_ENDED);
+        }
+        error.with_source(Box::new(e))
     })?;
     Ok(value)
+}
+
+/// `future`, abandoned (`None`) at `deadline`; never, without one.
+async fn within<F: Future>(deadline: Option<Instant>, future: F) -> Option<F::Output> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, future).await.ok(),
+        None => Some(future.await),
+    }
+}
+
+/// The transaction's id from the answer to [`XID`]; `Err(Err(detail))` when it makes no
+/// sense.
+fn read_xid(
+    answer: Result<Vec<tokio_postgres::Row>, tokio_postgres::Error>,
+) -> Result<u64, Result<tokio_postgres::Error, String>> {
+    let rows = match answer {
+        Ok(rows) => rows,
+        Err(e) if e.code() == Some(&SqlState::UNDEFINED_FUNCTION) => {
+            return Err(Err(format!(
+                "the server has no pg_current_xact_id(): PostgreSQL {MIN_SERVER_VERSION} or \
+                 newer is needed"
+            )));
+        }
+        Err(e) => return Err(Ok(e)),
+    };
+    let text: Option<String> = match rows.first() {
+        Some(row) => row.try_get(0).map_err(Ok)?,
+        None => None,
+    };
+    text.as_deref().and_then(|t| t.parse().ok()).ok_or_else(|| {
+        Err(format!(
+            "pg_current_xact_id() answered {text:?}, not a number"
+        ))
+    })
 }
 
 /// The token as PostgreSQL's `bigint`, once the name and token are known to be claimable.
@@ -608,20 +788,21 @@ fn timeouts(
     token: FencingToken,
     options: &FenceOptions,
 ) -> Result<String, FenceError> {
+    if options.budget.is_zero() {
+        // `FenceOptions::new(lease.remaining())` of a lease that ran out.
+        return Err(FenceError::new(FenceErrorKind::TimedOut, resource, token)
+            .with_detail("the budget is zero: the lease has no time left"));
+    }
     let millis = |what: &str, timeout: Duration| {
         if timeout.is_zero() {
-            let kind = if options.lock_timeout.is_zero() && options.idle_timeout.is_zero() {
-                // `FenceOptions::new(lease.remaining())` of a lease that ran out.
-                FenceErrorKind::TimedOut
-            } else {
-                FenceErrorKind::InvalidInput
-            };
-            let detail = if kind == FenceErrorKind::TimedOut {
-                "the budget is zero: the lease has no time left".to_owned()
-            } else {
-                format!("{what} is zero, which PostgreSQL reads as no limit: give a positive one")
-            };
-            return Err(FenceError::new(kind, resource, token).with_detail(detail));
+            // A setting of the caller's, not the lease's time.
+            return Err(
+                FenceError::new(FenceErrorKind::InvalidInput, resource, token).with_detail(
+                    format!(
+                        "{what} is zero, which PostgreSQL reads as no limit: give a positive one"
+                    ),
+                ),
+            );
         }
         Ok(timeout.as_nanos().div_ceil(1_000_000).min(MAX_TIMEOUT_MS))
     };
@@ -635,25 +816,32 @@ fn timeouts(
 /// The kind of a database error; `during_commit` when it answered (or cut) a `COMMIT`.
 fn classify(error: &tokio_postgres::Error, during_commit: bool) -> FenceErrorKind {
     let Some(code) = error.code() else {
-        // No SQLSTATE: the connection failed or was closed.
         return if during_commit {
+            // Whatever cut the COMMIT's answer, the client cannot know how it ended.
             FenceErrorKind::CommitUnknown
-        } else {
+        } else if connection_lost(error) {
             FenceErrorKind::Connection
+        } else {
+            // An error the client raised itself (no row for `query_one`, a parameter or a
+            // column of the wrong type): the connection is fine, and trying again fails
+            // the same way.
+            FenceErrorKind::Database
         };
     };
     let fatal = error
         .as_db_error()
         .is_some_and(|db| matches!(db.severity(), "FATAL" | "PANIC"));
-    if *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED {
+    if *code == SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT {
+        // Sent only by a session idle in its transaction: a COMMIT that meets it never ran.
+        FenceErrorKind::TimedOut
+    } else if *code == SqlState::T_R_SERIALIZATION_FAILURE
+        || *code == SqlState::T_R_DEADLOCK_DETECTED
+    {
         FenceErrorKind::Conflict
     } else if during_commit && fatal {
         // The server ended the session while the commit was being decided.
         FenceErrorKind::CommitUnknown
-    } else if *code == SqlState::LOCK_NOT_AVAILABLE
-        || *code == SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT
-        || *code == SqlState::QUERY_CANCELED
-    {
+    } else if *code == SqlState::LOCK_NOT_AVAILABLE || *code == SqlState::QUERY_CANCELED {
         FenceErrorKind::TimedOut
     } else if fatal || code.code().starts_with("08") || code.code().starts_with("57P") {
         // The session ended (shutdown, crash, lost connection) before COMMIT.
@@ -661,6 +849,22 @@ fn classify(error: &tokio_postgres::Error, during_commit: bool) -> FenceErrorKin
     } else {
         FenceErrorKind::Database
     }
+}
+
+/// Whether a database error without a SQLSTATE comes from a lost connection: the client
+/// is closed, or the socket failed (an I/O error other than the bad data of a message that
+/// could not be encoded or parsed).
+fn connection_lost(error: &tokio_postgres::Error) -> bool {
+    error.is_closed()
+        || error
+            .source()
+            .and_then(|source| source.downcast_ref::<io::Error>())
+            .is_some_and(|io| {
+                !matches!(
+                    io.kind(),
+                    io::ErrorKind::InvalidInput | io::ErrorKind::InvalidData
+                )
+            })
 }
 
 /// The first `tokio_postgres::Error` in `error`'s source chain, itself included.
@@ -694,7 +898,9 @@ mod tests {
         let message = check_claim(&long, token).err().map(|e| e.to_string());
         // The message names the resource by its start and length, not in full.
         assert!(
-            message.as_ref().is_some_and(|m| m.len() < 300 && m.contains("1025 bytes")),
+            message
+                .as_ref()
+                .is_some_and(|m| m.len() < 300 && m.contains("1025 bytes")),
             "{message:?}"
         );
         assert!(check_claim(&long[1..], token).is_ok());
@@ -728,6 +934,12 @@ mod tests {
         let half = FenceOptions::new(Duration::from_secs(1)).lock_timeout(Duration::ZERO);
         let half = timeouts("r", token, &half).err();
         assert_eq!(half.map(|e| e.kind()), Some(FenceErrorKind::InvalidInput));
+        // Both zero on a budget with time left: the caller's settings, not the lease's.
+        let both = FenceOptions::new(Duration::from_secs(5))
+            .lock_timeout(Duration::ZERO)
+            .idle_timeout(Duration::ZERO);
+        let both = timeouts("r", token, &both).err();
+        assert_eq!(both.map(|e| e.kind()), Some(FenceErrorKind::InvalidInput));
         let long = FenceOptions::new(Duration::from_secs(u64::MAX));
         let sql = timeouts("r", token, &long).ok().unwrap_or_default();
         assert!(

@@ -2,8 +2,11 @@
 //! `postgres`), against a real server started by the testkit (`testkit::Postgres`):
 //! granted, refused and equal-token claims; a claim blocked behind a holder and refused
 //! once it commits; SQLSTATE 40001 under `REPEATABLE READ`; the idle timeout ending a
-//! paused holder's transaction; `lock_timeout`; bad input; dropped futures; and the
-//! testkit's own control of the server (owned by PID, paused, killed, restarted).
+//! paused holder's transaction; `lock_timeout`; the budget's bound on the client; a body
+//! that swallows a failed statement or ends the transaction; errors the client raises
+//! itself; a `COMMIT` of unknown outcome and its transaction id; bad input; dropped
+//! futures; and the testkit's own control of the server (owned by PID, paused, killed,
+//! restarted, shut down without leaking shared memory or `initdb`).
 //!
 //! Each test starts its own server (about 0.7 s: `initdb` and start).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -302,7 +305,8 @@ async fn the_idle_timeout_ends_a_paused_holders_transaction() {
     let (paused_tx, paused_rx) = tokio::sync::oneshot::channel::<()>();
     let (wake_tx, wake_rx) = tokio::sync::oneshot::channel::<()>();
     let holding = tokio::spawn(async move {
-        let budget = FenceOptions::new(Duration::from_millis(400));
+        // The server's idle timeout, well inside the client's own bound on the budget.
+        let budget = generous().idle_timeout(Duration::from_millis(400));
         postgres::fenced(&mut holder, r, token(4), &budget, async |tx| {
             tx.execute("INSERT INTO counters VALUES ($1, 40)", &[&r])
                 .await?;
@@ -353,7 +357,7 @@ async fn a_session_ended_before_commit_is_known_not_committed() {
         &mut holder,
         r,
         token(2),
-        &FenceOptions::new(Duration::from_millis(200)),
+        &generous().idle_timeout(Duration::from_millis(200)),
         async |tx| {
             tx.execute("INSERT INTO counters VALUES ($1, 1)", &[&r])
                 .await?;
@@ -454,7 +458,7 @@ async fn bad_input_is_refused_before_anything_is_sent() {
         redquorum::limits::MAX_RESOURCE_LEN,
         "the same names as the lock's"
     );
-    let cases: [(&str, u64, FenceOptions, FenceErrorKind, &str); 6] = [
+    let cases: [(&str, u64, FenceOptions, FenceErrorKind, &str); 7] = [
         ("", 1, generous(), FenceErrorKind::InvalidInput, "empty"),
         ("a\0b", 1, generous(), FenceErrorKind::InvalidInput, "NUL"),
         (
@@ -482,6 +486,16 @@ async fn bad_input_is_refused_before_anything_is_sent() {
             "r",
             1,
             generous().idle_timeout(Duration::ZERO),
+            FenceErrorKind::InvalidInput,
+            "reads as no limit",
+        ),
+        // Both zero on a lease with time left: the user's settings, not the lease.
+        (
+            "r",
+            1,
+            generous()
+                .lock_timeout(Duration::ZERO)
+                .idle_timeout(Duration::ZERO),
             FenceErrorKind::InvalidInput,
             "reads as no limit",
         ),
@@ -714,6 +728,247 @@ fn running(pid: u32) -> bool {
             .lines()
             .any(|l| l.starts_with("State:") && l.contains('Z'))
     })
+}
+
+/// A body that handles a failed statement's error itself and returns `Ok` leaves the
+/// transaction aborted: PostgreSQL answers its `COMMIT` with `ROLLBACK`, without an error.
+/// `fenced` must not report that as committed. Nor a body that ended the transaction
+/// itself.
+#[tokio::test]
+async fn a_body_that_swallows_a_failed_statement_is_not_reported_committed() {
+    let (_db, mut client) = start().await;
+    let r = "accounts:9";
+    let out = postgres::fenced(&mut client, r, token(5), &generous(), async |tx| {
+        tx.execute("INSERT INTO counters VALUES ($1, 1)", &[&r])
+            .await?;
+        // "Insert, or carry on if it exists", with the 23505 handled in Rust.
+        let duplicate = tx
+            .execute("INSERT INTO counters VALUES ($1, 2)", &[&r])
+            .await;
+        assert_eq!(
+            duplicate.unwrap_err().code(),
+            Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION)
+        );
+        Ok::<&str, tokio_postgres::Error>("done")
+    })
+    .await;
+    let aborted = out.unwrap_err();
+    assert_eq!(aborted.kind(), FenceErrorKind::Body, "{aborted}");
+    assert!(!aborted.is_retryable());
+    assert!(
+        aborted.to_string().contains("nothing committed"),
+        "{aborted}"
+    );
+    assert_eq!(counter(&client, r).await, None);
+    assert_eq!(fence_of(&client, r).await, None);
+
+    // A body that commits or rolls back by itself: what it committed is not fenced as
+    // the caller thinks, and `fenced` says so instead of reporting success.
+    for end in ["COMMIT", "ROLLBACK"] {
+        let out = postgres::fenced(
+            &mut client,
+            "accounts:10",
+            token(5),
+            &generous(),
+            async |tx| {
+                tx.batch_execute(end).await?;
+                Ok::<(), tokio_postgres::Error>(())
+            },
+        )
+        .await;
+        let ended = out.unwrap_err();
+        assert_eq!(ended.kind(), FenceErrorKind::Body, "{end}: {ended}");
+        assert!(!ended.is_retryable());
+        assert!(
+            ended.to_string().contains("ended the transaction"),
+            "{ended}"
+        );
+    }
+    // The client is still usable and holds no transaction.
+    increment(&mut client, r, 5, &generous()).await.unwrap();
+}
+
+/// Errors the client raises itself, without a SQLSTATE (no row for `query_one`, a wrong
+/// parameter type, a wrong column type), are the body's bugs, not lost connections.
+#[tokio::test]
+async fn client_side_errors_in_the_body_are_not_connection_failures() {
+    let (_db, mut client) = start().await;
+    let r = "accounts:11";
+    let none = postgres::fenced(&mut client, r, token(1), &generous(), async |tx| {
+        tx.query_one("SELECT value FROM counters WHERE resource = 'none'", &[])
+            .await
+            .map(|row| row.get::<_, i64>(0))
+    })
+    .await
+    .unwrap_err();
+    let parameter = postgres::fenced(&mut client, r, token(1), &generous(), async |tx| {
+        tx.execute("SELECT value FROM counters WHERE resource = $1", &[&5_i32])
+            .await
+    })
+    .await
+    .unwrap_err();
+    let column = postgres::fenced(&mut client, r, token(1), &generous(), async |tx| {
+        let row = tx.query_one("SELECT 1::int4", &[]).await?;
+        row.try_get::<_, String>(0)
+    })
+    .await
+    .unwrap_err();
+    for e in [none, parameter, column] {
+        assert_eq!(e.kind(), FenceErrorKind::Body, "{e}");
+        assert!(!e.is_retryable(), "{e}");
+        assert_eq!(e.code(), None);
+    }
+    assert!(!client.is_closed());
+    assert_eq!(increment(&mut client, r, 1, &generous()).await.unwrap(), 1);
+}
+
+/// The whole holder stalls (a blocking call on the runtime's only thread) past its budget
+/// after its last statement: the server ends the session before `COMMIT` is sent, though
+/// the client has not noticed yet. Nothing was committed, and the error says so.
+#[tokio::test]
+async fn a_stalled_holder_is_told_nothing_was_committed() {
+    let (db, mut holder) = start().await;
+    let r = "accounts:12";
+    let out = postgres::fenced(
+        &mut holder,
+        r,
+        token(2),
+        &FenceOptions::new(Duration::from_millis(200)),
+        async |tx| {
+            tx.execute("INSERT INTO counters VALUES ($1, 1)", &[&r])
+                .await?;
+            // The runtime's only thread blocks: the connection task cannot run either.
+            std::thread::sleep(Duration::from_millis(1500));
+            Ok::<(), tokio_postgres::Error>(())
+        },
+    )
+    .await;
+    let e = out.unwrap_err();
+    assert_ne!(e.kind(), FenceErrorKind::CommitUnknown, "{e}");
+    assert_eq!(e.kind(), FenceErrorKind::TimedOut, "{e}");
+    assert!(e.is_retryable());
+    assert!(e.to_string().contains("nothing"), "{e}");
+    let observer = connect(&db).await;
+    assert_eq!(counter(&observer, r).await, None);
+}
+
+/// A `COMMIT` cut by the end of its session: the outcome is unknown to the client, and the
+/// error carries the transaction's id, which settles it on another connection.
+#[tokio::test]
+async fn a_commit_of_unknown_outcome_carries_the_transaction_id() {
+    let (db, mut holder) = start().await;
+    let observer = connect(&db).await;
+    let holder_pid = backend_pid(&holder).await;
+    // A deferred constraint trigger runs at COMMIT, and sleeps there.
+    observer
+        .batch_execute(
+            "CREATE TABLE slow (id int);
+             CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS
+                 $$ BEGIN PERFORM pg_sleep(60); RETURN NULL; END $$;
+             CREATE CONSTRAINT TRIGGER slow AFTER INSERT ON slow DEFERRABLE INITIALLY DEFERRED
+                 FOR EACH ROW EXECUTE FUNCTION slow_commit();",
+        )
+        .await
+        .unwrap();
+    let committing = tokio::spawn(async move {
+        postgres::fenced(&mut holder, "slow:1", token(3), &generous(), async |tx| {
+            tx.execute("INSERT INTO slow VALUES (1)", &[]).await
+        })
+        .await
+    });
+    support::wait_until(
+        Duration::from_secs(10),
+        "COMMIT runs the slow trigger",
+        || {
+            let observer = &observer;
+            async move {
+                observer
+                    .query_opt(
+                        "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'PgSleep'",
+                        &[&holder_pid],
+                    )
+                    .await
+                    .unwrap()
+                    .is_some()
+            }
+        },
+    )
+    .await;
+    observer
+        .execute("SELECT pg_terminate_backend($1)", &[&holder_pid])
+        .await
+        .unwrap();
+    let e = committing.await.unwrap().unwrap_err();
+    assert_eq!(e.kind(), FenceErrorKind::CommitUnknown, "{e}");
+    assert!(!e.is_retryable());
+    let xid = e.xid().expect("the transaction's id");
+    assert!(e.to_string().contains(&xid.to_string()), "{e}");
+    let status: Option<String> = observer
+        .query_one("SELECT pg_xact_status($1::text::xid8)", &[&xid.to_string()])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(status.as_deref(), Some("aborted"));
+    assert_eq!(fence_of(&observer, "slow:1").await, None);
+}
+
+/// The server stops answering (every process frozen, as behind a partition that drops
+/// packets): `fenced` gives up once the budget has passed, not whenever TCP notices, and
+/// nothing was committed.
+#[tokio::test]
+async fn fenced_is_bounded_by_its_budget_when_the_server_stops_answering() {
+    let (mut db, mut client) = start().await;
+    db.pause().unwrap();
+    let out = tokio::time::timeout(
+        Duration::from_secs(10),
+        increment(
+            &mut client,
+            "accounts:13",
+            1,
+            &FenceOptions::new(Duration::from_millis(300)),
+        ),
+    )
+    .await;
+    db.resume().unwrap();
+    let e = out.expect("fenced returned within 10 s").unwrap_err();
+    assert_eq!(e.kind(), FenceErrorKind::TimedOut, "{e}");
+    assert!(e.is_retryable());
+    // The dropped transaction was rolled back; the client still works.
+    let observer = connect(&db).await;
+    assert_eq!(counter(&observer, "accounts:13").await, None);
+    assert_eq!(
+        increment(&mut client, "accounts:13", 1, &generous())
+            .await
+            .unwrap(),
+        1
+    );
+}
+
+/// A body whose every idle gap is shorter than the budget, but whose whole run is longer:
+/// it is cut at the budget, before `COMMIT`, and nothing is committed.
+#[tokio::test]
+async fn a_body_that_outlives_the_budget_commits_nothing() {
+    let (_db, mut client) = start().await;
+    let r = "accounts:14";
+    let out = postgres::fenced(
+        &mut client,
+        r,
+        token(1),
+        &FenceOptions::new(Duration::from_millis(600)),
+        async |tx| {
+            tx.execute("INSERT INTO counters VALUES ($1, 1)", &[&r])
+                .await?;
+            for _ in 0..5 {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                tx.execute("SELECT 1", &[]).await?;
+            }
+            Ok::<(), tokio_postgres::Error>(())
+        },
+    )
+    .await;
+    let e = out.unwrap_err();
+    assert_eq!(e.kind(), FenceErrorKind::TimedOut, "{e}");
+    assert_eq!(counter(&client, r).await, None);
 }
 
 /// The id of a running process's shared-memory segment, from line 7 of `postmaster.pid`.

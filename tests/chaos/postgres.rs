@@ -932,8 +932,9 @@ pub async fn p1a() -> (Outcome, DbReport) {
 /// P1b: a holder is frozen right after its claim, inside its transaction, past its TTL; a
 /// contender acquires and its claim waits for the frozen holder's row lock (seen in
 /// `pg_stat_activity`). With `resume_first`, the holder is thawed while the contender
-/// waits: it writes and commits first, then the contender's claim is granted (a newer
-/// token) and it writes after. Otherwise the holder's idle timeout (twice its TTL) ends
+/// waits: past its budget, it gives up before COMMIT (`TimedOut`) and its transaction
+/// rolls back, then the contender's claim is granted (a newer token) and it writes.
+/// Otherwise the holder's idle timeout (twice its TTL) ends
 /// its session: the contender writes, and the thawed holder's write fails. Either way the
 /// contender never writes before the holder's transaction ended.
 pub async fn p1b(resume_first: bool) -> (Outcome, DbReport) {
@@ -1043,10 +1044,18 @@ pub async fn p1b(resume_first: bool) -> (Outcome, DbReport) {
     assert!(blocked, "P1b did not reach its case: {}", outcome.line);
     assert_eq!(newer.end, End::Committed, "{}", outcome.line);
     if resume_first {
-        assert_eq!(paused.end, End::Committed, "{}", outcome.line);
+        // Thawed past its lease, the holder is cut by its budget before COMMIT: its
+        // transaction rolls back, and the contender, which waited for its row lock,
+        // writes alone.
+        assert_eq!(
+            paused.end,
+            End::Failed("TimedOut".to_owned()),
+            "{}",
+            outcome.line
+        );
         assert_eq!(
             order,
-            [paused.op_id.clone(), newer.op_id.clone()],
+            std::slice::from_ref(&newer.op_id),
             "{}",
             outcome.line
         );

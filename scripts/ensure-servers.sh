@@ -10,8 +10,16 @@ bash scripts/ensure-redis.sh
 # The folder of initdb and postgres, found as the testkit finds it (testkit::Postgres):
 # REDQUORUM_PG_BINDIR, then pg_config --bindir, then Debian's newest
 # /usr/lib/postgresql/*/bin, then PATH. pg_config may come from libpq-dev and name a
-# folder without the server, so each candidate is checked for both binaries.
-has_server() { [ -n "$1" ] && [ -x "$1/initdb" ] && [ -x "$1/postgres" ]; }
+# folder without the server, so each candidate is checked for both binaries, and for
+# PostgreSQL 13 or newer (redquorum::postgres::fenced uses pg_current_xact_id).
+MIN_PG_MAJOR=13
+pg_major() { "$1/postgres" --version 2>/dev/null | sed -n 's/^[^0-9]*\([0-9][0-9]*\).*/\1/p'; }
+has_server() {
+  [ -n "$1" ] && [ -x "$1/initdb" ] && [ -x "$1/postgres" ] || return 1
+  local major
+  major="$(pg_major "$1")"
+  [ -n "$major" ] && [ "$major" -ge "$MIN_PG_MAJOR" ]
+}
 find_bindir() {
   if [ -n "${REDQUORUM_PG_BINDIR:-}" ]; then
     has_server "$REDQUORUM_PG_BINDIR" && echo "$REDQUORUM_PG_BINDIR"
@@ -33,7 +41,8 @@ if [ -n "$(find_bindir)" ]; then
   exit 0
 fi
 if [ -n "${REDQUORUM_PG_BINDIR:-}" ]; then
-  echo "REDQUORUM_PG_BINDIR=$REDQUORUM_PG_BINDIR holds no initdb and postgres" >&2
+  echo "REDQUORUM_PG_BINDIR=$REDQUORUM_PG_BINDIR holds no initdb and postgres of" \
+    "PostgreSQL $MIN_PG_MAJOR or newer" >&2
   exit 1
 fi
 
@@ -44,13 +53,13 @@ if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
   apt-get install -y -qq --no-install-recommends postgresql >/dev/null
   dir="$(find_bindir)"
   [ -n "$dir" ] || {
-    echo "apt-get finished but initdb and postgres are still not found" >&2
+    echo "apt-get finished but initdb and postgres $MIN_PG_MAJOR or newer are still not found" >&2
     exit 1
   }
   echo "installed $("$dir/postgres" --version)" >&2
 else
   cat >&2 <<'MSG'
-PostgreSQL's server binaries (initdb, postgres) are required: the fencing tests of the
+PostgreSQL's server binaries (initdb, postgres), version 13 or newer, are required: the fencing tests of the
 `postgres` feature start a real PostgreSQL on 127.0.0.1. Install them, then run this
 command again:
   Debian/Ubuntu:  sudo apt-get install postgresql

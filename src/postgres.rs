@@ -654,13 +654,20 @@ where
         Some(Err(error)) => {
             let _ = within(deadline, tx.rollback()).await;
             let error: Box<dyn StdError + Send + Sync + 'static> = error.into();
-            let kind = postgres_error(error.as_ref()).map_or(FenceErrorKind::Body, |e| {
-                match classify(e, false) {
-                    FenceErrorKind::Database => FenceErrorKind::Body,
-                    kind => kind,
-                }
+            let database = postgres_error(error.as_ref());
+            let kind = database.map_or(FenceErrorKind::Body, |e| match classify(e, false) {
+                FenceErrorKind::Database => FenceErrorKind::Body,
+                kind => kind,
             });
-            return Err(FenceError::new(kind, resource, token).with_source(error));
+            let session_ended = database.and_then(tokio_postgres::Error::code)
+                == Some(&SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT);
+            let failed = FenceError::new(kind, resource, token);
+            let failed = if session_ended {
+                failed.with_detail(SESSION_ENDED)
+            } else {
+                failed
+            };
+            return Err(failed.with_source(error));
         }
         // Dropping the transaction sends ROLLBACK.
         None => return Err(expired()),

@@ -40,6 +40,9 @@ const SERVER_LOG: &str = "postgres.log";
 const PID_FILE: &str = "postmaster.pid";
 /// The status line of a postmaster that accepts connections.
 const READY: &str = "ready";
+/// The oldest major version used (`redquorum::postgres::fenced` reads
+/// `pg_current_xact_id`, new in 13); older installations are passed over.
+const MIN_MAJOR_VERSION: u32 = 13;
 /// How long a dropped server gets to shut down on `SIGQUIT` (removing its shared memory)
 /// before it is killed.
 const QUIT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -157,7 +160,8 @@ pub enum PostgresError {
 ///
 /// - **The binaries**: `initdb` and `postgres` from `REDQUORUM_PG_BINDIR` if set, else
 ///   from `pg_config --bindir`, else from the newest `/usr/lib/postgresql/*/bin` (Debian),
-///   else from `PATH`.
+///   else from `PATH`; each candidate must be PostgreSQL 13 or newer
+///   (`redquorum::postgres::fenced` needs `pg_current_xact_id`).
 /// - **Root**: PostgreSQL refuses to run as root, so a test running as root runs `initdb`
 ///   and `postgres` as the `postgres` user (set in the child before `exec`: the PID the
 ///   testkit holds is the server's own), and that user owns the temporary directory.
@@ -167,8 +171,6 @@ pub enum PostgresError {
 ///   orders committed rows); trust authentication for the superuser `postgres`,
 ///   database `postgres`. **For tests only**: any local user can connect to it as
 ///   superuser, without a password.
-/// - **Version**: PostgreSQL 13 or newer (`redquorum::postgres` needs
-///   `pg_current_xact_id`).
 /// - **Faults**, by PID: [`pause`](Self::pause) and [`resume`](Self::resume)
 ///   (`SIGSTOP`/`SIGCONT` to the postmaster and to each process it started, since every
 ///   backend runs in a session of its own), [`kill`](Self::kill) (`SIGKILL` to them all:
@@ -745,12 +747,37 @@ fn find_bindir() -> Result<PathBuf, PostgresError> {
     })
 }
 
-/// Whether `dir` holds executable `initdb` and `postgres`.
+/// Whether `dir` holds executable `initdb` and `postgres`, of version
+/// [`MIN_MAJOR_VERSION`] or newer.
 fn has_server(dir: &Path) -> bool {
-    ["initdb", "postgres"].iter().all(|name| {
+    let executables = ["initdb", "postgres"].iter().all(|name| {
         fs::metadata(dir.join(name))
             .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-    })
+    });
+    executables && server_major(dir).is_some_and(|major| major >= MIN_MAJOR_VERSION)
+}
+
+/// The major version of `dir/postgres`, from `postgres --version` (allowed as root).
+fn server_major(dir: &Path) -> Option<u32> {
+    let output = Command::new(dir.join("postgres"))
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .filter(|output| output.status.success())?;
+    parse_major(&String::from_utf8_lossy(&output.stdout))
+}
+
+/// The major version in a `postgres --version` line such as
+/// `postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)`: the first word that starts
+/// with a digit, up to its first non-digit.
+fn parse_major(version: &str) -> Option<u32> {
+    let word = version
+        .split_whitespace()
+        .find(|word| word.starts_with(|c: char| c.is_ascii_digit()))?;
+    let digits: String = word.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 /// Sends `signal` to process `pid`.
@@ -873,6 +900,15 @@ mod tests {
         assert!(!is_ready(&starting, 4242));
         assert!(!is_ready("4242\n", 4242), "a file still being written");
         assert!(!is_ready("", 4242));
+    }
+
+    #[test]
+    fn reads_the_major_version() {
+        let debian = "postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)\n";
+        assert_eq!(parse_major(debian), Some(15));
+        assert_eq!(parse_major("postgres (PostgreSQL) 9.6.24"), Some(9));
+        assert_eq!(parse_major("postgres (PostgreSQL) 17beta1"), Some(17));
+        assert_eq!(parse_major("garbage"), None);
     }
 
     #[test]

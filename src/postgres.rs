@@ -411,10 +411,7 @@ impl fmt::Display for FenceError {
                      again"
                 ),
             },
-            FenceErrorKind::Body => write!(
-                f,
-                "fenced transaction for {resource} rolled back: its body failed"
-            ),
+            FenceErrorKind::Body => write!(f, "fenced transaction for {resource}: its body failed"),
             FenceErrorKind::Database => write!(
                 f,
                 "fenced transaction for {resource} failed in the database; nothing was committed"
@@ -664,6 +661,8 @@ where
             let failed = FenceError::new(kind, resource, token);
             let failed = if session_ended {
                 failed.with_detail(SESSION_ENDED)
+            } else if kind == FenceErrorKind::Body {
+                failed.with_detail("rolled back, nothing committed")
             } else {
                 failed
             };
@@ -697,9 +696,9 @@ where
     if current.as_deref() != Some(xid.to_string().as_str()) {
         return Err(
             FenceError::new(FenceErrorKind::Body, resource, token).with_detail(
-                "the body ended the transaction itself (COMMIT or ROLLBACK): what it wrote \
-             before that is committed or not as it said, and what after it is not fenced; \
-             a body must leave the transaction to fenced",
+                "the body ended the transaction itself (COMMIT or ROLLBACK): what it \
+                 committed stays committed, and what it ran after that was not fenced; a body \
+                 must leave ending the transaction to fenced",
             ),
         );
     }

@@ -736,7 +736,9 @@ impl Holder {
         }
     }
 
-    /// Waits until it stopped itself at its stop point; returns its database backend.
+    /// Waits until it stopped itself at its stop point and the line it wrote just before
+    /// has been read from its output (a thread reads it, so the stop can be seen first);
+    /// returns its database backend.
     async fn wait_stopped(&self) -> i32 {
         let pid = self.pid;
         crate::support::wait_until(
@@ -746,7 +748,7 @@ impl Holder {
                 std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
                     stat.rsplit_once(')')
                         .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
-                })
+                }) && self.event(Op::CsRead).is_some()
             },
         )
         .await;

@@ -133,6 +133,7 @@ mod master;
 #[cfg(any(test, feature = "mutants"))]
 #[cfg_attr(not(feature = "mutants"), allow(dead_code, unreachable_pub))]
 mod mutants;
+mod op;
 mod operate;
 mod quarantine;
 mod quorum;

@@ -42,6 +42,7 @@ const LAYERS: &[&[&str]] = &[
         "quarantine",
         "fencing",
         "mutants",
+        "op",
         "cluster",
         "telemetry",
         "held",

@@ -277,17 +277,13 @@ impl Redlock {
         };
         let view = Self::view_of(&config);
         for (index, spec) in config.masters.iter().enumerate() {
-            let master = RedisMaster::new(
-                spec,
-                (index, &view),
-                node_timeout,
-                config.connect_timeout,
-                config.quarantine,
-            )
-            .map_err(|e| ConfigError::InvalidUrl {
-                url: spec.name.to_string(),
-                reason: e.to_string(),
-            })?;
+            let master =
+                RedisMaster::new(spec, (index, &view), &config, node_timeout).map_err(|e| {
+                    ConfigError::InvalidUrl {
+                        url: spec.name.to_string(),
+                        reason: e.to_string(),
+                    }
+                })?;
             masters.push(Arc::new(master));
         }
         let notifier = if config.notifications {
@@ -1180,11 +1176,6 @@ impl Redlock {
             false => FenceRead::Skip,
             true => FenceRead::Read,
         };
-        #[cfg(feature = "mutants")]
-        let fence = match (fence, config.planted.is(Mutant::OneRoundToken)) {
-            (FenceRead::Read, true) => FenceRead::IncrementWhenGranted,
-            (fence, _) => fence,
-        };
         let op = match (shape, &*target.keys) {
             (Shape::Read | Shape::Write { .. }, [(_, key)]) => Op::RwAcquire {
                 key: Arc::clone(key),
@@ -1199,8 +1190,6 @@ impl Redlock {
                     },
                     _ => RwMode::Read,
                 },
-                #[cfg(feature = "mutants")]
-                ignore_intent: config.planted.is(Mutant::ReaderIgnoresIntent),
             },
             (_, [(_, key)]) => match queue {
                 Some((waiter, fair)) => Op::AcquireQueued {
@@ -1211,10 +1200,6 @@ impl Redlock {
                     owner: Arc::clone(&plan.owner),
                     waiter: Arc::clone(waiter),
                     fair,
-                    #[cfg(feature = "mutants")]
-                    keep_handoff_expiry: config.planted.is(Mutant::ConfirmKeepsHandoffExpiry),
-                    #[cfg(feature = "mutants")]
-                    ignore_liveness: config.planted.is(Mutant::HandoffIgnoresLiveness),
                 },
                 None => Op::AcquireChecked {
                     key: Arc::clone(key),
@@ -1233,8 +1218,6 @@ impl Redlock {
                     true => FenceRead::Read,
                 },
                 owner: Arc::clone(&plan.owner),
-                #[cfg(feature = "mutants")]
-                partial: config.planted.is(Mutant::ManyPartialVote),
             },
         };
         // A writer learns how its stragglers answered, to clear its intent where they
@@ -1297,8 +1280,9 @@ impl Redlock {
             };
             let tokens = match (fence, &*target.keys) {
                 (FenceRead::Skip, _) => vec![None; target.keys.len()],
+                // The one-round token: the largest counter, incremented where granted.
                 #[cfg(feature = "mutants")]
-                (FenceRead::IncrementWhenGranted, [_]) => {
+                (FenceRead::Read, [_]) if config.planted.is(Mutant::OneRoundToken) => {
                     vec![Some(round.fence_counters().max().unwrap_or(0))]
                 }
                 (_, keys) => {
@@ -1472,8 +1456,6 @@ impl Redlock {
                 key: Arc::clone(key),
                 value: Arc::clone(value),
                 token,
-                #[cfg(feature = "mutants")]
-                strict: !inner.config.planted.is(Mutant::WritebackNoGuard),
             });
             let bounds = inner.bounds(Some(deadline.min(give_up_at)));
             let started = Instant::now();

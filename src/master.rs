@@ -37,7 +37,7 @@ use crate::quarantine::{Epoch, Standing, Vitals, eviction_risk};
 
 use crate::error::{MasterError, MasterErrorKind, human};
 #[cfg(feature = "mutants")]
-use crate::mutants::Mutant;
+use crate::mutants::{Mutant, Planted};
 use crate::scripts;
 
 mod order;
@@ -47,49 +47,6 @@ use order::Order;
 pub(crate) use crate::op::{
     EpochReport, FenceOutcome, FenceRead, Inspected, Op, PermitsOp, Reply, RwMode, StampOutcome,
 };
-
-impl Op {
-    /// The release of `value` under `key`, with its notice on `channel`, as configured.
-    pub(crate) fn release(
-        config: &Config,
-        key: &Arc<str>,
-        value: &Arc<str>,
-        channel: &Arc<str>,
-    ) -> Op {
-        #[cfg(feature = "mutants")]
-        if config.planted.is(Mutant::PlainDelRelease) {
-            return Op::ReleaseUnchecked {
-                key: Arc::clone(key),
-            };
-        }
-        #[cfg(not(feature = "mutants"))]
-        let _ = config;
-        Op::Release {
-            key: Arc::clone(key),
-            value: Arc::clone(value),
-            channel: Arc::clone(channel),
-            #[cfg(feature = "mutants")]
-            ignore_liveness: config.planted.is(Mutant::HandoffIgnoresLiveness),
-        }
-    }
-
-    /// The release of `value` under every key of `keys` (key, channel): the single-key
-    /// release ([`Op::release`]) for one key, [`Op::ReleaseMany`] for several.
-    pub(crate) fn release_keys(
-        config: &Config,
-        keys: &[(Arc<str>, Arc<str>)],
-        value: &Arc<str>,
-    ) -> Op {
-        match keys {
-            [(key, channel)] => Op::release(config, key, value, channel),
-            keys => Op::ReleaseMany {
-                keys: keys.iter().map(|(k, _)| Arc::clone(k)).collect(),
-                value: Arc::clone(value),
-                channels: keys.iter().map(|(_, c)| Arc::clone(c)).collect(),
-            },
-        }
-    }
-}
 
 /// One master, as the quorum round sees it.
 pub(crate) trait Master: Send + Sync + fmt::Debug {
@@ -170,6 +127,10 @@ struct Shared {
     generation: AtomicU64,
     /// The order in which calls write their requests: the order in which they were made.
     order: Arc<Order>,
+    /// The client's planted bug (feature `mutants`): the scripts' codecs pick its
+    /// variants.
+    #[cfg(feature = "mutants")]
+    planted: Planted,
 }
 
 /// The outcome of a first connection in progress, once it is known.
@@ -257,13 +218,13 @@ impl fmt::Debug for Shared {
 }
 
 impl RedisMaster {
-    /// A master that connects on first use.
+    /// A master of a client of `config` that connects on first use; each request gets
+    /// `node_timeout` (the configured one, unless a planted bug lifts it).
     pub(crate) fn new(
         spec: &MasterSpec,
         place: (usize, &Arc<View>),
+        config: &Config,
         node_timeout: Duration,
-        connect_timeout: Duration,
-        read_vitals: bool,
     ) -> Result<Self, redis::RedisError> {
         let client = spec.client.clone();
         let (index, view) = place;
@@ -275,15 +236,17 @@ impl RedisMaster {
                 view: Arc::clone(view),
                 client,
                 node_timeout,
-                connect_timeout,
+                connect_timeout: config.connect_timeout,
                 state: Mutex::new(State::Idle),
-                read_vitals,
+                read_vitals: config.quarantine,
                 vitals: Mutex::new(None),
                 connecting: Mutex::new(None),
                 scripts_loaded: AtomicU64::new(0),
                 run_id: Mutex::new(None),
                 generation: AtomicU64::new(0),
                 order: Arc::default(),
+                #[cfg(feature = "mutants")]
+                planted: config.planted,
             }),
         })
     }
@@ -825,8 +788,11 @@ async fn run(
             let (script, mode) = match fence {
                 FenceRead::Skip => (&*scripts::ACQUIRE, "0"),
                 FenceRead::Read => (&*scripts::ACQUIRE, "1"),
-                #[cfg(feature = "mutants")]
-                FenceRead::IncrementWhenGranted => (&*scripts::ACQUIRE_ONE_ROUND_TOKEN, "1"),
+            };
+            #[cfg(feature = "mutants")]
+            let script = match (fence, shared.planted.is(Mutant::OneRoundToken)) {
+                (FenceRead::Read, true) => &*scripts::ACQUIRE_ONE_ROUND_TOKEN,
+                _ => script,
             };
             let (code, record, now, counter, pttl, detail, ticket): CheckedAnswer = invoke_agreed(
                 conn,
@@ -878,12 +844,9 @@ async fn run(
         } => {
             let script = &*scripts::DEQUEUE;
             #[cfg(feature = "mutants")]
-            let script = match op {
-                Op::Dequeue {
-                    ignore_liveness: true,
-                    ..
-                } => &*scripts::DEQUEUE_IGNORES_LIVENESS,
-                _ => script,
+            let script = match shared.planted.is(Mutant::HandoffIgnoresLiveness) {
+                true => &*scripts::DEQUEUE_IGNORES_LIVENESS,
+                false => script,
             };
             let code: i64 = script
                 .key(&**key)
@@ -912,9 +875,9 @@ async fn run(
         } => {
             let script = &*scripts::ACQUIRE_MANY;
             #[cfg(feature = "mutants")]
-            let script = match op {
-                Op::AcquireMany { partial: true, .. } => &*scripts::ACQUIRE_MANY_PARTIAL,
-                _ => script,
+            let script = match shared.planted.is(Mutant::ManyPartialVote) {
+                true => &*scripts::ACQUIRE_MANY_PARTIAL,
+                false => script,
             };
             let mode = match fence {
                 FenceRead::Skip => "0",
@@ -1013,47 +976,24 @@ async fn run(
             value,
             ttl,
             epoch,
-            ..
         } => {
             let script = &*scripts::EXTEND;
             #[cfg(feature = "mutants")]
-            let script = match op {
-                Op::Extend { recreate: true, .. } => &*scripts::EXTEND_RECREATES,
-                _ => script,
+            let script = match shared.planted.is(Mutant::ExtendRecreates) {
+                true => &*scripts::EXTEND_RECREATES,
+                false => script,
             };
-            type Answer = (i64, Option<String>, String, Option<String>);
-            let (code, record, now, _): Answer = invoke_agreed(
-                conn,
-                shared,
-                |a: &Answer| a.0,
-                |fingerprint| {
-                    let mut call = script.key(&**key);
-                    call.key(scripts::EPOCH_KEY)
-                        .key(&*shared.record_key)
-                        .key(scripts::owner_key(key))
-                        .arg(&**value)
-                        .arg(millis(*ttl))
-                        .arg(if *epoch {
-                            new_epoch_id()
-                        } else {
-                            String::new()
-                        })
-                        .arg(fingerprint);
-                    call
-                },
-            )
-            .await?;
-            let granted = match code {
-                1 => Some(true),
-                0 => None,
-                -1 => Some(false),
-                other => return Err(unexpected("extend", other)),
-            };
-            let report = EpochReport {
-                record,
-                now_us: parse_number("extend", &now)?,
-            };
-            Ok(extended(granted, *epoch, report))
+            extend(script, (key, value, *ttl, *epoch), conn, shared).await
+        }
+        #[cfg(feature = "mutants")]
+        Op::ExtendRecreating {
+            key,
+            value,
+            ttl,
+            epoch,
+        } => {
+            let script = &*scripts::EXTEND_RECREATES;
+            extend(script, (key, value, *ttl, *epoch), conn, shared).await
         }
         Op::ExtendMany {
             keys,
@@ -1107,12 +1047,9 @@ async fn run(
         } => {
             let script = &*scripts::RW_ACQUIRE;
             #[cfg(feature = "mutants")]
-            let script = match op {
-                Op::RwAcquire {
-                    ignore_intent: true,
-                    ..
-                } => &*scripts::RW_ACQUIRE_IGNORES_INTENT,
-                _ => script,
+            let script = match shared.planted.is(Mutant::ReaderIgnoresIntent) {
+                true => &*scripts::RW_ACQUIRE_IGNORES_INTENT,
+                false => script,
             };
             let fence = match fence {
                 FenceRead::Skip => "0",
@@ -1258,9 +1195,9 @@ async fn run(
         } => {
             let script = &*scripts::FENCE;
             #[cfg(feature = "mutants")]
-            let script = match op {
-                Op::Fence { strict: false, .. } => &*scripts::FENCE_MAX_WRITE,
-                _ => script,
+            let script = match shared.planted.is(Mutant::WritebackNoGuard) {
+                true => &*scripts::FENCE_MAX_WRITE,
+                false => script,
             };
             let (code, before, record): (i64, Option<String>, Option<String>) = script
                 .key(&**key)
@@ -1290,14 +1227,15 @@ async fn run(
             channel,
             ..
         } => {
+            #[cfg(feature = "mutants")]
+            if shared.planted.is(Mutant::PlainDelRelease) {
+                return delete(key, conn).await;
+            }
             let script = &*scripts::RELEASE;
             #[cfg(feature = "mutants")]
-            let script = match op {
-                Op::Release {
-                    ignore_liveness: true,
-                    ..
-                } => &*scripts::RELEASE_IGNORES_LIVENESS,
-                _ => script,
+            let script = match shared.planted.is(Mutant::HandoffIgnoresLiveness) {
+                true => &*scripts::RELEASE_IGNORES_LIVENESS,
+                false => script,
             };
             let code: i64 = script
                 .key(&**key)
@@ -1343,8 +1281,6 @@ async fn run(
                 Reply::Missing
             })
         }
-        #[cfg(feature = "mutants")]
-        Op::ReleaseUnchecked { key } => delete(key, conn).await,
         Op::Survey => survey(conn, shared).await,
         Op::Scan { cursor, rw } => scan(conn, shared, *cursor, *rw).await,
         Op::Stamp { record, bootstrap } => {
@@ -1456,6 +1392,44 @@ fn extended(granted: Option<bool>, epoch: bool, report: EpochReport) -> Reply {
     }
 }
 
+/// Runs `extend.lua` (or a planted variant) for one key and reads its answer.
+async fn extend(
+    script: &'static redis::Script,
+    (key, value, ttl, epoch): (&str, &str, Duration, bool),
+    conn: &mut MultiplexedConnection,
+    shared: &Shared,
+) -> Result<Reply, MasterError> {
+    type Answer = (i64, Option<String>, String, Option<String>);
+    let (code, record, now, _): Answer = invoke_agreed(
+        conn,
+        shared,
+        |a: &Answer| a.0,
+        |fingerprint| {
+            let mut call = script.key(key);
+            call.key(scripts::EPOCH_KEY)
+                .key(&*shared.record_key)
+                .key(scripts::owner_key(key))
+                .arg(value)
+                .arg(millis(ttl))
+                .arg(if epoch { new_epoch_id() } else { String::new() })
+                .arg(fingerprint);
+            call
+        },
+    )
+    .await?;
+    let granted = match code {
+        1 => Some(true),
+        0 => None,
+        -1 => Some(false),
+        other => return Err(unexpected("extend", other)),
+    };
+    let report = EpochReport {
+        record,
+        now_us: parse_number("extend", &now)?,
+    };
+    Ok(extended(granted, epoch, report))
+}
+
 /// Runs a lock script that checks the cluster record (−2 when the caller's fingerprint is
 /// not the master's): `call` builds the invocation around the fingerprint this client
 /// knows, and `code` reads the answer's code. When the record was written after this client
@@ -1505,15 +1479,9 @@ async fn acquire_queued(
     };
     let script = &*scripts::ACQUIRE_QUEUED;
     #[cfg(feature = "mutants")]
-    let script = match op {
-        Op::AcquireQueued {
-            keep_handoff_expiry: true,
-            ..
-        } => &*scripts::ACQUIRE_QUEUED_KEEPS_EXPIRY,
-        Op::AcquireQueued {
-            ignore_liveness: true,
-            ..
-        } => &*scripts::ACQUIRE_QUEUED_IGNORES_LIVENESS,
+    let script = match shared.planted.mutant {
+        Some(Mutant::ConfirmKeepsHandoffExpiry) => &*scripts::ACQUIRE_QUEUED_KEEPS_EXPIRY,
+        Some(Mutant::HandoffIgnoresLiveness) => &*scripts::ACQUIRE_QUEUED_IGNORES_LIVENESS,
         _ => script,
     };
     let mode = match fence {
@@ -1586,14 +1554,9 @@ async fn enqueue(
     };
     let script = &*scripts::ENQUEUE;
     #[cfg(feature = "mutants")]
-    let script = match op {
-        Op::Enqueue {
-            by_arrival: true, ..
-        } => &*scripts::ENQUEUE_BY_ARRIVAL,
-        Op::Enqueue {
-            ignore_liveness: true,
-            ..
-        } => &*scripts::ENQUEUE_IGNORES_LIVENESS,
+    let script = match shared.planted.mutant {
+        Some(Mutant::FairByArrival) => &*scripts::ENQUEUE_BY_ARRIVAL,
+        Some(Mutant::HandoffIgnoresLiveness) => &*scripts::ENQUEUE_IGNORES_LIVENESS,
         _ => script,
     };
     type Answer = (
@@ -1668,18 +1631,18 @@ async fn acquire_permits(
         |a: &Answer| a.0,
         |fingerprint| {
             #[cfg(feature = "mutants")]
-            if let Some(keys) = &op.counted {
+            if shared.planted.is(Mutant::SemaphoreCountPerMaster) && !op.replace {
                 let mut call = scripts::SEMAPHORE_COUNT_PER_MASTER.key(scripts::EPOCH_KEY);
                 call.key(&*shared.record_key);
-                for key in keys {
-                    call.key(&**key);
+                for key in scripts::counted_permits(&op.base, &op.value, op.wanted.len()) {
+                    call.key(&*key);
                 }
                 call.arg(&*op.value)
                     .arg(millis(op.ttl))
                     .arg(new_epoch_id())
                     .arg(fingerprint)
                     .arg(op.limit())
-                    .arg(format!("{}c:*", op.base));
+                    .arg(scripts::counted_pattern(&op.base));
                 return call;
             }
             let mut call = scripts::SEMAPHORE.key(scripts::EPOCH_KEY);

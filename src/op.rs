@@ -43,13 +43,6 @@ pub(crate) enum Op {
         /// attempt, which is not queued yet.
         waiter: Arc<str>,
         fair: bool,
-        /// `true` plants `Mutant::ConfirmKeepsHandoffExpiry`: a handed key keeps its
-        /// expiry (`KEEPTTL`) when `value` replaces it.
-        #[cfg(feature = "mutants")]
-        keep_handoff_expiry: bool,
-        /// `true` plants `Mutant::HandoffIgnoresLiveness`.
-        #[cfg(feature = "mutants")]
-        ignore_liveness: bool,
     },
     /// Registers `waiter` in the queue of `key` with `score`, or refreshes its
     /// registration (`enqueue.lua`, docs/design.md §17): with `strict` (a fair
@@ -72,13 +65,6 @@ pub(crate) enum Op {
         waiter_ttl: Duration,
         /// The client's hand-off channel.
         channel: Arc<str>,
-        /// `true` plants `Mutant::FairByArrival`: a fair waiter is scored by its
-        /// arrival on the master.
-        #[cfg(feature = "mutants")]
-        by_arrival: bool,
-        /// `true` plants `Mutant::HandoffIgnoresLiveness`.
-        #[cfg(feature = "mutants")]
-        ignore_liveness: bool,
     },
     /// Removes `waiter` from the queue of `key` and deletes its liveness key; where the
     /// key was handed to it, deletes the key and hands the lock on as [`Op::Release`] does
@@ -89,9 +75,6 @@ pub(crate) enum Op {
         key: Arc<str>,
         waiter: Arc<str>,
         channel: Arc<str>,
-        /// `true` plants `Mutant::HandoffIgnoresLiveness`.
-        #[cfg(feature = "mutants")]
-        ignore_liveness: bool,
     },
     /// Takes `wanted` slots of a semaphore, all or none, after checking its stored limit
     /// (`semaphore.lua`, docs/design.md §15); also reads the data epoch, the cluster
@@ -109,10 +92,6 @@ pub(crate) enum Op {
         /// Read the fence counters ([`FenceRead::Read`]) or not.
         fence: FenceRead,
         owner: Arc<Owner>,
-        /// `true` plants `Mutant::ManyPartialVote`: each free key is granted on its
-        /// own, and the master says granted if it granted any.
-        #[cfg(feature = "mutants")]
-        partial: bool,
     },
     /// Compare-and-`PEXPIRE` (never setting a missing key again), see `extend.lua`; with
     /// `epoch`, also reads the data epoch.
@@ -121,9 +100,6 @@ pub(crate) enum Op {
         value: Arc<str>,
         ttl: Duration,
         epoch: bool,
-        /// `true` plants `Mutant::ExtendRecreates`: a missing key is set again.
-        #[cfg(feature = "mutants")]
-        recreate: bool,
     },
     /// Acquires a read-write lock in `mode` (`rw_acquire.lua`), checking the cluster
     /// record and reading the data epoch, the lock's fence counter and, when refused, how
@@ -135,9 +111,6 @@ pub(crate) enum Op {
         fence: FenceRead,
         owner: Arc<Owner>,
         mode: RwMode,
-        /// `true` plants `Mutant::ReaderIgnoresIntent`.
-        #[cfg(feature = "mutants")]
-        ignore_intent: bool,
     },
     /// Extends a read lease: compare-and-`PEXPIRE` of the reader key `key`, as `Extend`
     /// does (answered as it is), keeping the reader index `index` alive at least as long
@@ -173,10 +146,6 @@ pub(crate) enum Op {
         key: Arc<str>,
         value: Arc<str>,
         token: u64,
-        /// `false` plants `Mutant::WritebackNoGuard`: a counter equal to the token is
-        /// overwritten too.
-        #[cfg(feature = "mutants")]
-        strict: bool,
     },
     /// Compare-and-delete, then hand-off to the live head of the key's waiter queue
     /// (setting the key to the waiter's id with the waiter's TTL, and notifying it alone)
@@ -185,9 +154,6 @@ pub(crate) enum Op {
         key: Arc<str>,
         value: Arc<str>,
         channel: Arc<str>,
-        /// `true` plants `Mutant::HandoffIgnoresLiveness`.
-        #[cfg(feature = "mutants")]
-        ignore_liveness: bool,
     },
     /// Compare-and-delete of every key of a lease over several keys, each key's release
     /// notice on its channel (`channels`, in the order of `keys`), see `release_many.lua`.
@@ -198,9 +164,17 @@ pub(crate) enum Op {
         value: Arc<str>,
         channels: Vec<Arc<str>>,
     },
-    /// A plain `DEL key`: only `Mutant::PlainDelRelease` sends it.
+    /// Sets `key` to `value` with `ttl` where it is missing or holds `value`: the round of
+    /// the planted bug `Mutant::ReentryCounter` (feature `mutants`), which alone sends it,
+    /// through the planted `extend.lua` that sets a missing key again; answered as
+    /// [`Op::Extend`] is. The product never sets a missing key again.
     #[cfg(feature = "mutants")]
-    ReleaseUnchecked { key: Arc<str> },
+    ExtendRecreating {
+        key: Arc<str>,
+        value: Arc<str>,
+        ttl: Duration,
+        epoch: bool,
+    },
     /// Reads what bootstrapping a cluster must know of a master: its `run_id`, its cluster
     /// record and its data epoch (started if missing).
     Survey,
@@ -230,14 +204,31 @@ pub(crate) enum Op {
 }
 
 impl Op {
+    /// The release of `value` under `key`, with its notice on `channel`.
+    pub(crate) fn release(key: &Arc<str>, value: &Arc<str>, channel: &Arc<str>) -> Op {
+        Op::Release {
+            key: Arc::clone(key),
+            value: Arc::clone(value),
+            channel: Arc::clone(channel),
+        }
+    }
+
+    /// The release of `value` under every key of `keys` (key, channel): the single-key
+    /// release ([`Op::release`]) for one key, [`Op::ReleaseMany`] for several.
+    pub(crate) fn release_keys(keys: &[(Arc<str>, Arc<str>)], value: &Arc<str>) -> Op {
+        match keys {
+            [(key, channel)] => Op::release(key, value, channel),
+            keys => Op::ReleaseMany {
+                keys: keys.iter().map(|(k, _)| Arc::clone(k)).collect(),
+                value: Arc::clone(value),
+                channels: keys.iter().map(|(_, c)| Arc::clone(c)).collect(),
+            },
+        }
+    }
+
     /// Whether this op releases a lock: it succeeds wherever the key is no longer ours.
     pub(crate) fn is_release(&self) -> bool {
-        match self {
-            Op::Release { .. } | Op::ReleaseMany { .. } => true,
-            #[cfg(feature = "mutants")]
-            Op::ReleaseUnchecked { .. } => true,
-            _ => false,
-        }
+        matches!(self, Op::Release { .. } | Op::ReleaseMany { .. })
     }
 
     /// Whether every answer to this op counts, whatever the master's standing (quarantine,
@@ -277,7 +268,7 @@ impl Op {
             Op::Extend { .. } | Op::ExtendMany { .. } | Op::ExtendRead { .. } => "extend",
             Op::Release { .. } | Op::ReleaseMany { .. } => "release",
             #[cfg(feature = "mutants")]
-            Op::ReleaseUnchecked { .. } => "release",
+            Op::ExtendRecreating { .. } => "extend",
             Op::Survey => "survey",
             Op::Scan { .. } => "scan",
             Op::Stamp { .. } => "stamp",
@@ -308,10 +299,6 @@ pub(crate) struct PermitsOp {
     /// Read the wanted slots' fence counters.
     pub(crate) fence: bool,
     pub(crate) owner: Arc<Owner>,
-    /// The permit keys of `Mutant::SemaphoreCountPerMaster`: when set, the master counts
-    /// the permits it holds and sets these keys while fewer than the limit would be held.
-    #[cfg(feature = "mutants")]
-    pub(crate) counted: Option<Vec<Arc<str>>>,
 }
 
 impl PermitsOp {
@@ -341,9 +328,6 @@ pub(crate) enum FenceRead {
     Skip,
     /// Its value.
     Read,
-    /// Increment it when granted (`Mutant::OneRoundToken`).
-    #[cfg(feature = "mutants")]
-    IncrementWhenGranted,
 }
 
 /// What a master said about its data epoch: the record and the server time.

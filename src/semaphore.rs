@@ -235,8 +235,6 @@ impl Semaphore {
             ttl: plan.ttl,
             fence: false,
             owner: Arc::clone(&plan.owner),
-            #[cfg(feature = "mutants")]
-            counted: None,
         }));
         let traced = telemetry::resource(name, inner.config.trace_resource_names);
         // Every master's answer is wanted, not just a quorum's.
@@ -515,10 +513,7 @@ impl Semaphore {
         #[cfg(feature = "mutants")]
         let counted = config.planted.is(Mutant::SemaphoreCountPerMaster).then(|| {
             // The broken design's permits are named by their holder, not by a slot.
-            keys = (0..wanted.len())
-                .map(|j| format!("{}c:{value}:{j}", shape.base).into())
-                .collect();
-            keys.clone()
+            keys = scripts::counted_permits(&shape.base, &value, wanted.len());
         });
         let mut guard = AttemptGuard {
             inner: Arc::clone(inner),
@@ -541,8 +536,6 @@ impl Semaphore {
             ttl,
             fence: fencing,
             owner: Arc::clone(&plan.owner),
-            #[cfg(feature = "mutants")]
-            counted,
         }));
         let bounds = inner.bounds(Some(plan.give_up_at));
         let traced = telemetry::resource(&name, config.trace_resource_names);

@@ -452,6 +452,22 @@ pub(crate) fn semaphore_base(prefix: &str, name: &str) -> String {
 
 pub(crate) const RECORD_NAMESPACE: &str = "redquorum:";
 
+/// The permit keys that `value` takes, `count` of them, in the planted design of
+/// `Mutant::SemaphoreCountPerMaster` (feature `mutants`), for the semaphore whose keys
+/// start with `base`: named by their holder, not by a slot (see [`counted_pattern`]).
+#[cfg(feature = "mutants")]
+pub(crate) fn counted_permits(base: &str, value: &str, count: usize) -> Vec<std::sync::Arc<str>> {
+    (0..count)
+        .map(|j| format!("{base}c:{value}:{j}").into())
+        .collect()
+}
+
+/// The `KEYS` pattern of every permit key of [`counted_permits`] of one semaphore.
+#[cfg(feature = "mutants")]
+pub(crate) fn counted_pattern(base: &str) -> String {
+    format!("{base}c:*")
+}
+
 /// Where a read-write lock keeps its reader keys, reader index and writer intent
 /// (`redquorum:rw:<lock key>...`): in the records' namespace, but keys in use, not records
 /// (docs/design.md §11, §16).

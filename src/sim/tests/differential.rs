@@ -82,7 +82,7 @@ use crate::config::{Builder, Config};
 use crate::error::{MasterError, MasterErrorKind};
 use crate::master::{self, FenceRead, Master, Op, PermitsOp, RedisMaster, Reply, RwMode};
 use crate::scripts;
-use crate::sim::server::{self, Answer, Data};
+use crate::sim::server::{self, Answer, Data, ScriptBugs};
 use crate::testkit::{Server, ServerOptions};
 
 const SEED_ENV: &str = "REDQUORUM_DIFF_SEED";
@@ -572,14 +572,16 @@ impl<'a> Sequence<'a> {
             .query_async(&mut real.raw)
             .await
             .unwrap();
+        let timeout = Duration::from_secs(5);
+        // No vitals read at connect (they would start an epoch the model does not see).
         let config = Builder::new()
             .master(real.server.url())
+            .quarantine(false)
+            .connect_timeout(timeout)
             .into_config()
             .unwrap();
         let view = Redlock::view_of(&config);
-        let timeout = Duration::from_secs(5);
-        let master =
-            RedisMaster::new(&config.masters[0], (0, &view), timeout, timeout, false).unwrap();
+        let master = RedisMaster::new(&config.masters[0], (0, &view), &config, timeout).unwrap();
         Self {
             real,
             config,
@@ -677,8 +679,6 @@ impl<'a> Sequence<'a> {
                         key: key.into(),
                         waiter: waiter.into(),
                         channel: scripts::release_channel(key).into(),
-                        #[cfg(feature = "mutants")]
-                        ignore_liveness: false,
                     },
                 )
             }
@@ -690,8 +690,6 @@ impl<'a> Sequence<'a> {
                     ttl,
                     fence,
                     owner: Arc::clone(owner),
-                    #[cfg(feature = "mutants")]
-                    partial: false,
                 },
             ),
             "extend" => (
@@ -768,8 +766,6 @@ impl<'a> Sequence<'a> {
                         ttl,
                         fence,
                         owner: Arc::clone(owner),
-                        #[cfg(feature = "mutants")]
-                        counted: None,
                     })),
                 )
             }
@@ -808,8 +804,6 @@ impl<'a> Sequence<'a> {
                         fence,
                         owner: Arc::clone(owner),
                         mode,
-                        #[cfg(feature = "mutants")]
-                        ignore_intent: false,
                     },
                 )
             }
@@ -1018,7 +1012,14 @@ impl<'a> Sequence<'a> {
         // first script that refuses the old one, and the request sent again.
         let caller = self.view.fingerprint();
         let was = model_keyspace(&self.model);
-        let answer = server::answer(&mut self.model, op, &caller, now_us, || fresh_id.clone());
+        let answer = server::answer(
+            &mut self.model,
+            op,
+            &caller,
+            ScriptBugs::default(),
+            now_us,
+            || fresh_id.clone(),
+        );
         for (key, item) in model_keyspace(&self.model) {
             if was.get(&key) != Some(&item) {
                 self.slack.insert(key, uncertainty);
@@ -1189,10 +1190,6 @@ fn acquire_queued(
         owner: Arc::clone(owner),
         waiter: waiter.into(),
         fair,
-        #[cfg(feature = "mutants")]
-        keep_handoff_expiry: false,
-        #[cfg(feature = "mutants")]
-        ignore_liveness: false,
     }
 }
 
@@ -1213,10 +1210,6 @@ fn enqueue(
         fair,
         waiter_ttl,
         channel: scripts::handoff_channel("differential").into(),
-        #[cfg(feature = "mutants")]
-        by_arrival: false,
-        #[cfg(feature = "mutants")]
-        ignore_liveness: false,
     }
 }
 
@@ -1228,8 +1221,6 @@ fn extend(keys: &[Arc<str>], value: &str, ttl: Duration, epoch: bool) -> Op {
             value: value.into(),
             ttl,
             epoch,
-            #[cfg(feature = "mutants")]
-            recreate: false,
         },
         keys => Op::ExtendMany {
             keys: keys.to_vec(),
@@ -1248,8 +1239,6 @@ fn release(keys: &[Arc<str>], value: &str, lock: &str) -> Op {
             key: Arc::clone(key),
             value: value.into(),
             channel: scripts::release_channel(if lock.is_empty() { key } else { lock }).into(),
-            #[cfg(feature = "mutants")]
-            ignore_liveness: false,
         },
         keys => Op::ReleaseMany {
             keys: keys.to_vec(),
@@ -1269,8 +1258,6 @@ fn fence_op(lock: &str, key: &str, value: &str, token: u64) -> Op {
         key: key.into(),
         value: value.into(),
         token,
-        #[cfg(feature = "mutants")]
-        strict: true,
     }
 }
 

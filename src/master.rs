@@ -37,15 +37,17 @@ use crate::quarantine::{Epoch, Standing, Vitals, eviction_risk};
 
 use crate::error::{MasterError, MasterErrorKind, human};
 #[cfg(feature = "mutants")]
-use crate::mutants::{Mutant, Planted};
+use crate::mutants::Planted;
 use crate::scripts;
 
 mod order;
 
 use order::Order;
 
+#[cfg(test)]
+pub(crate) use crate::op::EpochReport;
 pub(crate) use crate::op::{
-    EpochReport, FenceOutcome, FenceRead, Inspected, Op, PermitsOp, Reply, RwMode, StampOutcome,
+    FenceOutcome, FenceRead, Inspected, Op, PermitsOp, Reply, RwMode, StampOutcome,
 };
 
 /// One master, as the quorum round sees it.
@@ -624,7 +626,8 @@ impl Shared {
                     "master lost its cluster record (and its data): writing it again; it \
                      votes after its restart quarantine and no longer counts for fencing"
                 );
-                stamp(conn, &record, None).await.map(|_| ())
+                let answer = send(conn, &scripts::stamp(&record, None)).await?;
+                scripts::stamped(answer).map(|_| ())
             }
             refused => {
                 if let Some(refusal) = refused.refusal() {
@@ -751,19 +754,8 @@ async fn reconnect(weak: Weak<Shared>, _running: oneshot::Receiver<()>) {
     }
 }
 
-/// Sends one op on `conn` and interprets the answer.
-/// The answer of `acquire.lua` and `acquire_queued.lua`: code, epoch record, server time,
-/// fence counter, holder's PTTL (or a marker), detail, ticket counter.
-type CheckedAnswer = (
-    i64,
-    String,
-    String,
-    Option<String>,
-    i64,
-    Option<String>,
-    Option<String>,
-);
-
+/// Sends `op` on `conn` and reads the answer: the master's own reads for a survey and a
+/// scan, else the request its script family's codec builds ([`invoke`]).
 async fn run(
     op: &Op,
     conn: &mut MultiplexedConnection,
@@ -778,676 +770,44 @@ async fn run(
         }
     }
     match op {
-        Op::AcquireChecked {
-            key,
-            value,
-            ttl,
-            fence,
-            owner,
-        } => {
-            let (script, mode) = match fence {
-                FenceRead::Skip => (&*scripts::ACQUIRE, "0"),
-                FenceRead::Read => (&*scripts::ACQUIRE, "1"),
-            };
-            #[cfg(feature = "mutants")]
-            let script = match (fence, shared.planted.is(Mutant::OneRoundToken)) {
-                (FenceRead::Read, true) => &*scripts::ACQUIRE_ONE_ROUND_TOKEN,
-                _ => script,
-            };
-            let (code, record, now, counter, pttl, detail, ticket): CheckedAnswer = invoke_agreed(
-                conn,
-                shared,
-                |a: &CheckedAnswer| a.0,
-                |fingerprint| {
-                    let mut call = script.key(&**key);
-                    call.key(scripts::EPOCH_KEY)
-                        .key(scripts::fence_key(key))
-                        .key(&*shared.record_key)
-                        .key(scripts::owner_key(key))
-                        .key(scripts::ticket_key(key))
-                        .arg(&**value)
-                        .arg(millis(*ttl))
-                        .arg(new_epoch_id())
-                        .arg(mode)
-                        .arg(fingerprint)
-                        .arg(&*owner.client)
-                        .arg(&*owner.host)
-                        .arg(owner.pid)
-                        .arg(&*owner.label);
-                    call
-                },
-            )
-            .await?;
-            match code {
-                1 | 0 => {}
-                -3 => return Err(wrong_kind(detail.as_deref())),
-                other => return Err(unexpected("acquire", other)),
-            }
-            Ok(Reply::Checked {
-                granted: code == 1,
-                epoch: EpochReport {
-                    record: Some(record),
-                    now_us: parse_number("acquire", &now)?,
-                },
-                fence: counter.map(|c| parse_number("acquire", &c)).transpose()?,
-                holder_ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-                ticket: ticket.map(|c| parse_number("acquire", &c)).transpose()?,
-            })
-        }
-        Op::AcquireQueued { .. } => acquire_queued(op, conn, shared).await,
-        Op::Enqueue { .. } => enqueue(op, conn, shared).await,
-        Op::Dequeue {
-            key,
-            waiter,
-            channel,
-            ..
-        } => {
-            let script = &*scripts::DEQUEUE;
-            #[cfg(feature = "mutants")]
-            let script = match shared.planted.is(Mutant::HandoffIgnoresLiveness) {
-                true => &*scripts::DEQUEUE_IGNORES_LIVENESS,
-                false => script,
-            };
-            let code: i64 = script
-                .key(&**key)
-                .key(scripts::queue_key(key))
-                .key(scripts::waiter_key(key, waiter))
-                .arg(&**waiter)
-                .arg(&**channel)
-                .arg(scripts::waiter_prefix(key))
-                .invoke_async(conn)
-                .await
-                .map_err(MasterError::from_redis)?;
-            match code {
-                1 => Ok(Reply::Granted),
-                0 => Ok(Reply::Missing),
-                other => Err(unexpected("dequeue", other)),
-            }
-        }
-        Op::AcquirePermits(permits) => acquire_permits(permits, conn, shared).await,
-        Op::AcquireMany {
-            keys,
-            value,
-            ttl,
-            fence,
-            owner,
-            ..
-        } => {
-            let script = &*scripts::ACQUIRE_MANY;
-            #[cfg(feature = "mutants")]
-            let script = match shared.planted.is(Mutant::ManyPartialVote) {
-                true => &*scripts::ACQUIRE_MANY_PARTIAL,
-                false => script,
-            };
-            let mode = match fence {
-                FenceRead::Skip => "0",
-                _ => "1",
-            };
-            type Answer = (
-                i64,
-                String,
-                String,
-                Vec<Option<String>>,
-                Vec<i64>,
-                Option<String>,
-            );
-            let (code, record, now, counters, pttls, detail): Answer = invoke_agreed(
-                conn,
-                shared,
-                |a: &Answer| a.0,
-                |fingerprint| {
-                    let mut call = script.prepare_invoke();
-                    call.key(scripts::EPOCH_KEY).key(&*shared.record_key);
-                    for key in keys {
-                        call.key(&**key)
-                            .key(scripts::fence_key(key))
-                            .key(scripts::owner_key(key));
-                    }
-                    call.arg(&**value)
-                        .arg(millis(*ttl))
-                        .arg(new_epoch_id())
-                        .arg(mode)
-                        .arg(fingerprint)
-                        .arg(&*owner.client)
-                        .arg(&*owner.host)
-                        .arg(owner.pid)
-                        .arg(&*owner.label);
-                    call
-                },
-            )
-            .await?;
-            match code {
-                1 | 0 => {}
-                -3 => {
-                    // Which of the keys holds another kind: the script's fifth element.
-                    let at = pttls
-                        .first()
-                        .and_then(|i| usize::try_from(*i).ok())
-                        .and_then(|i| i.checked_sub(1))
-                        .and_then(|i| keys.get(i));
-                    return Err(match at {
-                        Some(key) => wrong_kind_at(key, detail.as_deref()),
-                        None => wrong_kind(detail.as_deref()),
-                    });
-                }
-                other => return Err(unexpected("acquire_many", other)),
-            }
-            if counters.len() != keys.len() || pttls.len() != keys.len() {
-                return Err(MasterError::new(
-                    MasterErrorKind::Protocol,
-                    format!(
-                        "acquire_many answered for {} keys of {}",
-                        pttls.len(),
-                        keys.len()
-                    ),
-                ));
-            }
-            let fences = counters
-                .iter()
-                .map(|c| {
-                    c.as_deref()
-                        .map(|c| parse_number("acquire_many", c))
-                        .transpose()
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let held: Vec<bool> = pttls.iter().map(|p| *p != -3).collect();
-            // The longest-held key frees last; a held key without expiry frees never.
-            let holder_ttl = pttls
-                .iter()
-                .filter(|p| **p != -3)
-                .map(|p| u64::try_from(*p).ok().map(Duration::from_millis))
-                .try_fold(None, |longest: Option<Duration>, ttl| {
-                    ttl.map(|t| Some(longest.map_or(t, |l| l.max(t))))
-                })
-                .flatten();
-            Ok(Reply::CheckedMany {
-                granted: code == 1,
-                epoch: EpochReport {
-                    record: Some(record),
-                    now_us: parse_number("acquire_many", &now)?,
-                },
-                fences,
-                held,
-                holder_ttl: holder_ttl.filter(|_| code != 1),
-            })
-        }
-        Op::Extend {
-            key,
-            value,
-            ttl,
-            epoch,
-        } => {
-            let script = &*scripts::EXTEND;
-            #[cfg(feature = "mutants")]
-            let script = match shared.planted.is(Mutant::ExtendRecreates) {
-                true => &*scripts::EXTEND_RECREATES,
-                false => script,
-            };
-            extend(script, (key, value, *ttl, *epoch), conn, shared).await
-        }
-        #[cfg(feature = "mutants")]
-        Op::ExtendRecreating {
-            key,
-            value,
-            ttl,
-            epoch,
-        } => {
-            let script = &*scripts::EXTEND_RECREATES;
-            extend(script, (key, value, *ttl, *epoch), conn, shared).await
-        }
-        Op::ExtendMany {
-            keys,
-            value,
-            ttl,
-            epoch,
-        } => {
-            type Answer = (i64, Option<String>, String, Option<String>);
-            let (code, record, now, _): Answer = invoke_agreed(
-                conn,
-                shared,
-                |a: &Answer| a.0,
-                |fingerprint| {
-                    let mut call = scripts::EXTEND_MANY.prepare_invoke();
-                    call.key(scripts::EPOCH_KEY).key(&*shared.record_key);
-                    for key in keys {
-                        call.key(&**key).key(scripts::owner_key(key));
-                    }
-                    call.arg(&**value)
-                        .arg(millis(*ttl))
-                        .arg(if *epoch {
-                            new_epoch_id()
-                        } else {
-                            String::new()
-                        })
-                        .arg(fingerprint);
-                    call
-                },
-            )
-            .await?;
-            let granted = match code {
-                1 => Some(true),
-                0 => None,
-                -1 => Some(false),
-                other => return Err(unexpected("extend", other)),
-            };
-            let report = EpochReport {
-                record,
-                now_us: parse_number("extend", &now)?,
-            };
-            Ok(extended(granted, *epoch, report))
-        }
-        Op::RwAcquire {
-            key,
-            value,
-            ttl,
-            fence,
-            owner,
-            mode,
-            ..
-        } => {
-            let script = &*scripts::RW_ACQUIRE;
-            #[cfg(feature = "mutants")]
-            let script = match shared.planted.is(Mutant::ReaderIgnoresIntent) {
-                true => &*scripts::RW_ACQUIRE_IGNORES_INTENT,
-                false => script,
-            };
-            let fence = match fence {
-                FenceRead::Skip => "0",
-                _ => "1",
-            };
-            let (letter, intent, intent_ttl) = match mode {
-                RwMode::Read => ("r", "", 0),
-                RwMode::Write { intent, intent_ttl } => ("w", &**intent, millis(*intent_ttl)),
-            };
-            type Answer = (i64, String, String, Option<String>, i64, Option<String>);
-            let (code, record, now, counter, pttl, detail): Answer = invoke_agreed(
-                conn,
-                shared,
-                |a: &Answer| a.0,
-                |fingerprint| {
-                    let mut call = script.key(&**key);
-                    call.key(scripts::EPOCH_KEY)
-                        .key(scripts::fence_key(key))
-                        .key(&*shared.record_key)
-                        .key(scripts::owner_key(key))
-                        .key(scripts::reader_index_key(key))
-                        .key(scripts::intent_key(key))
-                        .key(scripts::reader_prefix(key))
-                        .arg(&**value)
-                        .arg(millis(*ttl))
-                        .arg(new_epoch_id())
-                        .arg(fence)
-                        .arg(fingerprint)
-                        .arg(&*owner.client)
-                        .arg(&*owner.host)
-                        .arg(owner.pid)
-                        .arg(&*owner.label)
-                        .arg(letter)
-                        .arg(intent)
-                        .arg(intent_ttl)
-                        .arg(crate::config::limits::MAX_READERS);
-                    call
-                },
-            )
-            .await?;
-            match code {
-                1 | 0 => {}
-                -3 => return Err(wrong_kind_for_rwlock(detail.as_deref())),
-                other => return Err(unexpected("acquire", other)),
-            }
-            Ok(Reply::Checked {
-                granted: code == 1,
-                epoch: EpochReport {
-                    record: Some(record),
-                    now_us: parse_number("acquire", &now)?,
-                },
-                fence: counter.map(|c| parse_number("acquire", &c)).transpose()?,
-                holder_ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-                ticket: None,
-            })
-        }
-        Op::ExtendRead {
-            key,
-            index,
-            owner,
-            value,
-            ttl,
-            epoch,
-        } => {
-            type Answer = (i64, Option<String>, String, Option<String>);
-            let (code, record, now, _): Answer = invoke_agreed(
-                conn,
-                shared,
-                |a: &Answer| a.0,
-                |fingerprint| {
-                    let mut call = scripts::RW_EXTEND_READ.key(&**key);
-                    call.key(scripts::EPOCH_KEY)
-                        .key(&*shared.record_key)
-                        .key(&**index)
-                        .key(&**owner)
-                        .arg(&**value)
-                        .arg(millis(*ttl))
-                        .arg(if *epoch {
-                            new_epoch_id()
-                        } else {
-                            String::new()
-                        })
-                        .arg(fingerprint);
-                    call
-                },
-            )
-            .await?;
-            let granted = match code {
-                1 => Some(true),
-                0 => None,
-                -1 => Some(false),
-                other => return Err(unexpected("extend", other)),
-            };
-            let report = EpochReport {
-                record,
-                now_us: parse_number("extend", &now)?,
-            };
-            Ok(extended(granted, *epoch, report))
-        }
-        Op::RwDowngrade { key, value } => {
-            type Answer = (i64, Option<String>, String, Option<String>);
-            let (code, record, now, _): Answer = invoke_agreed(
-                conn,
-                shared,
-                |a: &Answer| a.0,
-                |fingerprint| {
-                    let mut call = scripts::RW_DOWNGRADE.key(&**key);
-                    call.key(scripts::EPOCH_KEY)
-                        .key(&*shared.record_key)
-                        .key(scripts::owner_key(key))
-                        .key(scripts::reader_index_key(key))
-                        .key(scripts::reader_key(key, value))
-                        .arg(&**value)
-                        .arg(new_epoch_id())
-                        .arg(fingerprint)
-                        .arg(scripts::release_channel(key));
-                    call
-                },
-            )
-            .await?;
-            let epoch = EpochReport {
-                record,
-                now_us: parse_number("downgrade", &now)?,
-            };
-            match code {
-                1 | -1 => Ok(Reply::Checked {
-                    granted: code == 1,
-                    epoch,
-                    fence: None,
-                    holder_ttl: None,
-                    ticket: None,
-                }),
-                0 => Ok(Reply::Gone { epoch }),
-                other => Err(unexpected("downgrade", other)),
-            }
-        }
-        Op::Fence {
-            counter,
-            key,
-            value,
-            token,
-            ..
-        } => {
-            let script = &*scripts::FENCE;
-            #[cfg(feature = "mutants")]
-            let script = match shared.planted.is(Mutant::WritebackNoGuard) {
-                true => &*scripts::FENCE_MAX_WRITE,
-                false => script,
-            };
-            let (code, before, record): (i64, Option<String>, Option<String>) = script
-                .key(&**key)
-                .key(&**counter)
-                .key(scripts::EPOCH_KEY)
-                .key(scripts::owner_key(key))
-                .arg(&**value)
-                .arg(*token)
-                .invoke_async(conn)
-                .await
-                .map_err(MasterError::from_redis)?;
-            let outcome = match code {
-                1 => FenceOutcome::Written,
-                0 => FenceOutcome::Conflict,
-                -1 => FenceOutcome::NotOurs,
-                other => return Err(unexpected("fence", other)),
-            };
-            Ok(Reply::Fenced {
-                outcome,
-                before: before.map(|c| parse_number("fence", &c)).transpose()?,
-                epoch: EpochReport { record, now_us: 0 },
-            })
-        }
-        Op::Release {
-            key,
-            value,
-            channel,
-            ..
-        } => {
-            #[cfg(feature = "mutants")]
-            if shared.planted.is(Mutant::PlainDelRelease) {
-                return delete(key, conn).await;
-            }
-            let script = &*scripts::RELEASE;
-            #[cfg(feature = "mutants")]
-            let script = match shared.planted.is(Mutant::HandoffIgnoresLiveness) {
-                true => &*scripts::RELEASE_IGNORES_LIVENESS,
-                false => script,
-            };
-            let code: i64 = script
-                .key(&**key)
-                .key(scripts::owner_key(key))
-                .key(scripts::queue_key(key))
-                .arg(&**value)
-                .arg(&**channel)
-                .arg(scripts::waiter_prefix(key))
-                .invoke_async(conn)
-                .await
-                .map_err(MasterError::from_redis)?;
-            match code {
-                1 => Ok(Reply::Granted),
-                0 => Ok(Reply::Missing),
-                -1 => Ok(Reply::HeldByOther),
-                other => Err(unexpected("release", other)),
-            }
-        }
-        Op::ReleaseMany {
-            keys,
-            value,
-            channels,
-        } => {
-            let mut call = scripts::RELEASE_MANY.prepare_invoke();
-            for key in keys {
-                call.key(&**key)
-                    .key(scripts::owner_key(key))
-                    .key(scripts::queue_key(key));
-            }
-            call.arg(&**value);
-            for (key, channel) in keys.iter().zip(channels) {
-                call.arg(&**channel).arg(scripts::waiter_prefix(key));
-            }
-            let (deleted, _missing, held): (i64, i64, i64) = call
-                .invoke_async(conn)
-                .await
-                .map_err(MasterError::from_redis)?;
-            Ok(if deleted > 0 {
-                Reply::Granted
-            } else if held > 0 {
-                Reply::HeldByOther
-            } else {
-                Reply::Missing
-            })
-        }
         Op::Survey => survey(conn, shared).await,
         Op::Scan { cursor, rw } => scan(conn, shared, *cursor, *rw).await,
-        Op::Stamp { record, bootstrap } => {
-            let (outcome, fingerprint) = stamp(conn, record, bootstrap.as_ref()).await?;
-            Ok(Reply::Stamped {
-                outcome,
-                fingerprint,
-            })
-        }
-        Op::Claim { token, ttl } => {
-            let set: Option<String> = redis::cmd("SET")
-                .arg(claim_key(shared))
-                .arg(&**token)
-                .arg("NX")
-                .arg("PX")
-                .arg(millis(*ttl))
-                .query_async(conn)
-                .await
-                .map_err(MasterError::from_redis)?;
-            Ok(match set {
-                Some(_) => Reply::Granted,
-                None => Reply::HeldByOther,
-            })
-        }
-        Op::Unclaim { token } => {
-            let key = claim_key(shared);
-            let code: i64 = scripts::RELEASE
-                .key(&key)
-                .key(scripts::owner_key(&key))
-                .key(scripts::queue_key(&key))
-                .arg(&**token)
-                .arg(scripts::release_channel(&key))
-                .arg(scripts::waiter_prefix(&key))
-                .invoke_async(conn)
-                .await
-                .map_err(MasterError::from_redis)?;
-            Ok(match code {
-                1 => Reply::Granted,
-                0 => Reply::Missing,
-                _ => Reply::HeldByOther,
-            })
-        }
-        Op::Inspect { key } => {
-            type Answer = (
-                String,
-                Option<String>,
-                i64,
-                HashMap<String, String>,
-                Option<String>,
-                String,
-                i64,
-            );
-            let (kind, value, pttl_ms, owner, fence, now, queued): Answer = scripts::INSPECT
-                .key(&**key)
-                .key(scripts::owner_key(key))
-                .key(scripts::fence_key(key))
-                .key(scripts::queue_key(key))
-                .invoke_async(conn)
-                .await
-                .map_err(MasterError::from_redis)?;
-            Ok(Reply::Inspected(Box::new(Inspected {
-                kind,
-                value,
-                pttl_ms,
-                owner: owner.into_iter().collect(),
-                fence: fence.map(|c| parse_number("inspect", &c)).transpose()?,
-                now_ms: parse_number("inspect", &now)?,
-                queued: queued == 1,
-            })))
-        }
-        Op::ForceUnlock { key, channel } => {
-            let (code, detail, counter): (i64, Option<String>, Option<u64>) = scripts::FORCE_UNLOCK
-                .key(&**key)
-                .key(scripts::owner_key(key))
-                .key(scripts::fence_key(key))
-                .key(scripts::queue_key(key))
-                .arg(&**channel)
-                .arg(scripts::waiter_prefix(key))
-                .invoke_async(conn)
-                .await
-                .map_err(MasterError::from_redis)?;
-            match (code, counter) {
-                (1 | 0, Some(counter)) => Ok(Reply::ForceUnlocked {
-                    removed: detail,
-                    counter,
-                }),
-                (-3, _) => Err(wrong_kind(detail.as_deref())),
-                (other, _) => Err(unexpected("force_unlock", other)),
-            }
-        }
+        op => invoke(op, conn, shared).await,
     }
 }
 
-/// The reply to an extension: `granted` is `Some(true)` extended, `Some(false)` held by
-/// another value, `None` missing; with `epoch`, the reply carries the epoch read.
-fn extended(granted: Option<bool>, epoch: bool, report: EpochReport) -> Reply {
-    match (granted, epoch) {
-        (None, false) => Reply::Missing,
-        (None, true) => Reply::Gone { epoch: report },
-        (Some(true), false) => Reply::Granted,
-        (Some(false), false) => Reply::HeldByOther,
-        (Some(granted), true) => Reply::Checked {
-            granted,
-            epoch: report,
-            fence: None,
-            holder_ttl: None,
-            ticket: None,
-        },
-    }
-}
-
-/// Runs `extend.lua` (or a planted variant) for one key and reads its answer.
-async fn extend(
-    script: &'static redis::Script,
-    (key, value, ttl, epoch): (&str, &str, Duration, bool),
+/// Sends the request that `op`'s codec builds around the cluster fingerprint this client
+/// knows, and reads the answer. A script that finds another record than the one sent
+/// (or none) refuses (`-2`): the record is read again (`record_changed`), and when this
+/// client adopts it (written after it connected, by `init_cluster`), the request is sent
+/// again, once, now carrying it.
+async fn invoke(
+    op: &Op,
     conn: &mut MultiplexedConnection,
     shared: &Shared,
 ) -> Result<Reply, MasterError> {
-    type Answer = (i64, Option<String>, String, Option<String>);
-    let (code, record, now, _): Answer = invoke_agreed(
-        conn,
-        shared,
-        |a: &Answer| a.0,
-        |fingerprint| {
-            let mut call = script.key(key);
-            call.key(scripts::EPOCH_KEY)
-                .key(&*shared.record_key)
-                .key(scripts::owner_key(key))
-                .arg(value)
-                .arg(millis(ttl))
-                .arg(if epoch { new_epoch_id() } else { String::new() })
-                .arg(fingerprint);
-            call
-        },
-    )
-    .await?;
-    let granted = match code {
-        1 => Some(true),
-        0 => None,
-        -1 => Some(false),
-        other => return Err(unexpected("extend", other)),
-    };
-    let report = EpochReport {
-        record,
-        now_us: parse_number("extend", &now)?,
-    };
-    Ok(extended(granted, epoch, report))
-}
-
-/// Runs a lock script that checks the cluster record (−2 when the caller's fingerprint is
-/// not the master's): `call` builds the invocation around the fingerprint this client
-/// knows, and `code` reads the answer's code. When the record was written after this client
-/// connected and it adopts it (`record_changed`), the script is sent again, once.
-async fn invoke_agreed<T: redis::FromRedisValue>(
-    conn: &mut MultiplexedConnection,
-    shared: &Shared,
-    code: fn(&T) -> i64,
-    call: impl Fn(String) -> redis::ScriptInvocation<'static>,
-) -> Result<T, MasterError> {
+    let codec = scripts::codec(op).ok_or_else(|| {
+        MasterError::new(
+            MasterErrorKind::Other,
+            format!("no script carries a {} request", op.name()),
+        )
+    })?;
     let mut learnt = false;
     loop {
-        let answer: T = call(shared.view.fingerprint())
-            .invoke_async(conn)
-            .await
-            .map_err(MasterError::from_redis)?;
-        if code(&answer) != -2 {
-            return Ok(answer);
+        let fingerprint = shared.view.fingerprint();
+        let epoch_id = new_epoch_id();
+        let context = scripts::Context {
+            record_key: &shared.record_key,
+            prefix: &shared.view.terms().prefix,
+            fingerprint: &fingerprint,
+            epoch_id: &epoch_id,
+            #[cfg(feature = "mutants")]
+            planted: shared.planted,
+        };
+        let request = codec.encode(op, &context)?;
+        let answer = send(conn, &request).await?;
+        if !request.record_differs(&answer) {
+            return codec.decode(op, answer);
         }
         if learnt {
             return Err(refused_again());
@@ -1457,255 +817,26 @@ async fn invoke_agreed<T: redis::FromRedisValue>(
     }
 }
 
-/// Runs `acquire_queued.lua` (or a planted variant) for an [`Op::AcquireQueued`] and reads
-/// its answer.
-async fn acquire_queued(
-    op: &Op,
+/// Sends `request` on `conn`: a script with `EVALSHA`, loaded and sent again if the master
+/// answers `NOSCRIPT` (it restarted, or its script cache was flushed), or a command.
+async fn send(
     conn: &mut MultiplexedConnection,
-    shared: &Shared,
-) -> Result<Reply, MasterError> {
-    let Op::AcquireQueued {
-        key,
-        value,
-        ttl,
-        fence,
-        owner,
-        waiter,
-        fair,
-        ..
-    } = op
-    else {
-        return Err(unexpected("acquire_queued", 0));
-    };
-    let script = &*scripts::ACQUIRE_QUEUED;
-    #[cfg(feature = "mutants")]
-    let script = match shared.planted.mutant {
-        Some(Mutant::ConfirmKeepsHandoffExpiry) => &*scripts::ACQUIRE_QUEUED_KEEPS_EXPIRY,
-        Some(Mutant::HandoffIgnoresLiveness) => &*scripts::ACQUIRE_QUEUED_IGNORES_LIVENESS,
-        _ => script,
-    };
-    let mode = match fence {
-        FenceRead::Skip => "0",
-        _ => "1",
-    };
-    let (code, record, now, counter, pttl, detail, ticket): CheckedAnswer = invoke_agreed(
-        conn,
-        shared,
-        |a: &CheckedAnswer| a.0,
-        |fingerprint| {
-            let mut call = script.key(&**key);
-            call.key(scripts::EPOCH_KEY)
-                .key(scripts::fence_key(key))
-                .key(&*shared.record_key)
-                .key(scripts::owner_key(key))
-                .key(scripts::queue_key(key))
-                .key(scripts::ticket_key(key))
-                .arg(&**value)
-                .arg(millis(*ttl))
-                .arg(new_epoch_id())
-                .arg(mode)
-                .arg(fingerprint)
-                .arg(&*owner.client)
-                .arg(&*owner.host)
-                .arg(owner.pid)
-                .arg(&*owner.label)
-                .arg(&**waiter)
-                .arg(if *fair { "1" } else { "0" })
-                .arg(scripts::waiter_prefix(key));
-            call
-        },
-    )
-    .await?;
-    match code {
-        1 | 0 => {}
-        -3 => return Err(wrong_kind(detail.as_deref())),
-        other => return Err(unexpected("acquire", other)),
-    }
-    Ok(Reply::Checked {
-        granted: code == 1,
-        epoch: EpochReport {
-            record: Some(record),
-            now_us: parse_number("acquire", &now)?,
-        },
-        fence: counter.map(|c| parse_number("acquire", &c)).transpose()?,
-        holder_ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-        ticket: ticket.map(|c| parse_number("acquire", &c)).transpose()?,
-    })
-}
-
-/// Runs `enqueue.lua` (or a planted variant) for an [`Op::Enqueue`] and reads its answer.
-async fn enqueue(
-    op: &Op,
-    conn: &mut MultiplexedConnection,
-    shared: &Shared,
-) -> Result<Reply, MasterError> {
-    let Op::Enqueue {
-        key,
-        waiter,
-        score,
-        strict,
-        fair,
-        waiter_ttl,
-        channel,
-        ..
-    } = op
-    else {
-        return Err(unexpected("enqueue", 0));
-    };
-    let script = &*scripts::ENQUEUE;
-    #[cfg(feature = "mutants")]
-    let script = match shared.planted.mutant {
-        Some(Mutant::FairByArrival) => &*scripts::ENQUEUE_BY_ARRIVAL,
-        Some(Mutant::HandoffIgnoresLiveness) => &*scripts::ENQUEUE_IGNORES_LIVENESS,
-        _ => script,
-    };
-    type Answer = (
-        i64,
-        String,
-        String,
-        Option<String>,
-        i64,
-        i64,
-        Option<String>,
-    );
-    let (code, record, now, counter, handed, pttl, detail): Answer = invoke_agreed(
-        conn,
-        shared,
-        |a: &Answer| a.0,
-        |fingerprint| {
-            let mut call = script.key(&**key);
-            call.key(scripts::EPOCH_KEY)
-                .key(&*shared.record_key)
-                .key(scripts::queue_key(key))
-                .key(scripts::ticket_key(key))
-                .key(scripts::waiter_key(key, waiter))
-                .key(scripts::owner_key(key))
-                .arg(&**waiter)
-                .arg(*score)
-                .arg(if *strict { "1" } else { "0" })
-                .arg(millis(*waiter_ttl))
-                .arg(&**channel)
-                .arg(if *fair { "1" } else { "0" })
-                .arg(new_epoch_id())
-                .arg(fingerprint)
-                .arg(scripts::waiter_prefix(key));
-            call
-        },
-    )
-    .await?;
-    match code {
-        1 | 0 => {}
-        -3 => return Err(wrong_kind(detail.as_deref())),
-        other => return Err(unexpected("enqueue", other)),
-    }
-    Ok(Reply::Enqueued {
-        written: code == 1,
-        counter: counter.map(|c| parse_number("enqueue", &c)).transpose()?,
-        handed: handed == 1,
-        holder_ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-        epoch: EpochReport {
-            record: Some(record),
-            now_us: parse_number("enqueue", &now)?,
-        },
-    })
-}
-
-/// Runs `semaphore.lua` (or, planted, its per-master count) and reads its answer.
-async fn acquire_permits(
-    op: &PermitsOp,
-    conn: &mut MultiplexedConnection,
-    shared: &Shared,
-) -> Result<Reply, MasterError> {
-    type Answer = (
-        i64,
-        String,
-        String,
-        Option<Vec<String>>,
-        i64,
-        Vec<u32>,
-        Option<String>,
-    );
-    let (code, record, now, fences, wait, free, detail): Answer = invoke_agreed(
-        conn,
-        shared,
-        |a: &Answer| a.0,
-        |fingerprint| {
-            #[cfg(feature = "mutants")]
-            if shared.planted.is(Mutant::SemaphoreCountPerMaster) && !op.replace {
-                let mut call = scripts::SEMAPHORE_COUNT_PER_MASTER.key(scripts::EPOCH_KEY);
-                call.key(&*shared.record_key);
-                for key in scripts::counted_permits(&op.base, &op.value, op.wanted.len()) {
-                    call.key(&*key);
-                }
-                call.arg(&*op.value)
-                    .arg(millis(op.ttl))
-                    .arg(new_epoch_id())
-                    .arg(fingerprint)
-                    .arg(op.limit())
-                    .arg(scripts::counted_pattern(&op.base));
-                return call;
+    request: &scripts::Request,
+) -> Result<redis::Value, MasterError> {
+    let answer = match request {
+        scripts::Request::Script(call) => {
+            let mut invocation = call.script.prepare_invoke();
+            for key in &call.keys {
+                invocation.key(key.as_str());
             }
-            let mut call = scripts::SEMAPHORE.key(scripts::EPOCH_KEY);
-            call.key(&*shared.record_key).key(&*op.limit_key);
-            for slot in op.slots.iter() {
-                call.key(&**slot);
+            for arg in &call.args {
+                invocation.arg(arg.as_str());
             }
-            call.arg(&*op.value)
-                .arg(millis(op.ttl))
-                .arg(new_epoch_id())
-                .arg(if op.fence { "1" } else { "0" })
-                .arg(fingerprint)
-                .arg(&*op.owner.client)
-                .arg(&*op.owner.host)
-                .arg(op.owner.pid)
-                .arg(&*op.owner.label)
-                .arg(op.limit())
-                .arg(&*op.base)
-                .arg(if op.replace { "limit" } else { "take" });
-            for slot in &op.wanted {
-                call.arg(*slot);
-            }
-            call
-        },
-    )
-    .await?;
-    match code {
-        1 | 0 => {}
-        -4 => return Err(limit_mismatch(detail.as_deref(), op.limit())),
-        other => return Err(unexpected("semaphore", other)),
-    }
-    let fences = fences
-        .unwrap_or_default()
-        .iter()
-        .map(|c| match c.as_str() {
-            "" => Ok(None),
-            c => parse_number("semaphore", c).map(Some),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Reply::Permits {
-        granted: code == 1,
-        epoch: EpochReport {
-            record: Some(record),
-            now_us: parse_number("semaphore", &now)?,
-        },
-        fences,
-        wait: u64::try_from(wait).ok().map(Duration::from_millis),
-        free: free
-            .into_iter()
-            .filter(|s| (*s as usize) < op.limit())
-            .collect(),
-    })
-}
-
-/// The error of a master that holds permits of the semaphore under another limit.
-pub(crate) fn limit_mismatch(recorded: Option<&str>, ours: usize) -> MasterError {
-    MasterError::new(
-        MasterErrorKind::LimitMismatch,
-        format!(
-            "the semaphore's limit stored here is {}, not {ours}",
-            recorded.unwrap_or("another")
-        ),
-    )
+            invocation.invoke_async(conn).await
+        }
+        scripts::Request::Command(command) => command.query_async(conn).await,
+    };
+    answer.map_err(MasterError::from_redis)
 }
 
 /// A script refused this client's fingerprint again, right after the client adopted the
@@ -1714,52 +845,6 @@ fn refused_again() -> MasterError {
     MasterError::new(
         MasterErrorKind::Other,
         "its cluster record changed twice during one request: try again",
-    )
-}
-
-/// The error of a lock script that found another kind of lock under the name.
-fn wrong_kind(found: Option<&str>) -> MasterError {
-    MasterError::new(
-        MasterErrorKind::WrongKind,
-        format!(
-            "the name holds a {} here, not a lock: use another name",
-            kind_shown(found)
-        ),
-    )
-}
-
-/// A kind a lock script found under a name (a Redis type, or an owner record's kind), as
-/// the errors name it.
-fn kind_shown(found: Option<&str>) -> &str {
-    match found {
-        Some("rwlock") => "read-write lock",
-        Some(other) => other,
-        None => "value of another kind",
-    }
-}
-
-/// The error of `rw_acquire.lua` finding another kind of lock under the name.
-fn wrong_kind_for_rwlock(found: Option<&str>) -> MasterError {
-    let found = match found {
-        Some("lock") => "mutex (a lock taken with acquire)",
-        Some(other) => other,
-        None => "value of another kind",
-    };
-    MasterError::new(
-        MasterErrorKind::WrongKind,
-        format!("the name holds a {found} here, not a read-write lock: use another name"),
-    )
-}
-
-/// [`wrong_kind`] for one key of several (`acquire_many.lua`): names the key, so that
-/// the caller of a long list knows which name to change.
-fn wrong_kind_at(key: &str, found: Option<&str>) -> MasterError {
-    MasterError::new(
-        MasterErrorKind::WrongKind,
-        format!(
-            "the name {key:?} holds a {} here, not a lock: use another name",
-            kind_shown(found)
-        ),
     )
 }
 
@@ -1821,47 +906,6 @@ fn next_reply(
     })
 }
 
-/// Writes `record` unless the master has one (`stamp.lua`); with `bootstrap` (the
-/// `run_id` and epoch id a survey read), as the bootstrap of that process. Returns what
-/// it did, and the fingerprint the master now has.
-async fn stamp(
-    conn: &mut MultiplexedConnection,
-    record: &Record,
-    bootstrap: Option<&(String, String)>,
-) -> Result<(StampOutcome, String), MasterError> {
-    let mut invocation = scripts::STAMP.key(&*record_key_of(record));
-    let (run_id, epoch) = bootstrap.map_or(("", ""), |(r, e)| (r.as_str(), e.as_str()));
-    invocation.key(scripts::EPOCH_KEY).arg(run_id).arg(epoch);
-    for (field, value) in record.fields() {
-        invocation.arg(field).arg(value);
-    }
-    let (code, fingerprint): (i64, String) = invocation
-        .invoke_async(conn)
-        .await
-        .map_err(MasterError::from_redis)?;
-    let outcome = match code {
-        1 => StampOutcome::Written,
-        0 => StampOutcome::Exists,
-        -1 => StampOutcome::EpochChanged,
-        other => return Err(unexpected("stamp", other)),
-    };
-    Ok((outcome, fingerprint))
-}
-
-/// The key of the bootstrap claim (`Op::Claim`) under the client's prefix.
-fn claim_key(shared: &Shared) -> String {
-    format!(
-        "{}{}init",
-        shared.view.terms().prefix,
-        scripts::RECORD_NAMESPACE
-    )
-}
-
-/// The key of a record's cluster record (under its prefix).
-fn record_key_of(record: &Record) -> String {
-    cluster::record_key(&record.terms.prefix)
-}
-
 /// How many keys one `SCAN` step asks for while a survey looks for a key under the prefix.
 const SURVEY_SCAN_COUNT: usize = 1000;
 
@@ -1883,7 +927,7 @@ async fn survey(conn: &mut MultiplexedConnection, shared: &Shared) -> Result<Rep
         .query_async(conn)
         .await
         .map_err(MasterError::from_redis)?;
-    let now_us = parse_number("epoch", &now)?;
+    let now_us = scripts::parse_number("epoch", &now)?;
     let epoch = Epoch::parse(&epoch, now_us).ok_or_else(|| {
         MasterError::new(
             MasterErrorKind::Protocol,
@@ -1948,21 +992,6 @@ fn glob_escape(text: &str) -> String {
     escaped
 }
 
-/// A plain `DEL` (the `PlainDelRelease` mutant).
-#[cfg(feature = "mutants")]
-async fn delete(key: &str, conn: &mut MultiplexedConnection) -> Result<Reply, MasterError> {
-    let deleted: i64 = redis::cmd("DEL")
-        .arg(key)
-        .query_async(conn)
-        .await
-        .map_err(MasterError::from_redis)?;
-    Ok(if deleted > 0 {
-        Reply::Granted
-    } else {
-        Reply::Missing
-    })
-}
-
 /// Loads every script a lock master runs (one pipeline).
 async fn load_scripts(conn: &mut MultiplexedConnection) -> redis::RedisResult<()> {
     let mut load = redis::pipe();
@@ -2019,7 +1048,7 @@ async fn read_vitals(
         get("appendonly").as_deref() == Some("yes")
             && get("appendfsync").as_deref() == Some("always")
     });
-    let now_us = parse_number("epoch", &now)?;
+    let now_us = scripts::parse_number("epoch", &now)?;
     let epoch = Epoch::parse(&record, now_us).ok_or_else(|| {
         MasterError::new(
             MasterErrorKind::Protocol,
@@ -2094,27 +1123,6 @@ fn value<T: redis::FromRedisValue>(
 /// A fresh id for a data epoch this client may start.
 fn new_epoch_id() -> String {
     format!("{:016x}", rand::random::<u64>())
-}
-
-fn parse_number(script: &str, text: &str) -> Result<u64, MasterError> {
-    text.parse().map_err(|_| {
-        MasterError::new(
-            MasterErrorKind::Protocol,
-            format!("{script} script answered {text:?} where a number belongs"),
-        )
-    })
-}
-
-fn unexpected(script: &str, code: i64) -> MasterError {
-    MasterError::new(
-        MasterErrorKind::Protocol,
-        format!("{script} script answered {code}, which the lock protocol does not define"),
-    )
-}
-
-/// Whole milliseconds for `PX`, at least 1 (Redis rejects `PX 0`).
-fn millis(ttl: Duration) -> u64 {
-    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 /// What a health probe read of one master (`Master::probe`), as the master answered it:

@@ -552,7 +552,7 @@ impl Inner {
         {
             (_, Answer::Reply(reply), _) => Ok(reply),
             (_, Answer::RecordDiffers, _) => Err(self.record_changed(incarnation, trouble).await),
-            (_, Answer::LimitDiffers { stored, ours }, _) => Err(crate::master::limit_mismatch(
+            (_, Answer::LimitDiffers { stored, ours }, _) => Err(crate::scripts::limit_mismatch(
                 Some(&stored.to_string()),
                 ours,
             )),

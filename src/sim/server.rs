@@ -724,7 +724,7 @@ struct EnqueueOutcome {
     pttl_ms: i64,
 }
 
-/// Whole milliseconds for `PX`, at least 1, as `master.rs` sends them.
+/// Whole milliseconds for `PX`, at least 1, as the scripts' codecs send them.
 fn millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
 }
@@ -1724,7 +1724,7 @@ fn apply(
                 Reply::Missing
             }
         }
-        // fence.lua (which does not read TIME: the reply's clock is 0, as in master.rs)
+        // fence.lua (which does not read TIME: the reply's clock is 0, as its codec reads it)
         // rw_acquire.lua, past its comparison of fingerprints (`apply_as`); the model keeps
         // no owner records, so the kind checks are not modelled, and its reader index is
         // the set of live reader keys (the script's index, pruned as it reads it).
@@ -2117,7 +2117,7 @@ fn extend(
     extended(granted, epoch, EpochReport { record, now_us })
 }
 
-/// The reply to an extension, as `master.rs` reads it: `granted` is `Some(true)`
+/// The reply to an extension, as its codec reads it (`scripts/lock.rs`): `granted` is `Some(true)`
 /// extended, `Some(false)` held by another value, `None` missing; with `epoch_read`, the
 /// reply carries the epoch.
 fn extended(granted: Option<bool>, epoch_read: bool, epoch: EpochReport) -> Reply {

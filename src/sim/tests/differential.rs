@@ -1,16 +1,17 @@
 //! The simulation's master model against a real `redis-server`: a differential test
 //! (docs/testing.md §8).
 //!
-//! Every master operation exists as a Lua script (`src/scripts/`), as its arm in the
-//! client (`run` in `src/master.rs`) and as its model (`server::answer`, which the
-//! simulation's schedules run). Here random sequences of operations run both through the
-//! real client path (`RedisMaster::call`, against one real `redis-server` started by the
-//! testkit) and through the model, and after every step the replies must agree and so must
-//! the keyspaces (the real one read whole by one script, the model's `Data`). Each
-//! sequence starts on an empty master with a fresh client. Half the time an argument is
-//! one the state makes interesting (a value that holds one of the keys, a queued waiter or
-//! the one handed the key, a token or a score at its counter), else one of a few fixed
-//! ones; the holder of a fencing write-back is drawn more often.
+//! Every master operation exists as a Lua script (`src/scripts/`), as its codec beside it
+//! (`src/scripts/*.rs`, whose requests the master sends) and as its model
+//! (`server::answer`, which the simulation's schedules run). Here random sequences of
+//! operations run both through the real client path (`RedisMaster::call`, against one
+//! real `redis-server` started by the testkit) and through the model, and after every
+//! step the replies must agree and so must the keyspaces (the real one read whole by one
+//! script, the model's `Data`). Each sequence starts on an empty master with a fresh
+//! client. Half the time an argument is one the state makes interesting (a value that
+//! holds one of the keys, a queued waiter or the one handed the key, a token or a score at
+//! its counter), else one of a few fixed ones; the holder of a fencing write-back is drawn
+//! more often.
 //!
 //! # Time
 //! The model runs at the server time at which the script ran: the `TIME` it read first,
@@ -1398,7 +1399,7 @@ fn shown(item: Option<&Item>, at: u64) -> String {
 fn model_side(answer: &Answer) -> Result<Reply, String> {
     match answer {
         Answer::Reply(reply) => Ok(reply.clone()),
-        Answer::LimitDiffers { stored, ours } => Err(error_shown(&master::limit_mismatch(
+        Answer::LimitDiffers { stored, ours } => Err(error_shown(&scripts::limit_mismatch(
             Some(&stored.to_string()),
             *ours,
         ))),

@@ -17,8 +17,10 @@ use crate::cluster::{self, Record};
 use crate::error::MasterError;
 use crate::op::{Inspected, Op, Reply, StampOutcome};
 
-/// Reads (or starts) the data epoch, run with `EVAL` while connecting; see `epoch.lua`.
-pub(crate) const EPOCH_SOURCE: &str = include_str!("epoch.lua");
+/// Reads (or starts) the data epoch, run with `EVAL` while connecting: `epoch.lua`, the
+/// preamble's first part, alone (`KEYS[1]` the epoch record, `ARGV[1]` an id for a new
+/// epoch). Returns `{epoch record, server time us}`.
+pub(crate) const EPOCH_SOURCE: &str = concat!(include_str!("epoch.lua"), "return {epoch, now}\n");
 
 /// Writes the cluster record unless one exists; see `stamp.lua`.
 static STAMP: LazyLock<Script> = LazyLock::new(|| Script::new(STAMP_LUA));

@@ -19,19 +19,16 @@ use crate::op::{EpochReport, FenceRead, Op, Reply};
 
 /// `SET NX PX` reading the data epoch and the fence counter; see `acquire.lua`.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
-pub(super) const ACQUIRE_LUA: &str = include_str!("acquire.lua");
+pub(super) const ACQUIRE_LUA: &str = lock_script!("acquire.lua");
 
 /// Acquire as a queued waiter (confirming a hand-off) or a fair contender; see
 /// `acquire_queued.lua`.
 static ACQUIRE_QUEUED: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_QUEUED_LUA));
-pub(super) const ACQUIRE_QUEUED_LUA: &str = concat!(
-    include_str!("queue.lua"),
-    include_str!("acquire_queued.lua")
-);
+pub(super) const ACQUIRE_QUEUED_LUA: &str = lock_script!(queue, "acquire_queued.lua");
 
 /// Compare-and-PEXPIRE, never setting a missing key again; see `extend.lua`.
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
-pub(super) const EXTEND_LUA: &str = include_str!("extend.lua");
+pub(super) const EXTEND_LUA: &str = lock_script!("extend.lua");
 
 /// Compare-and-delete plus hand-off to the next live waiter, or the release notice; see
 /// `release.lua`.
@@ -124,18 +121,14 @@ fn acquire(ctx: &Context<'_>, (key, value, ttl, fence, owner): Grant<'_>) -> Req
         ),
         FenceRead::Skip => script,
     };
-    Invocation::checked(script)
+    Invocation::with_preamble(script, ctx, true)
         .key(key)
-        .key(super::EPOCH_KEY)
         .key(fence_key(key))
-        .key(ctx.record_key)
         .key(owner_key(key))
         .key(ticket_key(key))
         .arg(value)
         .arg(millis(ttl))
-        .arg(ctx.epoch_id)
         .arg(flag(fence == FenceRead::Read))
-        .arg(ctx.fingerprint)
         .arg(&owner.client)
         .arg(&owner.host)
         .arg(owner.pid)
@@ -161,19 +154,15 @@ fn acquire_queued(
         Mutant::ConfirmKeepsHandoffExpiry,
         &super::planted::ACQUIRE_QUEUED_KEEPS_EXPIRY.script,
     );
-    Invocation::checked(script)
+    Invocation::with_preamble(script, ctx, true)
         .key(key)
-        .key(super::EPOCH_KEY)
         .key(fence_key(key))
-        .key(ctx.record_key)
         .key(owner_key(key))
         .key(queue_key(key))
         .key(ticket_key(key))
         .arg(value)
         .arg(millis(ttl))
-        .arg(ctx.epoch_id)
         .arg(flag(fence == FenceRead::Read))
-        .arg(ctx.fingerprint)
         .arg(&owner.client)
         .arg(&owner.host)
         .arg(owner.pid)
@@ -223,15 +212,11 @@ fn extend(
     ctx: &Context<'_>,
     (key, value, ttl, epoch): (&str, &str, Duration, bool),
 ) -> Request {
-    Invocation::checked(script)
+    Invocation::with_preamble(script, ctx, epoch)
         .key(key)
-        .key(super::EPOCH_KEY)
-        .key(ctx.record_key)
         .key(owner_key(key))
         .arg(value)
         .arg(millis(ttl))
-        .arg(if epoch { ctx.epoch_id } else { "" })
-        .arg(ctx.fingerprint)
         .done()
 }
 

@@ -18,12 +18,12 @@ use crate::op::{EpochReport, FenceRead, Op, Reply};
 
 /// Several locks at once, all or none; see `acquire_many.lua`.
 static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_MANY_LUA));
-pub(super) const ACQUIRE_MANY_LUA: &str = include_str!("acquire_many.lua");
+pub(super) const ACQUIRE_MANY_LUA: &str = lock_script!("acquire_many.lua");
 
 /// Compare-and-PEXPIRE of every key of a lease over several keys, all or none; see
 /// `extend_many.lua`.
 static EXTEND_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_MANY_LUA));
-pub(super) const EXTEND_MANY_LUA: &str = include_str!("extend_many.lua");
+pub(super) const EXTEND_MANY_LUA: &str = lock_script!("extend_many.lua");
 
 /// Compare-and-delete of every key of a lease over several keys, each with its hand-off or
 /// release notice; see `release_many.lua`.
@@ -52,17 +52,13 @@ impl Codec for Many {
                     Mutant::ManyPartialVote,
                     &super::planted::ACQUIRE_MANY_PARTIAL.script,
                 );
-                let mut call = Invocation::checked(script)
-                    .key(super::EPOCH_KEY)
-                    .key(ctx.record_key);
+                let mut call = Invocation::with_preamble(script, ctx, true);
                 for key in keys {
                     call = call.key(key).key(fence_key(key)).key(owner_key(key));
                 }
                 call.arg(value)
                     .arg(millis(*ttl))
-                    .arg(ctx.epoch_id)
                     .arg(flag(*fence == FenceRead::Read))
-                    .arg(ctx.fingerprint)
                     .arg(&owner.client)
                     .arg(&owner.host)
                     .arg(owner.pid)
@@ -121,17 +117,11 @@ fn extend_many(
     ttl: Duration,
     epoch: bool,
 ) -> Request {
-    let mut call = Invocation::checked(&EXTEND_MANY)
-        .key(super::EPOCH_KEY)
-        .key(ctx.record_key);
+    let mut call = Invocation::with_preamble(&EXTEND_MANY, ctx, epoch);
     for key in keys {
         call = call.key(key).key(owner_key(key));
     }
-    call.arg(value)
-        .arg(millis(ttl))
-        .arg(if epoch { ctx.epoch_id } else { "" })
-        .arg(ctx.fingerprint)
-        .done()
+    call.arg(value).arg(millis(ttl)).done()
 }
 
 /// The reply of `acquire_many.lua` for `keys`: code, epoch record, server time, each

@@ -25,6 +25,29 @@ use crate::error::{MasterError, MasterErrorKind};
 use crate::mutants::{Mutant, Planted};
 use crate::op::{Op, Reply};
 
+/// The source of a lock script, `$file`, behind the preamble that every lock script
+/// starts with: `epoch.lua` (the server's time and the data epoch: `KEYS[1]`, `ARGV[1]`)
+/// and `cluster.lua` (the cluster record's check: `KEYS[2]`, `ARGV[2]`), then, with
+/// `queue`, `queue.lua`'s functions. Joined at compile time: each script's own `KEYS` and
+/// `ARGV` come after the preamble's.
+macro_rules! lock_script {
+    ($file:literal) => {
+        concat!(
+            include_str!("epoch.lua"),
+            include_str!("cluster.lua"),
+            include_str!($file)
+        )
+    };
+    (queue, $file:literal) => {
+        concat!(
+            include_str!("epoch.lua"),
+            include_str!("cluster.lua"),
+            include_str!("queue.lua"),
+            include_str!($file)
+        )
+    };
+}
+
 mod admin;
 mod fence;
 mod keys;
@@ -107,7 +130,8 @@ pub(crate) struct Invocation {
     pub(crate) script: &'static Script,
     pub(crate) keys: Vec<String>,
     pub(crate) args: Vec<String>,
-    /// The script refuses a caller whose cluster fingerprint is not the record's.
+    /// The script starts with the preamble, which refuses a caller whose cluster
+    /// fingerprint is not the record's.
     checks_record: bool,
 }
 
@@ -122,12 +146,19 @@ impl Invocation {
         }
     }
 
-    /// `script`, which checks the caller's cluster fingerprint and may answer `-2`.
-    fn checked(script: &'static Script) -> Self {
+    /// `script`, a lock script, with the preamble's keys and arguments (the same slots in
+    /// every lock script): `KEYS[1]` the epoch record, `KEYS[2]` the cluster record,
+    /// `ARGV[1]` an id for a new epoch (with `epoch`; empty, the epoch is not read),
+    /// `ARGV[2]` the caller's cluster fingerprint. Its answer may be the preamble's `-2`.
+    fn with_preamble(script: &'static Script, ctx: &Context<'_>, epoch: bool) -> Self {
         Self {
             checks_record: true,
             ..Self::new(script)
         }
+        .key(EPOCH_KEY)
+        .key(ctx.record_key)
+        .arg(if epoch { ctx.epoch_id } else { "" })
+        .arg(ctx.fingerprint)
     }
 
     fn key(mut self, key: impl ToString) -> Self {

@@ -17,8 +17,7 @@ use crate::op::{EpochReport, Op, Reply};
 
 /// Registers or refreshes a waiter in a lock's queue; see `enqueue.lua`.
 static ENQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(ENQUEUE_LUA));
-pub(super) const ENQUEUE_LUA: &str =
-    concat!(include_str!("queue.lua"), include_str!("enqueue.lua"));
+pub(super) const ENQUEUE_LUA: &str = lock_script!(queue, "enqueue.lua");
 
 /// Removes a waiter from a lock's queue, passing on a key handed to it; see `dequeue.lua`.
 static DEQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(DEQUEUE_LUA));
@@ -52,10 +51,8 @@ impl Codec for Queue {
                     Mutant::FairByArrival,
                     &super::planted::ENQUEUE_BY_ARRIVAL.script,
                 );
-                Ok(Invocation::checked(script)
+                Ok(Invocation::with_preamble(script, ctx, true)
                     .key(key)
-                    .key(super::EPOCH_KEY)
-                    .key(ctx.record_key)
                     .key(queue_key(key))
                     .key(ticket_key(key))
                     .key(waiter_key(key, waiter))
@@ -66,8 +63,6 @@ impl Codec for Queue {
                     .arg(millis(*waiter_ttl))
                     .arg(channel)
                     .arg(flag(*fair))
-                    .arg(ctx.epoch_id)
-                    .arg(ctx.fingerprint)
                     .arg(waiter_prefix(key))
                     .done())
             }

@@ -23,15 +23,15 @@ pub(crate) const MAX_READERS: usize = 64;
 
 /// Acquires a read-write lock in one mode; see `rw_acquire.lua`.
 static RW_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_ACQUIRE_LUA));
-pub(super) const RW_ACQUIRE_LUA: &str = include_str!("rw_acquire.lua");
+pub(super) const RW_ACQUIRE_LUA: &str = lock_script!("rw_acquire.lua");
 
 /// Extends a read lease, keeping the reader index alive; see `rw_extend_read.lua`.
 static RW_EXTEND_READ: LazyLock<Script> = LazyLock::new(|| Script::new(RW_EXTEND_READ_LUA));
-pub(super) const RW_EXTEND_READ_LUA: &str = include_str!("rw_extend_read.lua");
+pub(super) const RW_EXTEND_READ_LUA: &str = lock_script!("rw_extend_read.lua");
 
 /// Turns a write lease into a read lease; see `rw_downgrade.lua`.
 static RW_DOWNGRADE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_DOWNGRADE_LUA));
-pub(super) const RW_DOWNGRADE_LUA: &str = include_str!("rw_downgrade.lua");
+pub(super) const RW_DOWNGRADE_LUA: &str = lock_script!("rw_downgrade.lua");
 
 /// The codec of the read-write lock's scripts.
 #[derive(Debug)]
@@ -59,20 +59,16 @@ impl Codec for Rw {
                     RwMode::Read => ("r", "", 0),
                     RwMode::Write { intent, intent_ttl } => ("w", &**intent, millis(*intent_ttl)),
                 };
-                Invocation::checked(script)
+                Invocation::with_preamble(script, ctx, true)
                     .key(key)
-                    .key(super::EPOCH_KEY)
                     .key(fence_key(key))
-                    .key(ctx.record_key)
                     .key(owner_key(key))
                     .key(reader_index_key(key))
                     .key(intent_key(key))
                     .key(reader_prefix(key))
                     .arg(value)
                     .arg(millis(*ttl))
-                    .arg(ctx.epoch_id)
                     .arg(flag(*fence == FenceRead::Read))
-                    .arg(ctx.fingerprint)
                     .arg(&owner.client)
                     .arg(&owner.host)
                     .arg(owner.pid)
@@ -90,27 +86,19 @@ impl Codec for Rw {
                 value,
                 ttl,
                 epoch,
-            } => Invocation::checked(&RW_EXTEND_READ)
+            } => Invocation::with_preamble(&RW_EXTEND_READ, ctx, *epoch)
                 .key(key)
-                .key(super::EPOCH_KEY)
-                .key(ctx.record_key)
                 .key(index)
                 .key(owner)
                 .arg(value)
                 .arg(millis(*ttl))
-                .arg(if *epoch { ctx.epoch_id } else { "" })
-                .arg(ctx.fingerprint)
                 .done(),
-            Op::RwDowngrade { key, value } => Invocation::checked(&RW_DOWNGRADE)
+            Op::RwDowngrade { key, value } => Invocation::with_preamble(&RW_DOWNGRADE, ctx, true)
                 .key(key)
-                .key(super::EPOCH_KEY)
-                .key(ctx.record_key)
                 .key(owner_key(key))
                 .key(reader_index_key(key))
                 .key(reader_key(key, value))
                 .arg(value)
-                .arg(ctx.epoch_id)
-                .arg(ctx.fingerprint)
                 .arg(release_channel(key))
                 .done(),
             other => return Err(misrouted("read-write lock", other)),

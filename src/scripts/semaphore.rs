@@ -17,7 +17,7 @@ use crate::op::{EpochReport, Op, PermitsOp, Reply};
 /// Takes permits of a semaphore, all or none, after checking its stored limit; see
 /// `semaphore.lua`.
 static SEMAPHORE: LazyLock<Script> = LazyLock::new(|| Script::new(SEMAPHORE_LUA));
-pub(super) const SEMAPHORE_LUA: &str = include_str!("semaphore.lua");
+pub(super) const SEMAPHORE_LUA: &str = lock_script!("semaphore.lua");
 
 /// The planted `SemaphoreCountPerMaster`: each master counts the permits it holds; see
 /// `semaphore_count.lua`.
@@ -25,7 +25,7 @@ pub(super) const SEMAPHORE_LUA: &str = include_str!("semaphore.lua");
 static SEMAPHORE_COUNT_PER_MASTER: LazyLock<Script> =
     LazyLock::new(|| Script::new(SEMAPHORE_COUNT_LUA));
 #[cfg(feature = "mutants")]
-pub(super) const SEMAPHORE_COUNT_LUA: &str = include_str!("semaphore_count.lua");
+pub(super) const SEMAPHORE_COUNT_LUA: &str = lock_script!("semaphore_count.lua");
 
 /// The codec of the semaphore's script.
 #[derive(Debug)]
@@ -55,19 +55,14 @@ impl Codec for Semaphore {
 
 /// `semaphore.lua` taking `p.wanted` (or, with `p.replace`, storing the limit).
 fn permits(p: &PermitsOp, ctx: &Context<'_>) -> Request {
-    let mut call = Invocation::checked(&SEMAPHORE)
-        .key(super::EPOCH_KEY)
-        .key(ctx.record_key)
-        .key(&p.limit_key);
+    let mut call = Invocation::with_preamble(&SEMAPHORE, ctx, true).key(&p.limit_key);
     for slot in p.slots.iter() {
         call = call.key(slot);
     }
     call = call
         .arg(&p.value)
         .arg(millis(p.ttl))
-        .arg(ctx.epoch_id)
         .arg(flag(p.fence))
-        .arg(ctx.fingerprint)
         .arg(&p.owner.client)
         .arg(&p.owner.host)
         .arg(p.owner.pid)
@@ -135,16 +130,12 @@ pub(crate) fn limit_mismatch(recorded: Option<&str>, ours: usize) -> MasterError
 /// named by their holder ([`counted_permits`]).
 #[cfg(feature = "mutants")]
 fn counted(p: &PermitsOp, ctx: &Context<'_>) -> Request {
-    let mut call = Invocation::checked(&SEMAPHORE_COUNT_PER_MASTER)
-        .key(super::EPOCH_KEY)
-        .key(ctx.record_key);
+    let mut call = Invocation::with_preamble(&SEMAPHORE_COUNT_PER_MASTER, ctx, true);
     for key in counted_permits(&p.base, &p.value, p.wanted.len()) {
         call = call.key(key);
     }
     call.arg(&p.value)
         .arg(millis(p.ttl))
-        .arg(ctx.epoch_id)
-        .arg(ctx.fingerprint)
         .arg(p.limit())
         .arg(counted_pattern(&p.base))
         .done()

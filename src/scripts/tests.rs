@@ -80,23 +80,24 @@ fn an_acquire_sends_its_keys_and_arguments_in_the_script_s_order() {
         Script::new(lock::ACQUIRE_LUA).get_hash()
     );
     assert!(call.checks_record);
+    // The preamble's slots first, as in every lock script, then the script's own.
     assert_eq!(
         call.keys,
         [
-            "k",
             "redquorum:epoch",
-            "redquorum:fence:k",
             "app:redquorum:cluster",
+            "k",
+            "redquorum:fence:k",
             "redquorum:owner:k",
             "redquorum:ticket:k",
         ]
     );
     assert_eq!(
         call.args,
-        ["v", "100", "e1", "1", "fp", "c1", "h", "7", "l"]
+        ["e1", "fp", "v", "100", "1", "c1", "h", "7", "l"]
     );
     let skip = invocation(&acquire(FenceRead::Skip), &context());
-    assert_eq!(skip.args[3], "0");
+    assert_eq!(skip.args[4], "0");
 }
 
 #[test]
@@ -110,8 +111,8 @@ fn an_extension_reads_the_epoch_only_when_asked() {
     let with = invocation(&extend(true), &context());
     let without = invocation(&extend(false), &context());
     // A TTL below a millisecond is sent as 1 ms (`PX 0` is an error).
-    assert_eq!(with.args, ["v", "1", "e1", "fp"]);
-    assert_eq!(without.args, ["v", "1", "", "fp"]);
+    assert_eq!(with.args, ["e1", "fp", "v", "1"]);
+    assert_eq!(without.args, ["", "fp", "v", "1"]);
 }
 
 #[test]
@@ -150,6 +151,90 @@ fn a_release_and_the_bootstrap_claim_check_no_fingerprint() {
         args,
         [&b"SET"[..], b"app:redquorum:init", b"t", b"NX", b"PX", b"5"]
     );
+}
+
+/// Every lock script starts with the preamble, and takes its slots alike: the epoch record
+/// and the cluster record first, then an epoch id and the caller's fingerprint.
+#[test]
+fn every_script_with_the_preamble_takes_its_slots_first() {
+    let ctx = context();
+    let owner = owner();
+    let ops = [
+        acquire(FenceRead::Skip),
+        Op::AcquireQueued {
+            key: "k".into(),
+            value: "v".into(),
+            ttl: 100 * MS,
+            fence: FenceRead::Skip,
+            owner: Arc::clone(&owner),
+            waiter: "w".into(),
+            fair: true,
+        },
+        Op::Enqueue {
+            key: "k".into(),
+            waiter: "w".into(),
+            score: 3,
+            strict: false,
+            fair: false,
+            waiter_ttl: 100 * MS,
+            channel: "c".into(),
+        },
+        Op::AcquireMany {
+            keys: vec!["a".into(), "b".into()],
+            value: "v".into(),
+            ttl: 100 * MS,
+            fence: FenceRead::Skip,
+            owner: Arc::clone(&owner),
+        },
+        Op::ExtendMany {
+            keys: vec!["a".into(), "b".into()],
+            value: "v".into(),
+            ttl: 100 * MS,
+            epoch: true,
+        },
+        Op::RwAcquire {
+            key: "k".into(),
+            value: "v".into(),
+            ttl: 100 * MS,
+            fence: FenceRead::Skip,
+            owner: Arc::clone(&owner),
+            mode: crate::op::RwMode::Read,
+        },
+        Op::ExtendRead {
+            key: "r".into(),
+            index: "i".into(),
+            owner: "o".into(),
+            value: "v".into(),
+            ttl: 100 * MS,
+            epoch: true,
+        },
+        Op::RwDowngrade {
+            key: "k".into(),
+            value: "v".into(),
+        },
+        Op::AcquirePermits(Box::new(crate::op::PermitsOp {
+            limit_key: "s:limit".into(),
+            slots: vec!["s:0".into()].into(),
+            base: "s:".into(),
+            wanted: vec![0],
+            replace: false,
+            value: "v".into(),
+            ttl: 100 * MS,
+            fence: false,
+            owner,
+        })),
+    ];
+    for op in &ops {
+        let call = invocation(op, &ctx);
+        assert!(call.checks_record, "{}", op.name());
+        assert_eq!(
+            call.keys[..2],
+            ["redquorum:epoch", "app:redquorum:cluster"],
+            "{}",
+            op.name()
+        );
+        assert_eq!(call.args[..2], ["e1", "fp"], "{}", op.name());
+    }
 }
 
 #[test]

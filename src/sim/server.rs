@@ -80,8 +80,8 @@ pub(super) enum Request {
     /// connection reads the `run_id` and the cluster record.
     Connect { vitals: bool },
     /// One op of the lock protocol, with the caller's cluster fingerprint (empty while it
-    /// knows no record), which the acquire and extend scripts compare with the record's,
-    /// and the planted script bugs of the caller's client.
+    /// knows no record), which the preamble of every lock script compares with the
+    /// record's, and the planted script bugs of the caller's client.
     Op(Arc<Op>, Arc<str>, ScriptBugs),
     /// `HGETALL` of the cluster record, after a script found another fingerprint.
     ReadRecord,
@@ -96,8 +96,8 @@ pub(super) enum Answer {
         record: Option<Box<Record>>,
     },
     Reply(Reply),
-    /// The acquire or extend script found a cluster fingerprint other than the caller's
-    /// (their code -2).
+    /// A lock script's preamble found a cluster fingerprint other than the caller's (its
+    /// code -2).
     RecordDiffers,
     /// `semaphore.lua` found permits live under another limit (its code -4).
     LimitDiffers {
@@ -307,8 +307,8 @@ impl Data {
         ))
     }
 
-    /// The epoch record, created with `id` when missing (`epoch.lua`, and the same lines of
-    /// `acquire.lua` and `extend.lua`).
+    /// The epoch record, created with `id` when missing (`epoch.lua`: read at connect, and
+    /// the preamble of every lock script).
     fn epoch_or_create(&mut self, id: impl FnOnce() -> String, now_us: u64) -> String {
         self.epoch
             .get_or_insert_with(|| format!("{}:{now_us}", id()))
@@ -1315,9 +1315,10 @@ fn live_locks(state: &mut State, clock: &Clock) -> Vec<(Arc<str>, Arc<str>)> {
 }
 
 /// Executes one op on `data` at server time `now_us` for a caller whose cluster fingerprint
-/// is `caller`, exactly as the master would: `None` where the acquire or extend script
-/// answers that the record's fingerprint differs (-2). Both scripts read the data epoch
-/// (starting one when it is missing) before they compare.
+/// is `caller`, exactly as the master would: `None` where the script's preamble answers
+/// that the record's fingerprint differs (-2). The preamble, the same in every lock script
+/// (`epoch.lua`, then `cluster.lua`), reads the data epoch (starting one when it is
+/// missing, unless the op asks not to read it) before it compares.
 fn apply_as(
     data: &mut Data,
     op: &Op,

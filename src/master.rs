@@ -305,7 +305,8 @@ impl Master for RedisMaster {
                 && shared.scripts_loaded.swap(generation, Ordering::Relaxed) != generation;
             let preload = first.then(|| {
                 let mut conn = conn.clone();
-                Box::pin(async move { load_scripts(&mut conn).await })
+                let scripts = shared.scripts();
+                Box::pin(async move { load_scripts(&mut conn, scripts).await })
             });
             let request = async {
                 let (eviction, loaded, reply) = futures::future::join3(
@@ -403,6 +404,16 @@ async fn eviction_of(
 }
 
 impl Shared {
+    /// The scripts this master loads on every (re)connect: the product's, and the planted
+    /// variants its client sends (feature `mutants`).
+    fn scripts(&self) -> Vec<&'static str> {
+        #[cfg_attr(not(feature = "mutants"), allow(unused_mut))]
+        let mut scripts = scripts::master_scripts();
+        #[cfg(feature = "mutants")]
+        scripts.extend(scripts::planted_scripts(&self.planted));
+        scripts
+    }
+
     fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
         // The state is replaced whole under the lock, so a poisoned lock still holds a
         // consistent value.
@@ -992,10 +1003,13 @@ fn glob_escape(text: &str) -> String {
     escaped
 }
 
-/// Loads every script a lock master runs (one pipeline).
-async fn load_scripts(conn: &mut MultiplexedConnection) -> redis::RedisResult<()> {
+/// Loads `scripts` (one pipeline).
+async fn load_scripts(
+    conn: &mut MultiplexedConnection,
+    scripts: Vec<&'static str>,
+) -> redis::RedisResult<()> {
     let mut load = redis::pipe();
-    for script in scripts::master_scripts() {
+    for script in scripts {
         load.cmd("SCRIPT").arg("LOAD").arg(script).ignore();
     }
     load.query_async(conn).await

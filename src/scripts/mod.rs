@@ -222,8 +222,7 @@ pub(crate) fn codec(op: &Op) -> Option<&'static dyn Codec> {
 /// answers `NOSCRIPT`, and the fallback (load, then run again) takes two more round trips
 /// and lets commands sent later on the connection run first.
 pub(crate) fn master_scripts() -> Vec<&'static str> {
-    #[cfg_attr(not(feature = "mutants"), allow(unused_mut))]
-    let mut scripts = vec![
+    vec![
         lock::RELEASE_LUA,
         lock::EXTEND_LUA,
         lock::ACQUIRE_LUA,
@@ -242,10 +241,15 @@ pub(crate) fn master_scripts() -> Vec<&'static str> {
         lock::ACQUIRE_QUEUED_LUA,
         queue::ENQUEUE_LUA,
         queue::DEQUEUE_LUA,
-    ];
-    #[cfg(feature = "mutants")]
-    scripts.extend(planted::sources());
-    scripts
+    ]
+}
+
+/// The planted variants of the scripts that a client planting `planted` sends (feature
+/// `mutants`), which its masters load with [`master_scripts`]: none for a client that
+/// plants no script bug.
+#[cfg(feature = "mutants")]
+pub(crate) fn planted_scripts(planted: &Planted) -> Vec<&'static str> {
+    planted::sources(planted)
 }
 
 /// The misrouted op's error: `family`'s codec was given an op of another family.

@@ -7,6 +7,7 @@ use std::sync::LazyLock;
 use redis::Script;
 
 use super::{fence, lock, many, queue, rw, semaphore};
+use crate::mutants::{Mutant, Planted};
 
 /// A planted script: the script a codec sends, and its source, which a master loads with
 /// the product's.
@@ -129,31 +130,74 @@ pub(super) static ENQUEUE_BY_ARRIVAL: LazyLock<Variant> = LazyLock::new(|| {
     )
 });
 
-/// Every planted script, with the product script it changes.
-fn pairs() -> [(&'static Variant, &'static str); 11] {
+/// Every planted script, with the product script it changes and the bug that sends it.
+fn variants() -> [(&'static Variant, &'static str, Mutant); 11] {
     [
-        (&ACQUIRE_ONE_ROUND_TOKEN, lock::ACQUIRE_LUA),
-        (&FENCE_MAX_WRITE, fence::FENCE_LUA),
-        (&EXTEND_RECREATES, lock::EXTEND_LUA),
-        (&ACQUIRE_MANY_PARTIAL, many::ACQUIRE_MANY_LUA),
-        (&RW_ACQUIRE_IGNORES_INTENT, rw::RW_ACQUIRE_LUA),
-        (&RELEASE_IGNORES_LIVENESS, lock::RELEASE_LUA),
-        (&DEQUEUE_IGNORES_LIVENESS, queue::DEQUEUE_LUA),
-        (&ENQUEUE_IGNORES_LIVENESS, queue::ENQUEUE_LUA),
-        (&ACQUIRE_QUEUED_IGNORES_LIVENESS, lock::ACQUIRE_QUEUED_LUA),
-        (&ACQUIRE_QUEUED_KEEPS_EXPIRY, lock::ACQUIRE_QUEUED_LUA),
-        (&ENQUEUE_BY_ARRIVAL, queue::ENQUEUE_LUA),
+        (
+            &ACQUIRE_ONE_ROUND_TOKEN,
+            lock::ACQUIRE_LUA,
+            Mutant::OneRoundToken,
+        ),
+        (&FENCE_MAX_WRITE, fence::FENCE_LUA, Mutant::WritebackNoGuard),
+        (&EXTEND_RECREATES, lock::EXTEND_LUA, Mutant::ExtendRecreates),
+        (
+            &ACQUIRE_MANY_PARTIAL,
+            many::ACQUIRE_MANY_LUA,
+            Mutant::ManyPartialVote,
+        ),
+        (
+            &RW_ACQUIRE_IGNORES_INTENT,
+            rw::RW_ACQUIRE_LUA,
+            Mutant::ReaderIgnoresIntent,
+        ),
+        (
+            &RELEASE_IGNORES_LIVENESS,
+            lock::RELEASE_LUA,
+            Mutant::HandoffIgnoresLiveness,
+        ),
+        (
+            &DEQUEUE_IGNORES_LIVENESS,
+            queue::DEQUEUE_LUA,
+            Mutant::HandoffIgnoresLiveness,
+        ),
+        (
+            &ENQUEUE_IGNORES_LIVENESS,
+            queue::ENQUEUE_LUA,
+            Mutant::HandoffIgnoresLiveness,
+        ),
+        (
+            &ACQUIRE_QUEUED_IGNORES_LIVENESS,
+            lock::ACQUIRE_QUEUED_LUA,
+            Mutant::HandoffIgnoresLiveness,
+        ),
+        (
+            &ACQUIRE_QUEUED_KEEPS_EXPIRY,
+            lock::ACQUIRE_QUEUED_LUA,
+            Mutant::ConfirmKeepsHandoffExpiry,
+        ),
+        (
+            &ENQUEUE_BY_ARRIVAL,
+            queue::ENQUEUE_LUA,
+            Mutant::FairByArrival,
+        ),
     ]
 }
 
-/// The sources a master loads beside the product's: every planted script, and the
-/// planted semaphore's own.
-pub(super) fn sources() -> Vec<&'static str> {
-    let mut sources: Vec<&'static str> = pairs()
+/// The planted scripts that a client planting `planted` sends, which its masters load
+/// with the product's: none for a client that plants no script bug.
+pub(super) fn sources(planted: &Planted) -> Vec<&'static str> {
+    let mut sources: Vec<&'static str> = variants()
         .into_iter()
-        .map(|(variant, _)| variant.source.as_str())
+        .filter(|(_, _, mutant)| planted.is(*mutant))
+        .map(|(variant, _, _)| variant.source.as_str())
         .collect();
-    sources.push(semaphore::SEMAPHORE_COUNT_LUA);
+    // The counted re-entry's round sends the recreating extension.
+    if planted.is(Mutant::ReentryCounter) {
+        sources.push(EXTEND_RECREATES.source.as_str());
+    }
+    if planted.is(Mutant::SemaphoreCountPerMaster) {
+        sources.push(semaphore::SEMAPHORE_COUNT_LUA);
+    }
     sources
 }
 
@@ -161,7 +205,7 @@ pub(super) fn sources() -> Vec<&'static str> {
 mod tests {
     #[test]
     fn each_planted_script_differs_from_its_product_script_in_one_place() {
-        for (planted, product) in super::pairs() {
+        for (planted, product, _) in super::variants() {
             let planted = &planted.source;
             assert!(
                 !planted.is_empty(),

@@ -417,6 +417,39 @@ mod planted {
         assert_eq!(other.script.get_hash(), product.script.get_hash());
     }
 
+    /// A master loads the planted scripts that its client may send, and no others: a
+    /// client that plants no script bug loads the product's alone.
+    #[test]
+    fn a_master_loads_only_the_planted_scripts_its_client_sends() {
+        let loaded = |mutant: Option<Mutant>| {
+            planted_scripts(&Planted {
+                mutant,
+                ..Planted::default()
+            })
+            .len()
+        };
+        assert_eq!(loaded(None), 0);
+        assert_eq!(loaded(Some(Mutant::HalfQuorum)), 0);
+        assert_eq!(loaded(Some(Mutant::HandoffIgnoresLiveness)), 4);
+        for mutant in [
+            Mutant::OneRoundToken,
+            Mutant::ExtendRecreates,
+            Mutant::ReentryCounter,
+            Mutant::SemaphoreCountPerMaster,
+            Mutant::FairByArrival,
+        ] {
+            assert_eq!(loaded(Some(mutant)), 1, "{mutant:?}");
+        }
+        // What a codec sends for a planted bug is among what its master loads.
+        let ctx = planting(Mutant::OneRoundToken);
+        let sent = invocation(&acquire(FenceRead::Read), &ctx);
+        let hashes: Vec<String> = planted_scripts(&ctx.planted)
+            .iter()
+            .map(|source| Script::new(source).get_hash().to_owned())
+            .collect();
+        assert_eq!(hashes, [sent.script.get_hash()]);
+    }
+
     #[test]
     fn a_plain_del_release_is_a_del_read_as_a_release() {
         let release = Op::Release {

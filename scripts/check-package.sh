@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packages the crate (no upload; the packaged crate is built once to prove it is whole) and
 # checks that it holds only what users need: the library's sources without the simulation,
-# the README, the licences, the manifest and what the examples need. Run by .ci/run.
+# the README, the changelog, the licences, the manifest and what the examples need. Run by
+# .ci/run.
 #
 #   bash scripts/check-package.sh [cargo package options]
 #   bash scripts/check-package.sh --self-test   # only the self-test of the file judgement
@@ -14,8 +15,8 @@ cd "$(dirname "$0")/.."
 EXAMPLES="demo.rs metrics.rs"
 
 # Whether one packaged path is allowed: the library's Rust sources and Lua scripts (not
-# the simulation), the examples by name, the README, the licences, the manifest, the lock
-# file and cargo's own record. Anything else is refused.
+# the simulation), the examples by name, the README, the changelog, the licences, the
+# manifest, the lock file and cargo's own record. Anything else is refused.
 allowed() {
   case "$1" in
     src/sim/*) return 1 ;;
@@ -28,7 +29,7 @@ allowed() {
       done
       return 1
       ;;
-    README.md | LICENSE-MIT | LICENSE-APACHE | Cargo.toml | Cargo.toml.orig | Cargo.lock | .cargo_vcs_info.json)
+    README.md | CHANGELOG.md | LICENSE-MIT | LICENSE-APACHE | Cargo.toml | Cargo.toml.orig | Cargo.lock | .cargo_vcs_info.json)
       return 0
       ;;
     *) return 1 ;;
@@ -60,6 +61,7 @@ judge() {
 self_test() {
   local good bad failed=0
   good='.cargo_vcs_info.json
+CHANGELOG.md
 Cargo.lock
 Cargo.toml
 Cargo.toml.orig

@@ -3,5 +3,5 @@
 # master is killed and another paused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/ensure-redis.sh
+bash scripts/ensure-servers.sh
 exec cargo run --quiet --example demo

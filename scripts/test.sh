@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite: unit, integration and chaos tests against real redis-server
-# processes, then the doc tests. Installs redis-server first when it is missing.
+# processes, then the doc tests. Installs redis-server and PostgreSQL first when missing.
 #
 # The chaos scenarios each append one line to target/redquorum-chaos/report.txt, printed at
 # the end (also when a test failed). REDQUORUM_CHAOS_SECONDS=N runs each scenario's fault
 # phase for N seconds (a soak); REDQUORUM_CHAOS_SEED=S replays a run's schedules.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/ensure-redis.sh
+bash scripts/ensure-servers.sh
 
 report=target/redquorum-chaos/report.txt
 rm -f "$report"

@@ -1,7 +1,7 @@
 //! Operating a cluster (docs/design.md §11): its bootstrap ([`Redlock::init_cluster`]).
 //!
-//! Layer: the top, beside the crate root (docs/design.md §10); it uses the facade, the core
-//! and the masters, and nothing uses it.
+//! Layer: the top, beside the crate root (docs/design.md §10); it uses the client handle,
+//! the core and the masters, and nothing uses it.
 
 use std::fmt;
 use std::sync::Arc;
@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use futures::future::join_all;
 
+use crate::client::Redlock;
 use crate::cluster::{self, Admission, Record, View};
 use crate::error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
-use crate::lock::Redlock;
 use crate::master::{Master, Op, Reply, StampOutcome};
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
@@ -127,7 +127,7 @@ impl Redlock {
     pub async fn init_cluster(&self) -> Result<ClusterInit, Error> {
         let inner = &self.inner;
         let subject = cluster::record_key(&inner.config.key_prefix);
-        crate::lock::check_runtime(&subject)?;
+        crate::core::check_runtime(&subject)?;
         let names: Vec<Arc<str>> = inner.masters.iter().map(|m| Arc::clone(m.name())).collect();
         // What can be refused at once (a master down, another configuration's record, one
         // server listed twice) is refused before anything is written, even a claim.
@@ -210,47 +210,7 @@ impl Redlock {
         };
 
         // 1. Survey every master; all must answer.
-        let answers = ask_all(&inner.masters, |_| Op::Survey).await;
-        let mut surveyed = Vec::with_capacity(answers.len());
-        let mut problems = Vec::new();
-        let mut unfit = false;
-        let mut tls = false;
-        for (answer, name) in answers.iter().zip(&names) {
-            match answer {
-                Ok(Reply::Survey {
-                    run_id,
-                    record,
-                    epoch,
-                }) => surveyed.push(Surveyed {
-                    run_id: run_id.clone(),
-                    record: record.as_deref().cloned(),
-                    epoch: epoch.clone(),
-                }),
-                Ok(_) => problems.push(format!("{name}: answered something else")),
-                Err(e) => {
-                    unfit |= e.kind() == MasterErrorKind::Misconfigured;
-                    tls |= e.kind() == MasterErrorKind::Tls;
-                    problems.push(format!("{name}: {e}"));
-                }
-            }
-        }
-        if !problems.is_empty() {
-            let kind = if tls {
-                ErrorKind::Tls
-            } else if unfit {
-                ErrorKind::Misconfigured
-            } else {
-                ErrorKind::NoQuorum
-            };
-            return Err(fail(
-                kind,
-                format!(
-                    "init_cluster needs every master to answer ({}); nothing was written",
-                    problems.join("; ")
-                ),
-            )
-            .with_masters(reports_of(&names, &answers)));
-        }
+        let surveyed = survey_all(&inner.masters, &names, &subject).await?;
 
         // 2. Judge what they carry as a client would, from scratch.
         let terms = Redlock::terms(&inner.config);
@@ -309,35 +269,9 @@ impl Redlock {
         }
 
         // 3. Re-admission: a master without a record gets back the id of a member no
-        //    master carries, only at the address that member was initialised at (a master
-        //    elsewhere may be a stranger, and giving it a live member's id would let two
-        //    servers vote as one).
-        let carried: Vec<&str> = surveyed
-            .iter()
-            .filter_map(|s| s.record.as_ref().map(|r| r.master.as_str()))
-            .collect();
-        let mut given: Vec<(usize, String)> = Vec::new();
-        for &i in &strangers {
-            let id = adopted.members.iter().find(|m| {
-                !carried.contains(&m.as_str())
-                    && adopted.address_of(m) == Some(&*names[i])
-                    && !given.iter().any(|(_, g)| g == *m)
-            });
-            match id {
-                Some(id) => given.push((i, id.clone())),
-                None => {
-                    return Err(fail(
-                        ErrorKind::ClusterMismatch,
-                        format!(
-                            "{} has no cluster record, and no member that lost its record was \
-                             initialised at that address: it is not one of this cluster's \
-                             masters as they were initialised; nothing was written",
-                            names[i]
-                        ),
-                    ));
-                }
-            }
-        }
+        //    master carries, only at the address that member was initialised at.
+        let given = readmitted(&adopted, &names, &surveyed, &strangers)
+            .map_err(|why| fail(ErrorKind::ClusterMismatch, why))?;
         let ops: Vec<Option<Op>> = (0..names.len())
             .map(|i| {
                 given.iter().find(|(j, _)| *j == i).map(|(_, id)| {
@@ -565,4 +499,90 @@ fn reports_of(names: &[Arc<str>], answers: &[Result<Reply, MasterError>]) -> Vec
             MasterReport::new(Arc::clone(name), outcome)
         })
         .collect()
+}
+
+/// Surveys every master for `init_cluster`: all must answer, else nothing is written and
+/// the error says which did not (a TLS or configuration problem before an outage).
+async fn survey_all(
+    masters: &[Arc<dyn Master>],
+    names: &[Arc<str>],
+    subject: &str,
+) -> Result<Vec<Surveyed>, Error> {
+    let answers = ask_all(masters, |_| Op::Survey).await;
+    let mut surveyed = Vec::with_capacity(answers.len());
+    let mut problems = Vec::new();
+    let mut unfit = false;
+    let mut tls = false;
+    for (answer, name) in answers.iter().zip(names) {
+        match answer {
+            Ok(Reply::Survey {
+                run_id,
+                record,
+                epoch,
+            }) => surveyed.push(Surveyed {
+                run_id: run_id.clone(),
+                record: record.as_deref().cloned(),
+                epoch: epoch.clone(),
+            }),
+            Ok(_) => problems.push(format!("{name}: answered something else")),
+            Err(e) => {
+                unfit |= e.kind() == MasterErrorKind::Misconfigured;
+                tls |= e.kind() == MasterErrorKind::Tls;
+                problems.push(format!("{name}: {e}"));
+            }
+        }
+    }
+    if problems.is_empty() {
+        return Ok(surveyed);
+    }
+    let kind = if tls {
+        ErrorKind::Tls
+    } else if unfit {
+        ErrorKind::Misconfigured
+    } else {
+        ErrorKind::NoQuorum
+    };
+    Err(Error::new(kind, subject)
+        .with_detail(format!(
+            "init_cluster needs every master to answer ({}); nothing was written",
+            problems.join("; ")
+        ))
+        .with_masters(reports_of(names, &answers)))
+}
+
+/// The member ids given back to the masters `strangers` (surveyed without a record) on
+/// re-admission: each gets the id of a member no master carries, only at the address that
+/// member was initialised at (a master elsewhere may be a stranger, and giving it a live
+/// member's id would let two servers vote as one). `Err` says which master has no such
+/// member.
+fn readmitted(
+    adopted: &Record,
+    names: &[Arc<str>],
+    surveyed: &[Surveyed],
+    strangers: &[usize],
+) -> Result<Vec<(usize, String)>, String> {
+    let carried: Vec<&str> = surveyed
+        .iter()
+        .filter_map(|s| s.record.as_ref().map(|r| r.master.as_str()))
+        .collect();
+    let mut given: Vec<(usize, String)> = Vec::new();
+    for &i in strangers {
+        let id = adopted.members.iter().find(|m| {
+            !carried.contains(&m.as_str())
+                && adopted.address_of(m) == Some(&*names[i])
+                && !given.iter().any(|(_, g)| g == *m)
+        });
+        match id {
+            Some(id) => given.push((i, id.clone())),
+            None => {
+                return Err(format!(
+                    "{} has no cluster record, and no member that lost its record was \
+                     initialised at that address: it is not one of this cluster's masters \
+                     as they were initialised; nothing was written",
+                    names[i]
+                ));
+            }
+        }
+    }
+    Ok(given)
 }

@@ -518,13 +518,13 @@ impl Config {
         self.min_validity.max(self.safety_margin(ttl))
     }
 
-    /// How long a master that may have lost its keys abstains (docs/design.md §7).
+    /// How long a master that may have lost its keys abstains (docs/design.md §7, I11).
     pub(crate) fn quarantine_window(&self) -> Duration {
         crate::quarantine::window(self.ttl_max, self.drift_factor, crate::quarantine::MARGIN)
     }
 
     /// The deadline of a lease of `ttl` whose round started at `t0`, as this client's clock
-    /// sees it (docs/design.md §3).
+    /// sees it (docs/design.md §3, I3).
     pub(crate) fn lease_deadline(&self, t0: Instant, ttl: Duration) -> Option<Instant> {
         let drift = deadline::drift(ttl, self.drift_factor);
         let dl = deadline::deadline(t0, ttl, drift)?;
@@ -548,7 +548,7 @@ impl Config {
         Ok(())
     }
 
-    /// The longest a call to one master can take (docs/design.md §2): its turn behind
+    /// The longest a call to one master can take (docs/design.md §2, I20): its turn behind
     /// the earlier calls to that master (at most a connect and a node timeout), its own
     /// first connection, and its request.
     pub(crate) fn call_bound(&self) -> Duration {

@@ -1,10 +1,13 @@
 //! The private core that every facade shares: one client's settings, masters, quorum size
 //! and release notices ([`Inner`]), and the background work that outlives a call (releases
-//! of dropped leases and failed attempts, late replies), which `Redlock::shutdown` awaits.
+//! of dropped leases and failed attempts, late replies), which `Redlock::shutdown` awaits;
+//! and the checks every call makes before its first round trip (a runtime to run in, a
+//! resource name a lock can have).
 //!
 //! It owns no locking logic: rounds are run by `quorum`, leases by `lease`, the acquire
-//! loop by `lock`. It may use the layers below it (settings, masters, the round, notices)
-//! and must not use `lease` or any facade (docs/design.md §10, the layer order).
+//! loop by `engine`. It may use the layers below it (settings, masters, the round,
+//! notices) and must not use `lease`, the engine or any facade (docs/design.md §10, the
+//! layer order).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -14,12 +17,13 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use crate::cluster::Owner;
-use crate::config::Config;
+use crate::config::{Config, MAX_RESOURCE_LEN};
+use crate::error::{Error, ErrorKind};
 use crate::held::Held;
 use crate::master::{Master, Op};
 use crate::quorum::{self, Bounds};
-use crate::telemetry;
 use crate::wait::Notifier;
+use crate::{scripts, telemetry};
 
 /// What every clone of a client and every lease share.
 pub(crate) struct Inner {
@@ -138,6 +142,46 @@ pub(crate) fn release_in_background(
     });
 }
 
+/// Refuses to run outside a tokio runtime, where the masters' I/O and timers cannot run.
+pub(crate) fn check_runtime(resource: &str) -> Result<(), Error> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Ok(());
+    }
+    Err(Error::new(ErrorKind::NoRuntime, resource).with_detail(
+        "redquorum must be called inside a tokio runtime (features rt, time, net, macros; \
+         rt-multi-thread for #[tokio::main]) with time and I/O enabled",
+    ))
+}
+
+/// Refuses resource names that are empty, in the crate's record namespace (alone or
+/// behind `prefix`, the key prefix), or longer than `MAX_RESOURCE_LEN`.
+pub(crate) fn check_resource(prefix: &str, resource: &str) -> Result<(), Error> {
+    let namespace = scripts::RECORD_NAMESPACE;
+    // The key is `prefix + resource`; a prefix never starts with the namespace (the
+    // builder refuses it), but it may be the namespace's beginning ("redq").
+    let in_records = namespace
+        .strip_prefix(prefix)
+        .is_some_and(|rest| resource.starts_with(rest));
+    let detail = if resource.is_empty() {
+        "it is empty: name the resource to lock, such as \"orders:42\"".to_owned()
+    } else if resource.starts_with(namespace) {
+        format!("it starts with {namespace:?}, where the lock's own records live: use another name")
+    } else if in_records {
+        format!(
+            "its key, {prefix:?} followed by the name, starts with {namespace:?}, where the \
+             lock's own records live: use another name"
+        )
+    } else if resource.len() > MAX_RESOURCE_LEN {
+        format!(
+            "it is longer than MAX_RESOURCE_LEN ({MAX_RESOURCE_LEN} bytes): use a shorter \
+             name, such as a hash of this one"
+        )
+    } else {
+        return Ok(());
+    };
+    Err(Error::new(ErrorKind::InvalidResource, resource).with_detail(detail))
+}
+
 /// A seeded random source for the library's draws on one thread (tests only).
 #[cfg(test)]
 pub(crate) mod seeded {
@@ -176,5 +220,37 @@ pub(crate) mod seeded {
             Some(rng) => Ok(draw(rng)),
             None => Err(draw),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_resource_names_a_record_alone_or_behind_the_key_prefix() {
+        let refused = |prefix: &str, resource: &str| {
+            check_resource(prefix, resource).is_err_and(|e| e.kind() == ErrorKind::InvalidResource)
+        };
+        assert!(refused("", "redquorum:epoch"));
+        assert!(refused("locks:", "redquorum:epoch"));
+        // The prefix begins the namespace, the name ends it: the key is a record's.
+        assert!(refused("redq", "uorum:epoch"));
+        assert!(refused("redquorum", ":fence:orders"));
+        assert!(refused("r", "edquorum:cluster"));
+        // The waiter queue, a waiter's liveness key and the ticket counter of a lock.
+        for record in [
+            scripts::queue_key("orders:1"),
+            scripts::waiter_key("orders:1", "00ff"),
+            scripts::ticket_key("orders:1"),
+        ] {
+            assert!(refused("", &record), "{record}");
+            assert!(refused("locks:", &record), "{record}");
+        }
+        // Near misses are names like any other.
+        assert!(!refused("redq", "uorum-epoch"));
+        assert!(!refused("locks:", "uorum:epoch"));
+        assert!(!refused("redquorum", "s:orders"));
+        assert!(!refused("", "orders:42"));
     }
 }

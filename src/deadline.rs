@@ -1,4 +1,4 @@
-//! Validity and drift arithmetic (docs/design.md §3). Pure: no I/O, no clock reads.
+//! Validity and drift arithmetic (docs/design.md §3, I3). Pure: no I/O, no clock reads.
 //!
 //! A lease is valid until `t0 + ttl - drift`, where `t0` was read before the first request
 //! of the round was sent and `drift = ttl * drift_factor + 2 ms`. Every master received its
@@ -49,6 +49,7 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
+    // Checks I3 (every master's copy of the key outlives the deadline).
     #[test]
     fn drift_matches_reference() {
         assert_eq!(drift(Duration::from_secs(10), 0.01), 102 * MS);
@@ -56,6 +57,7 @@ mod tests {
         assert_eq!(drift(Duration::from_millis(200), 0.01), 4 * MS);
     }
 
+    // Checks I3 (every master's copy of the key outlives the deadline).
     #[test]
     fn deadline_is_t0_plus_ttl_minus_drift() {
         let t0 = Instant::now();

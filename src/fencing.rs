@@ -1,4 +1,4 @@
-//! Fencing tokens (docs/design.md §8).
+//! Fencing tokens (docs/design.md §8, I12).
 //!
 //! A lease can only promise exclusion while its holder stops at the deadline; a process
 //! pause or a slow network can carry a write past it. A fencing token lets the *storage*
@@ -45,8 +45,8 @@
 //! its counters are restored (or every counter it may have held is raised past the
 //! others').
 //!
-//! Owns the token type and the storage-side check; the write-back rounds are the facade's
-//! (`lock.rs`). Layer: a leaf (docs/design.md §10).
+//! Owns the token type and the storage-side check; the write-back rounds are the acquire
+//! engine's (`engine/fence.rs`). Layer: a leaf (docs/design.md §10).
 
 use std::fmt;
 

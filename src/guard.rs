@@ -1,5 +1,5 @@
 //! Restart quarantine and fence-counter trust, applied to any master (real or simulated);
-//! docs/design.md §7 and §8.
+//! docs/design.md §7 (I11) and §8 (I12).
 //!
 //! [`Guarded`] wraps a [`Master`]: it learns each (re)connection's vitals and every epoch a
 //! reply reads, keeps the master's [`Quarantine`], and turns the answers of a master that
@@ -188,7 +188,7 @@ impl Master for Guarded {
         let inner = Arc::clone(&self.inner);
         let shared = Arc::clone(&self.shared);
         // Made now, not at the first poll: the call takes its place in the master's order
-        // when it is made (docs/design.md §2).
+        // when it is made (docs/design.md §2, I20).
         let call = inner.call(Arc::clone(&op));
         async move {
             let reply = call.await;

@@ -34,8 +34,9 @@
 //! - **Fencing**, where a late write would do damage: acquire with
 //!   [`Builder::fencing`] or [`AcquireOptions::fencing`], and have the storage check each
 //!   lease's [`FencingToken`] ([`fenced_set`] for Redis-backed data; a
-//!   `WHERE fence <= $token` condition in SQL). Tokens count only durable masters
-//!   (`appendonly yes`, `appendfsync always`).
+//!   `WHERE fence <= $token` condition in SQL; with the feature `postgres`, a fence table
+//!   claimed inside the writing transaction, `postgres::fenced`). Tokens count only
+//!   durable masters (`appendonly yes`, `appendfsync always`).
 //! - **Many readers or one writer**: [`Redlock::rwlock`] gives an [`RwLock`] whose read
 //!   leases are shared and whose write lease is exclusive, both on a quorum of masters;
 //!   a waiting writer is not starved by a stream of readers.
@@ -103,6 +104,10 @@
 //!   the application installs the exporter it wants. Their names and labels, and every
 //!   `tracing` span and event, are listed in [docs/observability.md] in the repository;
 //!   [`Builder::trace_resource_names`] says whether traces show resource names.
+//! - `postgres`: fencing checked in PostgreSQL, atomically with the writes (the module
+//!   `postgres`): the fence table's `SCHEMA` and `CLAIM` as SQL for any driver, `claim`
+//!   and `fenced` over `tokio-postgres` (the application's own client; the library opens
+//!   no connection). With `testkit`, `testkit::Postgres` starts a real server for tests.
 //! - `cli`: the `redquorum` command (`cargo install redquorum --features cli`): runs a
 //!   program while holding a lock and stops it before the lock can expire if the lock is
 //!   lost; inspects, force-unlocks, initialises and checks the masters. The library never
@@ -116,10 +121,12 @@ mod backoff;
 #[cfg(feature = "bench-internals")]
 #[doc(hidden)]
 pub mod bench_internals;
+mod client;
 mod cluster;
 mod config;
 mod core;
 mod deadline;
+mod engine;
 mod error;
 mod fencing;
 mod guard;
@@ -127,6 +134,7 @@ mod health;
 mod held;
 mod lease;
 mod lock;
+mod many;
 mod master;
 // The planted bugs exist only with the `mutants` feature; the crate's own tests (the
 // simulation) name them in their profiles, and plant them only with the feature too.
@@ -135,6 +143,8 @@ mod master;
 mod mutants;
 mod op;
 mod operate;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod quarantine;
 mod quorum;
 mod rwlock;
@@ -148,7 +158,9 @@ pub mod testkit;
 mod wait;
 
 pub use admin::{ClusterInit, InitOutcome};
+pub use client::Redlock;
 pub use config::{Backoff, Builder, ConfigError, IntoDuration, defaults, limits};
+pub use engine::AcquireOptions;
 pub use error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
 pub use fencing::{FencingToken, fenced_set};
 pub use health::{
@@ -159,7 +171,6 @@ pub use lease::{
     DowngradeError, ExtendReport, Lease, LeaseHandle, LeaseMode, Lost, LostReason, Reentry,
     ReleaseReport,
 };
-pub use lock::{AcquireOptions, Redlock};
 #[cfg(feature = "mutants")]
 pub use mutants::Mutant;
 pub use operate::{Holding, Inspection, MasterView, OwnerInfo, UnlockReport, Verdict};
@@ -170,3 +181,13 @@ pub use semaphore::{LimitReplaced, Semaphore};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The guide's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide.md")]
+pub struct GuideDoctests;
+
+/// The command's page, whose examples are shell: kept compiling as the README is.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/cli.md")]
+pub struct CliDoctests;

@@ -22,8 +22,8 @@
 //!   reaches, so the counters move past the old holder's token
 //!   ([`UnlockReport::fence_counter`] is above it) and the unlock shows in them.
 //!
-//! Layer: the top, beside `admin.rs` (docs/design.md §10); it uses the facade, the core
-//! and the masters, and nothing uses it.
+//! Layer: the top, beside `admin.rs` (docs/design.md §10); it uses the client handle, the
+//! core and the masters, and nothing uses it.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -33,13 +33,14 @@ use std::time::{Duration, SystemTime};
 use futures::future::join_all;
 use tokio::time::Instant;
 
+use crate::client::Redlock;
 use crate::core::Inner;
+use crate::core::{check_resource, check_runtime};
 use crate::deadline;
 use crate::error::{
     Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport, ShortName, human,
 };
 use crate::fencing::FencingToken;
-use crate::lock::{Redlock, check_resource, check_runtime};
 use crate::master::{Inspected, Op, Reply};
 use crate::scripts;
 use crate::telemetry;

@@ -1,4 +1,4 @@
-//! Restart quarantine (docs/design.md §7). Pure: no I/O; times are passed in.
+//! Restart quarantine (docs/design.md §7, I11). Pure: no I/O; times are passed in.
 //!
 //! A master that lost its keys — restarted without persistence, restored from a stale
 //! snapshot, flushed — could hand a held lock to a second client. So a master counts toward
@@ -262,6 +262,7 @@ mod tests {
         assert_eq!(q.standing(now), Standing::Abstains(now + 10 * S));
     }
 
+    // Checks I11 (a master that may have lost keys waits before it votes).
     #[test]
     fn a_forward_clock_step_never_shortens_a_quarantine_this_client_started() {
         let now = Instant::now();
@@ -327,6 +328,7 @@ mod tests {
         assert_eq!(q.standing(now), Standing::Counted);
     }
 
+    // Checks I11 (a master that may have lost keys waits before it votes).
     #[test]
     fn a_changed_epoch_starts_a_new_quarantine() {
         let now = Instant::now();

@@ -1,15 +1,19 @@
 //! The read-write lock: many readers or one writer, each mode on a quorum of masters
-//! (docs/design.md §16).
+//! (docs/design.md §16, I17).
 //!
-//! Layer: the facade, beside `lock.rs` (docs/design.md §10); nothing in the crate uses it.
+//! A facade over the acquire engine: its targets are the lock's key in one mode
+//! (`Kind::Read`, or `Kind::Write` with the call's intent). Layer: a facade, beside
+//! `lock`, `many` and `semaphore`, none of which it uses (docs/design.md §10).
 
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::error::{Error, ErrorKind};
+use crate::client::Redlock;
+use crate::core::{check_resource, check_runtime, random_value};
+use crate::engine::{self, AcquireOptions, Intent, Kind, Plan, Target};
+use crate::error::Error;
 use crate::lease::{Lease, LeaseHandle};
-use crate::lock::{AcquireOptions, Redlock, Shape};
 use crate::telemetry;
 
 /// A read-write lock on one name: any number of readers at once, or one writer alone.
@@ -30,7 +34,7 @@ use crate::telemetry;
 ///
 /// The name is a lock name of its own kind: a mutex on the same name
 /// ([`Redlock::acquire`], or the name in a [`Redlock::acquire_many`] list) is refused with
-/// [`ErrorKind::WrongKind`] while readers or a writer hold it, and so is this lock on a
+/// [`ErrorKind::WrongKind`](crate::ErrorKind::WrongKind) while readers or a writer hold it, and so is this lock on a
 /// name a mutex holds.
 ///
 /// ```no_run
@@ -102,18 +106,16 @@ impl RwLock {
     /// key or intent expires).
     ///
     /// # Errors
-    /// As for [`Redlock::acquire_with`], among them [`ErrorKind::WaitTimeout`] when a
-    /// writer kept the lock past the wait budget, [`ErrorKind::WrongKind`] when the name
-    /// holds a mutex, and [`ErrorKind::InvalidResource`] for a name that cannot be a
+    /// As for [`Redlock::acquire_with`], among them [`ErrorKind::WaitTimeout`](crate::ErrorKind::WaitTimeout) when a
+    /// writer kept the lock past the wait budget, [`ErrorKind::WrongKind`](crate::ErrorKind::WrongKind) when the name
+    /// holds a mutex, and [`ErrorKind::InvalidResource`](crate::ErrorKind::InvalidResource) for a name that cannot be a
     /// lock's.
     ///
     /// # Cancel safety
     /// Dropping the future leaves no reader key behind beyond its TTL: the attempt in
     /// flight is released on every master in the background.
     pub async fn read_with(&self, options: &AcquireOptions) -> Result<Lease, Error> {
-        self.client
-            .acquire_shaped(&self.name, options, Shape::Read)
-            .await
+        self.acquire(options, |_| Kind::Read).await
     }
 
     /// Acquires a write lease with the client's defaults; see
@@ -144,9 +146,15 @@ impl RwLock {
     /// Dropping the future leaves no writer key behind beyond its TTL, and clears the
     /// writer's intent in the background (it expires within one TTL otherwise).
     pub async fn write_with(&self, options: &AcquireOptions) -> Result<Lease, Error> {
-        self.client
-            .acquire_shaped(&self.name, options, Shape::write())
-            .await
+        // A writer's intent (docs/design.md §16): one id for the whole call, refreshed by
+        // each attempt while readers hold the lock.
+        let intent = |plan: &Plan| {
+            Kind::Write(Intent {
+                id: random_value().into(),
+                ttl: plan.ttl,
+            })
+        };
+        self.acquire(options, intent).await
     }
 
     /// Runs `work` holding a read lease, released afterwards; as
@@ -154,7 +162,7 @@ impl RwLock {
     /// is lost).
     ///
     /// # Errors
-    /// As for [`read_with`](RwLock::read_with), and [`ErrorKind::LeaseLost`] when the
+    /// As for [`read_with`](RwLock::read_with), and [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost) when the
     /// lease is lost while `work` runs.
     ///
     /// # Cancel safety
@@ -165,7 +173,7 @@ impl RwLock {
         Fut: Future<Output = T>,
     {
         let lease = self.read_with(&options.clone().watchdog(true)).await?;
-        self.run(lease, work).await
+        engine::hold(&self.client.inner, lease, &self.name, work).await
     }
 
     /// Runs `work` holding a write lease, released afterwards; see
@@ -182,39 +190,25 @@ impl RwLock {
         Fut: Future<Output = T>,
     {
         let lease = self.write_with(&options.clone().watchdog(true)).await?;
-        self.run(lease, work).await
+        engine::hold(&self.client.inner, lease, &self.name, work).await
     }
 
-    /// Races `work` with the lease's loss, then releases the lease.
-    async fn run<F, Fut, T>(&self, lease: Lease, work: F) -> Result<T, Error>
-    where
-        F: FnOnce(LeaseHandle) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        let lost = lease.lost();
-        let outcome = tokio::select! {
-            biased;
-            reason = lost => Err(reason),
-            output = work(lease.handle()) => Ok(output),
-        };
-        match outcome {
-            Ok(output) => {
-                if let Err(error) = lease.release().await {
-                    let shown = self.client.inner.config.trace_resource_names;
-                    tracing::warn!(
-                        resource = %telemetry::resource(&self.name, shown),
-                        error = %telemetry::error(&error, shown),
-                        "release after the critical section failed"
-                    );
-                }
-                Ok(output)
-            }
-            Err(reason) => {
-                let error = Error::new(ErrorKind::LeaseLost, &*self.name)
-                    .with_detail(format!("the critical section was aborted: {reason}"));
-                let _ = lease.release().await;
-                Err(error)
-            }
-        }
+    /// Acquires the lock in the mode `kind` gives for the call's plan.
+    async fn acquire(
+        &self,
+        options: &AcquireOptions,
+        kind: impl FnOnce(&Plan) -> Kind,
+    ) -> Result<Lease, Error> {
+        let inner = &self.client.inner;
+        let name = &*self.name;
+        engine::acquire(inner, || {
+            check_runtime(name)?;
+            check_resource(&inner.config.key_prefix, name)?;
+            let plan = Plan::new(inner, name, options)?;
+            plan.refuse_fair(name, "read-write locks")?;
+            let kind = kind(&plan);
+            Ok((Target::one(&inner.config, name, kind), plan))
+        })
+        .await
     }
 }

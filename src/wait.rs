@@ -1,4 +1,4 @@
-//! Release notices for waiters (docs/design.md §6).
+//! Release notices for waiters (docs/design.md §6, I10).
 //!
 //! The release script publishes on the lock's channel. A waiting `acquire` subscribes to
 //! that channel on every master and retries as soon as a notice arrives from any of them,

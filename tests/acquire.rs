@@ -68,11 +68,13 @@ async fn contend(n: usize) {
     .await;
 }
 
+// Checks I4 (mutual exclusion).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_exclusion_one_master() {
     contend(1).await;
 }
 
+// Checks I4 (mutual exclusion).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_exclusion_three_masters() {
     contend(3).await;
@@ -83,6 +85,7 @@ async fn mutual_exclusion_four_masters() {
     contend(4).await;
 }
 
+// Checks I4 (mutual exclusion).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_exclusion_five_masters() {
     contend(5).await;
@@ -355,6 +358,7 @@ async fn a_paused_minority_adds_no_latency() {
     .await;
 }
 
+// Checks I5 (a failed or cancelled attempt leaves no key behind).
 #[tokio::test]
 async fn a_killed_majority_fails_cleanly_and_leaves_no_keys() {
     let mut cluster = Cluster::start(3).await.unwrap();
@@ -381,6 +385,7 @@ async fn a_killed_majority_fails_cleanly_and_leaves_no_keys() {
     .await;
 }
 
+// Checks I20 (calls to one master are written in the order made).
 #[tokio::test]
 async fn a_paused_majority_fails_and_its_queued_sets_are_released_after_resume() {
     let mut cluster = Cluster::start(3).await.unwrap();
@@ -427,6 +432,7 @@ async fn a_restarted_master_is_reconnected_in_the_background() {
     .await;
 }
 
+// Checks I3 (every master's copy of the key outlives the deadline).
 #[tokio::test]
 async fn validity_accounts_for_elapsed_time() {
     let mut cluster = Cluster::start(1).await.unwrap();
@@ -475,6 +481,7 @@ async fn validity_accounts_for_elapsed_time() {
     lease.release().await.unwrap();
 }
 
+// Checks I5 (a failed or cancelled attempt leaves no key behind).
 #[tokio::test]
 async fn validity_used_up_by_a_slow_quorum_is_released() {
     let mut cluster = Cluster::start(1).await.unwrap();
@@ -519,6 +526,7 @@ async fn dropping_a_lease_releases_it_in_the_background() {
     .await;
 }
 
+// Checks I5 (a failed or cancelled attempt leaves no key behind).
 #[tokio::test]
 async fn cancelling_acquire_mid_round_leaves_no_key() {
     let mut cluster = Cluster::start(3).await.unwrap();
@@ -663,6 +671,7 @@ async fn key_prefix_is_applied() {
     lease.release().await.unwrap();
 }
 
+// Checks I5 (a failed or cancelled attempt leaves no key behind).
 #[tokio::test]
 async fn every_attempt_uses_a_fresh_random_value() {
     let cluster = Cluster::start(1).await.unwrap();

@@ -2,11 +2,11 @@
 //! every k until it completes on its own, against real masters behind a delaying proxy
 //! (so that each await point lasts and a drop lands between a request leaving and its
 //! reply). After each drop:
-//! - no lease promises more than a quorum of masters holds: its deadline is not beyond
-//!   the quorum-th latest expiry of its value;
-//! - no key outlives what the API reported: a call that returned no lease leaves none of
-//!   its values behind, and a released lease leaves nothing;
-//! - no watchdog runs after release: released keys stay gone over several extension
+//! - no lease promises more than a quorum of masters holds (docs/design.md I7): its
+//!   deadline is not beyond the quorum-th latest expiry of its value;
+//! - no key outlives what the API reported (I5): a call that returned no lease leaves
+//!   none of its values behind, and a released lease leaves nothing;
+//! - no watchdog runs after release (I8): released keys stay gone over several extension
 //!   intervals (an extension would set them again);
 //! - no subscription leaks: the release channel has no subscriber once nobody waits;
 //! - no registration leaks: a queued waiter (hand-off, the fair lock) leaves no queue

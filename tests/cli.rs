@@ -449,6 +449,7 @@ async fn force_unlock_any_stops_the_command_before_its_keys_could_expire() {
     client.shutdown().await;
 }
 
+// Checks I9 (loss is signalled before the keys can expire).
 #[tokio::test]
 async fn masters_lost_mid_run_get_the_command_killed_before_the_keys_expire() {
     let mut fleet = Fleet::new().await;
@@ -501,6 +502,7 @@ while [ $i -lt 1000 ]; do date +%s%3N >> "$1/beat"; sleep 0.02; i=$((i + 1)); do
     );
 }
 
+// Checks I9 (loss is signalled before the keys can expire).
 #[tokio::test]
 async fn no_extension_in_time_gets_the_command_killed_by_the_safety_point() {
     let fleet = Fleet::new().await;

@@ -61,6 +61,7 @@ async fn a_bootstrapped_cluster_votes_at_once_and_init_is_idempotent() {
     assert_eq!(again.members, init.members);
 }
 
+// Checks I1 (two quorums of the same masters share a master).
 #[tokio::test]
 async fn a_client_with_other_settings_is_refused_and_leaves_nothing() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -96,6 +97,7 @@ async fn a_client_with_other_settings_is_refused_and_leaves_nothing() {
     }
 }
 
+// Checks I1 (two quorums of the same masters share a master).
 #[tokio::test]
 async fn two_addresses_of_one_server_are_refused() {
     let cluster = Cluster::start_with(2, &ServerOptions::new().unix_socket(true))
@@ -149,6 +151,7 @@ async fn init_refuses_a_master_down_and_writes_nothing() {
     }
 }
 
+// Checks I11 (a master that may have lost keys waits before it votes).
 #[tokio::test]
 async fn init_refuses_masters_that_hold_keys_and_writes_nothing() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -427,6 +430,7 @@ async fn a_refused_master_heals_on_a_live_connection_once_readmitted() {
     .await;
 }
 
+// Checks I2 (a round's first decision is final).
 #[tokio::test]
 async fn a_stranger_met_before_the_record_never_counts() {
     // The cluster is masters 0, 1 and 2; a second client lists 1, 2 and 3 (the cluster's

@@ -40,6 +40,7 @@ fn fenced(cluster: &Cluster) -> redquorum::Builder {
 /// Masters that would lose their counters on a restart are refused for fencing at the
 /// first fenced acquire, with an error that says what to change, not after a restart has
 /// left too few of them to order tokens.
+// Checks I12 (fencing tokens are unique and ordered).
 #[tokio::test]
 async fn fencing_refuses_masters_that_are_not_durable() {
     let cluster = cluster_with(3, &ServerOptions::new()).await;
@@ -58,6 +59,7 @@ async fn fencing_refuses_masters_that_are_not_durable() {
     lease.release().await.unwrap();
 }
 
+// Checks I12 (fencing tokens are unique and ordered).
 #[tokio::test]
 async fn tokens_strictly_increase_across_holders_even_with_a_master_down() {
     let mut cluster = cluster(5).await;
@@ -102,6 +104,7 @@ async fn a_token_is_kept_across_extensions_and_absent_without_fencing() {
     plain.release().await.unwrap();
 }
 
+// Checks I12 (fencing tokens are unique and ordered).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contending_clients_get_unique_tokens_in_critical_section_order() {
     let cluster = cluster(3).await;
@@ -139,6 +142,7 @@ async fn contending_clients_get_unique_tokens_in_critical_section_order() {
 
 /// A holder paused past its lease (docs/testing.md §4, S12): its late write is refused by
 /// the storage, which has seen the next holder's larger token.
+// Checks I12 (fencing tokens are unique and ordered).
 #[tokio::test]
 async fn the_storage_refuses_a_paused_holders_late_write() {
     let cluster = cluster(3).await;
@@ -180,6 +184,7 @@ async fn the_storage_refuses_a_paused_holders_late_write() {
 /// A durable master that lost its counters (restarted empty) votes again for the lock after
 /// its quarantine, but a client that saw the loss never counts its write-backs: no token
 /// that could be smaller than an earlier one is issued.
+// Checks I12 (fencing tokens are unique and ordered).
 #[tokio::test]
 async fn a_lost_counter_is_never_trusted_to_order_tokens() {
     // Durable masters, so that master 1 keeps its counter over a restart and only

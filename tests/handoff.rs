@@ -81,6 +81,7 @@ fn brisk(cluster: &Cluster) -> redquorum::Builder {
     client(cluster).waiter_ttl("900ms")
 }
 
+// Checks I18 (hand-off never gives two waiters a quorum).
 #[tokio::test]
 async fn a_release_hands_the_lock_to_the_waiter() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -454,6 +455,7 @@ async fn fair_run(
     (served.lock().unwrap().clone(), key)
 }
 
+// Checks I19 (fair waiters are granted in ticket order).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fair_lock_serves_its_waiters_in_ticket_order() {
     let mut cluster = Cluster::start(3).await.unwrap();
@@ -467,6 +469,7 @@ async fn the_fair_lock_serves_its_waiters_in_ticket_order() {
     }
 }
 
+// Checks I19 (fair waiters are granted in ticket order).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fair_lock_keeps_its_order_when_a_minority_of_masters_dies() {
     let mut cluster = Cluster::start(5).await.unwrap();
@@ -817,6 +820,7 @@ async fn a_dropped_head_that_sends_no_dequeue_is_caught() {
     assert!(caught.is_err(), "the planted bug went unnoticed");
 }
 
+// Checks I12 (fencing tokens are unique and ordered).
 #[tokio::test]
 async fn fenced_waiters_handed_the_lock_get_increasing_tokens() {
     let options = ServerOptions::new().persistence(Persistence::AofAlways);
@@ -942,6 +946,7 @@ async fn bad_waiter_ttls_and_fair_misuse_are_refused() {
 mod planted {
     use super::*;
 
+    // Checks I18 (hand-off never gives two waiters a quorum).
     #[tokio::test]
     async fn a_confirm_that_keeps_the_hand_off_expiry_leaves_short_keys_behind_a_long_lease() {
         let cluster = Cluster::start(3).await.unwrap();
@@ -1046,6 +1051,7 @@ mod planted {
         taken.release().await.unwrap();
     }
 
+    // Checks I19 (fair waiters are granted in ticket order).
     #[tokio::test]
     async fn fair_by_arrival_scores_a_waiter_differently_on_each_master() {
         let cluster = Cluster::start(3).await.unwrap();

@@ -31,6 +31,7 @@ async fn queued_everywhere(cluster: &Cluster, key: &str) -> bool {
     true
 }
 
+// Checks I18 (hand-off never gives two waiters a quorum).
 #[tokio::test]
 async fn a_minority_hand_back_through_a_master_that_never_votes_is_no_quorum() {
     let cluster = Cluster::start(3).await.unwrap();

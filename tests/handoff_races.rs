@@ -66,6 +66,7 @@ async fn minority_hand_off(fair: bool) {
     lease.release().await.unwrap();
 }
 
+// Checks I18 (hand-off never gives two waiters a quorum).
 #[tokio::test]
 async fn a_waiter_handed_a_minority_does_not_confirm_in_a_loop() {
     minority_hand_off(false).await;

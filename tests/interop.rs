@@ -29,6 +29,7 @@ async fn foreign_acquire(cluster: &Cluster, key: &str, value: &str) -> usize {
     granted
 }
 
+// Checks I4 (mutual exclusion).
 #[tokio::test]
 async fn a_foreign_lock_excludes_ours() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -49,6 +50,7 @@ async fn a_foreign_lock_excludes_ours() {
     }
 }
 
+// Checks I4 (mutual exclusion).
 #[tokio::test]
 async fn our_lock_excludes_a_foreign_one() {
     let cluster = Cluster::start(3).await.unwrap();

@@ -25,9 +25,12 @@ use syn::visit::{self, Visit};
 const LAYERS: &[&[&str]] = &[
     &["lib", "bench_internals"],
     &["admin", "operate"],
-    // The lock family's facades: above `lock`, whose acquire settings and helpers they use.
-    &["semaphore", "rwlock"],
-    &["lock"],
+    // The lock kinds' facades, siblings on one row: none may use another.
+    &["lock", "many", "semaphore", "rwlock"],
+    // The client handle the facades share: `Redlock`, `Builder::build`.
+    &["client"],
+    // The acquire engine under every facade: plan, target, attempt, wait, queue.
+    &["engine"],
     &["lease"],
     &["core"],
     &["quorum", "guard", "wait", "health"],
@@ -46,6 +49,7 @@ const LAYERS: &[&[&str]] = &[
         "cluster",
         "telemetry",
         "held",
+        "postgres",
     ],
 ];
 
@@ -558,7 +562,13 @@ fn modules_use_only_the_layers_below_them() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let (graph, mut found) = imports(&src);
     assert!(graph.contains_key("lock") && graph.contains_key("core"));
-    assert!(graph["lib"].contains("lock") && graph["quorum"].contains("master"));
+    assert!(graph["lib"].contains("client") && graph["quorum"].contains("master"));
+    for facade in ["lock", "many", "semaphore", "rwlock"] {
+        assert!(
+            graph[facade].contains("engine"),
+            "{facade} is no facade of the engine"
+        );
+    }
     found.extend(problems(&graph));
     assert!(
         found.is_empty(),
@@ -645,7 +655,11 @@ fn every_way_of_naming_an_upper_module_is_caught() {
         "`master` uses `lock`",
     );
     // A type the crate root re-exports, by its root name.
-    assert_fires("master.rs", "use crate::Redlock;\n", "`master` uses `lock`");
+    assert_fires(
+        "master.rs",
+        "use crate::Redlock;\n",
+        "`master` uses `client`",
+    );
     assert_fires(
         "deadline.rs",
         "fn f(_: &crate::LeaseHandle) {}\n",
@@ -727,6 +741,50 @@ fn comments_strings_visibility_and_own_submodules_are_no_uses() {
         (
             "fencing.rs",
             "use crate::scripts::FENCE;\nfn f() -> crate::FencingToken { g!(crate::Error) }\n",
+        ),
+    ] {
+        let found = problems_in(rel, source);
+        assert!(found.is_empty(), "src/{rel} with {source:?}: {found:?}");
+    }
+}
+
+#[test]
+fn facades_use_nothing_of_each_other() {
+    // The facades are siblings on one row: each stands on the engine, the lease and the
+    // core, and a facade that names another's item, public or private, by any path, is
+    // refused.
+    let facades = ["lock", "many", "semaphore", "rwlock"];
+    assert!(facades.iter().all(|f| rank(f) == rank("lock")));
+    assert!(rank("lock") < rank("client") && rank("client") < rank("engine"));
+    assert_fires(
+        "semaphore.rs",
+        "use crate::lock::Shape;\n",
+        "`semaphore` uses `lock`",
+    );
+    assert_fires(
+        "rwlock.rs",
+        "fn f() { crate::semaphore::choose(); }\n",
+        "`rwlock` uses `semaphore`",
+    );
+    assert_fires("many.rs", "use super::lock::hold;\n", "`many` uses `lock`");
+    assert_fires("lock.rs", "use crate::RwLock;\n", "`lock` uses `rwlock`");
+    // The engine under them knows none of them, nor the client handle.
+    assert_fires(
+        "engine/target.rs",
+        "use crate::semaphore::Semaphore;\n",
+        "`engine` uses `semaphore`",
+    );
+    assert_fires(
+        "engine/mod.rs",
+        "use crate::Redlock;\n",
+        "`engine` uses `client`",
+    );
+    // What they share is below them.
+    for (rel, source) in [
+        ("semaphore.rs", "use crate::engine::{SlotSet, Target};\n"),
+        (
+            "many.rs",
+            "use crate::{client::Redlock, engine::Plan, lease::Lease};\n",
         ),
     ] {
         let found = problems_in(rel, source);

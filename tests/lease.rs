@@ -84,6 +84,7 @@ async fn extend_after_expiry_is_lost_and_never_revives_the_lock() {
     assert!(report.overrun().is_some());
 }
 
+// Checks I6 (only one's own keys are touched).
 #[tokio::test]
 async fn extend_fails_as_lost_when_another_client_took_over() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -103,6 +104,7 @@ async fn extend_fails_as_lost_when_another_client_took_over() {
     }
 }
 
+// Checks I6 (only one's own keys are touched).
 #[tokio::test]
 async fn extend_never_sets_again_a_key_a_restarted_master_lost() {
     let mut cluster = Cluster::start(3).await.unwrap();
@@ -130,6 +132,7 @@ async fn extend_never_sets_again_a_key_a_restarted_master_lost() {
     lease.release().await.unwrap();
 }
 
+// Checks I6 (only one's own keys are touched).
 #[tokio::test]
 async fn release_after_expiry_never_deletes_the_next_holders_lock() {
     let cluster = Cluster::start(3).await.unwrap();

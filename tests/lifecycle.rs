@@ -71,6 +71,7 @@ async fn the_watchdog_keeps_a_lock_through_five_ttls() {
         .unwrap();
 }
 
+// Checks I9 (loss is signalled before the keys can expire).
 #[tokio::test]
 async fn without_extension_the_lost_signal_fires_at_the_safety_point() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -108,6 +109,7 @@ async fn without_extension_the_lost_signal_fires_at_the_safety_point() {
     assert_eq!(err.kind(), ErrorKind::LeaseLost);
 }
 
+// Checks I9 (loss is signalled before the keys can expire).
 #[tokio::test]
 async fn an_extension_moves_the_lost_signal() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -142,6 +144,7 @@ async fn an_extension_moves_the_lost_signal() {
     lease.release().await.unwrap();
 }
 
+// Checks I9 (loss is signalled before the keys can expire).
 #[tokio::test]
 async fn a_paused_majority_aborts_with_lock_before_the_deadline_and_the_lock_frees_after() {
     let mut cluster = Cluster::start(3).await.unwrap();
@@ -290,6 +293,7 @@ async fn a_panic_in_with_lock_releases_the_lock() {
     .await;
 }
 
+// Checks I9 (loss is signalled before the keys can expire).
 #[tokio::test]
 async fn max_hold_stops_the_watchdog_and_aborts_the_work() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -321,6 +325,7 @@ async fn max_hold_stops_the_watchdog_and_aborts_the_work() {
     .await;
 }
 
+// Checks I8 (nothing extends a lease after its release began).
 #[tokio::test]
 async fn dropping_a_lease_stops_its_watchdog() {
     let cluster = Cluster::start(1).await.unwrap();

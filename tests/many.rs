@@ -57,6 +57,7 @@ async fn every_key_is_locked_under_one_value_sorted_and_released_together() {
 
 /// One key held by another client on a quorum: the attempt gets nothing, and the free key
 /// it may have set on the other masters is released everywhere, not left to its TTL.
+// Checks I14 (no two leases share a resource, whatever lists).
 #[tokio::test]
 async fn one_held_key_refuses_them_all_and_leaves_nothing() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -128,6 +129,7 @@ async fn subscribed_on(cluster: &Cluster, key: &str) -> usize {
 /// The key that keeps a waiter out changes between attempts: `x` held first, then, once
 /// `x` is released, `y`. The waiter also waits on `y`'s release notice, and takes both
 /// as soon as `y` is released, not at its retry timer or `y`'s expiry.
+// Checks I10 (no release is missed while subscribing).
 #[tokio::test]
 async fn a_waiter_also_wakes_on_a_key_found_held_later() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -261,6 +263,7 @@ async fn a_name_held_by_readers_is_refused_as_another_kind() {
 
 /// Two clients list the same two resources in opposite orders and contend in a loop: no
 /// hold-and-wait, so both finish every cycle, and never hold a resource at once.
+// Checks I15 (no deadlock over several resources).
 #[tokio::test]
 async fn opposite_orders_never_deadlock() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -323,6 +326,7 @@ async fn bad_lists_are_refused_with_what_to_change() {
 
 /// The extension of a lease over several keys counts a master only if it still holds
 /// every key: a master that lost one key extends none of them.
+// Checks I7 (validity the masters hold) and I14 (exclusion over several resources).
 #[tokio::test]
 async fn an_extension_counts_only_masters_that_hold_every_key() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -380,6 +384,7 @@ async fn with_lock_many_runs_the_work_and_releases_every_key() {
 /// Dropped after each of its polls, an `acquire_many` leaves no key behind beyond its
 /// TTL: whatever the attempt in flight set is released in the background (the keys are
 /// gone long before their 10 s TTL).
+// Checks I5 (a failed or cancelled attempt leaves no key behind).
 #[tokio::test]
 async fn a_dropped_acquire_many_leaves_no_key() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -412,6 +417,7 @@ async fn a_dropped_acquire_many_leaves_no_key() {
 
 /// With fencing, each resource gets a token from its own counter: larger than every
 /// earlier token of that resource, whether it was locked alone or with others.
+// Checks I12 (fencing tokens are unique and ordered).
 #[tokio::test]
 async fn each_resource_gets_its_own_fencing_token() {
     let cluster = Cluster::start_with(3, &ServerOptions::new().persistence(Persistence::AofAlways))

@@ -220,6 +220,7 @@ async fn inspect_tells_free_split_unknown_and_other_kinds_apart() {
     drop(lease);
 }
 
+// Checks I6 (only one's own keys are touched).
 #[tokio::test]
 async fn force_unlock_with_another_value_leaves_the_holder_alone() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -412,6 +413,7 @@ async fn a_force_unlocked_holder_cannot_extend_and_the_lock_stays_free() {
     holder_extends_after_a_force_unlock(None).await.unwrap();
 }
 
+// Checks I6 (only one's own keys are touched).
 #[cfg(feature = "mutants")]
 #[tokio::test]
 async fn the_extend_recreates_mutant_is_caught() {

@@ -1,8 +1,8 @@
-//! A clean-up reaches a master after the requests of the same call (docs/design.md §2):
-//! each master's requests leave in the order in which the client made them, also while
-//! its first connection is still being set up. Otherwise a release or a `Dequeue` can
-//! overtake the very request it cleans up after, and that master keeps a phantom lock or
-//! registration for a whole TTL.
+//! A clean-up reaches a master after the requests of the same call (docs/design.md §2,
+//! I20): each master's requests leave in the order in which the client made them, also
+//! while its first connection is still being set up. Otherwise a release or a `Dequeue`
+//! can overtake the very request it cleans up after, and that master keeps a phantom lock
+//! or registration for a whole TTL.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
@@ -46,6 +46,7 @@ async fn keys_naming(server: &Server, key: &str) -> Vec<String> {
 /// keeps the lock key or its owner record. The release used to race the acquire's request
 /// for the slow master's first connection and, sent first, left that master holding the
 /// lock for its whole TTL.
+// Checks I20 (calls to one master are written in the order made).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_clients_release_leaves_no_key_behind() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -79,6 +80,7 @@ async fn a_new_clients_release_leaves_no_key_behind() {
 /// the `Dequeue` its drop sends reaches the slow master after the registration, so that no
 /// master keeps the registration (it would otherwise stay for its waiter TTL, 3 s, and a
 /// release there would hand the key to the dead waiter).
+// Checks I20 (calls to one master are written in the order made).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_waiter_leaves_no_registration_behind() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -175,11 +177,13 @@ async fn keys_left_by_failed_attempts(quarantine: bool) -> usize {
     left
 }
 
+// Checks I20 (calls to one master are written in the order made).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_follows_an_unpolled_acquire_with_quarantine_on() {
     assert_eq!(keys_left_by_failed_attempts(true).await, 0);
 }
 
+// Checks I20 (calls to one master are written in the order made).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_follows_an_unpolled_acquire_with_quarantine_off() {
     assert_eq!(keys_left_by_failed_attempts(false).await, 0);
@@ -189,6 +193,7 @@ async fn a_release_follows_an_unpolled_acquire_with_quarantine_off() {
 /// kept without being polled again (an application that stopped driving it): the
 /// connection is still set up, and the calls made after it wait for its turn at most once
 /// (connect plus node timeout, 500 ms here), not each of them, for as long as it is kept.
+// Checks I20 (calls to one master are written in the order made).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_unpolled_call_holds_later_calls_up_once() {
     let cluster = Cluster::start(1).await.unwrap();

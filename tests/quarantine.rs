@@ -46,6 +46,7 @@ async fn bare_majority(
     lease
 }
 
+// Checks I11 (a master that may have lost keys waits before it votes).
 #[tokio::test]
 async fn fresh_masters_abstain_for_one_window() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -163,6 +164,7 @@ async fn without_quarantine_an_immediate_restart_grants_a_held_lock_twice() {
     );
 }
 
+// Checks I11 (a master that may have lost keys waits before it votes).
 #[tokio::test]
 async fn with_quarantine_an_immediate_restart_abstains() {
     let (granted, remaining) = immediate_restart(true).await;
@@ -173,6 +175,7 @@ async fn with_quarantine_an_immediate_restart_abstains() {
     assert!(remaining > Duration::ZERO);
 }
 
+// Checks I11 (a master that may have lost keys waits before it votes).
 #[tokio::test]
 async fn flushall_starts_a_new_quarantine() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -222,6 +225,7 @@ async fn a_durable_master_votes_right_after_a_restart() {
     lease.release().await.unwrap();
 }
 
+// Checks I11 (a master that may have lost keys waits before it votes).
 #[tokio::test]
 async fn a_master_that_can_evict_lock_keys_never_votes() {
     let mut cluster = Cluster::start(2).await.unwrap();
@@ -264,6 +268,7 @@ async fn a_master_that_can_evict_lock_keys_never_votes() {
 
 /// docs/testing.md §4, S17: the holder extends while a member of its quorum restarted
 /// empty; the extension counts only voting masters, and fails once too few vote.
+// Checks I7 (no more validity than the masters hold).
 #[tokio::test]
 async fn extension_counts_only_voting_masters() {
     let mut cluster = Cluster::start(3).await.unwrap();

@@ -29,6 +29,7 @@ fn client_with(
     adjust(client(cluster)).build().unwrap()
 }
 
+// Checks I17 (no write lease beside any other lease).
 #[tokio::test]
 async fn readers_share_writers_exclude_and_each_reader_has_its_own_key() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -433,6 +434,7 @@ async fn readers_ignoring_the_intent_starve_the_writer() {
     );
 }
 
+// Checks I17 (no write lease beside any other lease).
 #[tokio::test]
 async fn downgrade_keeps_deadline_and_token_and_lets_readers_in() {
     let cluster = Cluster::start_with(3, &ServerOptions::new().persistence(Persistence::AofAlways))
@@ -564,6 +566,7 @@ async fn held_everywhere_any(cluster: &Cluster, key: &str) -> bool {
     true
 }
 
+// Checks I17 (no write lease beside any other lease).
 #[tokio::test]
 async fn a_mutex_and_a_rwlock_on_one_name_refuse_each_other() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -647,6 +650,7 @@ async fn a_dropped_writer_clears_its_intent() {
 
 /// At most `MAX_READERS` readers hold one lock; the next waits (refused once as
 /// contended). A reader whose key expired no longer counts: the index is pruned.
+// Checks I17 (no write lease beside any other lease).
 #[tokio::test]
 async fn readers_are_capped_and_expired_readers_leave_the_index() {
     let cluster = Cluster::start(1).await.unwrap();
@@ -681,6 +685,7 @@ async fn readers_are_capped_and_expired_readers_leave_the_index() {
 
 /// A read lease extended past the TTL it was granted with stays visible to writers: its
 /// extension keeps the reader index alive as long as its key.
+// Checks I17 (no write lease beside any other lease).
 #[tokio::test]
 async fn an_extended_reader_keeps_writers_out() {
     let cluster = Cluster::start(3).await.unwrap();

@@ -56,6 +56,7 @@ async fn bad_input_is_refused_at_once() {
 
 /// At most `limit` permits: the last ones wait or fail, all or none; each lease's slots
 /// are set on every master, extended together, and released together.
+// Checks I16 (a semaphore never admits more than its limit).
 #[tokio::test]
 async fn permits_are_slots_taken_all_or_none() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -129,6 +130,7 @@ async fn permits_are_slots_taken_all_or_none() {
 
 /// A client with another limit is refused while permits are held under the stored one,
 /// and holds nothing; the explicit replacement is refused too while they are held.
+// Checks I16 (the semaphore's limit) and I21 (slot keys below the stored limit).
 #[tokio::test]
 async fn another_limit_is_refused_while_permits_are_held() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -172,6 +174,7 @@ async fn another_limit_is_refused_while_permits_are_held() {
 /// The stored limit is sticky: an idle semaphore stored with limit 3 still refuses a client
 /// with 5; `replace_limit` then stores 5, after which that client is served and the one
 /// with 3 is refused.
+// Checks I21 (live slot keys lie below the stored limit).
 #[tokio::test]
 async fn an_idle_semaphore_keeps_its_limit_until_replaced() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -246,6 +249,7 @@ async fn stored_limits(cluster: &Cluster, name: &str) -> Vec<String> {
 }
 
 /// A waiter is woken by a release, well before the holder's TTL.
+// Checks I10 (no release is missed while subscribing).
 #[tokio::test]
 async fn a_release_wakes_a_waiter() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -280,6 +284,7 @@ async fn a_release_wakes_a_waiter() {
 }
 
 /// With fencing, each slot has its own counter and token, growing per slot.
+// Checks I12 (fencing tokens are unique and ordered).
 #[tokio::test]
 async fn fencing_gives_each_slot_its_token() {
     let cluster = Cluster::start_with(3, &ServerOptions::new().persistence(Persistence::AofAlways))
@@ -340,6 +345,7 @@ async fn with_permits_runs_and_releases() {
 /// drop, leaves no slot behind beyond the background release: every slot key is gone
 /// long before its 30 s TTL. Each future must still be pending when it is dropped, or
 /// the drop tested nothing.
+// Checks I5 (a failed or cancelled attempt leaves no key behind).
 #[tokio::test]
 async fn a_dropped_acquire_leaves_no_slot() {
     let cluster = Cluster::start(3).await.unwrap();

@@ -154,16 +154,19 @@ async fn shortened_extension(mutant: Option<Mutant>, drop_future: bool) -> Resul
     verdict
 }
 
+// Checks I7 (no more validity than the masters hold).
 #[tokio::test]
 async fn a_cancelled_shortening_extension_never_leaves_the_lease_promising_more() {
     shortened_extension(None, true).await.unwrap();
 }
 
+// Checks I7 (no more validity than the masters hold).
 #[tokio::test]
 async fn a_stalled_shortening_extension_never_leaves_the_lease_promising_more() {
     shortened_extension(None, false).await.unwrap();
 }
 
+// Checks I7 (no more validity than the masters hold).
 #[cfg(feature = "mutants")]
 #[tokio::test]
 async fn the_shrink_keeps_deadline_mutant_is_caught() {
@@ -227,11 +230,13 @@ async fn cancelled_release(mutant: Option<Mutant>) -> Result<(), String> {
     verdict
 }
 
+// Checks I8 (nothing extends a lease after its release began).
 #[tokio::test]
 async fn a_release_cancelled_behind_an_extension_still_releases() {
     cancelled_release(None).await.unwrap();
 }
 
+// Checks I8 (nothing extends a lease after its release began).
 #[cfg(feature = "mutants")]
 #[tokio::test]
 async fn the_release_marks_done_first_mutant_is_caught() {
@@ -285,11 +290,13 @@ async fn background_releases(mutant: Option<Mutant>) -> Result<(), String> {
     gone(cancelled).await
 }
 
+// Checks I5 (a failed or cancelled attempt leaves no key behind).
 #[tokio::test]
 async fn background_releases_leave_nothing_behind() {
     background_releases(None).await.unwrap();
 }
 
+// Checks I5 (a failed or cancelled attempt leaves no key behind).
 #[cfg(feature = "mutants")]
 #[tokio::test]
 async fn the_no_background_release_mutant_is_caught() {

@@ -170,6 +170,7 @@ async fn a_url_can_name_its_masters_own_ca_and_client_certificate() {
     assert!(err.to_string().contains("rediss://"), "{err}");
 }
 
+// Checks I10 (no release is missed while subscribing).
 #[tokio::test]
 async fn a_release_notice_over_tls_wakes_the_waiter() {
     let cluster = Cluster::start_tls(3).await.unwrap();

@@ -70,6 +70,7 @@ async fn subscribers(url: &str, channel: &str) -> i64 {
     n
 }
 
+// Checks I10 (no release is missed while subscribing).
 #[tokio::test]
 async fn a_release_wakes_the_waiter() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -179,6 +180,7 @@ async fn a_waiter_whose_budget_runs_out_gets_a_timeout_and_leaves_no_subscriptio
     }
 }
 
+// Checks I10 (no release is missed while subscribing).
 #[tokio::test]
 async fn an_abandoned_lock_wakes_the_waiter_when_its_keys_expire() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -229,6 +231,7 @@ async fn without_pub_sub_on_the_masters_waiters_fall_back_to_their_timers() {
     lease.release().await.unwrap();
 }
 
+// Checks I10 (no release is missed while subscribing).
 #[tokio::test]
 async fn many_waiters_take_turns_each_woken_by_the_previous_release() {
     let cluster = Cluster::start(3).await.unwrap();

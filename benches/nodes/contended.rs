@@ -180,18 +180,26 @@ pub(crate) async fn run(
     }
     // The mechanism with raw commands first, once per hold: what the library's variants
     // are held against beside the limit.
+    // Both mechanisms run: today's confirm ring, which the library's rows are held
+    // against, and the direct-grant ring beside it.
     let mut rings: Vec<(Duration, Mechanism)> = Vec::new();
     for (hold, limit) in &limit_rows {
-        let ring = ring::window(urls, &storage_url, *hold, window).await?;
-        let [sections, hand_off, held] = ring_rows(n, *hold, &ring, (limit, &limits.rtt));
-        rings.push((
-            *hold,
-            Mechanism {
-                sections: sections.clone(),
-                hand_off: hand_off.clone(),
-            },
-        ));
-        results.rows.extend([sections, hand_off, held]);
+        for mode in ring::Mode::ALL {
+            let before = (masters_cpu(raw).await, process_cpu());
+            let ring = ring::window(mode, urls, &storage_url, *hold, window).await?;
+            cpu_per_section(n, *hold, mode, &ring, before, raw).await;
+            let [sections, hand_off, held] = ring_rows(n, *hold, mode, &ring, (limit, &limits.rtt));
+            if mode == ring::Mode::Confirm {
+                rings.push((
+                    *hold,
+                    Mechanism {
+                        sections: sections.clone(),
+                        hand_off: hand_off.clone(),
+                    },
+                ));
+            }
+            results.rows.extend([sections, hand_off, held]);
+        }
     }
     for (hold, waiting) in plan {
         let Some((_, limit)) = limit_rows.iter().find(|(h, _)| *h == hold) else {
@@ -216,6 +224,67 @@ pub(crate) async fn run(
         .extend(limit_rows.into_iter().map(|(_, row)| row));
     drop(storage);
     Ok(())
+}
+
+/// Seconds of CPU the masters behind `raw` have used (`INFO cpu`, user and system), or
+/// `None` when one does not say.
+async fn masters_cpu(raw: &[MultiplexedConnection]) -> Option<f64> {
+    let mut total = 0.0;
+    for conn in raw {
+        let info: String = redis::cmd("INFO")
+            .arg("cpu")
+            .query_async(&mut conn.clone())
+            .await
+            .ok()?;
+        for line in info.lines() {
+            if let Some(("used_cpu_sys" | "used_cpu_user", v)) = line.trim().split_once(':') {
+                total += v.parse::<f64>().ok()?;
+            }
+        }
+    }
+    Some(total)
+}
+
+/// Seconds of CPU this process has used (user and system, from `/proc/self/stat` in
+/// clock ticks of 10 ms), or `None` off Linux.
+fn process_cpu() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name, which is in parentheses: utime and stime are
+    // the 14th and 15th fields of the line, the 12th and 13th after it.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// Where a ring's time goes on this machine: the CPU its masters and its clients spent per
+/// critical section in the window, printed beside the tables (the machine is shared by
+/// both, so a mechanism that moves work between rounds without removing it gains latency
+/// but not sections per second once the cores are busy).
+async fn cpu_per_section(
+    n: usize,
+    hold: Duration,
+    mode: ring::Mode,
+    ring: &ring::Ring,
+    (masters_before, process_before): (Option<f64>, Option<f64>),
+    raw: &[MultiplexedConnection],
+) {
+    let (masters_after, process_after) = (masters_cpu(raw).await, process_cpu());
+    let sections = ring.tally.done.max(1) as f64;
+    let per = |before: Option<f64>, after: Option<f64>| match (before, after) {
+        (Some(b), Some(a)) => format!("{:.0} us", (a - b) * 1e6 / sections),
+        _ => "-".to_owned(),
+    };
+    eprintln!(
+        "  cpu: N={n}, hold {} ms, {}: {} sections in {:.1} s; per section, masters {} and \
+         clients {}",
+        hold.as_millis(),
+        mode.label(),
+        ring.tally.done,
+        ring.elapsed.as_secs_f64(),
+        per(masters_before, masters_after),
+        per(process_before, process_after),
+    );
 }
 
 /// The round trip and the quorum round of N masters: the uncontended scenario's rows when
@@ -327,8 +396,14 @@ struct Mechanism {
 /// sections against the section-bound limit, its hand-off against the round trip, and
 /// how long it held. A ring that stopped on an error has rows without figures, so that no
 /// ratio is taken to it.
-fn ring_rows(n: usize, hold: Duration, ring: &ring::Ring, (limit, rtt): (&Row, &Row)) -> [Row; 3] {
-    let label = format!("hold {} ms, {}", hold.as_millis(), ring::LABEL);
+fn ring_rows(
+    n: usize,
+    hold: Duration,
+    mode: ring::Mode,
+    ring: &ring::Ring,
+    (limit, rtt): (&Row, &Row),
+) -> [Row; 3] {
+    let label = format!("hold {} ms, {}", hold.as_millis(), mode.label());
     let broken = ring.tally.errors > 0;
     if let Some(e) = &ring.tally.first_error {
         eprintln!(

@@ -618,7 +618,7 @@ pub(crate) fn markdown(
                     .map(|r| r[0])),
                 md(of(Metric::Wait).and_then(|r| r.latency).map(|l| l.p50)),
                 // The ring never gives up (its errors are a broken ring).
-                match waiting == ring::LABEL {
+                match ring::is_ring(waiting) {
                     true => "-".to_owned(),
                     false => sections.gave_up.to_string(),
                 },

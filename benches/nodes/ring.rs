@@ -42,8 +42,37 @@ use tokio::task::JoinHandle;
 use super::contended::{CONTENDERS, Turns, push, section};
 use super::harness::{Keys, Outcome, Tally, connect_all};
 
-/// The label of the ring's rows, where the library's rows name their way of waiting.
-pub(crate) const LABEL: &str = "raw hand-off ring";
+/// How a ring client is handed the lock: the two mechanisms, measured side by side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Today's mechanism (docs/design.md §17): the release hands the key to the next
+    /// client's waiter id and tells it; that client confirms with a round of its own.
+    Confirm,
+    /// The direct grant: each waiting client has written a record on every master (the
+    /// value it will hold and a stamp it numbered, read off its clock before the record
+    /// left); the release sets the key to that value, with the lease's TTL, and publishes
+    /// the value and the stamp. A quorum of those notices is the acquisition: no confirm
+    /// round. The validity it gives counts from the stamp's send time.
+    Direct,
+}
+
+impl Mode {
+    /// Both, in the order they run.
+    pub(crate) const ALL: [Mode; 2] = [Mode::Confirm, Mode::Direct];
+
+    /// The label of the ring's rows, where the library's rows name their way of waiting.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Mode::Confirm => "raw hand-off ring",
+            Mode::Direct => "raw direct-grant ring",
+        }
+    }
+}
+
+/// Whether rows labelled `waiting` are a ring's.
+pub(crate) fn is_ring(waiting: &str) -> bool {
+    Mode::ALL.iter().any(|m| m.label() == waiting)
+}
 
 /// Release and hand on: where `KEYS[1]` holds the releasing value `ARGV[1]` (or any
 /// waiter id, which starts with `ARGV[5]`: a hand-off that came after its waiter's
@@ -66,6 +95,30 @@ if v == false or v == ARGV[2] then
   return 1
 end
 return 0";
+
+/// Direct grant: where `KEYS[1]` holds the releasing value `ARGV[1]`, set it to the value
+/// the next client registered in its record `KEYS[2]` (field `v`), with the lease's TTL
+/// `ARGV[3]` (ms), and publish that value and the record's stamp (field `s`) on the next
+/// client's channel `ARGV[2]`. Returns 1 when granted.
+const GRANT: &str = "\
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local rec = redis.call('HMGET', KEYS[2], 'v', 's')
+if not rec[1] then
+  redis.call('DEL', KEYS[1])
+  return 0
+end
+redis.call('SET', KEYS[1], rec[1], 'PX', ARGV[3])
+redis.call('PUBLISH', ARGV[2], rec[1] .. ' ' .. rec[2])
+return 1";
+
+/// Direct grant: a waiting client's record `KEYS[1]`, the value it will hold `ARGV[1]` and
+/// its stamp `ARGV[2]`.
+const REGISTER: &str = "\
+redis.call('HSET', KEYS[1], 'v', ARGV[1], 's', ARGV[2])
+return 1";
+
+/// The drift allowance of a lease of `HELD_MS`, as the library counts it (1 % + 2 ms).
+const DRIFT: Duration = Duration::from_micros(HELD_MS * 10 + 2_000);
 
 /// The expiry of a handed key, and of a confirmed one, in ms: far longer than a window.
 const HANDED_MS: u64 = 1_000;
@@ -99,8 +152,10 @@ impl Drop for Member {
     }
 }
 
-/// Runs the ring for `window` on `urls` with sections of `hold` on `storage_url`.
+/// Runs the ring of `mode` for `window` on `urls` with sections of `hold` on
+/// `storage_url`.
 pub(crate) async fn window(
+    mode: Mode,
     urls: &[String],
     storage_url: &str,
     hold: Duration,
@@ -109,8 +164,12 @@ pub(crate) async fn window(
     let n = urls.len();
     let key: Arc<str> = Keys::new(&format!("ring{n}")).fresh().into();
     let record: Arc<str> = format!("{key}:record").into();
-    let release_sha = redis::Script::new(RELEASE).get_hash().to_owned();
-    let confirm_sha = redis::Script::new(CONFIRM).get_hash().to_owned();
+    let (release, confirm) = match mode {
+        Mode::Confirm => (RELEASE, CONFIRM),
+        Mode::Direct => (GRANT, REGISTER),
+    };
+    let release_sha = redis::Script::new(release).get_hash().to_owned();
+    let confirm_sha = redis::Script::new(confirm).get_hash().to_owned();
     let mut members = Vec::with_capacity(CONTENDERS);
     for c in 0..CONTENDERS {
         let conns = connect_all(urls).await?;
@@ -142,11 +201,25 @@ pub(crate) async fn window(
             forwarders,
         });
     }
-    // The scripts on every master, and the key held by client 0 to begin with.
+    // The scripts on every master, and the key held by client 0 to begin with; with the
+    // direct grant, every other client's record of its first value.
     let first = value(&key, 0, 0);
+    let registered = Instant::now();
     for conn in &members[0].conns {
         let mut conn = conn.clone();
-        for body in [RELEASE, CONFIRM] {
+        if mode == Mode::Direct {
+            for c in 1..CONTENDERS {
+                let _: () = redis::cmd("HSET")
+                    .arg(record_of(&key, c))
+                    .arg("v")
+                    .arg(value(&key, c, 1))
+                    .arg("s")
+                    .arg(0)
+                    .query_async(&mut conn)
+                    .await?;
+            }
+        }
+        for body in [release, confirm] {
             let _: String = redis::cmd("SCRIPT")
                 .arg("LOAD")
                 .arg(body)
@@ -169,6 +242,8 @@ pub(crate) async fn window(
     let mut handles = Vec::with_capacity(CONTENDERS);
     for (me, member) in members.into_iter().enumerate() {
         let ctx = Client {
+            mode,
+            registered,
             me,
             n,
             key: Arc::clone(&key),
@@ -210,6 +285,11 @@ fn channel(key: &str, c: usize) -> String {
     format!("{key}:ring:{c}")
 }
 
+/// Direct grant: the record of ring client `c` (the value it will hold, and its stamp).
+fn record_of(key: &str, c: usize) -> String {
+    format!("{key}:rec:{c}")
+}
+
 /// The value of ring client `c`'s `turn`-th hold.
 fn value(key: &str, c: usize, turn: usize) -> String {
     format!("{key}:{c}:{turn}")
@@ -227,6 +307,9 @@ fn waiter_prefix(key: &str) -> String {
 
 /// One ring client's settings.
 struct Client {
+    mode: Mode,
+    /// When the first records were written (the direct grant's stamp 0).
+    registered: Instant,
     me: usize,
     n: usize,
     key: Arc<str>,
@@ -244,13 +327,19 @@ impl Client {
         let quorum = self.n / 2 + 1;
         let next = (self.me + 1) % CONTENDERS;
         let mut holding = self.me == 0;
-        let mut current = value(&self.key, self.me, 0);
-        // Notices by released value: masters heard from, as a bit set.
-        let mut heard: HashMap<String, u64> = HashMap::new();
+        let mut current = match (self.mode, holding) {
+            (Mode::Direct, false) => value(&self.key, self.me, 1),
+            _ => value(&self.key, self.me, 0),
+        };
+        // Direct grant: when each stamp this client numbered left, written once; stamp 0
+        // is the record written before the window began.
+        let mut stamps: HashMap<u64, Instant> = HashMap::from([(0, self.registered)]);
+        // Notices by released (confirm) or granted (direct) value: masters heard from, as
+        // a bit set, and (direct) the least bound on the grant's expiry each gave.
+        let mut heard: HashMap<String, (u64, Vec<Instant>)> = HashMap::new();
         // Far more turns than a window allows: the clock ends the loop.
         for turn in 1..1_000_000usize {
             if !holding {
-                // A quorum of masters handed the key on from one release.
                 let stalled = tokio::time::Instant::now() + STEP_BOUND;
                 loop {
                     let notice = tokio::select! {
@@ -264,39 +353,56 @@ impl Client {
                             return tally;
                         }
                     };
-                    let Some((i, released)) = notice else {
+                    let Some((i, payload)) = notice else {
                         return tally;
                     };
-                    let masters = heard.entry(released.clone()).or_default();
+                    let (name, bound) = match self.mode {
+                        // The released value: one release's notices name it alike.
+                        Mode::Confirm => (payload, None),
+                        // The granted value and the stamp the grant froze: the key lives
+                        // at least until that stamp's send time plus the TTL less drift.
+                        Mode::Direct => {
+                            let (granted, stamp) =
+                                payload.split_once(' ').unwrap_or((&payload, ""));
+                            if granted != current {
+                                continue;
+                            }
+                            let sent = stamp.parse::<u64>().ok().and_then(|k| stamps.get(&k));
+                            let Some(sent) = sent else {
+                                // A stamp never sent, or forgotten: never counted.
+                                continue;
+                            };
+                            let ttl = Duration::from_millis(HELD_MS);
+                            (granted.to_owned(), Some(*sent + ttl - DRIFT))
+                        }
+                    };
+                    let (masters, bounds) = heard.entry(name).or_default();
+                    if *masters & (1 << i) == 0 {
+                        bounds.extend(bound);
+                    }
                     *masters |= 1 << i;
                     if masters.count_ones() as usize >= quorum {
+                        if self.mode == Mode::Direct {
+                            // The deadline: the quorum-th latest bound.
+                            bounds.sort_unstable_by(|a, b| b.cmp(a));
+                            let deadline = bounds.get(quorum - 1).copied();
+                            if deadline.is_none_or(|d| d <= Instant::now()) {
+                                tally.errors += 1;
+                                tally.first_error.get_or_insert(
+                                    "a direct grant came with no validity left".to_owned(),
+                                );
+                                return tally;
+                            }
+                        }
                         // Late notices of this release start a new entry that never
                         // reaches a quorum; older entries go with it.
                         heard.clear();
                         break;
                     }
                 }
-                current = value(&self.key, self.me, turn);
-                let me = waiter(&self.key, self.me);
-                let granted = fan_out(&member.conns, Enough::Grants(quorum), |cmd| {
-                    cmd.arg(&self.confirm_sha)
-                        .arg(1)
-                        .arg(&*self.key)
-                        .arg(&current)
-                        .arg(&me)
-                        .arg(HELD_MS);
-                })
-                .await;
-                match granted {
-                    Ok(granted) if granted >= quorum => {}
-                    Ok(granted) => {
-                        tally.errors += 1;
-                        tally.first_error.get_or_insert(format!(
-                            "a confirm was granted by {granted} masters, not a quorum"
-                        ));
-                        return tally;
-                    }
-                    Err(e) => {
+                if self.mode == Mode::Confirm {
+                    current = value(&self.key, self.me, turn);
+                    if let Err(e) = self.confirm(&member, &current, quorum).await {
                         tally.errors += 1;
                         tally.first_error.get_or_insert(e);
                         return tally;
@@ -339,29 +445,98 @@ impl Client {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) =
                 Some((Instant::now(), self.me));
-            // The library's release returns at the `n - quorum + 1`-th reply.
-            let next_waiter = waiter(&self.key, next);
-            let next_channel = channel(&self.key, next);
-            let waiters = waiter_prefix(&self.key);
-            if let Err(e) = fan_out(&member.conns, Enough::Replies(self.n - quorum + 1), |cmd| {
-                cmd.arg(&self.release_sha)
-                    .arg(1)
-                    .arg(&*self.key)
-                    .arg(&current)
-                    .arg(&next_waiter)
-                    .arg(&next_channel)
-                    .arg(HANDED_MS)
-                    .arg(&waiters);
-            })
-            .await
-            {
+            if let Err(e) = self.release(&member, &current, next, quorum).await {
                 tally.errors += 1;
                 tally.first_error.get_or_insert(e);
                 return tally;
             }
             holding = false;
+            if self.mode == Mode::Direct {
+                // The next value, registered with a fresh stamp while the others hold:
+                // off the hand-off's path.
+                current = value(&self.key, self.me, turn + 1);
+                let stamp = turn as u64;
+                stamps.insert(stamp, Instant::now());
+                let record = record_of(&self.key, self.me);
+                let registered = fan_out(&member.conns, Enough::Replies(self.n), |cmd| {
+                    cmd.arg(&self.confirm_sha)
+                        .arg(1)
+                        .arg(&record)
+                        .arg(&current)
+                        .arg(stamp);
+                })
+                .await;
+                if let Err(e) = registered {
+                    tally.errors += 1;
+                    tally.first_error.get_or_insert(e);
+                    return tally;
+                }
+            }
         }
         tally
+    }
+
+    /// Confirm: the round a handed waiter runs from its own start, at its quorum-th grant.
+    async fn confirm(&self, member: &Member, current: &str, quorum: usize) -> Result<(), String> {
+        let me = waiter(&self.key, self.me);
+        let granted = fan_out(&member.conns, Enough::Grants(quorum), |cmd| {
+            cmd.arg(&self.confirm_sha)
+                .arg(1)
+                .arg(&*self.key)
+                .arg(current)
+                .arg(&me)
+                .arg(HELD_MS);
+        })
+        .await?;
+        match granted >= quorum {
+            true => Ok(()),
+            false => Err(format!(
+                "a confirm was granted by {granted} masters, not a quorum"
+            )),
+        }
+    }
+
+    /// The release, returning where the library's release returns: at the
+    /// `n - quorum + 1`-th reply.
+    async fn release(
+        &self,
+        member: &Member,
+        current: &str,
+        next: usize,
+        quorum: usize,
+    ) -> Result<usize, String> {
+        let next_channel = channel(&self.key, next);
+        let enough = Enough::Replies(self.n - quorum + 1);
+        match self.mode {
+            Mode::Confirm => {
+                let next_waiter = waiter(&self.key, next);
+                let waiters = waiter_prefix(&self.key);
+                fan_out(&member.conns, enough, |cmd| {
+                    cmd.arg(&self.release_sha)
+                        .arg(1)
+                        .arg(&*self.key)
+                        .arg(current)
+                        .arg(&next_waiter)
+                        .arg(&next_channel)
+                        .arg(HANDED_MS)
+                        .arg(&waiters);
+                })
+                .await
+            }
+            Mode::Direct => {
+                let record = record_of(&self.key, next);
+                fan_out(&member.conns, enough, |cmd| {
+                    cmd.arg(&self.release_sha)
+                        .arg(2)
+                        .arg(&*self.key)
+                        .arg(&record)
+                        .arg(current)
+                        .arg(&next_channel)
+                        .arg(HELD_MS);
+                })
+                .await
+            }
+        }
     }
 }
 

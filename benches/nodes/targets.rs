@@ -205,7 +205,35 @@ fn contended_context(results: &Results, lines: &mut Vec<(String, f64)>) {
     const N: usize = 5;
     let find = |metric, label: &str| contended_row(results, N, metric, label);
     for hold in HOLDS {
-        let ring_label = format!("hold {} ms, {}", hold.as_millis(), ring::LABEL);
+        let ring_label = format!(
+            "hold {} ms, {}",
+            hold.as_millis(),
+            ring::Mode::Confirm.label()
+        );
+        let direct_label = format!(
+            "hold {} ms, {}",
+            hold.as_millis(),
+            ring::Mode::Direct.label()
+        );
+        let rate = |label: &str| find(Metric::Sections, label).and_then(|r| r.rate);
+        let p50 = |label: &str| {
+            find(Metric::HandOff, label)
+                .and_then(|r| r.latency)
+                .map(|l| l.p50)
+        };
+        // The direct grant's gate: its raw ring against today's, in this run.
+        if let (Some(direct), Some(confirm)) = (p50(&direct_label), p50(&ring_label)) {
+            lines.push((
+                format!("raw direct-grant ring's hand-off p50 at N={N}, hold {} ms / raw hand-off ring's (gate: <= 0.7 at 0 ms)", hold.as_millis()),
+                direct / confirm,
+            ));
+        }
+        if let (Some(direct), Some(confirm)) = (rate(&direct_label), rate(&ring_label)) {
+            lines.push((
+                format!("raw direct-grant ring sections/s at N={N}, hold {} ms / raw hand-off ring's (gate: >= 1.3 at 0 ms)", hold.as_millis()),
+                direct / confirm,
+            ));
+        }
         let label = condition(hold, Waiting::HandOff);
         if let Some(v) =
             find(Metric::Sections, &ring_label).and_then(|r| r.reference.as_ref()?.rate)

@@ -2,8 +2,8 @@
 //! the watchdog that extends it (docs/design.md §4, §5). The rules are documented on
 //! [`Lease`] for users.
 //!
-//! Layer: above the core and the round, below the facade (docs/design.md §10); it must not
-//! use `lock.rs`.
+//! Layer: above the core and the round, below the acquire engine and the facades
+//! (docs/design.md §10); it must not use them.
 
 mod reentry;
 mod watchdog;
@@ -121,19 +121,6 @@ pub(crate) struct LeaseKey {
     pub(crate) token: Option<FencingToken>,
 }
 
-impl LeaseKey {
-    /// The key of `resource` under `key`, announced on its own release channel.
-    pub(crate) fn new(resource: Arc<str>, key: Arc<str>, token: Option<FencingToken>) -> Self {
-        let channel = scripts::release_channel(&key).into();
-        Self {
-            resource,
-            key,
-            channel,
-            token,
-        }
-    }
-}
-
 /// The name of a lease over `resources` in errors and traces: the names joined, or for a
 /// long list the first three and the count.
 pub(crate) fn list_name(resources: &[&str]) -> String {
@@ -165,7 +152,7 @@ pub(crate) struct LeaseShared {
     watchdog: std::sync::OnceLock<Watchdog>,
     pub(crate) state: watch::Sender<LeaseState>,
     /// Serialises extend and release, so that no extension reaches a master after the
-    /// release did (docs/design.md I8). Holds "released".
+    /// release did (docs/design.md §4, I8). Holds "released".
     ops: tokio::sync::Mutex<bool>,
 }
 
@@ -213,12 +200,12 @@ impl LeaseShared {
 
     /// The extension of every key to `ttl`: the single-key script for one key (exactly as
     /// a mutex always extended), the all-or-none multi-key script for several, so that a
-    /// master counts only if it extended every key (docs/design.md §14).
+    /// master counts only if it extended every key (docs/design.md §14, I14).
     fn extend_op(&self, ttl: Duration) -> Op {
         let inner = &self.inner;
         match &*self.keys {
             // A read lease keeps its lock's reader index alive with its own key, so that
-            // writers keep seeing it (docs/design.md §16).
+            // writers keep seeing it (docs/design.md §16, I17).
             [one] if self.mode == LeaseMode::Read => {
                 let lock = scripts::lock_of_reader(&one.key, &self.value).unwrap_or_default();
                 Op::ExtendRead {
@@ -796,7 +783,7 @@ impl Future for Lost {
 /// counts on a master only if it extended **every** key there: a master where any key is
 /// missing or held by another value extends none of them and counts as refusing, so the
 /// lease's new deadline rests only on masters that hold all of its keys (docs/design.md
-/// §14). The release deletes each key that still holds the lease's value.
+/// §14, I14). The release deletes each key that still holds the lease's value.
 ///
 /// # Watchdog
 /// With the watchdog on (`Builder::watchdog`, [`AcquireOptions::watchdog`](crate::AcquireOptions::watchdog),

@@ -242,7 +242,7 @@ pub(crate) struct Bounds<'a> {
 /// # Cancel safety
 /// Dropping the returned future drops the requests still in flight; requests already
 /// written to a connection still run on their master. Callers that may have locked a key
-/// must release it (see the acquire guard in `lock.rs`).
+/// must release it (see the acquire guard in `engine/attempt.rs`).
 pub(crate) async fn run(
     masters: &[Arc<dyn Master>],
     op: Arc<Op>,
@@ -325,41 +325,10 @@ pub(crate) async fn run(
         );
     });
 
-    let mut late = None;
-    if !in_flight.is_empty()
-        && let Ok(runtime) = tokio::runtime::Handle::try_current()
-    {
-        let names: Vec<Arc<str>> = masters.iter().map(|m| Arc::clone(m.name())).collect();
-        let op_name = op.name();
-        let mut tx = None;
-        if bounds.late {
-            let (sender, receiver) = tokio::sync::oneshot::channel();
-            (tx, late) = (Some(sender), Some(receiver));
-        }
-        let stragglers = async move {
-            let mut outcomes = Vec::new();
-            while let Some((i, reply)) = in_flight.next().await {
-                let outcome = outcome(&reply);
-                telemetry::master_answered(|| &names[i], op_name, &outcome);
-                tracing::debug!(
-                    master = %names[i],
-                    op = op_name,
-                    "late reply after the round was decided: {outcome}"
-                );
-                if tx.is_some() {
-                    outcomes.push((i, outcome));
-                }
-            }
-            if let Some(tx) = tx {
-                // The caller may have stopped listening.
-                let _ = tx.send(outcomes);
-            }
-        };
-        match bounds.tracker {
-            Some(tracker) => runtime.spawn(tracker.track_future(stragglers)),
-            None => runtime.spawn(stragglers),
-        };
-    }
+    let late = match in_flight.is_empty() {
+        true => None,
+        false => drain(in_flight, masters, op.name(), bounds),
+    };
 
     let decision = match decision {
         Decision::Pending => Decision::Failed,
@@ -373,6 +342,54 @@ pub(crate) async fn run(
         cut,
         late,
     }
+}
+
+/// Reads the replies still in flight once the round is decided, in a task of its own
+/// (tracked by `bounds.tracker`), so that each is traced and counted; with `bounds.late`
+/// their outcomes are sent on the returned receiver ([`Round::late`]). Outside a runtime
+/// the replies are dropped unread.
+fn drain<F>(
+    mut in_flight: FuturesUnordered<F>,
+    masters: &[Arc<dyn Master>],
+    op_name: &'static str,
+    bounds: Bounds<'_>,
+) -> Option<tokio::sync::oneshot::Receiver<Vec<(usize, MasterOutcome)>>>
+where
+    F: std::future::Future<Output = (usize, Result<Reply, MasterError>)> + Send + 'static,
+{
+    let runtime = tokio::runtime::Handle::try_current().ok()?;
+    let names: Vec<Arc<str>> = masters.iter().map(|m| Arc::clone(m.name())).collect();
+    let (tx, late) = match bounds.late {
+        true => {
+            let (sender, receiver) = tokio::sync::oneshot::channel();
+            (Some(sender), Some(receiver))
+        }
+        false => (None, None),
+    };
+    let stragglers = async move {
+        let mut outcomes = Vec::new();
+        while let Some((i, reply)) = in_flight.next().await {
+            let outcome = outcome(&reply);
+            telemetry::master_answered(|| &names[i], op_name, &outcome);
+            tracing::debug!(
+                master = %names[i],
+                op = op_name,
+                "late reply after the round was decided: {outcome}"
+            );
+            if tx.is_some() {
+                outcomes.push((i, outcome));
+            }
+        }
+        if let Some(tx) = tx {
+            // The caller may have stopped listening.
+            let _ = tx.send(outcomes);
+        }
+    };
+    match bounds.tracker {
+        Some(tracker) => runtime.spawn(tracker.track_future(stragglers)),
+        None => runtime.spawn(stragglers),
+    };
+    late
 }
 
 /// Takes back the grants of masters that the client learnt, while the round ran, not to

@@ -8,14 +8,15 @@
 //! between rounds, inside a wait. Each case runs on a fresh runtime and fresh masters.
 //!
 //! After each drop (and after each completion):
-//! - no lease promises more than a quorum holds: while it is not expired, its deadline is
-//!   not beyond the quorum-th latest expiry of its value on the masters, both at once and
-//!   once every message in flight has landed (after an extension, whose round runs in a
-//!   task of its own, also every millisecond while the round may be undecided);
-//! - no key outlives what the API reported: once the client's background work is done
-//!   (`Redlock::shutdown`) and the network is quiet, a call that returned no lease left
-//!   none of its values on any master, and a released lease left nothing;
-//! - no watchdog runs after release: released keys stay gone over several extension
+//! - no lease promises more than a quorum holds (docs/design.md I7): while it is not
+//!   expired, its deadline is not beyond the quorum-th latest expiry of its value on the
+//!   masters, both at once and once every message in flight has landed (after an
+//!   extension, whose round runs in a task of its own, also every millisecond while the
+//!   round may be undecided);
+//! - no key outlives what the API reported (I5): once the client's background work is
+//!   done (`Redlock::shutdown`) and the network is quiet, a call that returned no lease
+//!   left none of its values on any master, and a released lease left nothing;
+//! - no watchdog runs after release (I8): released keys stay gone over several extension
 //!   intervals (an extension would set a missing key again).
 //!
 //! The two cancellation mutants are caught here: `ShrinkKeepsDeadline` by an `extend_with`
@@ -38,8 +39,8 @@ use super::net::{NetParams, SendLog};
 use super::server::{Clock, SimServer};
 use super::world::{self, ClientSpec};
 use crate::lease::LeaseHandle;
-use crate::lock::{AcquireOptions, Redlock};
 use crate::mutants::Mutant;
+use crate::{AcquireOptions, Redlock};
 
 const MS: Duration = Duration::from_millis(1);
 const TTL: Duration = Duration::from_secs(2);
@@ -596,6 +597,7 @@ mod mutants {
     /// An extension by a much shorter TTL that keeps the old deadline until its round
     /// succeeds: once a quorum applied it and before the replies arrive, the masters
     /// expire the key at `t0 + 400 ms` while the lease still promises its whole TTL.
+    // Checks I7 (no more validity than the masters hold).
     #[test]
     fn shrink_keeps_deadline_is_caught() {
         let ttl = Some(400 * MS);
@@ -612,6 +614,7 @@ mod mutants {
     /// A release that marks nothing until the extend/release lock is free, and runs its
     /// round in the caller's future: polled once while an extension holds the lease, then
     /// dropped, it sends nothing, and the watchdog goes on extending.
+    // Checks I8 (nothing extends a lease after its release began).
     #[test]
     fn release_marks_done_first_is_caught() {
         let mutant = Some(Mutant::ReleaseMarksDoneFirst);

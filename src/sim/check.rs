@@ -1,16 +1,16 @@
 //! Pure checkers over a recorded history: no I/O, no clock. Times are offsets from the
 //! schedule's origin.
 //!
-//! 1. **Mutual exclusion.** A lease is *valid* from the moment `acquire` returned it until
-//!    the first of: its deadline (moved by each successful extension, from the moment the
-//!    extension returned), and the moment `release` was called. Two leases on one
-//!    resource must never be valid at the same instant. A holder that pauses past its
-//!    deadline is not valid during the overrun, so the overrun is no violation: that is
-//!    the lock's stated assumption, and fencing's job.
-//! 2. **Fencing tokens**, per resource: unique; ordered in real time (if X was acquired
-//!    before Y's successful attempt sent its first request, X's token is smaller); and
-//!    increasing across successive holders (if X's validity ended before Y's began, X's
-//!    token is smaller).
+//! 1. **Mutual exclusion** (docs/design.md I4). A lease is *valid* from the moment
+//!    `acquire` returned it until the first of: its deadline (moved by each successful
+//!    extension, from the moment the extension returned), and the moment `release` was
+//!    called. Two leases on one resource must never be valid at the same instant. A
+//!    holder that pauses past its deadline is not valid during the overrun, so the
+//!    overrun is no violation: that is the lock's stated assumption, and fencing's job.
+//! 2. **Fencing tokens** (I12), per resource: unique; ordered in real time (if X was
+//!    acquired before Y's successful attempt sent its first request, X's token is
+//!    smaller); and increasing across successive holders (if X's validity ended before
+//!    Y's began, X's token is smaller).
 //! 3. **Fenced storage.** Every critical section reads a register with its token and
 //!    writes back the value plus one; the register refuses tokens older than the newest
 //!    it has seen. An accepted write whose read is not the register's current value lost
@@ -250,6 +250,7 @@ fn overlap(a: &[(Duration, Duration)], b: &[(Duration, Duration)]) -> Option<(Du
 }
 
 /// Every violation in the history.
+// Checks I4 (mutual exclusion) and I12 (fencing tokens unique and ordered), per resource.
 pub(super) fn check(leases: &[LeaseRecord], writes: &[FencedWrite]) -> Vec<Violation> {
     let validity: Vec<Vec<(Duration, Duration)>> = leases.iter().map(|l| l.validity()).collect();
     let mut out = Vec::new();
@@ -665,6 +666,7 @@ pub(super) struct FifoCheck {
 /// `trouble`, each waiter's troubled calls (its id, the master, when sent), which with the
 /// data `losses` and the masters' own record of when they last wrote a registration are the
 /// only evidence that excuses a registration that was not live.
+// Checks I19 (fair waiters are granted in ticket order).
 pub(super) fn fifo(
     waits: &[WaitRecord],
     leases: &[LeaseRecord],

@@ -519,6 +519,7 @@ fn violation(
 /// master that never held a counter, and may repeat a token issued before the flush
 /// (token 1 on {A, B}; A flushed, B down; a client new to A writes token 1 on {A, C}).
 /// Only that is excused (`Exception::UnseenLoss`); overlaps never are.
+// Checks I4 (mutual exclusion).
 #[test]
 fn protected_three_masters_hold() {
     let share = Share {
@@ -541,6 +542,7 @@ fn protected_three_masters_hold() {
     }
 }
 
+// Checks I4 (mutual exclusion).
 #[test]
 fn protected_five_masters_hold() {
     let profile = Profile {
@@ -559,6 +561,7 @@ fn protected_five_masters_hold() {
 }
 
 /// Within fencing's own assumption (counters never lost), nothing is excused.
+// Checks I12 (fencing tokens are unique and ordered).
 #[test]
 fn fencing_on_durable_masters_holds() {
     let share = Share {
@@ -592,6 +595,7 @@ fn quarantine_without_fencing_holds() {
 }
 
 /// Plain Redlock (`SET NX PX`, no quarantine) is safe when every master keeps its data.
+// Checks I4 (mutual exclusion).
 #[test]
 fn durable_masters_without_quarantine_hold() {
     let profile = Profile {
@@ -613,6 +617,7 @@ fn durable_masters_without_quarantine_hold() {
 }
 
 /// The storm of quick empty restarts that breaks plain Redlock, with quarantine on.
+// Checks I11 (a master that may have lost keys waits before it votes).
 #[test]
 fn empty_restarts_with_quarantine_hold() {
     let profile = Profile {
@@ -631,6 +636,7 @@ fn empty_restarts_with_quarantine_hold() {
 }
 
 /// Without quarantine, a master that restarted empty hands a held lock to a second client.
+// Checks I4 (mutual exclusion).
 #[test]
 fn empty_restarts_without_quarantine_double_grant() {
     let profile = &EMPTY_RESTARTS_NO_QUARANTINE;
@@ -646,6 +652,7 @@ fn empty_restarts_without_quarantine_double_grant() {
 /// valid leases at once (the lock's clock assumption is broken), but fencing tokens,
 /// which use no clock, stay unique and ordered, and the fenced storage loses nothing.
 /// Only overlaps that a jump could have caused are excused.
+// Checks I12 (fencing tokens are unique and ordered).
 #[test]
 fn clock_jumps_break_exclusion_but_not_fencing() {
     let share = Share {
@@ -729,6 +736,7 @@ fn rolling_restarts_keep_issuing_tokens(test: &str, masters: &'static [usize], s
     }
 }
 
+// Checks I12 (fencing tokens are unique and ordered).
 #[test]
 fn rolling_restarts_of_three_durable_masters_keep_issuing_tokens() {
     rolling_restarts_keep_issuing_tokens(
@@ -1008,6 +1016,7 @@ mod mutants {
 
     /// Tokens as the largest `INCR` over the granting quorum, in one round: a high counter
     /// can sit outside the next quorum.
+    // Checks I12 (fencing tokens are unique and ordered).
     #[test]
     fn one_round_token_is_caught() {
         let profile = with(
@@ -1047,6 +1056,7 @@ mod mutants {
     }
 
     /// A quorum of `N / 2`: two halves both win.
+    // Checks I1 (two quorums of the same masters share a master).
     #[test]
     fn half_quorum_is_caught() {
         let profile = with(Mutant::HalfQuorum, "half quorum", PROTECTED);
@@ -1061,6 +1071,7 @@ mod mutants {
     /// Validity measured from the quorum's replies instead of from before the first
     /// request: a slow round's deadline lies past its keys' expiry, and a waiter that gets
     /// the expired keys overlaps the holder's (too late) validity.
+    // Checks I3 (every master's copy of the key outlives the deadline).
     #[test]
     fn ignore_elapsed_is_caught() {
         // Slow messages make slow rounds; holders that pause use their whole validity.
@@ -1086,6 +1097,7 @@ mod mutants {
 
     /// Release by plain `DEL`: a failed attempt's cleanup, or a release after expiry,
     /// deletes another holder's key.
+    // Checks I6 (only one's own keys are touched).
     #[test]
     fn plain_del_release_is_caught() {
         let profile = with(Mutant::PlainDelRelease, "release by DEL", PLAIN_DURABLE);
@@ -1117,6 +1129,7 @@ mod mutants {
     /// (`GET lock == v`, atomic with the write) stops it unless lock keys expire early on
     /// two masters in crossing order, so it is caught by the script that builds exactly
     /// that (see `crossing_expiries`): token 1 is issued twice.
+    // Checks I12 (fencing tokens are unique and ordered).
     #[tokio::test(start_paused = true)]
     async fn writeback_without_guard_is_caught_by_crossing_expiries() {
         let (x, y, found) = crossing_expiries(Some(Mutant::WritebackNoGuard)).await;
@@ -1176,6 +1189,7 @@ fn record(id: usize, lease: &crate::Lease, origin: tokio::time::Instant) -> Leas
 /// The Redlock paper's crash scenario, step by step: A holds a bare majority {m0, m1}
 /// (m2 is down); m0 restarts empty and m2 returns; B asks {m0, m1, m2}. Without
 /// quarantine B gets {m0, m2} while A's lease is valid; with it, m0 and m2 abstain.
+// Checks I11 (a master that may have lost keys waits before it votes).
 #[tokio::test(start_paused = true)]
 async fn scripted_empty_restart_in_a_bare_majority() {
     for quarantine in [false, true] {
@@ -1334,6 +1348,7 @@ async fn crossing_expiries(mutant: Option<Mutant>) -> (u64, u64, Vec<Violation>)
 
 /// With the strict `c < T` write-back, Y meets counter 1 on m1, raises its token past it
 /// and gets 2: fencing holds although exclusion does not.
+// Checks I12 (fencing tokens are unique and ordered).
 #[tokio::test(start_paused = true)]
 async fn scripted_crossing_expiries_keep_tokens_unique() {
     let (x, y, found) = crossing_expiries(None).await;
@@ -1352,6 +1367,7 @@ async fn scripted_crossing_expiries_keep_tokens_unique() {
 /// after m2 lost its data and m1 went down, none is issued until m1 is back. Tokens stay
 /// unique, and the refusals are retryable (`FencingFailed`), since a master coming back
 /// ends them.
+// Checks I12 (fencing tokens are unique and ordered).
 #[tokio::test(start_paused = true)]
 async fn a_master_that_can_lose_its_counters_never_carries_a_token() {
     let ttl = Duration::from_secs(1);

@@ -21,10 +21,10 @@ use super::server::{Clock, ScriptBugs, SimServer, Trace};
 use crate::config::Builder;
 use crate::error::ErrorKind;
 use crate::lease::Lease;
-use crate::lock::{AcquireOptions, Redlock};
 use crate::master::Master;
 use crate::mutants::Mutant;
 use crate::wait::Notifier;
+use crate::{AcquireOptions, Redlock};
 
 /// The most virtual time one schedule may take; its clients finish long before.
 pub(super) const HORIZON: Duration = Duration::from_secs(600);

@@ -67,12 +67,14 @@
 //! it.
 
 mod faults;
+mod postgres;
 mod proxy;
 mod server;
 #[cfg(feature = "tls")]
 mod tls;
 
 pub use faults::{ClockJump, Snapshot, monotonic_ns};
+pub use postgres::{Postgres, PostgresError};
 pub use proxy::{Latency, Mode, Proxy, ProxyStats};
 pub use server::{Persistence, Server, ServerOptions};
 #[cfg(feature = "tls")]

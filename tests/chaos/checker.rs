@@ -152,6 +152,7 @@ pub struct Overlap {
 /// read-write lock (their `acq_ok` says `read`) may overlap each other, never another
 /// section: a read section is checked against the latest end of the other sections, any
 /// other section against the latest end of all.
+// Checks I4 (mutual exclusion), and I17 (no write lease beside any other lease) per mode.
 pub fn overlaps(history: &[Event]) -> Vec<Overlap> {
     let reads: std::collections::BTreeSet<(&str, u64)> = history
         .iter()
@@ -366,6 +367,7 @@ pub struct TokenReport {
 /// Acquisitions without a token are ignored. (Whether an extension keeps the token is not
 /// checked here: the lease's token is fixed when it is issued, so a history cannot show it
 /// changing.)
+// Checks I12 (fencing tokens are unique and ordered).
 pub fn tokens(history: &[Event]) -> TokenReport {
     type Id = (String, u64);
     let mut starts: BTreeMap<Id, u64> = BTreeMap::new();
@@ -538,6 +540,7 @@ pub struct Fifo {
 
 /// [`overtaken`], with the number of pairs judged: a run that judged none proves nothing
 /// of the order.
+// Checks I19 (fair waiters are granted in ticket order).
 pub fn fifo(history: &[Event]) -> Fifo {
     let calls = calls(history);
     let mut report = Fifo::default();

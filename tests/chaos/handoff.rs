@@ -389,7 +389,7 @@ pub async fn h2(fair: bool, mutant: Option<Mutant>, expect: Expect) -> Outcome {
 }
 
 /// The message of the event the library traces when a refused call's waiter is
-/// registered in the lock's queue and the call begins to wait there (src/lock/queue.rs).
+/// registered in the lock's queue and the call begins to wait there (src/engine/queue.rs).
 /// A fair call traces it only after its ticket was written on a quorum of masters (the
 /// strict registration round that issues it); an unfair call after its first
 /// registration round, whichever masters took it.

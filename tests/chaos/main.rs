@@ -39,6 +39,8 @@ mod many;
 mod mutants;
 mod network;
 mod pause;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod reentry;
 mod release;
 mod restart;

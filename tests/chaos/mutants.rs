@@ -525,16 +525,19 @@ fn a_hunt_needs_every_unplanted_run_clean() {
     }
 }
 
+// Checks I1 (two quorums of the same masters share a master).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_half_quorum() {
     hunt(Mutant::HalfQuorum, "").await;
 }
 
+// Checks I3 (every master's copy of the key outlives the deadline).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_ignore_elapsed() {
     hunt(Mutant::IgnoreElapsed, "").await;
 }
 
+// Checks I6 (only one's own keys are touched).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_plain_del_release() {
     hunt(Mutant::PlainDelRelease, "").await;
@@ -545,51 +548,61 @@ async fn hunt_no_node_timeout() {
     hunt(Mutant::NoNodeTimeout, "").await;
 }
 
+// Checks I5 (a failed or cancelled attempt leaves no key behind).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_reuse_value() {
     hunt(Mutant::ReuseValue, "").await;
 }
 
+// Checks I5 (a failed or cancelled attempt leaves no key behind).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_reuse_value_with_the_ownership_check() {
     hunt(Mutant::ReuseValue, " with the ownership check").await;
 }
 
+// Checks I12 (fencing tokens are unique and ordered).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_one_round_token() {
     hunt(Mutant::OneRoundToken, "").await;
 }
 
+// Checks I12 (fencing tokens are unique and ordered).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_writeback_no_guard() {
     hunt(Mutant::WritebackNoGuard, "").await;
 }
 
+// Checks I6 (only one's own keys are touched).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_extend_recreates() {
     hunt(Mutant::ExtendRecreates, "").await;
 }
 
+// Checks I1 (two quorums of the same masters share a master).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_ignore_fingerprint() {
     hunt(Mutant::IgnoreFingerprint, "").await;
 }
 
+// Checks I11 (a master that may have lost keys waits before it votes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_bootstrap_skips_emptiness() {
     hunt(Mutant::BootstrapSkipsEmptiness, "").await;
 }
 
+// Checks I16 (a semaphore never admits more than its limit).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_semaphore_count_per_master() {
     hunt(Mutant::SemaphoreCountPerMaster, "").await;
 }
 
+// Checks I7 (no more validity than the masters hold).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_reentry_counter() {
     hunt(Mutant::ReentryCounter, "").await;
 }
 
+// Checks I14 (no two leases share a resource, whatever lists).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_many_partial_vote() {
     hunt(Mutant::ManyPartialVote, "").await;
@@ -605,11 +618,13 @@ async fn hunt_handoff_ignores_liveness() {
     hunt(Mutant::HandoffIgnoresLiveness, "").await;
 }
 
+// Checks I18 (hand-off never gives two waiters a quorum).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_confirm_keeps_handoff_expiry() {
     hunt(Mutant::ConfirmKeepsHandoffExpiry, "").await;
 }
 
+// Checks I19 (fair waiters are granted in ticket order).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hunt_fair_by_arrival() {
     hunt(Mutant::FairByArrival, "").await;

@@ -40,6 +40,7 @@ pub struct Found {
 }
 
 /// Sweeps `sections`: at every section start, the permits of the sections open then.
+// Checks I16 (a semaphore never admits more than its limit) and I4 per slot.
 pub fn check(sections: &[Section], limit: u32) -> Found {
     let mut sorted: Vec<&Section> = sections.iter().collect();
     sorted.sort_by_key(|s| s.start_ns);

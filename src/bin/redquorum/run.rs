@@ -315,15 +315,12 @@ fn status_code(status: ExitStatus) -> u8 {
     }
 }
 
-/// Starts the command and watches it and the lease until it exited and its group is
-/// empty.
-async fn supervise(
-    lease: &Lease,
+/// Starts the command in a process group of its own, with the lock's key, deadline and
+/// fencing token in its environment; returns it and its group.
+fn spawn_command(
+    handle: &LeaseHandle,
     args: &RunArgs,
-    grace: Duration,
-    signals: &mut Forwarded,
-) -> Result<Ended, Failure> {
-    let handle = lease.handle();
+) -> Result<(tokio::process::Child, Pid), Failure> {
     let Some((program, rest)) = args.command.split_first() else {
         return Err(Failure::new(Code::Usage, "no command given after --"));
     };
@@ -334,7 +331,7 @@ async fn supervise(
         .env("REDQUORUM_KEY", &args.key)
         .env(
             "REDQUORUM_DEADLINE_MS",
-            epoch_millis(safety_point(&handle)).to_string(),
+            epoch_millis(safety_point(handle)).to_string(),
         );
     match handle.fencing_token() {
         Some(token) => {
@@ -345,7 +342,7 @@ async fn supervise(
         }
     }
     let shown = program.to_string_lossy();
-    let mut child = command.spawn().map_err(|e| match e.kind() {
+    let child = command.spawn().map_err(|e| match e.kind() {
         IoKind::NotFound => Failure::new(
             Code::NotFound,
             format!("cannot run {shown:?}: command not found"),
@@ -364,6 +361,19 @@ async fn supervise(
             "the command's process id is unknown",
         ));
     };
+    Ok((child, group))
+}
+
+/// Starts the command and watches it and the lease until it exited and its group is
+/// empty.
+async fn supervise(
+    lease: &Lease,
+    args: &RunArgs,
+    grace: Duration,
+    signals: &mut Forwarded,
+) -> Result<Ended, Failure> {
+    let handle = lease.handle();
+    let (mut child, group) = spawn_command(&handle, args)?;
 
     let mut lost = handle.lost();
     // Once stopping begins it runs to its end: SIGKILL at `kill_at`.

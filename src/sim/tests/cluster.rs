@@ -55,6 +55,7 @@ fn masters(n: usize, clock: Clock) -> Vec<Arc<SimServer>> {
 /// are held at their gates): m3 has no record and S knows none yet, so m3 grants S's
 /// `SET` with the empty fingerprint. Then S meets m1 and m2, adopts the record there, and
 /// m1 grants too. {m1, m3} is a quorum of S's list, disjoint from H's {m0, m2}.
+// Checks I2 (a round's first decision is final).
 #[tokio::test(start_paused = true)]
 async fn scripted_a_stranger_met_before_the_record_never_counts() {
     let ttl = Duration::from_secs(1);
@@ -176,6 +177,7 @@ fn agreement(outcome: &Outcome, seen: &std::cell::Cell<Mismatched>) -> Result<()
 /// cluster, with restart quarantine and fencing: no overlap and no fencing violation
 /// (nothing excused), and only the clients that agree with the record ever hold a lease;
 /// those listing a master outside the cluster hold some, through the members they list.
+// Checks I1 (two quorums of the same masters share a master).
 #[test]
 fn mismatched_configurations_never_hold_a_lease() {
     let test = test_path!();
@@ -336,6 +338,7 @@ mod mutants {
     /// A client that adopts any record: one listing a single member of the cluster (a
     /// quorum of one) is accepted, and holds the lock beside a client of the cluster
     /// holding two other members.
+    // Checks I1 (two quorums of the same masters share a master).
     #[test]
     fn ignore_fingerprint_is_caught() {
         let profile = Profile {
@@ -380,6 +383,7 @@ mod mutants {
 
     /// A bootstrap that skips the emptiness check makes every master vote at once, master
     /// 0 among them, which lost H's key: B gets masters 0 and 2 while H holds the lock.
+    // Checks I11 (a master that may have lost keys waits before it votes).
     #[tokio::test(start_paused = true)]
     async fn bootstrap_skipping_emptiness_is_caught_by_a_master_that_lost_its_keys() {
         let (init, found) =

@@ -63,6 +63,7 @@ fn queued_hold(test: &str, profile: &Profile, share: Share) -> Held {
     held
 }
 
+// Checks I18 (hand-off never gives two waiters a quorum).
 #[test]
 fn handoff_holds() {
     let share = Share {
@@ -72,6 +73,7 @@ fn handoff_holds() {
     queued_hold(test_path!(), &HANDOFF, share);
 }
 
+// Checks I18 (hand-off exclusion) and I19 (fair order).
 #[test]
 fn fair_holds() {
     let share = Share {
@@ -110,6 +112,7 @@ const FAIR_CALM: Profile = Profile {
 /// refreshed in time and never lost, so no FIFO violation may be excused at all (a
 /// registration not live there could only be a bug), and every free stretch is judged by
 /// the liveness checker.
+// Checks I19 (fair waiters are granted in ticket order).
 #[test]
 fn fair_among_calm_masters_holds() {
     let share = Share {
@@ -206,6 +209,7 @@ mod mutants {
     /// The confirm keeps the handed key's short expiry (`KEEPTTL`) while the client counts
     /// its validity from its own round: the key expires long before the lease's deadline,
     /// and the next waiter overlaps it.
+    // Checks I18 (hand-off never gives two waiters a quorum).
     #[test]
     fn confirm_keeping_the_handoff_expiry_is_caught() {
         let profile = Profile {
@@ -224,6 +228,7 @@ mod mutants {
     /// A fair waiter scored by its arrival on each master: a registration that lapsed or
     /// left (a split confirm) comes back behind later tickets, and a later waiter is
     /// served first while the earlier one is live.
+    // Checks I19 (fair waiters are granted in ticket order).
     #[test]
     fn fair_by_arrival_is_caught() {
         let profile = Profile {

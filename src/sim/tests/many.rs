@@ -25,6 +25,7 @@ const MANY_DURABLE: Profile = Profile {
 
 /// Overlaps never happen; only the fencing case outside fencing's guarantee (a client
 /// new to a flushed durable master, see `protected_three_masters_hold`) is excused.
+// Checks I14 (no two leases share a resource, whatever lists).
 #[test]
 fn several_resources_at_once_hold() {
     let share = Share {
@@ -49,6 +50,7 @@ fn several_resources_at_once_hold() {
 /// Within fencing's own assumption (counters never lost), nothing is excused: each
 /// resource's tokens increase across its holders, whether they locked it alone or with
 /// the other.
+// Checks I14 (no two leases share a resource, whatever lists).
 #[test]
 fn several_resources_on_durable_masters_hold() {
     let share = Share {
@@ -66,6 +68,7 @@ fn several_resources_on_durable_masters_hold() {
 /// (`Mutant::ManyPartialVote`): two callers each count a quorum on a key they share.
 /// Without fencing: a fencing write-back checks again that a quorum holds each key, and
 /// fails the acquisition that the partial votes won.
+// Checks I14 (no two leases share a resource, whatever lists).
 #[cfg(feature = "mutants")]
 #[test]
 fn many_partial_vote_is_caught() {

@@ -80,6 +80,7 @@ fn reentry_on_plain_redlock_holds() {
 /// while a contender acquired, and the paused holder's key expired there) sets it again,
 /// one success is enough, and the holder's expired lease is valid again while the
 /// contender holds a quorum.
+// Checks I7 (no more validity than the masters hold).
 #[cfg(feature = "mutants")]
 #[test]
 fn reentry_counter_is_caught() {

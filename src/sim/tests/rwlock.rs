@@ -1,6 +1,6 @@
 //! The read-write lock in the simulation (docs/design.md §16): readers and writers on
 //! masters that crash (keeping their data), stop and continue, over a network that
-//! delays and loses messages, with holders that pause past their deadline. Checked: no
+//! delays and loses messages, with holders that pause past their deadline. Checked: I17, no
 //! write lease valid at once with any other lease of the lock (readers may overlap);
 //! fencing tokens, one counter for both modes, unique and increasing in real time. And a
 //! starvation profile: a writer behind a stream of overlapping readers gets in within a
@@ -27,6 +27,7 @@ struct RwRecord {
 
 /// The first pair of leases valid at once of which one is a write lease, if any; then a
 /// token that repeats or does not increase in real time, if any.
+// Checks I17 (no write lease beside any other lease) and I12 across both modes.
 fn rw_violation(records: &[RwRecord]) -> Option<String> {
     for (i, a) in records.iter().enumerate() {
         for b in &records[i + 1..] {
@@ -342,6 +343,7 @@ fn rw_hold(test: &str, share: Share, faults: RwFaults) {
 /// Mixed readers and writers, extending and downgrading, while a minority of masters
 /// crashes (keeping its data) or stops, messages are slow or lost, and holders pause past
 /// their deadline.
+// Checks I17 (no write lease beside any other lease).
 #[test]
 fn rwlock_among_faults_holds() {
     rw_hold(
@@ -391,6 +393,7 @@ fn the_rw_checker_finds_a_writer_overlapping_a_reader() {
 
 /// The exclusion checker catches readers granted past the writer key (a fault planted in
 /// the masters' model): within a few schedules, a read lease valid while a write lease is.
+// Checks I17 (no write lease beside any other lease).
 #[test]
 fn readers_ignoring_the_writer_key_are_caught_by_the_exclusion_checker() {
     let test = test_path!();

@@ -1,7 +1,7 @@
 //! The semaphore in the simulation (docs/design.md §15): clients taking 1..k permits of
 //! one semaphore while masters crash (with or without their data), restart and pause, and
-//! holders pause past their deadline. The checker: at no instant do valid leases hold more
-//! permits than the limit, and leases valid at one instant all gave the same limit (a
+//! holders pause past their deadline. The checker (I16): at no instant do valid leases hold
+//! more permits than the limit, and leases valid at one instant all gave the same limit (a
 //! client with another limit than the stored one is refused; refused clients may replace
 //! the stored limit with theirs, which masters holding permits refuse); and every client
 //! finishes its calls by the horizon, as in the main world (a call that never returns
@@ -78,6 +78,7 @@ impl SemOutcome {
 
 /// The first instant at which the valid leases hold more permits than their limit, or
 /// leases given different limits are valid together.
+// Checks I16 (a semaphore never admits more than its limit).
 fn over_admitted(held: &[Held]) -> Option<String> {
     let mut starts: Vec<&Held> = held.iter().filter(|h| h.from < h.to).collect();
     starts.sort_by_key(|h| h.from);
@@ -404,6 +405,7 @@ const ONE_LIMIT: SemProfile = SemProfile {
     most: 2,
 };
 
+// Checks I16 (a semaphore never admits more than its limit).
 #[test]
 fn semaphore_holds_its_limit_under_faults() {
     let (fixed, full) = hold_semaphore(test_path!(), &ONE_LIMIT, SEM_SHARE);
@@ -415,6 +417,7 @@ fn semaphore_holds_its_limit_under_faults() {
 /// Clients that disagree on the limit (2 or 3): clients with another limit than the stored
 /// one are refused, and half of them replace it with theirs (refused by masters where
 /// permits are live), so leases of both limits are never valid together.
+// Checks I16 (the semaphore's limit) and I21 (slot keys below the stored limit).
 #[test]
 fn semaphore_clients_with_different_limits_never_hold_together() {
     let profile = SemProfile {
@@ -432,6 +435,7 @@ fn semaphore_clients_with_different_limits_never_hold_together() {
 
 /// The checker fires: a history with three permits held under limit 2, and one mixing
 /// limits.
+// Checks I16 (a semaphore never admits more than its limit).
 #[test]
 fn the_semaphore_checker_finds_over_admission() {
     let h = |permits, limit, from, to| Held {
@@ -449,6 +453,7 @@ fn the_semaphore_checker_finds_over_admission() {
 
 /// DETECT: each master counting its permits over-admits without any fault (N = 3,
 /// limit 2: three holders with {a, b}, {b, c}, {c, a}).
+// Checks I16 (a semaphore never admits more than its limit).
 #[cfg(feature = "mutants")]
 #[test]
 fn semaphore_count_per_master_is_caught() {

@@ -108,17 +108,13 @@ impl Redlock {
         };
         let view = Self::view_of(&config);
         for (index, spec) in config.masters.iter().enumerate() {
-            let master = RedisMaster::new(
-                spec,
-                (index, &view),
-                node_timeout,
-                config.connect_timeout,
-                config.quarantine,
-            )
-            .map_err(|e| ConfigError::InvalidUrl {
-                url: spec.name.to_string(),
-                reason: e.to_string(),
-            })?;
+            let master =
+                RedisMaster::new(spec, (index, &view), &config, node_timeout).map_err(|e| {
+                    ConfigError::InvalidUrl {
+                        url: spec.name.to_string(),
+                        reason: e.to_string(),
+                    }
+                })?;
             masters.push(Arc::new(master));
         }
         let notifier = if config.notifications {

@@ -102,7 +102,7 @@ pub mod limits {
     /// The most readers one read-write lock admits at once on a master: 64. A reader
     /// beyond them waits as it would for a writer. The writer's script visits every
     /// reader of the lock, so the bound keeps it short (docs/design.md §16).
-    pub const MAX_READERS: usize = 64;
+    pub const MAX_READERS: usize = crate::scripts::MAX_READERS;
 }
 
 pub(crate) use limits::{

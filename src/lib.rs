@@ -141,6 +141,7 @@ mod master;
 #[cfg(any(test, feature = "mutants"))]
 #[cfg_attr(not(feature = "mutants"), allow(dead_code, unreachable_pub))]
 mod mutants;
+mod op;
 mod operate;
 #[cfg(feature = "postgres")]
 pub mod postgres;

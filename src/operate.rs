@@ -703,12 +703,6 @@ impl Redlock {
             channel: scripts::release_channel(&key).into(),
             key,
             value: value.into(),
-            #[cfg(feature = "mutants")]
-            ignore_liveness: self
-                .inner
-                .config
-                .planted
-                .is(crate::mutants::Mutant::HandoffIgnoresLiveness),
         };
         self.unlock(resource, op).await
     }

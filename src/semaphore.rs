@@ -225,8 +225,6 @@ impl Semaphore {
             ttl: plan.ttl,
             fence: false,
             owner: Arc::clone(&plan.owner),
-            #[cfg(feature = "mutants")]
-            counted: None,
         }));
         let traced = telemetry::resource(name, inner.config.trace_resource_names);
         // Every master's answer is wanted, not just a quorum's.

@@ -45,6 +45,7 @@ const LAYERS: &[&[&str]] = &[
         "quarantine",
         "fencing",
         "mutants",
+        "op",
         "cluster",
         "telemetry",
         "held",

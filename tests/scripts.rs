@@ -7,14 +7,38 @@ mod support;
 use redis::{AsyncCommands, Script};
 use support::*;
 
+/// A lock script as `src/scripts/mod.rs` joins it: the preamble (`epoch.lua`, then
+/// `cluster.lua`) in front, then `queue.lua`'s functions where it keeps a waiter queue.
+macro_rules! lock_script {
+    ($file:literal) => {
+        concat!(
+            include_str!("../src/scripts/epoch.lua"),
+            include_str!("../src/scripts/cluster.lua"),
+            include_str!(concat!("../src/scripts/", $file))
+        )
+    };
+    (queue, $file:literal) => {
+        concat!(
+            include_str!("../src/scripts/epoch.lua"),
+            include_str!("../src/scripts/cluster.lua"),
+            include_str!("../src/scripts/queue.lua"),
+            include_str!(concat!("../src/scripts/", $file))
+        )
+    };
+}
+
 const RELEASE: &str = concat!(
     include_str!("../src/scripts/queue.lua"),
     include_str!("../src/scripts/release.lua")
 );
-const EXTEND: &str = include_str!("../src/scripts/extend.lua");
-const ACQUIRE: &str = include_str!("../src/scripts/acquire.lua");
+const EXTEND: &str = lock_script!("extend.lua");
+const ACQUIRE: &str = lock_script!("acquire.lua");
 const FENCE: &str = include_str!("../src/scripts/fence.lua");
-const EPOCH: &str = include_str!("../src/scripts/epoch.lua");
+/// The epoch read at connect: the preamble's first part alone.
+const EPOCH: &str = concat!(
+    include_str!("../src/scripts/epoch.lua"),
+    "return {epoch, now}\n"
+);
 const FENCED_SET: &str = include_str!("../src/scripts/fenced_set.lua");
 const STAMP: &str = include_str!("../src/scripts/stamp.lua");
 const INSPECT: &str = include_str!("../src/scripts/inspect.lua");
@@ -22,28 +46,92 @@ const FORCE_UNLOCK: &str = concat!(
     include_str!("../src/scripts/queue.lua"),
     include_str!("../src/scripts/force_unlock.lua")
 );
-const SEMAPHORE: &str = include_str!("../src/scripts/semaphore.lua");
-const EXTEND_MANY: &str = include_str!("../src/scripts/extend_many.lua");
+const SEMAPHORE: &str = lock_script!("semaphore.lua");
+const EXTEND_MANY: &str = lock_script!("extend_many.lua");
 const RELEASE_MANY: &str = concat!(
     include_str!("../src/scripts/queue.lua"),
     include_str!("../src/scripts/release_many.lua")
 );
-const ACQUIRE_MANY: &str = include_str!("../src/scripts/acquire_many.lua");
-const RW_ACQUIRE: &str = include_str!("../src/scripts/rw_acquire.lua");
-const RW_DOWNGRADE: &str = include_str!("../src/scripts/rw_downgrade.lua");
-const RW_EXTEND_READ: &str = include_str!("../src/scripts/rw_extend_read.lua");
-const ACQUIRE_QUEUED: &str = concat!(
-    include_str!("../src/scripts/queue.lua"),
-    include_str!("../src/scripts/acquire_queued.lua")
-);
-const ENQUEUE: &str = concat!(
-    include_str!("../src/scripts/queue.lua"),
-    include_str!("../src/scripts/enqueue.lua")
-);
+const ACQUIRE_MANY: &str = lock_script!("acquire_many.lua");
+const RW_ACQUIRE: &str = lock_script!("rw_acquire.lua");
+const RW_DOWNGRADE: &str = lock_script!("rw_downgrade.lua");
+const RW_EXTEND_READ: &str = lock_script!("rw_extend_read.lua");
+const ACQUIRE_QUEUED: &str = lock_script!(queue, "acquire_queued.lua");
+const ENQUEUE: &str = lock_script!(queue, "enqueue.lua");
 const DEQUEUE: &str = concat!(
     include_str!("../src/scripts/queue.lua"),
     include_str!("../src/scripts/dequeue.lua")
 );
+
+/// `script`, a lock script, with the preamble's keys and arguments, the same slots in
+/// every lock script: `KEYS[1]` the epoch record, `KEYS[2]` the cluster record, `ARGV[1]`
+/// an id for a new epoch ('' not to read the epoch), `ARGV[2]` the caller's cluster
+/// fingerprint ('' when it knows no record). The script's own keys and arguments follow.
+fn preamble<'a>(
+    script: &'a Script,
+    epoch: &str,
+    record: &str,
+    epoch_id: &str,
+    fingerprint: &str,
+) -> redis::ScriptInvocation<'a> {
+    let mut call = script.key(epoch);
+    call.key(record).arg(epoch_id).arg(fingerprint);
+    call
+}
+
+/// The preamble's refusal of a caller whose cluster fingerprint is not the record's:
+/// `{-2, epoch record or false, server time us, the record's fingerprint or false}`.
+type Refused = (i64, Option<String>, String, Option<String>);
+
+/// Every lock script starts with the same preamble, in the same slots (`epoch.lua`, then
+/// `cluster.lua`): a caller whose cluster fingerprint is not the record's, or that knows a
+/// record the master lacks, is refused before the script reads any key or argument of its
+/// own, always with the same answer, and nothing is written but the epoch (where asked).
+#[tokio::test]
+async fn every_lock_script_starts_with_the_preamble() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let (epoch, record) = ("redquorum:epoch", "redquorum:cluster");
+    for (name, source) in [
+        ("acquire.lua", ACQUIRE),
+        ("acquire_queued.lua", ACQUIRE_QUEUED),
+        ("acquire_many.lua", ACQUIRE_MANY),
+        ("enqueue.lua", ENQUEUE),
+        ("extend.lua", EXTEND),
+        ("extend_many.lua", EXTEND_MANY),
+        ("rw_acquire.lua", RW_ACQUIRE),
+        ("rw_extend_read.lua", RW_EXTEND_READ),
+        ("rw_downgrade.lua", RW_DOWNGRADE),
+        ("semaphore.lua", SEMAPHORE),
+        ("semaphore_count.lua", lock_script!("semaphore_count.lua")),
+    ] {
+        let script = Script::new(source);
+        let () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+        let _: () = conn.hset(record, "fingerprint", "f1").await.unwrap();
+        let (code, seen, now, found): Refused = preamble(&script, epoch, record, "e1", "f2")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!((code, found.as_deref()), (-2, Some("f1")), "{name}");
+        assert_eq!(
+            seen,
+            Some(format!("e1:{now}")),
+            "{name}: the epoch is read first"
+        );
+        let mut written: Vec<String> = conn.keys("*").await.unwrap();
+        written.sort();
+        assert_eq!(written, [record, epoch], "{name}");
+        // No epoch id: the epoch is not read. No record here, but the caller knows one.
+        let () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+        let (code, seen, _, found): Refused = preamble(&script, epoch, record, "", "f1")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!((code, seen, found), (-2, None, None), "{name}");
+        let written: Vec<String> = conn.keys("*").await.unwrap();
+        assert!(written.is_empty(), "{name}: {written:?}");
+    }
+}
 
 #[tokio::test]
 async fn release_contract() {
@@ -141,14 +229,8 @@ async fn extend_contract() {
         unique_key("owner"),
     );
     let extend = |value: &'static str, ttl: u64, epoch_id: &'static str, fingerprint: &str| {
-        let mut call = script.key(&key);
-        call.key(&epoch)
-            .key(&record)
-            .key(&owner)
-            .arg(value)
-            .arg(ttl)
-            .arg(epoch_id)
-            .arg(fingerprint);
+        let mut call = preamble(&script, &epoch, &record, epoch_id, fingerprint);
+        call.key(&key).key(&owner).arg(value).arg(ttl);
         call
     };
 
@@ -233,12 +315,11 @@ async fn extend_many_contract() {
     let owners = [unique_key("owner_a"), unique_key("owner_b")];
     let (epoch, record) = (unique_key("epoch"), unique_key("cluster"));
     let extend = |epoch_id: &'static str, fingerprint: &str| {
-        let mut call = script.prepare_invoke();
-        call.key(&epoch).key(&record);
+        let mut call = preamble(&script, &epoch, &record, epoch_id, fingerprint);
         for (key, owner) in keys.iter().zip(&owners) {
             call.key(key).key(owner);
         }
-        call.arg("mine").arg(60_000).arg(epoch_id).arg(fingerprint);
+        call.arg("mine").arg(60_000);
         call
     };
     let short_ttls = |conn: &mut redis::aio::MultiplexedConnection| {
@@ -464,16 +545,13 @@ async fn acquire_many_contract() {
     let owners = [unique_key("owner_a"), unique_key("owner_b")];
     let (epoch, record) = (unique_key("epoch"), unique_key("cluster"));
     let acquire = |value: &'static str, fingerprint: &str| {
-        let mut call = script.prepare_invoke();
-        call.key(&epoch).key(&record);
+        let mut call = preamble(&script, &epoch, &record, "e1", fingerprint);
         for i in 0..2 {
             call.key(&keys[i]).key(&fences[i]).key(&owners[i]);
         }
         call.arg(value)
             .arg(10_000)
-            .arg("e1")
             .arg("1")
-            .arg(fingerprint)
             .arg("client")
             .arg("host")
             .arg(7)
@@ -521,7 +599,7 @@ async fn acquire_many_contract() {
     let _: () = conn.del(&keys[1]).await.unwrap();
     let _: () = conn.del(&owners[1]).await.unwrap();
     let _: () = conn.hset(&record, "fingerprint", "f1").await.unwrap();
-    let (code, _, _, _, _, found): AcquiredMany = acquire("other", "f2")
+    let (code, _, _, found): Refused = acquire("other", "f2")
         .invoke_async(&mut conn)
         .await
         .unwrap();
@@ -544,17 +622,14 @@ async fn acquire_contract() {
     let (record, owner) = (unique_key("cluster"), unique_key("owner"));
     let ticket = format!("redquorum:ticket:{key}");
     let acquire = |value: &'static str, mode: &'static str, fingerprint: &'static str| {
-        let mut call = script.key(&key);
-        call.key(&epoch)
+        let mut call = preamble(&script, &epoch, &record, "new-epoch", fingerprint);
+        call.key(&key)
             .key(&fence)
-            .key(&record)
             .key(&owner)
             .key(&ticket)
             .arg(value)
             .arg(10_000)
-            .arg("new-epoch")
             .arg(mode)
-            .arg(fingerprint)
             .arg("client-1")
             .arg("host-1")
             .arg(4242)
@@ -629,7 +704,7 @@ async fn acquire_contract() {
     // set; a caller that knows a record the master lacks: -2 without one.
     let _: () = conn.del(&key).await.unwrap();
     let _: () = conn.hset(&record, "fingerprint", "f1").await.unwrap();
-    let (ok, _, _, _, _, found, _): Acquired = acquire("v4", "0", "")
+    let (ok, _, _, found): Refused = acquire("v4", "0", "")
         .invoke_async(&mut conn)
         .await
         .unwrap();
@@ -642,7 +717,7 @@ async fn acquire_contract() {
     assert_eq!(ok, 1);
     let _: () = conn.del(&key).await.unwrap();
     let _: () = conn.del(&record).await.unwrap();
-    let (ok, _, _, _, _, found, _): Acquired = acquire("v5", "0", "f1")
+    let (ok, _, _, found): Refused = acquire("v5", "0", "f1")
         .invoke_async(&mut conn)
         .await
         .unwrap();
@@ -682,31 +757,28 @@ async fn a_name_held_by_a_reader_is_another_kind_to_every_mutex_script() {
     let index = format!("redquorum:rw:{key}:readers");
     let reader = format!("redquorum:rw:{key}:reader:r1");
     let rw = Script::new(RW_ACQUIRE);
-    let (code, ..): (i64, String, String, Option<String>, i64, Option<String>) = rw
-        .key(&key)
-        .key(&epoch)
-        .key(&fence)
-        .key(&record)
-        .key(&owner)
-        .key(&index)
-        .key(format!("redquorum:rw:{key}:intent"))
-        .key(format!("redquorum:rw:{key}:reader:"))
-        .arg("r1")
-        .arg(10_000)
-        .arg("e1")
-        .arg("0")
-        .arg("")
-        .arg("client")
-        .arg("host")
-        .arg(1)
-        .arg("")
-        .arg("r")
-        .arg("")
-        .arg(0)
-        .arg(64)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let (code, ..): (i64, String, String, Option<String>, i64, Option<String>) =
+        preamble(&rw, &epoch, &record, "e1", "")
+            .key(&key)
+            .key(&fence)
+            .key(&owner)
+            .key(&index)
+            .key(format!("redquorum:rw:{key}:intent"))
+            .key(format!("redquorum:rw:{key}:reader:"))
+            .arg("r1")
+            .arg(10_000)
+            .arg("0")
+            .arg("client")
+            .arg("host")
+            .arg(1)
+            .arg("")
+            .arg("r")
+            .arg("")
+            .arg(0)
+            .arg(64)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
     assert_eq!(code, 1, "the reader is granted");
     // A waiter of a mutex queued on the name before it became a read-write lock.
     let _: () = conn.zadd(&keys.queue, "w1", 1).await.unwrap();
@@ -756,18 +828,15 @@ async fn a_name_held_by_a_reader_is_another_kind_to_every_mutex_script() {
         )
     );
 
-    let (code, _, _, _, _, kind, _): Acquired = Script::new(ACQUIRE)
+    let acquire = Script::new(ACQUIRE);
+    let (code, _, _, _, _, kind, _): Acquired = preamble(&acquire, &epoch, &record, "e1", "")
         .key(&key)
-        .key(&epoch)
         .key(&fence)
-        .key(&record)
         .key(&owner)
         .key(&keys.ticket)
         .arg("m1")
         .arg(10_000)
-        .arg("e1")
         .arg("0")
-        .arg("")
         .arg("client")
         .arg("host")
         .arg(1)
@@ -778,19 +847,16 @@ async fn a_name_held_by_a_reader_is_another_kind_to_every_mutex_script() {
     assert_eq!((code, kind.as_deref()), (-3, Some("rwlock")), "acquire.lua");
     assert_eq!(state(conn.clone()).await, before, "acquire.lua");
 
-    let (code, _, _, _, _, kind, _): AcquiredQueued = Script::new(ACQUIRE_QUEUED)
+    let queued = Script::new(ACQUIRE_QUEUED);
+    let (code, _, _, _, _, kind, _): AcquiredQueued = preamble(&queued, &epoch, &record, "e1", "")
         .key(&key)
-        .key(&epoch)
         .key(&fence)
-        .key(&record)
         .key(&owner)
         .key(&keys.queue)
         .key(&keys.ticket)
         .arg("m2")
         .arg(10_000)
-        .arg("e1")
         .arg("0")
-        .arg("")
         .arg("client")
         .arg("host")
         .arg(1)
@@ -809,9 +875,8 @@ async fn a_name_held_by_a_reader_is_another_kind_to_every_mutex_script() {
     assert_eq!(state(conn.clone()).await, before, "acquire_queued.lua");
 
     let other = unique_key("read_held_other");
-    let (code, _, _, _, at, kind): AcquiredMany = Script::new(ACQUIRE_MANY)
-        .key(&epoch)
-        .key(&record)
+    let many = Script::new(ACQUIRE_MANY);
+    let (code, _, _, _, at, kind): AcquiredMany = preamble(&many, &epoch, &record, "e1", "")
         .key(&key)
         .key(&fence)
         .key(&owner)
@@ -820,9 +885,7 @@ async fn a_name_held_by_a_reader_is_another_kind_to_every_mutex_script() {
         .key(format!("redquorum:owner:{other}"))
         .arg("m3")
         .arg(10_000)
-        .arg("e1")
         .arg("0")
-        .arg("")
         .arg("client")
         .arg("host")
         .arg(1)
@@ -876,16 +939,14 @@ async fn semaphore_contract() {
     let limit_key = format!("{base}limit");
     let slot = |i: u32| format!("{base}{i}");
     let call = |mode: &str, value: &str, limit: u32, wanted: &[u32], fence: &str, fp: &str| {
-        let mut call = script.key(&epoch);
-        call.key(&record).key(&limit_key);
+        let mut call = preamble(&script, &epoch, &record, "new-epoch", fp);
+        call.key(&limit_key);
         for i in 0..limit {
             call.key(slot(i));
         }
         call.arg(value)
             .arg(10_000)
-            .arg("new-epoch")
             .arg(fence)
-            .arg(fp)
             .arg("client-1")
             .arg("host-1")
             .arg(4242)
@@ -983,7 +1044,7 @@ async fn semaphore_contract() {
     assert_eq!((code, free), (1, vec![0, 1, 2]));
     // A cluster record that disagrees: -2 with its fingerprint, nothing set.
     let _: () = conn.hset(&record, "fingerprint", "f1").await.unwrap();
-    let (code, _, _, _, _, _, found): Permits = take("v6", 3, &[0], "0", "")
+    let (code, _, _, found): Refused = take("v6", 3, &[0], "0", "")
         .invoke_async(&mut conn)
         .await
         .unwrap();
@@ -1425,7 +1486,9 @@ async fn a_flushed_script_cache_is_reloaded_on_noscript() {
 
 /// A master without the scripts answers NOSCRIPT, and the fallback (load, run again) lets
 /// commands sent later on the connection overtake the script call. So every (re)connect
-/// loads them first: the very first release on a fresh master is one round trip.
+/// loads them first: the very first release on a fresh master is one round trip. Every
+/// script is found under the hash of the source this file tests (and pins), so the scripts
+/// joined here are the ones the library joins.
 #[tokio::test]
 async fn connecting_loads_every_script() {
     let server = Server::start(&ServerOptions::new()).await.unwrap();
@@ -1449,10 +1512,17 @@ async fn connecting_loads_every_script() {
         .arg(Script::new(EXTEND_MANY).get_hash())
         .arg(Script::new(RELEASE_MANY).get_hash())
         .arg(Script::new(ACQUIRE_MANY).get_hash())
+        .arg(Script::new(SEMAPHORE).get_hash())
+        .arg(Script::new(RW_ACQUIRE).get_hash())
+        .arg(Script::new(RW_DOWNGRADE).get_hash())
+        .arg(Script::new(RW_EXTEND_READ).get_hash())
+        .arg(Script::new(ACQUIRE_QUEUED).get_hash())
+        .arg(Script::new(ENQUEUE).get_hash())
+        .arg(Script::new(DEQUEUE).get_hash())
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(loaded, [true; 11]);
+    assert_eq!(loaded, [true; 18]);
     lease.release().await.unwrap();
 }
 
@@ -1467,12 +1537,12 @@ fn script_hashes_are_pinned() {
         (
             "extend.lua",
             EXTEND,
-            "fe56c69a50076e873c70b8095bfc82371e76b4fa",
+            "e9e02da9170029201d1b2d3f0cab3095beac81b0",
         ),
         (
             "acquire.lua",
             ACQUIRE,
-            "bcaf57c1be970a3c64ca609185df576d2001c618",
+            "3bb79dd72e72285ed8a150d1e4834701abef2a82",
         ),
         (
             "fence.lua",
@@ -1482,7 +1552,7 @@ fn script_hashes_are_pinned() {
         (
             "epoch.lua",
             EPOCH,
-            "11c4fa4366dcf80f0ab0f31cd760b4b6b02bef90",
+            "7070eaaf83a5ee0c8ab2f37d13991169ad0a3930",
         ),
         (
             "fenced_set.lua",
@@ -1502,7 +1572,7 @@ fn script_hashes_are_pinned() {
         (
             "semaphore.lua",
             SEMAPHORE,
-            "975313c7b8fe9bbd55e9d788d4514f926a767819",
+            "433a545ac5003f3819e8c6dee61ff4d5b82a59d6",
         ),
         (
             "force_unlock.lua",
@@ -1512,7 +1582,7 @@ fn script_hashes_are_pinned() {
         (
             "extend_many.lua",
             EXTEND_MANY,
-            "014361513fee7a85cd3e1cae00426ccedd8e7cd7",
+            "016e6693483194902071f6ce86fbafe50a827d48",
         ),
         (
             "release_many.lua",
@@ -1522,32 +1592,32 @@ fn script_hashes_are_pinned() {
         (
             "acquire_many.lua",
             ACQUIRE_MANY,
-            "9d789acccf1c5da95b51040b1d40c661a66e568c",
+            "b2cf3f1d345a5f665cb0e8bc49c80b73cb210b4e",
         ),
         (
             "rw_acquire.lua",
             RW_ACQUIRE,
-            "278b62f8e03de31dfc8be14f20fdda826a4a867a",
+            "2ea8848a027f9123b6badf678e94632ba16e2b6e",
         ),
         (
             "rw_downgrade.lua",
             RW_DOWNGRADE,
-            "ff4f92ec4775e3b02d9cd45b9555aac3f2f7a44c",
+            "9336144d4517854d58e43285efa0ba7b760a9221",
         ),
         (
             "rw_extend_read.lua",
             RW_EXTEND_READ,
-            "ce2ff2f693a0be855fbd30242d060d4f1b56b614",
+            "f94b51c9e35c7d1cf029ebeb3b41456b8804ec70",
         ),
         (
             "acquire_queued.lua",
             ACQUIRE_QUEUED,
-            "686b5a0408bdbbd992361949b372be3766305f02",
+            "b25106fce58652ba05c9a5c1c04903335a305b52",
         ),
         (
             "enqueue.lua",
             ENQUEUE,
-            "89e61f2228694bfa09c5d6a1cfe077f8a5653707",
+            "8c363bc3ac6d8c3c4d530f61ae9ece0168fe7561",
         ),
         (
             "dequeue.lua",
@@ -1681,9 +1751,8 @@ impl QueueKeys {
         channel: &str,
         fingerprint: &str,
     ) -> redis::ScriptInvocation<'a> {
-        let mut call = script.key(&self.key);
-        call.key(&self.epoch)
-            .key(&self.record)
+        let mut call = preamble(script, &self.epoch, &self.record, "e1", fingerprint);
+        call.key(&self.key)
             .key(&self.queue)
             .key(&self.ticket)
             .key(format!("{}{waiter}", self.waiters))
@@ -1694,8 +1763,6 @@ impl QueueKeys {
             .arg(800)
             .arg(channel)
             .arg(if fair { "1" } else { "0" })
-            .arg("e1")
-            .arg(fingerprint)
             .arg(&self.waiters);
         call
     }
@@ -1894,7 +1961,7 @@ async fn enqueue_contract() {
     let _: () = conn.set(&key, "f1").await.unwrap();
 
     // Another cluster's caller: -2, nothing written.
-    let r: Enqueued = enqueue("w9", 1, false, false, "other")
+    let r: Refused = enqueue("w9", 1, false, false, "other")
         .invoke_async(&mut conn)
         .await
         .unwrap();
@@ -1981,18 +2048,15 @@ async fn acquire_queued_contract() {
     let waiters = format!("redquorum:waiter:{key}:");
     let script = Script::new(ACQUIRE_QUEUED);
     let acquire = |value: &str, waiter: &str, fair: bool| {
-        let mut call = script.key(&key);
-        call.key(&epoch)
+        let mut call = preamble(&script, &epoch, &record, "e1", "");
+        call.key(&key)
             .key(&fence)
-            .key(&record)
             .key(&owner)
             .key(&queue)
             .key(&ticket)
             .arg(value)
             .arg(30_000)
-            .arg("e1")
             .arg("0")
-            .arg("")
             .arg("client")
             .arg("host")
             .arg(1)
@@ -2185,19 +2249,16 @@ async fn live_head_at_its_prune_budget() {
         let members: Vec<(u64, String)> =
             (0..dead).map(|i| (i + 1, format!("dead{i:03}"))).collect();
         let _: () = conn.zadd_multiple(&queue, &members).await.unwrap();
-        let reply: Vec<redis::Value> = script
+        let (epoch, record) = (unique_key("epoch"), unique_key("cluster"));
+        let reply: Vec<redis::Value> = preamble(&script, &epoch, &record, "e1", "")
             .key(&key)
-            .key(unique_key("epoch"))
             .key(unique_key("fence"))
-            .key(unique_key("cluster"))
             .key(unique_key("owner"))
             .key(&queue)
             .key(unique_key("ticket"))
             .arg("v")
             .arg(30_000)
-            .arg("e1")
             .arg("0")
-            .arg("")
             .arg("client")
             .arg("host")
             .arg(1)

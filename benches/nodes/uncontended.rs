@@ -26,25 +26,34 @@ static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
 });
 /// The library's acquire script, for the raw fan-out of what each master runs to grant a
 /// lock: the `SET NX PX` and the per-master checks around it (cluster record, data
-/// epoch, kind of lock) and the owner record.
-static ACQUIRE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../src/scripts/acquire.lua")));
+/// epoch, kind of lock) and the owner record; `acquire.lua` behind the preamble that every
+/// lock script starts with (`epoch.lua`, `cluster.lua`), as `src/scripts/mod.rs` joins
+/// them.
+static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(concat!(
+        include_str!("../../src/scripts/epoch.lua"),
+        include_str!("../../src/scripts/cluster.lua"),
+        include_str!("../../src/scripts/acquire.lua")
+    ))
+});
 
 /// `acquire.lua` of `key` with what the library sends from a client that knows no cluster
 /// record, with restart quarantine off and no fencing. (The first call on a master writes
 /// its data-epoch record, as the library's first acquire does.)
 fn acquire_script(key: &str) -> redis::ScriptInvocation<'static> {
-    let mut call = ACQUIRE.key(key);
-    call.key("redquorum:epoch")
+    // The preamble's slots first (epoch record, cluster record, epoch id, fingerprint),
+    // then the script's own.
+    let mut call = ACQUIRE.key("redquorum:epoch");
+    call.key("redquorum:cluster")
+        .key(key)
         .key(format!("redquorum:fence:{key}"))
-        .key("redquorum:cluster")
         .key(format!("redquorum:owner:{key}"))
         .key(format!("redquorum:ticket:{key}"))
+        .arg("bench-epoch")
+        .arg("")
         .arg(RAW_VALUE)
         .arg(10_000)
-        .arg("bench-epoch")
         .arg("0")
-        .arg("")
         .arg("bench-client")
         .arg("bench-host")
         .arg(std::process::id())

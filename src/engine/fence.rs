@@ -10,8 +10,6 @@ use crate::core::Inner;
 use crate::deadline;
 use crate::error::{Error, ErrorKind, MasterErrorKind, MasterOutcome};
 use crate::master::Op;
-#[cfg(feature = "mutants")]
-use crate::mutants::Mutant;
 use crate::quorum::{self, Decision};
 use crate::{scripts, telemetry};
 
@@ -43,8 +41,6 @@ pub(crate) async fn write_back(
             key: Arc::clone(key),
             value: Arc::clone(value),
             token,
-            #[cfg(feature = "mutants")]
-            strict: !inner.config.planted.is(Mutant::WritebackNoGuard),
         });
         let bounds = inner.bounds(Some(deadline.min(give_up_at)));
         let started = Instant::now();

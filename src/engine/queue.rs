@@ -74,8 +74,6 @@ struct Registration {
 impl Registration {
     /// The `Enqueue` of this registration; `strict` for a fair ticket's write-back.
     fn op(&self, inner: &Inner, strict: bool) -> Op {
-        #[cfg(not(feature = "mutants"))]
-        let _ = inner;
         Op::Enqueue {
             key: Arc::clone(&self.key),
             waiter: Arc::clone(&self.waiter),
@@ -84,10 +82,6 @@ impl Registration {
             fair: self.fair,
             waiter_ttl: inner.config.waiter_ttl,
             channel: Arc::clone(&self.channel),
-            #[cfg(feature = "mutants")]
-            by_arrival: inner.config.planted.is(Mutant::FairByArrival),
-            #[cfg(feature = "mutants")]
-            ignore_liveness: inner.config.planted.is(Mutant::HandoffIgnoresLiveness),
         }
     }
 }
@@ -723,8 +717,6 @@ impl Drop for DequeueGuard {
             key: Arc::clone(&self.key),
             waiter: Arc::clone(&self.waiter),
             channel: scripts::release_channel(&self.key).into(),
-            #[cfg(feature = "mutants")]
-            ignore_liveness: self.inner.config.planted.is(Mutant::HandoffIgnoresLiveness),
         });
         let masters: Vec<Arc<dyn Master>> = self
             .inner

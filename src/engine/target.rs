@@ -238,23 +238,16 @@ impl Target {
         plan: &Plan,
         queue: Option<(&Arc<str>, bool)>,
     ) -> Ask {
-        #[cfg(not(feature = "mutants"))]
-        let _ = config;
         let fence = match plan.fencing {
             false => FenceRead::Skip,
             true => FenceRead::Read,
-        };
-        #[cfg(feature = "mutants")]
-        let fence = match (fence, config.planted.is(Mutant::OneRoundToken)) {
-            (FenceRead::Read, true) => FenceRead::IncrementWhenGranted,
-            (fence, _) => fence,
         };
         if let Kind::Slots(slots) = &self.kind {
             return self.ask_slots(slots, config, value, plan);
         }
         // Several keys are asked for all at once, by the multi-key script.
         let [(resource, key)] = &*self.keys else {
-            return self.ask_many(config, value, plan);
+            return self.ask_many(value, plan);
         };
         let (op, holds) = match &self.kind {
             Kind::Read | Kind::Write(_) => {
@@ -275,8 +268,6 @@ impl Target {
                         },
                         _ => RwMode::Read,
                     },
-                    #[cfg(feature = "mutants")]
-                    ignore_intent: config.planted.is(Mutant::ReaderIgnoresIntent),
                 };
                 (op, holds)
             }
@@ -290,10 +281,6 @@ impl Target {
                         owner: Arc::clone(&plan.owner),
                         waiter: Arc::clone(waiter),
                         fair,
-                        #[cfg(feature = "mutants")]
-                        keep_handoff_expiry: config.planted.is(Mutant::ConfirmKeepsHandoffExpiry),
-                        #[cfg(feature = "mutants")]
-                        ignore_liveness: config.planted.is(Mutant::HandoffIgnoresLiveness),
                     },
                     None => Op::AcquireChecked {
                         key: Arc::clone(key),
@@ -313,9 +300,10 @@ impl Target {
         }];
         let tokens = match fence {
             FenceRead::Skip => Tokens::Skip,
-            FenceRead::Read => Tokens::WriteBack,
+            // The one-round token: the master's script increments the counter it reads.
             #[cfg(feature = "mutants")]
-            FenceRead::IncrementWhenGranted => Tokens::OneRound,
+            FenceRead::Read if config.planted.is(Mutant::OneRoundToken) => Tokens::OneRound,
+            FenceRead::Read => Tokens::WriteBack,
         };
         Ask {
             op: Arc::new(op),
@@ -326,9 +314,7 @@ impl Target {
     }
 
     /// The attempt of several keys: one script per master sets all or none.
-    fn ask_many(&self, config: &Config, value: &Arc<str>, plan: &Plan) -> Ask {
-        #[cfg(not(feature = "mutants"))]
-        let _ = config;
+    fn ask_many(&self, value: &Arc<str>, plan: &Plan) -> Ask {
         let op = Op::AcquireMany {
             keys: self.keys.iter().map(|(_, key)| Arc::clone(key)).collect(),
             value: Arc::clone(value),
@@ -338,8 +324,6 @@ impl Target {
                 true => FenceRead::Read,
             },
             owner: Arc::clone(&plan.owner),
-            #[cfg(feature = "mutants")]
-            partial: config.planted.is(Mutant::ManyPartialVote),
         };
         Ask {
             op: Arc::new(op),
@@ -375,10 +359,7 @@ impl Target {
         #[cfg(feature = "mutants")]
         let counted = config.planted.is(Mutant::SemaphoreCountPerMaster).then(|| {
             // The broken design's permits are named by their holder, not by a slot.
-            keys = (0..slots.wanted.len())
-                .map(|j| format!("{}c:{value}:{j}", set.base).into())
-                .collect();
-            keys.clone()
+            keys = scripts::counted_permits(&set.base, value, slots.wanted.len());
         });
         let fencing = plan.fencing;
         #[cfg(feature = "mutants")]
@@ -393,8 +374,6 @@ impl Target {
             ttl: plan.ttl,
             fence: fencing,
             owner: Arc::clone(&plan.owner),
-            #[cfg(feature = "mutants")]
-            counted,
         }));
         Ask {
             op: Arc::new(op),

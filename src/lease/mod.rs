@@ -222,8 +222,6 @@ impl LeaseShared {
                 value: Arc::clone(&self.value),
                 ttl,
                 epoch: inner.config.quarantine,
-                #[cfg(feature = "mutants")]
-                recreate: inner.config.planted.is(Mutant::ExtendRecreates),
             },
             keys => Op::ExtendMany {
                 keys: keys.iter().map(|k| Arc::clone(&k.key)).collect(),
@@ -241,7 +239,7 @@ impl LeaseShared {
             .iter()
             .map(|k| (Arc::clone(&k.key), Arc::clone(&k.channel)))
             .collect();
-        Op::release_keys(&self.inner.config, &keys, &self.value)
+        Op::release_keys(&keys, &self.value)
     }
 
     /// One extension round; see [`LeaseHandle::extend_with`].

@@ -153,12 +153,11 @@ impl LeaseShared {
             let t0 = tokio::time::Instant::now();
             let mut counted = false;
             for key in shared.keys.iter() {
-                let op = Arc::new(Op::Extend {
+                let op = Arc::new(Op::ExtendRecreating {
                     key: Arc::clone(&key.key),
                     value: Arc::clone(&shared.value),
                     ttl: shared.ttl,
                     epoch: inner.config.quarantine,
-                    recreate: true,
                 });
                 let round =
                     quorum::run(&inner.masters, op, 1, shared.traced(), inner.bounds(None)).await;

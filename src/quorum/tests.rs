@@ -160,8 +160,6 @@ async fn release_counts_any_answer_as_cleared() {
         key: "k".into(),
         value: "v".into(),
         channel: "c".into(),
-        #[cfg(feature = "mutants")]
-        ignore_liveness: false,
     });
     let round = run(&masters, op, 2, "r", Bounds::default()).await;
     assert_eq!(round.decision, Decision::Reached);
@@ -241,8 +239,6 @@ async fn a_disowned_grant_is_taken_back_before_the_decision() {
         key: "k".into(),
         value: "v".into(),
         channel: "c".into(),
-        #[cfg(feature = "mutants")]
-        ignore_liveness: false,
     });
     let round = run(&masters, release, 2, "r", Bounds::default()).await;
     assert_eq!(round.decision, Decision::Reached);

@@ -1,31 +1,20 @@
 -- Acquire a read-write lock in one mode (docs/design.md §16), with the data epoch, the
 -- cluster record and the fence counter read exactly as `acquire.lua` reads them.
--- KEYS[1] writer key (the lock key), KEYS[2] epoch record, KEYS[3] fence counter (one per
--- lock, shared by writers and readers), KEYS[4] cluster record, KEYS[5] owner record (kind
--- 'rwlock'), KEYS[6] reader index (a set of reader values), KEYS[7] writer intent,
--- KEYS[8] prefix of the reader keys (a reader's key is this prefix and its value)
--- ARGV[1] value, ARGV[2] ttl ms, ARGV[3] id for a new epoch, ARGV[4] fence: '0' ignore,
--- '1' read, ARGV[5] the caller's cluster fingerprint ('' when it knows no record),
--- ARGV[6] client id, ARGV[7] host, ARGV[8] process id, ARGV[9] label,
--- ARGV[10] mode: 'r' read, 'w' write, ARGV[11] the writer's intent id (one per acquire
--- call), ARGV[12] intent ttl ms, ARGV[13] the most readers a lock admits
+-- After the preamble (`epoch.lua`, `cluster.lua`: KEYS[1] epoch record, KEYS[2] cluster
+-- record, ARGV[1] id for a new epoch, ARGV[2] the caller's cluster fingerprint):
+-- KEYS[3] writer key (the lock key), KEYS[4] fence counter (one per lock, shared by
+-- writers and readers), KEYS[5] owner record (kind 'rwlock'), KEYS[6] reader index (a set
+-- of reader values), KEYS[7] writer intent, KEYS[8] prefix of the reader keys (a reader's
+-- key is this prefix and its value)
+-- ARGV[3] value, ARGV[4] ttl ms, ARGV[5] fence: '0' ignore, '1' read, ARGV[6] client id,
+-- ARGV[7] host, ARGV[8] process id, ARGV[9] label, ARGV[10] mode: 'r' read, 'w' write,
+-- ARGV[11] the writer's intent id (one per acquire call), ARGV[12] intent ttl ms,
+-- ARGV[13] the most readers a lock admits
 -- Returns {code, epoch record, server time us, fence counter or false,
 --          holder's pttl or -3, detail or false}
--- code: 1 granted, 0 refused (held, or readers present), -2 the cluster record's
--- fingerprint differs (detail: the record's fingerprint, or false), -3 the name holds
--- another kind of lock (detail: its kind)
-local t = redis.call('TIME')
-local now = t[1] .. string.format('%06d', t[2])
-local epoch = redis.call('GET', KEYS[2])
-if not epoch then
-  epoch = ARGV[3] .. ':' .. now
-  redis.call('SET', KEYS[2], epoch)
-end
-local recorded = redis.call('HGET', KEYS[4], 'fingerprint')
-if (recorded or '') ~= ARGV[5] then
-  return {-2, epoch, now, false, -3, recorded}
-end
-local kind = redis.call('TYPE', KEYS[1])['ok']
+-- code: 1 granted, 0 refused (held, or readers present), -3 the name holds another kind
+-- of lock (detail: its kind); or the preamble's -2
+local kind = redis.call('TYPE', KEYS[3])['ok']
 if kind ~= 'none' and kind ~= 'string' then
   return {-3, epoch, now, false, -3, kind}
 end
@@ -48,33 +37,33 @@ for _, reader in ipairs(redis.call('SMEMBERS', KEYS[6])) do
     if shortest < 0 or p < shortest then shortest = p end
   end
 end
-local ttl = tonumber(ARGV[2])
+local ttl = tonumber(ARGV[4])
 local granted = false
 local pttl = -3
 if ARGV[10] == 'r' then
   local intent = redis.call('PTTL', KEYS[7])
   if kind == 'string' then
-    pttl = redis.call('PTTL', KEYS[1])
+    pttl = redis.call('PTTL', KEYS[3])
   elseif intent > 0 then
     pttl = intent
   elseif live >= tonumber(ARGV[13]) then
     pttl = shortest
   else
-    redis.call('SET', KEYS[8] .. ARGV[1], ARGV[1], 'PX', ARGV[2])
-    redis.call('SADD', KEYS[6], ARGV[1])
+    redis.call('SET', KEYS[8] .. ARGV[3], ARGV[3], 'PX', ARGV[4])
+    redis.call('SADD', KEYS[6], ARGV[3])
     if redis.call('PTTL', KEYS[6]) < ttl then
-      redis.call('PEXPIRE', KEYS[6], ARGV[2])
+      redis.call('PEXPIRE', KEYS[6], ARGV[4])
     end
     granted = true
   end
 else
   if kind == 'string' then
-    pttl = redis.call('PTTL', KEYS[1])
+    pttl = redis.call('PTTL', KEYS[3])
   elseif live > 0 then
     redis.call('SET', KEYS[7], ARGV[11], 'PX', ARGV[12])
     pttl = longest
   else
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])
     if redis.call('GET', KEYS[7]) == ARGV[11] then
       redis.call('DEL', KEYS[7])
     end
@@ -82,18 +71,18 @@ else
   end
 end
 local fence = false
-if ARGV[4] == '1' then
-  fence = redis.call('GET', KEYS[3])
+if ARGV[5] == '1' then
+  fence = redis.call('GET', KEYS[4])
 end
 if granted then
   redis.call('HSET', KEYS[5], 'kind', 'rwlock')
   if ARGV[10] == 'w' then
-    redis.call('HSET', KEYS[5], 'value', ARGV[1], 'client', ARGV[6], 'host', ARGV[7],
+    redis.call('HSET', KEYS[5], 'value', ARGV[3], 'client', ARGV[6], 'host', ARGV[7],
       'pid', ARGV[8], 'label', ARGV[9],
       'acquired_ms', t[1] .. string.format('%03d', math.floor(t[2] / 1000)))
   end
   if redis.call('PTTL', KEYS[5]) < ttl then
-    redis.call('PEXPIRE', KEYS[5], ARGV[2])
+    redis.call('PEXPIRE', KEYS[5], ARGV[4])
   end
 end
 return {granted and 1 or 0, epoch, now, fence, pttl, false}

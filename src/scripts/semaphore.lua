@@ -1,11 +1,11 @@
 -- Take permits of a semaphore (docs/design.md §15): set k chosen slot keys, each as by
 -- `SET slot value NX PX ttl`, all of them or none, after the same data epoch and cluster
 -- record checks as acquire.lua, and after checking the semaphore's stored limit.
--- KEYS[1] epoch record, KEYS[2] cluster record, KEYS[3] the semaphore's limit record,
--- KEYS[4 .. 3 + limit] the slot keys 0 .. limit - 1
--- ARGV[1] value, ARGV[2] ttl ms, ARGV[3] id for a new epoch, ARGV[4] fence: '0' ignore,
--- '1' read, ARGV[5] the caller's cluster fingerprint ('' when it knows no record),
--- ARGV[6] client id, ARGV[7] host, ARGV[8] process id, ARGV[9] label, ARGV[10] the limit,
+-- After the preamble (`epoch.lua`, `cluster.lua`: KEYS[1] epoch record, KEYS[2] cluster
+-- record, ARGV[1] id for a new epoch, ARGV[2] the caller's cluster fingerprint):
+-- KEYS[3] the semaphore's limit record, KEYS[4 .. 3 + limit] the slot keys 0 .. limit - 1
+-- ARGV[3] value, ARGV[4] ttl ms, ARGV[5] fence: '0' ignore, '1' read, ARGV[6] client id,
+-- ARGV[7] host, ARGV[8] process id, ARGV[9] label, ARGV[10] the limit,
 -- ARGV[11] the slot keys' common beginning (slot i is that followed by i),
 -- ARGV[12] 'take' (take the wanted slots) or 'limit' (store the limit, take nothing),
 -- ARGV[13 ..] the wanted slots (0-based, distinct, below the limit)
@@ -14,23 +14,12 @@
 --          the free slots here (0-based), detail or false}
 -- code: 1 granted every wanted slot ('limit': the record holds the limit now), 0 some
 -- wanted slot is held ('limit': a permit is live here under the stored limit, detail: that
--- limit), -2 the cluster record's fingerprint differs (detail: the record's fingerprint, or
--- false), -4 ('take') the stored limit is another (detail: that limit)
+-- limit), -4 ('take') the stored limit is another (detail: that limit); or the preamble's
+-- -2
 -- The limit record has no TTL. A 'take' writes it only where it is missing and is refused
 -- wherever it differs; only a 'limit' rewrites it, and only while no permit is live on
 -- this master: every live slot key lies below the recorded limit, so checking those slots
 -- suffices (docs/design.md §15).
-local t = redis.call('TIME')
-local now = t[1] .. string.format('%06d', t[2])
-local epoch = redis.call('GET', KEYS[1])
-if not epoch then
-  epoch = ARGV[3] .. ':' .. now
-  redis.call('SET', KEYS[1], epoch)
-end
-local recorded = redis.call('HGET', KEYS[2], 'fingerprint')
-if (recorded or '') ~= ARGV[5] then
-  return {-2, epoch, now, false, -3, {}, recorded}
-end
 local limit = tonumber(ARGV[10])
 local stored = tonumber(redis.call('GET', KEYS[3]) or '')
 if ARGV[12] == 'limit' then
@@ -78,13 +67,13 @@ local ms = t[1] .. string.format('%03d', math.floor(t[2] / 1000))
 for j = 13, #ARGV do
   local slot = KEYS[4 + tonumber(ARGV[j])]
   local owner = 'redquorum:owner:' .. slot
-  redis.call('SET', slot, ARGV[1], 'PX', ARGV[2])
+  redis.call('SET', slot, ARGV[3], 'PX', ARGV[4])
   redis.call('DEL', owner)
-  redis.call('HSET', owner, 'kind', 'permit', 'value', ARGV[1], 'client', ARGV[6],
+  redis.call('HSET', owner, 'kind', 'permit', 'value', ARGV[3], 'client', ARGV[6],
     'host', ARGV[7], 'pid', ARGV[8], 'label', ARGV[9], 'acquired_ms', ms)
-  redis.call('PEXPIRE', owner, ARGV[2])
-  if ARGV[4] == '1' then
+  redis.call('PEXPIRE', owner, ARGV[4])
+  if ARGV[5] == '1' then
     fences[#fences + 1] = redis.call('GET', 'redquorum:fence:' .. slot) or ''
   end
 end
-return {1, epoch, now, ARGV[4] == '1' and fences or false, -3, free, false}
+return {1, epoch, now, ARGV[5] == '1' and fences or false, -3, free, false}

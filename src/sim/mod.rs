@@ -13,7 +13,7 @@
 //!   semantics of `SET NX PX` and of `src/scripts/*.lua` (epoch record, fence counters,
 //!   compare-and-`PEXPIRE` that never sets a missing key, strict or max-write write-back,
 //!   compare-and-delete, the cluster record: the caller's fingerprint compared by the
-//!   acquire and extend scripts, `init_cluster`'s survey and stamp); expiry on the
+//!   preamble of every lock script, `init_cluster`'s survey and stamp); expiry on the
 //!   master's own wall clock; processes with an incarnation, a start time (uptime) and a
 //!   durability setting.
 //! - **Hand-off queues** (`server.rs`, docs/design.md §17), exactly as the scripts define

@@ -24,7 +24,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use super::server::{Answer, Request, SimServer, Status};
+use super::server::{Answer, Request, ScriptBugs, SimServer, Status};
 use crate::cluster::{Admission, Record, View};
 use crate::error::{MasterError, MasterErrorKind};
 use crate::master::{Master, Op, Reply};
@@ -331,6 +331,7 @@ struct Inner {
     node_timeout: Duration,
     connect_timeout: Duration,
     read_vitals: bool,
+    bugs: ScriptBugs,
     sends: Arc<SendLog>,
     gate: Arc<Gate>,
     link: Mutex<Link>,
@@ -352,6 +353,8 @@ pub(super) struct ConnParams {
     pub(super) connect_timeout: Duration,
     /// Read the master's vitals on every (re)connect (restart quarantine on).
     pub(super) read_vitals: bool,
+    /// The client's planted script bugs, sent with every op.
+    pub(super) bugs: ScriptBugs,
 }
 
 impl SimMaster {
@@ -379,6 +382,7 @@ impl SimMaster {
                 node_timeout: params.node_timeout,
                 connect_timeout: params.connect_timeout,
                 read_vitals: params.read_vitals,
+                bugs: params.bugs,
                 sends,
                 gate,
                 link: Mutex::new(Link {
@@ -539,12 +543,16 @@ impl Inner {
         }
         let fingerprint: Arc<str> = self.view.fingerprint().into();
         match self
-            .round_trip(Some(incarnation), Request::Op(op, fingerprint), trouble)
+            .round_trip(
+                Some(incarnation),
+                Request::Op(op, fingerprint, self.bugs),
+                trouble,
+            )
             .await?
         {
             (_, Answer::Reply(reply), _) => Ok(reply),
             (_, Answer::RecordDiffers, _) => Err(self.record_changed(incarnation, trouble).await),
-            (_, Answer::LimitDiffers { stored, ours }, _) => Err(crate::master::limit_mismatch(
+            (_, Answer::LimitDiffers { stored, ours }, _) => Err(crate::scripts::limit_mismatch(
                 Some(&stored.to_string()),
                 ours,
             )),
@@ -571,7 +579,7 @@ impl Inner {
             record,
             bootstrap: None,
         };
-        let request = Request::Op(Arc::new(stamp), "".into());
+        let request = Request::Op(Arc::new(stamp), "".into(), self.bugs);
         match self.round_trip(Some(incarnation), request, trouble).await? {
             (_, Answer::Reply(Reply::Stamped { .. }), _) => Ok(()),
             _ => Err(protocol()),
@@ -713,7 +721,7 @@ fn waiter_of(op: &Op) -> Option<&Arc<str>> {
 
 /// The one lock key a request's op is about, if it is about one.
 fn key_of(request: &Request) -> Option<Arc<str>> {
-    let Request::Op(op, _) = request else {
+    let Request::Op(op, _, _) = request else {
         return None;
     };
     match &**op {

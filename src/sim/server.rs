@@ -13,9 +13,9 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::cluster::Record;
-use crate::master::{
-    EpochReport, FenceOutcome, FenceRead, Inspected, Op, Reply, RwMode, StampOutcome,
-};
+#[cfg(feature = "mutants")]
+use crate::mutants::{Mutant, Planted};
+use crate::op::{EpochReport, FenceOutcome, FenceRead, Inspected, Op, Reply, RwMode, StampOutcome};
 use crate::quarantine::{Epoch, Vitals};
 use crate::scripts;
 
@@ -80,8 +80,9 @@ pub(super) enum Request {
     /// connection reads the `run_id` and the cluster record.
     Connect { vitals: bool },
     /// One op of the lock protocol, with the caller's cluster fingerprint (empty while it
-    /// knows no record), which the acquire and extend scripts compare with the record's.
-    Op(Arc<Op>, Arc<str>),
+    /// knows no record), which the preamble of every lock script compares with the
+    /// record's, and the planted script bugs of the caller's client.
+    Op(Arc<Op>, Arc<str>, ScriptBugs),
     /// `HGETALL` of the cluster record, after a script found another fingerprint.
     ReadRecord,
 }
@@ -95,8 +96,8 @@ pub(super) enum Answer {
         record: Option<Box<Record>>,
     },
     Reply(Reply),
-    /// The acquire or extend script found a cluster fingerprint other than the caller's
-    /// (their code -2).
+    /// A lock script's preamble found a cluster fingerprint other than the caller's (its
+    /// code -2).
     RecordDiffers,
     /// `semaphore.lua` found permits live under another limit (its code -4).
     LimitDiffers {
@@ -306,8 +307,8 @@ impl Data {
         ))
     }
 
-    /// The epoch record, created with `id` when missing (`epoch.lua`, and the same lines of
-    /// `acquire.lua` and `extend.lua`).
+    /// The epoch record, created with `id` when missing (`epoch.lua`: read at connect, and
+    /// the preamble of every lock script).
     fn epoch_or_create(&mut self, id: impl FnOnce() -> String, now_us: u64) -> String {
         self.epoch
             .get_or_insert_with(|| format!("{}:{now_us}", id()))
@@ -723,7 +724,7 @@ struct EnqueueOutcome {
     pttl_ms: i64,
 }
 
-/// Whole milliseconds for `PX`, at least 1, as `master.rs` sends them.
+/// Whole milliseconds for `PX`, at least 1, as the scripts' codecs send them.
 fn millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
 }
@@ -1117,64 +1118,84 @@ impl SimServer {
                 }
             }
             Request::ReadRecord => Answer::Record(data.record.clone().map(Box::new)),
-            Request::Op(op, caller) => match answer(data, op, caller, now_us, fresh_id) {
-                // `INFO server` gives a survey the process's run_id.
-                Answer::Reply(Reply::Survey { record, epoch, .. }) => {
-                    Answer::Reply(Reply::Survey {
-                        run_id,
-                        record,
-                        epoch,
-                    })
+            Request::Op(op, caller, bugs) => {
+                match answer(data, op, caller, *bugs, now_us, fresh_id) {
+                    // `INFO server` gives a survey the process's run_id.
+                    Answer::Reply(Reply::Survey { record, epoch, .. }) => {
+                        Answer::Reply(Reply::Survey {
+                            run_id,
+                            record,
+                            epoch,
+                        })
+                    }
+                    answer => answer,
                 }
-                answer => answer,
-            },
+            }
         }
     }
 }
 
-/// A master's answer to `op` from a caller whose cluster fingerprint is `caller`, on
-/// `data` at server time `now_us`: the semaphore's check of its stored limit, then the
-/// script ([`apply_as`]). A survey's `run_id` is left empty: it is the process's, not the
-/// data's. The differential test (`tests/differential.rs`) runs this against the scripts.
+/// A master's answer to `op` from a caller whose cluster fingerprint is `caller` and whose
+/// client plants `bugs`, on `data` at server time `now_us`: the semaphore's check of its
+/// stored limit, then the script ([`apply_as`]). A survey's `run_id` is left empty: it is
+/// the process's, not the data's. The differential test (`tests/differential.rs`) runs
+/// this against the scripts.
 pub(super) fn answer(
     data: &mut Data,
     op: &Op,
     caller: &str,
+    bugs: ScriptBugs,
     now_us: u64,
     mut fresh_id: impl FnMut() -> String,
 ) -> Answer {
-    if let Some((stored, ours)) = limit_differs(data, op, caller) {
+    if let Some((stored, ours)) = limit_differs(data, op, caller, bugs) {
         data.epoch_or_create(&mut fresh_id, now_us);
         return Answer::LimitDiffers { stored, ours };
     }
-    match apply_as(data, op, caller, now_us, fresh_id) {
+    match apply_as(data, op, caller, bugs, now_us, fresh_id) {
         Some(reply) => Answer::Reply(reply),
         None => Answer::RecordDiffers,
     }
 }
 
 fn describe(request: &Request, trace: &Trace) -> String {
-    let op = match request {
+    let (op, bugs) = match request {
         Request::Connect { vitals } => return format!("connect (vitals: {vitals})"),
         Request::ReadRecord => return "read the cluster record".to_owned(),
-        Request::Op(op, _) => op,
+        Request::Op(op, _, bugs) => (op, bugs),
     };
     let short = |value: &str| trace.name(value);
     match &**op {
         Op::AcquireChecked {
             key, value, fence, ..
-        } => format!("acquire {key} {} ({fence:?})", short(value)),
+        } => format!(
+            "acquire {key} {} ({fence:?}){}",
+            short(value),
+            bugs.name(
+                bugs.one_round_token && *fence == FenceRead::Read,
+                "one-round token"
+            )
+        ),
         Op::AcquirePermits(p) if p.replace => {
             format!("replace the limit of {} with {}", p.base, p.limit())
         }
         Op::AcquirePermits(p) => format!(
-            "acquire permits {:?} of {} {}",
+            "acquire permits {:?} of {} {}{}",
             p.wanted,
             p.base,
-            short(&p.value)
+            short(&p.value),
+            bugs.name(bugs.counted, "counted per master")
         ),
         Op::Extend { key, value, .. } => {
-            format!("extend {key} {}{}", short(value), recreating(op))
+            format!(
+                "extend {key} {}{}",
+                short(value),
+                bugs.name(bugs.recreate, "re-creating")
+            )
+        }
+        #[cfg(feature = "mutants")]
+        Op::ExtendRecreating { key, value, .. } => {
+            format!("extend {key} {} (re-creating)", short(value))
         }
         Op::AcquireMany {
             keys, value, fence, ..
@@ -1182,11 +1203,15 @@ fn describe(request: &Request, trace: &Trace) -> String {
             "acquire {} {} ({fence:?}){}",
             keys.join(","),
             short(value),
-            partial(op)
+            bugs.name(bugs.partial, "partial vote")
         ),
         Op::Fence {
             key, value, token, ..
-        } => format!("fence {key} {} T={token}{}", short(value), max_write(op)),
+        } => format!(
+            "fence {key} {} T={token}{}",
+            short(value),
+            bugs.name(bugs.max_write, "max-write")
+        ),
         Op::RwAcquire {
             key, value, mode, ..
         } => match mode {
@@ -1195,8 +1220,9 @@ fn describe(request: &Request, trace: &Trace) -> String {
         },
         Op::RwDowngrade { key, value } => format!("downgrade {key} {}", short(value)),
         Op::ExtendRead { key, value, .. } => format!("extend {key} {}", short(value)),
+        Op::Release { key, .. } if bugs.plain_del => format!("DEL {key}"),
         Op::Release { key, value, .. } => {
-            format!("release {key} {}{}", short(value), planted_names(op))
+            format!("release {key} {}{}", short(value), bugs.hand_off_names())
         }
         Op::ExtendMany { keys, value, .. } => {
             format!("extend {} {}", keys.join(","), short(value))
@@ -1204,8 +1230,6 @@ fn describe(request: &Request, trace: &Trace) -> String {
         Op::ReleaseMany { keys, value, .. } => {
             format!("release {} {}", keys.join(","), short(value))
         }
-        #[cfg(feature = "mutants")]
-        Op::ReleaseUnchecked { key } => format!("DEL {key}"),
         Op::Survey | Op::Scan { .. } | Op::Stamp { .. } | Op::Claim { .. } | Op::Unclaim { .. } => {
             op.name().to_owned()
         }
@@ -1226,7 +1250,7 @@ fn describe(request: &Request, trace: &Trace) -> String {
                 format!("waiter {}", short(waiter))
             },
             if *fair { " (fair)" } else { "" },
-            planted_names(op)
+            bugs.hand_off_names()
         ),
         Op::Enqueue {
             key,
@@ -1238,57 +1262,12 @@ fn describe(request: &Request, trace: &Trace) -> String {
             "enqueue {key} {} S={score}{}{}",
             short(waiter),
             if *strict { " (strict)" } else { "" },
-            planted_names(op)
+            bugs.hand_off_names()
         ),
         Op::Dequeue { key, waiter, .. } => {
-            format!("dequeue {key} {}{}", short(waiter), planted_names(op))
+            format!("dequeue {key} {}{}", short(waiter), bugs.hand_off_names())
         }
     }
-}
-
-/// The planted script bugs of a hand-off op, for traces.
-fn planted_names(op: &Op) -> String {
-    let p = planted(op);
-    [
-        (p.ignore_liveness, " (ignoring liveness)"),
-        (p.keep_ttl, " (keeping the handed expiry)"),
-        (p.by_arrival, " (scored by arrival)"),
-    ]
-    .iter()
-    .filter(|(on, _)| *on)
-    .map(|(_, name)| *name)
-    .collect()
-}
-
-/// Whether an extension re-creates missing keys (`Mutant::ExtendRecreates`), for traces.
-fn recreating(op: &Op) -> &'static str {
-    #[cfg(feature = "mutants")]
-    if let Op::Extend { recreate: true, .. } = op {
-        return " (re-creating)";
-    }
-    let _ = op;
-    ""
-}
-
-/// Whether a multi-key acquire votes on a partial grant (`Mutant::ManyPartialVote`), for
-/// traces.
-fn partial(op: &Op) -> &'static str {
-    #[cfg(feature = "mutants")]
-    if let Op::AcquireMany { partial: true, .. } = op {
-        return " (partial vote)";
-    }
-    let _ = op;
-    ""
-}
-
-/// Whether a write-back is the max-write of `Mutant::WritebackNoGuard`, for traces.
-fn max_write(op: &Op) -> &'static str {
-    #[cfg(feature = "mutants")]
-    if let Op::Fence { strict: false, .. } = op {
-        return " (max-write)";
-    }
-    let _ = op;
-    ""
 }
 
 fn outcome(answer: &Answer) -> String {
@@ -1336,13 +1315,15 @@ fn live_locks(state: &mut State, clock: &Clock) -> Vec<(Arc<str>, Arc<str>)> {
 }
 
 /// Executes one op on `data` at server time `now_us` for a caller whose cluster fingerprint
-/// is `caller`, exactly as the master would: `None` where the acquire or extend script
-/// answers that the record's fingerprint differs (-2). Both scripts read the data epoch
-/// (starting one when it is missing) before they compare.
+/// is `caller`, exactly as the master would: `None` where the script's preamble answers
+/// that the record's fingerprint differs (-2). The preamble, the same in every lock script
+/// (`epoch.lua`, then `cluster.lua`), reads the data epoch (starting one when it is
+/// missing, unless the op asks not to read it) before it compares.
 fn apply_as(
     data: &mut Data,
     op: &Op,
     caller: &str,
+    bugs: ScriptBugs,
     now_us: u64,
     mut fresh_id: impl FnMut() -> String,
 ) -> Option<Reply> {
@@ -1357,6 +1338,8 @@ fn apply_as(
         Op::Extend { epoch, .. } | Op::ExtendMany { epoch, .. } | Op::ExtendRead { epoch, .. } => {
             Some(*epoch)
         }
+        #[cfg(feature = "mutants")]
+        Op::ExtendRecreating { epoch, .. } => Some(*epoch),
         _ => None,
     };
     if let Some(reads_epoch) = reads_epoch {
@@ -1368,22 +1351,26 @@ fn apply_as(
             return None;
         }
     }
-    Some(apply(data, op, now_us, fresh_id))
+    Some(apply(data, op, bugs, now_us, fresh_id))
 }
 
 /// `semaphore.lua`'s check of the stored limit when taking slots, for a caller whose
 /// fingerprint agrees with the record: the stored limit and the caller's when they differ
 /// (live permits or not: the record is sticky). A missing record takes the caller's limit.
 /// Replacing the limit is `apply`'s (docs/design.md §15).
-fn limit_differs(data: &mut Data, op: &Op, caller: &str) -> Option<(usize, usize)> {
+fn limit_differs(
+    data: &mut Data,
+    op: &Op,
+    caller: &str,
+    bugs: ScriptBugs,
+) -> Option<(usize, usize)> {
     let Op::AcquirePermits(p) = op else {
         return None;
     };
-    #[cfg(feature = "mutants")]
-    if p.counted.is_some() {
-        return None;
-    }
-    if p.replace || data.record.as_ref().map_or("", |r| r.fingerprint.as_str()) != caller {
+    if p.replace
+        || bugs.counted
+        || data.record.as_ref().map_or("", |r| r.fingerprint.as_str()) != caller
+    {
         return None;
     }
     let ours = p.limit();
@@ -1397,61 +1384,87 @@ fn limit_differs(data: &mut Data, op: &Op, caller: &str) -> Option<(usize, usize
     }
 }
 
-/// The planted script bugs an op carries (feature `mutants`; none without it).
-#[derive(Debug, Default, Clone, Copy)]
-struct Planted {
-    /// `Mutant::HandoffIgnoresLiveness`.
+/// The planted script bugs of a client (feature `mutants`; none without it), as the model
+/// runs them: the variants that the scripts' codecs (`src/scripts/`) pick from the
+/// client's planted bug, which its simulated masters are given when they are built
+/// ([`ScriptBugs::of`]) and send with every op.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct ScriptBugs {
+    /// `Mutant::OneRoundToken`: `acquire.lua` increments the fence counter it reads
+    /// where it grants.
+    one_round_token: bool,
+    /// `Mutant::PlainDelRelease`: a single-key release is a plain `DEL`.
+    plain_del: bool,
+    /// `Mutant::ExtendRecreates`: `extend.lua` sets a missing key again.
+    recreate: bool,
+    /// `Mutant::ManyPartialVote`: `acquire_many.lua` grants each free key and says
+    /// granted if it granted any.
+    partial: bool,
+    /// `Mutant::ReaderIgnoresIntent`: `rw_acquire.lua` grants readers past a live intent.
+    ignore_intent: bool,
+    /// `Mutant::WritebackNoGuard`: `fence.lua` accepts a counter equal to the token.
+    max_write: bool,
+    /// `Mutant::SemaphoreCountPerMaster`: a master counts the permits it holds.
+    counted: bool,
+    /// `Mutant::HandoffIgnoresLiveness`: the queue's first member is its head, live or not.
     ignore_liveness: bool,
-    /// `Mutant::ConfirmKeepsHandoffExpiry`.
+    /// `Mutant::ConfirmKeepsHandoffExpiry`: a confirm keeps the handed key's expiry.
     keep_ttl: bool,
-    /// `Mutant::FairByArrival`.
+    /// `Mutant::FairByArrival`: a fair waiter is scored by its arrival on the master.
     by_arrival: bool,
 }
 
-fn planted(op: &Op) -> Planted {
+impl ScriptBugs {
+    /// The script bugs of a client that plants `planted`.
     #[cfg(feature = "mutants")]
-    {
-        match op {
-            Op::Release {
-                ignore_liveness, ..
-            }
-            | Op::Dequeue {
-                ignore_liveness, ..
-            } => Planted {
-                ignore_liveness: *ignore_liveness,
-                ..Planted::default()
-            },
-            Op::AcquireQueued {
-                ignore_liveness,
-                keep_handoff_expiry,
-                ..
-            } => Planted {
-                ignore_liveness: *ignore_liveness,
-                keep_ttl: *keep_handoff_expiry,
-                by_arrival: false,
-            },
-            Op::Enqueue {
-                ignore_liveness,
-                by_arrival,
-                ..
-            } => Planted {
-                ignore_liveness: *ignore_liveness,
-                by_arrival: *by_arrival,
-                keep_ttl: false,
-            },
-            _ => Planted::default(),
+    pub(super) fn of(planted: &Planted) -> Self {
+        let is = |mutant| planted.is(mutant);
+        Self {
+            one_round_token: is(Mutant::OneRoundToken),
+            plain_del: is(Mutant::PlainDelRelease),
+            recreate: is(Mutant::ExtendRecreates),
+            partial: is(Mutant::ManyPartialVote),
+            ignore_intent: is(Mutant::ReaderIgnoresIntent),
+            max_write: is(Mutant::WritebackNoGuard),
+            counted: is(Mutant::SemaphoreCountPerMaster),
+            ignore_liveness: is(Mutant::HandoffIgnoresLiveness),
+            keep_ttl: is(Mutant::ConfirmKeepsHandoffExpiry),
+            by_arrival: is(Mutant::FairByArrival),
         }
     }
-    #[cfg(not(feature = "mutants"))]
-    {
-        let _ = op;
-        Planted::default()
+
+    /// `" (name)"` where `on`, for traces.
+    fn name(&self, on: bool, name: &str) -> String {
+        if on {
+            format!(" ({name})")
+        } else {
+            String::new()
+        }
+    }
+
+    /// The planted bugs of the hand-off scripts, for traces.
+    fn hand_off_names(&self) -> String {
+        [
+            (self.ignore_liveness, " (ignoring liveness)"),
+            (self.keep_ttl, " (keeping the handed expiry)"),
+            (self.by_arrival, " (scored by arrival)"),
+        ]
+        .iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, name)| *name)
+        .collect()
     }
 }
 
 /// Executes one op on `data` at server time `now_us`, exactly as the master would, for a
 /// caller whose fingerprint agrees with the cluster record (see [`apply_as`]).
-fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> String) -> Reply {
+fn apply(
+    data: &mut Data,
+    op: &Op,
+    bugs: ScriptBugs,
+    now_us: u64,
+    fresh_id: impl FnOnce() -> String,
+) -> Reply {
     match op {
         // acquire.lua, past its comparison of fingerprints (`apply_as`)
         Op::AcquireChecked {
@@ -1466,14 +1479,12 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             let fence_key = scripts::fence_key(key);
             let counter = match fence {
                 FenceRead::Skip => None,
-                #[cfg(feature = "mutants")]
-                FenceRead::IncrementWhenGranted if granted => {
+                // The one-round token: incremented where granted.
+                FenceRead::Read if bugs.one_round_token && granted => {
                     let c = data.fences.entry(fence_key).or_insert(0);
                     *c += 1;
                     Some(*c)
                 }
-                #[cfg(feature = "mutants")]
-                FenceRead::IncrementWhenGranted => data.fences.get(&fence_key).copied(),
                 FenceRead::Read => data.fences.get(&fence_key).copied(),
             };
             let holder_ttl = if granted {
@@ -1522,8 +1533,10 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                     free: Vec::new(),
                 };
             }
+            // The per-master count: the keys of the planted design, by holder.
             #[cfg(feature = "mutants")]
-            if let Some(keys) = &p.counted {
+            if bugs.counted {
+                let keys = scripts::counted_permits(&p.base, &p.value, p.wanted.len());
                 let pattern = format!("{}c:", p.base);
                 let live: Vec<Arc<str>> = data
                     .locks
@@ -1537,7 +1550,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                     .count();
                 let granted = held + keys.len() <= p.limit();
                 if granted {
-                    for key in keys {
+                    for key in &keys {
                         data.set(key, &p.value, p.ttl, now_us);
                     }
                 }
@@ -1590,49 +1603,28 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 free,
             }
         }
-        // extend.lua, past its comparison of fingerprints (`apply_as`)
+        // extend.lua, past its comparison of fingerprints (`apply_as`); its planted variant
+        // (`Op::ExtendRecreating` and `Mutant::ExtendRecreates`) sets a missing key again,
+        // which the real script never does.
+        #[cfg(feature = "mutants")]
+        Op::ExtendRecreating {
+            key,
+            value,
+            ttl,
+            epoch,
+        } => extend(data, (key, value, *ttl, *epoch), true, now_us, fresh_id),
         Op::Extend {
             key,
             value,
             ttl,
             epoch,
-            ..
-        } => {
-            let record_read = *epoch;
-            let record = epoch.then(|| data.epoch_or_create(fresh_id, now_us));
-            // The planted bug sets a missing key again (the real script never does).
-            #[cfg(feature = "mutants")]
-            let recreate = matches!(op, Op::Extend { recreate: true, .. });
-            #[cfg(not(feature = "mutants"))]
-            let recreate = false;
-            // A missing key is never set again (it may have been force-unlocked).
-            let granted = match data.live(key, now_us) {
-                Some(current) if current == *value => {
-                    data.set(key, value, *ttl, now_us);
-                    Some(true)
-                }
-                Some(_) => Some(false),
-                None if recreate => {
-                    data.set(key, value, *ttl, now_us);
-                    Some(true)
-                }
-                None => None,
-            };
-            let epoch = EpochReport { record, now_us };
-            match (granted, record_read) {
-                (None, false) => Reply::Missing,
-                (None, true) => Reply::Gone { epoch },
-                (Some(true), false) => Reply::Granted,
-                (Some(false), false) => Reply::HeldByOther,
-                (Some(granted), true) => Reply::Checked {
-                    granted,
-                    epoch,
-                    fence: None,
-                    holder_ttl: None,
-                    ticket: None,
-                },
-            }
-        }
+        } => extend(
+            data,
+            (key, value, *ttl, *epoch),
+            bugs.recreate,
+            now_us,
+            fresh_id,
+        ),
         // acquire_many.lua, past its comparison of fingerprints (`apply_as`): every key or
         // none (the planted partial vote grants each free key and says granted if any was);
         // the model keeps no owner records, so its kind check is not modelled (see
@@ -1644,10 +1636,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             fence,
             ..
         } => {
-            #[cfg(feature = "mutants")]
-            let partial = matches!(op, Op::AcquireMany { partial: true, .. });
-            #[cfg(not(feature = "mutants"))]
-            let partial = false;
+            let partial = bugs.partial;
             let record = data.epoch_or_create(fresh_id, now_us);
             let mut fences = Vec::with_capacity(keys.len());
             let mut held = Vec::with_capacity(keys.len());
@@ -1711,20 +1700,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 }
                 Some(true)
             };
-            let epoch = EpochReport { record, now_us };
-            match (granted, record_read) {
-                (None, false) => Reply::Missing,
-                (None, true) => Reply::Gone { epoch },
-                (Some(true), false) => Reply::Granted,
-                (Some(false), false) => Reply::HeldByOther,
-                (Some(granted), true) => Reply::Checked {
-                    granted,
-                    epoch,
-                    fence: None,
-                    holder_ttl: None,
-                    ticket: None,
-                },
-            }
+            extended(granted, record_read, EpochReport { record, now_us })
         }
         // release_many.lua (the release notices have no subscriber in the simulation)
         // release_many.lua: each key of ours deleted and handed to its queue's live head.
@@ -1749,7 +1725,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 Reply::Missing
             }
         }
-        // fence.lua (which does not read TIME: the reply's clock is 0, as in master.rs)
+        // fence.lua (which does not read TIME: the reply's clock is 0, as its codec reads it)
         // rw_acquire.lua, past its comparison of fingerprints (`apply_as`); the model keeps
         // no owner records, so the kind checks are not modelled, and its reader index is
         // the set of live reader keys (the script's index, pruned as it reads it).
@@ -1761,16 +1737,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             mode,
             ..
         } => {
-            #[cfg(feature = "mutants")]
-            let ignore_intent = matches!(
-                op,
-                Op::RwAcquire {
-                    ignore_intent: true,
-                    ..
-                }
-            );
-            #[cfg(not(feature = "mutants"))]
-            let ignore_intent = false;
+            let ignore_intent = bugs.ignore_intent;
             let record = data.epoch_or_create(fresh_id, now_us);
             let prefix = scripts::reader_prefix(key);
             let readers: Vec<Arc<str>> = data
@@ -1850,19 +1817,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             ttl,
             epoch,
             ..
-        } => apply(
-            data,
-            &Op::Extend {
-                key: Arc::clone(key),
-                value: Arc::clone(value),
-                ttl: *ttl,
-                epoch: *epoch,
-                #[cfg(feature = "mutants")]
-                recreate: false,
-            },
-            now_us,
-            fresh_id,
-        ),
+        } => extend(data, (key, value, *ttl, *epoch), false, now_us, fresh_id),
         // rw_downgrade.lua, past its comparison of fingerprints (`apply_as`)
         Op::RwDowngrade { key, value } => {
             let record = data.epoch_or_create(fresh_id, now_us);
@@ -1908,10 +1863,7 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             ..
         } => {
             // The max-write mutant also accepts a counter equal to the token.
-            #[cfg(feature = "mutants")]
-            let equal_ok = matches!(op, Op::Fence { strict: false, .. });
-            #[cfg(not(feature = "mutants"))]
-            let equal_ok = false;
+            let equal_ok = bugs.max_write;
             let epoch = EpochReport {
                 record: data.epoch.clone(),
                 now_us: 0,
@@ -1943,8 +1895,17 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
         }
         // release.lua: compare-and-delete, then the hand-off to the queue's live head
         // (the notices have no subscriber in the simulation)
+        // The plain `DEL` of `Mutant::PlainDelRelease`.
+        Op::Release { key, .. } if bugs.plain_del => {
+            if data.live(key, now_us).is_some() {
+                data.locks.remove(&**key);
+                Reply::Granted
+            } else {
+                Reply::Missing
+            }
+        }
         Op::Release { key, value, .. } => {
-            data.release_handing_off(key, value, now_us, planted(op).ignore_liveness)
+            data.release_handing_off(key, value, now_us, bugs.ignore_liveness)
         }
         // `HGETALL` of the record and a `SCAN` for a live lock key (fence counters, the
         // epoch and the record are the crate's records, not keys); `SimServer::execute`
@@ -2044,16 +2005,6 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 counter: *counter,
             }
         }
-        // `DEL key`
-        #[cfg(feature = "mutants")]
-        Op::ReleaseUnchecked { key } => {
-            if data.live(key, now_us).is_some() {
-                data.locks.remove(&**key);
-                Reply::Granted
-            } else {
-                Reply::Missing
-            }
-        }
         // acquire_queued.lua, past its comparison of fingerprints (`apply_as`); the model
         // keeps no owner records (see rw_acquire.lua above)
         Op::AcquireQueued {
@@ -2066,15 +2017,14 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             ..
         } => {
             let record = data.epoch_or_create(fresh_id, now_us);
-            let planted = planted(op);
             let q = QueuedAcquire {
                 key,
                 value,
                 ttl: *ttl,
                 waiter,
                 fair: *fair,
-                ignore_liveness: planted.ignore_liveness,
-                keep_ttl: planted.keep_ttl,
+                ignore_liveness: bugs.ignore_liveness,
+                keep_ttl: bugs.keep_ttl,
             };
             let (granted, pttl_ms) = data.acquire_queued(&q, now_us);
             Reply::Checked {
@@ -2106,7 +2056,6 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
             ..
         } => {
             let record = data.epoch_or_create(fresh_id, now_us);
-            let planted = planted(op);
             let e = Enqueued {
                 key,
                 waiter,
@@ -2115,8 +2064,8 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
                 waiter_ttl: *waiter_ttl,
                 channel,
                 fair: *fair,
-                ignore_liveness: planted.ignore_liveness,
-                by_arrival: planted.by_arrival,
+                ignore_liveness: bugs.ignore_liveness,
+                by_arrival: bugs.by_arrival,
             };
             let outcome = data.enqueue(&e, now_us);
             Reply::Enqueued {
@@ -2134,12 +2083,57 @@ fn apply(data: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> Strin
         }
         // dequeue.lua
         Op::Dequeue { key, waiter, .. } => {
-            if data.dequeue(key, waiter, now_us, planted(op).ignore_liveness) {
+            if data.dequeue(key, waiter, now_us, bugs.ignore_liveness) {
                 Reply::Granted
             } else {
                 Reply::Missing
             }
         }
+    }
+}
+
+/// `extend.lua` on one key, past its comparison of fingerprints (`apply_as`): with
+/// `recreate`, its planted variant, which sets a missing key again.
+fn extend(
+    data: &mut Data,
+    (key, value, ttl, epoch): (&Arc<str>, &Arc<str>, Duration, bool),
+    recreate: bool,
+    now_us: u64,
+    fresh_id: impl FnOnce() -> String,
+) -> Reply {
+    let record = epoch.then(|| data.epoch_or_create(fresh_id, now_us));
+    // A missing key is never set again (it may have been force-unlocked).
+    let granted = match data.live(key, now_us) {
+        Some(current) if current == *value => {
+            data.set(key, value, ttl, now_us);
+            Some(true)
+        }
+        Some(_) => Some(false),
+        None if recreate => {
+            data.set(key, value, ttl, now_us);
+            Some(true)
+        }
+        None => None,
+    };
+    extended(granted, epoch, EpochReport { record, now_us })
+}
+
+/// The reply to an extension, as its codec reads it (`scripts/lock.rs`): `granted` is `Some(true)`
+/// extended, `Some(false)` held by another value, `None` missing; with `epoch_read`, the
+/// reply carries the epoch.
+fn extended(granted: Option<bool>, epoch_read: bool, epoch: EpochReport) -> Reply {
+    match (granted, epoch_read) {
+        (None, false) => Reply::Missing,
+        (None, true) => Reply::Gone { epoch },
+        (Some(true), false) => Reply::Granted,
+        (Some(false), false) => Reply::HeldByOther,
+        (Some(granted), true) => Reply::Checked {
+            granted,
+            epoch,
+            fence: None,
+            holder_ttl: None,
+            ticket: None,
+        },
     }
 }
 
@@ -2156,6 +2150,20 @@ mod tests {
         "fresh".to_owned()
     }
 
+    /// [`super::apply`] for a client that plants no bug.
+    fn apply(d: &mut Data, op: &Op, now_us: u64, fresh_id: impl FnOnce() -> String) -> Reply {
+        super::apply(d, op, ScriptBugs::default(), now_us, fresh_id)
+    }
+
+    /// The script bugs of a client that plants `mutant`.
+    #[cfg(feature = "mutants")]
+    fn planted(mutant: Mutant) -> ScriptBugs {
+        ScriptBugs::of(&Planted {
+            mutant: Some(mutant),
+            ..Planted::default()
+        })
+    }
+
     fn acquire(value: &str, fence: FenceRead) -> Op {
         Op::AcquireChecked {
             key: "k".into(),
@@ -2166,16 +2174,12 @@ mod tests {
         }
     }
 
-    fn fence(value: &str, token: u64, strict: bool) -> Op {
-        #[cfg(not(feature = "mutants"))]
-        assert!(strict, "a max-write needs the mutants feature");
+    fn fence(value: &str, token: u64) -> Op {
         Op::Fence {
             counter: scripts::fence_key("k").into(),
             key: "k".into(),
             value: value.into(),
             token,
-            #[cfg(feature = "mutants")]
-            strict,
         }
     }
 
@@ -2239,19 +2243,10 @@ mod tests {
     #[test]
     fn one_round_token_increments_only_where_granted() {
         let mut d = Data::default();
-        let first = apply(
-            &mut d,
-            &acquire("a", FenceRead::IncrementWhenGranted),
-            T0,
-            id,
-        );
+        let bugs = planted(Mutant::OneRoundToken);
+        let first = super::apply(&mut d, &acquire("a", FenceRead::Read), bugs, T0, id);
         assert!(matches!(first, Reply::Checked { fence: Some(1), .. }));
-        let refused = apply(
-            &mut d,
-            &acquire("b", FenceRead::IncrementWhenGranted),
-            T0,
-            id,
-        );
+        let refused = super::apply(&mut d, &acquire("b", FenceRead::Read), bugs, T0, id);
         assert!(matches!(
             refused,
             Reply::Checked {
@@ -2270,8 +2265,6 @@ mod tests {
             value: v.into(),
             ttl: 100 * MS,
             epoch: false,
-            #[cfg(feature = "mutants")]
-            recreate: false,
         };
         // A missing key stays missing: it may have been force-unlocked.
         assert_eq!(apply(&mut d, &ext("a"), T0, id), Reply::Missing);
@@ -2288,8 +2281,6 @@ mod tests {
             value: v.into(),
             ttl: 100 * MS,
             epoch: true,
-            #[cfg(feature = "mutants")]
-            recreate: false,
         };
         assert!(matches!(
             apply(&mut d, &with_epoch("a"), T0 + 90_000, id),
@@ -2324,28 +2315,30 @@ mod tests {
             other => panic!("{other:?}"),
         };
         assert_eq!(
-            written(apply(&mut d, &fence("b", 5, true), T0, id)),
+            written(apply(&mut d, &fence("b", 5), T0, id)),
             (FenceOutcome::NotOurs, None)
         );
         assert_eq!(
-            written(apply(&mut d, &fence("a", 5, true), T0, id)),
+            written(apply(&mut d, &fence("a", 5), T0, id)),
             (FenceOutcome::Written, None)
         );
         assert_eq!(
-            written(apply(&mut d, &fence("a", 5, true), T0, id)),
+            written(apply(&mut d, &fence("a", 5), T0, id)),
             (FenceOutcome::Conflict, Some(5))
         );
         // The max-write mutant accepts an equal counter.
         #[cfg(feature = "mutants")]
-        assert_eq!(
-            written(apply(&mut d, &fence("a", 5, false), T0, id)),
-            (FenceOutcome::Written, Some(5))
-        );
-        #[cfg(feature = "mutants")]
-        assert_eq!(
-            written(apply(&mut d, &fence("a", 4, false), T0, id)),
-            (FenceOutcome::Conflict, Some(5))
-        );
+        {
+            let max_write = planted(Mutant::WritebackNoGuard);
+            assert_eq!(
+                written(super::apply(&mut d, &fence("a", 5), max_write, T0, id)),
+                (FenceOutcome::Written, Some(5))
+            );
+            assert_eq!(
+                written(super::apply(&mut d, &fence("a", 4), max_write, T0, id)),
+                (FenceOutcome::Conflict, Some(5))
+            );
+        }
     }
 
     #[test]
@@ -2356,18 +2349,17 @@ mod tests {
             key: "k".into(),
             value: v.into(),
             channel: "c".into(),
-            #[cfg(feature = "mutants")]
-            ignore_liveness: false,
         };
         assert_eq!(apply(&mut d, &rel("b"), T0, id), Reply::HeldByOther);
         assert_eq!(apply(&mut d, &rel("a"), T0, id), Reply::Granted);
         assert_eq!(apply(&mut d, &rel("a"), T0, id), Reply::Missing);
         #[cfg(feature = "mutants")]
         {
+            // `Mutant::PlainDelRelease`: any value's key is deleted.
             apply(&mut d, &acquire("a", FenceRead::Skip), T0, id);
-            let del = Op::ReleaseUnchecked { key: "k".into() };
-            assert_eq!(apply(&mut d, &del, T0, id), Reply::Granted);
-            assert_eq!(apply(&mut d, &del, T0, id), Reply::Missing);
+            let del = planted(Mutant::PlainDelRelease);
+            assert_eq!(super::apply(&mut d, &rel("b"), del, T0, id), Reply::Granted);
+            assert_eq!(super::apply(&mut d, &rel("b"), del, T0, id), Reply::Missing);
         }
     }
 
@@ -2459,7 +2451,17 @@ mod tests {
             value: "a".into(),
             ttl: 100 * MS,
             epoch: false,
-            recreate: true,
+        };
+        let bugs = planted(Mutant::ExtendRecreates);
+        assert_eq!(super::apply(&mut d, &ext, bugs, T0, id), Reply::Granted);
+        assert_eq!(d.live("k", T0).as_deref(), Some("a"));
+        // The counted re-entry's round (`Mutant::ReentryCounter`) does the same.
+        let mut d = Data::default();
+        let ext = Op::ExtendRecreating {
+            key: "k".into(),
+            value: "a".into(),
+            ttl: 100 * MS,
+            epoch: false,
         };
         assert_eq!(apply(&mut d, &ext, T0, id), Reply::Granted);
         assert_eq!(d.live("k", T0).as_deref(), Some("a"));
@@ -2736,7 +2738,11 @@ mod tests {
         let clock = Clock::start();
         for durable in [false, true] {
             let server = SimServer::new(0, durable, clock);
-            let op = Request::Op(Arc::new(acquire("a", FenceRead::Read)), NO_RECORD.into());
+            let op = Request::Op(
+                Arc::new(acquire("a", FenceRead::Read)),
+                NO_RECORD.into(),
+                ScriptBugs::default(),
+            );
             let (first, _) = server.serve(None, &op).await.unwrap();
             assert_eq!(server.crash().len(), 1);
             assert_eq!(server.serve(Some(first), &op).await.unwrap_err(), Reset);
@@ -2764,13 +2770,21 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_paused_master_serves_late_and_expires_keys_meanwhile() {
         let server = Arc::new(SimServer::new(0, false, Clock::start()));
-        let op = Request::Op(Arc::new(acquire("a", FenceRead::Skip)), NO_RECORD.into());
+        let op = Request::Op(
+            Arc::new(acquire("a", FenceRead::Skip)),
+            NO_RECORD.into(),
+            ScriptBugs::default(),
+        );
         server.serve(None, &op).await.unwrap();
         assert!(server.pause(true));
         let waiting = {
             let server = Arc::clone(&server);
             tokio::spawn(async move {
-                let op = Request::Op(Arc::new(acquire("b", FenceRead::Skip)), NO_RECORD.into());
+                let op = Request::Op(
+                    Arc::new(acquire("b", FenceRead::Skip)),
+                    NO_RECORD.into(),
+                    ScriptBugs::default(),
+                );
                 let answer = server.serve(None, &op).await;
                 (Instant::now(), answer)
             })
@@ -2792,7 +2806,11 @@ mod tests {
         let clock = Clock::start();
         let server = SimServer::new(0, false, clock);
         tokio::time::sleep(7 * MS).await;
-        let op = Request::Op(Arc::new(acquire("a", FenceRead::Skip)), NO_RECORD.into());
+        let op = Request::Op(
+            Arc::new(acquire("a", FenceRead::Skip)),
+            NO_RECORD.into(),
+            ScriptBugs::default(),
+        );
         server.serve(None, &op).await.unwrap();
         let (value, expires) = server.entry("k").unwrap();
         assert_eq!(&*value, "a");
@@ -2806,7 +2824,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_clock_jump_expires_keys_early() {
         let server = SimServer::new(0, false, Clock::start());
-        let op = Request::Op(Arc::new(acquire("a", FenceRead::Skip)), NO_RECORD.into());
+        let op = Request::Op(
+            Arc::new(acquire("a", FenceRead::Skip)),
+            NO_RECORD.into(),
+            ScriptBugs::default(),
+        );
         server.serve(None, &op).await.unwrap();
         assert!(server.holder("k").is_some());
         server.jump_clock(100_000);

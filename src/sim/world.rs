@@ -17,7 +17,7 @@ use super::check::{
     StallCount, Violation, WaitRecord,
 };
 use super::net::{ConnParams, EnqueueSeen, Gate, NetParams, Registering, SendLog, SimMaster};
-use super::server::{Clock, SimServer, Trace};
+use super::server::{Clock, ScriptBugs, SimServer, Trace};
 use crate::config::Builder;
 use crate::error::ErrorKind;
 use crate::lease::Lease;
@@ -1444,11 +1444,16 @@ pub(super) fn build_client_with(
         Some(Mutant::NoNodeTimeout) => NO_NODE_TIMEOUT,
         _ => spec.node_timeout,
     };
+    #[cfg(feature = "mutants")]
+    let bugs = ScriptBugs::of(&config.planted);
+    #[cfg(not(feature = "mutants"))]
+    let bugs = ScriptBugs::default();
     let params = ConnParams {
         net: spec.net,
         node_timeout,
         connect_timeout: CONNECT_TIMEOUT,
         read_vitals: spec.quarantine,
+        bugs,
     };
     let gates: Vec<Arc<Gate>> = servers.iter().map(|_| Arc::default()).collect();
     // The send log keeps first contacts by the masters' own numbers, which a client over

@@ -12,7 +12,12 @@ use tokio::time::sleep;
 
 use crate::harness::*;
 
-const ACQUIRE_LUA: &str = include_str!("../../src/scripts/acquire.lua");
+/// `acquire.lua` as the library sends it: behind the preamble (`epoch.lua`, `cluster.lua`).
+const ACQUIRE_LUA: &str = concat!(
+    include_str!("../../src/scripts/epoch.lua"),
+    include_str!("../../src/scripts/cluster.lua"),
+    include_str!("../../src/scripts/acquire.lua")
+);
 const FENCE_LUA: &str = include_str!("../../src/scripts/fence.lua");
 
 /// S0: 8 clients on 2 resources, no faults.

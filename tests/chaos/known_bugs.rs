@@ -5,14 +5,14 @@
 //!
 //! # Fixed: script calls on a master without the script took three round trips
 //!
-//! Fixed by loading every script when a connection to a master is opened (`master.rs`);
+//! Fixed by loading every script when a connection to a master is opened (`master/`);
 //! the test below now requires the release to complete. The fallback still exists for a
 //! `SCRIPT FLUSH` on an open connection, which S19r uses to catch `ReuseValue`.
 //!
 //! Release and extend run Lua scripts with `EVALSHA`; on a master that does not have the
 //! script yet (a fresh or restarted master: Redis forgets its script cache) the reply is
 //! `NOSCRIPT`, and the client then sends `SCRIPT LOAD` and `EVALSHA` again, each awaiting
-//! its reply (redis-rs `Script::invoke_async`), all inside one node timeout (`master.rs`).
+//! its reply (redis-rs `Script::invoke_async`), all inside one node timeout (`master/`).
 //! Two consequences:
 //!
 //! 1. With a round trip above a third of the node timeout (a healthy remote master), the

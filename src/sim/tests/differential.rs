@@ -1,16 +1,17 @@
 //! The simulation's master model against a real `redis-server`: a differential test
 //! (docs/testing.md §8).
 //!
-//! Every master operation exists as a Lua script (`src/scripts/`), as its arm in the
-//! client (`run` in `src/master.rs`) and as its model (`server::answer`, which the
-//! simulation's schedules run). Here random sequences of operations run both through the
-//! real client path (`RedisMaster::call`, against one real `redis-server` started by the
-//! testkit) and through the model, and after every step the replies must agree and so must
-//! the keyspaces (the real one read whole by one script, the model's `Data`). Each
-//! sequence starts on an empty master with a fresh client. Half the time an argument is
-//! one the state makes interesting (a value that holds one of the keys, a queued waiter or
-//! the one handed the key, a token or a score at its counter), else one of a few fixed
-//! ones; the holder of a fencing write-back is drawn more often.
+//! Every master operation exists as a Lua script (`src/scripts/`), as its codec beside it
+//! (`src/scripts/*.rs`, whose requests the master sends) and as its model
+//! (`server::answer`, which the simulation's schedules run). Here random sequences of
+//! operations run both through the real client path (`RedisMaster::call`, against one
+//! real `redis-server` started by the testkit) and through the model, and after every
+//! step the replies must agree and so must the keyspaces (the real one read whole by one
+//! script, the model's `Data`). Each sequence starts on an empty master with a fresh
+//! client. Half the time an argument is one the state makes interesting (a value that
+//! holds one of the keys, a queued waiter or the one handed the key, a token or a score at
+//! its counter), else one of a few fixed ones; the holder of a fencing write-back is drawn
+//! more often.
 //!
 //! # Time
 //! The model runs at the server time at which the script ran: the `TIME` it read first,
@@ -82,7 +83,7 @@ use crate::config::{Builder, Config};
 use crate::error::{MasterError, MasterErrorKind};
 use crate::master::{self, FenceRead, Master, Op, PermitsOp, RedisMaster, Reply, RwMode};
 use crate::scripts;
-use crate::sim::server::{self, Answer, Data};
+use crate::sim::server::{self, Answer, Data, ScriptBugs};
 use crate::testkit::{Server, ServerOptions};
 
 const SEED_ENV: &str = "REDQUORUM_DIFF_SEED";
@@ -572,14 +573,16 @@ impl<'a> Sequence<'a> {
             .query_async(&mut real.raw)
             .await
             .unwrap();
+        let timeout = Duration::from_secs(5);
+        // No vitals read at connect (they would start an epoch the model does not see).
         let config = Builder::new()
             .master(real.server.url())
+            .quarantine(false)
+            .connect_timeout(timeout)
             .into_config()
             .unwrap();
         let view = Redlock::view_of(&config);
-        let timeout = Duration::from_secs(5);
-        let master =
-            RedisMaster::new(&config.masters[0], (0, &view), timeout, timeout, false).unwrap();
+        let master = RedisMaster::new(&config.masters[0], (0, &view), &config, timeout).unwrap();
         Self {
             real,
             config,
@@ -677,8 +680,6 @@ impl<'a> Sequence<'a> {
                         key: key.into(),
                         waiter: waiter.into(),
                         channel: scripts::release_channel(key).into(),
-                        #[cfg(feature = "mutants")]
-                        ignore_liveness: false,
                     },
                 )
             }
@@ -690,8 +691,6 @@ impl<'a> Sequence<'a> {
                     ttl,
                     fence,
                     owner: Arc::clone(owner),
-                    #[cfg(feature = "mutants")]
-                    partial: false,
                 },
             ),
             "extend" => (
@@ -768,8 +767,6 @@ impl<'a> Sequence<'a> {
                         ttl,
                         fence,
                         owner: Arc::clone(owner),
-                        #[cfg(feature = "mutants")]
-                        counted: None,
                     })),
                 )
             }
@@ -808,8 +805,6 @@ impl<'a> Sequence<'a> {
                         fence,
                         owner: Arc::clone(owner),
                         mode,
-                        #[cfg(feature = "mutants")]
-                        ignore_intent: false,
                     },
                 )
             }
@@ -1018,7 +1013,14 @@ impl<'a> Sequence<'a> {
         // first script that refuses the old one, and the request sent again.
         let caller = self.view.fingerprint();
         let was = model_keyspace(&self.model);
-        let answer = server::answer(&mut self.model, op, &caller, now_us, || fresh_id.clone());
+        let answer = server::answer(
+            &mut self.model,
+            op,
+            &caller,
+            ScriptBugs::default(),
+            now_us,
+            || fresh_id.clone(),
+        );
         for (key, item) in model_keyspace(&self.model) {
             if was.get(&key) != Some(&item) {
                 self.slack.insert(key, uncertainty);
@@ -1189,10 +1191,6 @@ fn acquire_queued(
         owner: Arc::clone(owner),
         waiter: waiter.into(),
         fair,
-        #[cfg(feature = "mutants")]
-        keep_handoff_expiry: false,
-        #[cfg(feature = "mutants")]
-        ignore_liveness: false,
     }
 }
 
@@ -1213,10 +1211,6 @@ fn enqueue(
         fair,
         waiter_ttl,
         channel: scripts::handoff_channel("differential").into(),
-        #[cfg(feature = "mutants")]
-        by_arrival: false,
-        #[cfg(feature = "mutants")]
-        ignore_liveness: false,
     }
 }
 
@@ -1228,8 +1222,6 @@ fn extend(keys: &[Arc<str>], value: &str, ttl: Duration, epoch: bool) -> Op {
             value: value.into(),
             ttl,
             epoch,
-            #[cfg(feature = "mutants")]
-            recreate: false,
         },
         keys => Op::ExtendMany {
             keys: keys.to_vec(),
@@ -1248,8 +1240,6 @@ fn release(keys: &[Arc<str>], value: &str, lock: &str) -> Op {
             key: Arc::clone(key),
             value: value.into(),
             channel: scripts::release_channel(if lock.is_empty() { key } else { lock }).into(),
-            #[cfg(feature = "mutants")]
-            ignore_liveness: false,
         },
         keys => Op::ReleaseMany {
             keys: keys.to_vec(),
@@ -1269,8 +1259,6 @@ fn fence_op(lock: &str, key: &str, value: &str, token: u64) -> Op {
         key: key.into(),
         value: value.into(),
         token,
-        #[cfg(feature = "mutants")]
-        strict: true,
     }
 }
 
@@ -1411,7 +1399,7 @@ fn shown(item: Option<&Item>, at: u64) -> String {
 fn model_side(answer: &Answer) -> Result<Reply, String> {
     match answer {
         Answer::Reply(reply) => Ok(reply.clone()),
-        Answer::LimitDiffers { stored, ours } => Err(error_shown(&master::limit_mismatch(
+        Answer::LimitDiffers { stored, ours } => Err(error_shown(&scripts::limit_mismatch(
             Some(&stored.to_string()),
             *ours,
         ))),

@@ -1,0 +1,209 @@
+//! One request on a master's connection: the request its script family's codec builds,
+//! sent with `EVALSHA` (and the script again on `NOSCRIPT`), and the changed-record path
+//! around it; or the master's own reads (a survey, a scan).
+
+use redis::aio::MultiplexedConnection;
+
+use super::Shared;
+use super::vitals::read_cluster;
+use crate::error::{MasterError, MasterErrorKind};
+use crate::op::{Op, Reply};
+use crate::quarantine::Epoch;
+use crate::scripts;
+
+/// Sends `op` on `conn` and reads the answer: the master's own reads for a survey and a
+/// scan, else the request its script family's codec builds ([`invoke`]).
+pub(super) async fn run(
+    op: &Op,
+    conn: &mut MultiplexedConnection,
+    shared: &Shared,
+) -> Result<Reply, MasterError> {
+    // Met before this client knew its cluster, and without a record then: read it again
+    // before it votes (it may be a member, or a stranger that never votes).
+    if !op.is_unguarded() && shared.view.stale(shared.index) {
+        Box::pin(shared.reread(conn)).await?;
+        if let Some(refusal) = shared.view.refused(shared.index) {
+            return Err(refusal);
+        }
+    }
+    match op {
+        Op::Survey => survey(conn, shared).await,
+        Op::Scan { cursor, rw } => scan(conn, shared, *cursor, *rw).await,
+        op => invoke(op, conn, shared).await,
+    }
+}
+
+/// Sends the request that `op`'s codec builds around the cluster fingerprint this client
+/// knows, and reads the answer. A script that finds another record than the one sent
+/// (or none) refuses (`-2`): the record is read again (`record_changed`), and when this
+/// client adopts it (written after it connected, by `init_cluster`), the request is sent
+/// again, once, now carrying it.
+async fn invoke(
+    op: &Op,
+    conn: &mut MultiplexedConnection,
+    shared: &Shared,
+) -> Result<Reply, MasterError> {
+    let codec = scripts::codec(op).ok_or_else(|| {
+        MasterError::new(
+            MasterErrorKind::Other,
+            format!("no script carries a {} request", op.name()),
+        )
+    })?;
+    let mut learnt = false;
+    loop {
+        let fingerprint = shared.view.fingerprint();
+        let epoch_id = new_epoch_id();
+        let context = scripts::Context {
+            record_key: &shared.record_key,
+            prefix: &shared.view.terms().prefix,
+            fingerprint: &fingerprint,
+            epoch_id: &epoch_id,
+            #[cfg(feature = "mutants")]
+            planted: shared.planted,
+        };
+        let request = codec.encode(op, &context)?;
+        let answer = send(conn, &request).await?;
+        if !request.record_differs(&answer) {
+            return codec.decode(op, answer);
+        }
+        if learnt {
+            return Err(refused_again());
+        }
+        Box::pin(shared.record_changed(conn)).await?;
+        learnt = true;
+    }
+}
+
+/// Sends `request` on `conn`: a script with `EVALSHA`, loaded and sent again if the master
+/// answers `NOSCRIPT` (it restarted, or its script cache was flushed), or a command.
+pub(super) async fn send(
+    conn: &mut MultiplexedConnection,
+    request: &scripts::Request,
+) -> Result<redis::Value, MasterError> {
+    let answer = match request {
+        scripts::Request::Script(call) => {
+            let mut invocation = call.script.prepare_invoke();
+            for key in &call.keys {
+                invocation.key(key.as_str());
+            }
+            for arg in &call.args {
+                invocation.arg(arg.as_str());
+            }
+            invocation.invoke_async(conn).await
+        }
+        scripts::Request::Command(command) => command.query_async(conn).await,
+    };
+    answer.map_err(MasterError::from_redis)
+}
+
+/// A script refused this client's fingerprint again, right after the client adopted the
+/// master's record: the record changed once more in between.
+fn refused_again() -> MasterError {
+    MasterError::new(
+        MasterErrorKind::Other,
+        "its cluster record changed twice during one request: try again",
+    )
+}
+
+/// How many keys one `SCAN` step asks for while a survey looks for a key under the prefix.
+const SURVEY_SCAN_COUNT: usize = 1000;
+
+/// Reads what bootstrapping needs (`Op::Survey`): `run_id`, record and data epoch.
+async fn survey(conn: &mut MultiplexedConnection, shared: &Shared) -> Result<Reply, MasterError> {
+    let (run_id, record) = read_cluster(conn, &shared.record_key).await?;
+    let run_id = run_id.ok_or_else(|| {
+        MasterError::new(
+            MasterErrorKind::Misconfigured,
+            "cannot read INFO server (its run_id tells one server from another): allow \
+             INFO to this user",
+        )
+    })?;
+    let (epoch, now): (String, String) = redis::cmd("EVAL")
+        .arg(scripts::EPOCH_SOURCE)
+        .arg(1)
+        .arg(scripts::EPOCH_KEY)
+        .arg(new_epoch_id())
+        .query_async(conn)
+        .await
+        .map_err(MasterError::from_redis)?;
+    let now_us = scripts::parse_number("epoch", &now)?;
+    let epoch = Epoch::parse(&epoch, now_us).ok_or_else(|| {
+        MasterError::new(
+            MasterErrorKind::Protocol,
+            format!("the epoch record {epoch:?} is not <id>:<microseconds>"),
+        )
+    })?;
+    Ok(Reply::Survey {
+        run_id,
+        record: record.map(Box::new),
+        epoch: epoch.id.to_string(),
+    })
+}
+
+/// One bounded `SCAN` step (`Op::Scan`) for a key under the prefix that is not one of
+/// this crate's records; with `rw`, for a read-write lock's keys of a lock under the
+/// prefix, which lie in the records' namespace (with an empty prefix, the first scan saw
+/// them). Keys are read as bytes: any key may be binary.
+async fn scan(
+    conn: &mut MultiplexedConnection,
+    shared: &Shared,
+    cursor: u64,
+    rw: bool,
+) -> Result<Reply, MasterError> {
+    let prefix = &shared.view.terms().prefix;
+    if rw && prefix.is_empty() {
+        return Ok(Reply::Scanned {
+            next: 0,
+            found: None,
+        });
+    }
+    let pattern = if rw {
+        format!("{}{}*", scripts::RW_NAMESPACE, glob_escape(prefix))
+    } else {
+        format!("{}*", glob_escape(prefix))
+    };
+    let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+        .arg(cursor)
+        .arg("MATCH")
+        .arg(&pattern)
+        .arg("COUNT")
+        .arg(SURVEY_SCAN_COUNT)
+        .query_async(conn)
+        .await
+        .map_err(MasterError::from_redis)?;
+    let found = keys
+        .iter()
+        .map(|k| String::from_utf8_lossy(k))
+        .find(|k| rw || !scripts::is_record_key(k, prefix))
+        .map(|k| k.into_owned());
+    Ok(Reply::Scanned { next, found })
+}
+
+/// `text` with the glob characters of `SCAN MATCH` escaped.
+fn glob_escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+/// Loads `scripts` (one pipeline).
+pub(super) async fn load_scripts(
+    conn: &mut MultiplexedConnection,
+    scripts: Vec<&'static str>,
+) -> redis::RedisResult<()> {
+    let mut load = redis::pipe();
+    for script in scripts {
+        load.cmd("SCRIPT").arg("LOAD").arg(script).ignore();
+    }
+    load.query_async(conn).await
+}
+
+/// A fresh id for a data epoch this client may start.
+pub(super) fn new_epoch_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}

@@ -1,0 +1,172 @@
+//! The read-write lock's scripts and their codec: `rw_acquire.lua` ([`Op::RwAcquire`]),
+//! `rw_extend_read.lua` ([`Op::ExtendRead`]) and `rw_downgrade.lua` ([`Op::RwDowngrade`])
+//! (docs/design.md §16).
+
+use std::sync::LazyLock;
+
+use redis::{Script, Value};
+
+use super::{
+    Codec, Context, Invocation, Request, fence_key, flag, intent_key, millis, misrouted, owner_key,
+    parse_number, read, reader_index_key, reader_key, reader_prefix, release_channel, ttl_of,
+    unexpected,
+};
+use crate::error::{MasterError, MasterErrorKind};
+#[cfg(feature = "mutants")]
+use crate::mutants::Mutant;
+use crate::op::{EpochReport, FenceRead, Op, Reply, RwMode};
+
+/// The most readers `rw_acquire.lua` admits on one lock at once, on a master: a reader
+/// beyond them is refused as it would be by a writer. The writer's script visits every
+/// reader of the lock, so the bound keeps it short (`limits::MAX_READERS`).
+pub(crate) const MAX_READERS: usize = 64;
+
+/// Acquires a read-write lock in one mode; see `rw_acquire.lua`.
+static RW_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_ACQUIRE_LUA));
+pub(super) const RW_ACQUIRE_LUA: &str = lock_script!("rw_acquire.lua");
+
+/// Extends a read lease, keeping the reader index alive; see `rw_extend_read.lua`.
+static RW_EXTEND_READ: LazyLock<Script> = LazyLock::new(|| Script::new(RW_EXTEND_READ_LUA));
+pub(super) const RW_EXTEND_READ_LUA: &str = lock_script!("rw_extend_read.lua");
+
+/// Turns a write lease into a read lease; see `rw_downgrade.lua`.
+static RW_DOWNGRADE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_DOWNGRADE_LUA));
+pub(super) const RW_DOWNGRADE_LUA: &str = lock_script!("rw_downgrade.lua");
+
+/// The codec of the read-write lock's scripts.
+#[derive(Debug)]
+pub(super) struct Rw;
+
+impl Codec for Rw {
+    fn encode(&self, op: &Op, ctx: &Context<'_>) -> Result<Request, MasterError> {
+        Ok(match op {
+            Op::RwAcquire {
+                key,
+                value,
+                ttl,
+                fence,
+                owner,
+                mode,
+            } => {
+                let script = &*RW_ACQUIRE;
+                #[cfg(feature = "mutants")]
+                let script = ctx.pick(
+                    script,
+                    Mutant::ReaderIgnoresIntent,
+                    &super::planted::RW_ACQUIRE_IGNORES_INTENT.script,
+                );
+                let (letter, intent, intent_ttl) = match mode {
+                    RwMode::Read => ("r", "", 0),
+                    RwMode::Write { intent, intent_ttl } => ("w", &**intent, millis(*intent_ttl)),
+                };
+                Invocation::with_preamble(script, ctx, true)
+                    .key(key)
+                    .key(fence_key(key))
+                    .key(owner_key(key))
+                    .key(reader_index_key(key))
+                    .key(intent_key(key))
+                    .key(reader_prefix(key))
+                    .arg(value)
+                    .arg(millis(*ttl))
+                    .arg(flag(*fence == FenceRead::Read))
+                    .arg(&owner.client)
+                    .arg(&owner.host)
+                    .arg(owner.pid)
+                    .arg(&owner.label)
+                    .arg(letter)
+                    .arg(intent)
+                    .arg(intent_ttl)
+                    .arg(MAX_READERS)
+                    .done()
+            }
+            Op::ExtendRead {
+                key,
+                index,
+                owner,
+                value,
+                ttl,
+                epoch,
+            } => Invocation::with_preamble(&RW_EXTEND_READ, ctx, *epoch)
+                .key(key)
+                .key(index)
+                .key(owner)
+                .arg(value)
+                .arg(millis(*ttl))
+                .done(),
+            Op::RwDowngrade { key, value } => Invocation::with_preamble(&RW_DOWNGRADE, ctx, true)
+                .key(key)
+                .key(owner_key(key))
+                .key(reader_index_key(key))
+                .key(reader_key(key, value))
+                .arg(value)
+                .arg(release_channel(key))
+                .done(),
+            other => return Err(misrouted("read-write lock", other)),
+        })
+    }
+
+    fn decode(&self, op: &Op, value: Value) -> Result<Reply, MasterError> {
+        match op {
+            Op::RwAcquire { .. } => rw_acquired(value),
+            Op::ExtendRead { epoch, .. } => super::lock::extended("extend", value, *epoch),
+            Op::RwDowngrade { .. } => downgraded(value),
+            other => Err(misrouted("read-write lock", other)),
+        }
+    }
+}
+
+/// The reply of `rw_acquire.lua`: code, epoch record, server time, fence counter, the
+/// refusing holders' `PTTL` (or -3), detail.
+fn rw_acquired(value: Value) -> Result<Reply, MasterError> {
+    type Answer = (i64, String, String, Option<String>, i64, Option<String>);
+    let (code, record, now, counter, pttl, detail): Answer = read(value)?;
+    match code {
+        1 | 0 => {}
+        -3 => return Err(wrong_kind_for_rwlock(detail.as_deref())),
+        other => return Err(unexpected("acquire", other)),
+    }
+    Ok(Reply::Checked {
+        granted: code == 1,
+        epoch: EpochReport {
+            record: Some(record),
+            now_us: parse_number("acquire", &now)?,
+        },
+        fence: counter.map(|c| parse_number("acquire", &c)).transpose()?,
+        holder_ttl: ttl_of(pttl),
+        ticket: None,
+    })
+}
+
+/// The reply of `rw_downgrade.lua`: `{1 converted | 0 missing | -1 held by another value,
+/// epoch, time}`.
+fn downgraded(value: Value) -> Result<Reply, MasterError> {
+    let (code, record, now, _): (i64, Option<String>, String, Option<String>) = read(value)?;
+    let epoch = EpochReport {
+        record,
+        now_us: parse_number("downgrade", &now)?,
+    };
+    match code {
+        1 | -1 => Ok(Reply::Checked {
+            granted: code == 1,
+            epoch,
+            fence: None,
+            holder_ttl: None,
+            ticket: None,
+        }),
+        0 => Ok(Reply::Gone { epoch }),
+        other => Err(unexpected("downgrade", other)),
+    }
+}
+
+/// The error of `rw_acquire.lua` finding another kind of lock under the name.
+fn wrong_kind_for_rwlock(found: Option<&str>) -> MasterError {
+    let found = match found {
+        Some("lock") => "mutex (a lock taken with acquire)",
+        Some(other) => other,
+        None => "value of another kind",
+    };
+    MasterError::new(
+        MasterErrorKind::WrongKind,
+        format!("the name holds a {found} here, not a read-write lock: use another name"),
+    )
+}

@@ -109,8 +109,13 @@ impl Rig {
         if lease.is_expired() {
             return;
         }
-        let deadline = lease.deadline();
+        // An extension dropped by the caller still runs in its background task (see
+        // `extend_with`): a shortening one lowers the deadline before its first request, a
+        // lengthening one raises it after its quorum. The masters are read between two
+        // reads of the deadline, and the smaller is what the lease promised throughout.
+        let before = lease.deadline();
         let mut expiries = self.expiries(lease.key(), lease.value()).await;
+        let deadline = before.min(lease.deadline());
         expiries.sort_unstable_by(|a, b| b.cmp(a));
         let quorum = self.urls.len() / 2 + 1;
         let backed = expiries.get(quorum - 1).copied();

@@ -75,6 +75,25 @@ async fn acquiring_a_held_resource_fails_at_once_without_asking_a_master() {
     let lease = client.acquire(&key).await.unwrap();
     // A clone shares the registry.
     let clone = client.clone();
+    // The acquire returned at a quorum; its request to the last master may still run, and
+    // would be counted below. Wait until every master holds the key.
+    wait_until(
+        Duration::from_secs(2),
+        "every master holds the key",
+        || async {
+            let mut held = 0;
+            for url in cluster.urls() {
+                let exists: bool = redis::cmd("EXISTS")
+                    .arg(&key)
+                    .query_async(&mut raw(&url).await)
+                    .await
+                    .unwrap_or(false);
+                held += usize::from(exists);
+            }
+            held == 3
+        },
+    )
+    .await;
     let before = lock_commands(&cluster).await;
     let error = at_first_poll(clone.acquire(&key)).unwrap_err();
     assert_eq!(error.kind(), ErrorKind::AlreadyHeld, "{error}");

@@ -650,34 +650,76 @@ where
         Some(Ok(value)) => value,
         Some(Err(error)) => {
             let _ = within(deadline, tx.rollback()).await;
-            let error: Box<dyn StdError + Send + Sync + 'static> = error.into();
-            let database = postgres_error(error.as_ref());
-            let kind = database.map_or(FenceErrorKind::Body, |e| match classify(e, false) {
-                FenceErrorKind::Database => FenceErrorKind::Body,
-                kind => kind,
-            });
-            let session_ended = database.and_then(tokio_postgres::Error::code)
-                == Some(&SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT);
-            let failed = FenceError::new(kind, resource, token);
-            let failed = if session_ended {
-                failed.with_detail(SESSION_ENDED)
-            } else if kind == FenceErrorKind::Body {
-                failed.with_detail("rolled back, nothing committed")
-            } else {
-                failed
-            };
-            return Err(failed.with_source(error));
+            return Err(body_failed(resource, token, error.into()));
         }
         // Dropping the transaction sends ROLLBACK.
         None => return Err(expired()),
     };
+    still_open(&tx, xid, deadline, resource, token).await?;
+    if tx.client().is_closed() {
+        // The session ended before COMMIT could be sent: nothing was committed.
+        let closed = tx.commit().await.err();
+        let error = FenceError::new(FenceErrorKind::Connection, resource, token)
+            .with_detail("the session had ended before COMMIT was sent");
+        return Err(match closed {
+            Some(e) => error.with_source(Box::new(e)),
+            None => error,
+        });
+    }
+    tx.commit().await.map_err(|e| {
+        let kind = classify(&e, true);
+        let mut error = FenceError::new(kind, resource, token);
+        if kind == FenceErrorKind::CommitUnknown {
+            error.xid = Some(xid);
+        } else if e.code() == Some(&SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT) {
+            error = error.with_detail(SESSION_ENDED);
+        }
+        error.with_source(Box::new(e))
+    })?;
+    Ok(value)
+}
+
+/// The error of a body that failed: classified by the `tokio_postgres::Error` it carries, if
+/// any, else [`FenceErrorKind::Body`]; the transaction was rolled back.
+fn body_failed(
+    resource: &str,
+    token: FencingToken,
+    error: Box<dyn StdError + Send + Sync + 'static>,
+) -> FenceError {
+    let database = postgres_error(error.as_ref());
+    let kind = database.map_or(FenceErrorKind::Body, |e| match classify(e, false) {
+        FenceErrorKind::Database => FenceErrorKind::Body,
+        kind => kind,
+    });
+    let session_ended = database.and_then(tokio_postgres::Error::code)
+        == Some(&SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT);
+    let failed = FenceError::new(kind, resource, token);
+    let failed = if session_ended {
+        failed.with_detail(SESSION_ENDED)
+    } else if kind == FenceErrorKind::Body {
+        failed.with_detail("rolled back, nothing committed")
+    } else {
+        failed
+    };
+    failed.with_source(error)
+}
+
+/// Whether the transaction `xid` the claim ran in is still open and not aborted, asked just
+/// before COMMIT.
+async fn still_open(
+    tx: &Transaction<'_>,
+    xid: u64,
+    deadline: Option<Instant>,
+    resource: &str,
+    token: FencingToken,
+) -> Result<(), FenceError> {
     // A body that went on after a failed statement leaves the transaction aborted, and
     // PostgreSQL answers COMMIT with ROLLBACK, not with an error; a body that ended the
     // transaction itself leaves none, or another. Ask before COMMIT: an aborted
     // transaction fails this with 25P02, another transaction has another id (or none).
     let current = within(deadline, tx.query_typed(CURRENT_XID, &[]))
         .await
-        .ok_or_else(expired)?;
+        .ok_or_else(|| FenceError::expired(resource, token))?;
     let current = match current {
         Ok(rows) => rows
             .first()
@@ -702,27 +744,7 @@ where
             ),
         );
     }
-    if tx.client().is_closed() {
-        // The session ended before COMMIT could be sent: nothing was committed.
-        let closed = tx.commit().await.err();
-        let error = FenceError::new(FenceErrorKind::Connection, resource, token)
-            .with_detail("the session had ended before COMMIT was sent");
-        return Err(match closed {
-            Some(e) => error.with_source(Box::new(e)),
-            None => error,
-        });
-    }
-    tx.commit().await.map_err(|e| {
-        let kind = classify(&e, true);
-        let mut error = FenceError::new(kind, resource, token);
-        if kind == FenceErrorKind::CommitUnknown {
-            error.xid = Some(xid);
-        } else if e.code() == Some(&SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT) {
-            error = error.with_detail(SESSION_ENDED);
-        }
-        error.with_source(Box::new(e))
-    })?;
-    Ok(value)
+    Ok(())
 }
 
 /// `future`, abandoned (`None`) at `deadline`; never, without one.

@@ -754,11 +754,13 @@ async fn a_head_that_dies_is_passed_by() {
 }
 
 /// A fair waiter at the head of the queue (the first to queue), handed the lock and
-/// dropped before it confirms: its `Dequeue` passes the key on, and the next waiter is
+/// dropped before it confirms, while a second waiter is already queued behind it on
+/// every master: the head's `Dequeue` hands the key on to the second waiter, which is
 /// served at once. Both waiters are [`long_lived`]: the key handed to the dropped head
-/// would live 10 s, and so would its registration, and the next waiter refreshes only
-/// every 3.3 s, so neither an expiry nor a refresh serves it within the 2.5 s bound.
-/// Returns what is wrong if the next waiter is not served within it.
+/// would live 10 s, and so would its registration, and the second waiter refreshes only
+/// every 3.3 s, so neither an expiry nor a refresh serves it within the 2 s bound; and as
+/// it queued before the head left, it cannot find the key free on its first attempt
+/// either. Returns what is wrong if the second waiter is not served within the bound.
 async fn a_dropped_head_passes_the_key_on(mutant: Option<Mutant>) -> Result<(), String> {
     let cluster = Cluster::start(3).await.unwrap();
     let holder = client(&cluster).build().unwrap();
@@ -766,27 +768,44 @@ async fn a_dropped_head_passes_the_key_on(mutant: Option<Mutant>) -> Result<(), 
     let lease = holder.acquire(&key).await.unwrap();
     let first = long_lived(&cluster, mutant).build().unwrap();
     let second = long_lived(&cluster, mutant).build().unwrap();
-    let head = {
-        let fair = AcquireOptions::new().fair(true);
-        let mut dropped = pin!(first.acquire_with(&key, &fair));
-        let registered = wait_registered(&cluster, &key, 3);
-        tokio::select! {
-            _ = &mut dropped => panic!("the lock is held"),
-            () = registered => {}
-        }
-        let head = members(cluster.server(0), &key).await.remove(0);
-        lease.release().await.unwrap();
-        wait_until(Duration::from_secs(2), "the key handed to the head", || {
-            held_everywhere(&cluster, &key, &head)
-        })
-        .await;
-        head
-    };
+    let fair = AcquireOptions::new().fair(true);
+    let mut dropped = Box::pin(first.acquire_with(&key, &fair));
+    tokio::select! {
+        _ = &mut dropped => panic!("the lock is held"),
+        () = wait_registered(&cluster, &key, 3) => {}
+    }
+    let head = members(cluster.server(0), &key).await.remove(0);
+    lease.release().await.unwrap();
+    wait_until(Duration::from_secs(2), "the key handed to the head", || {
+        held_everywhere(&cluster, &key, &head)
+    })
+    .await;
+    // The head is not polled again: it never confirms. The second waiter queues behind
+    // it on every master (queue member and liveness key) before the head is dropped.
     let waiting = tokio::spawn({
         let (second, key) = (second.clone(), key.clone());
         async move { second.acquire(&key).await }
     });
-    let verdict = match timeout(Duration::from_millis(2500), waiting).await {
+    wait_until(
+        Duration::from_secs(5),
+        "the second waiter queued behind the head on every master",
+        || {
+            let (cluster, key) = (&cluster, &key);
+            async move {
+                registrations(cluster, key)
+                    .await
+                    .iter()
+                    .all(|(queue, live)| queue.len() == 2 && live.len() == 2)
+            }
+        },
+    )
+    .await;
+    assert!(
+        !waiting.is_finished(),
+        "the second waiter was served past the head"
+    );
+    drop(dropped);
+    let verdict = match timeout(Duration::from_secs(2), waiting).await {
         Ok(done) => {
             done.unwrap().unwrap().release().await.unwrap();
             Ok(())
@@ -800,7 +819,8 @@ async fn a_dropped_head_passes_the_key_on(mutant: Option<Mutant>) -> Result<(), 
                 state.push(format!("{held:?} {queue:?}"));
             }
             Err(format!(
-                "not served within 2.5 s after {head} left: {state:?}"
+                "the second waiter, queued behind {head}, was not served within 2 s after \
+                 {head} left (held, queue per master): {state:?}"
             ))
         }
     };

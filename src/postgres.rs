@@ -694,7 +694,9 @@ mod tests {
         let message = check_claim(&long, token).err().map(|e| e.to_string());
         // The message names the resource by its start and length, not in full.
         assert!(
-            message.as_ref().is_some_and(|m| m.len() < 300 && m.contains("1025 bytes")),
+            message
+                .as_ref()
+                .is_some_and(|m| m.len() < 300 && m.contains("1025 bytes")),
             "{message:?}"
         );
         assert!(check_claim(&long[1..], token).is_ok());

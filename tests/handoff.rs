@@ -753,12 +753,114 @@ async fn a_head_that_dies_is_passed_by() {
     taken.release().await.unwrap();
 }
 
+/// A holder's key expires without a release while two fair waiters are queued; the head's
+/// own refresh takes the free key (a self-hand), and the head dies before it confirms: its
+/// replies are held back from the self-hand on, then its links go silent, so neither its
+/// confirm nor its `Dequeue` reaches a master. The self-handed key expires with the head's
+/// waiter TTL, and the next waiter's refresh takes it: it is served within one waiter TTL
+/// (900 ms), one TTL (1 s) and one refresh period (300 ms) of the head's death. A
+/// self-hand with no expiry would keep the lock for the dead head for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_that_dies_between_its_self_hand_and_its_confirm_is_passed_by() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let key = unique_key("self-handed");
+    let holder = client(&cluster).ttl("1s").build().unwrap();
+    std::mem::forget(holder.acquire(&key).await.unwrap());
+    let mut proxies = Vec::new();
+    for server in cluster.servers() {
+        proxies.push(Proxy::for_server(server).await.unwrap());
+    }
+    let head = Redlock::builder()
+        .quarantine(false)
+        .masters(proxies.iter().map(Proxy::url).collect::<Vec<_>>())
+        .node_timeout("200ms")
+        .ttl("1s")
+        .retry_delay("30s")
+        .retry_jitter("1ms")
+        .retry_attempts(10_000)
+        .waiter_ttl("900ms")
+        .build()
+        .unwrap();
+    let next = client(&cluster)
+        .ttl("1s")
+        .retry_delay("30s")
+        .retry_jitter("1ms")
+        .retry_attempts(10_000)
+        .waiter_ttl("900ms")
+        .build()
+        .unwrap();
+    let fair = AcquireOptions::new().fair(true).wait_timeout("20s");
+    let dying = tokio::spawn({
+        let (head, key, fair) = (head.clone(), key.clone(), fair.clone());
+        async move { head.acquire_with(&key, &fair).await }
+    });
+    wait_registered(&cluster, &key, 3).await;
+    let head_id = members(cluster.server(0), &key).await.remove(0);
+    let waiting = tokio::spawn({
+        let (next, key, fair) = (next.clone(), key.clone(), fair.clone());
+        async move { next.acquire_with(&key, &fair).await }
+    });
+    wait_until(Duration::from_secs(5), "the next waiter queued", || {
+        let (cluster, key) = (&cluster, &key);
+        async move { queued_on(cluster, key, 2).await == 3 }
+    })
+    .await;
+    // The head's requests still arrive, its replies no longer do: its refresh takes the
+    // free key once the holder's expired, and it never learns it.
+    for proxy in &proxies {
+        proxy.set_mode(Mode::Delay {
+            to_server: Latency::ZERO,
+            to_client: Latency::new(Duration::from_secs(60), Duration::ZERO),
+        });
+    }
+    wait_until(
+        Duration::from_secs(3),
+        "the head's refresh took the key",
+        || held_everywhere(&cluster, &key, &head_id),
+    )
+    .await;
+    for proxy in &proxies {
+        proxy.set_mode(Mode::Blackhole);
+    }
+    let died = Instant::now();
+    let bound = Duration::from_millis(900 + 1000 + 300);
+    let served = timeout(bound, waiting).await;
+    let verdict = match served {
+        Ok(done) => {
+            let lease = done.unwrap().unwrap();
+            lease.release().await.unwrap();
+            Ok(died.elapsed())
+        }
+        Err(_) => {
+            let mut state = Vec::new();
+            for server in cluster.servers() {
+                let mut conn = raw(&server.url()).await;
+                let held: Option<String> = conn.get(&key).await.unwrap();
+                let pttl: i64 = conn.pttl(&key).await.unwrap();
+                let queue: Vec<String> = conn.zrange(queue_key(&key), 0, -1).await.unwrap();
+                state.push(format!("{held:?} pttl {pttl} {queue:?}"));
+            }
+            Err(state)
+        }
+    };
+    dying.abort();
+    let took = verdict.unwrap_or_else(|state| {
+        panic!(
+            "the next waiter was not served within {bound:?} of the head's death after its \
+             self-hand (held, pttl, queue per master): {state:?}"
+        )
+    });
+    assert!(took < bound, "{took:?}");
+}
+
 /// A fair waiter at the head of the queue (the first to queue), handed the lock and
-/// dropped before it confirms: its `Dequeue` passes the key on, and the next waiter is
+/// dropped before it confirms, while a second waiter is already queued behind it on
+/// every master: the head's `Dequeue` hands the key on to the second waiter, which is
 /// served at once. Both waiters are [`long_lived`]: the key handed to the dropped head
-/// would live 10 s, and so would its registration, and the next waiter refreshes only
-/// every 3.3 s, so neither an expiry nor a refresh serves it within the 2.5 s bound.
-/// Returns what is wrong if the next waiter is not served within it.
+/// would live 10 s, and so would its registration, and the second waiter refreshes only
+/// every 3.3 s, so neither an expiry nor a refresh serves it within the 2 s bound; and as
+/// it queued before the head left, it cannot find the key free on its first attempt
+/// either. Returns what is wrong if the second waiter is not served within the bound.
 async fn a_dropped_head_passes_the_key_on(mutant: Option<Mutant>) -> Result<(), String> {
     let cluster = Cluster::start(3).await.unwrap();
     let holder = client(&cluster).build().unwrap();
@@ -766,27 +868,44 @@ async fn a_dropped_head_passes_the_key_on(mutant: Option<Mutant>) -> Result<(), 
     let lease = holder.acquire(&key).await.unwrap();
     let first = long_lived(&cluster, mutant).build().unwrap();
     let second = long_lived(&cluster, mutant).build().unwrap();
-    let head = {
-        let fair = AcquireOptions::new().fair(true);
-        let mut dropped = pin!(first.acquire_with(&key, &fair));
-        let registered = wait_registered(&cluster, &key, 3);
-        tokio::select! {
-            _ = &mut dropped => panic!("the lock is held"),
-            () = registered => {}
-        }
-        let head = members(cluster.server(0), &key).await.remove(0);
-        lease.release().await.unwrap();
-        wait_until(Duration::from_secs(2), "the key handed to the head", || {
-            held_everywhere(&cluster, &key, &head)
-        })
-        .await;
-        head
-    };
+    let fair = AcquireOptions::new().fair(true);
+    let mut dropped = Box::pin(first.acquire_with(&key, &fair));
+    tokio::select! {
+        _ = &mut dropped => panic!("the lock is held"),
+        () = wait_registered(&cluster, &key, 3) => {}
+    }
+    let head = members(cluster.server(0), &key).await.remove(0);
+    lease.release().await.unwrap();
+    wait_until(Duration::from_secs(2), "the key handed to the head", || {
+        held_everywhere(&cluster, &key, &head)
+    })
+    .await;
+    // The head is not polled again: it never confirms. The second waiter queues behind
+    // it on every master (queue member and liveness key) before the head is dropped.
     let waiting = tokio::spawn({
         let (second, key) = (second.clone(), key.clone());
         async move { second.acquire(&key).await }
     });
-    let verdict = match timeout(Duration::from_millis(2500), waiting).await {
+    wait_until(
+        Duration::from_secs(5),
+        "the second waiter queued behind the head on every master",
+        || {
+            let (cluster, key) = (&cluster, &key);
+            async move {
+                registrations(cluster, key)
+                    .await
+                    .iter()
+                    .all(|(queue, live)| queue.len() == 2 && live.len() == 2)
+            }
+        },
+    )
+    .await;
+    assert!(
+        !waiting.is_finished(),
+        "the second waiter was served past the head"
+    );
+    drop(dropped);
+    let verdict = match timeout(Duration::from_secs(2), waiting).await {
         Ok(done) => {
             done.unwrap().unwrap().release().await.unwrap();
             Ok(())
@@ -800,7 +919,8 @@ async fn a_dropped_head_passes_the_key_on(mutant: Option<Mutant>) -> Result<(), 
                 state.push(format!("{held:?} {queue:?}"));
             }
             Err(format!(
-                "not served within 2.5 s after {head} left: {state:?}"
+                "the second waiter, queued behind {head}, was not served within 2 s after \
+                 {head} left (held, queue per master): {state:?}"
             ))
         }
     };

@@ -474,13 +474,29 @@ async fn downgrade_keeps_deadline_and_token_and_lets_readers_in() {
         );
         assert_eq!(value_on(server, r.key()).await.as_deref(), Some(r.value()));
     }
+    // The downgraded reader alone keeps another client's writer out, before any other
+    // reader joins or the read lease extends: it is in the reader index.
+    let writers = client_with(&cluster, |b| b.quarantine(true).fencing(true).ttl("2s"));
+    match writers.rwlock(&name).write_with(&once()).await {
+        Ok(lease) => panic!(
+            "a writer was granted beside the downgraded reader: {:?}",
+            lease.masters()
+        ),
+        Err(err) => assert_eq!(err.kind(), ErrorKind::Contended, "{err}"),
+    }
+    // The refused writer's intent is cleared in the background; it would keep readers out.
+    wait_until(
+        Duration::from_secs(2),
+        "the refused writer's intent is cleared",
+        || async { intents_on(&cluster, &name).await == 0 },
+    )
+    .await;
     // Readers share it now; writers still wait. Tokens keep rising across modes.
     let other = lock.read_with(&once()).await.unwrap();
     assert!(other.fencing_token().unwrap() > token);
     // This client now reads: its write would be an upgrade; another client's waits.
     let err = lock.write_with(&once()).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::AlreadyHeld, "{err}");
-    let writers = client_with(&cluster, |b| b.quarantine(true).fencing(true).ttl("2s"));
     let err = writers.rwlock(&name).write_with(&once()).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
     // The read lease extends and releases its own reader key only.

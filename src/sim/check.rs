@@ -24,7 +24,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::server::{Known, QueuedGrant, Registration};
+use super::server::{Known, Pruned, QueuedGrant, Registration};
 
 /// One successful acquisition and what happened to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -623,15 +623,19 @@ pub(super) enum FifoExcuse {
     /// there (a confirm that failed elsewhere), or the master had lost its data (`None`:
     /// it never registered there). Only where a fault explains it on each of those
     /// masters: the master lost its data; its liveness key had outlived the waiter TTL
-    /// since the master last wrote it (the refreshes were late or lost); or, never
-    /// registered or gone otherwise, a call of the waiter to that master was lost, late
-    /// or failed between its start and the grant. A registration refreshed in time by a
-    /// master that keeps its data is never missing.
+    /// since the master last wrote it, *and* a call of the waiter to that master was
+    /// lost, late or failed, or the master was stopped, down or its clock jumped, from one
+    /// refresh period and one node timeout before the key's end to the grant (a refresh
+    /// that should have renewed it failed: a client that merely refreshes too late is
+    /// not excused); or, never registered or gone otherwise, a call of the waiter to that
+    /// master was troubled, or the master out, from the call's start (or a node timeout
+    /// before the registration was last written there) to the grant. A registration
+    /// refreshed in time by a master that keeps its data is never missing.
     NotLive(Option<Registration>),
-    /// A master lost its data (with the ticket counters) after the earlier call began and
-    /// before the later one was granted, and the later call's ticket was below the earlier
-    /// one's wherever the earlier one was live: tickets may repeat or go back when counters
-    /// are lost (fairness, not safety, depends on them).
+    /// A master that granted the later call lost its data (with the ticket counters) after
+    /// the earlier call began and before the later one was granted, and the later call's
+    /// ticket was below the earlier one's wherever the earlier one was live: tickets may
+    /// repeat or go back when counters are lost (fairness, not safety, depends on them).
     CountersLost,
 }
 
@@ -658,13 +662,108 @@ pub(super) struct FifoCheck {
     pub(super) judged: u64,
 }
 
+/// The faults besides data losses that may explain a registration that was not live
+/// (see [`FifoExcuse::NotLive`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Trouble<'a> {
+    /// Each waiter's troubled calls (lost, late, failed): its id, the master, when sent.
+    pub(super) calls: &'a [(Arc<str>, usize, Duration)],
+    /// Those of them that were confirms: the waiter id, and when sent. A failed confirm
+    /// is followed by the waiter's registering again where it was granted and then a
+    /// pause with no refresh, up to eight times the confirm's round, which runs at most
+    /// a TTL and a node timeout (its fencing rounds end with the lease's validity).
+    pub(super) confirms: &'a [(Arc<str>, Duration)],
+    /// When each master was out (stopped, down, its clock jumped): master, from, to.
+    pub(super) outages: &'a [(usize, Duration, Duration)],
+    /// The clients' node timeout: how long a refresh's round may take on top of its
+    /// period.
+    pub(super) node_timeout: Duration,
+    /// The lock's TTL: how long a confirm's attempt may run (its lease's validity).
+    pub(super) ttl: Duration,
+}
+
+/// A registration found not live at `at` (`at_us` on the master's clock): last written
+/// at `written_us` there, for `waiter_ttl_us`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Lapse<'a> {
+    pub(super) waiter: &'a str,
+    pub(super) master: usize,
+    pub(super) written_us: u64,
+    pub(super) waiter_ttl_us: u64,
+    pub(super) at: Duration,
+    pub(super) at_us: u64,
+}
+
+impl Trouble<'_> {
+    /// Why the registration `lapse` describes expired, when a fault explains it: its
+    /// liveness key outlived the waiter TTL (its end is by `at`), and a refresh that
+    /// should have renewed it met a fault on that master (a call of the waiter troubled,
+    /// or the master out, from one refresh period and one node timeout before the key's
+    /// end to `at`); or a call of the waiter to any master was troubled in the round that
+    /// last wrote the key (sent up to a node timeout before the write), which holds up
+    /// the round and the next refresh, due a period after the round; or a troubled
+    /// confirm of the
+    /// waiter was sent at most nine confirm
+    /// rounds (TTL and node timeout) before the key's end: the failed confirm's round and
+    /// the pause after it (up to eight rounds) send no refresh. A client that merely
+    /// refreshes too late is not excused.
+    pub(super) fn lapsed(&self, lapse: &Lapse<'_>) -> Option<&'static str> {
+        let until_us = lapse.written_us.saturating_add(lapse.waiter_ttl_us);
+        if until_us > lapse.at_us {
+            return None;
+        }
+        // A time on the master's clock, in the schedule's (its clock moves as the
+        // schedule's but for a jump, itself an outage).
+        let at = |us: u64| {
+            lapse
+                .at
+                .saturating_sub(Duration::from_micros(lapse.at_us.saturating_sub(us)))
+        };
+        let (until, written) = (at(until_us), at(lapse.written_us));
+        let refresh = Duration::from_micros(lapse.waiter_ttl_us / 3);
+        let from = until.saturating_sub(refresh + self.node_timeout);
+        if self.between(lapse.waiter, lapse.master, from, lapse.at) {
+            return Some("not refreshed within the waiter TTL, a refresh troubled");
+        }
+        // A round waits for its slowest master (up to a node timeout, and a connect
+        // timeout when connecting), and the next refresh is due a period after the round:
+        // a call of the waiter troubled on any master in the round that last wrote the
+        // key (sent up to a node timeout before the write) postpones it.
+        let since = written.saturating_sub(self.node_timeout);
+        if self
+            .calls
+            .iter()
+            .any(|(w, _, sent)| &**w == lapse.waiter && since <= *sent && *sent <= written)
+        {
+            return Some("not refreshed within the waiter TTL, a round held up");
+        }
+        let since = until.saturating_sub((self.ttl + self.node_timeout) * 9);
+        self.confirms
+            .iter()
+            .any(|(w, sent)| &**w == lapse.waiter && since <= *sent && *sent <= until)
+            .then_some("not refreshed within the waiter TTL, paused after a troubled confirm")
+    }
+
+    /// Whether a call of `waiter` to `master` was troubled, or `master` was out, from
+    /// `from` to `to`.
+    fn between(&self, waiter: &str, master: usize, from: Duration, to: Duration) -> bool {
+        self.calls
+            .iter()
+            .any(|(w, m, at)| &**w == waiter && *m == master && from <= *at && *at <= to)
+            || self
+                .outages
+                .iter()
+                .any(|&(m, start, end)| m == master && start <= to && from <= end)
+    }
+}
+
 /// FIFO among live fair waiters: if fair call A's ticket was issued before fair call B
 /// began, and A was still waiting when B was granted (A's call still running and not
 /// granted yet), B was not granted first. Each violation found comes with the excuse
 /// that explains it, if one does (see [`FifoExcuse`]), else `None`. `grants` are the
 /// masters' grants of queued acquires, each with the waiters the master knew then;
-/// `trouble`, each waiter's troubled calls (its id, the master, when sent), which with the
-/// data `losses` and the masters' own record of when they last wrote a registration are the
+/// `trouble`, each waiter's troubled calls and the masters' outages, which with the data
+/// `losses` and the masters' own record of when they last wrote a registration are the
 /// only evidence that excuses a registration that was not live.
 // Checks I19 (fair waiters are granted in ticket order).
 pub(super) fn fifo(
@@ -672,7 +771,7 @@ pub(super) fn fifo(
     leases: &[LeaseRecord],
     grants: &[QueuedGrant],
     losses: &[DataLoss],
-    trouble: &[(Arc<str>, usize, Duration)],
+    trouble: &Trouble<'_>,
 ) -> FifoCheck {
     let acquired = |id: usize| leases.iter().find(|l| l.id == id).map(|l| l.acquired);
     let mut out = Vec::new();
@@ -723,24 +822,47 @@ pub(super) fn fifo(
             });
             // Why A's registration was not live on the master of grant `g`, when a fault
             // explains it: the master lost its data; its liveness key outlived the waiter
-            // TTL it asked for since it was last written there (refreshes late or lost); or,
-            // never registered there, or left (its own confirm granted there, or a
-            // dequeue), a call of it to that master was lost, late or failed.
+            // TTL it asked for since it was last written there, and a refresh that should
+            // have renewed it met a fault there (a call of it troubled, or the master out,
+            // from one refresh period and one node timeout before the key's end to the
+            // grant); or, never registered there, or left (its own confirm granted there,
+            // or a dequeue), a call of it to that master was troubled, or the master out,
+            // since the call began (and since a node timeout before the registration was
+            // last written there).
             let fault = |g: &QueuedGrant, k: Option<&Known>| -> Option<&'static str> {
                 let lost = losses
                     .iter()
                     .any(|l| l.master == g.master && a.start <= l.at && l.at <= g.at);
-                let troubled = trouble
-                    .iter()
-                    .any(|(w, m, at)| w == wa && *m == g.master && a.start <= *at && *at <= g.at);
-                match k.map(|k| (k.registration, k.written_us.saturating_add(k.waiter_ttl_us))) {
-                    Some((Registration::Live, _)) => None,
-                    Some((Registration::Lost, _)) => Some("its data lost"),
+                // A time on the master's clock, in the schedule's (its clock moves as the
+                // schedule's but for a jump, itself an outage).
+                let at = |us: u64| {
+                    g.at.saturating_sub(Duration::from_micros(g.at_us.saturating_sub(us)))
+                };
+                let nt = trouble.node_timeout;
+                match k {
+                    Some(k) if k.registration == Registration::Live => None,
+                    Some(k) if k.registration == Registration::Lost => Some("its data lost"),
                     _ if lost => Some("its data lost"),
-                    Some((Registration::Expired, until)) => {
-                        (until <= g.at_us).then_some("not refreshed within the waiter TTL")
+                    Some(k) if k.registration == Registration::Expired => {
+                        let lapse = Lapse {
+                            waiter: wa,
+                            master: g.master,
+                            written_us: k.written_us,
+                            waiter_ttl_us: k.waiter_ttl_us,
+                            at: g.at,
+                            at_us: g.at_us,
+                        };
+                        trouble.lapsed(&lapse)
                     }
-                    _ => troubled.then_some("a call of it lost, late or failed"),
+                    Some(k) => {
+                        let from = a.start.max(at(k.written_us).saturating_sub(nt));
+                        trouble
+                            .between(wa, g.master, from, g.at)
+                            .then_some("a call of it lost, late or failed, or the master out")
+                    }
+                    None => trouble
+                        .between(wa, g.master, a.start, g.at)
+                        .then_some("a call of it lost, late or failed, or the master out"),
                 }
             };
             let seen = states
@@ -778,8 +900,13 @@ pub(super) fn fifo(
                     !live(k) || k.is_some_and(|k| b_score.is_some_and(|b| b < k.score))
                 });
             let excuse = not_live.map(FifoExcuse::NotLive).or_else(|| {
-                (inverted && losses.iter().any(|l| a.start <= l.at && l.at <= granted))
-                    .then_some(FifoExcuse::CountersLost)
+                (inverted
+                    && losses.iter().any(|l| {
+                        on.iter().any(|g| g.master == l.master)
+                            && a.start <= l.at
+                            && l.at <= granted
+                    }))
+                .then_some(FifoExcuse::CountersLost)
             });
             out.push((
                 QueueViolation::Fifo {
@@ -794,6 +921,43 @@ pub(super) fn fifo(
         }
     }
     FifoCheck { found: out, judged }
+}
+
+/// The registrations pruned from a queue (their liveness key expired) while their call was
+/// still running, with no fault to explain it: (call, master, when). `prunes` are the
+/// masters' prunes, each with the master. A running call refreshes its registrations in
+/// time: only the master's data lost since the call began, or a fault near the key's end
+/// ([`Trouble::lapsed`]), explains one.
+pub(super) fn pruned_while_waiting(
+    waits: &[WaitRecord],
+    prunes: &[(usize, Pruned)],
+    losses: &[DataLoss],
+    trouble: &Trouble<'_>,
+) -> Vec<(usize, usize, Duration)> {
+    let mut out = Vec::new();
+    for (master, p) in prunes {
+        let Some(w) = waits
+            .iter()
+            .find(|w| w.waiter.as_ref() == Some(&p.waiter) && w.start <= p.at && p.at < w.end)
+        else {
+            continue;
+        };
+        let lost = losses
+            .iter()
+            .any(|l| l.master == *master && w.start <= l.at && l.at <= p.at);
+        let lapse = Lapse {
+            waiter: &p.waiter,
+            master: *master,
+            written_us: p.written_us,
+            waiter_ttl_us: p.waiter_ttl_us,
+            at: p.at,
+            at_us: p.at_us,
+        };
+        if !lost && trouble.lapsed(&lapse).is_none() {
+            out.push((w.id, *master, p.at));
+        }
+    }
+    out
 }
 
 /// What the liveness checker looked at.
@@ -1400,6 +1564,21 @@ mod tests {
         }
     }
 
+    /// The node timeout and the TTL of the FIFO cases.
+    const NODE_TIMEOUT_MS: u64 = 10;
+    const TTL_MS: u64 = 1;
+
+    /// The waiters' troubled `calls`, no master out.
+    fn calls(calls: &[(Arc<str>, usize, Duration)]) -> Trouble<'_> {
+        Trouble {
+            calls,
+            confirms: &[],
+            outages: &[],
+            node_timeout: t(NODE_TIMEOUT_MS),
+            ttl: t(TTL_MS),
+        }
+    }
+
     /// The FIFO check of `waits`, with no troubled call of any waiter.
     fn fifo_calm(
         waits: &[WaitRecord],
@@ -1407,7 +1586,7 @@ mod tests {
         grants: &[QueuedGrant],
         losses: &[DataLoss],
     ) -> Vec<(QueueViolation, Option<FifoExcuse>)> {
-        fifo(waits, leases, grants, losses, &[]).found
+        fifo(waits, leases, grants, losses, &calls(&[])).found
     }
 
     #[test]
@@ -1421,7 +1600,7 @@ mod tests {
             grant(0, 0, "w1", &[("w0", 5, Live, 70), ("w1", 4, Live, 70)]),
             grant(1, 0, "w1", &[("w0", 5, Live, 70), ("w1", 4, Live, 70)]),
         ];
-        let checked = fifo(&waits, &leases, &live, &[], &[]);
+        let checked = fifo(&waits, &leases, &live, &[], &calls(&[]));
         assert_eq!(checked.judged, 1);
         let found = checked.found;
         assert_eq!(found.len(), 1, "{found:?}");
@@ -1437,8 +1616,10 @@ mod tests {
                 None
             )
         ));
-        // A call of call 0's waiter to m1 lost or late at 50.
-        let troubled = [(Arc::from("w0"), 1, t(50))];
+        // Calls of call 0's waiter lost or late: to m1 at 50, and to m0 at 70 (a refresh
+        // due before its key there, written at 30, ended at 80).
+        let troubled = [(Arc::from("w0"), 1, t(50)), (Arc::from("w0"), 0, t(70))];
+        let troubled = calls(&troubled);
         // Not live on one granting master only: still unexplained, trouble or not.
         let one = [
             grant(0, 0, "w1", &[("w0", 1, Expired, 30), ("w1", 4, Live, 70)]),
@@ -1446,8 +1627,8 @@ mod tests {
         ];
         assert_eq!(fifo(&waits, &leases, &one, &[], &troubled).found[0].1, None);
         // Not live on every granting master, each for a fault: on m0 last written at 30,
-        // expired by its TTL at 80; on m1 never registered, a call of it there troubled.
-        // Excused, with the reason.
+        // expired by its TTL at 80, a refresh of it there troubled; on m1 never
+        // registered, a call of it there troubled. Excused, with the reason.
         let lapsed = |written| {
             [
                 grant(
@@ -1480,7 +1661,7 @@ mod tests {
             vec![(Arc::from("w0"), 0, t(50))],
             vec![(Arc::from("w0"), 1, t(91))],
         ] {
-            let found = fifo(&waits, &leases, &lapsed(30), &[], &trouble).found;
+            let found = fifo(&waits, &leases, &lapsed(30), &[], &calls(&trouble)).found;
             assert_eq!(found[0].1, None, "{trouble:?}");
             assert!(
                 matches!(&found[0].0, QueueViolation::Fifo { seen, .. }
@@ -1496,11 +1677,15 @@ mod tests {
             at: t(50),
             nth: 1,
         };
+        let m0_troubled = [(Arc::from("w0"), 0, t(70))];
         assert_eq!(
-            fifo_calm(&waits, &leases, &lapsed(30), &[loss])[0].1,
+            fifo(&waits, &leases, &lapsed(30), &[loss], &calls(&m0_troubled)).found[0].1,
             Some(FifoExcuse::NotLive(Some(Expired)))
         );
-        assert_eq!(fifo_calm(&waits, &leases, &lapsed(60), &[loss])[0].1, None);
+        assert_eq!(
+            fifo(&waits, &leases, &lapsed(60), &[loss], &calls(&m0_troubled)).found[0].1,
+            None
+        );
         let lost = [grant(
             0,
             0,
@@ -1529,8 +1714,107 @@ mod tests {
         assert_eq!(fifo_calm(&waits, &leases, &upright, &[loss])[0].1, None);
         let late = DataLoss { at: t(101), ..loss };
         assert_eq!(fifo_calm(&waits, &leases, &live, &[late])[0].1, None);
+        // A loss on a master that did not grant the later call reorders no ticket there.
+        let elsewhere = DataLoss { master: 2, ..loss };
+        assert_eq!(fifo_calm(&waits, &leases, &live, &[elsewhere])[0].1, None);
         // No grant recorded for the lease: nothing excuses it.
         assert_eq!(fifo(&waits, &leases, &[], &[], &troubled).found[0].1, None);
+    }
+
+    /// A registration whose liveness key outlived the waiter TTL is excused only for a
+    /// fault of that master's near the key's end: a refresh lost, late or failed, or the
+    /// master out, from one refresh period and one node timeout before it to the grant.
+    /// A client that merely refreshes too late is not.
+    #[test]
+    fn fifo_excuses_an_expired_registration_only_for_a_fault_near_its_end() {
+        use Registration::*;
+        let leases = [lease(0, 90, 100, 200, None), lease(1, 250, 260, 400, None)];
+        let waits = [wait(0, 0, 20, 260, Some(1)), wait(1, 30, 40, 100, Some(0))];
+        // On m0 and m1 last written at 30: due to live until 80 (TTL 50), a refresh due
+        // every 16.7: a refresh that should have renewed it was due from 63.3 on, and
+        // with the node timeout (10) the window runs from 53.3 to the grant at 90.
+        let expired = [
+            grant(0, 0, "w1", &[("w0", 1, Expired, 30), ("w1", 4, Live, 70)]),
+            grant(1, 0, "w1", &[("w0", 1, Expired, 30), ("w1", 4, Live, 70)]),
+        ];
+        let excuse =
+            |trouble: &Trouble<'_>| fifo(&waits, &leases, &expired, &[], trouble).found[0].1;
+        // No fault at all: a violation, not an excuse.
+        assert_eq!(excuse(&calls(&[])), None);
+        let found = fifo(&waits, &leases, &expired, &[], &calls(&[])).found;
+        assert!(
+            matches!(&found[0].0, QueueViolation::Fifo { seen, .. }
+                if seen.contains("m0: Expired with score 1 (no fault explains it)")),
+            "{found:?}"
+        );
+        // A troubled call to each master within the window: excused.
+        let near = [(Arc::from("w0"), 0, t(54)), (Arc::from("w0"), 1, t(89))];
+        assert_eq!(
+            excuse(&calls(&near)),
+            Some(FifoExcuse::NotLive(Some(Expired)))
+        );
+        // A call of the waiter troubled on any master in the round that last wrote the
+        // keys (sent from a node timeout before their last write at 30, to it): the
+        // round it held up postponed the next refresh. Excused.
+        for sent in [20, 30] {
+            assert_eq!(
+                excuse(&calls(&[(Arc::from("w0"), 2, t(sent))])),
+                Some(FifoExcuse::NotLive(Some(Expired))),
+                "{sent}"
+            );
+        }
+        // Before the window, after the grant, another waiter's, on another master after
+        // the round, or after the keys' end on one master only: not.
+        for trouble in [
+            vec![(Arc::from("w0"), 0, t(19)), (Arc::from("w0"), 1, t(19))],
+            vec![(Arc::from("w0"), 2, t(31))],
+            vec![(Arc::from("w0"), 0, t(91)), (Arc::from("w0"), 1, t(91))],
+            vec![(Arc::from("w1"), 0, t(60)), (Arc::from("w1"), 1, t(60))],
+            vec![(Arc::from("w0"), 0, t(85))],
+        ] {
+            assert_eq!(excuse(&calls(&trouble)), None, "{trouble:?}");
+        }
+        // Each master out (stopped or down) over part of the window: excused; out only
+        // before it: not.
+        let out = |outages: &[(usize, Duration, Duration)]| {
+            let trouble = Trouble {
+                outages,
+                ..calls(&[])
+            };
+            fifo(&waits, &leases, &expired, &[], &trouble).found[0].1
+        };
+        assert_eq!(
+            out(&[(0, t(10), t(54)), (1, t(85), Duration::MAX)]),
+            Some(FifoExcuse::NotLive(Some(Expired)))
+        );
+        assert_eq!(out(&[(0, t(10), t(53)), (1, t(10), t(53))]), None);
+        // With a TTL and a node timeout of 1 each, a confirm round lasts at most 2: a
+        // troubled confirm of the waiter sent at most nine rounds (18) before the key's
+        // end at 80 (its failed round, then a pause of up to eight rounds): excused; one
+        // earlier, another waiter's, or one after the key's end: not.
+        let paused = |confirms: &[(Arc<str>, Duration)]| {
+            let trouble = Trouble {
+                confirms,
+                ttl: t(1),
+                node_timeout: t(1),
+                ..calls(&[])
+            };
+            fifo(&waits, &leases, &expired, &[], &trouble).found[0].1
+        };
+        for sent in [62, 70, 80] {
+            assert_eq!(
+                paused(&[(Arc::from("w0"), t(sent))]),
+                Some(FifoExcuse::NotLive(Some(Expired))),
+                "{sent}"
+            );
+        }
+        for confirms in [
+            vec![(Arc::from("w0"), t(61))],
+            vec![(Arc::from("w1"), t(70))],
+            vec![(Arc::from("w0"), t(81))],
+        ] {
+            assert_eq!(paused(&confirms), None, "{confirms:?}");
+        }
     }
 
     #[test]
@@ -1539,7 +1823,7 @@ mod tests {
         let leases = [lease(0, 90, 100, 200, None), lease(1, 250, 260, 400, None)];
         let live = [grant(0, 0, "w1", &[("w0", 5, Live, 70)])];
         let judged = |waits: &[WaitRecord]| {
-            let checked = fifo(waits, &leases, &live, &[], &[]);
+            let checked = fifo(waits, &leases, &live, &[], &calls(&[]));
             assert!(checked.found.is_empty(), "{checked:?}");
             checked.judged
         };

@@ -42,6 +42,14 @@ pub(super) struct NetParams {
     pub(super) drop_p: f64,
 }
 
+/// A troubled call of a waiter: its waiter id, the master's own number, when it was sent,
+/// and whether it was a confirm.
+pub(super) type WaiterTrouble = (Arc<str>, usize, Instant, bool);
+
+/// The resolution of the runtime's timers: a sleep until an instant ends up to this much
+/// after it.
+const TIMER_TICK: Duration = Duration::from_millis(1);
+
 /// One message's fate.
 #[derive(Debug, Clone, Copy)]
 struct Leg {
@@ -88,8 +96,9 @@ pub(super) struct SendLog {
     /// troubled, by that waiter id, the master's own number and when it was sent: the call
     /// failed (lost, timed out, refused, reset), or one of its messages was lost or late
     /// (slow, held behind a slow one on its connection, or held by a stopped master). The
-    /// FIFO checker's evidence that a registration could be missing on that master.
-    waiter_trouble: Mutex<Vec<(Arc<str>, usize, Instant)>>,
+    /// FIFO checker's evidence that a registration could be missing on that master. The
+    /// flag says whether the call was a confirm (an acquire carrying the waiter id).
+    waiter_trouble: Mutex<Vec<WaiterTrouble>>,
 }
 
 /// A registration sent: by which client (as numbered by [`SendLog::add_client`]), for
@@ -221,9 +230,9 @@ impl SendLog {
             .clone()
     }
 
-    /// Every troubled call of a waiter (see `waiter_trouble`): its waiter id, the master
-    /// and when it was sent, in order.
-    pub(super) fn waiter_trouble(&self) -> Vec<(Arc<str>, usize, Instant)> {
+    /// Every troubled call of a waiter (see `waiter_trouble`): its waiter id, the master,
+    /// when it was sent, and whether it was a confirm, in order.
+    pub(super) fn waiter_trouble(&self) -> Vec<WaiterTrouble> {
         self.waiter_trouble
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -442,7 +451,12 @@ impl Inner {
                 .waiter_trouble
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .push((Arc::clone(waiter), self.server.index(), sent));
+                .push((
+                    Arc::clone(waiter),
+                    self.server.index(),
+                    sent,
+                    matches!(*op, Op::AcquireQueued { .. }),
+                ));
         }
         result
     }
@@ -668,8 +682,9 @@ impl Inner {
             tokio::time::sleep_until(arrival).await;
             inner.gate.pass().await;
             let answer = inner.server.serve(incarnation, &request).await;
-            if Instant::now() > arrival {
-                // Held at the master (stopped) or at a gate.
+            // Held at the master (stopped) or at a gate. The timer wakes on the next whole
+            // millisecond after `arrival`: within it, the request was on time.
+            if Instant::now() > arrival + TIMER_TICK {
                 late.store(true, Ordering::Relaxed);
             }
             // Nothing else runs between the request's execution and here (one thread, no

@@ -255,6 +255,22 @@ struct Journal {
     grants: Vec<QueuedGrant>,
     /// How many times a dead member was pruned from a queue.
     pruned: u64,
+    /// Each dead member pruned from a queue.
+    prunes: Vec<Pruned>,
+}
+
+/// A dead member pruned from a queue on one master.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Pruned {
+    pub(super) waiter: Arc<str>,
+    /// When (from the schedule's origin; set once the op that pruned it ran), and on the
+    /// master's clock.
+    pub(super) at: Duration,
+    pub(super) at_us: u64,
+    /// When its liveness key was last set here, on the master's clock, and the waiter TTL
+    /// it asked for.
+    pub(super) written_us: u64,
+    pub(super) waiter_ttl_us: u64,
 }
 
 impl Journal {
@@ -373,8 +389,20 @@ impl Data {
             if ignore_liveness || self.waiter(key, &first, now_us).is_some() {
                 return Head::Live(first);
             }
+            let (written_us, waiter_ttl_us) = self
+                .journal
+                .waiters
+                .get(&(Arc::clone(key), Arc::clone(&first)))
+                .map_or((0, 0), |j| (j.written_us, j.waiter_ttl_us));
             self.leave(key, &first, Registration::Expired, now_us);
             self.journal.pruned += 1;
+            self.journal.prunes.push(Pruned {
+                waiter: first,
+                at: Duration::ZERO,
+                at_us: now_us,
+                written_us,
+                waiter_ttl_us,
+            });
         }
         // A queue left empty by exactly `PRUNE` removals has no live member (the script
         // checks `ZCARD` once its budget is spent).
@@ -951,9 +979,9 @@ impl SimServer {
         Some(held)
     }
 
-    /// The grants of queued acquires this master made so far, and how many dead waiters
-    /// it pruned from its queues.
-    pub(super) fn journal(&self) -> (Vec<QueuedGrant>, u64) {
+    /// The grants of queued acquires this master made so far, and the dead waiters it
+    /// pruned from its queues (each waiter id, and when).
+    pub(super) fn journal(&self) -> (Vec<QueuedGrant>, Vec<Pruned>) {
         let state = self.lock();
         let grants = state
             .data
@@ -965,7 +993,7 @@ impl SimServer {
                 ..g.clone()
             })
             .collect();
-        (grants, state.data.journal.pruned)
+        (grants, state.data.journal.prunes.clone())
     }
 
     /// Plants the model's fault [`Plants::reader_ignores_writer`].
@@ -1047,10 +1075,14 @@ impl SimServer {
                             return Err(Reset);
                         }
                         let granted = state.data.journal.grants.len();
+                        let pruned = state.data.journal.prunes.len();
                         let answer = self.execute(&mut state, request);
                         let at = self.clock.at(Instant::now());
                         for g in state.data.journal.grants.iter_mut().skip(granted) {
                             g.at = at;
+                        }
+                        for p in state.data.journal.prunes.iter_mut().skip(pruned) {
+                            p.at = at;
                         }
                         if let Some(trace) = &self.trace {
                             trace.push(format!(

@@ -921,6 +921,9 @@ pub(super) struct Outcome {
     /// What the FIFO and liveness checkers found, each FIFO violation with its excuse if
     /// one explains it (a stall never has one).
     pub(super) queue_violations: Vec<(QueueViolation, Option<FifoExcuse>)>,
+    /// The registrations pruned from a queue while their call still ran, with no fault to
+    /// explain it (see `check::pruned_while_waiting`): (call, master, when).
+    pub(super) pruned_waiting: Vec<(usize, usize, Duration)>,
 }
 
 impl Outcome {
@@ -1054,13 +1057,22 @@ pub(super) fn run_traced(profile: &Profile, seed: u64, trace: bool) -> Outcome {
     let mut stats = book.stats;
     stats.schedules = 1;
     let mut queue_violations = Vec::new();
+    let mut pruned_waiting = Vec::new();
     if let Waiting::Queued(_) = profile.waiting {
+        let outages = outages(&schedule.faults);
+        let trouble = check::Trouble {
+            calls: &queues.trouble,
+            confirms: &queues.confirms,
+            outages: &outages,
+            node_timeout: schedule.node_timeout,
+            ttl: schedule.ttl,
+        };
         let fifo = check::fifo(
             &book.waits,
             &book.leases,
             &queues.grants,
             &book.breaches.data_losses,
-            &queues.trouble,
+            &trouble,
         );
         queue_violations = fifo.found;
         stats.fifo_judged = fifo.judged;
@@ -1081,6 +1093,12 @@ pub(super) fn run_traced(profile: &Profile, seed: u64, trace: bool) -> Outcome {
             .filter(|l| queues.handed.contains(&l.id))
             .count() as u64;
         stats.pruned = queues.pruned;
+        pruned_waiting = check::pruned_while_waiting(
+            &book.waits,
+            &queues.prunes,
+            &book.breaches.data_losses,
+            &trouble,
+        );
     }
     Outcome {
         schedule,
@@ -1092,7 +1110,29 @@ pub(super) fn run_traced(profile: &Profile, seed: u64, trace: bool) -> Outcome {
         breaches: book.breaches,
         waits: book.waits,
         queue_violations,
+        pruned_waiting,
     }
+}
+
+/// When each master was out, from `faults`: stopped until it continued, down until it
+/// restarted (or for good), or its clock jumped (an instant): (master, from, to).
+fn outages(faults: &[(Duration, Fault)]) -> Vec<(usize, Duration, Duration)> {
+    let mut out = Vec::new();
+    for (i, &(at, fault)) in faults.iter().enumerate() {
+        let back = |m: usize, ends: fn(Fault) -> bool| {
+            faults[i..]
+                .iter()
+                .find(|&&(_, f)| ends(f) && fault_master(f) == Some(m))
+                .map_or(Duration::MAX, |&(end, _)| end)
+        };
+        match fault {
+            Fault::Crash(m) => out.push((m, at, back(m, |f| matches!(f, Fault::Restart(_))))),
+            Fault::Stop(m) => out.push((m, at, back(m, |f| matches!(f, Fault::Continue(_))))),
+            Fault::ClockJump(m, _) => out.push((m, at, at)),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// What the masters and the network recorded of the queues, for their checkers.
@@ -1100,6 +1140,8 @@ pub(super) fn run_traced(profile: &Profile, seed: u64, trace: bool) -> Outcome {
 struct QueueHistory {
     grants: Vec<super::server::QueuedGrant>,
     pruned: u64,
+    /// Each dead waiter pruned from a queue, and the master that pruned it.
+    prunes: Vec<(usize, super::server::Pruned)>,
     /// The leases granted by a confirm of a hand-off on some master.
     handed: Vec<usize>,
     /// When a fault struck, and the resource it touched (`None`: any): the nemesis's
@@ -1110,6 +1152,8 @@ struct QueueHistory {
     /// Each waiter's troubled calls (lost, late, failed): its id, the master, and when
     /// sent.
     trouble: Vec<(Arc<str>, usize, Duration)>,
+    /// Those of them that were confirms: the waiter id, and when sent.
+    confirms: Vec<(Arc<str>, Duration)>,
 }
 
 /// The waiter TTL of a client with the schedule's settings (the library's default).
@@ -1318,9 +1362,11 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> (Book, Qu
     let mut queues = QueueHistory::default();
     if let Waiting::Queued(_) = profile.waiting {
         for server in &world.servers {
-            let (grants, pruned) = server.journal();
+            let (grants, prunes) = server.journal();
             queues.grants.extend(grants);
-            queues.pruned += pruned;
+            queues.pruned += prunes.len() as u64;
+            let m = server.index();
+            queues.prunes.extend(prunes.into_iter().map(|p| (m, p)));
         }
         for g in queues.grants.iter().filter(|g| !g.waiter.is_empty()) {
             if let Some(id) = book.by_value.get(&g.value)
@@ -1338,12 +1384,13 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> (Book, Qu
                     .and_then(|k| k.strip_prefix('r')?.parse().ok());
                 (clock.at(*at), resource)
             }));
-        queues.trouble = world
-            .sends
-            .waiter_trouble()
-            .into_iter()
-            .map(|(waiter, master, at)| (waiter, master, clock.at(at)))
-            .collect();
+        for (waiter, master, at, confirm) in world.sends.waiter_trouble() {
+            let at = clock.at(at);
+            if confirm {
+                queues.confirms.push((Arc::clone(&waiter), at));
+            }
+            queues.trouble.push((waiter, master, at));
+        }
         let wt = waiter_ttl(schedule);
         queues.bound = schedule.ttl + wt + wt / 3 + schedule.node_timeout * 2;
         let quorum = schedule.masters / 2 + 1;

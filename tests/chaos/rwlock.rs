@@ -8,7 +8,7 @@
 //! Checker 1 is mode-aware: read sections may overlap each other, never a write section.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redquorum::testkit::Persistence;
@@ -281,7 +281,9 @@ const WRITER_SECTION: Duration = Duration::from_millis(100);
 /// RW3: readers keep coming (a new one every 50 ms, each holding 150 ms, so they always
 /// overlap); a writer that starts among them must get in within `WRITER_BOUND`, not
 /// when the stream stops, and no reader may be inside during its section (100 ms, a
-/// counter read and write on the checker store). The stream lasts at least 2.5 s.
+/// counter read and write on the checker store). The stream lasts at least 2.5 s. A run in
+/// which no reader was inside when the writer began asking proves nothing of starvation:
+/// it is broken.
 pub async fn rw3(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
     let setup = Setup::new(
         "RW3",
@@ -319,16 +321,21 @@ pub async fn rw3(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
     let mut i = 0;
     let writer_at = Instant::now() + hold;
     let mut writing = None;
+    // How many readers are inside their section now.
+    let inside = Arc::new(AtomicUsize::new(0));
     while Instant::now() < end {
         let client = clients[i % clients.len()].clone();
         let mut rec = env.history.recorder(format!("RW3-r{i}"), resource.clone());
+        let reading = Arc::clone(&inside);
         tasks.push(tokio::spawn(async move {
             rec.acq_start();
             match client.rwlock(rec.resource()).read().await {
                 Ok(lease) => {
                     rec.acq_ok_mode(&lease, "read");
                     rec.cs_start();
+                    reading.fetch_add(1, Ordering::SeqCst);
                     sleep(hold).await;
+                    reading.fetch_sub(1, Ordering::SeqCst);
                     rec.cs_end_read();
                     release(&mut rec, lease).await;
                 }
@@ -341,9 +348,12 @@ pub async fn rw3(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
             let client = writer.clone();
             let mut rec = env.history.recorder("RW3-writer", resource.clone());
             let store_url = env.store.url();
+            let readers = Arc::clone(&inside);
             writing = Some(tokio::spawn(async move {
                 let mut store = crate::support::raw(&store_url).await;
                 let started = Instant::now();
+                // The readers the writer finds inside as it begins asking.
+                let among = readers.load(Ordering::SeqCst);
                 rec.acq_start();
                 let got = client.rwlock(rec.resource()).write().await;
                 let waited = started.elapsed();
@@ -356,25 +366,31 @@ pub async fn rw3(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
                         let held = Held::inside(rec, lease, &mut store).await;
                         sleep(WRITER_SECTION).await;
                         held.leave(&mut store).await;
-                        Some(waited)
+                        (among, Some(waited))
                     }
                     Err(e) => {
                         rec.acq_fail(&e);
-                        None
+                        (among, None)
                     }
                 }
             }));
         }
         sleep(hold / 3).await;
     }
-    let waited = match writing {
+    let (among, waited) = match writing {
         Some(w) => w.await.unwrap(),
-        None => None,
+        None => (0, None),
     };
+    if among == 0 {
+        env.broken(
+            "no reader was inside when the writer began: the writer was never behind readers",
+        );
+    }
     match waited {
         Some(w) if w <= WRITER_BOUND => {
             env.note(format!(
-                "the writer got in after {} ms among {i} readers",
+                "the writer, begun with {among} readers inside, got in after {} ms among {i} \
+                 readers",
                 w.as_millis()
             ));
         }

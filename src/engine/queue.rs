@@ -461,8 +461,12 @@ impl<'a> Waiter<'a> {
         let inner = self.inner;
         *self.total += 1;
         self.spent += 1;
+        // The period counts from the request, not from the round's end: a master's
+        // registration lives a waiter TTL from when it was written, and a round held up
+        // by one slow master must not postpone the next refresh on the others.
+        let sent = Instant::now();
         let round = self.enqueue().await;
-        self.next_refresh = Instant::now() + inner.config.waiter_ttl / 3;
+        self.next_refresh = sent + inner.config.waiter_ttl / 3;
         wrong_kind(&round, &self.name, *self.total)?;
         if let Some(last) = after_refresh(inner, &round, &self.name, &self.held) {
             self.last = last;
@@ -568,9 +572,16 @@ impl<'a> Waiter<'a> {
         // release to some masters, whose notices follow at once: no pause. Failing again,
         // it pauses a random spread, growing with each failure, so that a split between
         // two waiters cannot loop hot.
+        // The registration is refreshed on time during the pause, which can outlast the
+        // waiter TTL: a pause must not let it lapse.
         if self.herd > 0 {
             let pause = spread(started.elapsed(), self.herd - 1);
-            tokio::time::sleep_until((Instant::now() + pause).min(plan.give_up_at)).await;
+            let until = (Instant::now() + pause).min(plan.give_up_at);
+            while self.next_refresh < until {
+                tokio::time::sleep_until(self.next_refresh).await;
+                self.refresh().await?;
+            }
+            tokio::time::sleep_until(until).await;
         }
         self.herd = (self.herd + 1).min(4);
         Ok(())

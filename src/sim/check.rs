@@ -668,18 +668,11 @@ pub(super) struct FifoCheck {
 pub(super) struct Trouble<'a> {
     /// Each waiter's troubled calls (lost, late, failed): its id, the master, when sent.
     pub(super) calls: &'a [(Arc<str>, usize, Duration)],
-    /// Those of them that were confirms: the waiter id, and when sent. A failed confirm
-    /// is followed by the waiter's registering again where it was granted and then a
-    /// pause with no refresh, up to eight times the confirm's round, which runs at most
-    /// a TTL and a node timeout (its fencing rounds end with the lease's validity).
-    pub(super) confirms: &'a [(Arc<str>, Duration)],
     /// When each master was out (stopped, down, its clock jumped): master, from, to.
     pub(super) outages: &'a [(usize, Duration, Duration)],
     /// The clients' node timeout: how long a refresh's round may take on top of its
     /// period.
     pub(super) node_timeout: Duration,
-    /// The lock's TTL: how long a confirm's attempt may run (its lease's validity).
-    pub(super) ttl: Duration,
 }
 
 /// A registration found not live at `at` (`at_us` on the master's clock): last written
@@ -701,12 +694,9 @@ impl Trouble<'_> {
     /// or the master out, from one refresh period and one node timeout before the key's
     /// end to `at`); or a call of the waiter to any master was troubled in the round that
     /// last wrote the key (sent up to a node timeout before the write), which holds up
-    /// the round and the next refresh, due a period after the round; or a troubled
-    /// confirm of the
-    /// waiter was sent at most nine confirm
-    /// rounds (TTL and node timeout) before the key's end: the failed confirm's round and
-    /// the pause after it (up to eight rounds) send no refresh. A client that merely
-    /// refreshes too late is not excused.
+    /// that round. A client that merely refreshes too late is not excused, nor one that
+    /// lets its registration lapse while it pauses after a failed confirm (it refreshes
+    /// during the pause).
     pub(super) fn lapsed(&self, lapse: &Lapse<'_>) -> Option<&'static str> {
         let until_us = lapse.written_us.saturating_add(lapse.waiter_ttl_us);
         if until_us > lapse.at_us {
@@ -737,11 +727,7 @@ impl Trouble<'_> {
         {
             return Some("not refreshed within the waiter TTL, a round held up");
         }
-        let since = until.saturating_sub((self.ttl + self.node_timeout) * 9);
-        self.confirms
-            .iter()
-            .any(|(w, sent)| &**w == lapse.waiter && since <= *sent && *sent <= until)
-            .then_some("not refreshed within the waiter TTL, paused after a troubled confirm")
+        None
     }
 
     /// Whether a call of `waiter` to `master` was troubled, or `master` was out, from
@@ -1564,18 +1550,15 @@ mod tests {
         }
     }
 
-    /// The node timeout and the TTL of the FIFO cases.
+    /// The node timeout of the FIFO cases.
     const NODE_TIMEOUT_MS: u64 = 10;
-    const TTL_MS: u64 = 1;
 
     /// The waiters' troubled `calls`, no master out.
     fn calls(calls: &[(Arc<str>, usize, Duration)]) -> Trouble<'_> {
         Trouble {
             calls,
-            confirms: &[],
             outages: &[],
             node_timeout: t(NODE_TIMEOUT_MS),
-            ttl: t(TTL_MS),
         }
     }
 
@@ -1788,33 +1771,6 @@ mod tests {
             Some(FifoExcuse::NotLive(Some(Expired)))
         );
         assert_eq!(out(&[(0, t(10), t(53)), (1, t(10), t(53))]), None);
-        // With a TTL and a node timeout of 1 each, a confirm round lasts at most 2: a
-        // troubled confirm of the waiter sent at most nine rounds (18) before the key's
-        // end at 80 (its failed round, then a pause of up to eight rounds): excused; one
-        // earlier, another waiter's, or one after the key's end: not.
-        let paused = |confirms: &[(Arc<str>, Duration)]| {
-            let trouble = Trouble {
-                confirms,
-                ttl: t(1),
-                node_timeout: t(1),
-                ..calls(&[])
-            };
-            fifo(&waits, &leases, &expired, &[], &trouble).found[0].1
-        };
-        for sent in [62, 70, 80] {
-            assert_eq!(
-                paused(&[(Arc::from("w0"), t(sent))]),
-                Some(FifoExcuse::NotLive(Some(Expired))),
-                "{sent}"
-            );
-        }
-        for confirms in [
-            vec![(Arc::from("w0"), t(61))],
-            vec![(Arc::from("w1"), t(70))],
-            vec![(Arc::from("w0"), t(81))],
-        ] {
-            assert_eq!(paused(&confirms), None, "{confirms:?}");
-        }
     }
 
     #[test]

@@ -1062,10 +1062,8 @@ pub(super) fn run_traced(profile: &Profile, seed: u64, trace: bool) -> Outcome {
         let outages = outages(&schedule.faults);
         let trouble = check::Trouble {
             calls: &queues.trouble,
-            confirms: &queues.confirms,
             outages: &outages,
             node_timeout: schedule.node_timeout,
-            ttl: schedule.ttl,
         };
         let fifo = check::fifo(
             &book.waits,
@@ -1152,8 +1150,6 @@ struct QueueHistory {
     /// Each waiter's troubled calls (lost, late, failed): its id, the master, and when
     /// sent.
     trouble: Vec<(Arc<str>, usize, Duration)>,
-    /// Those of them that were confirms: the waiter id, and when sent.
-    confirms: Vec<(Arc<str>, Duration)>,
 }
 
 /// The waiter TTL of a client with the schedule's settings (the library's default).
@@ -1384,11 +1380,8 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> (Book, Qu
                     .and_then(|k| k.strip_prefix('r')?.parse().ok());
                 (clock.at(*at), resource)
             }));
-        for (waiter, master, at, confirm) in world.sends.waiter_trouble() {
+        for (waiter, master, at, _confirm) in world.sends.waiter_trouble() {
             let at = clock.at(at);
-            if confirm {
-                queues.confirms.push((Arc::clone(&waiter), at));
-            }
             queues.trouble.push((waiter, master, at));
         }
         let wt = waiter_ttl(schedule);

@@ -257,6 +257,9 @@ struct Waiter<'a> {
     /// What the call reports if it never gets the lock.
     last: Error,
     next_refresh: Instant,
+    /// A refresh made during the pause after a failed confirm found the key handed on a
+    /// quorum: the next confirm's attempt is already spent.
+    ticked: bool,
     /// Confirms that failed in a row: each after the first pauses longer, so that a
     /// split between two waiters cannot loop hot.
     herd: u32,
@@ -327,6 +330,7 @@ impl<'a> Waiter<'a> {
             held: refused.clone(),
             last: refused,
             next_refresh: Instant::now(),
+            ticked: false,
             herd: 0,
         };
         waiter.register().await?;
@@ -339,7 +343,6 @@ impl<'a> Waiter<'a> {
             handed = waiter.evidence.count(),
             "acquire attempt failed, waiting in the queue"
         );
-        waiter.next_refresh = Instant::now() + config.waiter_ttl / 3;
         Ok(waiter)
     }
 
@@ -359,6 +362,10 @@ impl<'a> Waiter<'a> {
     /// call's registration with the score its refused attempt read.
     async fn register(&mut self) -> Result<(), Error> {
         let (inner, plan, total) = (self.inner, self.plan, *self.total);
+        // The first refresh is due a period after the registration was sent (for a fair
+        // ticket, after its first round was: sooner, never later).
+        let period = inner.config.waiter_ttl / 3;
+        self.next_refresh = Instant::now() + period;
         if !plan.fair {
             let round = self.enqueue().await;
             wrong_kind(&round, &self.name, total)?;
@@ -377,6 +384,7 @@ impl<'a> Waiter<'a> {
                     // would hand the key to it while the others hand it to the true
                     // head. Its ticket goes everywhere now, as a refresh would write
                     // it, so that the masters agree on the head (docs/design.md §17).
+                    self.next_refresh = Instant::now() + period;
                     let round = self.enqueue().await;
                     wrong_kind(&round, &self.name, total)?;
                     self.evidence.note_round(&round, inner.quorum);
@@ -407,8 +415,9 @@ impl<'a> Waiter<'a> {
         loop {
             self.evidence.note_notices(&self.handoffs.fresh());
             if self.evidence.ready(inner.quorum) {
-                return Ok(false);
+                return Ok(std::mem::take(&mut self.ticked));
             }
+            self.ticked = false;
             if Instant::now() >= plan.give_up_at {
                 return Err(wait_timeout(self.last.clone(), *self.total));
             }
@@ -580,8 +589,19 @@ impl<'a> Waiter<'a> {
             while self.next_refresh < until {
                 tokio::time::sleep_until(self.next_refresh).await;
                 self.refresh().await?;
+                if self.evidence.ready(self.inner.quorum) {
+                    // The refresh found the key handed on a quorum: confirm now, the
+                    // attempt this refresh spent being the confirm's (see `until_ready`).
+                    self.ticked = true;
+                    break;
+                }
+                if self.spent >= plan.attempts {
+                    return Err(self.last.clone().with_attempts(*self.total));
+                }
             }
-            tokio::time::sleep_until(until).await;
+            if !self.ticked {
+                tokio::time::sleep_until(until).await;
+            }
         }
         self.herd = (self.herd + 1).min(4);
         Ok(())

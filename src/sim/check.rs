@@ -716,9 +716,10 @@ impl Trouble<'_> {
             return Some("not refreshed within the waiter TTL, a refresh troubled");
         }
         // A round waits for its slowest master (up to a node timeout, and a connect
-        // timeout when connecting), and the next refresh is due a period after the round:
-        // a call of the waiter troubled on any master in the round that last wrote the
-        // key (sent up to a node timeout before the write) postpones it.
+        // timeout when connecting), and the next refresh is sent when the round ended if
+        // that is past its period: a call of the waiter troubled on any master in the
+        // round that last wrote the key (sent up to a node timeout before the write)
+        // postpones it.
         let since = written.saturating_sub(self.node_timeout);
         if self
             .calls

@@ -126,13 +126,7 @@ fn acquire(ctx: &Context<'_>, (key, value, ttl, fence, owner): Grant<'_>) -> Req
         .key(fence_key(key))
         .key(owner_key(key))
         .key(ticket_key(key))
-        .arg(value)
-        .arg(millis(ttl))
-        .arg(flag(fence == FenceRead::Read))
-        .arg(&owner.client)
-        .arg(&owner.host)
-        .arg(owner.pid)
-        .arg(&owner.label)
+        .grant_args(value, ttl, fence, owner)
         .done()
 }
 
@@ -160,13 +154,7 @@ fn acquire_queued(
         .key(owner_key(key))
         .key(queue_key(key))
         .key(ticket_key(key))
-        .arg(value)
-        .arg(millis(ttl))
-        .arg(flag(fence == FenceRead::Read))
-        .arg(&owner.client)
-        .arg(&owner.host)
-        .arg(owner.pid)
-        .arg(&owner.label)
+        .grant_args(value, ttl, fence, owner)
         .arg(waiter)
         .arg(flag(fair))
         .arg(waiter_prefix(key))
@@ -188,16 +176,31 @@ type Acquired = (
 /// The reply of `acquire.lua` or `acquire_queued.lua`.
 fn acquired(value: Value) -> Result<Reply, MasterError> {
     let (code, record, now, counter, pttl, detail, ticket): Acquired = read(value)?;
-    match code {
-        1 | 0 => {}
-        -3 => return Err(wrong_kind(detail.as_deref())),
-        other => return Err(unexpected("acquire", other)),
+    if code == -3 {
+        return Err(wrong_kind(detail.as_deref()));
+    }
+    checked(code, record, &now, counter, pttl, ticket)
+}
+
+/// The [`Reply::Checked`] of a lock script that answered `code` (1 granted, 0 refused)
+/// with the master's epoch record and time, the fence counter, the holder's `PTTL` and
+/// the ticket counter.
+pub(super) fn checked(
+    code: i64,
+    record: String,
+    now: &str,
+    counter: Option<String>,
+    pttl: i64,
+    ticket: Option<String>,
+) -> Result<Reply, MasterError> {
+    if code != 1 && code != 0 {
+        return Err(unexpected("acquire", code));
     }
     Ok(Reply::Checked {
         granted: code == 1,
         epoch: EpochReport {
             record: Some(record),
-            now_us: parse_number("acquire", &now)?,
+            now_us: parse_number("acquire", now)?,
         },
         fence: counter.map(|c| parse_number("acquire", &c)).transpose()?,
         holder_ttl: ttl_of(pttl),

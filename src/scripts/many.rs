@@ -8,13 +8,13 @@ use std::time::Duration;
 use redis::{Script, Value};
 
 use super::{
-    Codec, Context, Invocation, Request, fence_key, flag, millis, misrouted, owner_key,
-    parse_number, queue_key, read, unexpected, waiter_prefix, wrong_kind,
+    Codec, Context, Invocation, Request, fence_key, millis, misrouted, owner_key, parse_number,
+    queue_key, read, unexpected, waiter_prefix, wrong_kind,
 };
 use crate::error::{MasterError, MasterErrorKind};
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
-use crate::op::{EpochReport, FenceRead, Op, Reply};
+use crate::op::{EpochReport, Op, Reply};
 
 /// Several locks at once, all or none; see `acquire_many.lua`.
 static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_MANY_LUA));
@@ -56,14 +56,7 @@ impl Codec for Many {
                 for key in keys {
                     call = call.key(key).key(fence_key(key)).key(owner_key(key));
                 }
-                call.arg(value)
-                    .arg(millis(*ttl))
-                    .arg(flag(*fence == FenceRead::Read))
-                    .arg(&owner.client)
-                    .arg(&owner.host)
-                    .arg(owner.pid)
-                    .arg(&owner.label)
-                    .done()
+                call.grant_args(value, *ttl, *fence, owner).done()
             }
             Op::ExtendMany {
                 keys,

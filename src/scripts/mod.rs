@@ -174,6 +174,25 @@ impl Invocation {
     fn done(self) -> Request {
         Request::Script(self)
     }
+
+    /// The arguments every granting lock script takes after its keys, in this order: the
+    /// lease value, its TTL in ms, whether to read the fence counter, and the owner
+    /// (client id, host, process id, label).
+    fn grant_args(
+        self,
+        value: &str,
+        ttl: std::time::Duration,
+        fence: crate::op::FenceRead,
+        owner: &crate::cluster::Owner,
+    ) -> Self {
+        self.arg(value)
+            .arg(millis(ttl))
+            .arg(flag(fence == crate::op::FenceRead::Read))
+            .arg(&owner.client)
+            .arg(&owner.host)
+            .arg(owner.pid)
+            .arg(&owner.label)
+    }
 }
 
 /// One script family's codec.

@@ -7,14 +7,13 @@ use std::sync::LazyLock;
 use redis::{Script, Value};
 
 use super::{
-    Codec, Context, Invocation, Request, fence_key, flag, intent_key, millis, misrouted, owner_key,
-    parse_number, read, reader_index_key, reader_key, reader_prefix, release_channel, ttl_of,
-    unexpected,
+    Codec, Context, Invocation, Request, fence_key, intent_key, millis, misrouted, owner_key,
+    parse_number, read, reader_index_key, reader_key, reader_prefix, release_channel, unexpected,
 };
 use crate::error::{MasterError, MasterErrorKind};
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
-use crate::op::{EpochReport, FenceRead, Op, Reply, RwMode};
+use crate::op::{EpochReport, Op, Reply, RwMode};
 
 /// The most readers `rw_acquire.lua` admits on one lock at once, on a master: a reader
 /// beyond them is refused as it would be by a writer. The writer's script visits every
@@ -66,13 +65,7 @@ impl Codec for Rw {
                     .key(reader_index_key(key))
                     .key(intent_key(key))
                     .key(reader_prefix(key))
-                    .arg(value)
-                    .arg(millis(*ttl))
-                    .arg(flag(*fence == FenceRead::Read))
-                    .arg(&owner.client)
-                    .arg(&owner.host)
-                    .arg(owner.pid)
-                    .arg(&owner.label)
+                    .grant_args(value, *ttl, *fence, owner)
                     .arg(letter)
                     .arg(intent)
                     .arg(intent_ttl)
@@ -120,21 +113,10 @@ impl Codec for Rw {
 fn rw_acquired(value: Value) -> Result<Reply, MasterError> {
     type Answer = (i64, String, String, Option<String>, i64, Option<String>);
     let (code, record, now, counter, pttl, detail): Answer = read(value)?;
-    match code {
-        1 | 0 => {}
-        -3 => return Err(wrong_kind_for_rwlock(detail.as_deref())),
-        other => return Err(unexpected("acquire", other)),
+    if code == -3 {
+        return Err(wrong_kind_for_rwlock(detail.as_deref()));
     }
-    Ok(Reply::Checked {
-        granted: code == 1,
-        epoch: EpochReport {
-            record: Some(record),
-            now_us: parse_number("acquire", &now)?,
-        },
-        fence: counter.map(|c| parse_number("acquire", &c)).transpose()?,
-        holder_ttl: ttl_of(pttl),
-        ticket: None,
-    })
+    super::lock::checked(code, record, &now, counter, pttl, None)
 }
 
 /// The reply of `rw_downgrade.lua`: `{1 converted | 0 missing | -1 held by another value,

@@ -21,6 +21,8 @@ use nix::unistd::{Pid, Uid, User};
 use tempfile::TempDir;
 use tokio::time::{Instant, sleep};
 
+use super::server::{file_len, read_lossy, read_lossy_from, tail};
+
 /// The environment variable naming the folder of `initdb` and `postgres`.
 const BINDIR_ENV: &str = "REDQUORUM_PG_BINDIR";
 /// Where Debian installs each major version's server binaries.
@@ -64,8 +66,6 @@ const FRESH_PORT_ATTEMPTS: u32 = 5;
 const SAME_PORT_ATTEMPTS: u32 = 20;
 /// The pause between two startup attempts on the same port.
 const SAME_PORT_DELAY: Duration = Duration::from_millis(50);
-/// The most bytes of a log quoted in an error message.
-const MAX_QUOTED_LOG: usize = 16 * 1024;
 /// What the server logs when its port is taken.
 const PORT_TAKEN: &str = "Address already in use";
 
@@ -852,39 +852,6 @@ fn free_port() -> Result<u16, PostgresError> {
 fn io_error(action: impl Into<String>) -> impl FnOnce(io::Error) -> PostgresError {
     let action = action.into();
     move |source| PostgresError::Io { action, source }
-}
-
-fn file_len(path: &Path) -> u64 {
-    fs::metadata(path).map_or(0, |meta| meta.len())
-}
-
-fn read_lossy(path: &Path) -> String {
-    fs::read(path).map_or_else(
-        |_| String::new(),
-        |bytes| String::from_utf8_lossy(&bytes).into_owned(),
-    )
-}
-
-fn read_lossy_from(path: &Path, offset: u64) -> String {
-    let Ok(bytes) = fs::read(path) else {
-        return String::new();
-    };
-    let start = usize::try_from(offset)
-        .unwrap_or(usize::MAX)
-        .min(bytes.len());
-    String::from_utf8_lossy(&bytes[start..]).into_owned()
-}
-
-/// The last [`MAX_QUOTED_LOG`] bytes of `text`, on a character boundary.
-fn tail(text: String) -> String {
-    if text.len() <= MAX_QUOTED_LOG {
-        return text;
-    }
-    let mut start = text.len() - MAX_QUOTED_LOG;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    format!("[...]{}", &text[start..])
 }
 
 #[cfg(test)]

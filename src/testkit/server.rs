@@ -954,12 +954,12 @@ fn remove_if_present(path: &Path) -> Result<(), TestkitError> {
 }
 
 /// A file's length, 0 if it cannot be read.
-fn file_len(path: &Path) -> u64 {
+pub(super) fn file_len(path: &Path) -> u64 {
     fs::metadata(path).map_or(0, |meta| meta.len())
 }
 
 /// A file's contents as text, empty if it cannot be read.
-fn read_lossy(path: &Path) -> String {
+pub(super) fn read_lossy(path: &Path) -> String {
     fs::read(path).map_or_else(
         |_| String::new(),
         |bytes| String::from_utf8_lossy(&bytes).into_owned(),
@@ -967,7 +967,7 @@ fn read_lossy(path: &Path) -> String {
 }
 
 /// A file's contents from byte `offset` on, empty if it cannot be read.
-fn read_lossy_from(path: &Path, offset: u64) -> String {
+pub(super) fn read_lossy_from(path: &Path, offset: u64) -> String {
     let Ok(bytes) = fs::read(path) else {
         return String::new();
     };
@@ -978,7 +978,7 @@ fn read_lossy_from(path: &Path, offset: u64) -> String {
 }
 
 /// The last [`MAX_QUOTED_LOG`] bytes of `text`, on a character boundary.
-fn tail(text: String) -> String {
+pub(super) fn tail(text: String) -> String {
     if text.len() <= MAX_QUOTED_LOG {
         return text;
     }

@@ -101,7 +101,7 @@ mod uncontended;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use redquorum::testkit::Cluster;
+use redquorum_testkit::Cluster;
 
 use args::{Args, Flavor};
 use contended::{CONTENDERS, HOLDS, OUTSIDE, WAIT_BUDGET, Waiting};

@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redquorum::testkit::{Cluster, Server, ServerOptions};
 use redquorum::{MasterOutcome, Redlock};
+use redquorum_testkit::{Cluster, Server, ServerOptions};
 
 const WORKERS: usize = 4;
 const SECTIONS_PER_PHASE: usize = 5;

@@ -7,7 +7,7 @@
 //! (Ctrl-C or SIGTERM) or its serving time runs out. It prints the address to scrape:
 //!
 //! ```text
-//! cargo run --example metrics --features testkit,metrics -- --port 9898 --serve-for 60
+//! cargo run --example metrics --features metrics -- --port 9898 --serve-for 60
 //! curl http://127.0.0.1:9898/metrics
 //! ```
 //!
@@ -19,8 +19,8 @@ use std::io::Write as _;
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use redquorum::testkit::Cluster;
 use redquorum::{AcquireOptions, ErrorKind, Redlock};
+use redquorum_testkit::Cluster;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{Signal, SignalKind, signal};

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packages the crate (no upload; the packaged crate is built once to prove it is whole) and
 # checks that it holds only what users need: the library's sources without the simulation,
-# the README, the changelog, the licences, the manifest and what the examples need. Run by
+# the README, the changelog, the licences and the manifest. The examples run on the
+# workspace's testkit, which is not published with the library: they are not shipped. Run by
 # .ci/run.
 #
 #   bash scripts/check-package.sh [cargo package options]
@@ -11,24 +12,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The examples the package ships, by file name under examples/.
-EXAMPLES="demo.rs metrics.rs"
-
 # Whether one packaged path is allowed: the library's Rust sources and Lua scripts (not
-# the simulation), the examples by name, the README, the changelog, the licences, the
-# manifest, the lock file and cargo's own record. Anything else is refused.
+# the simulation), the README, the changelog, the licences, the manifest, the lock file
+# and cargo's own record. Anything else is refused.
 allowed() {
   case "$1" in
     src/sim/*) return 1 ;;
     src/scripts/*/*) return 1 ;;
     src/scripts/*.lua) return 0 ;;
     src/*.rs) return 0 ;; # `*` spans folders here: src/**/*.rs
-    examples/*)
-      for example in $EXAMPLES; do
-        [ "$1" = "examples/$example" ] && return 0
-      done
-      return 1
-      ;;
     README.md | CHANGELOG.md | LICENSE-MIT | LICENSE-APACHE | Cargo.toml | Cargo.toml.orig | Cargo.lock | .cargo_vcs_info.json)
       return 0
       ;;
@@ -68,21 +60,19 @@ Cargo.toml.orig
 LICENSE-APACHE
 LICENSE-MIT
 README.md
-examples/demo.rs
 src/lib.rs
 src/lock.rs
 src/lease/watchdog.rs
 src/quorum/tally.rs
 src/scripts/acquire.lua
-src/scripts/mod.rs
-src/testkit/server.rs'
+src/scripts/mod.rs'
   if ! printf '%s\n' "$good" | judge >/dev/null; then
     echo "self-test: a whole package list is refused:" >&2
     printf '%s\n' "$good" | judge >&2 || true
     failed=1
   fi
   for bad in src/scratch.txt src/lock.rs.orig examples/anything.sh src/sim/world.rs notes.md \
-    src/scripts/extra/x.lua src/lib.lua examples/demo.rs.bak tests/layers.rs; do
+    src/scripts/extra/x.lua src/lib.lua examples/demo.rs tests/layers.rs; do
     if printf '%s\n%s\n' "$good" "$bad" | judge >/dev/null; then
       echo "self-test: $bad is accepted" >&2
       failed=1
@@ -104,12 +94,12 @@ if [ "${1:-}" = "--self-test" ]; then
   exit 0
 fi
 
-files=$(cargo package --list --locked "$@")
+files=$(cargo package -p redquorum --list --locked "$@")
 if ! problems=$(printf '%s\n' "$files" | judge); then
   echo "the package is not only the product:" >&2
   printf '%s\n' "$problems" | sed 's/^/  /' >&2
   exit 1
 fi
 echo "package: $(printf '%s\n' "$files" | wc -l) files, only the product"
-cargo package --locked "$@" >/dev/null
+cargo package -p redquorum --locked "$@" >/dev/null
 echo "package: builds from its own files"

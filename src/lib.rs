@@ -94,9 +94,7 @@
 //! # Features
 //! - `tls`: `rediss://` masters, over rustls (ring), checked against the system's roots or
 //!   the CA given with [`Builder::tls_ca_pem`]; a client certificate with
-//!   [`Builder::tls_client_cert_pem`]. With `testkit`, masters that speak TLS only.
-//! - `testkit`: starts and controls real `redis-server` processes (kill, pause, restart)
-//!   for tests, benches and examples.
+//!   [`Builder::tls_client_cert_pem`].
 //! - `mutants`: deliberately broken variants of the algorithm, selectable per client, with
 //!   which the chaos suite proves that its checkers catch bugs. Never use it otherwise.
 //! - `metrics`: counters and histograms through the [`metrics`](https://docs.rs/metrics)
@@ -107,11 +105,15 @@
 //! - `postgres`: fencing checked in PostgreSQL, atomically with the writes (the module
 //!   `postgres`): the fence table's `SCHEMA` and `CLAIM` as SQL for any driver, `claim`
 //!   and `fenced` over `tokio-postgres` (the application's own client; the library opens
-//!   no connection). With `testkit`, `testkit::Postgres` starts a real server for tests.
+//!   no connection).
 //! - `cli`: the `redquorum` command (`cargo install redquorum --features cli`): runs a
 //!   program while holding a lock and stops it before the lock can expire if the lock is
 //!   lost; inspects, force-unlocks, initialises and checks the masters. The library never
 //!   needs it.
+//!
+//! Real `redis-server` and PostgreSQL processes for tests (kill, pause, restart, proxies,
+//! clock jumps) come from the crate `redquorum-testkit` of this workspace: add it as a
+//! dev-dependency.
 //!
 //! [docs/observability.md]: https://github.com/redquorum/redquorum/blob/main/docs/observability.md
 #![doc(test(attr(deny(warnings), allow(dead_code))))]
@@ -153,8 +155,6 @@ mod semaphore;
 #[cfg(test)]
 mod sim;
 mod telemetry;
-#[cfg(feature = "testkit")]
-pub mod testkit;
 mod wait;
 
 pub use admin::{ClusterInit, InitOutcome};

@@ -21,8 +21,8 @@ use std::task::Poll;
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redquorum::testkit::{Mode, Proxy};
 use redquorum::{AcquireOptions, Lease, LeaseHandle, Redlock};
+use redquorum_testkit::{Mode, Proxy};
 use support::*;
 use tokio::time::Instant;
 

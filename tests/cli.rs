@@ -20,8 +20,8 @@ use std::time::{Duration, SystemTime};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use redquorum::testkit::{Mode, Proxy};
 use redquorum::{Holding, Redlock, Verdict};
+use redquorum_testkit::{Mode, Proxy};
 use support::*;
 use tokio::process::{Child, Command};
 
@@ -1100,7 +1100,7 @@ async fn far_masters_do_not_get_a_healthy_command_stopped() {
 #[cfg(feature = "tls")]
 #[tokio::test]
 async fn over_tls_the_command_runs_and_a_wrong_ca_is_a_configuration_error() {
-    use redquorum::testkit::TlsAuthority;
+    use redquorum_testkit::TlsAuthority;
 
     let authority = TlsAuthority::generate().unwrap();
     let cluster = Cluster::start_with(3, &ServerOptions::new().tls(authority.clone()))

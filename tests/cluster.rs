@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redquorum::testkit::{Mode, Proxy};
 use redquorum::{ErrorKind, InitOutcome, MasterErrorKind, MasterOutcome, Redlock};
+use redquorum_testkit::{Mode, Proxy};
 use support::*;
 
 const RECORD: &str = "redquorum:cluster";

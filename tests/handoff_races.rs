@@ -7,8 +7,8 @@ mod support;
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redquorum::testkit::{Latency, Mode, Proxy};
 use redquorum::{AcquireOptions, ErrorKind, Redlock};
+use redquorum_testkit::{Latency, Mode, Proxy};
 use support::*;
 
 /// A waiter over `cluster` that never polls (its retry pause is 30 s) and refreshes its
@@ -105,7 +105,7 @@ fn the_default_waiter_ttl_is_one_the_builder_accepts() {
 }
 
 /// Whether `waiter` is a member of `key`'s queue on `server`.
-async fn queued_on_one(server: &redquorum::testkit::Server, key: &str, waiter: &str) -> bool {
+async fn queued_on_one(server: &redquorum_testkit::Server, key: &str, waiter: &str) -> bool {
     let mut conn = raw(&server.url()).await;
     let score: Option<f64> = conn
         .zscore(format!("redquorum:queue:{key}"), waiter)

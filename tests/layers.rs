@@ -54,7 +54,7 @@ const LAYERS: &[&[&str]] = &[
 ];
 
 /// Beside the layers: they may use the product, the product must not use them.
-const BESIDE: &[&str] = &["testkit", "sim"];
+const BESIDE: &[&str] = &["sim"];
 
 /// The folder of the command's sources under `src`: a crate of its own, beside the layers.
 const BIN: &str = "bin";
@@ -737,7 +737,7 @@ fn comments_strings_visibility_and_own_submodules_are_no_uses() {
             "lock.rs",
             "use crate::{Error, core::Inner, lease::Lease};\nimpl S {\n    fn f(&self) {\n        self.g();\n    }\n}\n",
         ),
-        ("testkit/mod.rs", "use crate::Redlock;\n"),
+        ("sim/mod.rs", "use crate::Redlock;\n"),
         (
             "fencing.rs",
             "use crate::scripts::FENCE;\nfn f() -> crate::FencingToken { g!(crate::Error) }\n",
@@ -881,5 +881,25 @@ fn the_command_stands_beside_the_layers() {
     assert!(
         found.iter().any(|f| f.contains("must not use the command")),
         "{found:?}"
+    );
+}
+
+/// The testkit is a crate of its own that uses nothing of the library: its manifest names
+/// no dependency on it (so no `use redquorum` can compile there).
+#[test]
+fn the_testkit_depends_on_nothing_of_the_library() {
+    let manifest =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/testkit/Cargo.toml"))
+            .unwrap();
+    let named: Vec<&str> = manifest
+        .lines()
+        .filter(|line| {
+            let name = line.split(['=', ' ', '.']).next().unwrap_or("");
+            name == "redquorum"
+        })
+        .collect();
+    assert!(
+        named.is_empty(),
+        "testkit/Cargo.toml depends on the library: {named:?}"
     );
 }

@@ -13,11 +13,11 @@ use std::time::{Duration, SystemTime};
 use redis::AsyncCommands;
 #[cfg(feature = "mutants")]
 use redquorum::Mutant;
-use redquorum::testkit::{Mode, Proxy};
 use redquorum::{
     AcquireOptions, ErrorKind, Holding, LostReason, MasterErrorKind, MasterOutcome, Redlock,
     Verdict,
 };
+use redquorum_testkit::{Mode, Proxy};
 use support::*;
 use tokio::time::Instant;
 

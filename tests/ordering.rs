@@ -10,8 +10,8 @@ mod support;
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redquorum::testkit::{Mode, Proxy};
 use redquorum::{AcquireOptions, Redlock};
+use redquorum_testkit::{Mode, Proxy};
 use support::*;
 
 /// Brand-new clients: one master behind a link of `3 ± 3 ms` each way, so that its first

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use redquorum::FencingToken;
 use redquorum::postgres::{self, CLAIM, Claim, FenceErrorKind, FenceOptions, SCHEMA};
-use redquorum::testkit::Postgres;
+use redquorum_testkit::Postgres;
 use tokio_postgres::{Client, IsolationLevel, NoTls};
 
 /// The data the fenced transactions of these tests write: a counter per resource.

@@ -7,8 +7,8 @@ mod support;
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redquorum::testkit::{Latency, Mode, Proxy};
 use redquorum::{AcquireOptions, ErrorKind, LeaseMode, MasterOutcome, Redlock};
+use redquorum_testkit::{Latency, Mode, Proxy};
 use support::*;
 use tokio::time::Instant;
 

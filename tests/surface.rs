@@ -14,8 +14,8 @@ use std::time::Duration;
 use redis::AsyncCommands;
 #[cfg(feature = "mutants")]
 use redquorum::Mutant;
-use redquorum::testkit::{Latency, Mode, Proxy};
 use redquorum::{AcquireOptions, Builder, ErrorKind, Redlock};
+use redquorum_testkit::{Latency, Mode, Proxy};
 use support::*;
 use tokio::time::Instant;
 

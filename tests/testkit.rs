@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redis::AsyncCommands as _;
 use redis::aio::MultiplexedConnection;
-use redquorum::testkit::{Cluster, Persistence, Server, ServerOptions, TestkitError};
+use redquorum_testkit::{Cluster, Persistence, Server, ServerOptions, TestkitError};
 use tokio::time::{Instant, sleep, timeout};
 
 /// How long a live server may take to answer in these tests.

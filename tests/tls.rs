@@ -4,7 +4,7 @@
 //! `check_masters` over TLS; a client certificate; and the failures: a CA that did not
 //! sign the masters' certificates, a server that wants a client certificate, a plain
 //! `redis://` URL to a TLS port, and URLs and settings the builder refuses.
-#![cfg(all(feature = "tls", feature = "testkit"))]
+#![cfg(feature = "tls")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
-use redquorum::testkit::{Mode, Proxy, TlsAuthority};
 use redquorum::{ConfigError, ErrorKind, MasterErrorKind, MasterOutcome, Redlock};
+use redquorum_testkit::{Mode, Proxy, TlsAuthority};
 use support::*;
 use tokio::time::Instant;
 

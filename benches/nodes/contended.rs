@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redquorum::testkit::Cluster;
 use redquorum::{AcquireOptions, Builder, Error, ErrorKind, MasterOutcome};
+use redquorum_testkit::Cluster;
 
 use super::args::Budget;
 use super::harness::{Keys, Outcome, Series, Tally, plain, set_nx};

@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use redquorum::testkit::Cluster;
 use redquorum::{MasterOutcome, Redlock};
+use redquorum_testkit::Cluster;
 
 use super::args::Budget;
 use super::harness::{

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use redquorum::Redlock;
-use redquorum::testkit::Cluster;
+use redquorum_testkit::Cluster;
 
 use super::args::Budget;
 use super::harness::{BLOCK, Keys, Outcome, Progress, SETTLE, Series, lock_block, plain};

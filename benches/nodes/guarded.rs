@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use redquorum::Redlock;
-use redquorum::testkit::{Cluster, Persistence, ServerOptions};
+use redquorum_testkit::{Cluster, Persistence, ServerOptions};
 
 use super::args::Budget;
 use super::harness::{BLOCK, Keys, Outcome, Progress, SETTLE, Series, lock_block, plain};

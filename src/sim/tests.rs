@@ -51,7 +51,6 @@ macro_rules! test_path {
 }
 
 mod cluster;
-#[cfg(feature = "testkit")]
 mod differential;
 mod handoff;
 mod many;

@@ -46,8 +46,8 @@ use std::time::Duration;
 
 use event::{Event, Op};
 use redis::AsyncCommands as _;
-use redquorum::testkit::monotonic_ns;
 use redquorum::{AcquireOptions, Mutant, Redlock};
+use redquorum_testkit::monotonic_ns;
 
 /// The parsed command line. Flags are few and fixed, so they are parsed by hand rather
 /// than with an argument-parsing crate (a `[[bin]]` cannot use dev-dependencies, and the

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use redis::AsyncCommands as _;
-use redquorum::testkit::{Latency, Mode, Persistence};
+use redquorum_testkit::{Latency, Mode, Persistence};
 use tokio::time::sleep;
 
 use crate::event::Op;

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use redis::AsyncCommands as _;
-use redquorum::testkit::{ClockJump, Latency, Mode, Persistence, Proxy};
 use redquorum::{Mutant, Redlock};
+use redquorum_testkit::{ClockJump, Latency, Mode, Persistence, Proxy};
 use tokio::time::{Instant, sleep};
 
 use crate::harness::*;

@@ -17,8 +17,8 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use redis::AsyncCommands as _;
-use redquorum::testkit::{Mode, Persistence};
 use redquorum::{ErrorKind, InitOutcome, Mutant, Redlock};
+use redquorum_testkit::{Mode, Persistence};
 use tokio::time::{Instant, sleep};
 
 use crate::event::Op;

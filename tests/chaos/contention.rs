@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::AsyncCommands as _;
 use redis::aio::MultiplexedConnection;
 use redquorum::Mutant;
-use redquorum::testkit::{Latency, Mode, Persistence, Proxy};
+use redquorum_testkit::{Latency, Mode, Persistence, Proxy};
 use tokio::time::sleep;
 
 use crate::harness::*;

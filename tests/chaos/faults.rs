@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use redis::AsyncCommands as _;
-use redquorum::testkit::{ClockJump, Latency, Mode, Proxy, Server, ServerOptions, monotonic_ns};
+use redquorum_testkit::{ClockJump, Latency, Mode, Proxy, Server, ServerOptions, monotonic_ns};
 use tokio::time::{Instant, timeout};
 
 use crate::support::raw;

@@ -19,8 +19,8 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use redis::AsyncCommands as _;
-use redquorum::testkit::{Mode, Proxy};
 use redquorum::{AcquireOptions, Mutant, Redlock};
+use redquorum_testkit::{Mode, Proxy};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout};
 use tracing::instrument::WithSubscriber as _;

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use redis::AsyncCommands as _;
 use redis::aio::MultiplexedConnection;
-use redquorum::testkit::{Cluster, Persistence, Proxy, Server, ServerOptions};
 use redquorum::{Builder, Lease, Mutant, Redlock};
+use redquorum_testkit::{Cluster, Persistence, Proxy, Server, ServerOptions};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
 

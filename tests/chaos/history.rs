@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use redquorum::testkit::monotonic_ns;
+use redquorum_testkit::monotonic_ns;
 
 use crate::event::{Event, Op};
 

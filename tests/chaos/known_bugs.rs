@@ -31,7 +31,7 @@
 use std::time::Duration;
 
 use redquorum::ErrorKind;
-use redquorum::testkit::{Latency, Mode, Proxy, Server, ServerOptions};
+use redquorum_testkit::{Latency, Mode, Proxy, Server, ServerOptions};
 
 use crate::support::get;
 

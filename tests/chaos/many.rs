@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redquorum::testkit::Persistence;
 use redquorum::{Lease, Mutant, Redlock};
+use redquorum_testkit::Persistence;
 use tokio::time::{Instant, sleep};
 
 use crate::clients::args;

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use redquorum::Mutant;
-use redquorum::testkit::{Latency, Mode, Proxy};
+use redquorum_testkit::{Latency, Mode, Proxy};
 use tokio::time::{Instant, sleep};
 
 use crate::harness::*;

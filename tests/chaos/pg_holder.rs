@@ -31,7 +31,7 @@ use std::time::Duration;
 use event::{Event, Op};
 use redquorum::Redlock;
 use redquorum::postgres::{self, FenceOptions};
-use redquorum::testkit::monotonic_ns;
+use redquorum_testkit::monotonic_ns;
 
 struct Args {
     client: String,

@@ -82,7 +82,7 @@ pub async fn s26(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
         expect,
         n,
     )
-    .persistence(redquorum::testkit::Persistence::AofAlways);
+    .persistence(redquorum_testkit::Persistence::AofAlways);
     let mut env = Env::start(setup).await;
     let urls = env.urls();
     let plain = env.spawn_workers(3, 1, Work::default(), |_| {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use redquorum::Mutant;
-use redquorum::testkit::Persistence;
+use redquorum_testkit::Persistence;
 use tokio::time::{Instant, sleep};
 
 use crate::harness::*;

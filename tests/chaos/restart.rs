@@ -12,8 +12,8 @@
 use std::time::Duration;
 
 use redis::AsyncCommands as _;
-use redquorum::testkit::{ClockJump, Mode, Persistence};
 use redquorum::{ErrorKind, MasterErrorKind, MasterOutcome, Mutant};
+use redquorum_testkit::{ClockJump, Mode, Persistence};
 use tokio::time::{Instant, sleep};
 
 use crate::event::Op;

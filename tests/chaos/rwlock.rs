@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use redquorum::testkit::Persistence;
 use redquorum::{AcquireOptions, Mutant, Redlock};
+use redquorum_testkit::Persistence;
 use tokio::time::{Instant, sleep};
 
 use crate::harness::*;

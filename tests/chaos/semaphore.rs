@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::AsyncCommands as _;
-use redquorum::testkit::Persistence;
 use redquorum::{AcquireOptions, Mutant, Redlock};
+use redquorum_testkit::Persistence;
 use tokio::time::{Instant, sleep};
 
 use crate::harness::*;

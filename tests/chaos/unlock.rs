@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
-use redquorum::testkit::Persistence;
 use redquorum::{LostReason, Mutant, Redlock};
+use redquorum_testkit::Persistence;
 use tokio::time::timeout;
 
 use crate::harness::*;

@@ -15,7 +15,7 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 
-pub use redquorum::testkit::{Cluster, Persistence, Server, ServerOptions};
+pub use redquorum_testkit::{Cluster, Persistence, Server, ServerOptions};
 
 /// A key no other test uses.
 pub fn unique_key(name: &str) -> String {

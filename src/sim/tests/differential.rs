@@ -84,7 +84,7 @@ use crate::error::{MasterError, MasterErrorKind};
 use crate::master::{self, FenceRead, Master, Op, PermitsOp, RedisMaster, Reply, RwMode};
 use crate::scripts;
 use crate::sim::server::{self, Answer, Data, ScriptBugs};
-use crate::testkit::{Server, ServerOptions};
+use redquorum_testkit::{Server, ServerOptions};
 
 const SEED_ENV: &str = "REDQUORUM_DIFF_SEED";
 const STEPS_ENV: &str = "REDQUORUM_DIFF_STEPS";

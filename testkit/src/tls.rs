@@ -1,4 +1,4 @@
-//! Certificates generated at test time for masters that speak TLS (features `testkit` and
+//! Certificates generated at test time for masters that speak TLS (feature
 //! `tls`): a certificate authority, a server certificate for `127.0.0.1` and `localhost`,
 //! and a client certificate, all signed by it, written as PEM files in a temporary
 //! directory. Nothing beyond `redis-server` is needed: no `openssl` tool or library.
@@ -31,20 +31,20 @@ const CLIENT_KEY_FILE: &str = "client.key";
 ///
 /// Give it to servers with [`ServerOptions::tls`](super::ServerOptions::tls) (or start a
 /// whole cluster with [`Cluster::start_tls`](super::Cluster::start_tls)), and its CA to
-/// the client with [`Builder::tls_ca_pem`](crate::Builder::tls_ca_pem) or
-/// [`Builder::tls_ca_file`](crate::Builder::tls_ca_file). Two authorities are unrelated:
+/// the client as the certificate authority it trusts (redquorum's TLS settings, or any
+/// Redis client's). Two authorities are unrelated:
 /// a client that trusts one refuses servers of the other. Its files are removed when the
 /// last handle is dropped. `Debug` never shows the private keys.
 ///
 /// # Example
 ///
 /// ```
-/// use redquorum::testkit::TlsAuthority;
+/// use redquorum_testkit::TlsAuthority;
 ///
 /// let authority = TlsAuthority::generate()?;
 /// assert!(authority.ca_pem().starts_with(b"-----BEGIN CERTIFICATE-----"));
 /// assert!(authority.ca_file().exists());
-/// # Ok::<(), redquorum::testkit::TestkitError>(())
+/// # Ok::<(), redquorum_testkit::TestkitError>(())
 /// ```
 pub struct TlsAuthority {
     dir: TempDir,

@@ -132,10 +132,10 @@ pub struct ProxyStats {
 ///
 /// # Example
 /// ```no_run
-/// use redquorum::testkit::{Mode, Proxy, Server, ServerOptions};
+/// use redquorum_testkit::{Mode, Proxy, Server, ServerOptions};
 /// use std::time::Duration;
 ///
-/// # async fn demo() -> Result<(), redquorum::testkit::TestkitError> {
+/// # async fn demo() -> Result<(), redquorum_testkit::TestkitError> {
 /// let server = Server::start(&ServerOptions::new()).await?;
 /// let proxy = Proxy::for_server(&server).await?;
 /// // Give clients proxy.url() instead of server.url().

@@ -1,6 +1,6 @@
 //! Real `redis-server` processes on loopback, for tests, chaos runs, benches and examples.
 //!
-//! Enabled by the `testkit` feature. Each [`Server`] is one `redis-server` child process
+//! The crate uses nothing of `redquorum` and suits any Redis client's tests. Each [`Server`] is one `redis-server` child process
 //! listening on `127.0.0.1` only (never any other address), with its own temporary
 //! directory for data and its log file. A [`Cluster`] is a set of independent masters, the
 //! shape a Redlock client talks to.
@@ -40,7 +40,7 @@
 //! # Example
 //!
 //! ```
-//! use redquorum::testkit::{Cluster, Persistence, ServerOptions};
+//! use redquorum_testkit::{Cluster, Persistence, ServerOptions};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -57,14 +57,14 @@
 //!
 //! // A durable master keeps its keys across a `kill -9`.
 //! let options = ServerOptions::new().persistence(Persistence::AofAlways);
-//! let mut durable = redquorum::testkit::Server::start(&options).await?;
+//! let mut durable = redquorum_testkit::Server::start(&options).await?;
 //! durable.restart(true).await?;
 //! # Ok(())
 //! # }
 //! ```
 //!
-//! Beside the layers (docs/design.md §10): it may use the product; the product never uses
-//! it.
+//! A crate of redquorum's workspace, beside the library (docs/design.md §10): it uses
+//! nothing of the library, and the library uses it only in its tests.
 
 mod faults;
 mod postgres;
@@ -193,8 +193,8 @@ pub enum TestkitError {
 /// # Example
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), redquorum::testkit::TestkitError> {
-/// let mut cluster = redquorum::testkit::Cluster::start(5).await?;
+/// # async fn demo() -> Result<(), redquorum_testkit::TestkitError> {
+/// let mut cluster = redquorum_testkit::Cluster::start(5).await?;
 /// cluster.server_mut(4).kill()?; // a minority is down
 /// assert_eq!(cluster.urls().len(), 5);
 /// # Ok(())
@@ -265,15 +265,15 @@ impl Cluster {
         self.servers.first()?.options().tls.as_ref()
     }
 
-    /// The PEM of the CA its TLS masters' certificates chain to, if they speak TLS, for
-    /// [`Builder::tls_ca_pem`](crate::Builder::tls_ca_pem). Feature `tls`.
+    /// The PEM of the CA its TLS masters' certificates chain to, if they speak TLS, for a
+    /// client to trust. Feature `tls`.
     #[cfg(feature = "tls")]
     pub fn tls_ca_pem(&self) -> Option<&[u8]> {
         self.tls().map(|authority| authority.ca_pem())
     }
 
-    /// The file of the CA its TLS masters' certificates chain to, if they speak TLS, for
-    /// [`Builder::tls_ca_file`](crate::Builder::tls_ca_file). Feature `tls`.
+    /// The file of the CA its TLS masters' certificates chain to, if they speak TLS, for a
+    /// client to trust. Feature `tls`.
     #[cfg(feature = "tls")]
     pub fn tls_ca_file(&self) -> Option<PathBuf> {
         self.tls().map(|authority| authority.ca_file())

@@ -110,7 +110,7 @@ pub enum Persistence {
 /// # Example
 ///
 /// ```
-/// use redquorum::testkit::{Persistence, ServerOptions};
+/// use redquorum_testkit::{Persistence, ServerOptions};
 ///
 /// let options = ServerOptions::new()
 ///     .persistence(Persistence::AofEverySec)
@@ -280,9 +280,9 @@ impl ServerOptions {
 /// # Example
 ///
 /// ```no_run
-/// use redquorum::testkit::{Server, ServerOptions};
+/// use redquorum_testkit::{Server, ServerOptions};
 ///
-/// # async fn demo() -> Result<(), redquorum::testkit::TestkitError> {
+/// # async fn demo() -> Result<(), redquorum_testkit::TestkitError> {
 /// let mut server = Server::start(&ServerOptions::new()).await?;
 /// assert!(server.url().starts_with("redis://127.0.0.1:"));
 /// server.pause()?; // SIGSTOP: commands now hang

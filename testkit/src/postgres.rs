@@ -181,9 +181,9 @@ pub enum PostgresError {
 /// # Example
 ///
 /// ```no_run
-/// use redquorum::testkit::Postgres;
+/// use redquorum_testkit::Postgres;
 ///
-/// # async fn demo() -> Result<(), redquorum::testkit::PostgresError> {
+/// # async fn demo() -> Result<(), redquorum_testkit::PostgresError> {
 /// let mut db = Postgres::start().await?;
 /// let config = db.config(); // "host=127.0.0.1 port=… user=postgres dbname=postgres"
 /// db.pause()?; // every backend frozen

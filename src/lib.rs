@@ -106,14 +106,14 @@
 //!   `postgres`): the fence table's `SCHEMA` and `CLAIM` as SQL for any driver, `claim`
 //!   and `fenced` over `tokio-postgres` (the application's own client; the library opens
 //!   no connection).
-//! - `cli`: the `redquorum` command (`cargo install redquorum --features cli`): runs a
-//!   program while holding a lock and stops it before the lock can expire if the lock is
-//!   lost; inspects, force-unlocks, initialises and checks the masters. The library never
-//!   needs it.
 //!
-//! Real `redis-server` and PostgreSQL processes for tests (kill, pause, restart, proxies,
-//! clock jumps) come from the crate `redquorum-testkit` of this workspace: add it as a
-//! dev-dependency.
+//! Two more crates of this workspace stand beside the library:
+//! - `redquorum-cli`, the `redquorum` command (`cargo install redquorum-cli`): runs a
+//!   program while holding a lock and stops it before the lock can expire if the lock is
+//!   lost; inspects, force-unlocks, initialises and checks the masters. It uses only this
+//!   crate's public API.
+//! - `redquorum-testkit`: real `redis-server` and PostgreSQL processes for tests (kill,
+//!   pause, restart, proxies, clock jumps); add it as a dev-dependency.
 //!
 //! [docs/observability.md]: https://github.com/redquorum/redquorum/blob/main/docs/observability.md
 #![doc(test(attr(deny(warnings), allow(dead_code))))]

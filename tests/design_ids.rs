@@ -23,7 +23,9 @@ const DESIGN: &str = "docs/design.md";
 const HEADER: &str = "| # | invariant | stated in | enforced in | checked by |";
 
 /// Where invariant ids may be cited, relative to the crate's root.
-const CITING: &[&str] = &["src", "tests", "benches", "examples", "docs"];
+const CITING: &[&str] = &[
+    "src", "tests", "benches", "examples", "docs", "cli", "testkit",
+];
 
 /// The files of those folders whose text is read for citations.
 const TEXT: &[&str] = &["rs", "lua", "md", "toml", "sh"];

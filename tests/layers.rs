@@ -3,10 +3,9 @@
 //! one above it, when two modules name each other in a circle, or when the product names
 //! the test-only modules.
 //!
-//! The `redquorum` command (`src/bin/`, feature `cli`) stands beside the layers: it is a
-//! crate of its own that may use the library's public API (`redquorum::…`) and nothing
-//! else of it, and the library must never use it. Its files are left out of the graph
-//! (their `crate::` is the command's own root) and checked on their own.
+//! The `redquorum` command (`cli/`, the workspace's crate `redquorum-cli`) stands beside
+//! the layers: it may use the library's public API (`redquorum::…`) and nothing else of
+//! it, and the library must never use it. Its files are checked on their own.
 //!
 //! The sources are parsed as Rust (`syn`), so comments and strings never hide or fake a
 //! path, and every `use` tree, path and macro body is read however it is laid out. Paths
@@ -56,8 +55,9 @@ const LAYERS: &[&[&str]] = &[
 /// Beside the layers: they may use the product, the product must not use them.
 const BESIDE: &[&str] = &["sim"];
 
-/// The folder of the command's sources under `src`: a crate of its own, beside the layers.
-const BIN: &str = "bin";
+/// The folder of the command's sources, relative to `src`: a crate of its own, beside the
+/// layers.
+const BIN: &str = "../cli/src";
 
 fn rank(module: &str) -> Option<usize> {
     LAYERS.iter().position(|row| row.contains(&module))
@@ -459,8 +459,6 @@ fn imports(src: &Path) -> (BTreeMap<String, BTreeSet<String>>, Vec<String>) {
     let root = Root::read(&read(&src.join("lib.rs")));
     let mut files = Vec::new();
     rust_files(src, &mut files);
-    // The command is a crate of its own, checked by `the_command_stands_beside_the_layers`.
-    files.retain(|f| !f.strip_prefix(src).unwrap_or(f).starts_with(BIN));
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut unplaced = Vec::new();
     for file in files {
@@ -816,7 +814,7 @@ fn path_attributes(file: &syn::File) -> Vec<String> {
     paths.0
 }
 
-/// The problems with the command's sources (`bin`, relative to `src`): a `#[path]` module
+/// The problems with the command's sources (under [`BIN`], relative to `src`): a `#[path]` module
 /// that pulls in a library source file (the command must go through the public API), and
 /// a library file that pulls in the command's.
 fn command_problems(files: &[(PathBuf, String)]) -> Vec<String> {
@@ -845,10 +843,14 @@ fn the_command_stands_beside_the_layers() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut paths = Vec::new();
     rust_files(&src, &mut paths);
+    rust_files(&src.join(BIN), &mut paths);
     let files: Vec<(PathBuf, String)> = paths
         .iter()
         .map(|p| {
-            let rel = p.strip_prefix(&src).unwrap().to_owned();
+            let rel = match p.strip_prefix(src.join(BIN)) {
+                Ok(command) => Path::new(BIN).join(command),
+                Err(_) => p.strip_prefix(&src).unwrap().to_owned(),
+            };
             (rel, std::fs::read_to_string(p).unwrap())
         })
         .collect();
@@ -865,12 +867,12 @@ fn the_command_stands_beside_the_layers() {
     // The check fires both ways.
     let planted = [
         (
-            PathBuf::from("bin/redquorum/main.rs"),
-            "#[path = \"../../lock.rs\"]\nmod lock;\n".to_owned(),
+            PathBuf::from("../cli/src/main.rs"),
+            "#[path = \"../../src/lock.rs\"]\nmod lock;\n".to_owned(),
         ),
         (
             PathBuf::from("lock.rs"),
-            "#[path = \"bin/redquorum/run.rs\"]\nmod run;\n".to_owned(),
+            "#[path = \"../cli/src/run.rs\"]\nmod run;\n".to_owned(),
         ),
     ];
     let found = command_problems(&planted);

@@ -12,6 +12,7 @@
 //! `date +%s%3N`) to files; every loop in them ends by itself.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::path::{Path, PathBuf};

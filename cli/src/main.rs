@@ -1,9 +1,9 @@
 //! `redquorum`: run a command on exactly one machine of many, while holding a lock on a
 //! set of independent Redis masters; inspect and force-unlock locks; initialise and check
-//! the masters. Built with the crate's feature `cli`:
+//! the masters. The workspace's crate `redquorum-cli`:
 //!
 //! ```text
-//! cargo install --path . --features cli
+//! cargo install --path cli
 //! export REDQUORUM_MASTERS=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
 //! redquorum run nightly-backup -- /usr/local/bin/backup.sh --full
 //! ```

@@ -167,9 +167,9 @@ pub use lease::{
 #[cfg(feature = "mutants")]
 pub use mutants::Mutant;
 pub use ops::{
-    Check, ClockOffset, ClusterInit, ClusterRecord, Finding, HealthReport, Holding, InitOutcome,
-    Inspection, MasterHealth, MasterView, OwnerInfo, QuarantineState, Role, Severity, UnlockReport,
-    Verdict,
+    Check, ClockOffset, ClusterInit, ClusterRecord, Facts, Finding, HealthReport, Holding,
+    InitOutcome, Inspection, MasterHealth, MasterView, OwnerInfo, QuarantineState, Role, Severity,
+    UnlockReport, Verdict,
 };
 pub use rwlock::RwLock;
 pub use semaphore::{LimitReplaced, Semaphore};

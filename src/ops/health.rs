@@ -49,7 +49,8 @@ impl Redlock {
     /// the round trip, its clock against the other masters', whether this client counts
     /// its votes (restart quarantine), and its cluster record. Each problem and note is a
     /// sentence saying what to change; [`HealthReport::is_healthy`] is true when no
-    /// master has a problem, and `Display` prints the whole report.
+    /// master has a problem, and `Display` prints the whole report. What was read off each
+    /// master is plain data, [`MasterHealth::facts`].
     ///
     /// One concurrent round of reads: each master is probed on a short-lived connection of
     /// its own, within the connect timeout plus the node timeout, so the call returns
@@ -165,9 +166,9 @@ fn assemble(entries: Vec<Entry>, context: &Context, quorum: usize, now: Instant)
         .collect();
     let offsets: Vec<Option<i128>> = masters
         .iter()
-        .map(|m| m.client_offset.map(|o| i128::from(o.micros)))
+        .map(|m| m.facts.client_clock_offset.map(|o| i128::from(o.micros)))
         .collect();
-    let round_trips: Vec<Option<Duration>> = masters.iter().map(|m| m.round_trip).collect();
+    let round_trips: Vec<Option<Duration>> = masters.iter().map(|m| m.facts.round_trip).collect();
     for (i, master) in masters.iter_mut().enumerate() {
         judge_clock(master, i, &offsets, &round_trips, context.drift);
     }
@@ -183,24 +184,7 @@ fn describe(
     probe: Result<Probe, MasterError>,
     context: &Context,
 ) -> MasterHealth {
-    let mut health = MasterHealth {
-        name,
-        error: None,
-        version: None,
-        run_id: None,
-        uptime: None,
-        role: None,
-        appendonly: None,
-        appendfsync: None,
-        maxmemory: None,
-        maxmemory_policy: None,
-        round_trip: None,
-        client_offset: None,
-        clock_offset: None,
-        quarantine,
-        record: None,
-        findings: Vec::new(),
-    };
+    let mut health = MasterHealth::new(name, quarantine);
     let probe = match probe {
         Ok(probe) => probe,
         Err(error) => {
@@ -210,15 +194,15 @@ fn describe(
             return health;
         }
     };
-    health.round_trip = Some(probe.round_trip);
+    health.facts.round_trip = Some(probe.round_trip);
     let server = probe.server.as_deref().map(parse_info);
     let replication = probe.replication.as_deref().map(parse_info);
     let persistence = probe.persistence.as_deref().map(parse_info);
     let memory = probe.memory.as_deref().map(parse_info);
     if let Ok(info) = &server {
-        health.version = info.get("redis_version").cloned();
-        health.run_id = info.get("run_id").cloned();
-        health.uptime = info
+        health.facts.version = info.get("redis_version").cloned();
+        health.facts.run_id = info.get("run_id").cloned();
+        health.facts.uptime = info
             .get("uptime_in_seconds")
             .and_then(|s| s.parse().ok())
             .map(Duration::from_secs);
@@ -230,7 +214,7 @@ fn describe(
     judge_quarantine(&mut health);
     match (&probe.server_time_us, probe.client_time_us) {
         (Ok(server), Some(client)) => {
-            health.client_offset = Some(ClockOffset::from_micros(
+            health.facts.client_clock_offset = Some(ClockOffset::from_micros(
                 i128::from(*server) - i128::from(client),
             ));
         }
@@ -257,7 +241,7 @@ fn describe(
                 context.record_key
             ),
         ),
-        Ok(fields) => health.record = Some(ClusterRecord { fields }),
+        Ok(fields) => health.facts.cluster_record = Some(ClusterRecord { fields }),
         Err(error) => health.push(
             Check::ClusterRecord,
             Severity::Note,
@@ -305,7 +289,7 @@ fn parse_info(text: &str) -> BTreeMap<String, String> {
 type Info<'a> = Result<BTreeMap<String, String>, &'a MasterError>;
 
 fn judge_version(health: &mut MasterHealth, server: &Info<'_>) {
-    let version = health.version.clone();
+    let version = health.facts.version.clone();
     match version.as_deref().map(|v| (v, Version::parse(v))) {
         Some((_, Some(parsed))) if parsed >= MIN_VERSION => {}
         Some((text, Some(_))) => health.push(
@@ -370,7 +354,7 @@ fn judge_role(health: &mut MasterHealth, server: &Info<'_>, replication: &Info<'
     };
     match info.get("role").map(String::as_str) {
         Some("master") => {
-            health.role = Some(Role::Master);
+            health.facts.role = Some(Role::Master);
             let replicas: u64 = info
                 .get("connected_slaves")
                 .and_then(|n| n.parse().ok())
@@ -393,7 +377,7 @@ fn judge_role(health: &mut MasterHealth, server: &Info<'_>, replication: &Info<'
             }
         }
         Some("slave" | "replica") => {
-            health.role = Some(Role::Replica);
+            health.facts.role = Some(Role::Replica);
             let of = match (info.get("master_host"), info.get("master_port")) {
                 (Some(host), Some(port)) => format!(" of {host}:{port}"),
                 _ => String::new(),
@@ -426,7 +410,7 @@ fn judge_persistence(
     context: &Context,
 ) {
     let from_config = config.as_ref().ok();
-    health.appendonly = from_config
+    health.facts.appendonly = from_config
         .and_then(|c| c.get("appendonly"))
         .map(|v| v == "yes")
         .or_else(|| {
@@ -434,8 +418,8 @@ fn judge_persistence(
             let info = persistence.as_ref().ok()?;
             info.get("aof_enabled").map(|v| v == "1")
         });
-    health.appendfsync = from_config.and_then(|c| c.get("appendfsync")).cloned();
-    if health.is_durable() {
+    health.facts.appendfsync = from_config.and_then(|c| c.get("appendfsync")).cloned();
+    if health.facts.is_durable() {
         if !context.quarantine {
             health.push(
                 Check::Quarantine,
@@ -450,16 +434,16 @@ fn judge_persistence(
     }
     let settings = format!(
         "appendonly {}, appendfsync {}",
-        match health.appendonly {
+        match health.facts.appendonly {
             Some(true) => "yes",
             Some(false) => "no",
             None => "unknown",
         },
-        health.appendfsync.as_deref().unwrap_or("unknown"),
+        health.facts.appendfsync.as_deref().unwrap_or("unknown"),
     );
     // What cannot be read is taken as not durable, as the client itself takes it.
     let unreadable = match config {
-        Err(error) if health.appendonly != Some(false) => format!(
+        Err(error) if health.facts.appendonly != Some(false) => format!(
             "; CONFIG GET failed ({error}), so no client can tell that it is durable: allow \
              CONFIG GET for this client's user"
         ),
@@ -513,9 +497,10 @@ fn judge_eviction(health: &mut MasterHealth, memory: &Info<'_>) {
             return;
         }
     };
-    health.maxmemory = info.get("maxmemory").and_then(|m| m.parse().ok());
-    health.maxmemory_policy = info.get("maxmemory_policy").cloned();
-    if let (Some(maxmemory), Some(policy)) = (health.maxmemory, &health.maxmemory_policy)
+    health.facts.maxmemory = info.get("maxmemory").and_then(|m| m.parse().ok());
+    health.facts.maxmemory_policy = info.get("maxmemory_policy").cloned();
+    if let (Some(maxmemory), Some(policy)) =
+        (health.facts.maxmemory, &health.facts.maxmemory_policy)
         && let Some(risk) = eviction_risk(policy, maxmemory)
     {
         health.push(
@@ -579,9 +564,9 @@ fn judge_clock(
         return;
     };
     let offset = ClockOffset::from_micros(own - median);
-    health.clock_offset = Some(offset);
+    health.facts.clock_offset = Some(offset);
     // Each reading is uncertain by half its round trip.
-    let own_rtt = health.round_trip.unwrap_or_default();
+    let own_rtt = health.facts.round_trip.unwrap_or_default();
     let widest = round_trips
         .iter()
         .enumerate()
@@ -621,7 +606,7 @@ fn median(values: &mut [i128]) -> Option<i128> {
 /// Two configured addresses that reach one server (the same `run_id`, say over TCP and
 /// over its unix socket) would let it vote twice.
 fn judge_independence(masters: &mut [MasterHealth]) {
-    let run_ids: Vec<Option<String>> = masters.iter().map(|m| m.run_id.clone()).collect();
+    let run_ids: Vec<Option<String>> = masters.iter().map(|m| m.facts.run_id.clone()).collect();
     let names: Vec<Arc<str>> = masters.iter().map(|m| Arc::clone(&m.name)).collect();
     for (i, master) in masters.iter_mut().enumerate() {
         let Some(own) = run_ids[i].as_deref().filter(|r| !r.is_empty()) else {
@@ -653,7 +638,12 @@ fn judge_independence(masters: &mut [MasterHealth]) {
 fn judge_cluster_ids(masters: &mut [MasterHealth]) {
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for master in masters.iter() {
-        if let Some(id) = master.record.as_ref().and_then(ClusterRecord::cluster) {
+        if let Some(id) = master
+            .facts
+            .cluster_record
+            .as_ref()
+            .and_then(ClusterRecord::cluster)
+        {
             *counts.entry(id.to_owned()).or_default() += 1;
         }
     }
@@ -672,7 +662,12 @@ fn judge_cluster_ids(masters: &mut [MasterHealth]) {
     };
     let all: Vec<String> = counts.iter().map(|(id, c)| format!("{id} ({c})")).collect();
     for master in masters.iter_mut() {
-        let Some(id) = master.record.as_ref().and_then(ClusterRecord::cluster) else {
+        let Some(id) = master
+            .facts
+            .cluster_record
+            .as_ref()
+            .and_then(ClusterRecord::cluster)
+        else {
             continue;
         };
         let message = match &majority {

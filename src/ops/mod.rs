@@ -26,8 +26,8 @@ mod unlock;
 pub use init::{ClusterInit, InitOutcome};
 pub use inspect::{Holding, Inspection, MasterView, OwnerInfo, Verdict};
 pub use report::{
-    Check, ClockOffset, ClusterRecord, Finding, HealthReport, MasterHealth, QuarantineState, Role,
-    Severity,
+    Check, ClockOffset, ClusterRecord, Facts, Finding, HealthReport, MasterHealth, QuarantineState,
+    Role, Severity,
 };
 pub use unlock::UnlockReport;
 

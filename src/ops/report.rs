@@ -106,31 +106,51 @@ pub(super) fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
     if n == 1 { one } else { many }
 }
 
-/// One master's health, as part of a [`HealthReport`].
+/// One master's health, as part of a [`HealthReport`]: what was read off it
+/// ([`facts`](Self::facts)), what was found ([`findings`](Self::findings)), and the few
+/// answers judged from them: whether it answered, whether it has a problem, whether this
+/// client counts its votes.
 ///
-/// The settings read from the master are `None` when it did not answer, or when this
-/// client's user may not read them (ACLs, a renamed `CONFIG`): then a note says so.
+/// # Example
+/// ```no_run
+/// # async fn run(client: redquorum::Redlock) {
+/// let report = client.check_masters().await;
+/// for master in report.masters() {
+///     let facts = master.facts();
+///     println!(
+///         "{}: Redis {}, durable: {}, votes: {}",
+///         master.master(),
+///         facts.version.as_deref().unwrap_or("unknown"),
+///         facts.is_durable(),
+///         master.votes(),
+///     );
+///     for problem in master.problems() {
+///         println!("   {problem}");
+///     }
+/// }
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct MasterHealth {
     pub(super) name: Arc<str>,
     pub(super) error: Option<MasterError>,
-    pub(super) version: Option<String>,
-    pub(super) run_id: Option<String>,
-    pub(super) uptime: Option<Duration>,
-    pub(super) role: Option<Role>,
-    pub(super) appendonly: Option<bool>,
-    pub(super) appendfsync: Option<String>,
-    pub(super) maxmemory: Option<u64>,
-    pub(super) maxmemory_policy: Option<String>,
-    pub(super) round_trip: Option<Duration>,
-    pub(super) client_offset: Option<ClockOffset>,
-    pub(super) clock_offset: Option<ClockOffset>,
+    pub(super) facts: Facts,
     pub(super) quarantine: QuarantineState,
-    pub(super) record: Option<ClusterRecord>,
     pub(super) findings: Vec<Finding>,
 }
 
 impl MasterHealth {
+    /// A master named `name` of which nothing is known yet.
+    pub(super) fn new(name: Arc<str>, quarantine: QuarantineState) -> Self {
+        MasterHealth {
+            name,
+            error: None,
+            facts: Facts::unknown(),
+            quarantine,
+            findings: Vec::new(),
+        }
+    }
+
     /// The master's address as configured, with any password replaced by `***`.
     pub fn master(&self) -> &str {
         &self.name
@@ -144,6 +164,30 @@ impl MasterHealth {
     /// Why the master could not be checked, when it could not.
     pub fn error(&self) -> Option<&MasterError> {
         self.error.as_ref()
+    }
+
+    /// What was read off the master: version, role, persistence, eviction settings, round
+    /// trip, clocks, cluster record. Every fact is `None` when the master did not answer.
+    pub fn facts(&self) -> &Facts {
+        &self.facts
+    }
+
+    /// Whether this client counts the master's votes now (restart quarantine), as far as
+    /// it knows from its lock connections; the probe does not change it.
+    pub fn quarantine(&self) -> QuarantineState {
+        self.quarantine
+    }
+
+    /// Whether the master can vote for this client now: it answered, and this client
+    /// counts its votes ([`QuarantineState::Counted`], or restart quarantine is
+    /// [`Off`](QuarantineState::Off)). A healthy report can have masters that do not vote
+    /// yet (new masters abstain for `ttl_max`).
+    pub fn votes(&self) -> bool {
+        self.is_reachable()
+            && matches!(
+                self.quarantine,
+                QuarantineState::Counted | QuarantineState::Off
+            )
     }
 
     /// Whether the master has no problem (notes do not count).
@@ -161,82 +205,6 @@ impl MasterHealth {
         self.findings.iter().filter(|f| f.is_problem())
     }
 
-    /// The server's version (`redis_version` of `INFO server`), such as `"7.0.15"`.
-    pub fn version(&self) -> Option<&str> {
-        self.version.as_deref()
-    }
-
-    /// The server process's id (`run_id`): it changes with every restart.
-    pub fn run_id(&self) -> Option<&str> {
-        self.run_id.as_deref()
-    }
-
-    /// How long the server process has run.
-    pub fn uptime(&self) -> Option<Duration> {
-        self.uptime
-    }
-
-    /// Whether the server is a master or a replica.
-    pub fn role(&self) -> Option<Role> {
-        self.role
-    }
-
-    /// `appendonly`: whether the server writes an append-only file.
-    pub fn appendonly(&self) -> Option<bool> {
-        self.appendonly
-    }
-
-    /// `appendfsync`: `"always"`, `"everysec"` or `"no"`; `None` when `CONFIG GET` is
-    /// renamed away or forbidden for this client's user.
-    pub fn appendfsync(&self) -> Option<&str> {
-        self.appendfsync.as_deref()
-    }
-
-    /// Whether the master is durable, as restart quarantine and fencing take it:
-    /// `appendonly yes` with `appendfsync always`. `false` when either is unknown.
-    pub fn is_durable(&self) -> bool {
-        self.appendonly == Some(true) && self.appendfsync.as_deref() == Some("always")
-    }
-
-    /// `maxmemory` in bytes (0: no limit).
-    pub fn maxmemory(&self) -> Option<u64> {
-        self.maxmemory
-    }
-
-    /// `maxmemory-policy`, such as `"noeviction"`.
-    pub fn maxmemory_policy(&self) -> Option<&str> {
-        self.maxmemory_policy.as_deref()
-    }
-
-    /// The round trip of the probe's one pipeline, on this client's monotonic clock.
-    pub fn round_trip(&self) -> Option<Duration> {
-        self.round_trip
-    }
-
-    /// How far the master's clock (`TIME`) is from the median of the other masters'
-    /// clocks; `None` when it or every other master's clock is unknown. Each clock is
-    /// read against this client's wall clock at the midpoint of its round trip, so the
-    /// figure is uncertain by up to half of each round trip involved.
-    pub fn clock_offset(&self) -> Option<ClockOffset> {
-        self.clock_offset
-    }
-
-    /// How far the master's clock is from this client's wall clock, read at the midpoint
-    /// of the round trip (uncertain by up to half of it).
-    pub fn client_clock_offset(&self) -> Option<ClockOffset> {
-        self.client_offset
-    }
-
-    /// Whether this client counts the master's votes now (restart quarantine).
-    pub fn quarantine(&self) -> QuarantineState {
-        self.quarantine
-    }
-
-    /// The master's cluster record, when it has one.
-    pub fn cluster_record(&self) -> Option<&ClusterRecord> {
-        self.record.as_ref()
-    }
-
     pub(super) fn push(&mut self, check: Check, severity: Severity, message: String) {
         self.findings.push(Finding {
             check,
@@ -246,8 +214,89 @@ impl MasterHealth {
     }
 }
 
+/// What [`Redlock::check_masters`](crate::Redlock::check_masters) read off one master, as
+/// read: plain data, no judgement (that is the [`Finding`]s').
+///
+/// A fact is `None` when the master did not answer, or when this client's user may not
+/// read it (ACLs, a renamed `CONFIG`): then a note says so. New facts may be added: the
+/// struct is read, never built, outside this crate, and a pattern on it needs `..`.
+///
+/// # Example
+/// ```no_run
+/// # async fn run(client: redquorum::Redlock) {
+/// let report = client.check_masters().await;
+/// for master in report.masters() {
+///     let facts = master.facts();
+///     if let (Some(policy), Some(0)) = (&facts.maxmemory_policy, facts.maxmemory) {
+///         println!("{}: no memory limit ({policy})", master.master());
+///     }
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Facts {
+    /// The server's version (`redis_version` of `INFO server`), such as `"7.0.15"`.
+    pub version: Option<String>,
+    /// The server process's id (`run_id` of `INFO server`): it changes with every restart.
+    pub run_id: Option<String>,
+    /// How long the server process has run (`uptime_in_seconds`).
+    pub uptime: Option<Duration>,
+    /// Whether the server is a master or a replica (`role` of `INFO replication`).
+    pub role: Option<Role>,
+    /// `appendonly`: whether the server writes an append-only file (from `CONFIG GET`, or
+    /// `aof_enabled` of `INFO persistence` for a user who may not run `CONFIG`).
+    pub appendonly: Option<bool>,
+    /// `appendfsync`: `"always"`, `"everysec"` or `"no"`; `None` when `CONFIG GET` is
+    /// renamed away or forbidden for this client's user.
+    pub appendfsync: Option<String>,
+    /// `maxmemory` in bytes (0: no limit).
+    pub maxmemory: Option<u64>,
+    /// `maxmemory-policy`, such as `"noeviction"`.
+    pub maxmemory_policy: Option<String>,
+    /// The round trip of the probe's one pipeline, on this client's monotonic clock.
+    pub round_trip: Option<Duration>,
+    /// How far the master's clock (`TIME`) is from the median of the other masters'
+    /// clocks; `None` when it or every other master's clock is unknown. Each clock is
+    /// read against this client's wall clock at the midpoint of its round trip, so the
+    /// figure is uncertain by up to half of each round trip involved.
+    pub clock_offset: Option<ClockOffset>,
+    /// How far the master's clock is from this client's wall clock, read at the midpoint
+    /// of the round trip (uncertain by up to half of it).
+    pub client_clock_offset: Option<ClockOffset>,
+    /// The master's cluster record, when it has one.
+    pub cluster_record: Option<ClusterRecord>,
+}
+
+impl Facts {
+    /// Nothing known.
+    pub(super) fn unknown() -> Self {
+        Facts {
+            version: None,
+            run_id: None,
+            uptime: None,
+            role: None,
+            appendonly: None,
+            appendfsync: None,
+            maxmemory: None,
+            maxmemory_policy: None,
+            round_trip: None,
+            clock_offset: None,
+            client_clock_offset: None,
+            cluster_record: None,
+        }
+    }
+
+    /// Whether the master is durable, as restart quarantine and fencing take it:
+    /// `appendonly yes` with `appendfsync always`. `false` when either is unknown.
+    pub fn is_durable(&self) -> bool {
+        self.appendonly == Some(true) && self.appendfsync.as_deref() == Some("always")
+    }
+}
+
 impl fmt::Display for MasterHealth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let facts = &self.facts;
         match &self.error {
             Some(_) => writeln!(
                 f,
@@ -260,11 +309,11 @@ impl fmt::Display for MasterHealth {
                     f,
                     "{}: Redis {}, {}, round trip {}",
                     self.name,
-                    self.version.clone().unwrap_or_else(unknown),
-                    self.role.map_or("role unknown", Role::as_str),
-                    self.round_trip.map_or_else(unknown, human),
+                    facts.version.clone().unwrap_or_else(unknown),
+                    facts.role.map_or("role unknown", Role::as_str),
+                    facts.round_trip.map_or_else(unknown, human),
                 )?;
-                match self.clock_offset {
+                match facts.clock_offset {
                     Some(offset) => writeln!(f, ", clock {offset} the others")?,
                     None => writeln!(f)?,
                 }
@@ -272,16 +321,19 @@ impl fmt::Display for MasterHealth {
                 writeln!(
                     f,
                     "   appendonly {}, appendfsync {}; maxmemory {}, {}",
-                    self.appendonly.map_or("unknown", yes_no),
-                    self.appendfsync.as_deref().unwrap_or("unknown"),
-                    self.maxmemory.map_or_else(unknown, |m| if m == 0 {
+                    facts.appendonly.map_or("unknown", yes_no),
+                    facts.appendfsync.as_deref().unwrap_or("unknown"),
+                    facts.maxmemory.map_or_else(unknown, |m| if m == 0 {
                         "none".to_owned()
                     } else {
                         m.to_string()
                     }),
-                    self.maxmemory_policy.as_deref().unwrap_or("policy unknown"),
+                    facts
+                        .maxmemory_policy
+                        .as_deref()
+                        .unwrap_or("policy unknown"),
                 )?;
-                match &self.record {
+                match &facts.cluster_record {
                     Some(record) => {
                         writeln!(f, "   votes: {}; cluster record: {record}", self.quarantine)?
                     }

@@ -3,7 +3,7 @@ use super::*;
 use futures::future::BoxFuture;
 
 use crate::master::{Op, Reply};
-use crate::ops::report::Finding;
+use crate::ops::report::{Facts, Finding};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -79,12 +79,15 @@ fn denied(what: &str) -> MasterError {
 fn a_healthy_master_has_no_findings() {
     let health = one(probe(0), &context());
     assert!(health.findings().is_empty(), "{health}");
-    assert_eq!(health.version(), Some("7.0.15"));
-    assert_eq!(health.role(), Some(Role::Master));
-    assert!(health.is_durable());
-    assert_eq!(health.uptime(), Some(Duration::from_secs(100)));
-    assert_eq!(health.maxmemory_policy(), Some("noeviction"));
-    let record = health.cluster_record().unwrap();
+    assert_eq!(health.facts().version.as_deref(), Some("7.0.15"));
+    assert_eq!(health.facts().role, Some(Role::Master));
+    assert!(health.facts().is_durable());
+    assert_eq!(health.facts().uptime, Some(Duration::from_secs(100)));
+    assert_eq!(
+        health.facts().maxmemory_policy.as_deref(),
+        Some("noeviction")
+    );
+    let record = health.facts().cluster_record.as_ref().unwrap();
     assert_eq!(
         (record.cluster(), record.master(), record.counters()),
         (Some("c1"), Some("m1"), None)
@@ -138,7 +141,7 @@ fn replicas_and_cluster_nodes_are_problems() {
     let mut p = probe(0);
     p.replication = Ok("role:slave\r\nmaster_host:10.0.0.1\r\nmaster_port:6379\r\n".into());
     let health = one(p, &context());
-    assert_eq!(health.role(), Some(Role::Replica));
+    assert_eq!(health.facts().role, Some(Role::Replica));
     assert_eq!(checks(&health, Severity::Problem), [Check::Role]);
     let text = health.problems().next().unwrap().to_string();
     assert!(text.contains("replica of 10.0.0.1:6379"), "{text}");
@@ -168,8 +171,8 @@ fn durability_matters_with_fencing_or_without_quarantine() {
         p
     };
     let health = one(everysec(), &context());
-    assert!(!health.is_durable());
-    assert_eq!(health.appendfsync(), Some("everysec"));
+    assert!(!health.facts().is_durable());
+    assert_eq!(health.facts().appendfsync.as_deref(), Some("everysec"));
     assert_eq!(checks(&health, Severity::Note), [Check::Persistence]);
     assert!(health.is_healthy());
 
@@ -200,9 +203,9 @@ fn durability_matters_with_fencing_or_without_quarantine() {
     let mut p = probe(0);
     p.config = Err(MasterError::new(MasterErrorKind::Other, "unknown command"));
     let health = one(p, &fencing);
-    assert_eq!(health.appendonly(), Some(true));
-    assert_eq!(health.appendfsync(), None);
-    assert!(!health.is_durable());
+    assert_eq!(health.facts().appendonly, Some(true));
+    assert_eq!(health.facts().appendfsync.as_deref(), None);
+    assert!(!health.facts().is_durable());
     let text = health.problems().next().unwrap().to_string();
     assert!(text.contains("appendfsync unknown"), "{text}");
     assert!(text.contains("allow CONFIG GET"), "{text}");
@@ -301,17 +304,20 @@ fn a_clock_beyond_the_drift_allowance_is_a_problem() {
         panic!("four masters")
     };
     // c against the median of {0, 30, -10} ms = 0 ms.
-    assert_eq!(c.clock_offset().unwrap().magnitude(), 200 * MS);
-    assert!(c.clock_offset().unwrap().is_ahead());
+    assert_eq!(c.facts().clock_offset.unwrap().magnitude(), 200 * MS);
+    assert!(c.facts().clock_offset.unwrap().is_ahead());
     assert_eq!(checks(c, Severity::Problem), [Check::Clock]);
     assert!(c.to_string().contains("200ms ahead of the other"), "{c}");
     // d against the median of {0, 30, 200} ms = 30 ms: 40 ms behind, within 52 ms.
-    assert_eq!(d.clock_offset().unwrap().magnitude(), 40 * MS);
-    assert!(!d.clock_offset().unwrap().is_ahead());
+    assert_eq!(d.facts().clock_offset.unwrap().magnitude(), 40 * MS);
+    assert!(!d.facts().clock_offset.unwrap().is_ahead());
     for m in [a, b, d] {
         assert!(m.is_healthy(), "{m}");
     }
-    assert_eq!(a.client_clock_offset().unwrap().magnitude(), Duration::ZERO);
+    assert_eq!(
+        a.facts().client_clock_offset.unwrap().magnitude(),
+        Duration::ZERO
+    );
     // One master alone has no other clock to compare with.
     let report = assemble(
         vec![entry("a", Ok(probe(900_000)))],
@@ -319,7 +325,7 @@ fn a_clock_beyond_the_drift_allowance_is_a_problem() {
         1,
         Instant::now(),
     );
-    assert_eq!(report.masters()[0].clock_offset(), None);
+    assert_eq!(report.masters()[0].facts().clock_offset, None);
     assert!(report.is_healthy());
 }
 
@@ -408,7 +414,7 @@ fn missing_or_unreadable_records_are_notes() {
     let mut p = probe(0);
     p.record = Ok(BTreeMap::new());
     let health = one(p, &context());
-    assert!(health.cluster_record().is_none());
+    assert!(health.facts().cluster_record.is_none());
     assert_eq!(checks(&health, Severity::Note), [Check::ClusterRecord]);
     assert!(health.findings()[0].message().contains("not initialised"));
     let mut p = probe(0);
@@ -510,4 +516,32 @@ fn outside_a_runtime_no_master_is_checked() {
     };
     let text = report.masters()[0].error().unwrap().to_string();
     assert!(text.contains("outside a tokio runtime"), "{text}");
+}
+
+#[test]
+fn a_master_votes_when_it_answered_and_this_client_counts_it() {
+    let later = Instant::now() + Duration::from_secs(3);
+    for (state, votes) in [
+        (QuarantineState::Counted, true),
+        (QuarantineState::Off, true),
+        (QuarantineState::Unknown, false),
+        (QuarantineState::Abstains { until: later }, false),
+        (QuarantineState::Misconfigured, false),
+    ] {
+        let health = describe("m".into(), state, Ok(probe(0)), &context());
+        assert_eq!(health.votes(), votes, "{state:?}: {health}");
+        // Abstaining is a note, not a problem: healthy, and yet not voting.
+        if state == (QuarantineState::Abstains { until: later }) {
+            assert!(health.is_healthy(), "{health}");
+        }
+    }
+    // Counted by this client, but unreachable now: it cannot vote.
+    let down = describe(
+        "m".into(),
+        QuarantineState::Counted,
+        Err(MasterError::new(MasterErrorKind::Refused, "boom")),
+        &context(),
+    );
+    assert!(!down.votes());
+    assert_eq!(down.facts(), &Facts::unknown());
 }

@@ -1,13 +1,13 @@
 //! The client handle, [`Redlock`]: built from a validated configuration
 //! ([`Builder::build`](crate::Builder::build)), sharing one core (`core::Inner`: masters, quorum, notices,
 //! background work) among its clones, and what concerns the client as a whole: its
-//! masters, its quorum, their check, and `shutdown`.
+//! masters, its quorum, and `shutdown`.
 //!
 //! What a client locks is its facades' to say, each in its own module and none using
 //! another: the mutex (`lock`), several resources (`many`), the semaphore
-//! (`semaphore`), the read-write lock (`rwlock`); the operators' calls (`admin`,
-//! `operate`) stand above them. Layer: below the facades, above the acquire engine
-//! (docs/design.md §10).
+//! (`semaphore`), the read-write lock (`rwlock`); the operators' calls (`ops`: inspect,
+//! the force-unlocks, `init_cluster`, `check_masters`) stand beside them. Layer: below
+//! the facades, above the acquire engine (docs/design.md §10).
 
 use std::fmt;
 use std::sync::Arc;
@@ -20,7 +20,6 @@ use crate::config::{Builder, Config, ConfigError};
 use crate::core::Inner;
 use crate::error::{Error, ErrorKind, MasterErrorKind};
 use crate::guard::Guarded;
-use crate::health::{self, HealthReport};
 use crate::held::Held;
 use crate::master::{Master, Op, RedisMaster, Reply};
 #[cfg(feature = "mutants")]
@@ -261,38 +260,6 @@ impl Redlock {
     /// The default TTL of this client's locks.
     pub fn ttl(&self) -> Duration {
         self.inner.config.ttl
-    }
-
-    /// Checks every master and reports, per master in the configured order: whether it
-    /// answered, its server version (the scripts need Redis 5.0 or later), its role (a
-    /// replica never votes), persistence (`appendonly`, `appendfsync`), eviction settings,
-    /// the round trip, its clock against the other masters', whether this client counts
-    /// its votes (restart quarantine), and its cluster record. Each problem and note is a
-    /// sentence saying what to change; [`HealthReport::is_healthy`] is true when no
-    /// master has a problem, and `Display` prints the whole report.
-    ///
-    /// One concurrent round of reads: each master is probed on a short-lived connection of
-    /// its own, within the connect timeout plus the node timeout, so the call returns
-    /// within that bound however many masters are down or hung. It writes nothing, and it
-    /// neither uses nor changes the connections, quarantine or votes of the locks.
-    /// Outside a tokio runtime every master is reported as not checked.
-    ///
-    /// ```no_run
-    /// # async fn run(client: redquorum::Redlock) {
-    /// let report = client.check_masters().await;
-    /// if !report.is_healthy() {
-    ///     eprintln!("{report}");
-    /// }
-    /// for (master, problem) in report.problems() {
-    ///     eprintln!("{master}: {problem}");
-    /// }
-    /// # }
-    /// ```
-    ///
-    /// # Cancel safety
-    /// Dropping the future closes the probes' connections; nothing is left behind.
-    pub async fn check_masters(&self) -> HealthReport {
-        health::check(&self.inner.masters, &self.inner.config, self.inner.quorum).await
     }
 
     /// Before an operator's write that ignores values (a force-unlock): reads every

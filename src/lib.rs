@@ -118,7 +118,6 @@
 //! [docs/observability.md]: https://github.com/redquorum/redquorum/blob/main/docs/observability.md
 #![doc(test(attr(deny(warnings), allow(dead_code))))]
 
-mod admin;
 mod backoff;
 #[cfg(feature = "bench-internals")]
 #[doc(hidden)]
@@ -132,7 +131,6 @@ mod engine;
 mod error;
 mod fencing;
 mod guard;
-mod health;
 mod held;
 mod lease;
 mod lock;
@@ -144,7 +142,7 @@ mod master;
 #[cfg_attr(not(feature = "mutants"), allow(dead_code, unreachable_pub))]
 mod mutants;
 mod op;
-mod operate;
+mod ops;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod quarantine;
@@ -157,23 +155,22 @@ mod sim;
 mod telemetry;
 mod wait;
 
-pub use admin::{ClusterInit, InitOutcome};
 pub use client::Redlock;
 pub use config::{Backoff, Builder, ConfigError, IntoDuration, defaults, limits};
 pub use engine::AcquireOptions;
 pub use error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
 pub use fencing::{FencingToken, fenced_set};
-pub use health::{
-    Check, ClockOffset, ClusterRecord, Finding, HealthReport, MasterHealth, QuarantineState, Role,
-    Severity,
-};
 pub use lease::{
     DowngradeError, ExtendReport, Lease, LeaseHandle, LeaseMode, Lost, LostReason, Reentry,
     ReleaseReport,
 };
 #[cfg(feature = "mutants")]
 pub use mutants::Mutant;
-pub use operate::{Holding, Inspection, MasterView, OwnerInfo, UnlockReport, Verdict};
+pub use ops::{
+    Check, ClockOffset, ClusterInit, ClusterRecord, Facts, Finding, HealthReport, Holding,
+    InitOutcome, Inspection, MasterHealth, MasterView, OwnerInfo, QuarantineState, Role, Severity,
+    UnlockReport, Verdict,
+};
 pub use rwlock::RwLock;
 pub use semaphore::{LimitReplaced, Semaphore};
 

@@ -77,28 +77,33 @@ async fn a_healthy_cluster_is_healthy_and_each_master_described() {
             master.is_reachable() && master.error().is_none(),
             "{master}"
         );
-        let version = master.version().unwrap();
+        let version = master.facts().version.as_deref().unwrap();
         let major: u32 = version.split('.').next().unwrap().parse().unwrap();
         assert!(major >= 5, "{version}");
-        assert_eq!(master.role(), Some(Role::Master));
-        assert_eq!(master.run_id().map(str::len), Some(40));
-        assert!(master.uptime().is_some());
+        assert_eq!(master.facts().role, Some(Role::Master));
+        assert_eq!(master.facts().run_id.as_deref().map(str::len), Some(40));
+        assert!(master.facts().uptime.is_some());
         // The testkit's default: no persistence.
-        assert_eq!(master.appendonly(), Some(false));
-        assert!(!master.is_durable());
+        assert_eq!(master.facts().appendonly, Some(false));
+        assert!(!master.facts().is_durable());
         assert_eq!(
-            (master.maxmemory(), master.maxmemory_policy()),
+            (
+                master.facts().maxmemory,
+                master.facts().maxmemory_policy.as_deref()
+            ),
             (Some(0), Some("noeviction"))
         );
-        let round_trip = master.round_trip().unwrap();
+        let round_trip = master.facts().round_trip.unwrap();
         assert!(round_trip < NODE, "{round_trip:?}");
         // The masters share this machine's clock: they agree within the round trips.
-        let offset = master.clock_offset().unwrap().magnitude();
+        let offset = master.facts().clock_offset.unwrap().magnitude();
         assert!(offset < Duration::from_millis(50), "{offset:?}");
-        assert!(master.client_clock_offset().unwrap().magnitude() < Duration::from_millis(50));
+        assert!(
+            master.facts().client_clock_offset.unwrap().magnitude() < Duration::from_millis(50)
+        );
         // Never connected for locks yet: the client has not judged it.
         assert_eq!(master.quarantine(), QuarantineState::Unknown);
-        assert!(master.cluster_record().is_none());
+        assert!(master.facts().cluster_record.is_none());
         assert_eq!(
             checks(master, Severity::Note),
             [Check::Persistence, Check::ClusterRecord],
@@ -183,8 +188,8 @@ async fn a_master_that_can_evict_keys_is_a_problem() {
     let [bad, rest @ ..] = report.masters() else {
         panic!("three masters")
     };
-    assert_eq!(bad.maxmemory(), Some(64 * 1024 * 1024));
-    assert_eq!(bad.maxmemory_policy(), Some("allkeys-lru"));
+    assert_eq!(bad.facts().maxmemory, Some(64 * 1024 * 1024));
+    assert_eq!(bad.facts().maxmemory_policy.as_deref(), Some("allkeys-lru"));
     assert_eq!(checks(bad, Severity::Problem), [Check::Eviction]);
     let text = message(bad, Check::Eviction);
     assert!(text.contains("never votes"), "{text}");
@@ -214,7 +219,7 @@ async fn a_replica_is_a_problem_and_its_master_gets_a_note() {
 
     let report = client.check_masters().await;
     let replica = &report.masters()[1];
-    assert_eq!(replica.role(), Some(Role::Replica));
+    assert_eq!(replica.facts().role, Some(Role::Replica));
     assert_eq!(
         checks(replica, Severity::Problem),
         [Check::Role],
@@ -236,7 +241,7 @@ async fn a_replica_is_a_problem_and_its_master_gets_a_note() {
         async move {
             let report = client.check_masters().await;
             let primary = &report.masters()[0];
-            assert_eq!(primary.role(), Some(Role::Master));
+            assert_eq!(primary.facts().role, Some(Role::Master));
             assert!(primary.is_healthy(), "{primary}");
             checks(primary, Severity::Note).contains(&Check::Role)
         }
@@ -270,23 +275,32 @@ async fn persistence_is_reported_and_matters_with_fencing() {
         panic!("four masters")
     };
     assert_eq!(
-        (none.appendonly(), none.appendfsync()),
+        (none.facts().appendonly, none.facts().appendfsync.as_deref()),
         (Some(false), Some("everysec"))
     );
     assert_eq!(
-        (everysec.appendonly(), everysec.appendfsync()),
+        (
+            everysec.facts().appendonly,
+            everysec.facts().appendfsync.as_deref()
+        ),
         (Some(true), Some("everysec"))
     );
     assert_eq!(
-        (always.appendonly(), always.appendfsync()),
+        (
+            always.facts().appendonly,
+            always.facts().appendfsync.as_deref()
+        ),
         (Some(true), Some("always"))
     );
     assert_eq!(
-        (hidden.appendonly(), hidden.appendfsync()),
+        (
+            hidden.facts().appendonly,
+            hidden.facts().appendfsync.as_deref()
+        ),
         (Some(true), None)
     );
     assert_eq!(
-        [none, everysec, always, hidden].map(MasterHealth::is_durable),
+        [none, everysec, always, hidden].map(|m| m.facts().is_durable()),
         [false, false, true, false]
     );
     for master in [none, everysec, hidden] {
@@ -387,7 +401,7 @@ async fn one_server_listed_under_two_addresses_is_a_problem() {
     let [tcp, unix, other] = report.masters() else {
         panic!("three masters")
     };
-    assert_eq!(tcp.run_id(), unix.run_id());
+    assert_eq!(tcp.facts().run_id, unix.facts().run_id);
     for master in [tcp, unix] {
         assert_eq!(checks(master, Severity::Problem), [Check::Independence]);
     }
@@ -419,7 +433,7 @@ async fn the_cluster_record_is_reported_as_stored() {
         .unwrap();
     let report = client.check_masters().await;
     for (i, master) in report.masters().iter().enumerate() {
-        let record = master.cluster_record().unwrap();
+        let record = master.facts().cluster_record.as_ref().unwrap();
         assert_eq!(record.version(), Some("1"));
         assert_eq!(record.master(), Some(["m-0", "m-1", "m-2"][i]));
         assert_eq!(record.counters(), Some("kept"));
@@ -461,7 +475,7 @@ async fn the_cluster_record_is_reported_as_stored() {
         report
             .masters()
             .iter()
-            .all(|m| m.cluster_record().is_none())
+            .all(|m| m.facts().cluster_record.is_none())
     );
 }
 

@@ -23,16 +23,16 @@ use syn::visit::{self, Visit};
 /// (the last row) may use each other, as long as no circle forms.
 const LAYERS: &[&[&str]] = &[
     &["lib", "bench_internals"],
-    &["admin", "operate"],
-    // The lock kinds' facades, siblings on one row: none may use another.
-    &["lock", "many", "semaphore", "rwlock"],
+    // The lock kinds' facades, and the operators' calls beside them (`ops`), siblings on
+    // one row: none may use another.
+    &["lock", "many", "semaphore", "rwlock", "ops"],
     // The client handle the facades share: `Redlock`, `Builder::build`.
     &["client"],
     // The acquire engine under every facade: plan, target, attempt, wait, queue.
     &["engine"],
     &["lease"],
     &["core"],
-    &["quorum", "guard", "wait", "health"],
+    &["quorum", "guard", "wait"],
     &["master"],
     &["config"],
     &[
@@ -783,6 +783,65 @@ fn facades_use_nothing_of_each_other() {
         (
             "many.rs",
             "use crate::{client::Redlock, engine::Plan, lease::Lease};\n",
+        ),
+    ] {
+        let found = problems_in(rel, source);
+        assert!(found.is_empty(), "src/{rel} with {source:?}: {found:?}");
+    }
+}
+
+#[test]
+fn the_operators_calls_are_used_by_nothing_but_the_root() {
+    // `ops` (inspect, force-unlocks, init_cluster, check_masters) is a wing of its own:
+    // the crate root re-exports it, and no lock, facade, client handle or engine code
+    // reaches into it, so the engine can change without the operators' calls, and the
+    // reverse. The test-only modules beside the layers (the simulation) may use it.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let (graph, _) = imports(&src);
+    assert!(graph.contains_key("ops"), "no module `ops` under src");
+    assert!(
+        graph["lib"].contains("ops"),
+        "lib.rs re-exports nothing of `ops`"
+    );
+    let users: Vec<&String> = graph
+        .iter()
+        .filter(|(module, named)| {
+            module.as_str() != "lib" && !BESIDE.contains(&module.as_str()) && named.contains("ops")
+        })
+        .map(|(module, _)| module)
+        .collect();
+    assert!(users.is_empty(), "modules that use `ops`: {users:?}");
+    // The check refuses it however it is named: a module path, a re-exported type.
+    assert_fires(
+        "engine/mod.rs",
+        "use crate::ops::HealthReport;\n",
+        "`engine` uses `ops`",
+    );
+    assert_fires(
+        "engine/attempt.rs",
+        "fn f(_: &crate::Inspection) {}\n",
+        "`engine` uses `ops`",
+    );
+    assert_fires(
+        "client.rs",
+        "use crate::HealthReport;\n",
+        "`client` uses `ops`",
+    );
+    assert_fires("lock.rs", "use crate::UnlockReport;\n", "`lock` uses `ops`");
+    // Nor does it use a facade: it stands on the client handle, the core and the masters.
+    assert_fires(
+        "ops/inspect.rs",
+        "use crate::RwLock;\n",
+        "`ops` uses `rwlock`",
+    );
+    for (rel, source) in [
+        (
+            "ops/unlock.rs",
+            "use crate::{client::Redlock, core::Inner, master::Op};\n",
+        ),
+        (
+            "ops/health/tests.rs",
+            "use super::*;\nuse crate::ops::report::Finding;\n",
         ),
     ] {
         let found = problems_in(rel, source);

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use redquorum::{Holding, Inspection, MasterView, OwnerInfo, QuarantineState, Redlock, Verdict};
+use redquorum::{Holding, Inspection, MasterHealth, MasterView, OwnerInfo, Redlock, Verdict};
 use serde_json::{Value, json};
 
 use crate::exit::{self, Code, Failure};
@@ -76,13 +76,7 @@ pub(crate) async fn check(settings: &Settings) -> Result<u8, Failure> {
         let _ = client.inspect(PROBE).await;
         let report = client.check_masters().await;
         exit::out(&report.to_string());
-        let voting = report.masters().iter().all(|m| {
-            m.is_reachable()
-                && matches!(
-                    m.quarantine(),
-                    QuarantineState::Counted | QuarantineState::Off
-                )
-        });
+        let voting = report.masters().iter().all(MasterHealth::votes);
         if report.is_healthy() && voting {
             return Ok(0);
         }
@@ -91,14 +85,7 @@ pub(crate) async fn check(settings: &Settings) -> Result<u8, Failure> {
         let silent: Vec<&str> = report
             .masters()
             .iter()
-            .filter(|m| {
-                !m.is_reachable()
-                    || !m.is_healthy()
-                    || !matches!(
-                        m.quarantine(),
-                        QuarantineState::Counted | QuarantineState::Off
-                    )
-            })
+            .filter(|m| !m.votes() || !m.is_healthy())
             .map(|m| m.master())
             .collect();
         exit::note(&format!(

@@ -13,7 +13,7 @@ use crate::error::{MasterError, MasterErrorKind, human};
 
 /// What a health probe read of one master (`Master::probe`), as the master answered it:
 /// each part separately, since a user's ACLs or a renamed command can hide one part and
-/// not the others. Judged by `health.rs`.
+/// not the others. Judged by `ops/health.rs`.
 #[derive(Debug, Clone)]
 pub(crate) struct Probe {
     /// The pipeline's round trip, on the client's monotonic clock.

@@ -1,7 +1,4 @@
 //! Operating a cluster (docs/design.md §11): its bootstrap ([`Redlock::init_cluster`]).
-//!
-//! Layer: the top, beside the crate root (docs/design.md §10); it uses the client handle,
-//! the core and the masters, and nothing uses it.
 
 use std::fmt;
 use std::sync::Arc;

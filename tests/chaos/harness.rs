@@ -302,6 +302,18 @@ impl Checks {
 }
 
 /// The indexes of the masters whose outcome in `reports` is a grant.
+/// Whether `outcome` is a failure to reach the master in time (down, refused, timed out,
+/// an I/O error): it says nothing of how that master would have voted. On a loaded
+/// machine a short node timeout can end the last attempt this way.
+pub fn unreached(outcome: &redquorum::MasterOutcome) -> bool {
+    use redquorum::MasterErrorKind as K;
+    matches!(
+        outcome,
+        redquorum::MasterOutcome::Failed(e)
+            if matches!(e.kind(), K::Down | K::Refused | K::Timeout | K::Io)
+    )
+}
+
 pub fn granted(reports: &[redquorum::MasterReport]) -> Vec<usize> {
     reports
         .iter()

@@ -220,9 +220,14 @@ pub async fn bare_majority_with(
         Err((_, e)) => {
             env.note(format!("contender kept out: {:?}", e.kind()));
             // With quarantine, the contender must have been kept out by master 0
-            // abstaining, not by failing to reach it.
+            // abstaining, not by its answer (a grant, a refusal). A last attempt that
+            // did not reach master 0 in time says nothing either way: noted.
             let outcome = e.masters().first().map(|r| r.outcome().clone());
-            if guards.quarantine
+            if outcome.as_ref().is_some_and(unreached) {
+                env.note(format!(
+                    "master 0 not reached in the last attempt: {outcome:?}"
+                ));
+            } else if guards.quarantine
                 && fault != Fault::ClockForward
                 && !matches!(outcome, Some(MasterOutcome::Abstained { .. }))
             {

@@ -83,8 +83,14 @@ pub(crate) enum Metric {
     /// The library's acquire script, raw, to all N masters at once, until the quorum-th
     /// grant: what each master runs for the library's acquire.
     FanOutAcquireScript,
+    /// The floor of any acquire made by a script: a script that runs `SET NX PX` and
+    /// nothing else, raw, to all N masters at once, until the quorum-th grant.
+    FanOutScriptFloor,
     /// The raw release script to all N masters at once, until the `n - quorum + 1`-th reply.
     FanOutRelease,
+    /// The floor of any release: a bare compare-and-delete script (`GET`, then `DEL` if it
+    /// holds the value), raw, to all N masters at once, until the `n - quorum + 1`-th reply.
+    FanOutCad,
     /// Raw fan-out `SET NX PX` + release script pairs, one client.
     FanOutPairs,
     Acquire,

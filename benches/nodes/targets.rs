@@ -170,6 +170,27 @@ pub(crate) fn context(results: &Results) -> Vec<(String, f64)> {
                 script / fan,
             ));
         }
+        if let (Some(floor), Some(fan)) = (p50(Metric::FanOutScriptFloor), p50(Metric::FanOut)) {
+            lines.push((
+                format!("raw fan-out of a bare SET NX PX script p50 at N={n} / raw fan-out SET p50 (what any script costs: the floor)"),
+                floor / fan,
+            ));
+        }
+        if let (Some(script), Some(floor)) = (
+            p50(Metric::FanOutAcquireScript),
+            p50(Metric::FanOutScriptFloor),
+        ) {
+            lines.push((
+                format!("raw fan-out of the acquire script p50 at N={n} / bare SET NX PX script p50 (what the script's checks cost)"),
+                script / floor,
+            ));
+        }
+        if let (Some(release), Some(cad)) = (p50(Metric::Release), p50(Metric::FanOutCad)) {
+            lines.push((
+                format!("release p50 at N={n} / raw fan-out compare-and-delete p50 (the release's floor)"),
+                release / cad,
+            ));
+        }
         if let (Some(acquire), Some(script)) =
             (p50(Metric::Acquire), p50(Metric::FanOutAcquireScript))
         {

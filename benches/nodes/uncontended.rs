@@ -37,6 +37,18 @@ static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
     ))
 });
 
+/// The floor of a script that acquires: `SET NX PX` inside a script, and nothing else.
+static SET_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new("return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])")
+});
+/// The floor of a release: compare-and-delete, and nothing else.
+static CAD_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end \
+         return 0",
+    )
+});
+
 /// `acquire.lua` of `key` with what the library sends from a client that knows no cluster
 /// record, with restart quarantine off and no fencing. (The first call on a master writes
 /// its data-epoch record, as the library's first acquire does.)
@@ -230,6 +242,76 @@ async fn script_fan_out(conns: &[MultiplexedConnection], key: &str) -> Result<Du
     }
 }
 
+/// The mechanisms' floors: `SET NX PX` in a script to every master at once, timed to the
+/// quorum-th grant, then a bare compare-and-delete script to every master, timed to the
+/// `n - quorum + 1`-th reply. What no script-based acquire or release can go below.
+async fn floor_block(
+    conns: &[MultiplexedConnection],
+    keys: &mut Keys,
+    count: usize,
+    set: &mut Series,
+    cad: &mut Series,
+) {
+    let n = conns.len();
+    let quorum = n / 2 + 1;
+    for _ in 0..count {
+        let key = keys.fresh();
+        let t0 = Instant::now();
+        let mut pending: FuturesUnordered<_> = conns
+            .iter()
+            .map(|conn| {
+                let mut conn = conn.clone();
+                let mut call = SET_SCRIPT.key(&key);
+                call.arg(RAW_VALUE).arg(10_000);
+                async move { call.invoke_async::<Option<String>>(&mut conn).await }
+            })
+            .collect();
+        let mut granted = 0;
+        let mut failed = None;
+        while granted < quorum {
+            match pending.next().await {
+                Some(Ok(Some(_))) => granted += 1,
+                Some(Ok(None)) => failed = Some("a fresh key was already set".to_owned()),
+                Some(Err(e)) => failed = Some(e.to_string()),
+                None => break,
+            }
+        }
+        let t_set = t0.elapsed();
+        drop(pending);
+        if granted < quorum {
+            set.error(failed.unwrap_or_else(|| "no quorum".to_owned()));
+            continue;
+        }
+        let t1 = Instant::now();
+        let mut pending: FuturesUnordered<_> = conns
+            .iter()
+            .map(|conn| {
+                let mut conn = conn.clone();
+                let mut call = CAD_SCRIPT.key(&key);
+                call.arg(RAW_VALUE);
+                async move { call.invoke_async::<i64>(&mut conn).await }
+            })
+            .collect();
+        let mut done = 0;
+        let mut failed = None;
+        while done < n - quorum + 1 {
+            match pending.next().await {
+                Some(Ok(_)) => done += 1,
+                Some(Err(e)) => failed = Some(e.to_string()),
+                None => break,
+            }
+        }
+        let t_cad = t1.elapsed();
+        drop(pending);
+        if done < n - quorum + 1 {
+            cad.error(failed.unwrap_or_else(|| "no quorum".to_owned()));
+            continue;
+        }
+        set.push(t_set);
+        cad.push(t_cad);
+    }
+}
+
 /// Baseline, raw fan-out and the library, in interleaved blocks.
 pub(crate) async fn run(
     budget: &Budget,
@@ -242,6 +324,8 @@ pub(crate) async fn run(
     let mut keys = Keys::new(&format!("u{n}"));
     let mut base_conns = raw.to_vec();
     let mut fan_script = Series::with_capacity(budget.samples);
+    let mut floor_set = Series::with_capacity(budget.samples);
+    let mut floor_cad = Series::with_capacity(budget.samples);
     let (mut rtt, mut raw_pairs, mut fan, mut fan_release, mut acquire, mut release) = (
         Series::with_capacity(budget.samples),
         Series::with_capacity(budget.samples),
@@ -253,11 +337,12 @@ pub(crate) async fn run(
 
     // Warm-up: connections, the release script's first load, allocator and caches.
     {
-        let mut scratch: [Series; 7] = Default::default();
-        let [a, b, c, d, e, f, g] = &mut scratch;
+        let mut scratch: [Series; 9] = Default::default();
+        let [a, b, c, d, e, f, g, h, i] = &mut scratch;
         raw_block(&mut base_conns, &mut keys, budget.warmup, a, b).await;
         fan_out_block(raw, &mut keys, budget.warmup, c, d).await;
         script_block(raw, &mut keys, budget.warmup, g).await;
+        floor_block(raw, &mut keys, budget.warmup, h, i).await;
         lock_block(client, &mut keys, budget.warmup, e, f).await;
         for (s, what) in scratch.iter().zip([
             "SET",
@@ -267,6 +352,8 @@ pub(crate) async fn run(
             "acquire",
             "release",
             "fan-out acquire script",
+            "fan-out SET script",
+            "fan-out compare-and-delete",
         ]) {
             s.warn(&format!("warm-up {what}"));
         }
@@ -283,11 +370,12 @@ pub(crate) async fn run(
             break;
         }
         // Rotate the order so that no kind always follows another's background work.
-        for step in 0..4 {
-            match (block + step) % 4 {
+        for step in 0..5 {
+            match (block + step) % 5 {
                 0 => raw_block(&mut base_conns, &mut keys, BLOCK, &mut rtt, &mut raw_pairs).await,
                 1 => fan_out_block(raw, &mut keys, BLOCK, &mut fan, &mut fan_release).await,
                 2 => script_block(raw, &mut keys, BLOCK, &mut fan_script).await,
+                3 => floor_block(raw, &mut keys, BLOCK, &mut floor_set, &mut floor_cad).await,
                 _ => lock_block(client, &mut keys, BLOCK, &mut acquire, &mut release).await,
             }
             tokio::time::sleep(SETTLE).await;
@@ -299,6 +387,8 @@ pub(crate) async fn run(
     fan.warn("fan-out SET");
     fan_release.warn("fan-out release");
     fan_script.warn("fan-out acquire script");
+    floor_set.warn("fan-out SET script");
+    floor_cad.warn("fan-out compare-and-delete");
     acquire.warn("acquire");
     release.warn("release");
 
@@ -353,6 +443,25 @@ pub(crate) async fn run(
     .latency(&mut fan_script.samples, fan_script.errors)
     .against(&base)
     .referring_to(&fan_row);
+    let floor_set_row = Row::new(
+        Scenario::Uncontended,
+        Metric::FanOutScriptFloor,
+        n,
+        "raw fan-out SET NX PX script",
+    )
+    .condition(format!("{q} of {n}, floor"))
+    .latency(&mut floor_set.samples, floor_set.errors)
+    .against(&base)
+    .referring_to(&fan_row);
+    let floor_cad_row = Row::new(
+        Scenario::Uncontended,
+        Metric::FanOutCad,
+        n,
+        "raw fan-out compare-and-delete",
+    )
+    .condition(format!("{need} of {n}, floor"))
+    .latency(&mut floor_cad.samples, floor_cad.errors)
+    .against(&base);
     let pairs = acquire.samples.len();
     let acq = Row::new(Scenario::Uncontended, Metric::Acquire, n, "acquire")
         .condition("1 client")
@@ -363,7 +472,7 @@ pub(crate) async fn run(
         .condition("1 client")
         .latency(&mut release.samples, release.errors)
         .against(&base)
-        .referring_to(&fan_release_row);
+        .referring_to(&floor_cad_row);
     let pair_row = Row::new(
         Scenario::Uncontended,
         Metric::Pairs,
@@ -381,7 +490,9 @@ pub(crate) async fn run(
         base_pairs,
         fan_row,
         fan_script_row,
+        floor_set_row,
         fan_release_row,
+        floor_cad_row,
         fan_pair_row,
         acq,
         rel,

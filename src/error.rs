@@ -335,7 +335,7 @@ fn tls_failure(err: &redis::RedisError) -> Option<String> {
     let advice = match tls {
         Tls::InvalidCertificate(Cert::UnknownIssuer | Cert::BadSignature) => {
             "the master's certificate is not signed by a trusted CA: give the CA that signed \
-             it with Builder::tls_ca_pem or Builder::tls_ca_file (or install it in the \
+             it with Tls::ca_pem or Tls::ca_file (or install it in the \
              system's trust store)"
         }
         Tls::InvalidCertificate(Cert::NotValidForName | Cert::NotValidForNameContext { .. }) => {
@@ -363,8 +363,8 @@ fn tls_failure(err: &redis::RedisError) -> Option<String> {
             | Alert::AccessDenied,
         ) => {
             "the master refused this client's certificate (or wants one): give a client \
-             certificate its tls-ca-cert-file trusts with Builder::tls_client_cert_pem or \
-             Builder::tls_client_cert_files"
+             certificate its tls-ca-cert-file trusts with Tls::client_cert_pem or \
+             Tls::client_cert_files"
         }
         Tls::InvalidMessage(_) | Tls::InappropriateMessage { .. } => {
             "the peer does not answer in TLS on this port: use redis:// for a port without \
@@ -764,9 +764,9 @@ mod tests {
             ),
             (
                 Tls::AlertReceived(Alert::CertificateRequired),
-                "tls_client_cert",
+                "Tls::client_cert",
             ),
-            (Tls::AlertReceived(Alert::UnknownCA), "tls_client_cert"),
+            (Tls::AlertReceived(Alert::UnknownCA), "Tls::client_cert"),
             (
                 Tls::InvalidMessage(rustls::InvalidMessage::InvalidContentType),
                 "does not answer in TLS",

@@ -93,8 +93,8 @@
 //!
 //! # Features
 //! - `tls`: `rediss://` masters, over rustls (ring), checked against the system's roots or
-//!   the CA given with [`Builder::tls_ca_pem`]; a client certificate with
-//!   [`Builder::tls_client_cert_pem`]. With `testkit`, masters that speak TLS only.
+//!   the CA given with [`Tls::ca_pem`]; a client certificate with
+//!   [`Tls::client_cert_pem`]. With `testkit`, masters that speak TLS only.
 //! - `testkit`: starts and controls real `redis-server` processes (kill, pause, restart)
 //!   for tests, benches and examples.
 //! - `mutants`: deliberately broken variants of the algorithm, selectable per client, with
@@ -159,7 +159,10 @@ mod wait;
 
 pub use admin::{ClusterInit, InitOutcome};
 pub use client::Redlock;
-pub use config::{Backoff, Builder, ConfigError, IntoDuration, defaults, limits};
+pub use config::{
+    Backoff, Builder, Clock, ConfigError, IntoDuration, RedactedUrl, Retry, Timeouts, Tls, Waiting,
+    Watchdog, defaults, limits,
+};
 pub use engine::AcquireOptions;
 pub use error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
 pub use fencing::{FencingToken, fenced_set};

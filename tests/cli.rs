@@ -14,6 +14,7 @@
 
 mod support;
 
+use redquorum::Timeouts;
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::{Duration, SystemTime};
@@ -131,7 +132,7 @@ impl Fleet {
         Redlock::builder()
             .masters(self.cluster.urls())
             .ttl(TTL)
-            .node_timeout("200ms")
+            .timeouts(Timeouts::new().node("200ms"))
             .build()
             .unwrap()
     }

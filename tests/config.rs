@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use redquorum::{Backoff, ConfigError, Redlock};
+use redquorum::{
+    Backoff, Clock, ConfigError, RedactedUrl, Redlock, Retry, Timeouts, Tls, Waiting, Watchdog,
+};
 
 const A: &str = "redis://127.0.0.1:7001";
 const B: &str = "redis://127.0.0.1:7002";
@@ -22,7 +24,11 @@ fn rejected(builder: redquorum::Builder) -> (ConfigError, String) {
 
 #[test]
 fn a_good_configuration_builds() {
-    let client = three().ttl("30s").node_timeout("20ms").build().unwrap();
+    let client = three()
+        .ttl("30s")
+        .timeouts(Timeouts::new().node("20ms"))
+        .build()
+        .unwrap();
     assert_eq!(client.quorum(), 2);
     assert_eq!(client.ttl(), Duration::from_secs(30));
     assert_eq!(client.master_addresses(), [A, B, C]);
@@ -110,6 +116,101 @@ fn passwords_never_appear_in_errors_or_debug() {
     let client = Redlock::builder().master(&with_pw).build().unwrap();
     assert!(!format!("{client:?}").contains(secret));
     assert!(!client.master_addresses()[0].contains(secret));
+
+    // The builder and a URL on its own, `Debug` plain and pretty, and `Display`.
+    let builder = Redlock::builder()
+        .master(&with_pw)
+        .master(format!("redis+unix:///tmp/r.sock?user=u&pass={secret}"));
+    let shown = format!("{builder:?} {builder:#?}");
+    assert!(!shown.contains(secret), "{shown}");
+    assert!(shown.contains("user:***@127.0.0.1:7001"), "{shown}");
+    let url = RedactedUrl::new(with_pw.as_str());
+    let shown = format!("{url} {url:?} {url:#?}");
+    assert!(!shown.contains(secret), "{shown}");
+    assert_eq!(url.to_string(), "redis://user:***@127.0.0.1:7001");
+}
+
+/// A group given to the builder sets what it names and leaves the rest as it was: two
+/// values of one group add up, and a later one overrides only what it names.
+#[test]
+fn a_group_sets_only_what_it_names() {
+    let err = rejected(
+        three()
+            .timeouts(Timeouts::new().node("0ms"))
+            .timeouts(Timeouts::new().connect("0ms")),
+    )
+    .0;
+    let zero: Vec<_> = err.problems().to_vec();
+    assert_eq!(
+        zero,
+        [
+            ConfigError::Zero {
+                setting: "node_timeout"
+            },
+            ConfigError::Zero {
+                setting: "connect_timeout"
+            }
+        ]
+    );
+    // The later value names the node timeout again: the first one's zero is gone.
+    three()
+        .timeouts(Timeouts::new().node("0ms").connect("2s"))
+        .timeouts(Timeouts::new().node("20ms"))
+        .build()
+        .unwrap();
+    let err = rejected(
+        three()
+            .retry(Retry::new().attempts(0))
+            .retry(Retry::new().delay("1s"))
+            .retry(Retry::new().backoff(Backoff::Exponential {
+                max: Duration::from_millis(10),
+            })),
+    )
+    .0;
+    assert_eq!(err.problems().len(), 2, "{err}");
+    assert!(
+        matches!(err.problems()[1], ConfigError::BackoffMax { .. }),
+        "{err:?}"
+    );
+    // Watchdog::new() keeps the interval given before; off() turns the watchdog off and
+    // keeps the rest.
+    let (err, _) = rejected(
+        three()
+            .ttl("1s")
+            .watchdog(Watchdog::on().interval("2s"))
+            .watchdog(Watchdog::new().max_hold("1h")),
+    );
+    assert!(matches!(err, ConfigError::ExtendInterval { .. }), "{err:?}");
+    three()
+        .watchdog(Watchdog::on().interval("2s"))
+        .watchdog(Watchdog::off())
+        .waiting(Waiting::new().handoff(false))
+        .waiting(Waiting::new().own_leases(true))
+        .clock(Clock::new().drift_factor(0.02))
+        .clock(Clock::new().min_validity("10ms"))
+        .tls(Tls::new())
+        .build()
+        .unwrap();
+}
+
+/// Every group's constructor is `const`: settings can be constants.
+#[test]
+fn groups_can_be_constants() {
+    const TIMEOUTS: Timeouts = Timeouts::new();
+    const RETRY: Retry = Retry::new().attempts(3).backoff(Backoff::Fixed);
+    const WATCHDOG: Watchdog = Watchdog::on();
+    const WAITING: Waiting = Waiting::new().handoff(false).own_leases(true);
+    const CLOCK: Clock = Clock::new().drift_factor(0.02);
+    const TLS: Tls = Tls::new();
+    three()
+        .timeouts(TIMEOUTS)
+        .retry(RETRY)
+        .watchdog(WATCHDOG)
+        .waiting(WAITING)
+        .clock(CLOCK)
+        .tls(TLS)
+        .build()
+        .unwrap();
 }
 
 #[test]
@@ -123,17 +224,23 @@ fn ttl_zero() {
 fn ttl_not_above_drift_plus_node_timeout_plus_margin() {
     // drift = 100ms * 0.01 + 2ms = 3ms, safety margin = 5 % = 5ms:
     // 3ms + 93ms + 5ms exceeds 100ms.
-    let (err, msg) = rejected(three().ttl("100ms").node_timeout("93ms"));
+    let (err, msg) = rejected(three().ttl("100ms").timeouts(Timeouts::new().node("93ms")));
     assert!(matches!(err, ConfigError::TtlTooShort { .. }), "{err:?}");
     assert!(msg.contains("raise ttl or lower node_timeout"), "{msg}");
     assert!(msg.contains("safety margin"), "{msg}");
-    assert!(three().ttl("100ms").node_timeout("90ms").build().is_ok());
+    assert!(
+        three()
+            .ttl("100ms")
+            .timeouts(Timeouts::new().node("90ms"))
+            .build()
+            .is_ok()
+    );
     // An explicit safety margin counts the same way.
     let (err, _) = rejected(
         three()
             .ttl("100ms")
-            .node_timeout("50ms")
-            .safety_margin("48ms"),
+            .timeouts(Timeouts::new().node("50ms"))
+            .watchdog(Watchdog::new().safety_margin("48ms")),
     );
     assert!(matches!(err, ConfigError::TtlTooShort { .. }), "{err:?}");
     // Below the drift allowance alone.
@@ -144,18 +251,18 @@ fn ttl_not_above_drift_plus_node_timeout_plus_margin() {
 #[test]
 fn watchdog_settings_that_cannot_work() {
     assert_eq!(
-        rejected(three().extend_interval("0s")).0,
+        rejected(three().watchdog(Watchdog::new().interval("0s"))).0,
         ConfigError::Zero {
             setting: "extend_interval"
         }
     );
     assert_eq!(
-        rejected(three().max_hold(Duration::ZERO)).0,
+        rejected(three().watchdog(Watchdog::new().max_hold(Duration::ZERO))).0,
         ConfigError::Zero {
             setting: "max_hold"
         }
     );
-    let (err, _) = rejected(three().max_hold(Duration::MAX));
+    let (err, _) = rejected(three().watchdog(Watchdog::new().max_hold(Duration::MAX)));
     assert!(
         matches!(
             err,
@@ -166,7 +273,7 @@ fn watchdog_settings_that_cannot_work() {
         ),
         "{err:?}"
     );
-    let (err, _) = rejected(three().safety_margin("soon"));
+    let (err, _) = rejected(three().watchdog(Watchdog::new().safety_margin("soon")));
     assert!(matches!(
         err,
         ConfigError::InvalidDuration {
@@ -179,13 +286,13 @@ fn watchdog_settings_that_cannot_work() {
 #[test]
 fn node_and_connect_timeout_zero() {
     assert_eq!(
-        rejected(three().node_timeout("0s")).0,
+        rejected(three().timeouts(Timeouts::new().node("0s"))).0,
         ConfigError::Zero {
             setting: "node_timeout"
         }
     );
     assert_eq!(
-        rejected(three().connect_timeout(Duration::ZERO)).0,
+        rejected(three().timeouts(Timeouts::new().connect(Duration::ZERO))).0,
         ConfigError::Zero {
             setting: "connect_timeout"
         }
@@ -195,7 +302,7 @@ fn node_and_connect_timeout_zero() {
 #[test]
 fn drift_factor_out_of_range() {
     for f in [-0.1, 1.0, 2.0, f64::NAN, f64::INFINITY] {
-        let (err, msg) = rejected(three().drift_factor(f));
+        let (err, msg) = rejected(three().clock(Clock::new().drift_factor(f)));
         assert!(matches!(err, ConfigError::DriftFactor(_)), "{f}: {err:?}");
         assert!(msg.contains("typically 0.01"), "{msg}");
     }
@@ -203,7 +310,11 @@ fn drift_factor_out_of_range() {
 
 #[test]
 fn human_durations_parse_and_bad_ones_are_named() {
-    let client = three().ttl("1m 30s").node_timeout("250ms").build().unwrap();
+    let client = three()
+        .ttl("1m 30s")
+        .timeouts(Timeouts::new().node("250ms"))
+        .build()
+        .unwrap();
     assert_eq!(client.ttl(), Duration::from_secs(90));
     let (err, msg) = rejected(three().ttl("ten seconds"));
     assert!(
@@ -214,7 +325,7 @@ fn human_durations_parse_and_bad_ones_are_named() {
         msg.contains("\"ten seconds\"") && msg.contains("\"250ms\""),
         "{msg}"
     );
-    let (err, _) = rejected(three().retry_jitter(String::from("5 parsecs")));
+    let (err, _) = rejected(three().retry(Retry::new().jitter(String::from("5 parsecs"))));
     assert!(matches!(
         err,
         ConfigError::InvalidDuration {
@@ -227,27 +338,29 @@ fn human_durations_parse_and_bad_ones_are_named() {
 #[test]
 fn retry_settings_that_cannot_work() {
     assert_eq!(
-        rejected(three().retry_attempts(0)).0,
+        rejected(three().retry(Retry::new().attempts(0))).0,
         ConfigError::Zero {
             setting: "retry_attempts"
         }
     );
-    let (err, msg) = rejected(three().retry_delay(Duration::MAX));
+    let (err, msg) = rejected(three().retry(Retry::new().delay(Duration::MAX)));
     assert!(
         matches!(err, ConfigError::DurationOverflow { .. }),
         "{err:?}"
     );
     assert!(msg.contains("too large"), "{msg}");
     let (err, _) = rejected(
-        three()
-            .retry_delay(Duration::from_secs(u64::MAX / 2))
-            .retry_jitter(Duration::from_secs(u64::MAX / 2 + 10)),
+        three().retry(
+            Retry::new()
+                .delay(Duration::from_secs(u64::MAX / 2))
+                .jitter(Duration::from_secs(u64::MAX / 2 + 10)),
+        ),
     );
     assert!(
         matches!(err, ConfigError::DurationOverflow { .. }),
         "{err:?}"
     );
-    let (err, _) = rejected(three().wait_timeout(Duration::MAX));
+    let (err, _) = rejected(three().retry(Retry::new().wait(Duration::MAX)));
     assert!(
         matches!(
             err,
@@ -258,9 +371,11 @@ fn retry_settings_that_cannot_work() {
         ),
         "{err:?}"
     );
-    let (err, msg) = rejected(three().retry_delay("1s").backoff(Backoff::Exponential {
-        max: Duration::from_millis(10),
-    }));
+    let (err, msg) = rejected(three().retry(Retry::new().delay("1s").backoff(
+        Backoff::Exponential {
+            max: Duration::from_millis(10),
+        },
+    )));
     assert!(matches!(err, ConfigError::BackoffMax { .. }), "{err:?}");
     assert!(msg.contains("raise the maximum"), "{msg}");
 }
@@ -273,10 +388,13 @@ fn durations_up_to_their_maximum_build() {
     let client = three()
         .ttl(MAX_TTL)
         .ttl_max(MAX_TTL)
-        .node_timeout(MAX_NODE_TIMEOUT)
-        .connect_timeout(MAX_CONNECT_TIMEOUT)
-        .wait_timeout(MAX_WAIT_TIMEOUT)
-        .max_hold(MAX_MAX_HOLD)
+        .timeouts(
+            Timeouts::new()
+                .node(MAX_NODE_TIMEOUT)
+                .connect(MAX_CONNECT_TIMEOUT),
+        )
+        .retry(Retry::new().wait(MAX_WAIT_TIMEOUT))
+        .watchdog(Watchdog::new().max_hold(MAX_MAX_HOLD))
         .build()
         .unwrap();
     assert_eq!(client.ttl(), MAX_TTL);
@@ -291,7 +409,7 @@ fn durations_up_to_their_maximum_build() {
 
 #[test]
 fn min_validity_must_fit_the_ttl() {
-    let (err, _) = rejected(three().ttl("1s").min_validity("990ms"));
+    let (err, _) = rejected(three().ttl("1s").clock(Clock::new().min_validity("990ms")));
     assert!(matches!(err, ConfigError::TtlTooShort { .. }), "{err:?}");
 }
 
@@ -303,7 +421,7 @@ fn tls_urls_need_the_tls_feature() {
         // Certificate checks off are refused, whatever the build.
         let (err, msg) = rejected(Redlock::builder().master("rediss://127.0.0.1:7001/#insecure"));
         assert!(matches!(err, ConfigError::InvalidUrl { .. }), "{err:?}");
-        assert!(msg.contains("tls_ca_pem"), "{msg}");
+        assert!(msg.contains("Tls::ca_pem"), "{msg}");
         // However it is spelled: the URL parser drops a leading space and any tab, so the
         // parsed address, not the text, decides.
         for url in [
@@ -385,9 +503,9 @@ fn several_bad_settings_are_all_reported() {
         Redlock::builder()
             .masters([A, "http://127.0.0.1:7002", C])
             .ttl("ten seconds")
-            .node_timeout("0s")
-            .drift_factor(2.0)
-            .retry_attempts(0),
+            .timeouts(Timeouts::new().node("0s"))
+            .retry(Retry::new().attempts(0))
+            .clock(Clock::new().drift_factor(2.0)),
     );
     let problems = err.problems();
     assert_eq!(problems.len(), 5, "{err:?}");
@@ -414,7 +532,7 @@ fn several_bad_settings_are_all_reported() {
     }
     assert!(msg.starts_with("5 settings cannot work"), "{msg}");
     // One problem is that problem itself, as before.
-    let (err, _) = rejected(three().node_timeout("0s"));
+    let (err, _) = rejected(three().timeouts(Timeouts::new().node("0s")));
     assert_eq!(err.problems(), std::slice::from_ref(&err));
     assert_eq!(err.primary(), &err);
 }
@@ -465,7 +583,11 @@ fn two_masters_build_with_a_warning() {
 #[test]
 fn an_extend_interval_not_below_the_ttl_is_refused() {
     for interval in ["10s", "11s"] {
-        let (err, msg) = rejected(three().ttl("10s").extend_interval(interval));
+        let (err, msg) = rejected(
+            three()
+                .ttl("10s")
+                .watchdog(Watchdog::new().interval(interval)),
+        );
         assert!(
             matches!(err, ConfigError::ExtendInterval { .. }),
             "{interval}: {err:?}"
@@ -476,5 +598,9 @@ fn an_extend_interval_not_below_the_ttl_is_refused() {
         );
         assert!(msg.contains("lower extend_interval"), "{msg}");
     }
-    three().ttl("10s").extend_interval("9s").build().unwrap();
+    three()
+        .ttl("10s")
+        .watchdog(Watchdog::new().interval("9s"))
+        .build()
+        .unwrap();
 }

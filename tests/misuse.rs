@@ -8,6 +8,7 @@
 
 mod support;
 
+use redquorum::{Clock, Retry, Timeouts, Tls, Waiting, Watchdog};
 use std::future::Future;
 use std::time::Duration;
 
@@ -61,10 +62,8 @@ fn client_of(urls: Vec<String>, quarantine: bool) -> redquorum::Builder {
         .masters(urls)
         .quarantine(quarantine)
         .ttl("2s")
-        .node_timeout("200ms")
-        .connect_timeout("500ms")
-        .retry_delay("10ms")
-        .retry_jitter("5ms")
+        .timeouts(Timeouts::new().node("200ms").connect("500ms"))
+        .retry(Retry::new().delay("10ms").jitter("5ms"))
 }
 
 /// `url` with its password replaced by `password` (or removed when `None`).
@@ -203,7 +202,10 @@ fn rows() -> Vec<Row> {
                     .iter()
                     .map(|u| with_password(u, Some("wrong")))
                     .collect();
-                let client = client_of(urls, true).wait_timeout("3s").build().unwrap();
+                let client = client_of(urls, true)
+                    .retry(Retry::new().wait("3s"))
+                    .build()
+                    .unwrap();
                 acquire_in(rt, client.acquire("misuse:auth-wait"))
             },
         ),
@@ -253,42 +255,54 @@ fn rows() -> Vec<Row> {
             "ConfigError::TooLarge",
             false,
             "(MAX_NODE_TIMEOUT)",
-            |_, _| build(offline().ttl("1h").node_timeout("2m")),
+            |_, _| build(offline().ttl("1h").timeouts(Timeouts::new().node("2m"))),
         ),
         row(
             "12: connect_timeout(Duration::MAX)",
             "ConfigError::TooLarge",
             false,
             "(MAX_CONNECT_TIMEOUT)",
-            |_, _| build(offline().connect_timeout(Duration::MAX)),
+            |_, _| build(offline().timeouts(Timeouts::new().connect(Duration::MAX))),
         ),
         row(
             "12: wait_timeout(\"400days\")",
             "ConfigError::TooLarge",
             false,
             "(MAX_WAIT_TIMEOUT)",
-            |_, _| build(offline().wait_timeout("400days")),
+            |_, _| build(offline().retry(Retry::new().wait("400days"))),
         ),
         row(
             "12: max_hold(Duration::MAX)",
             "ConfigError::TooLarge",
             false,
             "(MAX_MAX_HOLD)",
-            |_, _| build(offline().max_hold(Duration::MAX)),
+            |_, _| build(offline().watchdog(Watchdog::new().max_hold(Duration::MAX))),
         ),
         row(
             "12: a safety_margin too large for the ttl names safety_margin",
             "ConfigError::TtlTooShort",
             false,
             "raise ttl or lower safety_margin",
-            |_, _| build(offline().ttl("1s").safety_margin("990ms")),
+            |_, _| {
+                build(
+                    offline()
+                        .ttl("1s")
+                        .watchdog(Watchdog::new().safety_margin("990ms")),
+                )
+            },
         ),
         row(
             "12: a min_validity too large for the ttl names min_validity",
             "ConfigError::TtlTooShort",
             false,
             "raise ttl or lower min_validity",
-            |_, _| build(offline().ttl("1s").min_validity("990ms")),
+            |_, _| {
+                build(
+                    offline()
+                        .ttl("1s")
+                        .clock(Clock::new().min_validity("990ms")),
+                )
+            },
         ),
         row(
             "12: AcquireOptions::ttl(30s) on a default client",
@@ -329,7 +343,10 @@ fn rows() -> Vec<Row> {
             false,
             "ttl 3s is not above the client's extend_interval 4s",
             |rt, _| {
-                let client = offline().extend_interval("4s").build().unwrap();
+                let client = offline()
+                    .watchdog(Watchdog::new().interval("4s"))
+                    .build()
+                    .unwrap();
                 let options = AcquireOptions::new().ttl("3s");
                 rt.block_on(async {
                     let work = client.with_lock("misuse:interval", &options, |_| async {});
@@ -639,10 +656,8 @@ fn waiter_of(cluster: &Cluster) -> Redlock {
     client_of(cluster.urls(), false)
         .ttl("30s")
         // A queued waiter's refresh (every third of it) would not fire in time either.
-        .waiter_ttl("30s")
-        .retry_delay("30s")
-        .retry_jitter("0s")
-        .wait_timeout("10s")
+        .retry(Retry::new().delay("30s").jitter("0s").wait("10s"))
+        .waiting(Waiting::new().waiter_ttl("30s"))
         .build()
         .unwrap()
 }
@@ -765,7 +780,7 @@ async fn no_public_type_shows_a_password() {
     let keyed = || {
         Redlock::builder()
             .master("rediss://127.0.0.1:1")
-            .tls_client_cert_pem("no certificate", key.as_str())
+            .tls(Tls::new().client_cert_pem("no certificate", key.as_str()))
     };
     show!("Builder with a client key", debug & keyed());
     let refused = keyed().build().unwrap_err();

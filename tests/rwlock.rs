@@ -4,6 +4,7 @@
 
 mod support;
 
+use redquorum::{Timeouts, Waiting};
 use std::time::Duration;
 
 use redis::AsyncCommands;
@@ -235,8 +236,7 @@ async fn a_writer_clears_its_intent_where_a_late_answer_refused_it() {
         .quarantine(false)
         .masters(urls)
         .ttl("10s")
-        .node_timeout("3s")
-        .connect_timeout("5s")
+        .timeouts(Timeouts::new().node("3s").connect("5s"))
         .build()
         .unwrap()
         .rwlock(&name);
@@ -776,7 +776,9 @@ fn at_first_poll<F: std::future::Future>(future: F) -> F::Output {
 async fn the_client_refuses_an_upgrade_and_its_own_second_writer() {
     let cluster = Cluster::start(1).await.unwrap();
     for wait_for_own in [false, true] {
-        let client = client_with(&cluster, |b| b.wait_for_own_leases(wait_for_own));
+        let client = client_with(&cluster, |b| {
+            b.waiting(Waiting::new().own_leases(wait_for_own))
+        });
         let lock = client.rwlock(&unique_key("held"));
         let a = lock.read().await.unwrap();
         let b = lock.read_with(&once()).await.unwrap();

@@ -408,7 +408,7 @@ pub(super) fn default_waiter_ttl(ttl: Duration, node_timeout: Duration) -> Durat
     wanted.max(least).min(ttl)
 }
 
-/// Checks a waiter TTL given to [`Builder::waiter_ttl`].
+/// Checks a waiter TTL given to [`Waiting::waiter_ttl`].
 pub(super) fn check_waiter_ttl(
     waiter_ttl: Duration,
     ttl: Duration,

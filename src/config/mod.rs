@@ -9,6 +9,7 @@
 
 mod builder;
 mod check;
+mod groups;
 #[cfg(test)]
 mod tests;
 mod tls;
@@ -18,8 +19,9 @@ pub use builder::Builder;
 pub use check::ConfigError;
 use check::*;
 pub(crate) use check::{at_most, duration};
+pub use groups::{Clock, Retry, Timeouts, Tls, Waiting, Watchdog};
 use tls::*;
-pub(crate) use url::redact;
+pub use url::RedactedUrl;
 use url::*;
 
 use std::fmt;
@@ -107,11 +109,11 @@ pub mod limits {
     /// bytes: 256.
     pub const MAX_LABEL_LEN: usize = 256;
 
-    /// The largest PEM file read for a TLS setting ([`Builder::tls_ca_file`] and the
+    /// The largest PEM file read for a TLS setting ([`Tls::ca_file`] and the
     /// others), in bytes: 4 MiB, far above any CA bundle. A larger file, or a device that
     /// never ends such as `/dev/zero`, is refused instead of read into memory.
     ///
-    /// [`Builder::tls_ca_file`]: crate::Builder::tls_ca_file
+    /// [`Tls::ca_file`]: crate::Tls::ca_file
     pub const MAX_PEM_FILE_LEN: u64 = 4 * 1024 * 1024;
 
     /// The most readers one read-write lock admits at once on a master: 64. A reader

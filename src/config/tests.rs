@@ -1,6 +1,7 @@
 //! Unit tests of the builder's parts that need no master.
 
 use super::*;
+use crate::{Retry, Tls};
 
 #[test]
 fn redacts_passwords() {
@@ -34,7 +35,7 @@ fn rediss_urls_build_only_with_the_tls_feature() {
 fn tls_settings_need_the_tls_feature() {
     let err = Builder::new()
         .master("redis://127.0.0.1:7001")
-        .tls_ca_file("/etc/ssl/ca.pem")
+        .tls(Tls::new().ca_file("/etc/ssl/ca.pem"))
         .into_config()
         .unwrap_err();
     assert!(
@@ -52,14 +53,15 @@ fn tls_settings_need_the_tls_feature() {
 
 #[test]
 fn debug_never_shows_a_client_key() {
-    let builder = Builder::new()
-        .master("rediss://127.0.0.1:7001")
-        .tls_ca_pem("CA-PEM-TEXT")
-        .tls_client_cert_pem("CERT-PEM-TEXT", "KEY-PEM-SECRET");
+    let builder = Builder::new().master("rediss://127.0.0.1:7001").tls(
+        Tls::new()
+            .ca_pem("CA-PEM-TEXT")
+            .client_cert_pem("CERT-PEM-TEXT", "KEY-PEM-SECRET"),
+    );
     let shown = format!("{builder:?} {builder:#?}");
     assert!(!shown.contains("KEY-PEM-SECRET"), "{shown}");
     assert!(shown.contains("client_key: Some(\"***\")"), "{shown}");
-    let files = Builder::new().tls_client_cert_files("/c.pem", "/k.pem");
+    let files = Builder::new().tls(Tls::new().client_cert_files("/c.pem", "/k.pem"));
     assert!(format!("{files:?}").contains("/k.pem"));
 }
 
@@ -81,9 +83,9 @@ fn exponential_backoff_doubles_up_to_max() {
 #[test]
 fn jitter_follows_the_retry_delay_unless_set() {
     let config = |b: Builder| b.master("redis://127.0.0.1:7001").into_config().unwrap();
-    let follows = config(Builder::new().retry_delay("10ms"));
+    let follows = config(Builder::new().retry(Retry::new().delay("10ms")));
     assert_eq!(follows.retry.jitter, Duration::from_millis(10));
-    let set = config(Builder::new().retry_delay("10ms").retry_jitter("0ms"));
+    let set = config(Builder::new().retry(Retry::new().delay("10ms").jitter("0ms")));
     assert_eq!(set.retry.jitter, Duration::ZERO);
     let default = config(Builder::new());
     assert_eq!(default.retry.jitter, defaults::RETRY_JITTER);

@@ -4,10 +4,48 @@
 
 use super::*;
 
+/// A master URL as given to the [`Builder`], whose `Debug` and `Display` show any password
+/// (in the user info, or a `pass`/`password` query parameter) as `***`, so that every
+/// value that holds one can derive `Debug`.
+///
+/// ```
+/// use redquorum::RedactedUrl;
+///
+/// let url = RedactedUrl::new("redis://user:secret@127.0.0.1:7001/0");
+/// assert_eq!(url.to_string(), "redis://user:***@127.0.0.1:7001/0");
+/// assert!(!format!("{url:?}").contains("secret"));
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct RedactedUrl(String);
+
+impl RedactedUrl {
+    /// Keeps `url` as given; nothing is checked until the client is built.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self(url.into())
+    }
+
+    /// The URL as given, password included: for connecting, never for showing.
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for RedactedUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&redact(&self.0), f)
+    }
+}
+
+impl fmt::Display for RedactedUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redact(&self.0))
+    }
+}
+
 /// The masters of `urls`, each checked; every problem goes to `problems`, and the masters
 /// that have one are left out.
 pub(super) fn parse_masters(
-    urls: &[String],
+    urls: &[RedactedUrl],
     tls: &TlsSettings,
     problems: &mut Problems,
 ) -> Vec<MasterSpec> {
@@ -19,7 +57,7 @@ pub(super) fn parse_masters(
     let certificates = loaded.as_ref().and_then(Option::as_ref);
     let mut specs: Vec<MasterSpec> = Vec::with_capacity(urls.len());
     for url in urls {
-        if let Some(spec) = problems.keep(parse_master(url, tls, certificates, &specs)) {
+        if let Some(spec) = problems.keep(parse_master(url.expose(), tls, certificates, &specs)) {
             specs.push(spec);
         }
     }
@@ -223,7 +261,7 @@ pub(super) fn insecure_url(name: &str) -> ConfigError {
         reason: "a URL fragment (such as #insecure) is not supported: #insecure would turn off \
                  the check of the master's certificate, so anyone on the network path could \
                  answer as the master and grant the lock twice; remove it, and give the \
-                 masters' CA with Builder::tls_ca_pem or Builder::tls_ca_file"
+                 masters' CA with Tls::ca_pem or Tls::ca_file"
             .to_owned(),
     }
 }

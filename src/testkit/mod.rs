@@ -266,14 +266,14 @@ impl Cluster {
     }
 
     /// The PEM of the CA its TLS masters' certificates chain to, if they speak TLS, for
-    /// [`Builder::tls_ca_pem`](crate::Builder::tls_ca_pem). Feature `tls`.
+    /// [`Tls::ca_pem`](crate::Tls::ca_pem). Feature `tls`.
     #[cfg(feature = "tls")]
     pub fn tls_ca_pem(&self) -> Option<&[u8]> {
         self.tls().map(|authority| authority.ca_pem())
     }
 
     /// The file of the CA its TLS masters' certificates chain to, if they speak TLS, for
-    /// [`Builder::tls_ca_file`](crate::Builder::tls_ca_file). Feature `tls`.
+    /// [`Tls::ca_file`](crate::Tls::ca_file). Feature `tls`.
     #[cfg(feature = "tls")]
     pub fn tls_ca_file(&self) -> Option<PathBuf> {
         self.tls().map(|authority| authority.ca_file())

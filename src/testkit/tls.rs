@@ -31,8 +31,8 @@ const CLIENT_KEY_FILE: &str = "client.key";
 ///
 /// Give it to servers with [`ServerOptions::tls`](super::ServerOptions::tls) (or start a
 /// whole cluster with [`Cluster::start_tls`](super::Cluster::start_tls)), and its CA to
-/// the client with [`Builder::tls_ca_pem`](crate::Builder::tls_ca_pem) or
-/// [`Builder::tls_ca_file`](crate::Builder::tls_ca_file). Two authorities are unrelated:
+/// the client with [`Tls::ca_pem`](crate::Tls::ca_pem) or
+/// [`Tls::ca_file`](crate::Tls::ca_file). Two authorities are unrelated:
 /// a client that trusts one refuses servers of the other. Its files are removed when the
 /// last handle is dropped. `Debug` never shows the private keys.
 ///

@@ -107,12 +107,9 @@ fn as_flags(message: &str) -> String {
             "ttl_max_ms \"",
             "ttl_max_ms (--ttl-max, which defaults to --ttl: give the cluster's) \"",
         ),
+        ("Tls::ca_pem or Tls::ca_file", "--tls-ca (REDQUORUM_TLS_CA)"),
         (
-            "Builder::tls_ca_pem or Builder::tls_ca_file",
-            "--tls-ca (REDQUORUM_TLS_CA)",
-        ),
-        (
-            "Builder::tls_client_cert_pem or Builder::tls_client_cert_files",
+            "Tls::client_cert_pem or Tls::client_cert_files",
             "--tls-cert and --tls-key (REDQUORUM_TLS_CERT, REDQUORUM_TLS_KEY)",
         ),
     ];

@@ -71,7 +71,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// A client over the demo's masters: 5 s locks, waiting up to 30 s for a turn.
-fn client(cluster: &Cluster) -> Result<Redlock, redquorum::ConfigError> {
+fn client(cluster: &Cluster) -> Result<Redlock, redquorum::Error> {
     Redlock::builder()
         .masters(cluster.urls())
         .ttl("5s")

@@ -160,8 +160,8 @@ mod wait;
 pub use admin::{ClusterInit, InitOutcome};
 pub use client::Redlock;
 pub use config::{
-    Backoff, Builder, Clock, ConfigError, IntoDuration, RedactedUrl, Retry, Timeouts, Tls, Waiting,
-    Watchdog, defaults, limits,
+    Backoff, Builder, Clock, IntoDuration, RedactedUrl, Retry, Timeouts, Tls, Waiting, Watchdog,
+    defaults, limits,
 };
 pub use engine::AcquireOptions;
 pub use error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
@@ -171,8 +171,7 @@ pub use health::{
     Severity,
 };
 pub use lease::{
-    DowngradeError, ExtendReport, Lease, LeaseHandle, LeaseMode, Lost, LostReason, Reentry,
-    ReleaseReport,
+    ExtendReport, Lease, LeaseHandle, LeaseMode, Lost, LostReason, Reentry, ReleaseReport,
 };
 #[cfg(feature = "mutants")]
 pub use mutants::Mutant;

@@ -12,11 +12,11 @@ use redquorum::{Clock, Retry, Timeouts, Tls, Waiting, Watchdog};
 use std::future::Future;
 use std::time::Duration;
 
-use redquorum::{AcquireOptions, ConfigError, Error, Redlock};
+use redquorum::{AcquireOptions, Error, Redlock};
 use support::*;
 
-/// What a misuse produced: the kind (an [`ErrorKind`](redquorum::ErrorKind) or a
-/// `ConfigError` variant, by name), whether it is retryable, and the message.
+/// What a misuse produced: the kind (an [`ErrorKind`](redquorum::ErrorKind), by name),
+/// whether it is retryable, and the message.
 #[derive(Debug)]
 struct Got {
     kind: String,
@@ -29,18 +29,6 @@ impl From<Error> for Got {
         Got {
             kind: format!("{:?}", e.kind()),
             retryable: e.is_retryable(),
-            message: e.to_string(),
-        }
-    }
-}
-
-impl From<ConfigError> for Got {
-    fn from(e: ConfigError) -> Self {
-        let debug = format!("{e:?}");
-        let name: String = debug.chars().take_while(|c| c.is_alphanumeric()).collect();
-        Got {
-            kind: format!("ConfigError::{name}"),
-            retryable: false,
             message: e.to_string(),
         }
     }
@@ -231,56 +219,56 @@ fn rows() -> Vec<Row> {
         ),
         row(
             "12: ttl(\"100years\")",
-            "ConfigError::TooLarge",
+            "InvalidConfig",
             false,
             "above its maximum of 1day (MAX_TTL)",
             |_, _| build(offline().ttl("100years")),
         ),
         row(
             "12: ttl(Duration::MAX)",
-            "ConfigError::TooLarge",
+            "InvalidConfig",
             false,
             "(MAX_TTL)",
             |_, _| build(offline().ttl(Duration::MAX)),
         ),
         row(
             "12: ttl_max(Duration::MAX)",
-            "ConfigError::TooLarge",
+            "InvalidConfig",
             false,
             "ttl_max",
             |_, _| build(offline().ttl_max(Duration::MAX)),
         ),
         row(
             "12: node_timeout(\"2m\")",
-            "ConfigError::TooLarge",
+            "InvalidConfig",
             false,
             "(MAX_NODE_TIMEOUT)",
             |_, _| build(offline().ttl("1h").timeouts(Timeouts::new().node("2m"))),
         ),
         row(
             "12: connect_timeout(Duration::MAX)",
-            "ConfigError::TooLarge",
+            "InvalidConfig",
             false,
             "(MAX_CONNECT_TIMEOUT)",
             |_, _| build(offline().timeouts(Timeouts::new().connect(Duration::MAX))),
         ),
         row(
             "12: wait_timeout(\"400days\")",
-            "ConfigError::TooLarge",
+            "InvalidConfig",
             false,
             "(MAX_WAIT_TIMEOUT)",
             |_, _| build(offline().retry(Retry::new().wait("400days"))),
         ),
         row(
             "12: max_hold(Duration::MAX)",
-            "ConfigError::TooLarge",
+            "InvalidConfig",
             false,
             "(MAX_MAX_HOLD)",
             |_, _| build(offline().watchdog(Watchdog::new().max_hold(Duration::MAX))),
         ),
         row(
             "12: a safety_margin too large for the ttl names safety_margin",
-            "ConfigError::TtlTooShort",
+            "InvalidConfig",
             false,
             "raise ttl or lower safety_margin",
             |_, _| {
@@ -293,7 +281,7 @@ fn rows() -> Vec<Row> {
         ),
         row(
             "12: a min_validity too large for the ttl names min_validity",
-            "ConfigError::TtlTooShort",
+            "InvalidConfig",
             false,
             "raise ttl or lower min_validity",
             |_, _| {
@@ -464,7 +452,7 @@ fn rows() -> Vec<Row> {
         ),
         row(
             "18: one IPv6 address spelled two ways is one server",
-            "ConfigError::DuplicateMaster",
+            "InvalidConfig",
             false,
             "listed twice",
             |_, _| {
@@ -737,7 +725,7 @@ async fn no_public_type_shows_a_password() {
         .masters([&urls[0], &urls[0]])
         .build()
         .unwrap_err();
-    show!("ConfigError", both & duplicate);
+    show!("Error (configuration)", both & duplicate);
 
     let key = unique_key("secret");
     let lease = client.acquire(&key).await.unwrap();
@@ -784,7 +772,7 @@ async fn no_public_type_shows_a_password() {
     };
     show!("Builder with a client key", debug & keyed());
     let refused = keyed().build().unwrap_err();
-    show!("ConfigError (client key)", both & refused);
+    show!("Error (client key)", both & refused);
 
     for (name, text) in &shown {
         assert!(!text.contains(SECRET), "{name} shows the password: {text}");

@@ -15,7 +15,7 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use redquorum::testkit::{Mode, Proxy, TlsAuthority};
-use redquorum::{ConfigError, ErrorKind, MasterErrorKind, MasterOutcome, Redlock};
+use redquorum::{ErrorKind, MasterErrorKind, MasterOutcome, Redlock};
 use support::*;
 use tokio::time::Instant;
 
@@ -387,7 +387,7 @@ async fn the_builder_refuses_unsafe_or_useless_tls_settings() {
     // Certificate checks off: refused, naming what to do instead.
     let insecure = refused(Redlock::builder().master(format!("{url}/#insecure")));
     assert!(
-        matches!(insecure, ConfigError::InvalidUrl { .. }),
+        (insecure.setting() == Some("masters") && insecure.to_string().contains("cannot be used")),
         "{insecure}"
     );
     assert!(insecure.to_string().contains("Tls::ca_pem"), "{insecure}");
@@ -398,31 +398,13 @@ async fn the_builder_refuses_unsafe_or_useless_tls_settings() {
             .master(&url)
             .tls(Tls::new().ca_pem("not a certificate")),
     );
-    assert!(
-        matches!(
-            garbage,
-            ConfigError::Tls {
-                setting: "tls_ca_pem",
-                ..
-            }
-        ),
-        "{garbage}"
-    );
+    assert!((garbage.setting() == Some("tls_ca_pem")), "{garbage}");
     let missing = refused(
         Redlock::builder()
             .master(&url)
             .tls(Tls::new().ca_file("/nonexistent/ca.pem")),
     );
-    assert!(
-        matches!(
-            missing,
-            ConfigError::Tls {
-                setting: "tls_ca_file",
-                ..
-            }
-        ),
-        "{missing}"
-    );
+    assert!((missing.setting() == Some("tls_ca_file")), "{missing}");
     assert!(
         missing.to_string().contains("/nonexistent/ca.pem"),
         "{missing}"
@@ -441,16 +423,7 @@ async fn the_builder_refuses_unsafe_or_useless_tls_settings() {
                 .master(&url)
                 .tls(Tls::new().ca_file(file)),
         );
-        assert!(
-            matches!(
-                err,
-                ConfigError::Tls {
-                    setting: "tls_ca_file",
-                    ..
-                }
-            ),
-            "{err}"
-        );
+        assert!((err.setting() == Some("tls_ca_file")), "{err}");
         assert!(err.to_string().contains("larger than"), "{err}");
     }
 
@@ -461,20 +434,17 @@ async fn the_builder_refuses_unsafe_or_useless_tls_settings() {
             .master(&url)
             .tls(Tls::new().client_cert_pem(authority.client_cert_pem(), "no key here")),
     );
-    assert!(matches!(no_key, ConfigError::Tls { .. }), "{no_key}");
+    assert!(
+        (no_key.setting().is_some_and(|s| s.starts_with("tls_"))),
+        "{no_key}"
+    );
     // A key of another certificate: every handshake would fail, so it is refused at once.
     let stranger = TlsAuthority::generate().unwrap();
     let mismatched = refused(Redlock::builder().master(&url).tls(
         Tls::new().client_cert_files(authority.client_cert_file(), stranger.client_key_file()),
     ));
     assert!(
-        matches!(
-            mismatched,
-            ConfigError::Tls {
-                setting: "tls_client_cert_files",
-                ..
-            }
-        ),
+        (mismatched.setting() == Some("tls_client_cert_files")),
         "{mismatched}"
     );
     assert!(
@@ -486,16 +456,7 @@ async fn the_builder_refuses_unsafe_or_useless_tls_settings() {
         refused(Redlock::builder().master(&url).tls(
             Tls::new().ca_pem("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"),
         ));
-    assert!(
-        matches!(
-            broken,
-            ConfigError::Tls {
-                setting: "tls_ca_pem",
-                ..
-            }
-        ),
-        "{broken}"
-    );
+    assert!((broken.setting() == Some("tls_ca_pem")), "{broken}");
 
     // TLS settings for masters without TLS: the URLs must say rediss://.
     let plain = refused(
@@ -503,7 +464,10 @@ async fn the_builder_refuses_unsafe_or_useless_tls_settings() {
             .master("redis://127.0.0.1:1")
             .tls(Tls::new().ca_pem(authority.ca_pem())),
     );
-    assert!(matches!(plain, ConfigError::Tls { .. }), "{plain}");
+    assert!(
+        (plain.setting().is_some_and(|s| s.starts_with("tls_"))),
+        "{plain}"
+    );
     assert!(plain.to_string().contains("rediss://"), "{plain}");
 }
 

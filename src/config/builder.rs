@@ -38,7 +38,7 @@ use super::*;
 ///
 /// # Limits
 /// Durations beyond these are refused by [`build`](Builder::build) with
-/// [`ConfigError::TooLarge`], and per call with
+/// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig), and per call with
 /// [`ErrorKind::InvalidOptions`](crate::ErrorKind::InvalidOptions):
 /// - `ttl`, `ttl_max`, the watchdog's interval: [`MAX_TTL`] (24 h)
 /// - node timeout: [`MAX_NODE_TIMEOUT`] (1 min); connect timeout: [`MAX_CONNECT_TIMEOUT`]
@@ -58,7 +58,7 @@ use super::*;
 ///     .key_prefix("locks:")
 ///     .build()?;
 /// assert_eq!(client.quorum(), 2);
-/// # Ok::<(), redquorum::ConfigError>(())
+/// # Ok::<(), redquorum::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until `build()` is called"]
@@ -255,7 +255,7 @@ impl Builder {
     /// The certificates of `rediss://` masters: sets what `tls` names, and leaves the rest
     /// as it is. Defaults to the system's trusted roots and no client certificate (see
     /// [`Tls`]). Needs the `tls` feature and at least one
-    /// `rediss://` master, or [`build`](Builder::build) fails with [`ConfigError::Tls`].
+    /// `rediss://` master, or [`build`](Builder::build) fails with [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig).
     pub fn tls(mut self, tls: Tls) -> Self {
         self.tls = tls.over(self.tls);
         self
@@ -271,7 +271,7 @@ impl Builder {
 
     /// Checks every setting, reporting every problem at once, and turns the builder into
     /// the client's configuration.
-    pub(crate) fn into_config(self) -> Result<Config, ConfigError> {
+    pub(crate) fn into_config(self) -> Result<Config, Problem> {
         let Builder {
             masters,
             ttl,
@@ -324,7 +324,7 @@ impl Builder {
         let mut problems = Problems::default();
         problems.check(check_key_prefix(&key_prefix));
         if label.len() > MAX_LABEL_LEN {
-            problems.push(ConfigError::LabelTooLong { len: label.len() });
+            problems.push(Problem::LabelTooLong { len: label.len() });
         }
         let masters = parse_masters(&masters, &tls.settings, &mut problems);
         let parsed = Parsed::new(
@@ -336,35 +336,20 @@ impl Builder {
         );
         parsed.check_ttl_max(&mut problems);
         if fencing && !quarantine {
-            problems.push(ConfigError::FencingNeedsQuarantine);
+            problems.push(Problem::FencingNeedsQuarantine);
         }
         #[cfg(feature = "mutants")]
         if !(clock_rate.is_finite() && clock_rate > 0.1 && clock_rate <= 10.0) {
-            problems.push(ConfigError::ClockRate(clock_rate));
+            problems.push(Problem::ClockRate(clock_rate));
         }
         let drift_ok = parsed.check_bounds(&mut problems, drift_factor);
         parsed.check_ttl(&mut problems, drift_factor, drift_ok);
-        let attempts = match attempts.map(NonZeroU32::new) {
-            Some(None) => {
-                problems.push(ConfigError::Zero {
-                    setting: "retry_attempts",
-                });
-                None
-            }
-            Some(attempts) => attempts,
-            None => None,
-        };
+        let attempts = check_attempts(&mut problems, attempts);
         parsed.check_pauses(&mut problems, backoff);
         let waiter_ttl = parsed.waiter_ttl(&mut problems, waiter_ttl);
         problems.finish()?;
 
-        if masters.len() == 2 {
-            tracing::warn!(
-                masters = ?masters.iter().map(|m| &*m.name).collect::<Vec<_>>(),
-                "two masters: a quorum of 2 of 2 tolerates no failure, so one master down \
-                 stops every lock; use 3 or 5 independent masters"
-            );
-        }
+        warn_of_two(&masters);
         // Every value parsed and passed its checks: the defaults below are never used.
         let ttl = deadline::whole_millis(parsed.ttl.unwrap_or(defaults::TTL));
         let node_timeout = parsed.node_timeout.unwrap_or(defaults::NODE_TIMEOUT);
@@ -485,7 +470,7 @@ impl Parsed {
             if let Some(ttl) = self.ttl.map(deadline::whole_millis)
                 && ttl > max
             {
-                problems.push(ConfigError::TtlAboveTtlMax { ttl, ttl_max: max });
+                problems.push(Problem::TtlAboveTtlMax { ttl, ttl_max: max });
             }
         }
     }
@@ -498,19 +483,19 @@ impl Parsed {
             ("max_hold", self.max_hold),
         ] {
             if value.flatten().is_some_and(|d| d.is_zero()) {
-                problems.push(ConfigError::Zero { setting });
+                problems.push(Problem::Zero { setting });
             }
         }
         let drift_ok = drift_factor.is_finite() && (0.0..1.0).contains(&drift_factor);
         if !drift_ok {
-            problems.push(ConfigError::DriftFactor(drift_factor));
+            problems.push(Problem::DriftFactor(drift_factor));
         }
         for (setting, value) in [
             ("node_timeout", self.node_timeout),
             ("connect_timeout", self.connect_timeout),
         ] {
             if value.is_some_and(|d| d.is_zero()) {
-                problems.push(ConfigError::Zero { setting });
+                problems.push(Problem::Zero { setting });
             }
         }
         for (setting, value, max) in [
@@ -552,7 +537,7 @@ impl Parsed {
         } else if let Some(ttl) = self.ttl {
             // What can be said of the TTL alone.
             if ttl.is_zero() {
-                problems.push(ConfigError::Zero { setting: "ttl" });
+                problems.push(Problem::Zero { setting: "ttl" });
             }
             problems.check(at_most("ttl", ttl, MAX_TTL));
         }
@@ -563,7 +548,7 @@ impl Parsed {
             && !ttl.is_zero()
             && interval >= ttl
         {
-            problems.push(ConfigError::ExtendInterval { interval, ttl });
+            problems.push(Problem::ExtendInterval { interval, ttl });
         }
     }
 
@@ -576,7 +561,7 @@ impl Parsed {
             Backoff::Fixed => retry_delay,
             Backoff::Exponential { max } => {
                 if max < retry_delay {
-                    problems.push(ConfigError::BackoffMax {
+                    problems.push(Problem::BackoffMax {
                         max,
                         delay: retry_delay,
                     });
@@ -615,5 +600,30 @@ impl Parsed {
                 _ => None,
             },
         }
+    }
+}
+
+/// The bound on attempts, as given: `None` for no bound, and a zero noted as a problem.
+fn check_attempts(problems: &mut Problems, attempts: Option<u32>) -> Option<NonZeroU32> {
+    match attempts.map(NonZeroU32::new) {
+        Some(None) => {
+            problems.push(Problem::Zero {
+                setting: "retry_attempts",
+            });
+            None
+        }
+        Some(attempts) => attempts,
+        None => None,
+    }
+}
+
+/// Warns of two masters: a quorum of two of two tolerates no failure.
+fn warn_of_two(masters: &[MasterSpec]) {
+    if masters.len() == 2 {
+        tracing::warn!(
+            masters = ?masters.iter().map(|m| &*m.name).collect::<Vec<_>>(),
+            "two masters: a quorum of 2 of 2 tolerates no failure, so one master down \
+             stops every lock; use 3 or 5 independent masters"
+        );
     }
 }

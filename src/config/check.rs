@@ -5,12 +5,11 @@
 use super::*;
 
 /// A configuration value that cannot work, found by [`Builder::build`]: one problem as
-/// its own variant, or every problem found as [`Several`](ConfigError::Several).
-/// [`primary`](ConfigError::primary) and [`problems`](ConfigError::problems) read both
-/// alike.
+/// its own variant, or every problem found as [`Several`](Problem::Several). Users see
+/// it as an [`Error`](crate::Error) of kind
+/// [`InvalidConfig`](crate::ErrorKind::InvalidConfig) ([`Problem::into_error`]).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConfigError {
+pub(crate) enum Problem {
     /// No master was given.
     #[error(
         "no masters configured: add at least one with `master(url)` or `masters([..])` (3 or 5 independent masters are typical)"
@@ -197,43 +196,53 @@ pub enum ConfigError {
     },
     /// Several settings cannot work: each of them, as one of the other variants, in the
     /// order the settings are checked (never nested). A build with one problem reports
-    /// that problem's own variant instead; [`problems`](ConfigError::problems) and
-    /// [`primary`](ConfigError::primary) work the same for both.
+    /// that problem's own variant instead; [`problems`](Problem::problems) and
+    /// [`primary`](Problem::primary) work the same for both.
     #[error("{} settings cannot work: {}", .0.len(), several(.0))]
-    Several(Vec<ConfigError>),
+    Several(Vec<Problem>),
 }
 
-impl ConfigError {
-    /// The first problem found, in the order the settings are checked: this error, or the
-    /// first of [`Several`](ConfigError::Several). Match on it to handle one kind of
-    /// problem whatever else is wrong.
-    ///
-    /// ```
-    /// use redquorum::{ConfigError, Redlock};
-    ///
-    /// let err = Redlock::builder().ttl("0s").build().unwrap_err();
-    /// assert_eq!(err.primary(), &ConfigError::NoMasters);
-    /// assert_eq!(err.problems().len(), 2);
-    /// ```
-    pub fn primary(&self) -> &ConfigError {
-        match self {
-            ConfigError::Several(problems) => problems.first().unwrap_or(self),
-            other => other,
-        }
+impl Problem {
+    /// The setting this problem is about, as messages name it.
+    pub(crate) fn setting(&self) -> Option<&'static str> {
+        Some(match self {
+            Problem::NoMasters | Problem::InvalidUrl { .. } | Problem::DuplicateMaster { .. } => {
+                "masters"
+            }
+            Problem::InvalidDuration { setting, .. }
+            | Problem::Zero { setting }
+            | Problem::TooLarge { setting, .. }
+            | Problem::Tls { setting, .. } => setting,
+            Problem::DurationOverflow { .. } => "retry_delay",
+            Problem::TtlTooShort { .. } => "ttl",
+            Problem::DriftFactor(_) => "drift_factor",
+            #[cfg(feature = "mutants")]
+            Problem::ClockRate(_) => "client_clock_rate",
+            Problem::TtlAboveTtlMax { .. } => "ttl_max",
+            Problem::ReservedKeyPrefix { .. } => "key_prefix",
+            Problem::WaiterTtl { .. } => "waiter_ttl",
+            Problem::LabelTooLong { .. } => "label",
+            Problem::FencingNeedsQuarantine => "fencing",
+            Problem::BackoffMax { .. } => "backoff",
+            Problem::ExtendInterval { .. } => "extend_interval",
+            Problem::Several(problems) => return problems.first().and_then(Problem::setting),
+        })
     }
 
-    /// Every problem found, in the order the settings are checked: this error alone, or
-    /// each of [`Several`](ConfigError::Several).
-    pub fn problems(&self) -> &[ConfigError] {
+    /// The error users see: [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig),
+    /// naming the setting, with every problem of [`Several`](Problem::Several).
+    pub(crate) fn into_error(self) -> crate::Error {
         match self {
-            ConfigError::Several(problems) => problems,
-            other => std::slice::from_ref(other),
+            Problem::Several(problems) => crate::Error::invalid_configs(
+                problems.into_iter().map(Problem::into_error).collect(),
+            ),
+            problem => crate::Error::invalid_config(problem.setting(), problem.to_string()),
         }
     }
 }
 
-/// The problems of [`ConfigError::Several`], numbered, on one line.
-pub(super) fn several(problems: &[ConfigError]) -> String {
+/// The problems of [`Problem::Several`], numbered, on one line.
+pub(super) fn several(problems: &[Problem]) -> String {
     problems
         .iter()
         .enumerate()
@@ -265,9 +274,9 @@ pub(super) fn check_ttl(
     drift_factor: f64,
     node_timeout: Duration,
     (least_validity, least_from): (Duration, &'static str),
-) -> Result<(), ConfigError> {
+) -> Result<(), Problem> {
     if ttl.is_zero() {
-        return Err(ConfigError::Zero { setting: "ttl" });
+        return Err(Problem::Zero { setting: "ttl" });
     }
     at_most("ttl", ttl, MAX_TTL)?;
     let drift = deadline::drift(ttl, drift_factor);
@@ -285,7 +294,7 @@ pub(super) fn check_ttl(
         .into_iter()
         .max_by_key(|(share, _)| *share)
         .map_or("node_timeout", |(_, knob)| knob);
-        return Err(ConfigError::TtlTooShort {
+        return Err(Problem::TtlTooShort {
             knob,
             ttl,
             drift,
@@ -298,23 +307,23 @@ pub(super) fn check_ttl(
 
 /// The problems [`Builder::build`] found, in the order the settings are checked.
 #[derive(Debug, Default)]
-pub(super) struct Problems(Vec<ConfigError>);
+pub(super) struct Problems(Vec<Problem>);
 
 impl Problems {
-    pub(super) fn push(&mut self, problem: ConfigError) {
+    pub(super) fn push(&mut self, problem: Problem) {
         match problem {
-            ConfigError::Several(problems) => self.0.extend(problems),
+            Problem::Several(problems) => self.0.extend(problems),
             problem => self.0.push(problem),
         }
     }
 
     /// Notes the problem of `checked`, if any.
-    pub(super) fn check(&mut self, checked: Result<(), ConfigError>) {
+    pub(super) fn check(&mut self, checked: Result<(), Problem>) {
         self.keep(checked);
     }
 
     /// The value of `checked`, or `None` with its problem noted.
-    pub(super) fn keep<T>(&mut self, checked: Result<T, ConfigError>) -> Option<T> {
+    pub(super) fn keep<T>(&mut self, checked: Result<T, Problem>) -> Option<T> {
         checked.map_err(|problem| self.push(problem)).ok()
     }
 
@@ -331,12 +340,12 @@ impl Problems {
         }
     }
 
-    /// The error that reports every problem: the one itself, or [`ConfigError::Several`].
-    pub(super) fn finish(mut self) -> Result<(), ConfigError> {
+    /// The error that reports every problem: the one itself, or [`Problem::Several`].
+    pub(super) fn finish(mut self) -> Result<(), Problem> {
         match self.0.len() {
             0 => Ok(()),
             1 => Err(self.0.remove(0)),
-            _ => Err(ConfigError::Several(self.0)),
+            _ => Err(Problem::Several(self.0)),
         }
     }
 }
@@ -357,7 +366,7 @@ pub(crate) fn at_most(
     setting: &'static str,
     value: Duration,
     max: Duration,
-) -> Result<(), ConfigError> {
+) -> Result<(), Problem> {
     if value <= max {
         return Ok(());
     }
@@ -381,7 +390,7 @@ pub(crate) fn at_most(
         ),
         _ => ("a MAX_* constant", "use a realistic duration"),
     };
-    Err(ConfigError::TooLarge {
+    Err(Problem::TooLarge {
         setting,
         value,
         max,
@@ -413,9 +422,9 @@ pub(super) fn check_waiter_ttl(
     waiter_ttl: Duration,
     ttl: Duration,
     node_timeout: Duration,
-) -> Result<Duration, ConfigError> {
+) -> Result<Duration, Problem> {
     if waiter_ttl.is_zero() {
-        return Err(ConfigError::Zero {
+        return Err(Problem::Zero {
             setting: "waiter_ttl",
         });
     }
@@ -427,7 +436,7 @@ pub(super) fn check_waiter_ttl(
     } else {
         return Ok(waiter_ttl);
     };
-    Err(ConfigError::WaiterTtl {
+    Err(Problem::WaiterTtl {
         waiter_ttl,
         node_timeout,
         ttl,
@@ -436,9 +445,9 @@ pub(super) fn check_waiter_ttl(
 }
 
 /// Refuses a prefix under which lock keys could collide with the crate's own records.
-pub(super) fn check_key_prefix(prefix: &str) -> Result<(), ConfigError> {
+pub(super) fn check_key_prefix(prefix: &str) -> Result<(), Problem> {
     if prefix.starts_with(crate::scripts::RECORD_NAMESPACE) {
-        return Err(ConfigError::ReservedKeyPrefix {
+        return Err(Problem::ReservedKeyPrefix {
             prefix: prefix.to_owned(),
         });
     }
@@ -446,11 +455,8 @@ pub(super) fn check_key_prefix(prefix: &str) -> Result<(), ConfigError> {
 }
 
 /// The parsed duration of `setting`, or the error naming it.
-pub(crate) fn duration(
-    setting: &'static str,
-    value: DurationSetting,
-) -> Result<Duration, ConfigError> {
-    value.map_err(|(input, reason)| ConfigError::InvalidDuration {
+pub(crate) fn duration(setting: &'static str, value: DurationSetting) -> Result<Duration, Problem> {
+    value.map_err(|(input, reason)| Problem::InvalidDuration {
         setting,
         input,
         reason,
@@ -458,15 +464,12 @@ pub(crate) fn duration(
 }
 
 /// Rejects durations that cannot be added to the clock (a year is the practical bound).
-pub(super) fn fits_clock(
-    setting: &'static str,
-    value: Option<Duration>,
-) -> Result<(), ConfigError> {
+pub(super) fn fits_clock(setting: &'static str, value: Option<Duration>) -> Result<(), Problem> {
     const LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);
     match value {
         Some(d) if d <= LIMIT && Instant::now().checked_add(d).is_some() => Ok(()),
-        Some(d) => Err(ConfigError::DurationOverflow { setting, value: d }),
-        None => Err(ConfigError::DurationOverflow {
+        Some(d) => Err(Problem::DurationOverflow { setting, value: d }),
+        None => Err(Problem::DurationOverflow {
             setting,
             value: Duration::MAX,
         }),

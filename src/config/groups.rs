@@ -25,7 +25,7 @@ use super::*;
 ///     .timeouts(Timeouts::new().node("20ms").connect("500ms"))
 ///     .build()?;
 /// # let _ = client;
-/// # Ok::<(), redquorum::ConfigError>(())
+/// # Ok::<(), redquorum::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 #[must_use = "settings do nothing until given to the builder"]
@@ -100,7 +100,7 @@ impl Default for Timeouts {
 ///     )
 ///     .build()?;
 /// # let _ = client;
-/// # Ok::<(), redquorum::ConfigError>(())
+/// # Ok::<(), redquorum::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 #[must_use = "settings do nothing until given to the builder"]
@@ -208,7 +208,7 @@ impl Default for Retry {
 ///     .watchdog(Watchdog::on().interval("2s").max_hold("1h"))
 ///     .build()?;
 /// # let _ = client;
-/// # Ok::<(), redquorum::ConfigError>(())
+/// # Ok::<(), redquorum::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 #[must_use = "settings do nothing until given to the builder"]
@@ -262,7 +262,7 @@ impl Watchdog {
 
     /// The watchdog's pause between extensions (reported as `extend_interval`). Defaults
     /// to a third of the TTL; at most [`MAX_TTL`], and below the TTL, or
-    /// [`build`](Builder::build) fails with [`ConfigError::ExtendInterval`] (a lease would
+    /// [`build`](Builder::build) fails with [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) (a lease would
     /// expire first). An acquisition with the watchdog whose own TTL
     /// ([`AcquireOptions::ttl`](crate::AcquireOptions::ttl)) is not above it fails with
     /// [`ErrorKind::InvalidOptions`](crate::ErrorKind::InvalidOptions). Whatever the
@@ -286,7 +286,7 @@ impl Watchdog {
     /// moment stops while the lock is still held; it applies to every lease, watched or
     /// not. Defaults to 5 % of the TTL. Together with the drift allowance and the node
     /// timeout it must stay below the TTL; a margin too large for the TTL is reported as
-    /// [`ConfigError::TtlTooShort`] naming `safety_margin`.
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) naming `safety_margin`.
     pub fn safety_margin(mut self, margin: impl IntoDuration) -> Self {
         self.safety_margin = Some(margin.into_duration());
         self
@@ -318,7 +318,7 @@ impl Default for Watchdog {
 ///     .waiting(Waiting::new().handoff(false).own_leases(true))
 ///     .build()?;
 /// # let _ = client;
-/// # Ok::<(), redquorum::ConfigError>(())
+/// # Ok::<(), redquorum::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 #[must_use = "settings do nothing until given to the builder"]
@@ -431,7 +431,7 @@ impl Default for Waiting {
 ///     .clock(Clock::new().drift_factor(0.02).min_validity("1s"))
 ///     .build()?;
 /// # let _ = client;
-/// # Ok::<(), redquorum::ConfigError>(())
+/// # Ok::<(), redquorum::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 #[must_use = "settings do nothing until given to the builder"]
@@ -499,7 +499,7 @@ impl Default for Clock {
 /// The certificates of `rediss://` masters: the CA their certificates must chain to, and a
 /// client certificate for masters that ask for one. Give it to [`Builder::tls`]. Needs the
 /// `tls` feature and at least one `rediss://` master, or [`build`](Builder::build) fails
-/// with [`ConfigError::Tls`]. `Debug` never shows a private key given as bytes.
+/// with [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig). `Debug` never shows a private key given as bytes.
 ///
 /// # Default
 /// - CA: the system's trusted roots
@@ -546,7 +546,7 @@ impl Tls {
     /// of the `rediss://` masters must chain to (reported as `tls_ca_pem`). It replaces the
     /// system's trusted roots for them: only this CA is trusted. Defaults to the system's
     /// trusted roots. A PEM without a certificate fails [`build`](Builder::build) with
-    /// [`ConfigError::Tls`].
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig).
     pub fn ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.settings.ca = Some(Pem::Bytes(pem.into()));
         self
@@ -554,7 +554,7 @@ impl Tls {
 
     /// As [`ca_pem`](Tls::ca_pem), read from a PEM file when the client is built (reported
     /// as `tls_ca_file`). Defaults to the system's trusted roots. A file that cannot be
-    /// read fails [`build`](Builder::build) with [`ConfigError::Tls`].
+    /// read fails [`build`](Builder::build) with [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig).
     pub fn ca_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.settings.ca = Some(Pem::File(path.into()));
         self

@@ -16,7 +16,7 @@ mod tls;
 mod url;
 
 pub use builder::Builder;
-pub use check::ConfigError;
+pub(crate) use check::Problem;
 use check::*;
 pub(crate) use check::{at_most, duration};
 pub use groups::{Clock, Retry, Timeouts, Tls, Waiting, Watchdog};
@@ -70,7 +70,7 @@ pub mod defaults {
 }
 
 /// The largest value each duration setting accepts, and the longest resource name. A
-/// larger one is refused with [`ConfigError::TooLarge`] (or, per call,
+/// larger one is refused with [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) (or, per call,
 /// [`ErrorKind::InvalidOptions`](crate::ErrorKind::InvalidOptions)).
 pub mod limits {
     use std::time::Duration;
@@ -133,7 +133,7 @@ pub(crate) use limits::{
 /// Every duration setter takes one: [`Builder`]'s and
 /// [`AcquireOptions`](crate::AcquireOptions)'s alike. Strings are parsed by the setter and
 /// a bad one is reported where the setting is checked: by [`Builder::build`] as
-/// [`ConfigError::InvalidDuration`], and by the acquire call that uses the options as
+/// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig), and by the acquire call that uses the options as
 /// [`ErrorKind::InvalidOptions`](crate::ErrorKind::InvalidOptions).
 pub trait IntoDuration: sealed::Sealed {
     #[doc(hidden)]
@@ -272,7 +272,7 @@ pub(crate) struct Config {
 impl Config {
     /// Checks that `ttl` leaves validity after drift, one node timeout and the least
     /// validity a lease must have.
-    pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<(), ConfigError> {
+    pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<(), Problem> {
         check_ttl(
             ttl,
             self.drift_factor,
@@ -317,9 +317,9 @@ impl Config {
     }
 
     /// Checks a per-call TTL against `ttl_max`.
-    pub(crate) fn check_ttl_max(&self, ttl: Duration) -> Result<(), ConfigError> {
+    pub(crate) fn check_ttl_max(&self, ttl: Duration) -> Result<(), Problem> {
         if ttl > self.ttl_max {
-            return Err(ConfigError::TtlAboveTtlMax {
+            return Err(Problem::TtlAboveTtlMax {
                 ttl,
                 ttl_max: self.ttl_max,
             });

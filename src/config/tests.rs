@@ -25,7 +25,7 @@ fn rediss_urls_build_only_with_the_tls_feature() {
         assert!(is_tls(&config.masters[0].info));
     } else {
         let err = built.unwrap_err();
-        assert!(matches!(err, ConfigError::InvalidUrl { .. }), "{err}");
+        assert!(matches!(err, Problem::InvalidUrl { .. }), "{err}");
         assert!(err.to_string().contains("`tls` feature"), "{err}");
     }
 }
@@ -41,7 +41,7 @@ fn tls_settings_need_the_tls_feature() {
     assert!(
         matches!(
             err,
-            ConfigError::Tls {
+            Problem::Tls {
                 setting: "tls_ca_file",
                 ..
             }

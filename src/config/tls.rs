@@ -14,7 +14,7 @@ pub(super) enum Pem {
 impl Pem {
     /// The PEM text, read from its file if it is one.
     #[cfg(feature = "tls")]
-    pub(super) fn read(&self, setting: &'static str) -> Result<Vec<u8>, ConfigError> {
+    pub(super) fn read(&self, setting: &'static str) -> Result<Vec<u8>, Problem> {
         match self {
             Pem::Bytes(bytes) => Ok(bytes.clone()),
             Pem::File(path) => {
@@ -28,14 +28,14 @@ impl Pem {
                         file.take(limits::MAX_PEM_FILE_LEN.saturating_add(1))
                             .read_to_end(&mut pem)
                     })
-                    .map_err(|e| ConfigError::Tls {
+                    .map_err(|e| Problem::Tls {
                         setting,
                         reason: format!(
                             "cannot read {shown:?} ({e}): give the path of a readable PEM file"
                         ),
                     })?;
                 if u64::try_from(pem.len()).map_or(true, |len| len > limits::MAX_PEM_FILE_LEN) {
-                    return Err(ConfigError::Tls {
+                    return Err(Problem::Tls {
                         setting,
                         reason: format!(
                             "{shown:?} is larger than {} bytes, more than any PEM file: give \
@@ -112,7 +112,7 @@ impl TlsSettings {
 
     /// Reads and checks the settings: `None` when none is set.
     #[cfg(feature = "tls")]
-    pub(super) fn load(&self) -> Result<Option<redis::TlsCertificates>, ConfigError> {
+    pub(super) fn load(&self) -> Result<Option<redis::TlsCertificates>, Problem> {
         use rustls::pki_types::pem::PemObject as _;
         use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -122,12 +122,12 @@ impl TlsSettings {
         let certificates = |setting: &'static str, pem: &[u8], what: &str| {
             let certificates = CertificateDer::pem_slice_iter(pem)
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| ConfigError::Tls {
+                .map_err(|e| Problem::Tls {
                     setting,
                     reason: format!("its PEM cannot be read ({e}): give {what} in PEM form"),
                 })?;
             if certificates.is_empty() {
-                return Err(ConfigError::Tls {
+                return Err(Problem::Tls {
                     setting,
                     reason: format!(
                         "its PEM holds no certificate (no \"BEGIN CERTIFICATE\" block): give \
@@ -150,7 +150,7 @@ impl TlsSettings {
                 let mut roots = rustls::RootCertStore::empty();
                 for certificate in certificates(setting, &pem, "the CA certificate of the masters")?
                 {
-                    roots.add(certificate).map_err(|e| ConfigError::Tls {
+                    roots.add(certificate).map_err(|e| Problem::Tls {
                         setting,
                         reason: format!(
                             "a certificate in it cannot be used as a CA ({e}): give the CA \
@@ -174,7 +174,7 @@ impl TlsSettings {
                 let client_key = key.read(setting)?;
                 // The key's bytes and the parser's words about them stay out of the message.
                 let Ok(parsed_key) = PrivateKeyDer::from_pem_slice(&client_key) else {
-                    return Err(ConfigError::Tls {
+                    return Err(Problem::Tls {
                         setting,
                         reason: "the private key holds no PEM key (PKCS#8, PKCS#1 or SEC1): \
                                  give the client certificate's key in PEM form"
@@ -199,9 +199,9 @@ impl TlsSettings {
 
     /// Without the `tls` feature, any TLS setting is refused.
     #[cfg(not(feature = "tls"))]
-    pub(super) fn load(&self) -> Result<Option<std::convert::Infallible>, ConfigError> {
+    pub(super) fn load(&self) -> Result<Option<std::convert::Infallible>, Problem> {
         if self.is_set() {
-            return Err(ConfigError::Tls {
+            return Err(Problem::Tls {
                 setting: self.setting(),
                 reason: "TLS needs redquorum's `tls` feature: enable it (features = [\"tls\"] \
                          in Cargo.toml)"
@@ -219,7 +219,7 @@ pub(super) fn check_client_key(
     setting: &'static str,
     chain: Vec<rustls::pki_types::CertificateDer<'static>>,
     key: rustls::pki_types::PrivateKeyDer<'static>,
-) -> Result<(), ConfigError> {
+) -> Result<(), Problem> {
     use rustls::crypto::CryptoProvider;
 
     install_crypto_provider();
@@ -233,7 +233,7 @@ pub(super) fn check_client_key(
     };
     rustls::sign::CertifiedKey::from_der(chain, key, provider)
         .map(|_| ())
-        .map_err(|e| ConfigError::Tls {
+        .map_err(|e| Problem::Tls {
             setting,
             reason: match e {
                 rustls::Error::InconsistentKeys(_) => "the private key does not belong to the \

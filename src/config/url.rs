@@ -50,7 +50,7 @@ pub(super) fn parse_masters(
     problems: &mut Problems,
 ) -> Vec<MasterSpec> {
     if urls.is_empty() {
-        problems.push(ConfigError::NoMasters);
+        problems.push(Problem::NoMasters);
     }
     // `None`: the TLS settings are refused already; nothing more is said of them.
     let loaded = problems.keep(tls.load());
@@ -68,7 +68,7 @@ pub(super) fn parse_masters(
         && specs.len() == urls.len()
         && !specs.iter().any(|s| is_tls(&s.info))
     {
-        problems.push(ConfigError::Tls {
+        problems.push(Problem::Tls {
             setting: tls.setting(),
             reason: "given, but no master uses TLS: write the masters' URLs as \
                      rediss://host:port, or remove the TLS settings"
@@ -84,12 +84,12 @@ pub(super) fn parse_master(
     tls: &TlsSettings,
     certificates: Option<&Certificates>,
     specs: &[MasterSpec],
-) -> Result<MasterSpec, ConfigError> {
+) -> Result<MasterSpec, Problem> {
     let name = redact(url);
     check_tls_url(url, &name)?;
     let info = url
         .into_connection_info()
-        .map_err(|e| ConfigError::InvalidUrl {
+        .map_err(|e| Problem::InvalidUrl {
             url: name.clone(),
             reason: url_problem(url, &e),
         })?;
@@ -99,13 +99,13 @@ pub(super) fn parse_master(
         return Err(insecure_url(&name));
     }
     if !info.addr().is_supported() {
-        return Err(ConfigError::InvalidUrl {
+        return Err(Problem::InvalidUrl {
             url: name,
             reason: "this address is not supported on this platform; use redis://".to_owned(),
         });
     }
     if let Some(other) = specs.iter().find(|s| same_server(&s.info, &info)) {
-        return Err(ConfigError::DuplicateMaster {
+        return Err(Problem::DuplicateMaster {
             url: name,
             other: other.name.to_string(),
         });
@@ -113,14 +113,14 @@ pub(super) fn parse_master(
     // Files named in the URL take the place of the builder's settings for this master.
     let own = url_tls(url, &name, &info)?;
     let own_certificates = match &own {
-        Some(own) => own.or(tls).load().map_err(|e| ConfigError::InvalidUrl {
+        Some(own) => own.or(tls).load().map_err(|e| Problem::InvalidUrl {
             url: name.clone(),
             reason: e.to_string(),
         })?,
         None => None,
     };
     let client = open_client(&info, own_certificates.as_ref().or(certificates)).map_err(|e| {
-        ConfigError::InvalidUrl {
+        Problem::InvalidUrl {
             url: name.clone(),
             reason: redact_message(&e.to_string(), url),
         }
@@ -186,7 +186,7 @@ pub(super) fn url_tls(
     url: &str,
     name: &str,
     info: &ConnectionInfo,
-) -> Result<Option<TlsSettings>, ConfigError> {
+) -> Result<Option<TlsSettings>, Problem> {
     let Ok(parsed) = ::url::Url::parse(url) else {
         return Ok(None);
     };
@@ -196,7 +196,7 @@ pub(super) fn url_tls(
             files[i] = Some(PathBuf::from(value.into_owned()));
         }
     }
-    let invalid = |reason: &str| ConfigError::InvalidUrl {
+    let invalid = |reason: &str| Problem::InvalidUrl {
         url: name.to_owned(),
         reason: reason.to_owned(),
     };
@@ -233,13 +233,13 @@ pub(super) fn is_tls(info: &ConnectionInfo) -> bool {
 
 /// Refuses a TLS URL this build cannot honour, or one that turns certificate checks off,
 /// before the redis client parses it (its own message would not say what to change).
-pub(super) fn check_tls_url(url: &str, name: &str) -> Result<(), ConfigError> {
+pub(super) fn check_tls_url(url: &str, name: &str) -> Result<(), Problem> {
     let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
     if !matches!(scheme.to_ascii_lowercase().as_str(), "rediss" | "valkeys") {
         return Ok(());
     }
     if !cfg!(feature = "tls") {
-        return Err(ConfigError::InvalidUrl {
+        return Err(Problem::InvalidUrl {
             url: name.to_owned(),
             reason: "TLS (rediss://) needs redquorum's `tls` feature: enable it \
                      (features = [\"tls\"] in Cargo.toml), or use redis://"
@@ -255,8 +255,8 @@ pub(super) fn check_tls_url(url: &str, name: &str) -> Result<(), ConfigError> {
 }
 
 /// The refusal of a `rediss://` URL with a fragment, such as `#insecure`.
-pub(super) fn insecure_url(name: &str) -> ConfigError {
-    ConfigError::InvalidUrl {
+pub(super) fn insecure_url(name: &str) -> Problem {
+    Problem::InvalidUrl {
         url: name.to_owned(),
         reason: "a URL fragment (such as #insecure) is not supported: #insecure would turn off \
                  the check of the master's certificate, so anyone on the network path could \

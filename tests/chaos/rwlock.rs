@@ -61,13 +61,14 @@ async fn rw_worker(
             )
             .await;
             if rng.below(4) == 0 {
+                let mut lease = lease;
                 match lease.downgrade().await {
-                    Ok(read) => {
-                        rec.downgraded(&read);
+                    Ok(()) => {
+                        rec.downgraded(&lease);
                         read_section(&mut rec, &mut store, &mut rng).await;
-                        release(&mut rec, read).await;
+                        release(&mut rec, lease).await;
                     }
-                    Err(e) => rec.rel(&format!("downgrade failed: {:?}", e.error().kind())),
+                    Err(e) => rec.rel(&format!("downgrade failed: {:?}", e.kind())),
                 }
             } else {
                 release(&mut rec, lease).await;

@@ -8,7 +8,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use redquorum::{ConfigError, Error, ErrorKind, MasterOutcome};
+use redquorum::{Error, ErrorKind, MasterOutcome};
 
 /// The exit codes, as `--help` prints them (and the README lists them).
 pub(crate) const EXIT_CODES: &str = "\
@@ -87,7 +87,7 @@ impl Failure {
     /// A configuration the library refused. Its messages redact passwords, and name
     /// settings as the library does (`ttl`, `node_timeout`: the flags `--ttl`,
     /// `--node-timeout`); the one builder method they name is given as its flag.
-    pub(crate) fn config(error: &ConfigError) -> Self {
+    pub(crate) fn config(error: &Error) -> Self {
         Self::new(Code::Config, as_flags(&error.to_string()))
     }
 
@@ -135,6 +135,7 @@ pub(crate) fn code_of(error: &Error) -> Code {
         ErrorKind::Auth => Code::NoPerm,
         ErrorKind::InvalidResource => Code::Usage,
         ErrorKind::InvalidOptions
+        | ErrorKind::InvalidConfig
         | ErrorKind::Misconfigured
         | ErrorKind::ClusterMismatch
         | ErrorKind::WrongKind

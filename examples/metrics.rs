@@ -98,11 +98,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = Redlock::builder()
         .masters(cluster.urls())
         .ttl("2s")
+        .timeouts(Timeouts::new().node("100ms"))
         // Waiters wake on the holder's release notice long before this pause ends.
+        .retry(Retry::new().delay("2s").jitter("20ms").wait("20s"))
         // The workers below share this client and queue for one lock: they wait for each
         // other's leases instead of failing at once with AlreadyHeld.
-        .timeouts(Timeouts::new().node("100ms"))
-        .retry(Retry::new().delay("2s").jitter("20ms").wait("20s"))
         .waiting(Waiting::new().own_leases(true))
         .build()?;
     // Brand-new masters: say so, so that they vote at once (no restart quarantine wait).

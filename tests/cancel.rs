@@ -60,11 +60,11 @@ impl Rig {
             .masters(proxies.iter().map(Proxy::url))
             .ttl(TTL)
             .ttl_max(TTL * 2)
-            // Fixed, so that a much shorter extension still leaves a valid lease.
             .timeouts(Timeouts::new().node("200ms"))
             .retry(Retry::new().delay("5ms").jitter("5ms"))
             .watchdog(
                 Watchdog::new()
+                    // Fixed, so that a much shorter extension still leaves a valid lease.
                     .safety_margin("50ms")
                     .interval(EXTEND_INTERVAL),
             )

@@ -643,8 +643,8 @@ async fn woken_by_release(cluster: &Cluster, waiter: &Redlock) {
 fn waiter_of(cluster: &Cluster) -> Redlock {
     client_of(cluster.urls(), false)
         .ttl("30s")
-        // A queued waiter's refresh (every third of it) would not fire in time either.
         .retry(Retry::new().delay("30s").jitter("0s").wait("10s"))
+        // A queued waiter's refresh (every third of it) would not fire in time either.
         .waiting(Waiting::new().waiter_ttl("30s"))
         .build()
         .unwrap()

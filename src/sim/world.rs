@@ -1456,7 +1456,6 @@ pub(super) fn build_client_with(
     let builder = Builder::new()
         .masters(urls)
         .ttl(spec.ttl)
-        // The library's jitter draws from the thread's RNG; the schedule must not.
         .timeouts(
             crate::Timeouts::new()
                 .node(spec.node_timeout)
@@ -1466,6 +1465,7 @@ pub(super) fn build_client_with(
             crate::Retry::new()
                 .attempts(spec.attempts)
                 .delay(spec.retry_delay)
+                // The library's jitter draws from the thread's RNG; the schedule must not.
                 .jitter(Duration::ZERO),
         )
         .waiting(crate::Waiting::new().notifications(false))

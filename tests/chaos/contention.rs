@@ -236,13 +236,13 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
         with_guards(
             client_over(y_urls)
                 .ttl(ttl)
-                // A late release (two slow replies) must finish within one node timeout.
-                // Connecting takes a few slow round trips (with quarantine, the epoch too).
-                // Each attempt follows the failed one at once, woken by nothing else
-                // (not queued to be handed the lock either).
                 .timeouts(
                     Timeouts::new()
+                        // A late release (two slow replies) must finish within one node
+                        // timeout.
                         .node(SLOW_REPLY * 3)
+                        // Connecting takes a few slow round trips (with quarantine, the
+                        // epoch too).
                         .connect(SLOW_REPLY * 10),
                 )
                 .retry(
@@ -252,6 +252,8 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
                         .jitter(Duration::ZERO)
                         .wait(Duration::from_secs(4)),
                 )
+                // Each attempt follows the failed one at once, woken by nothing else
+                // (not queued to be handed the lock either).
                 .waiting(Waiting::new().notifications(false).handoff(false)),
         ),
         mutant,
@@ -272,9 +274,9 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
         with_guards(
             client_over(direct.clone())
                 .ttl(ttl)
-                // It keeps trying, as in a storm, rather than queueing.
                 .timeouts(Timeouts::new().node(Duration::from_millis(300)))
                 .retry(Retry::new().attempts(1000).wait(SLOW_REPLY * 2))
+                // It keeps trying, as in a storm, rather than queueing.
                 .waiting(Waiting::new().handoff(false)),
         ),
         None,

@@ -119,11 +119,11 @@ pub async fn s10c(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
         build(
             client_over(slow_urls.clone())
                 .ttl(ttl)
-                // Connecting takes two slow round trips: the handshake, then reading the
-                // master's run_id and cluster record.
                 .timeouts(
                     Timeouts::new()
                         .node(SLOW_NODE_TIMEOUT)
+                        // Connecting takes two slow round trips: the handshake, then
+                        // reading the master's run_id and cluster record.
                         .connect(SLOW_REPLY * 4),
                 )
                 .retry(Retry::new().wait(SLOW_WAIT)),

@@ -9,6 +9,7 @@
 //! Run it with `cargo run --example demo` (the README's first command).
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
+use redquorum::{Retry, Timeouts};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -70,14 +71,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// A client over the demo's masters: 5 s locks, waiting up to 30 s for a turn.
-fn client(cluster: &Cluster) -> Result<Redlock, redquorum::ConfigError> {
+fn client(cluster: &Cluster) -> Result<Redlock, redquorum::Error> {
     Redlock::builder()
         .masters(cluster.urls())
         .ttl("5s")
-        .node_timeout("50ms")
-        .retry_delay("5ms")
-        .retry_jitter("20ms")
-        .wait_timeout("30s")
+        .timeouts(Timeouts::new().node("50ms"))
+        .retry(Retry::new().delay("5ms").jitter("20ms").wait("30s"))
         .build()
 }
 

@@ -15,6 +15,7 @@
 //! docs/observability.md lists every metric and its labels.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+use redquorum::{Retry, Timeouts, Waiting};
 use std::io::Write as _;
 use std::time::Duration;
 
@@ -97,14 +98,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = Redlock::builder()
         .masters(cluster.urls())
         .ttl("2s")
-        .node_timeout("100ms")
+        .timeouts(Timeouts::new().node("100ms"))
         // Waiters wake on the holder's release notice long before this pause ends.
-        .retry_delay("2s")
-        .retry_jitter("20ms")
-        .wait_timeout("20s")
+        .retry(Retry::new().delay("2s").jitter("20ms").wait("20s"))
         // The workers below share this client and queue for one lock: they wait for each
         // other's leases instead of failing at once with AlreadyHeld.
-        .wait_for_own_leases(true)
+        .waiting(Waiting::new().own_leases(true))
         .build()?;
     // Brand-new masters: say so, so that they vote at once (no restart quarantine wait).
     client.init_cluster().await?;

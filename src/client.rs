@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio_util::task::TaskTracker;
 
 use crate::cluster::{Owner, Terms, View};
-use crate::config::{Builder, Config, ConfigError};
+use crate::config::{Builder, Config, Problem};
 use crate::core::Inner;
 use crate::error::{Error, ErrorKind, MasterErrorKind};
 use crate::guard::Guarded;
@@ -74,9 +74,11 @@ impl Builder {
     /// masters are connected on first use.
     ///
     /// # Errors
-    /// A [`ConfigError`] naming each setting that cannot work and what to change (one
-    /// problem as its own variant, several as [`ConfigError::Several`]; see
-    /// [`ConfigError::primary`] and [`ConfigError::problems`]): no masters, an unparsable
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig), naming the setting
+    /// that cannot work ([`Error::setting`](crate::Error::setting)) and saying what to
+    /// change; when several cannot work, the message lists each and
+    /// [`Error::problems`](crate::Error::problems) gives each as an error of its own: no
+    /// masters, an unparsable
     /// or duplicate master URL, a duration that does not parse, a zero TTL or node
     /// timeout, a TTL not larger than the drift allowance plus the node timeout plus the
     /// safety margin (in whole milliseconds, as the masters keep it), a TTL above
@@ -85,9 +87,11 @@ impl Builder {
     /// below the TTL, or a `waiter_ttl` that is zero, not above three node timeouts or
     /// above the TTL. Two masters are accepted, with a warning (see
     /// [`Builder::masters`](crate::Builder::masters)).
-    pub fn build(self) -> Result<Redlock, ConfigError> {
+    pub fn build(self) -> Result<Redlock, crate::Error> {
         telemetry::describe();
-        self.into_config().and_then(Redlock::from_config)
+        self.into_config()
+            .and_then(Redlock::from_config)
+            .map_err(Problem::into_error)
     }
 }
 
@@ -97,7 +101,7 @@ impl Redlock {
         Builder::new()
     }
 
-    pub(crate) fn from_config(config: Config) -> Result<Self, ConfigError> {
+    pub(crate) fn from_config(config: Config) -> Result<Self, Problem> {
         let mut masters: Vec<Arc<dyn Master>> = Vec::with_capacity(config.masters.len());
         let node_timeout = config.node_timeout;
         #[cfg(feature = "mutants")]
@@ -109,7 +113,7 @@ impl Redlock {
         for (index, spec) in config.masters.iter().enumerate() {
             let master =
                 RedisMaster::new(spec, (index, &view), &config, node_timeout).map_err(|e| {
-                    ConfigError::InvalidUrl {
+                    Problem::InvalidUrl {
                         url: spec.name.to_string(),
                         reason: e.to_string(),
                     }

@@ -35,7 +35,7 @@ struct Entry {
 #[derive(Debug, Default)]
 pub(crate) struct Held {
     keys: Mutex<HashMap<Arc<str>, Entry>>,
-    /// `Builder::wait_for_own_leases`: only upgrades are refused.
+    /// `Waiting::own_leases`: only upgrades are refused.
     wait_for_own: bool,
     /// Told of every new claim, so that an acquire waiting for a key learns at once when
     /// a lease of its own client took it ([`Held::taken`]).
@@ -110,7 +110,7 @@ impl Held {
                      the lease it holds, or release that lease first (a lease holds its lock \
                      until it is released or dropped, even once lost); tasks that share this \
                      client and must queue behind each other need \
-                     `Builder::wait_for_own_leases(true)`"
+                     `Builder::waiting(Waiting::new().own_leases(true))`"
                     )),
                 );
             }

@@ -93,8 +93,8 @@
 //!
 //! # Features
 //! - `tls`: `rediss://` masters, over rustls (ring), checked against the system's roots or
-//!   the CA given with [`Builder::tls_ca_pem`]; a client certificate with
-//!   [`Builder::tls_client_cert_pem`].
+//!   the CA given with [`Tls::ca_pem`]; a client certificate with
+//!   [`Tls::client_cert_pem`].
 //! - `mutants`: deliberately broken variants of the algorithm, selectable per client, with
 //!   which the chaos suite proves that its checkers catch bugs. Never use it otherwise.
 //! - `metrics`: counters and histograms through the [`metrics`](https://docs.rs/metrics)
@@ -156,13 +156,15 @@ mod telemetry;
 mod wait;
 
 pub use client::Redlock;
-pub use config::{Backoff, Builder, ConfigError, IntoDuration, defaults, limits};
+pub use config::{
+    Backoff, Builder, Clock, IntoDuration, RedactedUrl, Retry, Timeouts, Tls, Waiting, Watchdog,
+    defaults, limits,
+};
 pub use engine::AcquireOptions;
 pub use error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
 pub use fencing::{FencingToken, fenced_set};
 pub use lease::{
-    DowngradeError, ExtendReport, Lease, LeaseHandle, LeaseMode, Lost, LostReason, Reentry,
-    ReleaseReport,
+    ExtendReport, Lease, LeaseHandle, LeaseMode, Lost, LostReason, Reentry, ReleaseReport,
 };
 #[cfg(feature = "mutants")]
 pub use mutants::Mutant;

@@ -28,7 +28,7 @@ impl Redlock {
     /// [`Backoff::Exponential`](crate::Backoff)) plus uniform random jitter — whichever
     /// comes first. Attempts are bounded by `retry_attempts` and by the wait budget.
     ///
-    /// With [`Builder::handoff`](crate::Builder::handoff) on (the default), the caller queues instead once an
+    /// With [`Waiting::handoff`](crate::Waiting::handoff) on (the default), the caller queues instead once an
     /// attempt found the lock held: it registers on every master, in about the order of
     /// arrival (one above the queue's ticket counter its attempt read), and the holder's release
     /// hands the lock to the first live waiter in the queue and wakes it alone; that waiter
@@ -58,7 +58,7 @@ impl Redlock {
     /// [`ErrorKind::AlreadyHeld`](crate::ErrorKind::AlreadyHeld) when this client (or a clone) holds `resource` with a
     /// lease it has not released or dropped: re-enter that lease with
     /// [`Lease::reenter`] instead (unless the client was built with
-    /// [`Builder::wait_for_own_leases`](crate::Builder::wait_for_own_leases), which waits for it like any holder). The same
+    /// [`Waiting::own_leases`](crate::Waiting::own_leases), which waits for it like any holder). The same
     /// error ends a waiting call as soon as a lease of this client takes the resource.
     ///
     /// # Cancel safety
@@ -259,7 +259,7 @@ mod tests {
                 "redis://127.0.0.1:3",
             ])
             .fencing(true)
-            .notifications(false)
+            .waiting(crate::Waiting::new().notifications(false))
             .into_config()
             .unwrap_or_else(|e| panic!("{e}"));
         let masters = scripts

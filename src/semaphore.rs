@@ -123,7 +123,7 @@ impl Semaphore {
     /// [`ErrorKind::LimitMismatch`] when a master stores another limit for this semaphore
     /// (nothing is held then; see [`replace_limit`](Semaphore::replace_limit)); [`ErrorKind::AlreadyHeld`] when this
     /// client's own leases hold so many permits that `permits` more could only come from
-    /// them (unless [`Builder::wait_for_own_leases`](crate::Builder::wait_for_own_leases)). Otherwise as [`Redlock::acquire`]:
+    /// them (unless [`Waiting::own_leases`](crate::Waiting::own_leases)). Otherwise as [`Redlock::acquire`]:
     /// [`ErrorKind::Contended`] (too few free slots), [`ErrorKind::NoQuorum`],
     /// [`ErrorKind::ValidityExhausted`], [`ErrorKind::WaitTimeout`] (the wait budget ran
     /// out while the last attempt found too few free slots; with masters down it ends as

@@ -222,6 +222,7 @@ fn error_kind(kind: ErrorKind) -> &'static str {
         ErrorKind::WaitTimeout => "wait_timeout",
         ErrorKind::LeaseLost => "lease_lost",
         ErrorKind::InvalidOptions => "invalid_options",
+        ErrorKind::InvalidConfig => "invalid_config",
         ErrorKind::FencingFailed => "fencing_failed",
         ErrorKind::Auth => "auth",
         ErrorKind::InvalidResource => "invalid_resource",

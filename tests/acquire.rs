@@ -3,6 +3,7 @@
 
 mod support;
 
+use redquorum::{Retry, Timeouts, Waiting};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -26,7 +27,10 @@ async fn contend(n: usize) {
 
     let mut tasks = Vec::new();
     for _ in 0..CLIENTS {
-        let client = client(&cluster).retry_attempts(200).build().unwrap();
+        let client = client(&cluster)
+            .retry(Retry::new().attempts(200))
+            .build()
+            .unwrap();
         let checker_url = checker.url();
         let (resource, counter_key) = (resource.clone(), counter_key.clone());
         let (successes, inside) = (Arc::clone(&successes), Arc::clone(&inside));
@@ -126,7 +130,10 @@ async fn retries_are_bounded_by_attempts_and_by_the_wait_budget() {
     let key = unique_key("bounded");
     let _lease = holder.acquire(&key).await.unwrap();
 
-    let waiter = client(&cluster).retry_attempts(4).build().unwrap();
+    let waiter = client(&cluster)
+        .retry(Retry::new().attempts(4))
+        .build()
+        .unwrap();
     let err = waiter.acquire(&key).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Contended);
     assert_eq!(err.attempts(), 4);
@@ -219,7 +226,10 @@ async fn a_wait_whose_masters_go_down_after_a_refusal_ends_in_no_quorum() {
     for handoff in [true, false] {
         let mut cluster = Cluster::start(3).await.unwrap();
         let holder = client(&cluster).build().unwrap();
-        let waiter = client(&cluster).handoff(handoff).build().unwrap();
+        let waiter = client(&cluster)
+            .waiting(Waiting::new().handoff(handoff))
+            .build()
+            .unwrap();
         let key = unique_key("held-then-down");
         let _lease = holder.acquire(&key).await.unwrap();
         let waiting = tokio::spawn({
@@ -309,7 +319,7 @@ async fn a_paused_minority_adds_no_latency() {
     // would show as an acquire that takes the whole timeout.
     let node_timeout = Duration::from_secs(3);
     let client = client(&cluster)
-        .node_timeout(node_timeout)
+        .timeouts(Timeouts::new().node(node_timeout))
         .ttl("10s")
         .build()
         .unwrap();
@@ -364,7 +374,10 @@ async fn a_killed_majority_fails_cleanly_and_leaves_no_keys() {
     let mut cluster = Cluster::start(3).await.unwrap();
     cluster.server_mut(0).kill().unwrap();
     cluster.server_mut(1).kill().unwrap();
-    let client = client(&cluster).retry_attempts(3).build().unwrap();
+    let client = client(&cluster)
+        .retry(Retry::new().attempts(3))
+        .build()
+        .unwrap();
     let key = unique_key("majority_killed");
     let err = client.acquire(&key).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NoQuorum, "{err}");
@@ -390,8 +403,8 @@ async fn a_killed_majority_fails_cleanly_and_leaves_no_keys() {
 async fn a_paused_majority_fails_and_its_queued_sets_are_released_after_resume() {
     let mut cluster = Cluster::start(3).await.unwrap();
     let client = client(&cluster)
-        .node_timeout("100ms")
-        .retry_attempts(1)
+        .timeouts(Timeouts::new().node("100ms"))
+        .retry(Retry::new().attempts(1))
         .build()
         .unwrap();
     let key = unique_key("majority_paused");
@@ -438,7 +451,7 @@ async fn validity_accounts_for_elapsed_time() {
     let mut cluster = Cluster::start(1).await.unwrap();
     let client = client(&cluster)
         .ttl("2s")
-        .node_timeout("1s")
+        .timeouts(Timeouts::new().node("1s"))
         .build()
         .unwrap();
     let key = unique_key("elapsed");
@@ -489,9 +502,8 @@ async fn validity_used_up_by_a_slow_quorum_is_released() {
     // timeout, which may exceed the TTL.
     let client = client(&cluster)
         .ttl("300ms")
-        .node_timeout("50ms")
-        .connect_timeout("3s")
-        .retry_attempts(1)
+        .timeouts(Timeouts::new().node("50ms").connect("3s"))
+        .retry(Retry::new().attempts(1))
         .build()
         .unwrap();
     let key = unique_key("exhausted");
@@ -531,7 +543,7 @@ async fn dropping_a_lease_releases_it_in_the_background() {
 async fn cancelling_acquire_mid_round_leaves_no_key() {
     let mut cluster = Cluster::start(3).await.unwrap();
     let client = client(&cluster)
-        .node_timeout("4s")
+        .timeouts(Timeouts::new().node("4s"))
         .ttl("20s")
         .build()
         .unwrap();
@@ -583,8 +595,8 @@ async fn every_mask_of_free_held_and_paused_masters() {
     for n in [3usize, 4] {
         let mut cluster = Cluster::start(n).await.unwrap();
         let client = client(&cluster)
-            .node_timeout("60ms")
-            .retry_attempts(1)
+            .timeouts(Timeouts::new().node("60ms"))
+            .retry(Retry::new().attempts(1))
             .build()
             .unwrap();
         client
@@ -717,7 +729,7 @@ async fn passwords_and_unix_sockets() {
         .collect();
     let client = Redlock::builder()
         .masters(&wrong)
-        .retry_attempts(1)
+        .retry(Retry::new().attempts(1))
         .build()
         .unwrap();
     let err = client.acquire(&key).await.unwrap_err();

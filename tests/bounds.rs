@@ -3,8 +3,8 @@
 #![allow(clippy::unwrap_used)]
 
 use redquorum::{
-    AcquireOptions, Builder, ConfigError, Error, ExtendReport, FencingToken, Lease, LeaseHandle,
-    LeaseMode, Lost, MasterReport, Redlock, ReleaseReport, Semaphore,
+    AcquireOptions, Builder, Error, ExtendReport, FencingToken, Lease, LeaseHandle, LeaseMode,
+    Lost, MasterReport, Redlock, ReleaseReport, Semaphore,
 };
 
 fn assert_send<T: Send>(_: &T) {}
@@ -18,7 +18,6 @@ fn types_are_send_and_sync() {
     assert_send_sync::<Lease>();
     assert_send_sync::<LeaseHandle>();
     assert_send_sync::<Error>();
-    assert_send_sync::<ConfigError>();
     assert_send_sync::<MasterReport>();
     assert_send_sync::<ReleaseReport>();
     assert_send_sync::<ExtendReport>();

@@ -15,6 +15,7 @@
 
 mod support;
 
+use redquorum::{Retry, Timeouts, Watchdog};
 use std::future::Future;
 use std::pin::pin;
 use std::task::Poll;
@@ -59,12 +60,14 @@ impl Rig {
             .masters(proxies.iter().map(Proxy::url))
             .ttl(TTL)
             .ttl_max(TTL * 2)
-            // Fixed, so that a much shorter extension still leaves a valid lease.
-            .safety_margin("50ms")
-            .node_timeout("200ms")
-            .extend_interval(EXTEND_INTERVAL)
-            .retry_delay("5ms")
-            .retry_jitter("5ms")
+            .timeouts(Timeouts::new().node("200ms"))
+            .retry(Retry::new().delay("5ms").jitter("5ms"))
+            .watchdog(
+                Watchdog::new()
+                    // Fixed, so that a much shorter extension still leaves a valid lease.
+                    .safety_margin("50ms")
+                    .interval(EXTEND_INTERVAL),
+            )
             .build()
             .unwrap();
         let urls = cluster.urls();

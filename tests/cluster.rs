@@ -5,6 +5,7 @@
 
 mod support;
 
+use redquorum::{Clock, Retry, Timeouts};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -20,9 +21,8 @@ fn quarantined(urls: Vec<String>) -> redquorum::Builder {
     Redlock::builder()
         .masters(urls)
         .ttl("5s")
-        .node_timeout("200ms")
-        .retry_delay("5ms")
-        .retry_jitter("10ms")
+        .timeouts(Timeouts::new().node("200ms"))
+        .retry(Retry::new().delay("5ms").jitter("10ms"))
 }
 
 async fn record(url: &str, key: &str) -> HashMap<String, String> {
@@ -77,7 +77,10 @@ async fn a_client_with_other_settings_is_refused_and_leaves_nothing() {
 
     for (what, builder) in [
         ("ttl_max", client(&cluster).ttl_max("10s")),
-        ("drift", client(&cluster).drift_factor(0.02)),
+        (
+            "drift",
+            client(&cluster).clock(Clock::new().drift_factor(0.02)),
+        ),
     ] {
         let theirs = builder.build().unwrap();
         let err = theirs.acquire(&key).await.unwrap_err();
@@ -112,7 +115,7 @@ async fn two_addresses_of_one_server_are_refused() {
     let twice = Redlock::builder()
         .quarantine(false)
         .masters(urls)
-        .node_timeout("200ms")
+        .timeouts(Timeouts::new().node("200ms"))
         .build()
         .unwrap();
     let err = twice.init_cluster().await.unwrap_err();
@@ -132,7 +135,10 @@ async fn two_addresses_of_one_server_are_refused() {
 async fn init_refuses_a_master_down_and_writes_nothing() {
     let mut cluster = Cluster::start(3).await.unwrap();
     cluster.server_mut(2).kill().unwrap();
-    let admin = client(&cluster).connect_timeout("300ms").build().unwrap();
+    let admin = client(&cluster)
+        .timeouts(Timeouts::new().connect("300ms"))
+        .build()
+        .unwrap();
     let err = admin.init_cluster().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NoQuorum, "{err}");
     assert!(err.is_retryable());
@@ -443,8 +449,8 @@ async fn a_stranger_met_before_the_record_never_counts() {
             .quarantine(false)
             .masters(urls)
             .ttl("5s")
-            .node_timeout("200ms")
-            .retry_delay("5ms")
+            .timeouts(Timeouts::new().node("200ms"))
+            .retry(Retry::new().delay("5ms"))
     };
     over(members).build().unwrap().init_cluster().await.unwrap();
 
@@ -473,8 +479,7 @@ async fn a_stranger_met_before_the_record_never_counts() {
         proxy.set_mode(Mode::delay(Duration::from_millis(150), Duration::ZERO));
     }
     let other = over(vec![slow[0].url(), slow[1].url(), urls[3].clone()])
-        .node_timeout("2s")
-        .connect_timeout("3s")
+        .timeouts(Timeouts::new().node("2s").connect("3s"))
         .build()
         .unwrap();
     let err = other.try_acquire(&key).await.unwrap_err();
@@ -536,7 +541,7 @@ async fn init_refuses_masters_of_two_clusters_and_writes_nothing() {
             .quarantine(false)
             .masters(masters.iter().map(|&i| urls[i].clone()))
             .ttl("5s")
-            .node_timeout("200ms")
+            .timeouts(Timeouts::new().node("200ms"))
             .build()
             .unwrap()
     };
@@ -562,7 +567,7 @@ async fn init_from_another_master_list_never_gives_a_live_members_id_to_a_strang
         Redlock::builder()
             .quarantine(false)
             .masters(urls)
-            .node_timeout("200ms")
+            .timeouts(Timeouts::new().node("200ms"))
             .build()
             .unwrap()
     };
@@ -599,7 +604,7 @@ async fn force_unlocks_refuse_masters_of_another_cluster_and_change_nothing() {
             .quarantine(false)
             .masters(masters.iter().map(|&i| urls[i].clone()))
             .ttl("5s")
-            .node_timeout("200ms")
+            .timeouts(Timeouts::new().node("200ms"))
             .build()
             .unwrap()
     };

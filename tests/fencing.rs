@@ -3,11 +3,12 @@
 
 mod support;
 
+use redquorum::{Retry, Timeouts};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redquorum::{AcquireOptions, ConfigError, ErrorKind, FencingToken, Redlock, fenced_set};
+use redquorum::{AcquireOptions, ErrorKind, FencingToken, Redlock, fenced_set};
 use support::*;
 use tokio::time::Instant;
 
@@ -34,7 +35,7 @@ fn fenced(cluster: &Cluster) -> redquorum::Builder {
         .quarantine(true)
         .fencing(true)
         .ttl("1s")
-        .node_timeout("100ms")
+        .timeouts(Timeouts::new().node("100ms"))
 }
 
 /// Masters that would lose their counters on a restart are refused for fencing at the
@@ -113,9 +114,7 @@ async fn contending_clients_get_unique_tokens_in_critical_section_order() {
     let mut tasks = Vec::new();
     for _ in 0..5 {
         let client = fenced(&cluster)
-            .retry_delay("5ms")
-            .retry_jitter("10ms")
-            .wait_timeout("20s")
+            .retry(Retry::new().delay("5ms").jitter("10ms").wait("20s"))
             .build()
             .unwrap();
         settle(&client).await;
@@ -242,7 +241,7 @@ async fn fencing_needs_quarantine() {
         .fencing(true)
         .build()
         .unwrap_err();
-    assert_eq!(err, ConfigError::FencingNeedsQuarantine);
+    assert!(err.setting() == Some("fencing") && err.to_string().contains("quarantine"));
     assert!(err.to_string().contains("turn quarantine back on"));
     let client = Redlock::builder()
         .master("redis://127.0.0.1:7001")

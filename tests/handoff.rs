@@ -8,6 +8,7 @@
 
 mod support;
 
+use redquorum::{Retry, Timeouts, Waiting};
 use std::pin::pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,7 +16,7 @@ use std::time::Duration;
 use redis::AsyncCommands;
 #[cfg(feature = "mutants")]
 use redquorum::Mutant;
-use redquorum::{AcquireOptions, ConfigError, ErrorKind, Redlock};
+use redquorum::{AcquireOptions, ErrorKind, Redlock};
 use redquorum_testkit::{Latency, Mode, Proxy};
 use support::*;
 use tokio::time::{Instant, timeout};
@@ -71,14 +72,13 @@ async fn no_waiter_left(cluster: &Cluster, key: &str) -> bool {
 /// tests that use it, so only a hand-off can wake it that soon.
 fn patient(cluster: &Cluster) -> redquorum::Builder {
     client(cluster)
-        .retry_delay("30s")
-        .retry_jitter("1ms")
-        .waiter_ttl("4500ms")
+        .retry(Retry::new().delay("30s").jitter("1ms"))
+        .waiting(Waiting::new().waiter_ttl("4500ms"))
 }
 
 /// A client over `cluster` with a short waiter TTL (900 ms: a refresh every 300 ms).
 fn brisk(cluster: &Cluster) -> redquorum::Builder {
-    client(cluster).waiter_ttl("900ms")
+    client(cluster).waiting(Waiting::new().waiter_ttl("900ms"))
 }
 
 // Checks I18 (hand-off never gives two waiters a quorum).
@@ -192,8 +192,14 @@ fn a_hand_off_is_counted() {
 #[tokio::test]
 async fn without_handoff_no_queue_waiter_or_ticket_key_is_written() {
     let cluster = Cluster::start(3).await.unwrap();
-    let holder = client(&cluster).handoff(false).build().unwrap();
-    let waiter = client(&cluster).handoff(false).build().unwrap();
+    let holder = client(&cluster)
+        .waiting(Waiting::new().handoff(false))
+        .build()
+        .unwrap();
+    let waiter = client(&cluster)
+        .waiting(Waiting::new().handoff(false))
+        .build()
+        .unwrap();
     let key = unique_key("herd");
     let lease = holder.acquire(&key).await.unwrap();
     let waiting = tokio::spawn({
@@ -245,9 +251,8 @@ fn long_lived(cluster: &Cluster, mutant: Option<Mutant>) -> redquorum::Builder {
     with_mutant(
         client(cluster)
             .ttl("20s")
-            .waiter_ttl("10s")
-            .retry_delay("30s")
-            .retry_jitter("1ms"),
+            .retry(Retry::new().delay("30s").jitter("1ms"))
+            .waiting(Waiting::new().waiter_ttl("10s")),
         mutant,
     )
 }
@@ -413,7 +418,7 @@ async fn fair_run(
         .map(|_| {
             brisk(cluster)
                 .ttl("20s")
-                .wait_for_own_leases(true)
+                .waiting(Waiting::new().own_leases(true))
                 .build()
                 .unwrap()
         })
@@ -553,10 +558,9 @@ async fn a_notice_while_the_registration_round_runs_is_not_lost() {
         .quarantine(false)
         .masters(urls)
         .ttl("5s")
-        .node_timeout("200ms")
-        .retry_delay("30s")
-        .retry_jitter("1ms")
-        .waiter_ttl("4500ms")
+        .timeouts(Timeouts::new().node("200ms"))
+        .retry(Retry::new().delay("30s").jitter("1ms"))
+        .waiting(Waiting::new().waiter_ttl("4500ms"))
         .build()
         .unwrap();
     let holder = client(&cluster).build().unwrap();
@@ -606,7 +610,7 @@ async fn a_holder_that_never_releases_is_passed_by_the_refresh() {
     std::mem::forget(lease);
     let waiter = patient(&cluster)
         .ttl("1s")
-        .waiter_ttl("900ms")
+        .waiting(Waiting::new().waiter_ttl("900ms"))
         .build()
         .unwrap();
     let started = Instant::now();
@@ -729,7 +733,10 @@ async fn a_head_that_dies_is_passed_by() {
             .unwrap();
     }
     let lease = holder.acquire(&key).await.unwrap();
-    let waiter = brisk(&cluster).retry_delay("30s").build().unwrap();
+    let waiter = brisk(&cluster)
+        .retry(Retry::new().delay("30s"))
+        .build()
+        .unwrap();
     let waiting = tokio::spawn({
         let (waiter, key) = (waiter.clone(), key.clone());
         async move { waiter.acquire(&key).await }
@@ -773,20 +780,16 @@ async fn a_head_that_dies_between_its_self_hand_and_its_confirm_is_passed_by() {
     let head = Redlock::builder()
         .quarantine(false)
         .masters(proxies.iter().map(Proxy::url).collect::<Vec<_>>())
-        .node_timeout("200ms")
         .ttl("1s")
-        .retry_delay("30s")
-        .retry_jitter("1ms")
-        .retry_attempts(10_000)
-        .waiter_ttl("900ms")
+        .timeouts(Timeouts::new().node("200ms"))
+        .retry(Retry::new().delay("30s").jitter("1ms").attempts(10_000))
+        .waiting(Waiting::new().waiter_ttl("900ms"))
         .build()
         .unwrap();
     let next = client(&cluster)
         .ttl("1s")
-        .retry_delay("30s")
-        .retry_jitter("1ms")
-        .retry_attempts(10_000)
-        .waiter_ttl("900ms")
+        .retry(Retry::new().delay("30s").jitter("1ms").attempts(10_000))
+        .waiting(Waiting::new().waiter_ttl("900ms"))
         .build()
         .unwrap();
     let fair = AcquireOptions::new().fair(true).wait_timeout("20s");
@@ -949,8 +952,8 @@ async fn fenced_waiters_handed_the_lock_get_increasing_tokens() {
         Redlock::builder()
             .masters(cluster.urls())
             .ttl("5s")
-            .node_timeout("200ms")
-            .waiter_ttl("900ms")
+            .timeouts(Timeouts::new().node("200ms"))
+            .waiting(Waiting::new().waiter_ttl("900ms"))
             .fencing(true)
             .build()
             .unwrap()
@@ -996,7 +999,7 @@ async fn bad_waiter_ttls_and_fair_misuse_are_refused() {
         Redlock::builder()
             .master("redis://127.0.0.1:1")
             .ttl("10s")
-            .node_timeout("50ms")
+            .timeouts(Timeouts::new().node("50ms"))
     };
     for (given, expected) in [
         ("0s", "waiter_ttl is zero"),
@@ -1004,30 +1007,64 @@ async fn bad_waiter_ttls_and_fair_misuse_are_refused() {
         ("11s", "waiter_ttl 11s is out of range"),
         ("100days", "waiter_ttl"),
     ] {
-        let err = base().waiter_ttl(given).build().unwrap_err();
+        let err = base()
+            .waiting(Waiting::new().waiter_ttl(given))
+            .build()
+            .unwrap_err();
         assert!(err.to_string().contains(expected), "{given}: {err}");
         assert!(err.to_string().contains("waiter_ttl"), "{err}");
     }
-    assert!(matches!(
-        base().waiter_ttl("0s").build().unwrap_err(),
-        ConfigError::Zero {
-            setting: "waiter_ttl"
-        }
-    ));
-    assert!(matches!(
-        base().waiter_ttl("100days").build().unwrap_err(),
-        ConfigError::TooLarge {
-            setting: "waiter_ttl",
-            ..
-        }
-    ));
-    assert!(matches!(
-        base().waiter_ttl("150ms").build().unwrap_err(),
-        ConfigError::WaiterTtl { .. }
-    ));
+    assert!(
+        ((base()
+            .waiting(Waiting::new().waiter_ttl("0s"))
+            .build()
+            .unwrap_err())
+        .setting()
+            == Some("waiter_ttl")
+            && (base()
+                .waiting(Waiting::new().waiter_ttl("0s"))
+                .build()
+                .unwrap_err())
+            .to_string()
+            .contains("is zero"))
+    );
+    assert!(
+        ((base()
+            .waiting(Waiting::new().waiter_ttl("100days"))
+            .build()
+            .unwrap_err())
+        .setting()
+            == Some("waiter_ttl")
+            && (base()
+                .waiting(Waiting::new().waiter_ttl("100days"))
+                .build()
+                .unwrap_err())
+            .to_string()
+            .contains("above its maximum"))
+    );
+    assert!(
+        ((base()
+            .waiting(Waiting::new().waiter_ttl("150ms"))
+            .build()
+            .unwrap_err())
+        .setting()
+            == Some("waiter_ttl")
+            && (base()
+                .waiting(Waiting::new().waiter_ttl("150ms"))
+                .build()
+                .unwrap_err())
+            .to_string()
+            .contains("out of range"))
+    );
     // Just above three node timeouts, and the TTL itself, are fine.
-    base().waiter_ttl("151ms").build().unwrap();
-    base().waiter_ttl("10s").build().unwrap();
+    base()
+        .waiting(Waiting::new().waiter_ttl("151ms"))
+        .build()
+        .unwrap();
+    base()
+        .waiting(Waiting::new().waiter_ttl("10s"))
+        .build()
+        .unwrap();
     // The default follows the TTL and the node timeout.
     let shown = format!("{:?}", base().build().unwrap());
     assert!(shown.contains("waiter_ttl: 1s"), "{shown}");
@@ -1123,7 +1160,7 @@ mod planted {
         }
         let planted = || {
             brisk(&cluster)
-                .retry_delay("30s")
+                .retry(Retry::new().delay("30s"))
                 .mutant(Mutant::HandoffIgnoresLiveness)
                 .build()
                 .unwrap()
@@ -1156,7 +1193,10 @@ mod planted {
         }
         // The product's scripts prune the dead head: a waiter of its own is served.
         let lease = holder.acquire(&key).await.unwrap();
-        let product = brisk(&cluster).retry_delay("30s").build().unwrap();
+        let product = brisk(&cluster)
+            .retry(Retry::new().delay("30s"))
+            .build()
+            .unwrap();
         let waiting = tokio::spawn({
             let (product, key) = (product.clone(), key.clone());
             async move { product.acquire(&key).await }
@@ -1355,7 +1395,12 @@ async fn a_burst_of_forty_fair_contenders_all_queue_and_are_served() {
     let key = unique_key("fair-burst-40");
     let lease = holder.acquire(&key).await.unwrap();
     let clients: Vec<Redlock> = (0..40)
-        .map(|_| client(&cluster).waiter_ttl("3s").build().unwrap())
+        .map(|_| {
+            client(&cluster)
+                .waiting(Waiting::new().waiter_ttl("3s"))
+                .build()
+                .unwrap()
+        })
         .collect();
     let start = Arc::new(tokio::sync::Barrier::new(clients.len()));
     let ended = Arc::new(std::sync::atomic::AtomicUsize::new(0));

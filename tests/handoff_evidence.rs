@@ -10,6 +10,7 @@
 
 mod support;
 
+use redquorum::{Retry, Waiting};
 use std::time::Duration;
 
 use redis::AsyncCommands;
@@ -58,9 +59,8 @@ async fn a_minority_hand_back_through_a_master_that_never_votes_is_no_quorum() {
     // (master 2's answer pending at the decision, master 3 not voting): a timed retry a
     // second later then finds the lock held and queues.
     let waiter = client(&cluster)
-        .retry_delay("1s")
-        .retry_jitter("1ms")
-        .waiter_ttl("4500ms")
+        .retry(Retry::new().delay("1s").jitter("1ms"))
+        .waiting(Waiting::new().waiter_ttl("4500ms"))
         .build()
         .unwrap();
     let key = unique_key("never-votes");

@@ -4,6 +4,7 @@
 
 mod support;
 
+use redquorum::{Retry, Timeouts, Waiting};
 use std::time::Duration;
 
 use redis::AsyncCommands;
@@ -15,9 +16,8 @@ use support::*;
 /// registration every 300 ms (waiter TTL 900 ms): only hand-offs and refreshes move it.
 fn quiet(cluster: &Cluster) -> Redlock {
     client(cluster)
-        .retry_delay("30s")
-        .retry_jitter("1ms")
-        .waiter_ttl("900ms")
+        .retry(Retry::new().delay("30s").jitter("1ms"))
+        .waiting(Waiting::new().waiter_ttl("900ms"))
         .build()
         .unwrap()
 }
@@ -41,7 +41,7 @@ async fn minority_hand_off(fair: bool) {
         .quarantine(false)
         .masters(urls)
         .ttl("10s")
-        .node_timeout("200ms")
+        .timeouts(Timeouts::new().node("200ms"))
         .build()
         .unwrap();
     let key = unique_key("minority");
@@ -86,7 +86,7 @@ fn the_default_waiter_ttl_is_one_the_builder_accepts() {
             Redlock::builder()
                 .master("redis://127.0.0.1:1")
                 .ttl(ttl)
-                .node_timeout("50ms")
+                .timeouts(Timeouts::new().node("50ms"))
         };
         let shown = format!("{:?}", base().build().unwrap());
         let chosen = shown
@@ -95,7 +95,9 @@ fn the_default_waiter_ttl_is_one_the_builder_accepts() {
             .and_then(|rest| rest.split([',', ' ', '}']).next())
             .unwrap()
             .to_owned();
-        let given = base().waiter_ttl(chosen.as_str()).build();
+        let given = base()
+            .waiting(Waiting::new().waiter_ttl(chosen.as_str()))
+            .build();
         assert!(
             given.is_ok(),
             "ttl {ttl}: the default waiter_ttl {chosen} is refused when given: {}",
@@ -132,7 +134,7 @@ async fn a_late_release_does_not_set_the_next_waiter_confirming_in_a_loop() {
         .quarantine(false)
         .masters(urls)
         .ttl("10s")
-        .node_timeout("200ms")
+        .timeouts(Timeouts::new().node("200ms"))
         .build()
         .unwrap();
     let key = unique_key("late-release");
@@ -145,9 +147,8 @@ async fn a_late_release_does_not_set_the_next_waiter_confirming_in_a_loop() {
     .await;
     let waiter = || {
         client(&cluster)
-            .retry_delay("30s")
-            .retry_jitter("1ms")
-            .waiter_ttl("900ms")
+            .retry(Retry::new().delay("30s").jitter("1ms"))
+            .waiting(Waiting::new().waiter_ttl("900ms"))
             .build()
             .unwrap()
     };
@@ -357,10 +358,9 @@ async fn a_failed_confirm_is_retried_on_a_fresh_quorum(kill_the_refuser: bool) {
             proxy.url(),
         ])
         .ttl("10s")
-        .node_timeout("200ms")
-        .retry_delay("30s")
-        .retry_jitter("1ms")
-        .waiter_ttl("900ms")
+        .timeouts(Timeouts::new().node("200ms"))
+        .retry(Retry::new().delay("30s").jitter("1ms"))
+        .waiting(Waiting::new().waiter_ttl("900ms"))
         .build()
         .unwrap();
     let key = unique_key("stalled-head");

@@ -5,6 +5,7 @@
 
 mod support;
 
+use redquorum::Timeouts;
 use std::time::Duration;
 
 use redis::AsyncCommands;
@@ -27,8 +28,7 @@ where
     Redlock::builder()
         .masters(urls)
         .ttl("2s")
-        .connect_timeout(CONNECT)
-        .node_timeout(NODE)
+        .timeouts(Timeouts::new().connect(CONNECT).node(NODE))
 }
 
 /// The checks of `master`'s findings of `severity`, in order.

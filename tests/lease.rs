@@ -3,6 +3,7 @@
 
 mod support;
 
+use redquorum::Timeouts;
 use std::time::Duration;
 
 use redis::AsyncCommands;
@@ -15,12 +16,12 @@ async fn extend_keeps_the_lock_past_its_ttl() {
     let ttl = Duration::from_millis(600);
     let holder = client(&cluster)
         .ttl(ttl)
-        .node_timeout("150ms")
+        .timeouts(Timeouts::new().node("150ms"))
         .build()
         .unwrap();
     let other = client(&cluster)
         .ttl(ttl)
-        .node_timeout("150ms")
+        .timeouts(Timeouts::new().node("150ms"))
         .build()
         .unwrap();
     let key = unique_key("extend");
@@ -57,7 +58,7 @@ async fn extend_after_expiry_is_lost_and_never_revives_the_lock() {
     let cluster = Cluster::start(3).await.unwrap();
     let client = client(&cluster)
         .ttl("200ms")
-        .node_timeout("50ms")
+        .timeouts(Timeouts::new().node("50ms"))
         .build()
         .unwrap();
     let key = unique_key("expired");
@@ -138,7 +139,7 @@ async fn release_after_expiry_never_deletes_the_next_holders_lock() {
     let cluster = Cluster::start(3).await.unwrap();
     let a = client(&cluster)
         .ttl("200ms")
-        .node_timeout("50ms")
+        .timeouts(Timeouts::new().node("50ms"))
         .build()
         .unwrap();
     let b = client(&cluster).ttl("10s").build().unwrap();

@@ -3,6 +3,7 @@
 
 mod support;
 
+use redquorum::{Timeouts, Watchdog};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -27,13 +28,13 @@ async fn the_watchdog_keeps_a_lock_through_five_ttls() {
     let ttl = Duration::from_millis(500);
     let holder = client(&cluster)
         .ttl(ttl)
-        .node_timeout("150ms")
-        .watchdog(true)
+        .timeouts(Timeouts::new().node("150ms"))
+        .watchdog(Watchdog::on())
         .build()
         .unwrap();
     let other = client(&cluster)
         .ttl(ttl)
-        .node_timeout("150ms")
+        .timeouts(Timeouts::new().node("150ms"))
         .build()
         .unwrap();
     let key = unique_key("watchdog");
@@ -78,8 +79,8 @@ async fn without_extension_the_lost_signal_fires_at_the_safety_point() {
     // A wide safety margin: the window in which the signal must fire.
     let client = client(&cluster)
         .ttl("1s")
-        .safety_margin("400ms")
-        .node_timeout("150ms")
+        .timeouts(Timeouts::new().node("150ms"))
+        .watchdog(Watchdog::new().safety_margin("400ms"))
         .build()
         .unwrap();
     let key = unique_key("lost_signal");
@@ -115,7 +116,7 @@ async fn an_extension_moves_the_lost_signal() {
     let cluster = Cluster::start(3).await.unwrap();
     let client = client(&cluster)
         .ttl("1s")
-        .node_timeout("150ms")
+        .timeouts(Timeouts::new().node("150ms"))
         .build()
         .unwrap();
     let key = unique_key("lost_moves");
@@ -153,8 +154,8 @@ async fn a_paused_majority_aborts_with_lock_before_the_deadline_and_the_lock_fre
     let margin = Duration::from_millis(400);
     let client = client(&cluster)
         .ttl("1s")
-        .safety_margin(margin)
-        .node_timeout("150ms")
+        .timeouts(Timeouts::new().node("150ms"))
+        .watchdog(Watchdog::new().safety_margin(margin))
         .build()
         .unwrap();
     let key = unique_key("abort");
@@ -300,7 +301,7 @@ async fn max_hold_stops_the_watchdog_and_aborts_the_work() {
     // A TTL far longer than max_hold and the wait below: only a release frees the keys.
     let client = client(&cluster)
         .ttl("5s")
-        .node_timeout("150ms")
+        .timeouts(Timeouts::new().node("150ms"))
         .build()
         .unwrap();
     let key = unique_key("max_hold");
@@ -334,9 +335,8 @@ async fn dropping_a_lease_stops_its_watchdog() {
     let interval = Duration::from_millis(100);
     let client = client(&cluster)
         .ttl("5s")
-        .node_timeout("50ms")
-        .watchdog(true)
-        .extend_interval(interval)
+        .timeouts(Timeouts::new().node("50ms"))
+        .watchdog(Watchdog::on().interval(interval))
         .build()
         .unwrap();
     let key = unique_key("watchdog_drop");

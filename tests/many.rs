@@ -6,6 +6,7 @@
 
 mod support;
 
+use redquorum::{Retry, Timeouts};
 use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -86,7 +87,7 @@ async fn a_waiter_wakes_when_the_held_key_is_released() {
     let holder = client(&cluster).ttl("10s").build().unwrap();
     let waiter = client(&cluster)
         .ttl("10s")
-        .retry_delay(Duration::from_secs(5))
+        .retry(Retry::new().delay(Duration::from_secs(5)))
         .build()
         .unwrap();
     let (x, y) = (unique_key("wake_x"), unique_key("wake_y"));
@@ -137,7 +138,7 @@ async fn a_waiter_also_wakes_on_a_key_found_held_later() {
     let second = client(&cluster).ttl("20s").build().unwrap();
     let waiter = client(&cluster)
         .ttl("10s")
-        .retry_delay(Duration::from_secs(15))
+        .retry(Retry::new().delay(Duration::from_secs(15)))
         .build()
         .unwrap();
     let (x, y) = (unique_key("later_x"), unique_key("later_y"));
@@ -434,7 +435,7 @@ async fn each_resource_gets_its_own_fencing_token() {
         .quarantine(true)
         .fencing(true)
         .ttl("1s")
-        .node_timeout("100ms")
+        .timeouts(Timeouts::new().node("100ms"))
         .build()
         .unwrap();
     let (x, y) = (unique_key("tok_x"), unique_key("tok_y"));

@@ -5,6 +5,7 @@
 
 mod support;
 
+use redquorum::{Retry, Waiting};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -219,8 +220,8 @@ async fn a_waiter_woken_by_the_release_notice_counts_a_handoff() {
     // Woken by the release notice, without hand-off (counted too: tests/handoff.rs).
     let waiter = client(&cluster)
         .quarantine(true)
-        .handoff(false)
-        .retry_delay("30s")
+        .retry(Retry::new().delay("30s"))
+        .waiting(Waiting::new().handoff(false))
         .build()
         .unwrap();
     let waiting = {

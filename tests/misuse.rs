@@ -8,14 +8,15 @@
 
 mod support;
 
+use redquorum::{Clock, Retry, Timeouts, Tls, Waiting, Watchdog};
 use std::future::Future;
 use std::time::Duration;
 
-use redquorum::{AcquireOptions, ConfigError, Error, Redlock};
+use redquorum::{AcquireOptions, Error, Redlock};
 use support::*;
 
-/// What a misuse produced: the kind (an [`ErrorKind`](redquorum::ErrorKind) or a
-/// `ConfigError` variant, by name), whether it is retryable, and the message.
+/// What a misuse produced: the kind (an [`ErrorKind`](redquorum::ErrorKind), by name),
+/// whether it is retryable, and the message.
 #[derive(Debug)]
 struct Got {
     kind: String,
@@ -28,18 +29,6 @@ impl From<Error> for Got {
         Got {
             kind: format!("{:?}", e.kind()),
             retryable: e.is_retryable(),
-            message: e.to_string(),
-        }
-    }
-}
-
-impl From<ConfigError> for Got {
-    fn from(e: ConfigError) -> Self {
-        let debug = format!("{e:?}");
-        let name: String = debug.chars().take_while(|c| c.is_alphanumeric()).collect();
-        Got {
-            kind: format!("ConfigError::{name}"),
-            retryable: false,
             message: e.to_string(),
         }
     }
@@ -61,10 +50,8 @@ fn client_of(urls: Vec<String>, quarantine: bool) -> redquorum::Builder {
         .masters(urls)
         .quarantine(quarantine)
         .ttl("2s")
-        .node_timeout("200ms")
-        .connect_timeout("500ms")
-        .retry_delay("10ms")
-        .retry_jitter("5ms")
+        .timeouts(Timeouts::new().node("200ms").connect("500ms"))
+        .retry(Retry::new().delay("10ms").jitter("5ms"))
 }
 
 /// `url` with its password replaced by `password` (or removed when `None`).
@@ -203,7 +190,10 @@ fn rows() -> Vec<Row> {
                     .iter()
                     .map(|u| with_password(u, Some("wrong")))
                     .collect();
-                let client = client_of(urls, true).wait_timeout("3s").build().unwrap();
+                let client = client_of(urls, true)
+                    .retry(Retry::new().wait("3s"))
+                    .build()
+                    .unwrap();
                 acquire_in(rt, client.acquire("misuse:auth-wait"))
             },
         ),
@@ -229,66 +219,78 @@ fn rows() -> Vec<Row> {
         ),
         row(
             "12: ttl(\"100years\")",
-            "ConfigError::TooLarge",
+            "InvalidConfig",
             false,
             "above its maximum of 1day (MAX_TTL)",
             |_, _| build(offline().ttl("100years")),
         ),
         row(
             "12: ttl(Duration::MAX)",
-            "ConfigError::TooLarge",
+            "InvalidConfig",
             false,
             "(MAX_TTL)",
             |_, _| build(offline().ttl(Duration::MAX)),
         ),
         row(
             "12: ttl_max(Duration::MAX)",
-            "ConfigError::TooLarge",
+            "InvalidConfig",
             false,
             "ttl_max",
             |_, _| build(offline().ttl_max(Duration::MAX)),
         ),
         row(
             "12: node_timeout(\"2m\")",
-            "ConfigError::TooLarge",
+            "InvalidConfig",
             false,
             "(MAX_NODE_TIMEOUT)",
-            |_, _| build(offline().ttl("1h").node_timeout("2m")),
+            |_, _| build(offline().ttl("1h").timeouts(Timeouts::new().node("2m"))),
         ),
         row(
             "12: connect_timeout(Duration::MAX)",
-            "ConfigError::TooLarge",
+            "InvalidConfig",
             false,
             "(MAX_CONNECT_TIMEOUT)",
-            |_, _| build(offline().connect_timeout(Duration::MAX)),
+            |_, _| build(offline().timeouts(Timeouts::new().connect(Duration::MAX))),
         ),
         row(
             "12: wait_timeout(\"400days\")",
-            "ConfigError::TooLarge",
+            "InvalidConfig",
             false,
             "(MAX_WAIT_TIMEOUT)",
-            |_, _| build(offline().wait_timeout("400days")),
+            |_, _| build(offline().retry(Retry::new().wait("400days"))),
         ),
         row(
             "12: max_hold(Duration::MAX)",
-            "ConfigError::TooLarge",
+            "InvalidConfig",
             false,
             "(MAX_MAX_HOLD)",
-            |_, _| build(offline().max_hold(Duration::MAX)),
+            |_, _| build(offline().watchdog(Watchdog::new().max_hold(Duration::MAX))),
         ),
         row(
             "12: a safety_margin too large for the ttl names safety_margin",
-            "ConfigError::TtlTooShort",
+            "InvalidConfig",
             false,
             "raise ttl or lower safety_margin",
-            |_, _| build(offline().ttl("1s").safety_margin("990ms")),
+            |_, _| {
+                build(
+                    offline()
+                        .ttl("1s")
+                        .watchdog(Watchdog::new().safety_margin("990ms")),
+                )
+            },
         ),
         row(
             "12: a min_validity too large for the ttl names min_validity",
-            "ConfigError::TtlTooShort",
+            "InvalidConfig",
             false,
             "raise ttl or lower min_validity",
-            |_, _| build(offline().ttl("1s").min_validity("990ms")),
+            |_, _| {
+                build(
+                    offline()
+                        .ttl("1s")
+                        .clock(Clock::new().min_validity("990ms")),
+                )
+            },
         ),
         row(
             "12: AcquireOptions::ttl(30s) on a default client",
@@ -329,7 +331,10 @@ fn rows() -> Vec<Row> {
             false,
             "ttl 3s is not above the client's extend_interval 4s",
             |rt, _| {
-                let client = offline().extend_interval("4s").build().unwrap();
+                let client = offline()
+                    .watchdog(Watchdog::new().interval("4s"))
+                    .build()
+                    .unwrap();
                 let options = AcquireOptions::new().ttl("3s");
                 rt.block_on(async {
                     let work = client.with_lock("misuse:interval", &options, |_| async {});
@@ -447,7 +452,7 @@ fn rows() -> Vec<Row> {
         ),
         row(
             "18: one IPv6 address spelled two ways is one server",
-            "ConfigError::DuplicateMaster",
+            "InvalidConfig",
             false,
             "listed twice",
             |_, _| {
@@ -638,11 +643,9 @@ async fn woken_by_release(cluster: &Cluster, waiter: &Redlock) {
 fn waiter_of(cluster: &Cluster) -> Redlock {
     client_of(cluster.urls(), false)
         .ttl("30s")
+        .retry(Retry::new().delay("30s").jitter("0s").wait("10s"))
         // A queued waiter's refresh (every third of it) would not fire in time either.
-        .waiter_ttl("30s")
-        .retry_delay("30s")
-        .retry_jitter("0s")
-        .wait_timeout("10s")
+        .waiting(Waiting::new().waiter_ttl("30s"))
         .build()
         .unwrap()
 }
@@ -722,7 +725,7 @@ async fn no_public_type_shows_a_password() {
         .masters([&urls[0], &urls[0]])
         .build()
         .unwrap_err();
-    show!("ConfigError", both & duplicate);
+    show!("Error (configuration)", both & duplicate);
 
     let key = unique_key("secret");
     let lease = client.acquire(&key).await.unwrap();
@@ -765,11 +768,11 @@ async fn no_public_type_shows_a_password() {
     let keyed = || {
         Redlock::builder()
             .master("rediss://127.0.0.1:1")
-            .tls_client_cert_pem("no certificate", key.as_str())
+            .tls(Tls::new().client_cert_pem("no certificate", key.as_str()))
     };
     show!("Builder with a client key", debug & keyed());
     let refused = keyed().build().unwrap_err();
-    show!("ConfigError (client key)", both & refused);
+    show!("Error (client key)", both & refused);
 
     for (name, text) in &shown {
         assert!(!text.contains(SECRET), "{name} shows the password: {text}");

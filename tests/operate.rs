@@ -6,6 +6,7 @@
 
 mod support;
 
+use redquorum::{Retry, Timeouts, Waiting, Watchdog};
 use std::future::Future;
 use std::pin::pin;
 use std::time::{Duration, SystemTime};
@@ -26,9 +27,8 @@ fn fenced(cluster: &Cluster) -> redquorum::Builder {
     Redlock::builder()
         .masters(cluster.urls())
         .ttl("5s")
-        .node_timeout("200ms")
-        .retry_delay("5ms")
-        .retry_jitter("10ms")
+        .timeouts(Timeouts::new().node("200ms"))
+        .retry(Retry::new().delay("5ms").jitter("10ms"))
         .fencing(true)
 }
 
@@ -147,8 +147,7 @@ async fn inspect_shows_the_fencing_token_and_the_fence_counters() {
 async fn inspect_tells_free_split_unknown_and_other_kinds_apart() {
     let mut cluster = Cluster::start(3).await.unwrap();
     let client = client(&cluster)
-        .node_timeout("100ms")
-        .connect_timeout("300ms")
+        .timeouts(Timeouts::new().node("100ms").connect("300ms"))
         .build()
         .unwrap();
     let key = unique_key("verdicts");
@@ -258,10 +257,9 @@ async fn force_unlock_frees_the_lock_wakes_a_waiter_and_the_holder_learns_it() {
     // Without a release notice the waiter would sleep for seconds: its retry timer and
     // the holder's expiry are far off. (Queued, it would be handed the lock instead.)
     let waiter = client(&cluster)
-        .handoff(false)
         .ttl("10s")
-        .retry_delay("5s")
-        .retry_jitter("0s")
+        .retry(Retry::new().delay("5s").jitter("0s"))
+        .waiting(Waiting::new().handoff(false))
         .build()
         .unwrap();
     let key = unique_key("right_value");
@@ -327,7 +325,10 @@ async fn force_unlock_frees_the_lock_wakes_a_waiter_and_the_holder_learns_it() {
 #[tokio::test]
 async fn force_unlock_any_raises_the_fence_and_the_holders_watchdog_signals_loss() {
     let cluster = fenced_cluster().await;
-    let holder = fenced(&cluster).extend_interval("200ms").build().unwrap();
+    let holder = fenced(&cluster)
+        .watchdog(Watchdog::new().interval("200ms"))
+        .build()
+        .unwrap();
     let operator = fenced(&cluster).build().unwrap();
     let key = unique_key("any");
     let lease = holder
@@ -425,7 +426,10 @@ async fn the_extend_recreates_mutant_is_caught() {
 #[tokio::test]
 async fn with_lock_drops_the_work_of_a_force_unlocked_holder() {
     let cluster = Cluster::start(3).await.unwrap();
-    let client = client(&cluster).extend_interval("200ms").build().unwrap();
+    let client = client(&cluster)
+        .watchdog(Watchdog::new().interval("200ms"))
+        .build()
+        .unwrap();
     let key = unique_key("with_lock");
     let (inside_tx, inside_rx) = tokio::sync::oneshot::channel();
     let started = Instant::now();
@@ -455,8 +459,7 @@ async fn force_unlock_needs_enough_masters_and_ignores_quarantine() {
     let client = Redlock::builder()
         .masters(cluster.urls())
         .ttl("5s")
-        .node_timeout("100ms")
-        .connect_timeout("300ms")
+        .timeouts(Timeouts::new().node("100ms").connect("300ms"))
         .build()
         .unwrap();
     let key = unique_key("quarantine");
@@ -557,7 +560,7 @@ async fn futures_dropped_midway_leave_nothing_inconsistent() {
         .quarantine(false)
         .masters(proxies.iter().map(Proxy::url))
         .ttl("30s")
-        .node_timeout("200ms")
+        .timeouts(Timeouts::new().node("200ms"))
         .build()
         .unwrap();
     let key = unique_key("dropped");

@@ -7,6 +7,7 @@
 
 mod support;
 
+use redquorum::{Retry, Timeouts, Waiting};
 use std::time::Duration;
 
 use redis::AsyncCommands;
@@ -25,10 +26,9 @@ fn fresh(cluster: &Cluster, proxy: &Proxy) -> Redlock {
             proxy.url(),
         ])
         .ttl("5s")
-        .node_timeout("500ms")
-        .waiter_ttl("3s")
-        .retry_delay("5ms")
-        .retry_jitter("5ms")
+        .timeouts(Timeouts::new().node("500ms"))
+        .retry(Retry::new().delay("5ms").jitter("5ms"))
+        .waiting(Waiting::new().waiter_ttl("3s"))
         .build()
         .unwrap()
 }
@@ -143,9 +143,8 @@ async fn keys_left_by_failed_attempts(quarantine: bool) -> usize {
         .quarantine(quarantine)
         .masters(cluster.urls())
         .ttl("5s")
-        .node_timeout("200ms")
-        .retry_delay("5ms")
-        .retry_jitter("5ms")
+        .timeouts(Timeouts::new().node("200ms"))
+        .retry(Retry::new().delay("5ms").jitter("5ms"))
         .build()
         .unwrap();
     // Connected everywhere, then three masters die and are found down.
@@ -206,8 +205,7 @@ async fn a_kept_unpolled_call_holds_later_calls_up_once() {
         .quarantine(false)
         .master(proxy.url())
         .ttl("5s")
-        .node_timeout("200ms")
-        .connect_timeout("300ms")
+        .timeouts(Timeouts::new().node("200ms").connect("300ms"))
         .build()
         .unwrap();
     let kept_key = unique_key("kept");

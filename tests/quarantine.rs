@@ -4,6 +4,7 @@
 
 mod support;
 
+use redquorum::{Retry, Timeouts};
 use std::time::Duration;
 
 use redis::AsyncCommands;
@@ -18,7 +19,7 @@ fn guarded(cluster: &Cluster) -> redquorum::Builder {
     client(cluster)
         .quarantine(true)
         .ttl(TTL)
-        .node_timeout("100ms")
+        .timeouts(Timeouts::new().node("100ms"))
 }
 
 fn abstained(outcome: &MasterOutcome) -> bool {
@@ -52,7 +53,7 @@ async fn fresh_masters_abstain_for_one_window() {
     let cluster = Cluster::start(3).await.unwrap();
     let client = guarded(&cluster)
         .ttl("500ms")
-        .retry_attempts(1)
+        .retry(Retry::new().attempts(1))
         .build()
         .unwrap();
     let key = unique_key("fresh");
@@ -259,7 +260,7 @@ async fn a_master_that_can_evict_lock_keys_never_votes() {
     let client = Redlock::builder()
         .masters(&urls)
         .ttl("1s")
-        .retry_attempts(1)
+        .retry(Retry::new().attempts(1))
         .build()
         .unwrap();
     // Old epochs, but brand-new processes without durability: wait one window first.

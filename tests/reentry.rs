@@ -5,6 +5,7 @@
 
 mod support;
 
+use redquorum::{Retry, Waiting};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -68,7 +69,7 @@ fn at_first_poll<F: std::future::Future>(future: F) -> F::Output {
 async fn acquiring_a_held_resource_fails_at_once_without_asking_a_master() {
     let mut cluster = Cluster::start(3).await.unwrap();
     let client = client(&cluster)
-        .wait_timeout(Duration::from_secs(5))
+        .retry(Retry::new().wait(Duration::from_secs(5)))
         .build()
         .unwrap();
     let key = unique_key("held");
@@ -105,7 +106,7 @@ async fn acquiring_a_held_resource_fails_at_once_without_asking_a_master() {
         )),
         "{text}"
     );
-    assert!(text.contains("wait_for_own_leases"), "{text}");
+    assert!(text.contains("own_leases"), "{text}");
     assert!(error.masters().is_empty(), "{error:?}");
     assert_eq!(
         lock_commands(&cluster).await,
@@ -209,8 +210,8 @@ async fn inside_with_lock_the_same_resource_is_refused_not_waited_for() {
 async fn with_the_opt_out_tasks_of_one_client_queue_behind_each_other() {
     let cluster = Cluster::start(3).await.unwrap();
     let client = client(&cluster)
-        .wait_for_own_leases(true)
-        .wait_timeout(Duration::from_secs(5))
+        .retry(Retry::new().wait(Duration::from_secs(5)))
+        .waiting(Waiting::new().own_leases(true))
         .build()
         .unwrap();
     let key = unique_key("queue");
@@ -352,7 +353,7 @@ async fn a_waiting_acquire_ends_with_already_held_when_its_own_client_takes_the_
     let cluster = Cluster::start(3).await.unwrap();
     let holder = client(&cluster).build().unwrap();
     let ours = client(&cluster)
-        .wait_timeout(Duration::from_secs(5))
+        .retry(Retry::new().wait(Duration::from_secs(5)))
         .build()
         .unwrap();
     let key = unique_key("waiting");
@@ -395,11 +396,13 @@ async fn a_waiting_acquire_is_refused_as_soon_as_its_own_client_takes_the_lock()
     // No release notices and a long fixed pause: between attempts only the registry can
     // wake the waiter.
     let ours = client(&cluster)
-        .notifications(false)
-        .handoff(false)
-        .retry_delay(Duration::from_secs(3))
-        .retry_jitter(Duration::ZERO)
-        .wait_timeout(Duration::from_secs(8))
+        .retry(
+            Retry::new()
+                .delay(Duration::from_secs(3))
+                .jitter(Duration::ZERO)
+                .wait(Duration::from_secs(8)),
+        )
+        .waiting(Waiting::new().notifications(false).handoff(false))
         .build()
         .unwrap();
     let key = unique_key("woken");

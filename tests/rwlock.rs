@@ -4,6 +4,7 @@
 
 mod support;
 
+use redquorum::{Timeouts, Waiting};
 use std::time::Duration;
 
 use redis::AsyncCommands;
@@ -235,8 +236,7 @@ async fn a_writer_clears_its_intent_where_a_late_answer_refused_it() {
         .quarantine(false)
         .masters(urls)
         .ttl("10s")
-        .node_timeout("3s")
-        .connect_timeout("5s")
+        .timeouts(Timeouts::new().node("3s").connect("5s"))
         .build()
         .unwrap()
         .rwlock(&name);
@@ -455,10 +455,10 @@ async fn downgrade_keeps_deadline_and_token_and_lets_readers_in() {
         .unwrap();
     let name = unique_key("down");
     let lock = client.rwlock(&name);
-    let w = lock.write().await.unwrap();
-    let (deadline, token) = (w.deadline(), w.fencing_token().unwrap());
-    let handle = w.handle();
-    let r = w.downgrade().await.unwrap();
+    let mut r = lock.write().await.unwrap();
+    let (deadline, token) = (r.deadline(), r.fencing_token().unwrap());
+    let handle = r.handle();
+    r.downgrade().await.unwrap();
     assert_eq!(r.mode(), LeaseMode::Read);
     assert_eq!(r.deadline(), deadline);
     assert_eq!(r.fencing_token(), Some(token));
@@ -527,19 +527,13 @@ async fn downgrading_a_read_or_mutex_lease_is_refused_and_hands_the_lease_back()
     let name = unique_key("nodown");
     let read = client.rwlock(&name).read().await.unwrap();
     let key = read.key().to_owned();
-    let refused = read.downgrade().await.unwrap_err();
-    let err = refused.error();
+    let mut read = read;
+    let err = read.downgrade().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidOptions);
     assert!(!err.is_retryable());
     assert!(err.to_string().contains("only a write lease"), "{err}");
-    assert!(err.to_string().contains("into_lease"), "{err}");
-    assert!(
-        format!("{refused:?}").contains("lease_kept: true"),
-        "{refused:?}"
-    );
-    let read = refused
-        .into_lease()
-        .expect("a refused downgrade hands the lease back");
+    assert!(err.to_string().contains("still held"), "{err}");
+    assert_eq!(read.mode(), LeaseMode::Read);
     assert!(!read.handle().is_lost());
     read.extend().await.unwrap();
     assert!(
@@ -552,6 +546,7 @@ async fn downgrading_a_read_or_mutex_lease_is_refused_and_hands_the_lease_back()
     let mutex = client.acquire(&unique_key("mutex")).await.unwrap();
     let mkey = mutex.key().to_owned();
     let value = mutex.value().to_owned();
+    let mut mutex = mutex;
     let refused = mutex.downgrade().await.unwrap_err();
     assert!(
         refused.to_string().contains("an exclusive lease"),
@@ -560,14 +555,10 @@ async fn downgrading_a_read_or_mutex_lease_is_refused_and_hands_the_lease_back()
     for shown in [refused.to_string(), format!("{refused:?}")] {
         assert!(!shown.contains(&value), "the lock value is shown: {shown}");
     }
-    let mutex = refused.into_lease().unwrap();
+    assert_eq!(mutex.mode(), LeaseMode::Exclusive);
     assert!(held_everywhere_any(&cluster, &mkey).await);
-    // `?` turns the refusal into an Error (the lease it carried is dropped, so released).
-    let as_error = async { mutex.downgrade().await.map_err(redquorum::Error::from) };
-    assert_eq!(
-        as_error.await.unwrap_err().kind(),
-        ErrorKind::InvalidOptions
-    );
+    // Dropping the lease releases it, as ever.
+    drop(mutex);
     client.shutdown().await;
     assert!(!held_everywhere_any(&cluster, &mkey).await);
 }
@@ -776,7 +767,9 @@ fn at_first_poll<F: std::future::Future>(future: F) -> F::Output {
 async fn the_client_refuses_an_upgrade_and_its_own_second_writer() {
     let cluster = Cluster::start(1).await.unwrap();
     for wait_for_own in [false, true] {
-        let client = client_with(&cluster, |b| b.wait_for_own_leases(wait_for_own));
+        let client = client_with(&cluster, |b| {
+            b.waiting(Waiting::new().own_leases(wait_for_own))
+        });
         let lock = client.rwlock(&unique_key("held"));
         let a = lock.read().await.unwrap();
         let b = lock.read_with(&once()).await.unwrap();
@@ -795,7 +788,8 @@ async fn the_client_refuses_an_upgrade_and_its_own_second_writer() {
             assert_eq!(err.kind(), ErrorKind::AlreadyHeld, "{err}");
             assert!(err.to_string().contains("re-enter"), "{err}");
         }
-        let r = w.downgrade().await.unwrap();
+        let mut r = w;
+        r.downgrade().await.unwrap();
         let err = lock.write_with(&once()).await.unwrap_err();
         assert!(err.to_string().contains("upgrading a read lock"), "{err}");
         lock.read_with(&once())
@@ -836,12 +830,10 @@ async fn a_failed_downgrade_loses_the_lease_and_releases_both_forms() {
         let _: () = raw(url).await.del(&name).await.unwrap();
     }
     let handle = w.handle();
-    let refused = w.downgrade().await.unwrap_err();
-    let err = refused.error().clone();
-    assert!(
-        refused.into_lease().is_none(),
-        "a failed round loses the lease"
-    );
+    let mut w = w;
+    let err = w.downgrade().await.unwrap_err();
+    assert!(w.is_lost(), "a failed round loses the lease");
+    drop(w);
     assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
     assert!(err.to_string().contains("no quorum converted"), "{err}");
     assert!(handle.is_lost());

@@ -4,6 +4,7 @@
 
 mod support;
 
+use redquorum::{Retry, Waiting};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -256,8 +257,7 @@ async fn a_release_wakes_a_waiter() {
     let holder = client(&cluster).ttl("10s").build().unwrap();
     let waiter = client(&cluster)
         .ttl("10s")
-        .retry_delay("5s")
-        .retry_jitter("0s")
+        .retry(Retry::new().delay("5s").jitter("0s"))
         .build()
         .unwrap();
     let name = unique_key("wake");
@@ -442,7 +442,7 @@ async fn own_permits_are_skipped_and_never_waited_for() {
     assert_eq!(err.kind(), ErrorKind::AlreadyHeld, "{err}");
     assert!(!err.is_retryable());
     assert!(err.masters().is_empty(), "no master was asked: {err}");
-    assert!(err.to_string().contains("wait_for_own_leases"), "{err}");
+    assert!(err.to_string().contains("own_leases"), "{err}");
     // One more: the slot it does not hold, at the first attempt.
     let once = AcquireOptions::new().attempts(1);
     for _ in 0..5 {
@@ -453,7 +453,7 @@ async fn own_permits_are_skipped_and_never_waited_for() {
     two.release().await.unwrap();
     // Opted out: the client queues behind its own lease.
     let patient = support::client(&cluster)
-        .wait_for_own_leases(true)
+        .waiting(Waiting::new().own_leases(true))
         .build()
         .unwrap();
     let shared = patient.semaphore(&name, 3).unwrap();

@@ -6,6 +6,7 @@
 
 mod support;
 
+use redquorum::{Retry, Timeouts};
 use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -54,7 +55,7 @@ async fn shortened_extension(mutant: Option<Mutant>, drop_future: bool) -> Resul
         .quarantine(false)
         .masters(proxies.iter().map(Proxy::url))
         .ttl("5s")
-        .node_timeout("200ms");
+        .timeouts(Timeouts::new().node("200ms"));
     let holder = planted(builder, mutant).build().unwrap();
     let key = unique_key("shorten");
     let lease = holder.acquire(&key).await.unwrap();
@@ -182,7 +183,9 @@ async fn cancelled_release(mutant: Option<Mutant>) -> Result<(), String> {
     // A node timeout far above the stall, so that the extension in flight succeeds even on
     // a loaded machine (a failed one would stop the watchdog by itself), and a TTL far
     // above the wait below, so that only a release can free the lock in time.
-    let builder = client(&cluster).node_timeout("400ms").ttl("10s");
+    let builder = client(&cluster)
+        .timeouts(Timeouts::new().node("400ms"))
+        .ttl("10s");
     let holder = planted(builder, mutant).build().unwrap();
     let other = client(&cluster).ttl("10s").build().unwrap();
     let key = unique_key("cancelled_release");
@@ -323,7 +326,7 @@ async fn contended_waiters_with_a_budget_never_give_up() {
             .quarantine(false)
             .masters(cluster.urls())
             .ttl("2s")
-            .retry_attempts(10)
+            .retry(Retry::new().attempts(10))
             .build()
             .unwrap();
         let url = cluster.server(0).url();
@@ -369,7 +372,7 @@ async fn a_wait_budget_bounds_a_round_behind_a_hanging_connect() {
 
     let connect_timeout = Duration::from_secs(3);
     let waiter = client(&cluster)
-        .connect_timeout(connect_timeout)
+        .timeouts(Timeouts::new().connect(connect_timeout))
         .build()
         .unwrap();
     let budget = Duration::from_millis(150);
@@ -407,7 +410,7 @@ async fn fresh_masters_say_when_they_vote_and_a_waiter_gets_the_lock_then() {
     let client = client(&cluster)
         .quarantine(true)
         .ttl("600ms")
-        .retry_attempts(2)
+        .retry(Retry::new().attempts(2))
         .build()
         .unwrap();
     let key = unique_key("fresh");

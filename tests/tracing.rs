@@ -5,6 +5,7 @@
 
 mod support;
 
+use redquorum::Waiting;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -59,7 +60,7 @@ async fn traced_workload(shown: bool) -> String {
     let client = client(&cluster)
         .key_prefix("locks:")
         .trace_resource_names(shown)
-        .wait_for_own_leases(true)
+        .waiting(Waiting::new().own_leases(true))
         .build()
         .unwrap();
     let resource = format!("{SECRET}/{}", unique_key("r"));

@@ -3,6 +3,7 @@
 
 mod support;
 
+use redquorum::{Retry, Waiting};
 use std::time::Duration;
 
 use redis::AsyncCommands;
@@ -14,10 +15,8 @@ use tokio::time::Instant;
 fn patient(cluster: &Cluster) -> redquorum::Builder {
     // Release notices to every waiter, as without hand-off (tests/handoff.rs tests it).
     client(cluster)
-        .handoff(false)
-        .retry_delay("60s")
-        .retry_jitter("0s")
-        .wait_timeout("20s")
+        .retry(Retry::new().delay("60s").jitter("0s").wait("20s"))
+        .waiting(Waiting::new().handoff(false))
 }
 
 /// How many `SET` commands the server at `url` executed so far: with quarantine off, each
@@ -131,8 +130,8 @@ async fn without_notifications_the_same_waiter_times_out() {
     let cluster = Cluster::start(3).await.unwrap();
     let holder = client(&cluster).ttl("30s").build().unwrap();
     let waiter = patient(&cluster)
-        .notifications(false)
-        .wait_timeout("1500ms")
+        .retry(Retry::new().wait("1500ms"))
+        .waiting(Waiting::new().notifications(false))
         .build()
         .unwrap();
     let key = unique_key("no_notice");
@@ -205,9 +204,7 @@ async fn without_pub_sub_on_the_masters_waiters_fall_back_to_their_timers() {
     let cluster = Cluster::start_with(3, &options).await.unwrap();
     let holder = client(&cluster).ttl("30s").build().unwrap();
     let waiter = client(&cluster)
-        .retry_delay("50ms")
-        .retry_jitter("20ms")
-        .wait_timeout("10s")
+        .retry(Retry::new().delay("50ms").jitter("20ms").wait("10s"))
         .build()
         .unwrap();
     let key = unique_key("no_pubsub");

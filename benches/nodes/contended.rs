@@ -13,6 +13,7 @@
 //! p50) and the round is the raw fan-out's quorum-th reply p50 of the same N (from the
 //! uncontended scenario when it ran, measured here otherwise).
 
+use redquorum::Retry;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -74,13 +75,23 @@ impl Waiting {
 
     fn configure(self, builder: Builder) -> Builder {
         match self {
-            Waiting::HandOff | Waiting::Fair => builder.handoff(true).notifications(true),
-            Waiting::Herd => builder.handoff(false).notifications(true),
+            Waiting::HandOff | Waiting::Fair => {
+                builder.waiting(redquorum::Waiting::new().handoff(true).notifications(true))
+            }
+            Waiting::Herd => {
+                builder.waiting(redquorum::Waiting::new().handoff(false).notifications(true))
+            }
             Waiting::Polling => builder
-                .handoff(false)
-                .notifications(false)
-                .retry_delay(Duration::from_millis(2))
-                .retry_jitter(Duration::from_millis(2)),
+                .retry(
+                    Retry::new()
+                        .delay(Duration::from_millis(2))
+                        .jitter(Duration::from_millis(2)),
+                )
+                .waiting(
+                    redquorum::Waiting::new()
+                        .handoff(false)
+                        .notifications(false),
+                ),
         }
     }
 
@@ -462,9 +473,8 @@ async fn window_of(
     let mut clients = Vec::with_capacity(CONTENDERS);
     for _ in 0..CONTENDERS {
         let builder = plain(urls)
-            .retry_attempts(10_000)
             // Bounds every wait; a client that gives up tries again while the window lasts.
-            .wait_timeout(WAIT_BUDGET);
+            .retry(Retry::new().attempts(10_000).wait(WAIT_BUDGET));
         let client = waiting.configure(builder).build()?;
         // Connect (and subscribe) before the window opens.
         let lease = client

@@ -8,7 +8,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use redquorum::{ConfigError, Error, ErrorKind, MasterOutcome};
+use redquorum::{Error, ErrorKind, MasterOutcome};
 
 /// The exit codes, as `--help` prints them (and the README lists them).
 pub(crate) const EXIT_CODES: &str = "\
@@ -87,7 +87,7 @@ impl Failure {
     /// A configuration the library refused. Its messages redact passwords, and name
     /// settings as the library does (`ttl`, `node_timeout`: the flags `--ttl`,
     /// `--node-timeout`); the one builder method they name is given as its flag.
-    pub(crate) fn config(error: &ConfigError) -> Self {
+    pub(crate) fn config(error: &Error) -> Self {
         Self::new(Code::Config, as_flags(&error.to_string()))
     }
 
@@ -107,12 +107,9 @@ fn as_flags(message: &str) -> String {
             "ttl_max_ms \"",
             "ttl_max_ms (--ttl-max, which defaults to --ttl: give the cluster's) \"",
         ),
+        ("Tls::ca_pem or Tls::ca_file", "--tls-ca (REDQUORUM_TLS_CA)"),
         (
-            "Builder::tls_ca_pem or Builder::tls_ca_file",
-            "--tls-ca (REDQUORUM_TLS_CA)",
-        ),
-        (
-            "Builder::tls_client_cert_pem or Builder::tls_client_cert_files",
+            "Tls::client_cert_pem or Tls::client_cert_files",
             "--tls-cert and --tls-key (REDQUORUM_TLS_CERT, REDQUORUM_TLS_KEY)",
         ),
     ];
@@ -138,6 +135,7 @@ pub(crate) fn code_of(error: &Error) -> Code {
         ErrorKind::Auth => Code::NoPerm,
         ErrorKind::InvalidResource => Code::Usage,
         ErrorKind::InvalidOptions
+        | ErrorKind::InvalidConfig
         | ErrorKind::Misconfigured
         | ErrorKind::ClusterMismatch
         | ErrorKind::WrongKind

@@ -22,7 +22,7 @@ use clap::Args;
 use nix::errno::Errno;
 use nix::sys::signal::{SigSet, Signal, killpg};
 use nix::unistd::Pid;
-use redquorum::{AcquireOptions, Lease, LeaseHandle, LostReason, Redlock};
+use redquorum::{AcquireOptions, Lease, LeaseHandle, LostReason, Redlock, Watchdog};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
@@ -228,7 +228,7 @@ pub(crate) async fn run(settings: &Settings, args: RunArgs) -> Result<u8, Failur
     let mut builder = settings.builder()?;
     let interval = extend_interval(timing.ttl);
     if !interval.is_zero() {
-        builder = builder.extend_interval(interval);
+        builder = builder.watchdog(Watchdog::off().interval(interval));
     }
     let client = builder.build().map_err(|e| Failure::config(&e))?;
     let outcome = match grace(args.grace.as_deref(), timing) {

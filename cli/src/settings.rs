@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use redquorum::{Builder, Redlock};
+use redquorum::{Builder, Redlock, Timeouts, Tls};
 
 use crate::exit::{Code, Failure};
 
@@ -138,24 +138,26 @@ impl Settings {
     /// defaults: masters vote at once after `redquorum init`.
     pub(crate) fn builder(&self) -> Result<Builder, Failure> {
         let timing = self.timing()?;
+        let mut timeouts = Timeouts::new().node(timing.node_timeout);
+        if let Some(connect) = duration("--connect-timeout", self.connect_timeout.as_deref())? {
+            timeouts = timeouts.connect(connect);
+        }
         let mut builder = Redlock::builder()
             .masters(self.master_urls()?)
             .ttl(timing.ttl)
-            .node_timeout(timing.node_timeout);
+            .timeouts(timeouts);
         if let Some(ttl_max) = duration("--ttl-max", self.ttl_max.as_deref())? {
             builder = builder.ttl_max(ttl_max);
-        }
-        if let Some(connect) = duration("--connect-timeout", self.connect_timeout.as_deref())? {
-            builder = builder.connect_timeout(connect);
         }
         if let Some(prefix) = &self.prefix {
             builder = builder.key_prefix(prefix.clone());
         }
+        let mut tls = Tls::new();
         if let Some(ca) = &self.tls_ca {
-            builder = builder.tls_ca_file(ca);
+            tls = tls.ca_file(ca);
         }
         match (&self.tls_cert, &self.tls_key) {
-            (Some(cert), Some(key)) => builder = builder.tls_client_cert_files(cert, key),
+            (Some(cert), Some(key)) => tls = tls.client_cert_files(cert, key),
             (None, None) => {}
             (Some(_), None) | (None, Some(_)) => {
                 return Err(Failure::new(
@@ -164,7 +166,7 @@ impl Settings {
                 ));
             }
         }
-        Ok(builder)
+        Ok(builder.tls(tls))
     }
 
     /// The client, built from [`builder`](Settings::builder).

@@ -15,6 +15,7 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+use redquorum::Timeouts;
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::{Duration, SystemTime};
@@ -132,7 +133,7 @@ impl Fleet {
         Redlock::builder()
             .masters(self.cluster.urls())
             .ttl(TTL)
-            .node_timeout("200ms")
+            .timeouts(Timeouts::new().node("200ms"))
             .build()
             .unwrap()
     }

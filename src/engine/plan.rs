@@ -9,8 +9,8 @@ use tokio::time::Instant;
 
 use crate::cluster::Owner;
 use crate::config::{
-    ConfigError, DurationSetting, IntoDuration, MAX_LABEL_LEN, MAX_MAX_HOLD, MAX_WAIT_TIMEOUT,
-    at_most, duration,
+    DurationSetting, IntoDuration, MAX_LABEL_LEN, MAX_MAX_HOLD, MAX_WAIT_TIMEOUT, Problem, at_most,
+    duration,
 };
 use crate::core::Inner;
 use crate::deadline;
@@ -175,7 +175,7 @@ impl Plan {
         };
         let fencing = options.fencing.unwrap_or(config.fencing);
         if fencing && !config.quarantine {
-            return Err(invalid(ConfigError::FencingNeedsQuarantine.to_string()));
+            return Err(invalid(Problem::FencingNeedsQuarantine.to_string()));
         }
         if let Some(w) = options_wait {
             at_most("wait_timeout", w, MAX_WAIT_TIMEOUT).map_err(|e| invalid(e.to_string()))?;
@@ -209,7 +209,7 @@ impl Plan {
         let owner = match &options.label {
             Some(label) if label.len() > MAX_LABEL_LEN => {
                 return Err(invalid(
-                    ConfigError::LabelTooLong { len: label.len() }.to_string(),
+                    Problem::LabelTooLong { len: label.len() }.to_string(),
                 ));
             }
             Some(label) => Arc::new(inner.owner.labelled(label)),

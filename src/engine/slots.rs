@@ -43,7 +43,7 @@ impl SlotSet {
     }
 
     /// The slots this client's own leases hold (docs/design.md §14): never worth asking
-    /// for. Empty with `Builder::wait_for_own_leases`, which waits for them instead.
+    /// for. Empty with `Waiting::own_leases`, which waits for them instead.
     ///
     /// # Errors
     /// [`ErrorKind::AlreadyHeld`] when so many are this client's own that `permits` more
@@ -62,7 +62,7 @@ impl SlotSet {
                     "this client already holds {own_count} of the semaphore's {} permits, so \
                      {permits} more could only come from its own leases: release one of them \
                      first, or ask for fewer; tasks that share this client and must queue \
-                     behind each other need `Builder::wait_for_own_leases(true)`",
+                     behind each other need `Builder::waiting(Waiting::new().own_leases(true))`",
                     self.limit
                 )),
             );

@@ -279,93 +279,6 @@ impl fmt::Debug for Lease {
     }
 }
 
-/// Why [`Lease::downgrade`] failed, and the lease when it is still held.
-///
-/// Refused before anything was sent (a lease that is not a write lease, no tokio runtime),
-/// the lease comes back unchanged through [`into_lease`](Self::into_lease); when the round
-/// failed, the lease is lost and released, and `into_lease` gives `None`. Converts into
-/// its [`Error`], so `?` works in functions returning `Result<_, Error>`. Neither `Debug`
-/// nor `Display` shows the lock's value.
-///
-/// ```no_run
-/// # async fn run(client: redquorum::Redlock) -> Result<(), redquorum::Error> {
-/// let lease = client.rwlock("config").read().await?;
-/// let lease = match lease.downgrade().await {
-///     Ok(read) => read,
-///     Err(refused) => match refused.into_lease() {
-///         Some(kept) => kept, // not a write lease: still held, unchanged
-///         None => return Ok(()), // the lease was lost
-///     },
-/// };
-/// lease.release().await?;
-/// # Ok(())
-/// # }
-/// ```
-pub struct DowngradeError {
-    error: Error,
-    lease: Option<Lease>,
-}
-
-impl DowngradeError {
-    /// Refused before any round: the lease is handed back.
-    fn kept(error: Error, lease: Lease) -> Self {
-        DowngradeError {
-            error,
-            lease: Some(lease),
-        }
-    }
-
-    /// The round failed: the lease is lost.
-    fn lost(error: Error) -> Self {
-        DowngradeError { error, lease: None }
-    }
-
-    /// Why the downgrade failed.
-    pub fn error(&self) -> &Error {
-        &self.error
-    }
-
-    /// The lease, unchanged and still held, when the downgrade was refused before any
-    /// round trip (not a write lease, no runtime); `None` when the round failed and the
-    /// lease is lost.
-    pub fn into_lease(self) -> Option<Lease> {
-        self.lease
-    }
-
-    /// The error, dropping the lease if it was handed back (which releases it in the
-    /// background, as dropping a [`Lease`] does).
-    pub fn into_error(self) -> Error {
-        self.error
-    }
-}
-
-impl fmt::Debug for DowngradeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DowngradeError")
-            .field("error", &self.error)
-            .field("lease_kept", &self.lease.is_some())
-            .finish()
-    }
-}
-
-impl fmt::Display for DowngradeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.error, f)
-    }
-}
-
-impl std::error::Error for DowngradeError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
-    }
-}
-
-impl From<DowngradeError> for Error {
-    fn from(e: DowngradeError) -> Error {
-        e.error
-    }
-}
-
 impl Deref for Lease {
     type Target = LeaseHandle;
 
@@ -493,12 +406,13 @@ impl Lease {
         }
     }
 
-    /// Turns a write lease of a read-write lock into a read lease, in one round
-    /// (docs/design.md §16): on each master where the writer key still holds this lease's
-    /// value, it becomes this lease's reader key with the writer key's remaining expiry,
-    /// and waiting readers are notified. Needs a quorum. The read lease keeps the
-    /// deadline, the fencing token and the watchdog (if one runs); this `Lease`'s handles
-    /// report it lost ([`LostReason::Released`]), the returned one's follow the read lease.
+    /// Turns this write lease of a read-write lock into a read lease, in place, in one
+    /// round (docs/design.md §16): on each master where the writer key still holds this
+    /// lease's value, it becomes this lease's reader key with the writer key's remaining
+    /// expiry, and waiting readers are notified. Needs a quorum. The read lease keeps the
+    /// deadline, the fencing token and the watchdog (if one runs). Handles taken before
+    /// ([`Lease::handle`]) report the write lease lost ([`LostReason::Released`]); take a
+    /// new one to follow the read lease.
     ///
     /// There is no upgrade: a reader that wants to write releases its read lease and
     /// acquires a write lease (two readers upgrading at once would each wait for the
@@ -507,54 +421,56 @@ impl Lease {
     /// ```no_run
     /// # async fn run(client: redquorum::Redlock) -> Result<(), redquorum::Error> {
     /// let config = client.rwlock("config");
-    /// let write = config.write().await?;
+    /// let mut lease = config.write().await?;
     /// // ... publish the new configuration ...
-    /// let read = write.downgrade().await?; // readers may come in; no writer can
+    /// lease.downgrade().await?; // readers may come in; no writer can
     /// // ... check what was published ...
-    /// read.release().await?;
+    /// lease.release().await?;
     /// # Ok(())
     /// # }
     /// ```
     ///
     /// # Errors
-    /// A [`DowngradeError`], whose [`error`](DowngradeError::error) says why, and which
-    /// converts into an [`Error`] (so `?` works):
     /// - [`ErrorKind::InvalidOptions`] for a lease that is not a write lease (a read lease,
     ///   a mutex or semaphore lease), and [`ErrorKind::NoRuntime`] outside a tokio
-    ///   runtime: nothing is sent to the masters, and the lease is handed back, unchanged
-    ///   and still held, by [`DowngradeError::into_lease`] (dropping the error releases it
-    ///   like dropping the lease). Check [`LeaseHandle::mode`] first.
+    ///   runtime: nothing is sent to the masters, and the lease is left as it was, still
+    ///   held. Check [`LeaseHandle::mode`] first.
     /// - [`ErrorKind::LeaseLost`] when the lease was lost or released before, or when no
     ///   quorum converted it with validity left: the lease is then lost
-    ///   ([`DowngradeError::into_lease`] gives `None`), and both its writer and reader keys
-    ///   are released on every master in the background.
+    ///   ([`is_lost`](LeaseHandle::is_lost)), and both its writer and reader keys are
+    ///   released on every master in the background; releasing or dropping it does
+    ///   nothing more.
     ///
     /// # Cancel safety
-    /// The round runs in a background task from the first poll: dropping the future drops
-    /// the read lease it would have returned, which releases it in the background (and a
-    /// failed downgrade releases both forms), so nothing stays held beyond its TTL.
-    pub async fn downgrade(mut self) -> Result<Lease, DowngradeError> {
+    /// The round runs in a background task from the first poll: dropping the future leaves
+    /// this lease lost, and drops the read lease the round would have made, which releases
+    /// it in the background (a failed downgrade releases both forms), so nothing stays held
+    /// beyond its TTL.
+    pub async fn downgrade(&mut self) -> Result<(), Error> {
         let shared = Arc::clone(self.shared());
         let resource = &*shared.name;
         if shared.mode != LeaseMode::Write {
-            // Nothing is sent: the lease is handed back as it was.
-            let error = Error::new(ErrorKind::InvalidOptions, resource).with_detail(format!(
-                "only a write lease of a read-write lock can be downgraded, and this is \
-                 a{} {} lease; nothing was sent or released: take the lease back with \
-                 DowngradeError::into_lease (check LeaseHandle::mode first)",
-                if shared.mode == LeaseMode::Exclusive {
-                    "n"
-                } else {
-                    ""
-                },
-                shared.mode
-            ));
-            return Err(DowngradeError::kept(error, self));
+            // Nothing is sent: the lease stays as it was.
+            return Err(
+                Error::new(ErrorKind::InvalidOptions, resource).with_detail(format!(
+                    "only a write lease of a read-write lock can be downgraded, and this is \
+                 a{} {} lease; nothing was sent or released, and the lease is still held \
+                 (check LeaseHandle::mode first)",
+                    if shared.mode == LeaseMode::Exclusive {
+                        "n"
+                    } else {
+                        ""
+                    },
+                    shared.mode
+                )),
+            );
         }
+        let no_runtime = || {
+            Error::new(ErrorKind::NoRuntime, resource)
+                .with_detail("downgrade must be called inside a tokio runtime")
+        };
         if tokio::runtime::Handle::try_current().is_err() {
-            let error = Error::new(ErrorKind::NoRuntime, resource)
-                .with_detail("downgrade must be called inside a tokio runtime");
-            return Err(DowngradeError::kept(error, self));
+            return Err(no_runtime());
         }
         // From here this lease's drop must not release: the task owns both forms.
         self.released = true;
@@ -565,17 +481,17 @@ impl Lease {
         });
         if !spawned {
             self.released = false;
-            let error = Error::new(ErrorKind::NoRuntime, resource)
-                .with_detail("downgrade must be called inside a tokio runtime");
-            return Err(DowngradeError::kept(error, self));
+            return Err(no_runtime());
         }
         match rx.await {
-            Ok(Ok(lease)) => Ok(lease),
-            Ok(Err(error)) => Err(DowngradeError::lost(error)),
-            Err(_) => Err(DowngradeError::lost(
-                Error::new(ErrorKind::LeaseLost, resource)
-                    .with_detail("the runtime stopped before the downgrade was decided"),
-            )),
+            // The write lease, released already, is dropped without a release.
+            Ok(Ok(read)) => {
+                *self = read;
+                Ok(())
+            }
+            Ok(Err(error)) => Err(error),
+            Err(_) => Err(Error::new(ErrorKind::LeaseLost, resource)
+                .with_detail("the runtime stopped before the downgrade was decided")),
         }
     }
 

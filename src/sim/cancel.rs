@@ -142,7 +142,10 @@ fn client_over(
         net: NET,
     };
     let links = |m: usize| StdRng::seed_from_u64(seed.wrapping_mul(16).wrapping_add(m as u64));
-    let adjust = |b: crate::Builder| b.ttl_max(TTL * 2).extend_interval(EXTEND_INTERVAL);
+    let adjust = |b: crate::Builder| {
+        b.ttl_max(TTL * 2)
+            .watchdog(crate::Watchdog::new().interval(EXTEND_INTERVAL))
+    };
     world::build_client_with(&spec, servers, links, sends, adjust).0
 }
 

@@ -68,7 +68,7 @@ pub(super) struct Profile {
 pub(super) enum Waiting {
     /// `acquire` with the library's defaults (hand-off on), a quarter `try_acquire`.
     Default,
-    /// As `Default`, with hand-off off (`Builder::handoff(false)`): today's herd.
+    /// As `Default`, with hand-off off (`Waiting::handoff(false)`): today's herd.
     Herd,
     /// Queued waiters (`acquire_with`, hand-off on), checked for FIFO and liveness.
     Queued(Queued),
@@ -1157,7 +1157,7 @@ fn waiter_ttl(schedule: &Schedule) -> Duration {
     Builder::new()
         .masters((0..schedule.masters).map(|m| format!("redis://127.0.0.1:{}", 7001 + m)))
         .ttl(schedule.ttl)
-        .node_timeout(schedule.node_timeout)
+        .timeouts(crate::Timeouts::new().node(schedule.node_timeout))
         .into_config()
         .map_or(schedule.ttl / 10, |c| c.waiter_ttl)
 }
@@ -1294,13 +1294,13 @@ async fn drive(profile: &Profile, schedule: &Schedule, trace: bool) -> (Book, Qu
         let herd = profile.waiting == Waiting::Herd;
         let adjust = |builder: Builder| {
             let builder = if herd {
-                builder.handoff(false)
+                builder.waiting(crate::Waiting::new().handoff(false))
             } else {
                 builder
             };
             match config.differs {
                 Differs::LongerTtlMax => builder.ttl_max(ttl * 2),
-                Differs::MoreDrift => builder.drift_factor(0.02),
+                Differs::MoreDrift => builder.clock(crate::Clock::new().drift_factor(0.02)),
                 _ => builder,
             }
         };
@@ -1456,13 +1456,19 @@ pub(super) fn build_client_with(
     let builder = Builder::new()
         .masters(urls)
         .ttl(spec.ttl)
-        .node_timeout(spec.node_timeout)
-        .connect_timeout(CONNECT_TIMEOUT)
-        .retry_attempts(spec.attempts)
-        .retry_delay(spec.retry_delay)
-        // The library's jitter draws from the thread's RNG; the schedule must not.
-        .retry_jitter(Duration::ZERO)
-        .notifications(false)
+        .timeouts(
+            crate::Timeouts::new()
+                .node(spec.node_timeout)
+                .connect(CONNECT_TIMEOUT),
+        )
+        .retry(
+            crate::Retry::new()
+                .attempts(spec.attempts)
+                .delay(spec.retry_delay)
+                // The library's jitter draws from the thread's RNG; the schedule must not.
+                .jitter(Duration::ZERO),
+        )
+        .waiting(crate::Waiting::new().notifications(false))
         .quarantine(spec.quarantine)
         .fencing(spec.fencing);
     #[cfg(feature = "mutants")]

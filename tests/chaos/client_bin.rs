@@ -40,6 +40,7 @@ mod event;
 #[path = "fenced.rs"]
 mod fenced;
 
+use redquorum::{Retry, Timeouts, Waiting};
 use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -201,12 +202,12 @@ impl Outs {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let mut builder = Redlock::builder().handoff(args.handoff);
+    let mut builder = Redlock::builder().waiting(Waiting::new().handoff(args.handoff));
     if let Some(waiter_ttl) = args.waiter_ttl {
-        builder = builder.waiter_ttl(waiter_ttl);
+        builder = builder.waiting(Waiting::new().waiter_ttl(waiter_ttl));
     }
     if let Some(wait) = args.wait_timeout {
-        builder = builder.wait_timeout(wait);
+        builder = builder.retry(Retry::new().wait(wait));
     }
     if let Some(mutant) = args.mutant {
         builder = builder.mutant(mutant);
@@ -217,10 +218,13 @@ async fn run(args: Args) -> Result<(), String> {
         .fencing(args.fencing)
         .masters(&args.masters)
         .ttl(args.ttl)
-        .node_timeout(args.node_timeout)
-        .retry_attempts(args.attempts)
-        .retry_delay(args.retry_delay)
-        .retry_jitter(args.retry_jitter)
+        .timeouts(Timeouts::new().node(args.node_timeout))
+        .retry(
+            Retry::new()
+                .attempts(args.attempts)
+                .delay(args.retry_delay)
+                .jitter(args.retry_jitter),
+        )
         .build()
         .map_err(|e| e.to_string())?;
     let mut store = redis::Client::open(args.store.as_str())

@@ -2,6 +2,7 @@
 //! known unsafe for any lease lock) and between sending the SETs and reading the replies
 //! (S13, which the validity check must reject).
 
+use redquorum::Retry;
 use std::time::Duration;
 
 use redis::AsyncCommands as _;
@@ -101,8 +102,7 @@ pub async fn frozen_inside(
         guards.apply(
             client_over(urls)
                 .ttl(ttl)
-                .retry_attempts(500)
-                .wait_timeout(ttl * 3),
+                .retry(Retry::new().attempts(500).wait(ttl * 3)),
             ttl,
         ),
         None,
@@ -206,8 +206,7 @@ pub async fn s13(n: usize, expect: Expect) -> Outcome {
     let contender = build(
         client_over(direct)
             .ttl(ttl)
-            .retry_attempts(1000)
-            .wait_timeout(ttl * 2),
+            .retry(Retry::new().attempts(1000).wait(ttl * 2)),
         None,
     );
     let mut store = env.store().await;

@@ -3,6 +3,7 @@
 //! backward: its keys live longer, liveness only). (S15, one forward jump, is a
 //! bare-majority script in `restart.rs`.)
 
+use redquorum::{Clock, Retry, Timeouts};
 use std::time::Duration;
 
 use redis::AsyncCommands as _;
@@ -79,13 +80,18 @@ pub async fn s14(n: usize, rate: f64, expect: Expect) -> Outcome {
     let mut env = Env::start(Setup::new("S14", name, expect, n)).await;
     let urls = env.urls();
     let resource = env.resource(0);
-    let holder = build(client_over(urls.clone()).client_clock_rate(rate), None);
+    let holder = build(
+        client_over(urls.clone()).clock(Clock::new().client_rate(rate)),
+        None,
+    );
     let contender = build(
-        client_over(urls)
-            .retry_delay(Duration::from_millis(5))
-            .retry_jitter(Duration::from_millis(5))
-            .retry_attempts(10_000)
-            .wait_timeout(TTL * 3),
+        client_over(urls).retry(
+            Retry::new()
+                .delay(Duration::from_millis(5))
+                .jitter(Duration::from_millis(5))
+                .attempts(10_000)
+                .wait(TTL * 3),
+        ),
         None,
     );
     warm(&holder, &env.prefix).await;
@@ -229,8 +235,8 @@ pub async fn s15c(mutant: Option<Mutant>, expect: Expect) -> Outcome {
             Guards::RSV_F.apply(
                 client_over(urls)
                     .ttl(timing.ttl)
-                    .node_timeout(node_timeout)
-                    .retry_attempts(1),
+                    .timeouts(Timeouts::new().node(node_timeout))
+                    .retry(Retry::new().attempts(1)),
                 timing.ttl,
             ),
             mutant,

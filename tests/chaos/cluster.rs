@@ -11,6 +11,7 @@
 //!   lease held keys on another: the bootstrap must refuse (the master that lost its keys
 //!   stays in quarantine), or the lost keys' master votes at once and a contender gets in.
 
+use redquorum::{Retry, Timeouts};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -85,8 +86,7 @@ pub async fn s22(record: bool, second: Second, mutant: Option<Mutant>, expect: E
     // Kept out, it must give up well within the first holder's lease.
     let two = build(
         client_over(pick(&urls, second_list))
-            .retry_attempts(3)
-            .wait_timeout(Duration::from_millis(300)),
+            .retry(Retry::new().attempts(3).wait(Duration::from_millis(300))),
         mutant,
     );
     match second {
@@ -358,8 +358,8 @@ pub async fn s24(mutant: Option<Mutant>, expect: Expect) -> Outcome {
         with(
             client_over(urls.clone())
                 .ttl(HOLD_TTL)
-                .node_timeout(Duration::from_millis(100))
-                .retry_attempts(5),
+                .timeouts(Timeouts::new().node(Duration::from_millis(100)))
+                .retry(Retry::new().attempts(5)),
         ),
         None,
     );
@@ -398,8 +398,7 @@ pub async fn s24(mutant: Option<Mutant>, expect: Expect) -> Outcome {
         with(
             client_over(urls)
                 .ttl(TTL)
-                .retry_attempts(500)
-                .wait_timeout(Duration::from_millis(1200)),
+                .retry(Retry::new().attempts(500).wait(Duration::from_millis(1200))),
         ),
         None,
     );

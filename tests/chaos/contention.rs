@@ -1,5 +1,6 @@
 //! S0 (contention without faults) and S19 (split votes and retry storms).
 
+use redquorum::{Retry, Timeouts, Waiting};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -73,10 +74,12 @@ pub async fn s19(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
         let mut tasks = Vec::new();
         for i in 0..clients {
             let client = build(
-                client_over(urls.clone())
-                    .retry_attempts(3)
-                    .retry_delay(Duration::from_millis(2))
-                    .retry_jitter(jitter),
+                client_over(urls.clone()).retry(
+                    Retry::new()
+                        .attempts(3)
+                        .delay(Duration::from_millis(2))
+                        .jitter(jitter),
+                ),
                 mutant,
             );
             warm(&client, &env.prefix).await;
@@ -233,18 +236,25 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
         with_guards(
             client_over(y_urls)
                 .ttl(ttl)
-                // A late release (two slow replies) must finish within one node timeout.
-                .node_timeout(SLOW_REPLY * 3)
-                // Connecting takes a few slow round trips (with quarantine, the epoch too).
-                .connect_timeout(SLOW_REPLY * 10)
-                .retry_attempts(100_000)
-                .retry_delay(Duration::ZERO)
-                .retry_jitter(Duration::ZERO)
+                .timeouts(
+                    Timeouts::new()
+                        // A late release (two slow replies) must finish within one node
+                        // timeout.
+                        .node(SLOW_REPLY * 3)
+                        // Connecting takes a few slow round trips (with quarantine, the
+                        // epoch too).
+                        .connect(SLOW_REPLY * 10),
+                )
+                .retry(
+                    Retry::new()
+                        .attempts(100_000)
+                        .delay(Duration::ZERO)
+                        .jitter(Duration::ZERO)
+                        .wait(Duration::from_secs(4)),
+                )
                 // Each attempt follows the failed one at once, woken by nothing else
                 // (not queued to be handed the lock either).
-                .notifications(false)
-                .handoff(false)
-                .wait_timeout(Duration::from_secs(4)),
+                .waiting(Waiting::new().notifications(false).handoff(false)),
         ),
         mutant,
     );
@@ -256,7 +266,7 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
         with_guards(
             client_over(direct.clone())
                 .ttl(ttl)
-                .node_timeout(Duration::from_millis(300)),
+                .timeouts(Timeouts::new().node(Duration::from_millis(300))),
         ),
         None,
     );
@@ -264,11 +274,10 @@ pub async fn s19r_with(mutant: Option<Mutant>, expect: Expect, guards: Guards) -
         with_guards(
             client_over(direct.clone())
                 .ttl(ttl)
-                .node_timeout(Duration::from_millis(300))
-                .retry_attempts(1000)
+                .timeouts(Timeouts::new().node(Duration::from_millis(300)))
+                .retry(Retry::new().attempts(1000).wait(SLOW_REPLY * 2))
                 // It keeps trying, as in a storm, rather than queueing.
-                .handoff(false)
-                .wait_timeout(SLOW_REPLY * 2),
+                .waiting(Waiting::new().handoff(false)),
         ),
         None,
     );

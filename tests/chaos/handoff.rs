@@ -13,6 +13,7 @@
 //! overtaken by one that started after its ticket was issued), which must judge a minimum
 //! number of pairs of fair calls in a run that must hold it.
 
+use redquorum::{Retry, Waiting};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -61,9 +62,8 @@ pub fn queue_client(urls: Vec<String>, mutant: Option<Mutant>) -> Redlock {
 fn queue_client_waiting(urls: Vec<String>, mutant: Option<Mutant>, wait: Duration) -> Redlock {
     build(
         client_over(urls)
-            .waiter_ttl(WAITER_TTL)
-            .retry_attempts(100_000)
-            .wait_timeout(wait),
+            .retry(Retry::new().attempts(100_000).wait(wait))
+            .waiting(Waiting::new().waiter_ttl(WAITER_TTL)),
         mutant,
     )
 }
@@ -265,7 +265,7 @@ pub async fn h1(fair: bool, hold: Duration, mutant: Option<Mutant>, expect: Expe
     let holder = build(
         client_over(urls.clone())
             .ttl(holder_ttl)
-            .waiter_ttl(WAITER_TTL),
+            .waiting(Waiting::new().waiter_ttl(WAITER_TTL)),
         mutant,
     );
     warm_up(&holder, &env.prefix).await;
@@ -546,9 +546,8 @@ pub async fn h3(n: usize, fair: bool, mutant: Option<Mutant>, expect: Expect) ->
         build(
             Guards::RSV.apply(
                 client_over(urls.clone())
-                    .waiter_ttl(WAITER_TTL)
-                    .retry_attempts(100_000)
-                    .wait_timeout(WAIT),
+                    .retry(Retry::new().attempts(100_000).wait(WAIT))
+                    .waiting(Waiting::new().waiter_ttl(WAITER_TTL)),
                 ttl_max,
             ),
             mutant,
@@ -714,7 +713,7 @@ pub async fn h5(mutant: Option<Mutant>, expect: Expect) -> Outcome {
     let holder = build(
         client_over(direct.clone())
             .ttl(holder_ttl)
-            .waiter_ttl(WAITER_TTL),
+            .waiting(Waiting::new().waiter_ttl(WAITER_TTL)),
         mutant,
     );
     for client in [&a_client, &b_client, &holder] {

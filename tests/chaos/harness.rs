@@ -1,6 +1,7 @@
 //! The scenario harness: masters (optionally behind fault proxies), an independent checker
 //! store, contending in-process workers, phases, seeded schedules, checks and the report.
 
+use redquorum::{Retry, Timeouts};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -1068,12 +1069,18 @@ pub fn client_over(urls: Vec<String>) -> Builder {
         .quarantine(false)
         .masters(urls)
         .ttl(TTL)
-        .node_timeout(NODE_TIMEOUT)
-        .connect_timeout(Duration::from_millis(500))
-        .retry_attempts(50)
-        .retry_delay(RETRY_DELAY)
-        .retry_jitter(RETRY_JITTER)
-        .wait_timeout(Duration::from_secs(2))
+        .timeouts(
+            Timeouts::new()
+                .node(NODE_TIMEOUT)
+                .connect(Duration::from_millis(500)),
+        )
+        .retry(
+            Retry::new()
+                .attempts(50)
+                .delay(RETRY_DELAY)
+                .jitter(RETRY_JITTER)
+                .wait(Duration::from_secs(2)),
+        )
 }
 
 /// Which protections of docs/testing.md §3 a scenario's clients use beyond baseline Redlock.

@@ -28,6 +28,7 @@
 //! (one round trip). Scripts are now preloaded at connect; S19r flushes a master's script
 //! cache under open connections to bring the reordering back (see `contention::s19r`).
 
+use redquorum::{Retry, Timeouts};
 use std::time::Duration;
 
 use redquorum::ErrorKind;
@@ -48,8 +49,8 @@ async fn release_on_a_master_without_the_script_within_the_node_timeout() {
         .quarantine(false)
         .master(proxy.url())
         .ttl(Duration::from_secs(3))
-        .node_timeout(Duration::from_millis(70))
-        .retry_attempts(5)
+        .timeouts(Timeouts::new().node(Duration::from_millis(70)))
+        .retry(Retry::new().attempts(5))
         .build()
         .unwrap();
     let key = crate::support::unique_key("noscript");

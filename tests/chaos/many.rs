@@ -4,6 +4,7 @@
 //! run per resource. S29, a holder of `{x, y}` frozen past its TTL (S12's frozen client
 //! process, holding two resources).
 
+use redquorum::Retry;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -233,8 +234,7 @@ pub async fn s29(n: usize, expect: Expect, guards: Guards) -> Outcome {
         guards.apply(
             client_over(urls)
                 .ttl(ttl)
-                .retry_attempts(500)
-                .wait_timeout(ttl * 3),
+                .retry(Retry::new().attempts(500).wait(ttl * 3)),
             ttl,
         ),
         None,

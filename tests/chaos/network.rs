@@ -1,5 +1,6 @@
 //! S10 (slow links), S10c (a slow client path, used up validity) and S11 (partitions).
 
+use redquorum::{Retry, Timeouts};
 use std::time::Duration;
 
 use redquorum::Mutant;
@@ -118,11 +119,14 @@ pub async fn s10c(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
         build(
             client_over(slow_urls.clone())
                 .ttl(ttl)
-                .node_timeout(SLOW_NODE_TIMEOUT)
-                // Connecting takes two slow round trips: the handshake, then reading the
-                // master's run_id and cluster record.
-                .connect_timeout(SLOW_REPLY * 4)
-                .wait_timeout(SLOW_WAIT),
+                .timeouts(
+                    Timeouts::new()
+                        .node(SLOW_NODE_TIMEOUT)
+                        // Connecting takes two slow round trips: the handshake, then
+                        // reading the master's run_id and cluster record.
+                        .connect(SLOW_REPLY * 4),
+                )
+                .retry(Retry::new().wait(SLOW_WAIT)),
             mutant,
         )
     });
@@ -233,7 +237,7 @@ async fn s11b_holder_client_partitioned_n3() {
         paths.push(Proxy::for_server(server).await.unwrap());
     }
     let holder = build(
-        client_over(paths.iter().map(Proxy::url).collect()).retry_attempts(200),
+        client_over(paths.iter().map(Proxy::url).collect()).retry(Retry::new().attempts(200)),
         None,
     );
     warm(&holder, &env.prefix).await;

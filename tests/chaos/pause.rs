@@ -1,5 +1,6 @@
 //! S3 (a minority stalls: SIGSTOP, DEBUG SLEEP, CLIENT PAUSE) and S4 (SIGSTOP a majority).
 
+use redquorum::{Retry, Waiting};
 use std::time::Duration;
 
 use futures::future::try_join_all;
@@ -131,10 +132,8 @@ pub async fn s4(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
         // waiter's attempts are its refreshes; the H scenarios and tests/handoff.rs bound
         // those.
         let client = client_over(urls.clone())
-            .retry_attempts(S4_ATTEMPTS)
-            .notifications(false)
-            .handoff(false)
-            .wait_timeout(S4_WAIT);
+            .retry(Retry::new().attempts(S4_ATTEMPTS).wait(S4_WAIT))
+            .waiting(Waiting::new().notifications(false).handoff(false));
         build(client, mutant)
     });
     sleep(

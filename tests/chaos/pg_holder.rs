@@ -24,6 +24,7 @@
 #[path = "event.rs"]
 mod event;
 
+use redquorum::{Retry, Timeouts};
 use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -121,8 +122,8 @@ async fn run(args: Args) -> Result<(), String> {
         .fencing(true)
         .masters(&args.masters)
         .ttl(args.ttl)
-        .node_timeout(Duration::from_millis(50))
-        .retry_attempts(50)
+        .timeouts(Timeouts::new().node(Duration::from_millis(50)))
+        .retry(Retry::new().attempts(50))
         .build()
         .map_err(|e| e.to_string())?;
     let (mut db, connection) = tokio_postgres::connect(&args.pg, tokio_postgres::NoTls)

@@ -5,6 +5,7 @@
 //! outside its section while a minority master is down and comes back, then re-enters and
 //! goes on only if the re-entry says the lease is valid.
 
+use redquorum::Retry;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -204,7 +205,7 @@ pub async fn s26r(mutant: Option<Mutant>, expect: Expect) -> Outcome {
     let contender = build(
         client_over(urls.clone())
             .ttl(ttl)
-            .wait_timeout(Duration::from_secs(3)),
+            .retry(Retry::new().wait(Duration::from_secs(3))),
         mutant,
     );
     warm(&holder, &env.prefix).await;

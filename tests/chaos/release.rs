@@ -1,6 +1,7 @@
 //! S17 (extensions while masters fail) and S18 (release after expiry, once another client
 //! holds the lock).
 
+use redquorum::Retry;
 use std::time::Duration;
 
 use redquorum::Mutant;
@@ -116,8 +117,7 @@ pub async fn s18(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
         build(
             client_over(urls.clone())
                 .ttl(ttl)
-                .retry_attempts(attempts)
-                .wait_timeout(wait),
+                .retry(Retry::new().attempts(attempts).wait(wait)),
             mutant,
         )
     };

@@ -9,6 +9,7 @@
 //! protection (restart quarantine, fencing) keeps it out, which turns the expectation to HOLD
 //! in one line below.
 
+use redquorum::{Retry, Timeouts};
 use std::time::Duration;
 
 use redis::AsyncCommands as _;
@@ -106,8 +107,8 @@ pub async fn bare_majority_with(
         guards.apply(
             client_over(urls.clone())
                 .ttl(HOLD_TTL)
-                .node_timeout(Duration::from_millis(100))
-                .retry_attempts(5),
+                .timeouts(Timeouts::new().node(Duration::from_millis(100)))
+                .retry(Retry::new().attempts(5)),
             HOLD_TTL,
         ),
         variant.mutant,
@@ -205,8 +206,7 @@ pub async fn bare_majority_with(
         guards.apply(
             client_over(urls)
                 .ttl(TTL)
-                .retry_attempts(500)
-                .wait_timeout(Duration::from_millis(1200)),
+                .retry(Retry::new().attempts(500).wait(Duration::from_millis(1200))),
             HOLD_TTL,
         ),
         variant.mutant,
@@ -270,10 +270,11 @@ async fn delayed_restart(
     }
     let restart_after = HOLD_TTL.mul_f64(1.01) + Duration::from_millis(200);
     let contender = build(
-        client_over(urls)
-            .ttl(TTL)
-            .retry_attempts(10_000)
-            .wait_timeout(restart_after + Duration::from_secs(2)),
+        client_over(urls).ttl(TTL).retry(
+            Retry::new()
+                .attempts(10_000)
+                .wait(restart_after + Duration::from_secs(2)),
+        ),
         None,
     );
     let rec = env.history.recorder("S6-contender", &resource);

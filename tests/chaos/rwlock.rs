@@ -7,6 +7,7 @@
 //!
 //! Checker 1 is mode-aware: read sections may overlap each other, never a write section.
 
+use redquorum::Retry;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -60,13 +61,14 @@ async fn rw_worker(
             )
             .await;
             if rng.below(4) == 0 {
+                let mut lease = lease;
                 match lease.downgrade().await {
-                    Ok(read) => {
-                        rec.downgraded(&read);
+                    Ok(()) => {
+                        rec.downgraded(&lease);
                         read_section(&mut rec, &mut store, &mut rng).await;
-                        release(&mut rec, read).await;
+                        release(&mut rec, lease).await;
                     }
-                    Err(e) => rec.rel(&format!("downgrade failed: {:?}", e.error().kind())),
+                    Err(e) => rec.rel(&format!("downgrade failed: {:?}", e.kind())),
                 }
             } else {
                 release(&mut rec, lease).await;
@@ -191,7 +193,9 @@ pub async fn rw2(n: usize, expect: Expect, guards: Guards) -> Outcome {
     let builder = || {
         build(
             guards.apply(
-                client_over(urls.clone()).ttl(ttl).wait_timeout(ttl * 3),
+                client_over(urls.clone())
+                    .ttl(ttl)
+                    .retry(Retry::new().wait(ttl * 3)),
                 ttl,
             ),
             None,
@@ -299,17 +303,13 @@ pub async fn rw3(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {
     let clients: Vec<Redlock> = (0..3)
         .map(|_| {
             build(
-                client_over(urls.clone())
-                    .retry_attempts(10_000)
-                    .wait_timeout(stream * 2),
+                client_over(urls.clone()).retry(Retry::new().attempts(10_000).wait(stream * 2)),
                 mutant,
             )
         })
         .collect();
     let writer = build(
-        client_over(urls.clone())
-            .retry_attempts(10_000)
-            .wait_timeout(stream * 2),
+        client_over(urls.clone()).retry(Retry::new().attempts(10_000).wait(stream * 2)),
         mutant,
     );
     for client in clients.iter().chain([&writer]) {

@@ -6,6 +6,7 @@
 //! (an extension never sets a force-unlocked key again), so the next acquirer gets in at
 //! once.
 
+use redquorum::{Retry, Watchdog};
 use std::time::Duration;
 
 use redquorum::{LostReason, Mutant, Redlock};
@@ -19,10 +20,15 @@ use crate::history::now_ns;
 fn fenced(urls: &[String], ttl: Duration, watchdog: bool, mutant: Option<Mutant>) -> Redlock {
     let builder = client_over(urls.to_vec())
         .ttl(ttl)
-        .extend_interval(ttl / 4)
-        .watchdog(watchdog)
-        .wait_timeout(ttl * 3)
-        .retry_attempts(1000);
+        .retry(Retry::new().wait(ttl * 3).attempts(1000))
+        .watchdog(
+            (if watchdog {
+                Watchdog::on()
+            } else {
+                Watchdog::off()
+            })
+            .interval(ttl / 4),
+        );
     build(Guards::RSV_F.apply(builder, ttl), mutant)
 }
 

@@ -8,6 +8,7 @@
     unreachable_pub
 )]
 
+use redquorum::{Retry, Timeouts};
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -101,9 +102,12 @@ pub fn client(cluster: &Cluster) -> redquorum::Builder {
         .quarantine(false)
         .masters(cluster.urls())
         .ttl(Duration::from_secs(5))
-        .node_timeout(Duration::from_millis(200))
-        .retry_delay(Duration::from_millis(5))
-        .retry_jitter(Duration::from_millis(10))
+        .timeouts(Timeouts::new().node(Duration::from_millis(200)))
+        .retry(
+            Retry::new()
+                .delay(Duration::from_millis(5))
+                .jitter(Duration::from_millis(10)),
+        )
 }
 
 /// Waits until `client` can lock: until brand-new masters left restart quarantine.

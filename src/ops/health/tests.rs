@@ -459,8 +459,7 @@ impl Master for Fake {
 async fn a_master_that_never_answers_is_cut_at_the_bound() {
     let config = crate::config::Builder::new()
         .masters(["redis://127.0.0.1:1", "redis://127.0.0.1:2"])
-        .connect_timeout("300ms")
-        .node_timeout("200ms")
+        .timeouts(crate::Timeouts::new().connect("300ms").node("200ms"))
         .key_prefix("locks:")
         .into_config()
         .unwrap_or_else(|e| panic!("{e}"));

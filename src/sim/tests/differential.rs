@@ -578,7 +578,7 @@ impl<'a> Sequence<'a> {
         let config = Builder::new()
             .master(real.server.url())
             .quarantine(false)
-            .connect_timeout(timeout)
+            .timeouts(crate::Timeouts::new().connect(timeout))
             .into_config()
             .unwrap();
         let view = Redlock::view_of(&config);

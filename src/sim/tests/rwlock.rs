@@ -266,13 +266,13 @@ async fn rw_client(
         let mut held = Some(first);
         for _ in 0..rng.random_range(0..3u32) {
             tokio::time::sleep(ttl.mul_f64(rng.random_range(0.05..0.4))).await;
-            let Some(lease) = held.take() else { break };
+            let Some(mut lease) = held.take() else { break };
             if lease.mode() == LeaseMode::Write && rng.random_bool(0.3) {
                 set_released(id, at(tokio::time::Instant::now()));
                 let called = tokio::time::Instant::now();
-                if let Ok(read) = lease.downgrade().await {
-                    id = add(record(&read, Some(id), called, false));
-                    held = Some(read);
+                if lease.downgrade().await.is_ok() {
+                    id = add(record(&lease, Some(id), called, false));
+                    held = Some(lease);
                 }
                 continue;
             }

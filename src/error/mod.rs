@@ -97,7 +97,12 @@ impl fmt::Display for MasterReport {
     }
 }
 
-/// The kind of a [`MasterError`].
+/// The kind of a [`MasterError`]: why one master failed.
+///
+/// Six names are shared with [`ErrorKind`], each meaning one cause: `Auth`, `Tls`,
+/// `Misconfigured`, `ClusterMismatch`, `WrongKind` and `LimitMismatch` here say that one
+/// master failed for that cause; the [`ErrorKind`] of the same name says that an operation
+/// failed because of masters that failed for it (see each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum MasterErrorKind {
@@ -120,13 +125,15 @@ pub enum MasterErrorKind {
     Other,
     /// Restart quarantine: the master may have lost lock keys and does not vote yet.
     Abstained,
-    /// The master's configuration can lose lock keys (an evicting `maxmemory-policy`), so
-    /// it never votes.
+    /// The master is unfit to hold locks, and will be until its configuration or data is
+    /// changed: its configuration can lose lock keys (an evicting `maxmemory-policy`); it
+    /// is not durable where fencing tokens need it to be; or it has no cluster record in an
+    /// initialised cluster (or carries another member's), so this client cannot tell which
+    /// member it is. It never votes for this client.
     Misconfigured,
     /// The master's cluster record does not agree with this client's configuration (other
     /// masters, quorum, `ttl_max`, drift factor or key prefix), or this client reaches it
-    /// twice, or it lost its record in an initialised cluster and this client cannot tell
-    /// which member it was: it never votes for this client.
+    /// twice: it never votes for this client.
     ClusterMismatch,
     /// The name holds another kind of lock than the one asked for.
     WrongKind,
@@ -294,87 +301,6 @@ impl StdError for MasterError {
     }
 }
 
-/// The TLS failure inside `err`, if it is one: what went wrong and what to change.
-///
-/// The rustls error travels inside the I/O error of the handshake (or, for settings the
-/// redis client refuses, as its own source). A rustls error is a fault of certificates or
-/// settings, not of the network: it does not heal by retrying.
-#[cfg(feature = "tls")]
-fn tls_failure(err: &redis::RedisError) -> Option<String> {
-    use rustls::{AlertDescription as Alert, CertificateError as Cert, Error as Tls};
-
-    let mut cause: Option<&(dyn StdError + 'static)> = StdError::source(err);
-    let mut found = None;
-    while let Some(mut e) = cause {
-        // The redis client keeps its causes behind an `Arc`, whose `source` would skip
-        // the error the `io::Error` wraps: look inside it.
-        if let Some(inner) = e.downcast_ref::<Arc<dyn StdError + Send + Sync>>() {
-            e = &**inner;
-        }
-        if let Some(tls) = e.downcast_ref::<Tls>() {
-            found = Some(tls);
-            break;
-        }
-        if let Some(io) = e.downcast_ref::<std::io::Error>()
-            && let Some(tls) = io.get_ref().and_then(|inner| inner.downcast_ref::<Tls>())
-        {
-            found = Some(tls);
-            break;
-        }
-        if e.downcast_ref::<rustls::pki_types::InvalidDnsNameError>()
-            .is_some()
-        {
-            return Some(format!(
-                "TLS: the host in the URL is not a valid DNS name or IP address ({err}): \
-                 fix the master's URL"
-            ));
-        }
-        cause = e.source();
-    }
-    let tls = found?;
-    let advice = match tls {
-        Tls::InvalidCertificate(Cert::UnknownIssuer | Cert::BadSignature) => {
-            "the master's certificate is not signed by a trusted CA: give the CA that signed \
-             it with Builder::tls_ca_pem or Builder::tls_ca_file (or install it in the \
-             system's trust store)"
-        }
-        Tls::InvalidCertificate(Cert::NotValidForName | Cert::NotValidForNameContext { .. }) => {
-            "the master's certificate is not issued for the host in its URL: connect by a name \
-             or address the certificate lists, or get a certificate that names this host"
-        }
-        Tls::InvalidCertificate(
-            Cert::Expired | Cert::ExpiredContext { .. } | Cert::NotValidYet,
-        )
-        | Tls::InvalidCertificate(Cert::NotValidYetContext { .. }) => {
-            "the master's certificate is outside its validity period: renew it (or fix the \
-             clock)"
-        }
-        Tls::InvalidCertificate(_) | Tls::NoCertificatesPresented => {
-            "the master's certificate cannot be used: check its certificate and the CA given \
-             to the builder"
-        }
-        Tls::AlertReceived(
-            Alert::CertificateRequired
-            | Alert::BadCertificate
-            | Alert::UnknownCA
-            | Alert::CertificateUnknown
-            | Alert::UnsupportedCertificate
-            | Alert::CertificateExpired
-            | Alert::AccessDenied,
-        ) => {
-            "the master refused this client's certificate (or wants one): give a client \
-             certificate its tls-ca-cert-file trusts with Builder::tls_client_cert_pem or \
-             Builder::tls_client_cert_files"
-        }
-        Tls::InvalidMessage(_) | Tls::InappropriateMessage { .. } => {
-            "the peer does not answer in TLS on this port: use redis:// for a port without \
-             TLS, or the master's tls-port"
-        }
-        _ => "check the master's TLS settings and the certificates given to the builder",
-    };
-    Some(format!("TLS handshake failed ({tls}): {advice}"))
-}
-
 /// What kind of failure an [`Error`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -399,12 +325,20 @@ pub enum ErrorKind {
     LeaseLost,
     /// Per-call options that do not fit the client's configuration.
     InvalidOptions,
+    /// A setting given to the [`Builder`](crate::Builder) cannot work, found by
+    /// [`Builder::build`](crate::Builder::build) before any lock is attempted:
+    /// [`Error::setting`] names it (the first one, when several cannot work), the message
+    /// says what to change, and [`Error::problems`] gives each problem as an error of its
+    /// own. Not retryable: change the setting.
+    InvalidConfig,
     /// The lock was granted, but no quorum confirmed a fencing token within its validity;
     /// the lock was released again.
     FencingFailed,
-    /// So many masters refused authentication (wrong user or password in the URL, or
-    /// missing ACL permissions) that no quorum is possible. Not retryable: fix the URLs or
-    /// the masters' ACLs.
+    /// Masters that fail for good ([`MasterErrorKind::Auth`], [`MasterErrorKind::Tls`],
+    /// [`MasterErrorKind::Misconfigured`]) leave no quorum, and some of them refused
+    /// authentication (wrong user or password in the URL, or missing ACL permissions) while
+    /// none failed the TLS handshake. Not retryable: fix the URLs or the masters' ACLs; the
+    /// detail names each master and what to change.
     Auth,
     /// The resource name is empty, longer than
     /// [`MAX_RESOURCE_LEN`](crate::limits::MAX_RESOURCE_LEN) bytes, or makes a key (behind
@@ -418,21 +352,26 @@ pub enum ErrorKind {
     /// they may have lost lock keys (new masters abstain once, for `ttl_max`). Retryable:
     /// [`Error::retry_after`] says when enough of them vote again.
     NotEnoughVoters,
-    /// So many masters are unfit for what was asked that no quorum is possible, and that
-    /// will not change by itself: an evicting `maxmemory-policy` (which can lose lock keys),
-    /// or, for fencing tokens, masters that are not durable. Not retryable: the masters'
+    /// So many masters are unfit ([`MasterErrorKind::Misconfigured`]: an evicting
+    /// `maxmemory-policy`, which can lose lock keys; for fencing tokens, masters that are
+    /// not durable; no cluster record this client can place) that no quorum is possible,
+    /// and that will not change by itself; no master among those that fail for good
+    /// refused authentication or failed the TLS handshake. Not retryable: the masters'
     /// reports say which, and what to change.
     Misconfigured,
-    /// A master's cluster record does not agree with this client's configuration: the
+    /// A master failed with [`MasterErrorKind::ClusterMismatch`], a refusal no quorum
+    /// outvotes: its cluster record does not agree with this client's configuration: the
     /// masters, the quorum, `ttl_max`, the drift factor or the key prefix differ from those
     /// the cluster was initialised with ([`Redlock::init_cluster`](crate::Redlock::init_cluster)),
     /// or one server is listed twice. Every grant of the attempt was released. Not
     /// retryable: the masters' reports name each master and the difference.
     ClusterMismatch,
-    /// The name holds another kind of lock (a semaphore, a read-write lock) than the one
-    /// asked for. Not retryable: use another name, or the kind that holds it.
+    /// A master failed with [`MasterErrorKind::WrongKind`]: the name holds another kind of
+    /// lock (a semaphore, a read-write lock) than the one asked for. Not retryable: use
+    /// another name, or the kind that holds it.
     WrongKind,
-    /// A master stores another limit for the semaphore than this client's
+    /// A master failed with [`MasterErrorKind::LimitMismatch`]: it stores another limit
+    /// for the semaphore than this client's
     /// ([`Redlock::semaphore`](crate::Redlock::semaphore)), whether permits are held or
     /// not: clients of one semaphore disagree on its limit. The attempt's grants were
     /// released and nothing is held. Not retryable: give this client the stored limit (the
@@ -444,7 +383,9 @@ pub enum ErrorKind {
     /// Nothing was written. Not retryable as it stands: let the locks expire or use a fresh
     /// prefix; the detail names each master and a key it holds.
     ClusterNotEmpty,
-    /// So many masters failed the TLS handshake that no quorum is possible: a certificate
+    /// Masters that fail for good ([`MasterErrorKind::Tls`], [`MasterErrorKind::Auth`],
+    /// [`MasterErrorKind::Misconfigured`]) leave no quorum, and some of them failed the TLS
+    /// handshake ([`MasterErrorKind::Tls`]): a certificate
     /// signed by another CA than the one given to the builder, not issued for the host in
     /// the URL, or expired; a client certificate the master refused or requires; or a peer
     /// that answered something other than TLS. Not retryable: the masters' reports name
@@ -472,6 +413,18 @@ pub struct Error {
     masters: Vec<MasterReport>,
     attempts: u32,
     retry_at: Option<tokio::time::Instant>,
+    /// What an [`ErrorKind::InvalidConfig`] is about; kept behind a pointer so that the
+    /// errors of every other kind stay small.
+    config: Option<Arc<ConfigProblem>>,
+}
+
+/// The setting an [`ErrorKind::InvalidConfig`] is about, and each problem when several
+/// settings cannot work.
+#[derive(Debug)]
+struct ConfigProblem {
+    setting: Option<&'static str>,
+    /// Each problem, each an [`ErrorKind::InvalidConfig`] error; empty for one problem.
+    problems: Vec<Error>,
 }
 
 impl Error {
@@ -483,6 +436,38 @@ impl Error {
             masters: Vec::new(),
             attempts: 0,
             retry_at: None,
+            config: None,
+        }
+    }
+
+    /// A setting that cannot work ([`ErrorKind::InvalidConfig`]): `message` says what is
+    /// wrong and what to change.
+    pub(crate) fn invalid_config(setting: Option<&'static str>, message: String) -> Self {
+        Self {
+            config: Some(Arc::new(ConfigProblem {
+                setting,
+                problems: Vec::new(),
+            })),
+            ..Self::new(ErrorKind::InvalidConfig, "").with_detail(message)
+        }
+    }
+
+    /// Several settings that cannot work, each an [`ErrorKind::InvalidConfig`] error, in
+    /// the order they were checked (at least two).
+    pub(crate) fn invalid_configs(problems: Vec<Error>) -> Self {
+        let listed = problems
+            .iter()
+            .enumerate()
+            .map(|(i, problem)| format!("({}) {}", i + 1, problem.detail().unwrap_or_default()))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let message = format!("{} settings cannot work: {listed}", problems.len());
+        Self {
+            config: Some(Arc::new(ConfigProblem {
+                setting: problems.first().and_then(|p| p.setting()),
+                problems,
+            })),
+            ..Self::new(ErrorKind::InvalidConfig, "").with_detail(message)
         }
     }
 
@@ -512,8 +497,9 @@ impl Error {
         self
     }
 
-    /// The detail after the kind's words in the message, if any.
-    pub(crate) fn detail(&self) -> Option<&str> {
+    /// The detail after the kind's words in the message, if any: what went wrong and,
+    /// where something must change, what to change.
+    pub fn detail(&self) -> Option<&str> {
         self.detail.as_deref()
     }
 
@@ -525,6 +511,45 @@ impl Error {
     /// The resource (lock name, without the key prefix) the operation was about.
     pub fn resource(&self) -> &str {
         &self.resource
+    }
+
+    /// The setting an [`ErrorKind::InvalidConfig`] error is about, as its errors name it
+    /// (`ttl`, `node_timeout`, `retry_delay`, `masters`, …; each setter's documentation
+    /// gives its name): the first one when several cannot work. `None` for other kinds.
+    ///
+    /// ```
+    /// use redquorum::{ErrorKind, Redlock, Timeouts};
+    ///
+    /// let err = Redlock::builder()
+    ///     .master("redis://127.0.0.1:7001")
+    ///     .timeouts(Timeouts::new().node("0s"))
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+    /// assert_eq!(err.setting(), Some("node_timeout"));
+    /// ```
+    pub fn setting(&self) -> Option<&'static str> {
+        self.config.as_ref().and_then(|c| c.setting)
+    }
+
+    /// Every problem [`Builder::build`](crate::Builder::build) found, in the order the
+    /// settings are checked, each an [`ErrorKind::InvalidConfig`] error with its own
+    /// [`setting`](Error::setting) and message: this error alone when there is one (and for
+    /// every other kind of error), or each of several, which this error's message lists.
+    ///
+    /// ```
+    /// use redquorum::{ErrorKind, Redlock};
+    ///
+    /// let err = Redlock::builder().ttl("0s").build().unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+    /// let settings: Vec<_> = err.problems().iter().map(|p| p.setting()).collect();
+    /// assert_eq!(settings, [Some("masters"), Some("ttl")]);
+    /// ```
+    pub fn problems(&self) -> &[Error] {
+        match &self.config {
+            Some(config) if !config.problems.is_empty() => &config.problems,
+            _ => std::slice::from_ref(self),
+        }
     }
 
     /// Each master's outcome in the last round (empty when no round was run).
@@ -575,6 +600,7 @@ impl fmt::Debug for Error {
             .field("detail", &self.detail)
             .field("masters", &self.masters)
             .field("attempts", &self.attempts)
+            .field("setting", &self.setting())
             .finish()
     }
 }
@@ -593,6 +619,7 @@ impl fmt::Display for Error {
             ErrorKind::WaitTimeout => write!(f, "gave up waiting for lock {r}")?,
             ErrorKind::LeaseLost => write!(f, "lease on {r} is lost")?,
             ErrorKind::InvalidOptions => write!(f, "invalid options for {r}")?,
+            ErrorKind::InvalidConfig => f.write_str("invalid configuration")?,
             ErrorKind::Auth => write!(f, "masters refused authentication for {r}")?,
             ErrorKind::Tls => write!(f, "TLS to the masters failed for {r}")?,
             ErrorKind::InvalidResource => write!(f, "invalid resource name {r}")?,
@@ -701,88 +728,8 @@ pub(crate) fn human(d: Duration) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn long_names_are_shortened_on_a_character_boundary() {
-        assert_eq!(ShortName("orders:42").to_string(), "\"orders:42\"");
-        let long = format!("{}é{}", "a".repeat(63), "b".repeat(1000));
-        let shown = ShortName(&long).to_string();
-        assert_eq!(shown, format!("\"{}…\" (1065 bytes)", "a".repeat(63)));
-        let error = Error::new(ErrorKind::InvalidResource, long.as_str());
-        assert!(error.to_string().len() < 200, "{error}");
-        assert!(format!("{error:?}").len() < 200, "{error:?}");
-    }
-
-    /// Bytes that are no Redis reply say that the peer does not speak the protocol, on
-    /// one line; a reply of an unexpected type (the same kind of redis error) keeps its
-    /// own words.
-    #[test]
-    fn only_bytes_that_are_no_reply_read_as_another_protocol() {
-        let garbage = redis::parse_redis_value(b"HTTP/1.1 400 Bad Request\r\n\r\n").unwrap_err();
-        let error = MasterError::from_redis(garbage);
-        assert_eq!(error.kind(), MasterErrorKind::Protocol, "{error}");
-        assert!(
-            error
-                .to_string()
-                .contains("does not speak the Redis protocol"),
-            "{error}"
-        );
-        assert!(!error.to_string().contains('\n'), "{error:?}");
-        let typed =
-            redis::from_redis_value::<i64>(redis::Value::SimpleString("x".into())).unwrap_err();
-        let error = MasterError::from_redis(redis::RedisError::from(typed));
-        assert_eq!(error.kind(), MasterErrorKind::Protocol, "{error}");
-        assert!(!error.to_string().contains("Redis protocol"), "{error}");
-    }
-
-    /// Each handshake failure the testkit cannot stage (an expired certificate, one not
-    /// valid yet) is classified like those it can: permanent, saying what to change; a
-    /// network fault is not.
-    #[cfg(feature = "tls")]
-    #[test]
-    fn tls_failures_are_permanent_and_say_what_to_change() {
-        use rustls::{AlertDescription as Alert, CertificateError as Cert, Error as Tls};
-
-        let cases = [
-            (
-                Tls::InvalidCertificate(Cert::UnknownIssuer),
-                "not signed by a trusted CA",
-            ),
-            (
-                Tls::InvalidCertificate(Cert::NotValidForName),
-                "not issued for the host",
-            ),
-            (
-                Tls::InvalidCertificate(Cert::Expired),
-                "outside its validity period",
-            ),
-            (
-                Tls::InvalidCertificate(Cert::NotValidYet),
-                "outside its validity period",
-            ),
-            (
-                Tls::AlertReceived(Alert::CertificateRequired),
-                "tls_client_cert",
-            ),
-            (Tls::AlertReceived(Alert::UnknownCA), "tls_client_cert"),
-            (
-                Tls::InvalidMessage(rustls::InvalidMessage::InvalidContentType),
-                "does not answer in TLS",
-            ),
-        ];
-        for (tls, says) in cases {
-            let shown = tls.to_string();
-            let io = std::io::Error::new(std::io::ErrorKind::InvalidData, tls);
-            let error = MasterError::from_redis(redis::RedisError::from(io));
-            assert_eq!(error.kind(), MasterErrorKind::Tls, "{shown}: {error}");
-            assert!(error.kind().is_permanent(), "{error}");
-            assert!(error.to_string().contains(says), "{shown}: {error}");
-        }
-        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
-        let error = MasterError::from_redis(redis::RedisError::from(reset));
-        assert_eq!(error.kind(), MasterErrorKind::Io, "{error}");
-        assert!(!error.kind().is_permanent());
-    }
-}
+mod tests;
+#[cfg(feature = "tls")]
+mod tls;
+#[cfg(feature = "tls")]
+use tls::tls_failure;

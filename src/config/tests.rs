@@ -1,0 +1,107 @@
+//! Unit tests of the builder's parts that need no master.
+
+use super::*;
+use crate::{Retry, Tls};
+
+#[test]
+fn redacts_passwords() {
+    assert_eq!(
+        redact("redis://user:secret@127.0.0.1:7001/0"),
+        "redis://user:***@127.0.0.1:7001/0"
+    );
+    assert_eq!(redact("redis://127.0.0.1:7001"), "redis://127.0.0.1:7001");
+    let unix = redact("redis+unix:///tmp/r.sock?user=u&pass=secret");
+    assert!(!unix.contains("secret"), "{unix}");
+    assert_eq!(redact("redis://:sec ret@host:1"), "redis://:***@host:1");
+}
+
+#[test]
+fn rediss_urls_build_only_with_the_tls_feature() {
+    let built = Builder::new()
+        .master("rediss://127.0.0.1:7001")
+        .into_config();
+    if cfg!(feature = "tls") {
+        let config = built.unwrap();
+        assert!(is_tls(&config.masters[0].info));
+    } else {
+        let err = built.unwrap_err();
+        assert!(matches!(err, Problem::InvalidUrl { .. }), "{err}");
+        assert!(err.to_string().contains("`tls` feature"), "{err}");
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+#[test]
+fn tls_settings_need_the_tls_feature() {
+    let err = Builder::new()
+        .master("redis://127.0.0.1:7001")
+        .tls(Tls::new().ca_file("/etc/ssl/ca.pem"))
+        .into_config()
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Problem::Tls {
+                setting: "tls_ca_file",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("`tls` feature"), "{err}");
+}
+
+#[test]
+fn debug_never_shows_a_client_key() {
+    let builder = Builder::new().master("rediss://127.0.0.1:7001").tls(
+        Tls::new()
+            .ca_pem("CA-PEM-TEXT")
+            .client_cert_pem("CERT-PEM-TEXT", "KEY-PEM-SECRET"),
+    );
+    let shown = format!("{builder:?} {builder:#?}");
+    assert!(!shown.contains("KEY-PEM-SECRET"), "{shown}");
+    assert!(shown.contains("client_key: Some(\"***\")"), "{shown}");
+    let files = Builder::new().tls(Tls::new().client_cert_files("/c.pem", "/k.pem"));
+    assert!(format!("{files:?}").contains("/k.pem"));
+}
+
+#[test]
+fn exponential_backoff_doubles_up_to_max() {
+    let policy = RetryPolicy {
+        attempts: None,
+        delay: Duration::from_millis(10),
+        jitter: Duration::ZERO,
+        backoff: Backoff::Exponential {
+            max: Duration::from_millis(70),
+        },
+    };
+    let delays: Vec<u128> = (1..=6).map(|a| policy.base_delay(a).as_millis()).collect();
+    assert_eq!(delays, [10, 20, 40, 70, 70, 70]);
+    assert_eq!(policy.base_delay(u32::MAX), Duration::from_millis(70));
+}
+
+#[test]
+fn jitter_follows_the_retry_delay_unless_set() {
+    let config = |b: Builder| b.master("redis://127.0.0.1:7001").into_config().unwrap();
+    let follows = config(Builder::new().retry(Retry::new().delay("10ms")));
+    assert_eq!(follows.retry.jitter, Duration::from_millis(10));
+    let set = config(Builder::new().retry(Retry::new().delay("10ms").jitter("0ms")));
+    assert_eq!(set.retry.jitter, Duration::ZERO);
+    let default = config(Builder::new());
+    assert_eq!(default.retry.jitter, defaults::RETRY_JITTER);
+    assert_eq!(default.retry.delay, defaults::RETRY_DELAY);
+}
+
+#[test]
+fn jitter_stays_within_bounds() {
+    let policy = RetryPolicy {
+        attempts: None,
+        delay: Duration::from_millis(10),
+        jitter: Duration::from_millis(5),
+        backoff: Backoff::Fixed,
+    };
+    for _ in 0..1000 {
+        let d = policy.delay(1);
+        assert!(d >= Duration::from_millis(10) && d <= Duration::from_millis(15));
+    }
+}

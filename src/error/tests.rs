@@ -1,0 +1,84 @@
+//! Unit tests of the errors' messages and of the classification of master failures.
+
+use super::*;
+
+#[test]
+fn long_names_are_shortened_on_a_character_boundary() {
+    assert_eq!(ShortName("orders:42").to_string(), "\"orders:42\"");
+    let long = format!("{}é{}", "a".repeat(63), "b".repeat(1000));
+    let shown = ShortName(&long).to_string();
+    assert_eq!(shown, format!("\"{}…\" (1065 bytes)", "a".repeat(63)));
+    let error = Error::new(ErrorKind::InvalidResource, long.as_str());
+    assert!(error.to_string().len() < 200, "{error}");
+    assert!(format!("{error:?}").len() < 200, "{error:?}");
+}
+
+/// Bytes that are no Redis reply say that the peer does not speak the protocol, on
+/// one line; a reply of an unexpected type (the same kind of redis error) keeps its
+/// own words.
+#[test]
+fn only_bytes_that_are_no_reply_read_as_another_protocol() {
+    let garbage = redis::parse_redis_value(b"HTTP/1.1 400 Bad Request\r\n\r\n").unwrap_err();
+    let error = MasterError::from_redis(garbage);
+    assert_eq!(error.kind(), MasterErrorKind::Protocol, "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("does not speak the Redis protocol"),
+        "{error}"
+    );
+    assert!(!error.to_string().contains('\n'), "{error:?}");
+    let typed = redis::from_redis_value::<i64>(redis::Value::SimpleString("x".into())).unwrap_err();
+    let error = MasterError::from_redis(redis::RedisError::from(typed));
+    assert_eq!(error.kind(), MasterErrorKind::Protocol, "{error}");
+    assert!(!error.to_string().contains("Redis protocol"), "{error}");
+}
+
+/// Each handshake failure the testkit cannot stage (an expired certificate, one not
+/// valid yet) is classified like those it can: permanent, saying what to change; a
+/// network fault is not.
+#[cfg(feature = "tls")]
+#[test]
+fn tls_failures_are_permanent_and_say_what_to_change() {
+    use rustls::{AlertDescription as Alert, CertificateError as Cert, Error as Tls};
+
+    let cases = [
+        (
+            Tls::InvalidCertificate(Cert::UnknownIssuer),
+            "not signed by a trusted CA",
+        ),
+        (
+            Tls::InvalidCertificate(Cert::NotValidForName),
+            "not issued for the host",
+        ),
+        (
+            Tls::InvalidCertificate(Cert::Expired),
+            "outside its validity period",
+        ),
+        (
+            Tls::InvalidCertificate(Cert::NotValidYet),
+            "outside its validity period",
+        ),
+        (
+            Tls::AlertReceived(Alert::CertificateRequired),
+            "Tls::client_cert",
+        ),
+        (Tls::AlertReceived(Alert::UnknownCA), "Tls::client_cert"),
+        (
+            Tls::InvalidMessage(rustls::InvalidMessage::InvalidContentType),
+            "does not answer in TLS",
+        ),
+    ];
+    for (tls, says) in cases {
+        let shown = tls.to_string();
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, tls);
+        let error = MasterError::from_redis(redis::RedisError::from(io));
+        assert_eq!(error.kind(), MasterErrorKind::Tls, "{shown}: {error}");
+        assert!(error.kind().is_permanent(), "{error}");
+        assert!(error.to_string().contains(says), "{shown}: {error}");
+    }
+    let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+    let error = MasterError::from_redis(redis::RedisError::from(reset));
+    assert_eq!(error.kind(), MasterErrorKind::Io, "{error}");
+    assert!(!error.kind().is_permanent());
+}

@@ -1,9 +1,9 @@
 //! Real `redis-server` processes on loopback, for tests, chaos runs, benches and examples.
 //!
-//! The crate uses nothing of `redquorum` and suits any Redis client's tests. Each [`Server`] is one `redis-server` child process
-//! listening on `127.0.0.1` only (never any other address), with its own temporary
-//! directory for data and its log file. A [`Cluster`] is a set of independent masters, the
-//! shape a Redlock client talks to.
+//! The crate uses nothing of `redquorum` and suits any Redis client's tests. Each
+//! [`Server`] is one `redis-server` child process listening on `127.0.0.1` only (never any
+//! other address), with its own temporary directory for data and its log file. A
+//! [`Cluster`] is a set of independent masters, the shape a Redlock client talks to.
 //!
 //! What the testkit guarantees:
 //!

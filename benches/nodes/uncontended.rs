@@ -73,6 +73,42 @@ fn acquire_script(key: &str) -> redis::ScriptInvocation<'static> {
     call
 }
 
+/// Awaits the calls in `pending` until `need` of them answered as `counts` accepts, then
+/// drops the rest (their replies are read by each connection's driver task): `Ok` with
+/// the time since `t0`, or the last refusal or error when fewer than `need` counted.
+async fn until_counted<T>(
+    pending: Vec<impl Future<Output = redis::RedisResult<T>>>,
+    need: usize,
+    t0: Instant,
+    counts: impl Fn(&T) -> Result<(), String>,
+) -> Result<Duration, String> {
+    let mut pending: FuturesUnordered<_> = pending.into_iter().collect();
+    let (mut counted, mut failed) = (0, None);
+    while counted < need {
+        match pending.next().await {
+            Some(Ok(answer)) => match counts(&answer) {
+                Ok(()) => counted += 1,
+                Err(why) => failed = Some(why),
+            },
+            Some(Err(e)) => failed = Some(e.to_string()),
+            None => break,
+        }
+    }
+    let took = t0.elapsed();
+    match counted >= need {
+        true => Ok(took),
+        false => Err(failed.unwrap_or_else(|| "no quorum".to_owned())),
+    }
+}
+
+/// A `SET NX PX` reply (plain or from a script) that set the key.
+fn set_it(answer: &Option<String>) -> Result<(), String> {
+    match answer {
+        Some(_) => Ok(()),
+        None => Err("a fresh key was already set".to_owned()),
+    }
+}
+
 /// The lock protocol's two rounds with raw commands and no lock logic at all, which is
 /// what a quorum round costs with this client stack on this machine: `SET NX PX` to every
 /// master at once, timed to the quorum-th grant, then the release script to every master,
@@ -91,7 +127,7 @@ async fn fan_out_block(
         let key = keys.fresh();
         let channel = format!("redquorum:released:{key}");
         let t0 = Instant::now();
-        let mut pending: FuturesUnordered<_> = conns
+        let calls: Vec<_> = conns
             .iter()
             .map(|conn| {
                 let mut conn = conn.clone();
@@ -99,25 +135,16 @@ async fn fan_out_block(
                 async move { cmd.query_async::<Option<String>>(&mut conn).await }
             })
             .collect();
-        let mut granted = 0;
-        let mut failed = None;
-        while granted < quorum {
-            match pending.next().await {
-                Some(Ok(Some(_))) => granted += 1,
-                Some(Ok(None)) => failed = Some("a fresh key was already set".to_owned()),
-                Some(Err(e)) => failed = Some(e.to_string()),
-                None => break,
+        let t_set = match until_counted(calls, quorum, t0, set_it).await {
+            Ok(t) => t,
+            Err(e) => {
+                set.error(e);
+                continue;
             }
-        }
-        let t_set = t0.elapsed();
-        drop(pending);
-        if granted < quorum {
-            set.error(failed.unwrap_or_else(|| "no quorum".to_owned()));
-            continue;
-        }
+        };
 
         let t1 = Instant::now();
-        let mut pending: FuturesUnordered<_> = conns
+        let calls: Vec<_> = conns
             .iter()
             .map(|conn| {
                 let mut conn = conn.clone();
@@ -142,25 +169,14 @@ async fn fan_out_block(
                 }
             })
             .collect();
-        let need = n - quorum + 1;
-        let mut done = 0;
-        let mut failed = None;
-        while done < need {
-            match pending.next().await {
-                Some(Ok(_)) => done += 1,
-                Some(Err(e)) => failed = Some(e.to_string()),
-                None => break,
+        match until_counted(calls, n - quorum + 1, t1, |_| Ok(())).await {
+            Ok(t_release) => {
+                set.push(t_set);
+                release.push(t_release);
+                set.busy += t_set + t_release;
             }
+            Err(e) => release.error(e),
         }
-        let t_release = t1.elapsed();
-        drop(pending);
-        if done < need {
-            release.error(failed.unwrap_or_else(|| "no quorum".to_owned()));
-            continue;
-        }
-        set.push(t_set);
-        release.push(t_release);
-        set.busy += t_set + t_release;
     }
 }
 
@@ -257,7 +273,7 @@ async fn floor_block(
     for _ in 0..count {
         let key = keys.fresh();
         let t0 = Instant::now();
-        let mut pending: FuturesUnordered<_> = conns
+        let calls: Vec<_> = conns
             .iter()
             .map(|conn| {
                 let mut conn = conn.clone();
@@ -266,24 +282,15 @@ async fn floor_block(
                 async move { call.invoke_async::<Option<String>>(&mut conn).await }
             })
             .collect();
-        let mut granted = 0;
-        let mut failed = None;
-        while granted < quorum {
-            match pending.next().await {
-                Some(Ok(Some(_))) => granted += 1,
-                Some(Ok(None)) => failed = Some("a fresh key was already set".to_owned()),
-                Some(Err(e)) => failed = Some(e.to_string()),
-                None => break,
+        let t_set = match until_counted(calls, quorum, t0, set_it).await {
+            Ok(t) => t,
+            Err(e) => {
+                set.error(e);
+                continue;
             }
-        }
-        let t_set = t0.elapsed();
-        drop(pending);
-        if granted < quorum {
-            set.error(failed.unwrap_or_else(|| "no quorum".to_owned()));
-            continue;
-        }
+        };
         let t1 = Instant::now();
-        let mut pending: FuturesUnordered<_> = conns
+        let calls: Vec<_> = conns
             .iter()
             .map(|conn| {
                 let mut conn = conn.clone();
@@ -292,23 +299,13 @@ async fn floor_block(
                 async move { call.invoke_async::<i64>(&mut conn).await }
             })
             .collect();
-        let mut done = 0;
-        let mut failed = None;
-        while done < n - quorum + 1 {
-            match pending.next().await {
-                Some(Ok(_)) => done += 1,
-                Some(Err(e)) => failed = Some(e.to_string()),
-                None => break,
+        match until_counted(calls, n - quorum + 1, t1, |_| Ok(())).await {
+            Ok(t_cad) => {
+                set.push(t_set);
+                cad.push(t_cad);
             }
+            Err(e) => cad.error(e),
         }
-        let t_cad = t1.elapsed();
-        drop(pending);
-        if done < n - quorum + 1 {
-            cad.error(failed.unwrap_or_else(|| "no quorum".to_owned()));
-            continue;
-        }
-        set.push(t_set);
-        cad.push(t_cad);
     }
 }
 

@@ -1,8 +1,8 @@
 //! CPU cost of the library's own hot path, without any network: the quorum tally over N
 //! replies, the deadline math of an acquire, and lock-value generation.
 //!
-//! Needs the internal `bench-internals` feature:
-//! `cargo bench --features bench-internals --bench micro`. Compare runs with criterion's
+//! Needs `--cfg redquorum_bench_internals`, which this repository's `.cargo/config.toml`
+//! sets: `cargo bench --bench micro`. Compare runs with criterion's
 //! `-- --save-baseline before` and `-- --baseline before`.
 
 use std::hint::black_box;

@@ -1,6 +1,6 @@
 //! Crate-private hot-path functions, exposed for `benches/micro.rs` only.
 //!
-//! Enabled by the `bench-internals` feature, which is internal and unstable: these thin
+//! Enabled by `--cfg redquorum_bench_internals`, which is internal and unstable: these thin
 //! wrappers exist so that the CPU cost of the library's own work (without any network) can
 //! be measured, and may change or disappear in any release. Do not use them in applications.
 //!

@@ -22,7 +22,7 @@ use crate::error::{Error, ErrorKind, MasterErrorKind};
 use crate::guard::Guarded;
 use crate::held::Held;
 use crate::master::{Master, Op, RedisMaster, Reply};
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 use crate::mutants::Mutant;
 use crate::quorum;
 use crate::telemetry;
@@ -104,7 +104,7 @@ impl Redlock {
     pub(crate) fn from_config(config: Config) -> Result<Self, Problem> {
         let mut masters: Vec<Arc<dyn Master>> = Vec::with_capacity(config.masters.len());
         let node_timeout = config.node_timeout;
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         let node_timeout = match config.planted.is(Mutant::NoNodeTimeout) {
             true => Duration::from_secs(3600),
             false => node_timeout,
@@ -135,10 +135,10 @@ impl Redlock {
 
     /// The quorum of `n` masters for `config` (a planted bug may change it).
     fn quorum_of(config: &Config, n: usize) -> usize {
-        #[cfg(not(feature = "mutants"))]
+        #[cfg(not(redquorum_mutants))]
         let _ = config;
         let quorum = quorum::quorum(n);
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         let quorum = match config.planted.is(Mutant::HalfQuorum) {
             true => (n / 2).max(1),
             false => quorum,
@@ -165,7 +165,7 @@ impl Redlock {
             Self::terms(config),
             config.masters.iter().map(|m| m.name.clone()).collect(),
         );
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         let view = match config.planted.is(Mutant::IgnoreFingerprint) {
             true => view.ignoring_terms(),
             false => view,

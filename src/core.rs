@@ -110,7 +110,7 @@ pub(crate) fn release_in_background(
     if targets.is_empty() || keys.is_empty() {
         return;
     }
-    #[cfg(feature = "mutants")]
+    #[cfg(redquorum_mutants)]
     if inner
         .config
         .planted

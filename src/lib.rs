@@ -119,7 +119,7 @@
 #![doc(test(attr(deny(warnings), allow(dead_code))))]
 
 mod backoff;
-#[cfg(feature = "bench-internals")]
+#[cfg(redquorum_bench_internals)]
 #[doc(hidden)]
 pub mod bench_internals;
 mod client;
@@ -136,10 +136,10 @@ mod lease;
 mod lock;
 mod many;
 mod master;
-// The planted bugs exist only with the `mutants` feature; the crate's own tests (the
+// The planted bugs exist only with `--cfg redquorum_mutants`; the crate's own tests (the
 // simulation) name them in their profiles, and plant them only with the feature too.
-#[cfg(any(test, feature = "mutants"))]
-#[cfg_attr(not(feature = "mutants"), allow(dead_code, unreachable_pub))]
+#[cfg(any(test, redquorum_mutants))]
+#[cfg_attr(not(redquorum_mutants), allow(dead_code, unreachable_pub))]
 mod mutants;
 mod op;
 mod ops;
@@ -166,7 +166,7 @@ pub use fencing::{FencingToken, fenced_set};
 pub use lease::{
     ExtendReport, Lease, LeaseHandle, LeaseMode, Lost, LostReason, Reentry, ReleaseReport,
 };
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 pub use mutants::Mutant;
 pub use ops::{
     Check, ClockOffset, ClusterInit, ClusterRecord, Facts, Finding, HealthReport, Holding,

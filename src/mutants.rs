@@ -1,4 +1,4 @@
-//! Deliberately broken variants of the algorithm (feature `mutants`; without it this
+//! Deliberately broken variants of the algorithm (`--cfg redquorum_mutants`; without it this
 //! module, and every branch that plants a bug, is not compiled).
 //!
 //! The chaos suite runs its scenarios against each of these and requires its checkers to

@@ -165,10 +165,10 @@ pub(crate) enum Op {
         channels: Vec<Arc<str>>,
     },
     /// Sets `key` to `value` with `ttl` where it is missing or holds `value`: the round of
-    /// the planted bug `Mutant::ReentryCounter` (feature `mutants`), which alone sends it,
+    /// the planted bug `Mutant::ReentryCounter` (`--cfg redquorum_mutants`), which alone sends it,
     /// through the planted `extend.lua` that sets a missing key again; answered as
     /// [`Op::Extend`] is. The product never sets a missing key again.
-    #[cfg(feature = "mutants")]
+    #[cfg(redquorum_mutants)]
     ExtendRecreating {
         key: Arc<str>,
         value: Arc<str>,
@@ -267,7 +267,7 @@ impl Op {
             Op::Fence { .. } => "fence",
             Op::Extend { .. } | Op::ExtendMany { .. } | Op::ExtendRead { .. } => "extend",
             Op::Release { .. } | Op::ReleaseMany { .. } => "release",
-            #[cfg(feature = "mutants")]
+            #[cfg(redquorum_mutants)]
             Op::ExtendRecreating { .. } => "extend",
             Op::Survey => "survey",
             Op::Scan { .. } => "scan",

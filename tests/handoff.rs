@@ -14,21 +14,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::AsyncCommands;
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 use redquorum::Mutant;
 use redquorum::{AcquireOptions, ErrorKind, Redlock};
 use redquorum_testkit::{Latency, Mode, Proxy};
 use support::*;
 use tokio::time::{Instant, timeout};
 
-/// Without the `mutants` feature no bug can be planted.
-#[cfg(not(feature = "mutants"))]
+/// Without `--cfg redquorum_mutants` no bug can be planted.
+#[cfg(not(redquorum_mutants))]
 type Mutant = std::convert::Infallible;
 
 /// `builder` with `mutant` planted, if any.
 fn with_mutant(builder: redquorum::Builder, mutant: Option<Mutant>) -> redquorum::Builder {
     match mutant {
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         Some(m) => builder.mutant(m),
         _ => builder,
     }
@@ -394,7 +394,7 @@ async fn every_way_a_waiter_ends_removes_its_registration() {
 
 /// The planted bug leaves the registration behind whichever way the call ends: each of
 /// the checks above can fail.
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dequeue_never_sent_mutant_is_caught() {
     for end in EVERY_END {
@@ -936,7 +936,7 @@ async fn a_head_dropped_after_it_was_handed_the_lock_passes_it_on() {
     a_dropped_head_passes_the_key_on(None).await.unwrap();
 }
 
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 #[tokio::test]
 async fn a_dropped_head_that_sends_no_dequeue_is_caught() {
     let caught = a_dropped_head_passes_the_key_on(Some(Mutant::DequeueNeverSent)).await;
@@ -1099,7 +1099,7 @@ async fn bad_waiter_ttls_and_fair_misuse_are_refused() {
 
 /// The planted bugs of the mechanism, each shown on real masters; the chaos suite and the
 /// simulation hunt them with their checkers.
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 mod planted {
     use super::*;
 

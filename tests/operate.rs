@@ -12,7 +12,7 @@ use std::pin::pin;
 use std::time::{Duration, SystemTime};
 
 use redis::AsyncCommands;
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 use redquorum::Mutant;
 use redquorum::{
     AcquireOptions, ErrorKind, Holding, LostReason, MasterErrorKind, MasterOutcome, Redlock,
@@ -367,8 +367,8 @@ async fn force_unlock_any_raises_the_fence_and_the_holders_watchdog_signals_loss
     drop(lease);
 }
 
-/// Without the `mutants` feature no bug can be planted.
-#[cfg(not(feature = "mutants"))]
+/// Without `--cfg redquorum_mutants` no bug can be planted.
+#[cfg(not(redquorum_mutants))]
 type Mutant = std::convert::Infallible;
 
 /// Force-unlocks a live holder (built with `mutant`, if any), which then extends before
@@ -377,7 +377,7 @@ type Mutant = std::convert::Infallible;
 async fn holder_extends_after_a_force_unlock(mutant: Option<Mutant>) -> Result<(), String> {
     let cluster = Cluster::start(3).await.unwrap();
     let builder = match mutant {
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         Some(m) => client(&cluster).mutant(m),
         _ => client(&cluster),
     };
@@ -415,7 +415,7 @@ async fn a_force_unlocked_holder_cannot_extend_and_the_lock_stays_free() {
 }
 
 // Checks I6 (only one's own keys are touched).
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 #[tokio::test]
 async fn the_extend_recreates_mutant_is_caught() {
     let caught = holder_extends_after_a_force_unlock(Some(Mutant::ExtendRecreates)).await;

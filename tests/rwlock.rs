@@ -422,7 +422,7 @@ async fn a_stream_of_overlapping_readers_does_not_starve_a_writer() {
 
 /// The starvation check fires: readers let in past the writer's intent (the planted
 /// `ReaderIgnoresIntent`) keep the writer out until the stream ends.
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 #[tokio::test]
 async fn readers_ignoring_the_intent_starve_the_writer() {
     let cluster = Cluster::start(3).await.unwrap();

@@ -691,7 +691,7 @@ async fn acquire_contract() {
     let holder: Option<String> = conn.hget(&owner, "value").await.unwrap();
     assert_eq!(holder.as_deref(), Some("v1"));
     // No other mode exists: the planted one-round token is a variant of this script built
-    // only with the `mutants` feature, never a mode of the script every master loads.
+    // only with `--cfg redquorum_mutants`, never a mode of the script every master loads.
     let _: () = conn.del(&ticket).await.unwrap();
     let (_, _, _, counter, _, _, tickets): Acquired = acquire("v3", "2", "")
         .invoke_async(&mut conn)
@@ -1352,7 +1352,7 @@ async fn fence_contract() {
     let (code, before, _): Fenced = write("mine", 9).invoke_async(&mut conn).await.unwrap();
     assert_eq!((code, before.as_deref()), (1, Some("5")));
     // An equal token again: still a conflict (the planted max-write is a variant built only
-    // with the `mutants` feature, never a mode of this script).
+    // with `--cfg redquorum_mutants`, never a mode of this script).
     let (code, _, _): Fenced = write("mine", 9).invoke_async(&mut conn).await.unwrap();
     assert_eq!(code, 0);
     assert_eq!(get(&server.url(), &fence).await.as_deref(), Some("9"));

@@ -13,21 +13,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis::AsyncCommands;
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 use redquorum::Mutant;
 use redquorum::{AcquireOptions, Builder, ErrorKind, Redlock};
 use redquorum_testkit::{Latency, Mode, Proxy};
 use support::*;
 use tokio::time::Instant;
 
-/// Without the `mutants` feature no bug can be planted.
-#[cfg(not(feature = "mutants"))]
+/// Without `--cfg redquorum_mutants` no bug can be planted.
+#[cfg(not(redquorum_mutants))]
 type Mutant = std::convert::Infallible;
 
 /// `builder` with `mutant` planted, if any.
 fn planted(builder: Builder, mutant: Option<Mutant>) -> Builder {
     match mutant {
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         Some(m) => builder.mutant(m),
         _ => builder,
     }
@@ -168,7 +168,7 @@ async fn a_stalled_shortening_extension_never_leaves_the_lease_promising_more() 
 }
 
 // Checks I7 (no more validity than the masters hold).
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 #[tokio::test]
 async fn the_shrink_keeps_deadline_mutant_is_caught() {
     let caught = shortened_extension(Some(Mutant::ShrinkKeepsDeadline), true).await;
@@ -240,7 +240,7 @@ async fn a_release_cancelled_behind_an_extension_still_releases() {
 }
 
 // Checks I8 (nothing extends a lease after its release began).
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 #[tokio::test]
 async fn the_release_marks_done_first_mutant_is_caught() {
     let caught = cancelled_release(Some(Mutant::ReleaseMarksDoneFirst)).await;
@@ -300,7 +300,7 @@ async fn background_releases_leave_nothing_behind() {
 }
 
 // Checks I5 (a failed or cancelled attempt leaves no key behind).
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 #[tokio::test]
 async fn the_no_background_release_mutant_is_caught() {
     let caught = background_releases(Some(Mutant::NoBackgroundRelease)).await;

@@ -358,7 +358,7 @@ pub(crate) struct View {
     terms: Terms,
     names: Vec<Arc<str>>,
     /// Plants `Mutant::IgnoreFingerprint`: a record is adopted whatever its terms.
-    #[cfg(feature = "mutants")]
+    #[cfg(redquorum_mutants)]
     ignore_terms: bool,
     state: Mutex<ViewState>,
 }
@@ -388,7 +388,7 @@ impl View {
         Self {
             terms,
             names,
-            #[cfg(feature = "mutants")]
+            #[cfg(redquorum_mutants)]
             ignore_terms: false,
             state: Mutex::new(ViewState {
                 adopted: None,
@@ -399,7 +399,7 @@ impl View {
 
     /// This view with `Mutant::IgnoreFingerprint` planted: it adopts the first record it
     /// sees whatever that record's terms, and sends its fingerprint as its own.
-    #[cfg(feature = "mutants")]
+    #[cfg(redquorum_mutants)]
     pub(crate) fn ignoring_terms(mut self) -> Self {
         self.ignore_terms = true;
         self
@@ -531,7 +531,7 @@ impl View {
 
     fn judge_record(&self, state: &mut ViewState, record: &Record, seen: &mut Seen) -> Admission {
         let disagreement = self.terms.disagreement(record);
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         let disagreement = disagreement.filter(|_| !self.ignore_terms);
         if let Some(why) = disagreement {
             return Admission::Mismatch(why.into());

@@ -77,7 +77,7 @@ pub struct Builder {
     label: String,
     trace_resource_names: bool,
     tls: Tls,
-    #[cfg(feature = "mutants")]
+    #[cfg(redquorum_mutants)]
     mutant: Option<Mutant>,
 }
 
@@ -98,7 +98,7 @@ impl Default for Builder {
             label: String::new(),
             trace_resource_names: false,
             tls: Tls::new(),
-            #[cfg(feature = "mutants")]
+            #[cfg(redquorum_mutants)]
             mutant: None,
         }
     }
@@ -262,8 +262,8 @@ impl Builder {
     }
 
     /// Plants a deliberate bug in this client, for proving that a test suite catches it.
-    /// Defaults to none. Only with the `mutants` feature; never use it outside such tests.
-    #[cfg(feature = "mutants")]
+    /// Defaults to none. Only with `--cfg redquorum_mutants`; never use it outside such tests.
+    #[cfg(redquorum_mutants)]
     pub fn mutant(mut self, mutant: Mutant) -> Self {
         self.mutant = Some(mutant);
         self
@@ -287,7 +287,7 @@ impl Builder {
             label,
             trace_resource_names,
             tls,
-            #[cfg(feature = "mutants")]
+            #[cfg(redquorum_mutants)]
             mutant,
         } = self;
         let Retry {
@@ -311,12 +311,12 @@ impl Builder {
         let Clock {
             drift_factor,
             min_validity,
-            #[cfg(feature = "mutants")]
+            #[cfg(redquorum_mutants)]
                 rate: clock_rate,
         } = clock;
         let drift_factor = drift_factor.unwrap_or(defaults::DRIFT_FACTOR);
         let min_validity = min_validity.unwrap_or(Ok(Duration::ZERO));
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         let clock_rate = clock_rate.unwrap_or(1.0);
 
         // Every setting is checked, and every problem reported at once; a check that
@@ -338,7 +338,7 @@ impl Builder {
         if fencing && !quarantine {
             problems.push(Problem::FencingNeedsQuarantine);
         }
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         if !(clock_rate.is_finite() && clock_rate > 0.1 && clock_rate <= 10.0) {
             problems.push(Problem::ClockRate(clock_rate));
         }
@@ -381,7 +381,7 @@ impl Builder {
             waiter_ttl: waiter_ttl.unwrap_or_else(|| default_waiter_ttl(ttl, node_timeout)),
             label,
             trace_resource_names,
-            #[cfg(feature = "mutants")]
+            #[cfg(redquorum_mutants)]
             planted: Planted { mutant, clock_rate },
         })
     }

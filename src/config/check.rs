@@ -77,8 +77,8 @@ pub(crate) enum Problem {
         "drift_factor {0} is out of range: use a value from 0 up to (not including) 1, typically 0.01"
     )]
     DriftFactor(f64),
-    /// The test-only client clock rate is out of range (feature `mutants`).
-    #[cfg(feature = "mutants")]
+    /// The test-only client clock rate is out of range (`--cfg redquorum_mutants`).
+    #[cfg(redquorum_mutants)]
     #[error("client_clock_rate {0} is out of range: use a value above 0.1 and at most 10")]
     ClockRate(f64),
     /// A retry pause, jitter or wait budget too large to be added to the clock.
@@ -216,7 +216,7 @@ impl Problem {
             Problem::DurationOverflow { .. } => "retry_delay",
             Problem::TtlTooShort { .. } => "ttl",
             Problem::DriftFactor(_) => "drift_factor",
-            #[cfg(feature = "mutants")]
+            #[cfg(redquorum_mutants)]
             Problem::ClockRate(_) => "client_clock_rate",
             Problem::TtlAboveTtlMax { .. } => "ttl_max",
             Problem::ReservedKeyPrefix { .. } => "key_prefix",

@@ -438,7 +438,7 @@ impl Default for Waiting {
 pub struct Clock {
     pub(super) drift_factor: Option<f64>,
     pub(super) min_validity: Option<DurationSetting>,
-    #[cfg(feature = "mutants")]
+    #[cfg(redquorum_mutants)]
     pub(super) rate: Option<f64>,
 }
 
@@ -448,7 +448,7 @@ impl Clock {
         Self {
             drift_factor: None,
             min_validity: None,
-            #[cfg(feature = "mutants")]
+            #[cfg(redquorum_mutants)]
             rate: None,
         }
     }
@@ -458,7 +458,7 @@ impl Clock {
         Self {
             drift_factor: self.drift_factor.or(base.drift_factor),
             min_validity: self.min_validity.or(base.min_validity),
-            #[cfg(feature = "mutants")]
+            #[cfg(redquorum_mutants)]
             rate: self.rate.or(base.rate),
         }
     }
@@ -480,9 +480,9 @@ impl Clock {
 
     /// Makes this client's clock run at `rate` times real time (0.98: 2 % slow), to show
     /// what the drift allowance covers and what it does not (reported as
-    /// `client_clock_rate`). Defaults to 1; above 0.1 and at most 10. Only with the
-    /// `mutants` feature; never use it outside such tests.
-    #[cfg(feature = "mutants")]
+    /// `client_clock_rate`). Defaults to 1; above 0.1 and at most 10. Only with
+    /// `--cfg redquorum_mutants`; never use it outside such tests.
+    #[cfg(redquorum_mutants)]
     #[doc(hidden)]
     pub const fn client_rate(mut self, rate: f64) -> Self {
         self.rate = Some(rate);

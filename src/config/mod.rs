@@ -35,7 +35,7 @@ use tokio::time::Instant;
 
 use crate::deadline;
 use crate::error::human;
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 use crate::mutants::{Mutant, Planted};
 
 /// The default of every setting that has one; see [`Builder`] for what each means.
@@ -264,8 +264,8 @@ pub(crate) struct Config {
     pub(crate) label: String,
     /// Whether spans and events show resource names, or a keyed hash of them.
     pub(crate) trace_resource_names: bool,
-    /// The test seams: a planted bug and the client clock's rate (feature `mutants`).
-    #[cfg(feature = "mutants")]
+    /// The test seams: a planted bug and the client clock's rate (`--cfg redquorum_mutants`).
+    #[cfg(redquorum_mutants)]
     pub(crate) planted: Planted,
 }
 
@@ -307,7 +307,7 @@ impl Config {
     pub(crate) fn lease_deadline(&self, t0: Instant, ttl: Duration) -> Option<Instant> {
         let drift = deadline::drift(ttl, self.drift_factor);
         let dl = deadline::deadline(t0, ttl, drift)?;
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         if self.planted.clock_rate != 1.0 {
             // A clock running at `rate` reaches the end of the validity after
             // validity / rate of real time.

@@ -17,7 +17,7 @@ use crate::engine::failure::{classify, refusal};
 use crate::error::{Error, ErrorKind, MasterOutcome, MasterReport, human};
 use crate::lease::{Lease, LeaseParams};
 use crate::master::Master;
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 use crate::mutants::Mutant;
 use crate::quorum::{self, Bounds, Decision, Round};
 use crate::{scripts, telemetry};
@@ -141,7 +141,7 @@ fn valid_until(inner: &Inner, round: &Round, plan: &Plan) -> Result<Instant, Str
     let config = &inner.config;
     let (now, ttl) = (Instant::now(), plan.ttl);
     let t0 = round.t0;
-    #[cfg(feature = "mutants")]
+    #[cfg(redquorum_mutants)]
     let t0 = match config.planted.is(Mutant::IgnoreElapsed) {
         true => now,
         false => t0,
@@ -173,7 +173,7 @@ async fn tokens(
 ) -> Result<Vec<Option<u64>>, (Error, bool)> {
     match ask.tokens {
         Tokens::Skip => return Ok(vec![None; ask.keys.len()]),
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         Tokens::OneRound => return Ok(vec![Some(round.fence_counters().max().unwrap_or(0))]),
         Tokens::WriteBack => {}
     }

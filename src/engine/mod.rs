@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::core::{Inner, random_value};
 use crate::error::{Error, ErrorKind};
 use crate::lease::{Lease, LeaseHandle, Watchdog};
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 use crate::mutants::Mutant;
 use crate::telemetry;
 use crate::wait::Subscription;
@@ -198,9 +198,9 @@ async fn run(
 /// The value every attempt of a call reuses under [`Mutant::ReuseValue`]; `None` in the
 /// product, where each attempt draws a fresh one (docs/design.md §3, I5).
 fn reused_value(inner: &Inner) -> Option<Arc<str>> {
-    #[cfg(not(feature = "mutants"))]
+    #[cfg(not(redquorum_mutants))]
     let _ = inner;
-    #[cfg(feature = "mutants")]
+    #[cfg(redquorum_mutants)]
     if inner.config.planted.is(Mutant::ReuseValue) {
         return Some(random_value().into());
     }

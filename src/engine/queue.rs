@@ -39,7 +39,7 @@ use crate::core::{Inner, random_value};
 use crate::error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome};
 use crate::lease::Lease;
 use crate::master::{Master, Op, Reply};
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 use crate::mutants::Mutant;
 use crate::quorum::{self, Bounds, Decision, Round};
 use crate::wait::Handoffs;
@@ -740,7 +740,7 @@ struct DequeueGuard {
 
 impl Drop for DequeueGuard {
     fn drop(&mut self) {
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         if self.inner.config.planted.is(Mutant::DequeueNeverSent) {
             return;
         }

@@ -14,7 +14,7 @@ use crate::fencing::FencingToken;
 use crate::held::{Claim, Held, HeldMode};
 use crate::lease::{LeaseKey, LeaseMode, list_name};
 use crate::master::{FenceRead, Op, PermitsOp, Reply, RwMode};
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 use crate::mutants::Mutant;
 use crate::quorum::Round;
 use crate::scripts;
@@ -82,7 +82,7 @@ pub(crate) enum Tokens {
     WriteBack,
     /// The planted one-round token ([`Mutant::OneRoundToken`]): the largest counter the
     /// granting masters incremented.
-    #[cfg(feature = "mutants")]
+    #[cfg(redquorum_mutants)]
     OneRound,
 }
 
@@ -301,7 +301,7 @@ impl Target {
         let tokens = match fence {
             FenceRead::Skip => Tokens::Skip,
             // The one-round token: the master's script increments the counter it reads.
-            #[cfg(feature = "mutants")]
+            #[cfg(redquorum_mutants)]
             FenceRead::Read if config.planted.is(Mutant::OneRoundToken) => Tokens::OneRound,
             FenceRead::Read => Tokens::WriteBack,
         };
@@ -347,22 +347,22 @@ impl Target {
     /// The attempt of a semaphore's permits: one script per master sets every wanted slot
     /// or none, after comparing the semaphore's stored limit.
     fn ask_slots(&self, slots: &Slots, config: &Config, value: &Arc<str>, plan: &Plan) -> Ask {
-        #[cfg(not(feature = "mutants"))]
+        #[cfg(not(redquorum_mutants))]
         let _ = config;
         let set = &slots.set;
-        #[cfg_attr(not(feature = "mutants"), allow(unused_mut))]
+        #[cfg_attr(not(redquorum_mutants), allow(unused_mut))]
         let mut keys: Vec<Arc<str>> = slots
             .wanted
             .iter()
             .map(|w| Arc::clone(&set.slots[*w as usize]))
             .collect();
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         let counted = config.planted.is(Mutant::SemaphoreCountPerMaster).then(|| {
             // The broken design's permits are named by their holder, not by a slot.
             keys = scripts::counted_permits(&set.base, value, slots.wanted.len());
         });
         let fencing = plan.fencing;
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         let fencing = fencing && counted.is_none();
         let op = Op::AcquirePermits(Box::new(PermitsOp {
             limit_key: Arc::clone(&set.limit_key),

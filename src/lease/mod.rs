@@ -29,7 +29,7 @@ use crate::error::{Error, ErrorKind, MasterOutcome, MasterReport, human};
 use crate::fencing::FencingToken;
 use crate::held::Claim;
 use crate::master::Op;
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 use crate::mutants::Mutant;
 use crate::quorum::{self, Decision};
 use crate::{scripts, telemetry};
@@ -530,14 +530,14 @@ impl Lease {
             .checked_duration_since(shared.state().deadline)
             .filter(|d| !d.is_zero());
         let inner = &shared.inner;
-        // The planted bug (feature `mutants`): nothing is marked until the mutex is ours,
+        // The planted bug (`--cfg redquorum_mutants`): nothing is marked until the mutex is ours,
         // and the round runs in the caller's future, so dropping it may send nothing.
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         let inline = match inner.config.planted.is(Mutant::ReleaseMarksDoneFirst) {
             true => Some(shared.release().await),
             false => None,
         };
-        #[cfg(not(feature = "mutants"))]
+        #[cfg(not(redquorum_mutants))]
         let inline = None;
         let released = match inline {
             Some(released) => released,

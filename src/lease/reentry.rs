@@ -119,7 +119,7 @@ impl Lease {
     /// its work) cannot re-enter: it does not own the lock, and a handle already is the
     /// shared view that a child guard would be; pass it (or a clone) down instead.
     pub fn reenter(&self) -> Reentry {
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         if self
             .handle
             .shared
@@ -134,7 +134,7 @@ impl Lease {
     }
 }
 
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 impl LeaseShared {
     /// The planted bug `Mutant::ReentryCounter`: re-entry as a per-master hold counter
     /// would do it. One round re-sets the key with our value and a fresh TTL on every

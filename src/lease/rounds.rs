@@ -156,9 +156,9 @@ impl LeaseShared {
         // leaves: if the round fails or this future is dropped, those masters still expire
         // early, and the lease must not promise more than they hold.
         let t0 = Instant::now();
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         let shrink = !inner.config.planted.is(Mutant::ShrinkKeepsDeadline);
-        #[cfg(not(feature = "mutants"))]
+        #[cfg(not(redquorum_mutants))]
         let shrink = true;
         if shrink {
             let bound = inner.config.lease_deadline(t0, ttl).unwrap_or(t0);
@@ -350,7 +350,7 @@ impl LeaseShared {
         self.mark_lost(LostReason::Released);
         let (tx, rx) = tokio::sync::oneshot::channel();
         let shared = Arc::clone(self);
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         if self.inner.config.planted.is(Mutant::NoBackgroundRelease) {
             let _ = tx.send(None);
             return Some(rx);

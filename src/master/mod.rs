@@ -40,7 +40,7 @@ use redis::aio::MultiplexedConnection;
 use crate::cluster::{self, View};
 use crate::config::{Config, MasterSpec};
 use crate::error::{MasterError, MasterErrorKind, human};
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 use crate::mutants::Planted;
 use crate::quarantine::{Standing, Vitals};
 use crate::scripts;
@@ -142,9 +142,9 @@ struct Shared {
     generation: AtomicU64,
     /// The order in which calls write their requests: the order in which they were made.
     order: Arc<Order>,
-    /// The client's planted bug (feature `mutants`): the scripts' codecs pick its
+    /// The client's planted bug (`--cfg redquorum_mutants`): the scripts' codecs pick its
     /// variants.
-    #[cfg(feature = "mutants")]
+    #[cfg(redquorum_mutants)]
     planted: Planted,
 }
 
@@ -191,7 +191,7 @@ impl RedisMaster {
                 run_id: Mutex::new(None),
                 generation: AtomicU64::new(0),
                 order: Arc::default(),
-                #[cfg(feature = "mutants")]
+                #[cfg(redquorum_mutants)]
                 planted: config.planted,
             }),
         })
@@ -349,11 +349,11 @@ async fn eviction_of(
 
 impl Shared {
     /// The scripts this master loads on every (re)connect: the product's, and the planted
-    /// variants its client sends (feature `mutants`).
+    /// variants its client sends (`--cfg redquorum_mutants`).
     fn scripts(&self) -> Vec<&'static str> {
-        #[cfg_attr(not(feature = "mutants"), allow(unused_mut))]
+        #[cfg_attr(not(redquorum_mutants), allow(unused_mut))]
         let mut scripts = scripts::master_scripts();
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         scripts.extend(scripts::planted_scripts(&self.planted));
         scripts
     }

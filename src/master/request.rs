@@ -58,7 +58,7 @@ async fn invoke(
             prefix: &shared.view.terms().prefix,
             fingerprint: &fingerprint,
             epoch_id: &epoch_id,
-            #[cfg(feature = "mutants")]
+            #[cfg(redquorum_mutants)]
             planted: shared.planted,
         };
         let request = codec.encode(op, &context)?;

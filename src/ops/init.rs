@@ -10,7 +10,7 @@ use crate::client::Redlock;
 use crate::cluster::{self, Admission, Record, View};
 use crate::error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
 use crate::master::{Master, Op, Reply, StampOutcome};
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 use crate::mutants::Mutant;
 
 /// What [`Redlock::init_cluster`] did.
@@ -305,7 +305,7 @@ impl Redlock {
     ) -> Result<ClusterInit, Error> {
         let subject = cluster::record_key(&self.inner.config.key_prefix);
         let check_empty = true;
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         let check_empty = check_empty
             && !self
                 .inner

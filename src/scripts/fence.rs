@@ -10,7 +10,7 @@ use super::{
     Codec, Context, Invocation, Request, misrouted, owner_key, parse_number, read, unexpected,
 };
 use crate::error::MasterError;
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 use crate::mutants::Mutant;
 use crate::op::{EpochReport, FenceOutcome, Op, Reply};
 
@@ -38,13 +38,13 @@ impl Codec for Fence {
             return Err(misrouted("fence", op));
         };
         let script = &*FENCE;
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         let script = ctx.pick(
             script,
             Mutant::WritebackNoGuard,
             &super::planted::FENCE_MAX_WRITE.script,
         );
-        #[cfg(not(feature = "mutants"))]
+        #[cfg(not(redquorum_mutants))]
         let _ = ctx;
         Ok(Invocation::new(script)
             .key(key)

@@ -13,7 +13,7 @@ use super::{
 };
 use crate::cluster::Owner;
 use crate::error::MasterError;
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 use crate::mutants::Mutant;
 use crate::op::{EpochReport, FenceRead, Op, Reply};
 
@@ -66,7 +66,7 @@ impl Codec for Lock {
                 epoch,
             } => {
                 let script = &*EXTEND;
-                #[cfg(feature = "mutants")]
+                #[cfg(redquorum_mutants)]
                 let script = ctx.pick(
                     script,
                     Mutant::ExtendRecreates,
@@ -74,7 +74,7 @@ impl Codec for Lock {
                 );
                 extend(script, ctx, (key, value, *ttl, *epoch))
             }
-            #[cfg(feature = "mutants")]
+            #[cfg(redquorum_mutants)]
             Op::ExtendRecreating {
                 key,
                 value,
@@ -98,7 +98,7 @@ impl Codec for Lock {
         match op {
             Op::AcquireChecked { .. } | Op::AcquireQueued { .. } => acquired(value),
             Op::Extend { epoch, .. } => extended("extend", value, *epoch),
-            #[cfg(feature = "mutants")]
+            #[cfg(redquorum_mutants)]
             Op::ExtendRecreating { epoch, .. } => extended("extend", value, *epoch),
             Op::Release { .. } => released(value),
             other => Err(misrouted("lock", other)),
@@ -112,7 +112,7 @@ type Grant<'a> = (&'a str, &'a str, Duration, FenceRead, &'a Owner);
 /// `acquire.lua` (or, planted, its one-round token) for [`Op::AcquireChecked`].
 fn acquire(ctx: &Context<'_>, (key, value, ttl, fence, owner): Grant<'_>) -> Request {
     let script = &*ACQUIRE;
-    #[cfg(feature = "mutants")]
+    #[cfg(redquorum_mutants)]
     let script = match fence {
         FenceRead::Read => ctx.pick(
             script,
@@ -138,7 +138,7 @@ fn acquire_queued(
     fair: bool,
 ) -> Request {
     let script = &*ACQUIRE_QUEUED;
-    #[cfg(feature = "mutants")]
+    #[cfg(redquorum_mutants)]
     let script = ctx.pick(
         ctx.pick(
             script,
@@ -256,20 +256,20 @@ pub(super) fn extended(script: &str, value: Value, epoch: bool) -> Result<Reply,
 /// `release.lua` (or a planted variant: a plain `DEL`, or a hand-off to a dead waiter)
 /// for [`Op::Release`].
 fn release(ctx: &Context<'_>, key: &str, value: &str, channel: &str) -> Request {
-    #[cfg(feature = "mutants")]
+    #[cfg(redquorum_mutants)]
     if ctx.planted.is(Mutant::PlainDelRelease) {
         let mut del = redis::cmd("DEL");
         del.arg(key);
         return Request::Command(del);
     }
     let script = &*RELEASE;
-    #[cfg(feature = "mutants")]
+    #[cfg(redquorum_mutants)]
     let script = ctx.pick(
         script,
         Mutant::HandoffIgnoresLiveness,
         &super::planted::RELEASE_IGNORES_LIVENESS.script,
     );
-    #[cfg(not(feature = "mutants"))]
+    #[cfg(not(redquorum_mutants))]
     let _ = ctx;
     release_of(script, key, value, channel)
 }

@@ -12,7 +12,7 @@ use super::{
     queue_key, read, unexpected, waiter_prefix, wrong_kind,
 };
 use crate::error::{MasterError, MasterErrorKind};
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 use crate::mutants::Mutant;
 use crate::op::{EpochReport, Op, Reply};
 
@@ -46,7 +46,7 @@ impl Codec for Many {
                 owner,
             } => {
                 let script = &*ACQUIRE_MANY;
-                #[cfg(feature = "mutants")]
+                #[cfg(redquorum_mutants)]
                 let script = ctx.pick(
                     script,
                     Mutant::ManyPartialVote,

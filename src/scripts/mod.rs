@@ -13,7 +13,7 @@
 //! scripts that call it at compile time, which every supported Redis runs (no Redis
 //! Functions).
 //!
-//! With the feature `mutants`, a codec picks a planted variant of its script where the
+//! With `--cfg redquorum_mutants`, a codec picks a planted variant of its script where the
 //! client plants its bug ([`Context`]); the scripts themselves carry no test-only mode.
 //!
 //! Layer: a leaf (docs/design.md §10).
@@ -21,7 +21,7 @@
 use redis::{Script, Value};
 
 use crate::error::{MasterError, MasterErrorKind};
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 use crate::mutants::{Mutant, Planted};
 use crate::op::{Op, Reply};
 
@@ -53,7 +53,7 @@ mod fence;
 mod keys;
 mod lock;
 mod many;
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 mod planted;
 mod queue;
 mod rw;
@@ -63,7 +63,7 @@ pub(crate) use admin::{EPOCH_SOURCE, stamp, stamped};
 pub(crate) use fence::FENCED_SET;
 pub(crate) use keys::*;
 pub(crate) use rw::MAX_READERS;
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 pub(crate) use semaphore::counted_permits;
 #[cfg(test)]
 pub(crate) use semaphore::limit_mismatch;
@@ -79,14 +79,14 @@ pub(crate) struct Context<'a> {
     pub(crate) fingerprint: &'a str,
     /// An id for a data epoch that the script may start, fresh for every request.
     pub(crate) epoch_id: &'a str,
-    /// The client's planted bug (feature `mutants`): a codec sends its planted variant.
-    #[cfg(feature = "mutants")]
+    /// The client's planted bug (`--cfg redquorum_mutants`): a codec sends its planted variant.
+    #[cfg(redquorum_mutants)]
     pub(crate) planted: Planted,
 }
 
 impl Context<'_> {
     /// `script`, or `variant` where the client plants `mutant`.
-    #[cfg(feature = "mutants")]
+    #[cfg(redquorum_mutants)]
     fn pick(
         &self,
         script: &'static Script,
@@ -221,7 +221,7 @@ pub(crate) fn codec(op: &Op) -> Option<&'static dyn Codec> {
         | Op::AcquireQueued { .. }
         | Op::Extend { .. }
         | Op::Release { .. } => &lock::Lock,
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         Op::ExtendRecreating { .. } => &lock::Lock,
         Op::Enqueue { .. } | Op::Dequeue { .. } => &queue::Queue,
         Op::AcquireMany { .. } | Op::ExtendMany { .. } | Op::ReleaseMany { .. } => &many::Many,
@@ -266,7 +266,7 @@ pub(crate) fn master_scripts() -> Vec<&'static str> {
 /// The planted variants of the scripts that a client planting `planted` sends (feature
 /// `mutants`), which its masters load with [`master_scripts`]: none for a client that
 /// plants no script bug.
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 pub(crate) fn planted_scripts(planted: &Planted) -> Vec<&'static str> {
     planted::sources(planted)
 }

@@ -1,4 +1,4 @@
-//! The planted bugs' scripts (feature `mutants`): each is a product script with one
+//! The planted bugs' scripts (`--cfg redquorum_mutants`): each is a product script with one
 //! condition changed, derived here so that the product scripts carry no mutant mode. The
 //! codecs pick them where the client plants the bug (`Context::pick`).
 

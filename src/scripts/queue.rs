@@ -11,7 +11,7 @@ use super::{
     queue_key, read, ticket_key, ttl_of, unexpected, waiter_key, waiter_prefix, wrong_kind,
 };
 use crate::error::MasterError;
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 use crate::mutants::Mutant;
 use crate::op::{EpochReport, Op, Reply};
 
@@ -41,7 +41,7 @@ impl Codec for Queue {
                 channel,
             } => {
                 let script = &*ENQUEUE;
-                #[cfg(feature = "mutants")]
+                #[cfg(redquorum_mutants)]
                 let script = ctx.pick(
                     ctx.pick(
                         script,
@@ -72,7 +72,7 @@ impl Codec for Queue {
                 channel,
             } => {
                 let script = &*DEQUEUE;
-                #[cfg(feature = "mutants")]
+                #[cfg(redquorum_mutants)]
                 let script = ctx.pick(
                     script,
                     Mutant::HandoffIgnoresLiveness,

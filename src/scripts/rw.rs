@@ -11,7 +11,7 @@ use super::{
     parse_number, read, reader_index_key, reader_key, reader_prefix, release_channel, unexpected,
 };
 use crate::error::{MasterError, MasterErrorKind};
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 use crate::mutants::Mutant;
 use crate::op::{EpochReport, Op, Reply, RwMode};
 
@@ -48,7 +48,7 @@ impl Codec for Rw {
                 mode,
             } => {
                 let script = &*RW_ACQUIRE;
-                #[cfg(feature = "mutants")]
+                #[cfg(redquorum_mutants)]
                 let script = ctx.pick(
                     script,
                     Mutant::ReaderIgnoresIntent,

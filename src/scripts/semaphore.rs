@@ -10,7 +10,7 @@ use super::{
     unexpected,
 };
 use crate::error::{MasterError, MasterErrorKind};
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 use crate::mutants::Mutant;
 use crate::op::{EpochReport, Op, PermitsOp, Reply};
 
@@ -21,10 +21,10 @@ pub(super) const SEMAPHORE_LUA: &str = lock_script!("semaphore.lua");
 
 /// The planted `SemaphoreCountPerMaster`: each master counts the permits it holds; see
 /// `semaphore_count.lua`.
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 static SEMAPHORE_COUNT_PER_MASTER: LazyLock<Script> =
     LazyLock::new(|| Script::new(SEMAPHORE_COUNT_LUA));
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 pub(super) const SEMAPHORE_COUNT_LUA: &str = lock_script!("semaphore_count.lua");
 
 /// The codec of the semaphore's script.
@@ -34,7 +34,7 @@ pub(super) struct Semaphore;
 impl Codec for Semaphore {
     fn encode(&self, op: &Op, ctx: &Context<'_>) -> Result<Request, MasterError> {
         match op {
-            #[cfg(feature = "mutants")]
+            #[cfg(redquorum_mutants)]
             Op::AcquirePermits(p)
                 if !p.replace && ctx.planted.is(Mutant::SemaphoreCountPerMaster) =>
             {
@@ -128,7 +128,7 @@ pub(crate) fn limit_mismatch(recorded: Option<&str>, ours: usize) -> MasterError
 
 /// `semaphore_count.lua`, the planted per-master count, taking `p.wanted.len()` permits
 /// named by their holder ([`counted_permits`]).
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 fn counted(p: &PermitsOp, ctx: &Context<'_>) -> Request {
     let mut call = Invocation::with_preamble(&SEMAPHORE_COUNT_PER_MASTER, ctx, true);
     for key in counted_permits(&p.base, &p.value, p.wanted.len()) {
@@ -142,9 +142,9 @@ fn counted(p: &PermitsOp, ctx: &Context<'_>) -> Request {
 }
 
 /// The permit keys that `value` takes, `count` of them, in the planted design of
-/// `Mutant::SemaphoreCountPerMaster` (feature `mutants`), for the semaphore whose keys
+/// `Mutant::SemaphoreCountPerMaster` (`--cfg redquorum_mutants`), for the semaphore whose keys
 /// start with `base`: named by their holder, not by a slot (see [`counted_pattern`]).
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 pub(crate) fn counted_permits(base: &str, value: &str, count: usize) -> Vec<std::sync::Arc<str>> {
     (0..count)
         .map(|j| format!("{base}c:{value}:{j}").into())
@@ -152,7 +152,7 @@ pub(crate) fn counted_permits(base: &str, value: &str, count: usize) -> Vec<std:
 }
 
 /// The `KEYS` pattern of every permit key of [`counted_permits`] of one semaphore.
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 pub(crate) fn counted_pattern(base: &str) -> String {
     format!("{base}c:*")
 }

@@ -20,7 +20,7 @@ fn context() -> Context<'static> {
         prefix: "app:",
         fingerprint: "fp",
         epoch_id: "e1",
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         planted: Planted::default(),
     }
 }
@@ -389,7 +389,7 @@ fn a_several_key_acquire_names_the_key_of_another_kind() {
     assert!(error.to_string().contains("\"b\""), "{error}");
 }
 
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 mod planted {
     use super::*;
 

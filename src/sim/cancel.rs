@@ -592,8 +592,8 @@ fn shutting_down() {
     }
 }
 
-/// The planted cancellation bugs (feature `mutants`), caught by the matrix.
-#[cfg(feature = "mutants")]
+/// The planted cancellation bugs (`--cfg redquorum_mutants`), caught by the matrix.
+#[cfg(redquorum_mutants)]
 mod mutants {
     use super::*;
 

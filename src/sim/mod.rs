@@ -91,7 +91,7 @@
 //!   skipped, the others as judged.
 //!
 //! The suites (`tests.rs`) run families of schedules (*profiles*) that must stay clean,
-//! and profiles with a protection switched off, or a planted bug (feature `mutants`), in
+//! and profiles with a protection switched off, or a planted bug (`--cfg redquorum_mutants`), in
 //! which the checkers must find a violation. Three exceptions (`check::Exception`) are
 //! allowed, each only by the profiles whose faults break the assumption behind it, each as
 //! narrow as the fault that explains it, and every run prints how many violations each
@@ -119,7 +119,7 @@
 //!   what a force-unlock does). Only the force-unlock profiles allow it; it never excuses
 //!   a fencing violation.
 //!
-//! Faults elsewhere in the schedule excuse nothing: the `mutants` tests
+//! Faults elsewhere in the schedule excuse nothing: the planted bugs' tests
 //! `overlaps_no_clock_jump_touched_are_not_excused`,
 //! `one_round_tokens_are_not_excused_as_unseen_losses` and
 //! `overlaps_no_force_unlock_touched_are_not_excused` find violations that only the

@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::cluster::Record;
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 use crate::mutants::{Mutant, Planted};
 use crate::op::{EpochReport, FenceOutcome, FenceRead, Inspected, Op, Reply, RwMode, StampOutcome};
 use crate::quarantine::{Epoch, Vitals};
@@ -1225,7 +1225,7 @@ fn describe(request: &Request, trace: &Trace) -> String {
                 bugs.name(bugs.recreate, "re-creating")
             )
         }
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         Op::ExtendRecreating { key, value, .. } => {
             format!("extend {key} {} (re-creating)", short(value))
         }
@@ -1370,7 +1370,7 @@ fn apply_as(
         Op::Extend { epoch, .. } | Op::ExtendMany { epoch, .. } | Op::ExtendRead { epoch, .. } => {
             Some(*epoch)
         }
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         Op::ExtendRecreating { epoch, .. } => Some(*epoch),
         _ => None,
     };
@@ -1416,7 +1416,7 @@ fn limit_differs(
     }
 }
 
-/// The planted script bugs of a client (feature `mutants`; none without it), as the model
+/// The planted script bugs of a client (`--cfg redquorum_mutants`; none without it), as the model
 /// runs them: the variants that the scripts' codecs (`src/scripts/`) pick from the
 /// client's planted bug, which its simulated masters are given when they are built
 /// ([`ScriptBugs::of`]) and send with every op.
@@ -1448,7 +1448,7 @@ pub(super) struct ScriptBugs {
 
 impl ScriptBugs {
     /// The script bugs of a client that plants `planted`.
-    #[cfg(feature = "mutants")]
+    #[cfg(redquorum_mutants)]
     pub(super) fn of(planted: &Planted) -> Self {
         let is = |mutant| planted.is(mutant);
         Self {
@@ -1566,7 +1566,7 @@ fn apply(
                 };
             }
             // The per-master count: the keys of the planted design, by holder.
-            #[cfg(feature = "mutants")]
+            #[cfg(redquorum_mutants)]
             if bugs.counted {
                 let keys = scripts::counted_permits(&p.base, &p.value, p.wanted.len());
                 let pattern = format!("{}c:", p.base);
@@ -1638,7 +1638,7 @@ fn apply(
         // extend.lua, past its comparison of fingerprints (`apply_as`); its planted variant
         // (`Op::ExtendRecreating` and `Mutant::ExtendRecreates`) sets a missing key again,
         // which the real script never does.
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         Op::ExtendRecreating {
             key,
             value,
@@ -2188,7 +2188,7 @@ mod tests {
     }
 
     /// The script bugs of a client that plants `mutant`.
-    #[cfg(feature = "mutants")]
+    #[cfg(redquorum_mutants)]
     fn planted(mutant: Mutant) -> ScriptBugs {
         ScriptBugs::of(&Planted {
             mutant: Some(mutant),
@@ -2271,7 +2271,7 @@ mod tests {
         assert_eq!((fence, holder_ttl), (Some(7), Some(90 * MS)));
     }
 
-    #[cfg(feature = "mutants")]
+    #[cfg(redquorum_mutants)]
     #[test]
     fn one_round_token_increments_only_where_granted() {
         let mut d = Data::default();
@@ -2359,7 +2359,7 @@ mod tests {
             (FenceOutcome::Conflict, Some(5))
         );
         // The max-write mutant accepts an equal counter.
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         {
             let max_write = planted(Mutant::WritebackNoGuard);
             assert_eq!(
@@ -2385,7 +2385,7 @@ mod tests {
         assert_eq!(apply(&mut d, &rel("b"), T0, id), Reply::HeldByOther);
         assert_eq!(apply(&mut d, &rel("a"), T0, id), Reply::Granted);
         assert_eq!(apply(&mut d, &rel("a"), T0, id), Reply::Missing);
-        #[cfg(feature = "mutants")]
+        #[cfg(redquorum_mutants)]
         {
             // `Mutant::PlainDelRelease`: any value's key is deleted.
             apply(&mut d, &acquire("a", FenceRead::Skip), T0, id);
@@ -2474,7 +2474,7 @@ mod tests {
         assert_eq!(read(&mut d, T0 + 40_000).fence, Some(2));
     }
 
-    #[cfg(feature = "mutants")]
+    #[cfg(redquorum_mutants)]
     #[test]
     fn the_recreating_extension_sets_a_missing_key_again() {
         let mut d = Data::default();

@@ -903,10 +903,10 @@ fn same_seed_same_history() {
     }
 }
 
-/// The planted bugs (feature `mutants`), run through the simulation: each must be caught
+/// The planted bugs (`--cfg redquorum_mutants`), run through the simulation: each must be caught
 /// within a bounded number of schedules, by a script, or by the cancellation matrix
 /// (`cancel.rs`). One cannot be expressed here; see `every_mutant_is_hunted_or_explained`.
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 mod mutants {
     use super::*;
 

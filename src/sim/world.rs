@@ -49,7 +49,7 @@ pub(super) struct Profile {
     pub(super) masters: &'static [usize],
     pub(super) quarantine: bool,
     pub(super) fencing: bool,
-    /// A planted bug in every client (feature `mutants`).
+    /// A planted bug in every client (`--cfg redquorum_mutants`).
     pub(super) mutant: Option<Mutant>,
     pub(super) faults: Faults,
     /// An initialised cluster among more masters, and clients configured otherwise; `None`:
@@ -1471,15 +1471,15 @@ pub(super) fn build_client_with(
         .waiting(crate::Waiting::new().notifications(false))
         .quarantine(spec.quarantine)
         .fencing(spec.fencing);
-    #[cfg(feature = "mutants")]
+    #[cfg(redquorum_mutants)]
     let builder = match spec.mutant {
         Some(mutant) => builder.mutant(mutant),
         None => builder,
     };
-    #[cfg(not(feature = "mutants"))]
+    #[cfg(not(redquorum_mutants))]
     assert!(
         spec.mutant.is_none(),
-        "planting a mutant needs the `mutants` feature"
+        "planting a mutant needs `--cfg redquorum_mutants`"
     );
     let config = adjust(builder)
         .into_config()
@@ -1490,9 +1490,9 @@ pub(super) fn build_client_with(
         Some(Mutant::NoNodeTimeout) => NO_NODE_TIMEOUT,
         _ => spec.node_timeout,
     };
-    #[cfg(feature = "mutants")]
+    #[cfg(redquorum_mutants)]
     let bugs = ScriptBugs::of(&config.planted);
-    #[cfg(not(feature = "mutants"))]
+    #[cfg(not(redquorum_mutants))]
     let bugs = ScriptBugs::default();
     let params = ConnParams {
         net: spec.net,

@@ -331,7 +331,7 @@ async fn scripted_bootstrap_refuses_masters_in_use() {
     assert!(found.is_empty(), "{found:?}");
 }
 
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 mod mutants {
     use super::*;
 

@@ -59,7 +59,7 @@
 //! the semaphore `smA`), and a waiter id is never a lease value. Release and hand-off
 //! notices (pub/sub) leave nothing in the keyspace. `init_cluster`'s claim (`Op::Claim`,
 //! `Op::Unclaim`) is not modelled: the simulation never runs two bootstraps at once. The
-//! planted scripts of the `mutants` feature are not run.
+//! planted scripts of `--cfg redquorum_mutants` are not run.
 //!
 //! # Seeds and size
 //! Each run draws a seed (printed); `REDQUORUM_DIFF_SEED=<seed>` runs it again: the same

@@ -210,8 +210,8 @@ fn queue_violation(
     }
 }
 
-/// The planted bugs of the hand-off scripts (feature `mutants`).
-#[cfg(feature = "mutants")]
+/// The planted bugs of the hand-off scripts (`--cfg redquorum_mutants`).
+#[cfg(redquorum_mutants)]
 mod mutants {
     use super::*;
 

@@ -69,7 +69,7 @@ fn several_resources_on_durable_masters_hold() {
 /// Without fencing: a fencing write-back checks again that a quorum holds each key, and
 /// fails the acquisition that the partial votes won.
 // Checks I14 (no two leases share a resource, whatever lists).
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 #[test]
 fn many_partial_vote_is_caught() {
     let profile = Profile {

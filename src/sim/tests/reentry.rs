@@ -81,7 +81,7 @@ fn reentry_on_plain_redlock_holds() {
 /// one success is enough, and the holder's expired lease is valid again while the
 /// contender holds a quorum.
 // Checks I7 (no more validity than the masters hold).
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 #[test]
 fn reentry_counter_is_caught() {
     let profile = Profile {

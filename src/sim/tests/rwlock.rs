@@ -586,7 +586,7 @@ fn a_writer_with_no_reader_ahead_proves_nothing() {
 /// Readers granted past a writer's intent (the planted `ReaderIgnoresIntent`): the stream
 /// keeps the writer out beyond its bound. The starvation checker catches it; the
 /// exclusion checker cannot, since the intent is about starvation, not exclusion.
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 #[test]
 fn reader_ignoring_intent_is_caught() {
     let test = test_path!();

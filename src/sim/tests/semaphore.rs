@@ -331,7 +331,7 @@ impl std::fmt::Display for SemTotals {
 
 /// Runs the schedules of `seeds` until one that `stop` accepts; counts what they did
 /// (those run, that one included). Only the DETECT tests, which plant a mutant, search.
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 fn search(
     profile: &SemProfile,
     seeds: impl IntoIterator<Item = u64>,
@@ -454,7 +454,7 @@ fn the_semaphore_checker_finds_over_admission() {
 /// DETECT: each master counting its permits over-admits without any fault (N = 3,
 /// limit 2: three holders with {a, b}, {b, c}, {c, a}).
 // Checks I16 (a semaphore never admits more than its limit).
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 #[test]
 fn semaphore_count_per_master_is_caught() {
     let profile = SemProfile {
@@ -482,7 +482,7 @@ fn semaphore_count_per_master_is_caught() {
 /// DETECT: without a per-master timeout (the mutant waits an hour), a lost message holds
 /// a client's call past the horizon; a schedule that ends with clients still running
 /// fails, as in the main world.
-#[cfg(feature = "mutants")]
+#[cfg(redquorum_mutants)]
 #[test]
 fn semaphore_without_node_timeout_is_caught() {
     let profile = SemProfile {

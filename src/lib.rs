@@ -95,8 +95,6 @@
 //! - `tls`: `rediss://` masters, over rustls (ring), checked against the system's roots or
 //!   the CA given with [`Tls::ca_pem`]; a client certificate with
 //!   [`Tls::client_cert_pem`].
-//! - `mutants`: deliberately broken variants of the algorithm, selectable per client, with
-//!   which the chaos suite proves that its checkers catch bugs. Never use it otherwise.
 //! - `metrics`: counters and histograms through the [`metrics`](https://docs.rs/metrics)
 //!   facade (acquire time by outcome, per-master answers, leases lost, hand-offs, ...);
 //!   the application installs the exporter it wants. Their names and labels, and every
@@ -106,6 +104,11 @@
 //!   `postgres`): the fence table's `SCHEMA` and `CLAIM` as SQL for any driver, `claim`
 //!   and `fenced` over `tokio-postgres` (the application's own client; the library opens
 //!   no connection).
+//!
+//! Deliberately broken variants of the algorithm, with which the repository's chaos suite
+//! and simulation prove that their checkers catch bugs, exist only with
+//! `--cfg redquorum_mutants`, which the repository's own builds set and a dependent's build
+//! never does: no feature can switch them on.
 //!
 //! Two more crates of this workspace stand beside the library:
 //! - `redquorum-cli`, the `redquorum` command (`cargo install redquorum-cli`): runs a

@@ -47,16 +47,16 @@ pub enum FenceErrorKind {
     /// `tokio_postgres::Error` is classified by it instead, as above or below; errors the
     /// client raises itself, such as no row for `query_one`, stay the body's).
     Body,
-    /// Another database error: the fence table is missing (run [`SCHEMA`]), a permission,
+    /// Another database error: the fence table is missing (run [`SCHEMA`](super::SCHEMA)), a permission,
     /// a constraint. Nothing was committed. Not retryable: the detail says what failed.
     Database,
     /// The resource name or token cannot be claimed, or the options cannot work: an empty
-    /// name, one longer than [`MAX_RESOURCE_LEN`] bytes or holding a NUL byte, a token
+    /// name, one longer than [`MAX_RESOURCE_LEN`](super::MAX_RESOURCE_LEN) bytes or holding a NUL byte, a token
     /// above `i64::MAX`, a zero timeout. Nothing was sent. Not retryable.
     InvalidInput,
 }
 
-/// An error from [`claim`] or [`fenced`]: what went wrong ([`kind`](Self::kind)), whether
+/// An error from [`claim`](super::claim) or [`fenced`](super::fenced): what went wrong ([`kind`](Self::kind)), whether
 /// trying again can succeed ([`is_retryable`](Self::is_retryable)), and the database's or
 /// the body's error as the [`source`](StdError::source).
 pub struct FenceError {

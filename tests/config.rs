@@ -130,6 +130,44 @@ fn passwords_never_appear_in_errors_or_debug() {
     assert_eq!(url.to_string(), "redis://user:***@127.0.0.1:7001");
 }
 
+/// A URL the parser cannot read, or reads without an authority (a slash short, a bad
+/// host), still hides its password: in the build's error, the builder's `Debug` and a
+/// `RedactedUrl` alone.
+#[test]
+fn a_malformed_url_never_shows_its_password() {
+    let secret = "s3cr3t-pa55";
+    for url in [
+        format!("redis:/user:{secret}@127.0.0.1:7001"),
+        format!("redis:user:{secret}@127.0.0.1:7001"),
+        format!("redis//user:{secret}@127.0.0.1:7001"),
+        format!("redis://[::1?password={secret}"),
+        format!("redis://[::1?user=u&pass={secret}&db=0"),
+        format!("redis:/127.0.0.1:7001?password={secret}"),
+        format!("redis://user:{secret}@[::1"),
+    ] {
+        let builder = Redlock::builder().masters([url.as_str(), B]);
+        let shown = format!("{builder:?} {builder:#?}");
+        assert!(!shown.contains(secret), "{url}: {shown}");
+        let redacted = RedactedUrl::new(url.as_str());
+        let shown = format!("{redacted} {redacted:?} {redacted:#?}");
+        assert!(!shown.contains(secret), "{url}: {shown}");
+        assert!(shown.contains("***"), "{url}: {shown}");
+        let shown = match builder.build() {
+            Ok(client) => format!("{client:?} {client:#?}"),
+            Err(err) => format!("{err} {err:?} {err:#?}"),
+        };
+        assert!(!shown.contains(secret), "{url}: {shown}");
+    }
+    // What holds no password is shown as written.
+    for url in [
+        "redis:/127.0.0.1:7001",
+        "redis://[::1?user=u&db=0",
+        "redis+unix:///tmp/a@b.sock",
+    ] {
+        assert_eq!(RedactedUrl::new(url).to_string(), url);
+    }
+}
+
 /// A group given to the builder sets what it names and leaves the rest as it was: two
 /// values of one group add up, and a later one overrides only what it names.
 #[test]

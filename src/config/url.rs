@@ -312,25 +312,21 @@ pub(crate) fn redact(url: &str) -> String {
     match ::url::Url::parse(url) {
         // Nothing secret: shown as written, not as the parser would rewrite it.
         Ok(parsed)
-            if parsed.password().is_none()
-                && !parsed
-                    .query_pairs()
-                    .any(|(k, _)| k == "pass" || k == "password") =>
+            if parsed.has_authority()
+                && parsed.password().is_none()
+                && !parsed.query_pairs().any(|(k, _)| is_secret(&k)) =>
         {
             url.to_owned()
         }
-        Ok(mut parsed) => {
+        Ok(mut parsed) if parsed.has_authority() => {
             if parsed.password().is_some() {
                 let _ = parsed.set_password(Some("***"));
             }
-            let has_secret = parsed
-                .query_pairs()
-                .any(|(k, _)| k == "pass" || k == "password");
-            if has_secret {
+            if parsed.query_pairs().any(|(k, _)| is_secret(&k)) {
                 let pairs: Vec<(String, String)> = parsed
                     .query_pairs()
                     .map(|(k, v)| {
-                        let v = if k == "pass" || k == "password" {
+                        let v = if is_secret(&k) {
                             "***".to_owned()
                         } else {
                             v.into_owned()
@@ -342,19 +338,57 @@ pub(crate) fn redact(url: &str) -> String {
             }
             parsed.to_string().replace("%2A%2A%2A", "***")
         }
-        // Unparsable: hide everything between the scheme and an `@` but a user name
-        // before a `:`, if any.
-        Err(_) => match (url.find("://"), url.rfind('@')) {
-            (Some(s), Some(at)) if at > s + 3 => {
-                let user = url
-                    .get(s + 3..at)
-                    .and_then(|info| info.split_once(':'))
-                    .map_or(String::new(), |(user, _)| format!("{user}:"));
-                format!("{}{user}***{}", &url[..s + 3], &url[at..])
-            }
-            _ => url.to_owned(),
-        },
+        // Unparsable, or read without an authority (`redis:/user:pw@host`, a slash short),
+        // so the parser found no password where the client would: hidden by its text.
+        _ => redact_text(url),
     }
+}
+
+/// Whether a query parameter holds a password.
+fn is_secret(key: &str) -> bool {
+    key == "pass" || key == "password"
+}
+
+/// `url` with, by its text alone, everything between the scheme and the last `@` before
+/// the query hidden (but a user name before a `:`), and the values of its `pass` and
+/// `password` query parameters.
+fn redact_text(url: &str) -> String {
+    // After the scheme (if any) and its slashes; up to the query or fragment.
+    let start = url
+        .find(':')
+        .filter(|&colon| !url[..colon].contains('/'))
+        .map_or(0, |colon| colon + 1);
+    let start = url.len() - url[start..].trim_start_matches('/').len();
+    let end = url[start..]
+        .find(['?', '#'])
+        .map_or(url.len(), |i| start + i);
+    let mut shown = match url[start..end].rfind('@') {
+        Some(at) => {
+            let user = url[start..start + at]
+                .split_once(':')
+                .map_or(String::new(), |(user, _)| format!("{user}:"));
+            format!("{}{user}***{}", &url[..start], &url[start + at..end])
+        }
+        None => url[..end].to_owned(),
+    };
+    let rest = &url[end..];
+    let query_end = rest.find('#').unwrap_or(rest.len());
+    let (query, fragment) = rest.split_at(query_end);
+    if let Some(query) = query.strip_prefix('?') {
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((k, _)) if is_secret(k) => format!("{k}=***"),
+                _ => pair.to_owned(),
+            })
+            .collect();
+        shown.push('?');
+        shown.push_str(&pairs.join("&"));
+    } else {
+        shown.push_str(query);
+    }
+    shown.push_str(fragment);
+    shown
 }
 
 /// An error message from the URL parser, with the raw URL (and its password) removed.

@@ -719,10 +719,11 @@ impl fmt::Display for ShortName<'_> {
 
 /// Durations in errors and reports, printed the way people write them (`1.5s`, `250ms`).
 pub(crate) fn human(d: Duration) -> String {
+    // Cut below the unit, never through `as` (which wraps a duration of many years).
     let rounded = if d >= Duration::from_secs(1) {
-        Duration::from_millis(d.as_millis() as u64)
+        Duration::new(d.as_secs(), d.subsec_millis() * 1_000_000)
     } else {
-        Duration::from_micros(d.as_micros() as u64)
+        Duration::new(0, d.subsec_micros() * 1_000)
     };
     humantime::format_duration(rounded).to_string()
 }

@@ -82,3 +82,17 @@ fn tls_failures_are_permanent_and_say_what_to_change() {
     assert_eq!(error.kind(), MasterErrorKind::Io, "{error}");
     assert!(!error.kind().is_permanent());
 }
+
+/// Durations in messages are the values given, however large: rounded to whole
+/// milliseconds (above a second) or microseconds, never wrapped around.
+#[test]
+fn huge_durations_are_shown_as_given() {
+    let years = Duration::from_secs(5_000_000_000 * 31_557_600);
+    assert_eq!(human(years), "5000000000years");
+    assert_eq!(
+        human(Duration::MAX),
+        humantime::format_duration(Duration::new(u64::MAX, 999_000_000)).to_string()
+    );
+    assert_eq!(human(Duration::new(1, 2_345_678)), "1s 2ms");
+    assert_eq!(human(Duration::from_nanos(1_234_567)), "1ms 234us");
+}

@@ -465,6 +465,57 @@ async fn releasing() {
     .await;
 }
 
+/// downgrade of a write lease whose watchdog runs: dropped after any poll, the write lease
+/// counts as lost and neither its writer key nor the reader key the round would have made
+/// is left behind; completed, the read lease is backed by a quorum and its release leaves
+/// nothing either.
+#[tokio::test]
+async fn downgrading() {
+    let rig = Rig::new().await;
+    matrix("downgrade", |k| {
+        let rig = &rig;
+        async move {
+            let key = unique_key("downgrade");
+            let mut lease = rig
+                .client
+                .rwlock(&key)
+                .write_with(&AcquireOptions::new().watchdog(true))
+                .await
+                .unwrap();
+            wait_until(Duration::from_secs(2), "held everywhere", || {
+                held_everywhere(&rig.cluster, &key, lease.value())
+            })
+            .await;
+            let reader = format!("redquorum:rw:{key}:reader:{}", lease.value());
+            let write = lease.handle();
+            let out = poll_then_drop(lease.downgrade(), k).await;
+            let completed = out.is_some();
+            if let Some(result) = out {
+                result.unwrap();
+                assert_eq!(lease.mode(), redquorum::LeaseMode::Read);
+                rig.assert_backed(&lease.handle(), "downgrade").await;
+                lease.release().await.unwrap();
+            } else {
+                wait_until(
+                    Duration::from_secs(2),
+                    "a downgrade that was polled lost the write lease",
+                    || async { lease.handle().is_lost() },
+                )
+                .await;
+                drop(lease);
+            }
+            assert!(write.is_lost(), "the write lease is still held");
+            rig.settle().await;
+            rig.assert_left_only(&key, None, "downgrade: the writer key")
+                .await;
+            rig.assert_left_only(&reader, None, "downgrade: the reader key")
+                .await;
+            completed
+        }
+    })
+    .await;
+}
+
 /// shutdown: dropped or not, the releases it waits for finish.
 #[tokio::test]
 async fn shutting_down() {

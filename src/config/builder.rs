@@ -190,8 +190,10 @@ impl Builder {
     }
 
     /// How a waiting acquire waits: sets what `waiting` names, and leaves the rest as it
-    /// is. Defaults to queued and handed the lock (see [`Waiting`]), woken by release notices, and refused at once ([`ErrorKind::AlreadyHeld`](
-    /// crate::ErrorKind::AlreadyHeld)) for a resource this client holds.
+    /// is. Defaults to queued and handed the lock (see [`Waiting`]), woken by release
+    /// notices, and refused at once
+    /// ([`ErrorKind::AlreadyHeld`](crate::ErrorKind::AlreadyHeld)) for a resource this
+    /// client holds.
     pub fn waiting(mut self, waiting: Waiting) -> Self {
         self.waiting = waiting.over(self.waiting);
         self

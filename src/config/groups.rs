@@ -189,7 +189,8 @@ impl Default for Retry {
 /// Give it to [`Builder::watchdog`].
 ///
 /// [`Watchdog::on`] gives every lease a watchdog; [`Watchdog::off`] (the default) gives
-/// none; [`Watchdog::new`] leaves that as it is. Without one, the its interval and maximum hold still apply to the leases that ask for one
+/// none; [`Watchdog::new`] leaves that as it is. Without one, its interval and maximum
+/// hold still apply to the leases that ask for one
 /// ([`AcquireOptions::watchdog`](crate::AcquireOptions::watchdog),
 /// [`Redlock::with_lock`](crate::Redlock::with_lock)), and its safety margin to every
 /// lease.

@@ -153,8 +153,9 @@ impl MasterErrorKind {
     /// Whether the failure lasts until someone changes a configuration: the client's (a
     /// wrong password in the URL) or the master's (ACLs, an evicting `maxmemory-policy`).
     /// Retrying does not help; [`Auth`](Self::Auth), [`Tls`](Self::Tls),
-    /// [`Misconfigured`](Self::Misconfigured), [`ClusterMismatch`](Self::ClusterMismatch)
-    /// and [`WrongKind`](Self::WrongKind) are permanent.
+    /// [`Misconfigured`](Self::Misconfigured), [`ClusterMismatch`](Self::ClusterMismatch),
+    /// [`WrongKind`](Self::WrongKind) and [`LimitMismatch`](Self::LimitMismatch) are
+    /// permanent.
     pub fn is_permanent(self) -> bool {
         matches!(
             self,
@@ -563,10 +564,10 @@ impl Error {
     }
 
     /// Whether a later attempt can succeed: the lock was busy, masters were unreachable
-    /// or still in restart quarantine, or time ran out. A lost lease, invalid options or
-    /// resource names, a missing runtime, and masters that refuse authentication, fail
-    /// the TLS handshake or are misconfigured are not retryable: something must change
-    /// first.
+    /// or still in restart quarantine, or time ran out. A lost lease, invalid settings,
+    /// options or resource names, a missing runtime, and masters that refuse
+    /// authentication, fail the TLS handshake or are misconfigured are not retryable:
+    /// something must change first.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self.kind,

@@ -490,8 +490,14 @@ impl Lease {
                 Ok(())
             }
             Ok(Err(error)) => Err(error),
-            Err(_) => Err(Error::new(ErrorKind::LeaseLost, resource)
-                .with_detail("the runtime stopped before the downgrade was decided")),
+            Err(_) => {
+                // The task died with the runtime before deciding: whatever it did, the
+                // keys are nobody's to extend now, so the lease reports itself lost (they
+                // expire with their TTL).
+                shared.mark_lost(LostReason::Released);
+                Err(Error::new(ErrorKind::LeaseLost, resource)
+                    .with_detail("the runtime stopped before the downgrade was decided"))
+            }
         }
     }
 

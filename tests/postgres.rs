@@ -923,6 +923,26 @@ async fn a_commit_of_unknown_outcome_carries_the_transaction_id() {
     assert!(!e.is_retryable());
     let xid = e.xid().expect("the transaction's id");
     assert!(e.to_string().contains(&xid.to_string()), "{e}");
+    // The client sees the connection close as soon as the backend is told to end; the
+    // transaction is "in progress" until that backend has rolled it back and exited.
+    support::wait_until(
+        Duration::from_secs(10),
+        "the terminated backend has exited",
+        || {
+            let observer = &observer;
+            async move {
+                observer
+                    .query_opt(
+                        "SELECT 1 FROM pg_stat_activity WHERE pid = $1",
+                        &[&holder_pid],
+                    )
+                    .await
+                    .unwrap()
+                    .is_none()
+            }
+        },
+    )
+    .await;
     let status: Option<String> = observer
         .query_one("SELECT pg_xact_status($1::text::xid8)", &[&xid.to_string()])
         .await

@@ -37,7 +37,8 @@ pub enum FenceErrorKind {
     /// have committed. Not retryable as it stands: find out first, since a retry with the
     /// same token is granted and would write again. [`FenceError::xid`] is the
     /// transaction's id: on a new connection, `SELECT pg_xact_status($1::text::xid8)` with
-    /// it as text says `committed`, `aborted` or `in progress`.
+    /// it as text says `committed`, `aborted` or `in progress` (the server has not yet
+    /// finished with it, for instance a backend still rolling back: ask again).
     CommitUnknown,
     /// The body returned an error ([`FenceError::source`]), or it went on after a failed
     /// statement (whose error it did not return) so that the transaction was aborted, or

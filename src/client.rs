@@ -17,7 +17,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::cluster::{Owner, Terms, View};
 use crate::config::{Builder, Config, Problem};
-use crate::core::Inner;
+use crate::core::{Inner, random_client_id};
 use crate::error::{Error, ErrorKind, MasterErrorKind};
 use crate::guard::Guarded;
 use crate::held::Held;
@@ -193,7 +193,10 @@ impl Redlock {
             masters
         };
         let quorum = Self::quorum_of(&config, masters.len());
-        let owner = Arc::new(Owner::this_process(&config.label));
+        let owner = Arc::new(Owner::client_of_this_process(
+            random_client_id().into(),
+            &config.label,
+        ));
         let held = Arc::new(Held::new(config.wait_for_own_leases));
         Self {
             inner: Arc::new(Inner {

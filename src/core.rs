@@ -83,6 +83,16 @@ pub(crate) fn random_value() -> String {
     format!("{:032x}", with_rng(|rng| rng.random::<u128>()))
 }
 
+/// A fresh client id: a random (version 4) UUID drawn from the library's random source, so
+/// that the simulation draws the same ids again from a schedule's seed (and with them the
+/// same lock values, which begin with the id).
+pub(crate) fn random_client_id() -> String {
+    let bits = with_rng(|rng| rng.random::<u128>());
+    uuid::Builder::from_random_bytes(bits.to_le_bytes())
+        .into_uuid()
+        .to_string()
+}
+
 /// Runs `draw` on the library's random source, the thread-local CSPRNG. The client's
 /// draws go through here: lock values, waiter ids, the spread of pauses, the order in
 /// which a semaphore tries its slots. In the crate's own tests a generator that

@@ -679,8 +679,55 @@ async fn key_prefix_is_applied() {
             .as_deref(),
         Some(lease.value())
     );
-    assert_eq!(lease.value().len(), 32, "128 random bits as hex");
+    // "<client id>.<128 random bits as hex>": the client id names its holder record.
+    let (tag, random) = lease.value().rsplit_once('.').unwrap();
+    assert_eq!(tag.len(), 36, "a UUID: {tag}");
+    assert_eq!(random.len(), 32, "128 random bits as hex: {random}");
+    assert!(random.bytes().all(|b| b.is_ascii_hexdigit()), "{random}");
     lease.release().await.unwrap();
+}
+
+/// An uncontended acquire writes its lock key and nothing else per lock: who holds it is
+/// the client's holder record, written by the first acquire and kept, and a release
+/// leaves only that record (docs/design.md §11).
+#[tokio::test]
+async fn an_acquire_writes_its_key_and_one_holder_record_per_client() {
+    let cluster = Cluster::start(1).await.unwrap();
+    let client = client(&cluster).key_prefix("locks:").build().unwrap();
+    let mut conn = raw(&cluster.server(0).url()).await;
+    let mut under_prefix = async || {
+        let mut keys: Vec<String> = conn.keys("locks:*").await.unwrap();
+        keys.sort();
+        keys
+    };
+    let mut holder = None;
+    for i in 0..5 {
+        let key = unique_key(&format!("slim{i}"));
+        let lease = client.acquire(&key).await.unwrap();
+        let (tag, _) = lease.value().rsplit_once('.').unwrap();
+        let record = format!("locks:redquorum:holder:{tag}");
+        let mut expected = vec![lease.key().to_owned(), record.clone()];
+        expected.sort();
+        assert_eq!(under_prefix().await, expected, "while held ({i})");
+        holder.get_or_insert(record.clone());
+        assert_eq!(
+            holder.as_deref(),
+            Some(record.as_str()),
+            "one record per client"
+        );
+        lease.release().await.unwrap();
+        assert_eq!(
+            under_prefix().await,
+            vec![record],
+            "after the release ({i})"
+        );
+    }
+    let record = holder.unwrap();
+    let fields: std::collections::HashMap<String, String> = conn.hgetall(&record).await.unwrap();
+    assert_eq!(fields["pid"], std::process::id().to_string());
+    assert!(record.ends_with(&fields["client"]), "{record}: {fields:?}");
+    let owners: Vec<String> = conn.keys("redquorum:owner:*").await.unwrap();
+    assert!(owners.is_empty(), "no owner record per lock: {owners:?}");
 }
 
 // Checks I5 (a failed or cancelled attempt leaves no key behind).

@@ -8,7 +8,8 @@ use redis::{AsyncCommands, Script};
 use support::*;
 
 /// A lock script as `src/scripts/mod.rs` joins it: the preamble (`epoch.lua`, then
-/// `cluster.lua`) in front, then `queue.lua`'s functions where it keeps a waiter queue.
+/// `cluster.lua`) in front, then `queue.lua`'s functions where it keeps a waiter queue,
+/// then `holder.lua`'s where it grants a lock.
 macro_rules! lock_script {
     ($file:literal) => {
         concat!(
@@ -25,6 +26,23 @@ macro_rules! lock_script {
             include_str!(concat!("../src/scripts/", $file))
         )
     };
+    (holder, $file:literal) => {
+        concat!(
+            include_str!("../src/scripts/epoch.lua"),
+            include_str!("../src/scripts/cluster.lua"),
+            include_str!("../src/scripts/holder.lua"),
+            include_str!(concat!("../src/scripts/", $file))
+        )
+    };
+    (queue, holder, $file:literal) => {
+        concat!(
+            include_str!("../src/scripts/epoch.lua"),
+            include_str!("../src/scripts/cluster.lua"),
+            include_str!("../src/scripts/queue.lua"),
+            include_str!("../src/scripts/holder.lua"),
+            include_str!(concat!("../src/scripts/", $file))
+        )
+    };
 }
 
 const RELEASE: &str = concat!(
@@ -32,7 +50,7 @@ const RELEASE: &str = concat!(
     include_str!("../src/scripts/release.lua")
 );
 const EXTEND: &str = lock_script!("extend.lua");
-const ACQUIRE: &str = lock_script!("acquire.lua");
+const ACQUIRE: &str = lock_script!(holder, "acquire.lua");
 const FENCE: &str = include_str!("../src/scripts/fence.lua");
 /// The epoch read at connect: the preamble's first part alone.
 const EPOCH: &str = concat!(
@@ -52,11 +70,11 @@ const RELEASE_MANY: &str = concat!(
     include_str!("../src/scripts/queue.lua"),
     include_str!("../src/scripts/release_many.lua")
 );
-const ACQUIRE_MANY: &str = lock_script!("acquire_many.lua");
+const ACQUIRE_MANY: &str = lock_script!(holder, "acquire_many.lua");
 const RW_ACQUIRE: &str = lock_script!("rw_acquire.lua");
 const RW_DOWNGRADE: &str = lock_script!("rw_downgrade.lua");
 const RW_EXTEND_READ: &str = lock_script!("rw_extend_read.lua");
-const ACQUIRE_QUEUED: &str = lock_script!(queue, "acquire_queued.lua");
+const ACQUIRE_QUEUED: &str = lock_script!(queue, holder, "acquire_queued.lua");
 const ENQUEUE: &str = lock_script!(queue, "enqueue.lua");
 const DEQUEUE: &str = concat!(
     include_str!("../src/scripts/queue.lua"),
@@ -82,6 +100,45 @@ fn preamble<'a>(
 /// The preamble's refusal of a caller whose cluster fingerprint is not the record's:
 /// `{-2, epoch record or false, server time us, the record's fingerprint or false}`.
 type Refused = (i64, Option<String>, String, Option<String>);
+
+/// The holder record of tag `tag` under the empty key prefix (`redquorum:holder:<tag>`),
+/// where a client whose lock values begin with `<tag>.` keeps who it is (`holder.lua`).
+fn holder_of(tag: &str) -> String {
+    format!("redquorum:holder:{tag}")
+}
+
+/// The holder record at `record`: its fields and its `PTTL`.
+async fn holder_state(
+    conn: &mut redis::aio::MultiplexedConnection,
+    record: &str,
+) -> (std::collections::HashMap<String, String>, i64) {
+    (
+        conn.hgetall(record).await.unwrap(),
+        conn.pttl(record).await.unwrap(),
+    )
+}
+
+/// Asserts that `record` is a holder record as a grant writes it (`holder.lua`): exactly
+/// the fields client, host, pid and label with the values `who`, for an hour (the lock's
+/// TTL being shorter). `what` names the step.
+async fn assert_holder_written(
+    conn: &mut redis::aio::MultiplexedConnection,
+    record: &str,
+    who: [&str; 4],
+    what: &str,
+) {
+    let (fields, pttl) = holder_state(conn, record).await;
+    let expected: std::collections::HashMap<String, String> = ["client", "host", "pid", "label"]
+        .into_iter()
+        .zip(who)
+        .map(|(field, value)| (field.to_owned(), value.to_owned()))
+        .collect();
+    assert_eq!(fields, expected, "{what}: the holder record's fields");
+    assert!(
+        (3_500_000..=3_600_000).contains(&pttl),
+        "{what}: the holder record is kept for an hour: {pttl}"
+    );
+}
 
 /// Every lock script starts with the same preamble, in the same slots (`epoch.lua`, then
 /// `cluster.lua`): a caller whose cluster fingerprint is not the record's, or that knows a
@@ -133,86 +190,76 @@ async fn every_lock_script_starts_with_the_preamble() {
     }
 }
 
+/// `release.lua`: compare-and-delete. A lock without a waiter queue (the common case) is
+/// deleted and its release notice published, with the key as payload; a lock with a queue
+/// is handed on (`release_hand_off_contract`), or, with no live waiter left in it, freed
+/// and announced the same way. Nothing else is written: the holder record is per client.
 #[tokio::test]
 async fn release_contract() {
     let server = Server::start(&ServerOptions::new()).await.unwrap();
     let mut conn = raw(&server.url()).await;
     let script = Script::new(RELEASE);
     let key = unique_key("release_script");
-    let owner = unique_key("owner");
     let channel = format!("redquorum:released:{key}");
     let queue = format!("redquorum:queue:{key}");
     let waiters = format!("redquorum:waiter:{key}:");
-
-    // Missing key: 0.
-    let r: i64 = script
-        .key(&key)
-        .key(&owner)
-        .key(&queue)
-        .arg("mine")
-        .arg(&channel)
-        .arg(&waiters)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(r, 0);
-    // Someone else's key: -1, untouched.
-    let _: () = conn.set(&key, "theirs").await.unwrap();
-    let r: i64 = script
-        .key(&key)
-        .key(&owner)
-        .key(&queue)
-        .arg("mine")
-        .arg(&channel)
-        .arg(&waiters)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(r, -1);
-    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("theirs"));
-    // Ours: 1, deleted with our owner record, and a notice is published.
-    let _: () = conn.set(&key, "mine").await.unwrap();
-    let _: () = conn.hset(&owner, "value", "mine").await.unwrap();
+    let release = || {
+        let mut call = script.key(&key);
+        call.key(&queue).arg("mine").arg(&channel).arg(&waiters);
+        call
+    };
     let mut sub = redis::Client::open(server.url())
         .unwrap()
         .get_async_pubsub()
         .await
         .unwrap();
     sub.subscribe(&channel).await.unwrap();
-    let r: i64 = script
-        .key(&key)
-        .key(&owner)
-        .key(&queue)
-        .arg("mine")
-        .arg(&channel)
-        .arg(&waiters)
-        .invoke_async(&mut conn)
+    let mut notices = sub.on_message();
+    let mut notice = async || {
+        let msg = tokio::time::timeout(
+            std::time::Duration::from_secs(2),
+            futures::StreamExt::next(&mut notices),
+        )
         .await
+        .unwrap()
         .unwrap();
+        (
+            msg.get_channel_name().to_owned(),
+            msg.get_payload::<String>().unwrap(),
+        )
+    };
+
+    // Missing key: 0.
+    let r: i64 = release().invoke_async(&mut conn).await.unwrap();
+    assert_eq!(r, 0);
+    // Someone else's key: -1, untouched.
+    let _: () = conn.set(&key, "theirs").await.unwrap();
+    let r: i64 = release().invoke_async(&mut conn).await.unwrap();
+    assert_eq!(r, -1);
+    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("theirs"));
+    // Ours, no queue: 1, deleted, and the notice is published with the key; no queue is
+    // made, and nothing else is left behind.
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+    let _: () = conn.pset_ex(&key, "mine", 10_000).await.unwrap();
+    let r: i64 = release().invoke_async(&mut conn).await.unwrap();
     assert_eq!(r, 1);
     assert_eq!(get(&server.url(), &key).await, None);
-    let exists: bool = conn.exists(&owner).await.unwrap();
-    assert!(!exists, "the owner record goes with the lock");
-    let msg = tokio::time::timeout(std::time::Duration::from_secs(2), async {
-        use futures::StreamExt;
-        sub.on_message().next().await
-    })
-    .await
-    .unwrap()
-    .unwrap();
-    assert_eq!(msg.get_channel_name(), channel);
+    assert_eq!(notice().await, (channel.clone(), key.clone()));
+    let left: Vec<String> = conn.keys("*").await.unwrap();
+    assert!(left.is_empty(), "{left:?}");
     // Idempotent: again, 0.
-    let r: i64 = script
-        .key(&key)
-        .key(&owner)
-        .key(&queue)
-        .arg("mine")
-        .arg(&channel)
-        .arg(&waiters)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let r: i64 = release().invoke_async(&mut conn).await.unwrap();
     assert_eq!(r, 0);
+    // Ours, with a queue whose only waiter is dead: pruned, the key freed and announced as
+    // without a queue.
+    let _: () = conn.pset_ex(&key, "mine", 10_000).await.unwrap();
+    let _: () = conn.zadd(&queue, "dead", 1).await.unwrap();
+    let r: i64 = release().invoke_async(&mut conn).await.unwrap();
+    assert_eq!(r, 1);
+    assert_eq!(get(&server.url(), &key).await, None);
+    let queued: bool = conn.exists(&queue).await.unwrap();
+    assert!(!queued, "the dead waiter is pruned");
+    assert_eq!(notice().await, (channel.clone(), key.clone()));
 }
 
 type Extended = (i64, Option<String>, String, Option<String>);
@@ -223,33 +270,59 @@ async fn extend_contract() {
     let mut conn = raw(&server.url()).await;
     let script = Script::new(EXTEND);
     let key = unique_key("extend_script");
-    let (epoch, record, owner) = (
+    let (epoch, record, holder) = (
         unique_key("epoch"),
         unique_key("cluster"),
-        unique_key("owner"),
+        holder_of(&unique_key("tag")),
     );
     let extend = |value: &'static str, ttl: u64, epoch_id: &'static str, fingerprint: &str| {
         let mut call = preamble(&script, &epoch, &record, epoch_id, fingerprint);
-        call.key(&key).key(&owner).arg(value).arg(ttl);
+        call.key(&key).key(&holder).arg(value).arg(ttl);
         call
     };
 
-    // Ours: 1 and the TTL is reset, the owner record's too; without an epoch id the epoch
-    // is not touched.
+    // Ours: 1 and the TTL is reset; the holder record, which would expire sooner, is kept
+    // alive as long; without an epoch id the epoch is not touched.
     let _: () = conn.pset_ex(&key, "mine", 1000).await.unwrap();
-    let _: () = conn.hset(&owner, "value", "mine").await.unwrap();
-    let _: () = conn.pexpire(&owner, 1000).await.unwrap();
+    let _: () = conn.hset(&holder, "client", "c1").await.unwrap();
+    let _: () = conn.pexpire(&holder, 30_000).await.unwrap();
     let (code, seen, now, _): Extended = extend("mine", 60_000, "", "")
         .invoke_async(&mut conn)
         .await
         .unwrap();
     assert_eq!((code, seen), (1, None));
     assert!(now.parse::<u64>().unwrap() > 1_600_000_000_000_000, "{now}");
-    for k in [&key, &owner] {
+    for k in [&key, &holder] {
         let pttl: i64 = conn.pttl(k).await.unwrap();
-        assert!(pttl > 50_000, "{k}: {pttl}");
+        assert!(pttl > 50_000 && pttl <= 60_000, "{k}: {pttl}");
     }
     assert_eq!(get(&server.url(), &epoch).await, None);
+    // A holder record that outlives the new TTL is left as it is, never shortened.
+    let _: () = conn.pexpire(&holder, 3_600_000).await.unwrap();
+    let (code, ..): Extended = extend("mine", 60_000, "", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(code, 1);
+    let pttl: i64 = conn.pttl(&holder).await.unwrap();
+    assert!(pttl > 3_500_000, "{pttl}");
+    // A missing holder record is not created: only a grant writes one. The lock is
+    // extended all the same.
+    let _: () = conn.del(&holder).await.unwrap();
+    let _: () = conn.pexpire(&key, 1000).await.unwrap();
+    let (code, ..): Extended = extend("mine", 60_000, "", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(code, 1);
+    let exists: bool = conn.exists(&holder).await.unwrap();
+    assert!(!exists, "extend wrote a holder record");
+    let pttl: i64 = conn.pttl(&key).await.unwrap();
+    assert!(pttl > 50_000, "{pttl}");
+    // From here the holder record expires before the TTL asked for: only an extension
+    // raises it, no refusal.
+    let _: () = conn.hset(&holder, "client", "c1").await.unwrap();
+    let _: () = conn.pexpire(&holder, 30_000).await.unwrap();
     // Missing: 0, and it stays missing (it may have been force-unlocked); with an epoch id
     // a missing epoch is started.
     let _: () = conn.del(&key).await.unwrap();
@@ -273,6 +346,11 @@ async fn extend_contract() {
     let pttl: i64 = conn.pttl(&key).await.unwrap();
     assert!(pttl <= 5000, "{pttl}");
     assert_eq!(get(&server.url(), &key).await.as_deref(), Some("theirs"));
+    let pttl: i64 = conn.pttl(&holder).await.unwrap();
+    assert!(
+        (0..=30_000).contains(&pttl),
+        "a refused extension keeps no holder record alive: {pttl}"
+    );
     // A cluster record whose fingerprint differs from the caller's: -2 with the record's
     // fingerprint, and nothing extended; an agreeing caller extends.
     let _: () = conn.pset_ex(&key, "mine", 1000).await.unwrap();
@@ -289,6 +367,8 @@ async fn extend_contract() {
         );
         let pttl: i64 = conn.pttl(&key).await.unwrap();
         assert!(pttl <= 1000, "{pttl}");
+        let pttl: i64 = conn.pttl(&holder).await.unwrap();
+        assert!((0..=30_000).contains(&pttl), "{pttl}");
     }
     let (code, _, _, _): Extended = extend("mine", 60_000, "", "f1")
         .invoke_async(&mut conn)
@@ -312,12 +392,13 @@ async fn extend_many_contract() {
     let mut conn = raw(&server.url()).await;
     let script = Script::new(EXTEND_MANY);
     let keys = [unique_key("many_a"), unique_key("many_b")];
-    let owners = [unique_key("owner_a"), unique_key("owner_b")];
+    let holder = holder_of(&unique_key("tag"));
     let (epoch, record) = (unique_key("epoch"), unique_key("cluster"));
     let extend = |epoch_id: &'static str, fingerprint: &str| {
         let mut call = preamble(&script, &epoch, &record, epoch_id, fingerprint);
-        for (key, owner) in keys.iter().zip(&owners) {
-            call.key(key).key(owner);
+        call.key(&holder);
+        for key in &keys {
+            call.key(key);
         }
         call.arg("mine").arg(60_000);
         call
@@ -335,18 +416,43 @@ async fn extend_many_contract() {
         }
     };
 
-    // Every key ours: 1, every TTL and owner record reset.
-    for (key, owner) in keys.iter().zip(&owners) {
+    // Every key ours: 1, every TTL reset, and the holder record, which would expire sooner,
+    // kept alive as long.
+    for key in &keys {
         let _: () = conn.pset_ex(key, "mine", 1000).await.unwrap();
-        let _: () = conn.hset(owner, "value", "mine").await.unwrap();
-        let _: () = conn.pexpire(owner, 1000).await.unwrap();
     }
+    let _: () = conn.hset(&holder, "client", "c1").await.unwrap();
+    let _: () = conn.pexpire(&holder, 30_000).await.unwrap();
     let (code, seen, _, _): Extended = extend("", "").invoke_async(&mut conn).await.unwrap();
     assert_eq!((code, seen), (1, None));
-    for k in keys.iter().chain(&owners) {
+    for k in keys.iter().chain([&holder]) {
         let pttl: i64 = conn.pttl(k).await.unwrap();
-        assert!(pttl > 50_000, "{k}: {pttl}");
+        assert!(pttl > 50_000 && pttl <= 60_000, "{k}: {pttl}");
     }
+    // A holder record that outlives the TTL is never shortened; a missing one is not
+    // created.
+    let _: () = conn.pexpire(&holder, 3_600_000).await.unwrap();
+    let (code, ..): Extended = extend("", "").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(code, 1);
+    let pttl: i64 = conn.pttl(&holder).await.unwrap();
+    assert!(pttl > 3_500_000, "{pttl}");
+    let _: () = conn.del(&holder).await.unwrap();
+    let (code, ..): Extended = extend("", "").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(code, 1);
+    let exists: bool = conn.exists(&holder).await.unwrap();
+    assert!(!exists, "extend_many wrote a holder record");
+    // From here the holder record expires before the TTL asked for: a refused extension
+    // leaves it so.
+    let _: () = conn.hset(&holder, "client", "c1").await.unwrap();
+    let _: () = conn.pexpire(&holder, 30_000).await.unwrap();
+    let holder_kept = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        let holder = holder.clone();
+        async move {
+            let pttl: i64 = conn.pttl(&holder).await.unwrap();
+            (0..=30_000).contains(&pttl)
+        }
+    };
     // One key held by another value: -1, and the key that is ours is not extended.
     let _: () = conn.pset_ex(&keys[0], "mine", 1000).await.unwrap();
     let _: () = conn.pset_ex(&keys[1], "theirs", 1000).await.unwrap();
@@ -354,6 +460,10 @@ async fn extend_many_contract() {
     assert_eq!(code, -1);
     assert!(seen.unwrap().starts_with("e1:"));
     assert_eq!(short_ttls(&mut conn).await, [true, true]);
+    assert!(
+        holder_kept(&mut conn).await,
+        "a refusal raised the holder record"
+    );
     assert_eq!(
         get(&server.url(), &keys[1]).await.as_deref(),
         Some("theirs")
@@ -365,18 +475,26 @@ async fn extend_many_contract() {
     assert_eq!(get(&server.url(), &keys[1]).await, None);
     let pttl: i64 = conn.pttl(&keys[0]).await.unwrap();
     assert!(pttl <= 1000, "{pttl}");
+    assert!(
+        holder_kept(&mut conn).await,
+        "a refusal raised the holder record"
+    );
     // A cluster record that disagrees: -2 with its fingerprint, nothing extended.
     let _: () = conn.pset_ex(&keys[1], "mine", 1000).await.unwrap();
     let _: () = conn.hset(&record, "fingerprint", "f1").await.unwrap();
     let (code, _, _, found): Extended = extend("", "f2").invoke_async(&mut conn).await.unwrap();
     assert_eq!((code, found.as_deref()), (-2, Some("f1")));
     assert_eq!(short_ttls(&mut conn).await, [true, true]);
+    assert!(
+        holder_kept(&mut conn).await,
+        "a refusal raised the holder record"
+    );
     let (code, _, _, _): Extended = extend("", "f1").invoke_async(&mut conn).await.unwrap();
     assert_eq!(code, 1);
 }
 
-/// The release of several keys deletes each one that is ours (with its owner record) and
-/// announces each on its own channel; others' keys are left alone.
+/// The release of several keys deletes each one that is ours and announces each on its
+/// own channel (or hands it to its queue's live head); others' keys are left alone.
 #[tokio::test]
 async fn release_many_contract() {
     let server = Server::start(&ServerOptions::new()).await.unwrap();
@@ -386,11 +504,6 @@ async fn release_many_contract() {
         unique_key("rel_a"),
         unique_key("rel_b"),
         unique_key("rel_c"),
-    ];
-    let owners = [
-        unique_key("own_a"),
-        unique_key("own_b"),
-        unique_key("own_c"),
     ];
     let channels: Vec<String> = keys
         .iter()
@@ -406,8 +519,8 @@ async fn release_many_contract() {
         .collect();
     let release = || {
         let mut call = script.prepare_invoke();
-        for ((key, owner), queue) in keys.iter().zip(&owners).zip(&queues) {
-            call.key(key).key(owner).key(queue);
+        for (key, queue) in keys.iter().zip(&queues) {
+            call.key(key).key(queue);
         }
         call.arg("mine");
         for (channel, prefix) in channels.iter().zip(&prefixes) {
@@ -423,19 +536,18 @@ async fn release_many_contract() {
     for channel in &channels {
         sub.subscribe(channel).await.unwrap();
     }
-    // a and c ours (with owner records), b someone else's.
+    // a and c ours, b someone else's.
     for i in [0, 2] {
         let _: () = conn.pset_ex(&keys[i], "mine", 10_000).await.unwrap();
-        let _: () = conn.hset(&owners[i], "value", "mine").await.unwrap();
     }
     let _: () = conn.pset_ex(&keys[1], "theirs", 10_000).await.unwrap();
     let counts: (i64, i64, i64) = release().invoke_async(&mut conn).await.unwrap();
     assert_eq!(counts, (2, 0, 1));
     for i in [0, 2] {
         assert_eq!(get(&server.url(), &keys[i]).await, None);
-        let exists: bool = conn.exists(&owners[i]).await.unwrap();
-        assert!(!exists, "the owner record goes with its lock");
     }
+    let left: Vec<String> = conn.keys("*").await.unwrap();
+    assert_eq!(left, [keys[1].clone()], "nothing but b's key is left");
     assert_eq!(
         get(&server.url(), &keys[1]).await.as_deref(),
         Some("theirs")
@@ -533,8 +645,9 @@ type AcquiredMany = (
     Option<String>,
 );
 
-/// Several locks at once: every key set with its owner record, or none where any is held,
-/// each held key's `PTTL` and each counter reported; the same checks as `acquire.lua`.
+/// Several locks at once: every key set, or none where any is held, each held key's
+/// `PTTL` and each counter reported; the same checks as `acquire.lua`. A grant writes no
+/// owner record: it keeps the client's holder record alive, once, as `acquire.lua` does.
 #[tokio::test]
 async fn acquire_many_contract() {
     let server = Server::start(&ServerOptions::new()).await.unwrap();
@@ -542,10 +655,12 @@ async fn acquire_many_contract() {
     let script = Script::new(ACQUIRE_MANY);
     let keys = [unique_key("am_a"), unique_key("am_b")];
     let fences = [unique_key("fence_a"), unique_key("fence_b")];
-    let owners = [unique_key("owner_a"), unique_key("owner_b")];
+    let owners = keys.clone().map(|k| format!("redquorum:owner:{k}"));
+    let holder = holder_of(&unique_key("tag"));
     let (epoch, record) = (unique_key("epoch"), unique_key("cluster"));
     let acquire = |value: &'static str, fingerprint: &str| {
         let mut call = preamble(&script, &epoch, &record, "e1", fingerprint);
+        call.key(&holder);
         for i in 0..2 {
             call.key(&keys[i]).key(&fences[i]).key(&owners[i]);
         }
@@ -558,8 +673,10 @@ async fn acquire_many_contract() {
             .arg("label");
         call
     };
+    let who = ["client", "host", "7", "label"];
     let _: () = conn.set(&fences[1], "41").await.unwrap();
-    // Both free: 1, both set with owner records, the counters read.
+    // Both free: 1, both set, the counters read; no owner record, the holder record
+    // written.
     let (code, seen, _, counters, pttls, _): AcquiredMany =
         acquire("mine", "").invoke_async(&mut conn).await.unwrap();
     assert_eq!(code, 1);
@@ -568,14 +685,29 @@ async fn acquire_many_contract() {
     assert_eq!(pttls, [-3, -3]);
     for (key, owner) in keys.iter().zip(&owners) {
         assert_eq!(get(&server.url(), key).await.as_deref(), Some("mine"));
-        let kind: Option<String> = conn.hget(owner, "kind").await.unwrap();
-        assert_eq!(kind.as_deref(), Some("lock"));
-        let pttl: i64 = conn.pttl(owner).await.unwrap();
-        assert!(pttl > 5_000, "{pttl}");
+        let pttl: i64 = conn.pttl(key).await.unwrap();
+        assert!(pttl > 9_000 && pttl <= 10_000, "set with PX: {pttl}");
+        let exists: bool = conn.exists(owner).await.unwrap();
+        assert!(!exists, "a grant wrote an owner record");
     }
+    assert_holder_written(&mut conn, &holder, who, "a grant").await;
+    // Granted again while the holder record outlives the lock: the record is not written.
+    let _: () = conn.del(&keys).await.unwrap();
+    let _: () = conn.hset(&holder, "host", "changed").await.unwrap();
+    let (code, ..): AcquiredMany = acquire("mine", "").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(code, 1);
+    let host: Option<String> = conn.hget(&holder, "host").await.unwrap();
+    assert_eq!(host.as_deref(), Some("changed"), "a fresh record is kept");
+    // Granted while the record would expire before the lock: written again.
+    let _: () = conn.del(&keys).await.unwrap();
+    let _: () = conn.pexpire(&holder, 5_000).await.unwrap();
+    let (code, ..): AcquiredMany = acquire("mine", "").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(code, 1);
+    assert_holder_written(&mut conn, &holder, who, "a grant past the record").await;
+    // No refusal below writes a holder record.
+    let _: () = conn.del(&holder).await.unwrap();
     // One held by another value: 0, the other not set, the held one's PTTL reported.
     let _: () = conn.del(&keys[0]).await.unwrap();
-    let _: () = conn.del(&owners[0]).await.unwrap();
     let (code, _, _, _, pttls, _): AcquiredMany =
         acquire("other", "").invoke_async(&mut conn).await.unwrap();
     assert_eq!(code, 0);
@@ -605,13 +737,21 @@ async fn acquire_many_contract() {
         .unwrap();
     assert_eq!((code, found.as_deref()), (-2, Some("f1")));
     assert_eq!(get(&server.url(), &keys[0]).await, None);
+    let exists: bool = conn.exists(&holder).await.unwrap();
+    assert!(!exists, "a refusal wrote the holder record");
     let (code, _, _, _, _, _): AcquiredMany = acquire("other", "f1")
         .invoke_async(&mut conn)
         .await
         .unwrap();
     assert_eq!(code, 1);
+    assert_holder_written(&mut conn, &holder, who, "a grant after refusals").await;
 }
 
+/// `acquire.lua`: `SET NX PX` reading the epoch, and the fence counter where asked; a
+/// refusal reads the holder's `PTTL` and the queue's ticket counter. A grant writes no
+/// owner record: it keeps the client's holder record alive at least as long as the lock,
+/// and writes it only where it would expire sooner. Another kind of lock under the name
+/// is told on the refusal path: -3 with its kind.
 #[tokio::test]
 async fn acquire_contract() {
     let server = Server::start(&ServerOptions::new()).await.unwrap();
@@ -619,16 +759,19 @@ async fn acquire_contract() {
     let script = Script::new(ACQUIRE);
     let key = unique_key("acquire_script");
     let (epoch, fence) = (unique_key("epoch"), unique_key("fence"));
-    let (record, owner) = (unique_key("cluster"), unique_key("owner"));
+    let record = unique_key("cluster");
+    let owner = format!("redquorum:owner:{key}");
+    let holder = holder_of(&unique_key("tag"));
     let ticket = format!("redquorum:ticket:{key}");
-    let acquire = |value: &'static str, mode: &'static str, fingerprint: &'static str| {
+    let acquire_for = |value: &'static str, ttl: u64, mode: &'static str, fingerprint: &str| {
         let mut call = preamble(&script, &epoch, &record, "new-epoch", fingerprint);
         call.key(&key)
             .key(&fence)
             .key(&owner)
             .key(&ticket)
+            .key(&holder)
             .arg(value)
-            .arg(10_000)
+            .arg(ttl)
             .arg(mode)
             .arg("client-1")
             .arg("host-1")
@@ -636,9 +779,13 @@ async fn acquire_contract() {
             .arg("worker");
         call
     };
+    let acquire = |value: &'static str, mode: &'static str, fingerprint: &'static str| {
+        acquire_for(value, 10_000, mode, fingerprint)
+    };
+    let who = ["client-1", "host-1", "4242", "worker"];
 
-    // Granted; a missing epoch is started; no fence read; the owner record written with
-    // the lock's expiry.
+    // Granted; a missing epoch is started; no fence read; no owner record, the holder
+    // record written for an hour.
     // A ticket counter exists: a grant does not read it.
     let _: () = conn.set(&ticket, 6).await.unwrap();
     let (ok, epoch_record, now, counter, pttl, detail, tickets): Acquired = acquire("v1", "0", "")
@@ -658,24 +805,13 @@ async fn acquire_contract() {
     assert_eq!(get(&server.url(), &key).await.as_deref(), Some("v1"));
     let pttl: i64 = conn.pttl(&key).await.unwrap();
     assert!(pttl > 9_000, "set with PX like SET NX PX: {pttl}");
-    let who: std::collections::HashMap<String, String> = conn.hgetall(&owner).await.unwrap();
-    for (field, value) in [
-        ("kind", "lock"),
-        ("value", "v1"),
-        ("client", "client-1"),
-        ("host", "host-1"),
-        ("pid", "4242"),
-        ("label", "worker"),
-    ] {
-        assert_eq!(who.get(field).map(String::as_str), Some(value), "{field}");
-    }
-    let acquired_ms: u64 = who["acquired_ms"].parse().unwrap();
-    assert_eq!(acquired_ms, now.parse::<u64>().unwrap() / 1000);
-    let owner_pttl: i64 = conn.pttl(&owner).await.unwrap();
-    assert!(owner_pttl > 9_000 && owner_pttl <= 10_000, "{owner_pttl}");
+    let exists: bool = conn.exists(&owner).await.unwrap();
+    assert!(!exists, "a grant wrote an owner record");
+    assert_holder_written(&mut conn, &holder, who, "a grant").await;
     // Refused: the holder's PTTL, the same epoch, and the fence counter when asked for;
-    // the holder's owner record untouched.
+    // no holder record written, even one that would expire before the lock.
     let _: () = conn.set(&fence, 41).await.unwrap();
+    let _: () = conn.pexpire(&holder, 5_000).await.unwrap();
     let (ok, again, later, counter, pttl, _, tickets): Acquired = acquire("v2", "1", "")
         .invoke_async(&mut conn)
         .await
@@ -688,8 +824,11 @@ async fn acquire_contract() {
     assert_eq!(again, epoch_record);
     assert!(later.parse::<u64>().unwrap() >= now.parse::<u64>().unwrap());
     assert_eq!(get(&server.url(), &key).await.as_deref(), Some("v1"));
-    let holder: Option<String> = conn.hget(&owner, "value").await.unwrap();
-    assert_eq!(holder.as_deref(), Some("v1"));
+    let held: i64 = conn.pttl(&holder).await.unwrap();
+    assert!(
+        (0..=5_000).contains(&held),
+        "a refusal wrote the holder record: {held}"
+    );
     // No other mode exists: the planted one-round token is a variant of this script built
     // only with `--cfg redquorum_mutants`, never a mode of the script every master loads.
     let _: () = conn.del(&ticket).await.unwrap();
@@ -700,9 +839,42 @@ async fn acquire_contract() {
     assert_eq!((counter, tickets.as_deref()), (None, Some("0")));
     assert_eq!(conn.get::<_, String>(&fence).await.unwrap(), "41");
 
+    // A grant while the holder record outlives the lock does not write it (a field
+    // changed here is kept); one while it would expire sooner writes it again.
+    let _: () = conn.del(&key).await.unwrap();
+    let _: () = conn.pexpire(&holder, 3_600_000).await.unwrap();
+    let _: () = conn.hset(&holder, "host", "changed").await.unwrap();
+    let (ok, ..): Acquired = acquire("v3", "0", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(ok, 1);
+    let host: Option<String> = conn.hget(&holder, "host").await.unwrap();
+    assert_eq!(host.as_deref(), Some("changed"), "a fresh record is kept");
+    let _: () = conn.del(&key).await.unwrap();
+    let _: () = conn.pexpire(&holder, 5_000).await.unwrap();
+    let (ok, ..): Acquired = acquire("v3", "0", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(ok, 1);
+    assert_holder_written(&mut conn, &holder, who, "a grant past the record").await;
+    // A lock longer than an hour: its holder record is kept as long as the lock.
+    let _: () = conn.del(&key).await.unwrap();
+    let (ok, ..): Acquired = acquire_for("v3", 7_200_000, "0", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(ok, 1);
+    let held: i64 = conn.pttl(&holder).await.unwrap();
+    assert!(
+        (7_100_000..=7_200_000).contains(&held),
+        "the holder record outlives the lock: {held}"
+    );
+
     // A cluster record that disagrees with the caller: -2 with its fingerprint, nothing
     // set; a caller that knows a record the master lacks: -2 without one.
-    let _: () = conn.del(&key).await.unwrap();
+    let _: () = conn.del(&[&key, &holder]).await.unwrap();
     let _: () = conn.hset(&record, "fingerprint", "f1").await.unwrap();
     let (ok, _, _, found): Refused = acquire("v4", "0", "")
         .invoke_async(&mut conn)
@@ -710,12 +882,14 @@ async fn acquire_contract() {
         .unwrap();
     assert_eq!((ok, found.as_deref()), (-2, Some("f1")));
     assert_eq!(get(&server.url(), &key).await, None);
+    let exists: bool = conn.exists(&holder).await.unwrap();
+    assert!(!exists, "a refused caller wrote a holder record");
     let (ok, _, _, _, _, _, _): Acquired = acquire("v4", "0", "f1")
         .invoke_async(&mut conn)
         .await
         .unwrap();
     assert_eq!(ok, 1);
-    let _: () = conn.del(&key).await.unwrap();
+    let _: () = conn.del(&[&key, &holder]).await.unwrap();
     let _: () = conn.del(&record).await.unwrap();
     let (ok, _, _, found): Refused = acquire("v5", "0", "f1")
         .invoke_async(&mut conn)
@@ -724,13 +898,25 @@ async fn acquire_contract() {
     assert_eq!((ok, found), (-2, None));
     assert_eq!(get(&server.url(), &key).await, None);
 
-    // Another kind of lock under the name: -3 with its kind, untouched.
+    // Another kind of lock under the name: -3 with its kind, untouched, no holder record
+    // written. A key of another type is told by the refused `SET NX`.
     let _: () = conn.hset(&key, "permits", 3).await.unwrap();
-    let (ok, _, _, _, _, kind, _): Acquired = acquire("v6", "0", "")
+    let (ok, _, _, _, _, kind, _): Acquired = acquire("v6", "1", "")
         .invoke_async(&mut conn)
         .await
         .unwrap();
     assert_eq!((ok, kind.as_deref()), (-3, Some("hash")));
+    let permits: Option<String> = conn.hget(&key, "permits").await.unwrap();
+    assert_eq!(permits.as_deref(), Some("3"));
+    let _: () = conn.del(&key).await.unwrap();
+    let _: () = conn.zadd(&key, "m", 1).await.unwrap();
+    let (ok, _, _, _, _, kind, _): Acquired = acquire("v6", "0", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((ok, kind.as_deref()), (-3, Some("zset")));
+    let members: Vec<String> = conn.zrange(&key, 0, -1).await.unwrap();
+    assert_eq!(members, ["m"]);
     let _: () = conn.del(&key).await.unwrap();
     let _: () = conn.set(&key, "x").await.unwrap();
     let _: () = conn.hset(&owner, "kind", "semaphore").await.unwrap();
@@ -739,6 +925,32 @@ async fn acquire_contract() {
         .await
         .unwrap();
     assert_eq!((ok, kind.as_deref()), (-3, Some("semaphore")));
+    let exists: bool = conn.exists(&holder).await.unwrap();
+    assert!(!exists, "a refusal wrote a holder record");
+    // An owner record of kind 'lock' (an earlier version's, beside its lock key) marks no
+    // other kind: the name is granted, and the record left as it is.
+    let _: () = conn.del(&[&key, &owner]).await.unwrap();
+    let _: () = conn
+        .hset_multiple(&owner, &[("kind", "lock"), ("value", "old")])
+        .await
+        .unwrap();
+    let (ok, ..): Acquired = acquire("v8", "0", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(ok, 1);
+    let left: Option<String> = conn.hget(&owner, "value").await.unwrap();
+    assert_eq!(left.as_deref(), Some("old"));
+    // A holder record of another type can never fail a grant (the lock key already set):
+    // the rewrite replaces it with the record.
+    let _: () = conn.del(&[&key, &owner]).await.unwrap();
+    let _: () = conn.set(&holder, "not a hash").await.unwrap();
+    let (ok, ..): Acquired = acquire("v9", "0", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(ok, 1);
+    assert_holder_written(&mut conn, &holder, who, "over a string").await;
 }
 
 /// A read-write lock held by a reader has no lock key: only its owner record (kind
@@ -756,6 +968,7 @@ async fn a_name_held_by_a_reader_is_another_kind_to_every_mutex_script() {
     let fence = format!("redquorum:fence:{key}");
     let index = format!("redquorum:rw:{key}:readers");
     let reader = format!("redquorum:rw:{key}:reader:r1");
+    let holder = holder_of(&unique_key("tag"));
     let rw = Script::new(RW_ACQUIRE);
     let (code, ..): (i64, String, String, Option<String>, i64, Option<String>) =
         preamble(&rw, &epoch, &record, "e1", "")
@@ -796,14 +1009,16 @@ async fn a_name_held_by_a_reader_is_another_kind_to_every_mutex_script() {
         Vec<String>,
         bool,
         Vec<String>,
+        bool,
     );
     let state = |mut conn: redis::aio::MultiplexedConnection| {
-        let (key, owner, index, reader, queue) = (
+        let (key, owner, index, reader, queue, holder) = (
             key.clone(),
             owner.clone(),
             index.clone(),
             reader.clone(),
             keys.queue.clone(),
+            holder.clone(),
         );
         async move {
             let state: State = (
@@ -812,6 +1027,7 @@ async fn a_name_held_by_a_reader_is_another_kind_to_every_mutex_script() {
                 conn.smembers(&index).await.unwrap(),
                 conn.exists(&key).await.unwrap(),
                 conn.zrange(&queue, 0, -1).await.unwrap(),
+                conn.exists(&holder).await.unwrap(),
             );
             state
         }
@@ -825,6 +1041,7 @@ async fn a_name_held_by_a_reader_is_another_kind_to_every_mutex_script() {
             vec!["r1".to_owned()],
             false,
             vec!["w1".to_owned()],
+            false,
         )
     );
 
@@ -834,6 +1051,7 @@ async fn a_name_held_by_a_reader_is_another_kind_to_every_mutex_script() {
         .key(&fence)
         .key(&owner)
         .key(&keys.ticket)
+        .key(&holder)
         .arg("m1")
         .arg(10_000)
         .arg("0")
@@ -854,6 +1072,7 @@ async fn a_name_held_by_a_reader_is_another_kind_to_every_mutex_script() {
         .key(&owner)
         .key(&keys.queue)
         .key(&keys.ticket)
+        .key(&holder)
         .arg("m2")
         .arg(10_000)
         .arg("0")
@@ -877,6 +1096,7 @@ async fn a_name_held_by_a_reader_is_another_kind_to_every_mutex_script() {
     let other = unique_key("read_held_other");
     let many = Script::new(ACQUIRE_MANY);
     let (code, _, _, _, at, kind): AcquiredMany = preamble(&many, &epoch, &record, "e1", "")
+        .key(&holder)
         .key(&key)
         .key(&fence)
         .key(&owner)
@@ -1060,7 +1280,12 @@ type Inspected = (
     Option<String>,
     String,
     i64,
+    std::collections::HashMap<String, String>,
 );
+
+/// The holder records' common beginning that `inspect_contract` passes: under key prefix
+/// `app:`, so that a script that ignored it would find no record.
+const HOLDERS: &str = "app:redquorum:holder:";
 
 /// Runs `inspect.lua` with `EVAL_RO`, which the server refuses for a script that writes.
 async fn inspect_ro(
@@ -1071,6 +1296,7 @@ async fn inspect_ro(
         .arg(INSPECT)
         .arg(4)
         .arg(&keys[..])
+        .arg(HOLDERS)
         .query_async(conn)
         .await
 }
@@ -1093,15 +1319,19 @@ async fn inspect_contract() {
         .await;
     assert!(writes.is_err(), "EVAL_RO ran a write");
 
-    // Missing: type none, no value, PTTL -2, no record, no counter, the server's time.
-    let (kind, value, pttl, record, counter, now, _) = inspect_ro(&mut conn, keys).await.unwrap();
+    // Missing: type none, no value, PTTL -2, no record, no counter, the server's time, no
+    // holder.
+    let (kind, value, pttl, record, counter, now, _, holder) =
+        inspect_ro(&mut conn, keys).await.unwrap();
     assert_eq!((kind.as_str(), value, pttl), ("none", None, -2));
     assert!(record.is_empty());
     assert_eq!(counter, None);
+    assert!(holder.is_empty());
     let now: u64 = now.parse().unwrap();
     assert!(now > 1_600_000_000_000, "milliseconds: {now}");
 
-    // A lock with its owner record and fence counter, read as they are and left so.
+    // A lock with an owner record (the other kinds keep one) and a fence counter, read as
+    // they are and left so; a value without a dot is its own tag, here of no record.
     let _: () = conn.pset_ex(&key, "v1", 10_000).await.unwrap();
     let _: () = conn
         .hset_multiple(&owner, &[("kind", "lock"), ("value", "v1"), ("label", "l")])
@@ -1109,7 +1339,7 @@ async fn inspect_contract() {
         .unwrap();
     let _: () = conn.pexpire(&owner, 10_000).await.unwrap();
     let _: () = conn.set(&fence, 5).await.unwrap();
-    let (kind, value, pttl, record, counter, _, queued) =
+    let (kind, value, pttl, record, counter, _, queued, holder) =
         inspect_ro(&mut conn, keys).await.unwrap();
     assert_eq!((kind.as_str(), value.as_deref()), ("string", Some("v1")));
     assert_eq!(queued, 0, "a lease value is no queue member");
@@ -1117,27 +1347,86 @@ async fn inspect_contract() {
     assert_eq!(record.get("label").map(String::as_str), Some("l"));
     assert_eq!(record.get("value").map(String::as_str), Some("v1"));
     assert_eq!(counter.as_deref(), Some("5"));
+    assert!(holder.is_empty(), "{holder:?}");
     assert_eq!(get(&server.url(), &key).await.as_deref(), Some("v1"));
     let owner_pttl: i64 = conn.pttl(&owner).await.unwrap();
     assert!(owner_pttl > 9_000, "{owner_pttl}");
 
+    // A value '<tag>.<hex>' names its client's holder record: its fields, read as they
+    // are and left so.
+    let tag = unique_key("tag");
+    let who = [
+        ("client", "c1"),
+        ("host", "h1"),
+        ("pid", "42"),
+        ("label", "worker"),
+    ];
+    let _: () = conn
+        .hset_multiple(format!("{HOLDERS}{tag}"), &who)
+        .await
+        .unwrap();
+    let _: () = conn
+        .pexpire(format!("{HOLDERS}{tag}"), 3_600_000)
+        .await
+        .unwrap();
+    let _: () = conn.del(&owner).await.unwrap();
+    let _: () = conn
+        .pset_ex(&key, format!("{tag}.abcdef"), 10_000)
+        .await
+        .unwrap();
+    let (_, value, _, record, _, _, _, holder) = inspect_ro(&mut conn, keys).await.unwrap();
+    assert_eq!(value, Some(format!("{tag}.abcdef")));
+    assert!(
+        record.is_empty(),
+        "a lock keeps no owner record: {record:?}"
+    );
+    let expected: std::collections::HashMap<String, String> = who
+        .iter()
+        .map(|(field, value)| (field.to_string(), value.to_string()))
+        .collect();
+    assert_eq!(holder, expected);
+    let held: i64 = conn.pttl(format!("{HOLDERS}{tag}")).await.unwrap();
+    assert!(held > 3_500_000, "{held}");
+    // The tag is what comes before the last dot, whatever follows it (as the client's
+    // `holder_key` reads it).
+    let _: () = conn
+        .pset_ex(&key, format!("{tag}.xyz"), 10_000)
+        .await
+        .unwrap();
+    let (_, _, _, _, _, _, _, holder) = inspect_ro(&mut conn, keys).await.unwrap();
+    assert_eq!(holder, expected);
+    // A tag without a record and a record of another type name no holder: none shown.
+    let (missing, other) = (unique_key("tag"), unique_key("tag"));
+    let _: () = conn
+        .set(format!("{HOLDERS}{other}"), "not a hash")
+        .await
+        .unwrap();
+    for value in [format!("{missing}.abcdef"), format!("{other}.abcdef")] {
+        let _: () = conn.pset_ex(&key, &value, 10_000).await.unwrap();
+        let (_, seen, _, _, _, _, _, holder) = inspect_ro(&mut conn, keys).await.unwrap();
+        assert_eq!(seen.as_deref(), Some(value.as_str()));
+        assert!(holder.is_empty(), "{value}: {holder:?}");
+    }
+
     // No expiry: PTTL -1. Another type under the name: its type, no value; a record or a
     // counter of another type is not read.
     let _: () = conn.set(&key, "v2").await.unwrap();
-    let (_, _, pttl, _, _, _, _) = inspect_ro(&mut conn, keys).await.unwrap();
+    let (_, _, pttl, _, _, _, _, _) = inspect_ro(&mut conn, keys).await.unwrap();
     assert_eq!(pttl, -1);
     // A value that is a member of the waiter queue: the key is handed to that waiter.
     let _: () = conn.zadd(&queue, "v2", 1).await.unwrap();
-    let (_, value, _, _, _, _, queued) = inspect_ro(&mut conn, keys).await.unwrap();
+    let (_, value, _, _, _, _, queued, _) = inspect_ro(&mut conn, keys).await.unwrap();
     assert_eq!((value.as_deref(), queued), (Some("v2"), 1));
     let _: () = conn.del(&queue).await.unwrap();
     let _: () = conn.del(&[&key, &owner, &fence]).await.unwrap();
     let _: () = conn.hset(&key, "permits", 3).await.unwrap();
     let _: () = conn.set(&owner, "not a hash").await.unwrap();
     let _: () = conn.hset(&fence, "not", "a counter").await.unwrap();
-    let (kind, value, _, record, counter, _, _) = inspect_ro(&mut conn, keys).await.unwrap();
+    let (kind, value, _, record, counter, _, _, holder) =
+        inspect_ro(&mut conn, keys).await.unwrap();
     assert_eq!((kind.as_str(), value, counter), ("hash", None, None));
     assert!(record.is_empty());
+    assert!(holder.is_empty());
 }
 
 type ForceUnlocked = (i64, Option<String>, Option<u64>);
@@ -1532,17 +1821,17 @@ fn script_hashes_are_pinned() {
         (
             "release.lua",
             RELEASE,
-            "35d1a6d8babfb9187657803e0132c17428b20bbe",
+            "2a008b21c675667ca1c5f0c6c54c7cc9eb578ad2",
         ),
         (
             "extend.lua",
             EXTEND,
-            "e9e02da9170029201d1b2d3f0cab3095beac81b0",
+            "7f068974422926c3543228297ffd76182fa7a1a0",
         ),
         (
             "acquire.lua",
             ACQUIRE,
-            "3bb79dd72e72285ed8a150d1e4834701abef2a82",
+            "2eeec72690ac158cdd40ca4f52c95a17a3c6ce32",
         ),
         (
             "fence.lua",
@@ -1567,7 +1856,7 @@ fn script_hashes_are_pinned() {
         (
             "inspect.lua",
             INSPECT,
-            "c6881fa6c3b1420f00768a4b41fd56dbc2ce0a54",
+            "150cc2619186a20277852469ac1d3f6eb7aac759",
         ),
         (
             "semaphore.lua",
@@ -1582,17 +1871,17 @@ fn script_hashes_are_pinned() {
         (
             "extend_many.lua",
             EXTEND_MANY,
-            "016e6693483194902071f6ce86fbafe50a827d48",
+            "356e89b0bc709d25dbabad8a8c33baaeb78a242d",
         ),
         (
             "release_many.lua",
             RELEASE_MANY,
-            "2f0930e34cc2a712b5f9aaee047703dc67572370",
+            "0702e51d547a842f1d77724d5e2a2e5643767226",
         ),
         (
             "acquire_many.lua",
             ACQUIRE_MANY,
-            "b2cf3f1d345a5f665cb0e8bc49c80b73cb210b4e",
+            "f1ec60d2ab84c7f4b7d92ca8207f52ef8396b5b8",
         ),
         (
             "rw_acquire.lua",
@@ -1612,7 +1901,7 @@ fn script_hashes_are_pinned() {
         (
             "acquire_queued.lua",
             ACQUIRE_QUEUED,
-            "b25106fce58652ba05c9a5c1c04903335a305b52",
+            "6cfdb2eae1980358090a021eebb6284a78b5d3e4",
         ),
         (
             "enqueue.lua",
@@ -1643,7 +1932,7 @@ async fn release_hand_off_contract() {
     let server = Server::start(&ServerOptions::new()).await.unwrap();
     let mut conn = raw(&server.url()).await;
     let key = unique_key("handoff_script");
-    let (owner, queue) = (unique_key("owner"), format!("redquorum:queue:{key}"));
+    let queue = format!("redquorum:queue:{key}");
     let waiters = format!("redquorum:waiter:{key}:");
     let channel = format!("redquorum:handoff:{}", unique_key("client"));
     let mut sub = redis::Client::open(server.url())
@@ -1661,7 +1950,6 @@ async fn release_hand_off_contract() {
     let _: () = conn.set(&key, "mine").await.unwrap();
     let r: i64 = Script::new(RELEASE)
         .key(&key)
-        .key(&owner)
         .key(&queue)
         .arg("mine")
         .arg(format!("redquorum:released:{key}"))
@@ -1690,7 +1978,6 @@ async fn release_hand_off_contract() {
     // the waiter out of the queue and deletes its record: the key is not handed back.
     let r: i64 = Script::new(RELEASE)
         .key(&key)
-        .key(&owner)
         .key(&queue)
         .arg("live")
         .arg(format!("redquorum:released:{key}"))
@@ -2029,18 +2316,20 @@ type AcquiredQueued = (
 
 /// `acquire_queued.lua`: grants where the key is free or handed to the waiter, with the
 /// lease's own TTL, and takes the waiter out of the queue; a fair acquire is refused
-/// behind another live waiter (pttl -2) and reads the ticket counter.
+/// behind another live waiter (pttl -2) and reads the ticket counter. A grant writes no
+/// owner record: it keeps the client's holder record alive as `acquire.lua` does.
 #[tokio::test]
 async fn acquire_queued_contract() {
     let server = Server::start(&ServerOptions::new()).await.unwrap();
     let mut conn = raw(&server.url()).await;
     let key = unique_key("acquire_queued_script");
-    let (epoch, fence, record, owner) = (
+    let (epoch, fence, record) = (
         unique_key("epoch"),
         unique_key("fence"),
         unique_key("cluster"),
-        unique_key("owner"),
     );
+    let owner = format!("redquorum:owner:{key}");
+    let holder = holder_of(&unique_key("tag"));
     let (queue, ticket) = (
         format!("redquorum:queue:{key}"),
         format!("redquorum:ticket:{key}"),
@@ -2054,13 +2343,14 @@ async fn acquire_queued_contract() {
             .key(&owner)
             .key(&queue)
             .key(&ticket)
+            .key(&holder)
             .arg(value)
             .arg(30_000)
             .arg("0")
             .arg("client")
             .arg("host")
             .arg(1)
-            .arg("")
+            .arg("worker")
             .arg(waiter)
             .arg(if fair { "1" } else { "0" })
             .arg(&waiters);
@@ -2090,6 +2380,8 @@ async fn acquire_queued_contract() {
         .await
         .unwrap();
     assert_eq!((r.0, r.4), (0, -2), "{r:?}");
+    let exists: bool = conn.exists(&holder).await.unwrap();
+    assert!(!exists, "a refusal wrote the holder record");
     // Handed to a: granted with the lease's TTL, a leaves the queue.
     let _: () = conn.pset_ex(&key, "a", 600).await.unwrap();
     let r: AcquiredQueued = acquire("v2", "a", true)
@@ -2106,6 +2398,10 @@ async fn acquire_queued_contract() {
     let members: Vec<String> = conn.zrange(&queue, 0, -1).await.unwrap();
     assert_eq!(members, ["b"]);
     assert_eq!(get(&server.url(), &format!("{waiters}a")).await, None);
+    let exists: bool = conn.exists(&owner).await.unwrap();
+    assert!(!exists, "a grant wrote an owner record");
+    let who = ["client", "host", "1", "worker"];
+    assert_holder_written(&mut conn, &holder, who, "a grant").await;
     // Held by a lease: refused with its TTL, whoever asks; unfair reads no counter.
     let r: AcquiredQueued = acquire("v3", "b", false)
         .invoke_async(&mut conn)
@@ -2113,8 +2409,10 @@ async fn acquire_queued_contract() {
         .unwrap();
     assert_eq!((r.0, r.6.as_deref()), (0, None), "{r:?}");
     assert!(r.4 > 29_000, "{r:?}");
-    // Free, b the live head: granted to b.
+    // Free, b the live head: granted to b; the holder record, which outlives the lock,
+    // is not written (a field changed here is kept).
     let _: () = conn.del(&key).await.unwrap();
+    let _: () = conn.hset(&holder, "host", "changed").await.unwrap();
     let r: AcquiredQueued = acquire("v4", "b", true)
         .invoke_async(&mut conn)
         .await
@@ -2122,6 +2420,19 @@ async fn acquire_queued_contract() {
     assert_eq!(r.0, 1, "{r:?}");
     let exists: bool = conn.exists(&queue).await.unwrap();
     assert!(!exists, "the last waiter left the queue");
+    let host: Option<String> = conn.hget(&holder, "host").await.unwrap();
+    assert_eq!(host.as_deref(), Some("changed"), "a fresh record is kept");
+    // A grant while the holder record would expire before the lock writes it again.
+    let _: () = conn.del(&key).await.unwrap();
+    let _: () = conn.pexpire(&holder, 5_000).await.unwrap();
+    let r: AcquiredQueued = acquire("v5", "", false)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(r.0, 1, "{r:?}");
+    assert_holder_written(&mut conn, &holder, who, "a grant past the record").await;
+    let exists: bool = conn.exists(&owner).await.unwrap();
+    assert!(!exists, "a grant wrote an owner record");
 }
 
 /// `enqueue.lua`'s hand-on: a free key is left to the head's own registration; a key
@@ -2216,7 +2527,6 @@ async fn enqueue_gives_a_handed_key_to_the_head_and_only_once() {
     let release = Script::new(RELEASE);
     let r: i64 = release
         .key(&key)
-        .key(format!("redquorum:owner:{key}"))
         .key(&queue)
         .arg("h")
         .arg(format!("redquorum:released:{key}"))
@@ -2256,6 +2566,7 @@ async fn live_head_at_its_prune_budget() {
             .key(unique_key("owner"))
             .key(&queue)
             .key(unique_key("ticket"))
+            .key(holder_of(&unique_key("tag")))
             .arg("v")
             .arg(30_000)
             .arg("0")

@@ -26,13 +26,14 @@ static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
 });
 /// The library's acquire script, for the raw fan-out of what each master runs to grant a
 /// lock: the `SET NX PX` and the per-master checks around it (cluster record, data
-/// epoch, kind of lock) and the owner record; `acquire.lua` behind the preamble that every
-/// lock script starts with (`epoch.lua`, `cluster.lua`), as `src/scripts/mod.rs` joins
-/// them.
+/// epoch, kind of lock) and the client's holder record; `acquire.lua` behind the preamble
+/// that every lock script starts with (`epoch.lua`, `cluster.lua`) and `holder.lua`, as
+/// `src/scripts/mod.rs` joins them.
 static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(concat!(
         include_str!("../../src/scripts/epoch.lua"),
         include_str!("../../src/scripts/cluster.lua"),
+        include_str!("../../src/scripts/holder.lua"),
         include_str!("../../src/scripts/acquire.lua")
     ))
 });
@@ -61,6 +62,7 @@ fn acquire_script(key: &str) -> redis::ScriptInvocation<'static> {
         .key(format!("redquorum:fence:{key}"))
         .key(format!("redquorum:owner:{key}"))
         .key(format!("redquorum:ticket:{key}"))
+        .key("redquorum:holder:bench-client")
         .arg("bench-epoch")
         .arg("")
         .arg(RAW_VALUE)
@@ -150,16 +152,13 @@ async fn fan_out_block(
                 let mut conn = conn.clone();
                 let (key, channel) = (key.clone(), channel.clone());
                 async move {
-                    // The lock key, its owner record (deleted with it when it holds the
-                    // value; the raw fan-out writes none) and its waiter queue (empty
-                    // here: the release notice is published), then the value, the
-                    // notice's channel and the prefix of the waiters' liveness keys.
-                    let owner = format!("redquorum:owner:{key}");
+                    // The lock key and its waiter queue (none here: the release notice
+                    // is published), then the value, the notice's channel and the
+                    // prefix of the waiters' liveness keys.
                     let queue = format!("redquorum:queue:{key}");
                     let waiters = format!("redquorum:waiter:{key}:");
                     RELEASE
                         .key(key)
-                        .key(owner)
                         .key(queue)
                         .arg(RAW_VALUE)
                         .arg(channel)
@@ -200,7 +199,7 @@ async fn script_block(
 
 /// The acquire script to every master at once, timed to the quorum-th grant; the replies
 /// after it are read by each connection's driver task and dropped. Then the release script
-/// (the key and its owner record) until the `n - quorum + 1`-th reply, untimed.
+/// (the key, and its queue's check) until the `n - quorum + 1`-th reply, untimed.
 async fn script_fan_out(conns: &[MultiplexedConnection], key: &str) -> Result<Duration, String> {
     let n = conns.len();
     let quorum = n / 2 + 1;
@@ -237,8 +236,7 @@ async fn script_fan_out(conns: &[MultiplexedConnection], key: &str) -> Result<Du
             let mut conn = conn.clone();
             let call = {
                 let mut call = RELEASE.key(key);
-                call.key(format!("redquorum:owner:{key}"))
-                    .key(format!("redquorum:queue:{key}"))
+                call.key(format!("redquorum:queue:{key}"))
                     .arg(RAW_VALUE)
                     .arg(&channel)
                     .arg(&waiters);

@@ -279,8 +279,9 @@ impl Record {
     }
 }
 
-/// Who holds a lock, as its owner record shows it (`Redlock::inspect`): written beside the
-/// lock key by the acquire script, with the same expiry.
+/// Who holds a lock, as its client's holder record shows it (`Redlock::inspect`): written
+/// once per client and label on each master (`holder.lua`), and named by every value the
+/// client locks with, which begins with the record's tag (docs/design.md §11).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Owner {
     /// The client's id, fresh for every client.
@@ -289,26 +290,53 @@ pub(crate) struct Owner {
     pub(crate) pid: u32,
     /// What the holder chose to call itself (empty when it chose nothing).
     pub(crate) label: Arc<str>,
+    /// The holder record's tag: the client's id, followed for a label chosen per call by
+    /// a hash of that label, so that each label of a client has one record.
+    pub(crate) tag: Arc<str>,
 }
 
 impl Owner {
-    /// This process, as a new client with `label`.
+    /// This process, as a new client with `label` and a fresh id (the crate's tests).
+    #[cfg(test)]
     pub(crate) fn this_process(label: &str) -> Self {
+        Self::client_of_this_process(new_id().into(), label)
+    }
+
+    /// This process, as client `client` with `label`.
+    pub(crate) fn client_of_this_process(client: Arc<str>, label: &str) -> Self {
         Self {
-            client: new_id().into(),
+            tag: Arc::clone(&client),
+            client,
             host: gethostname::gethostname().to_string_lossy().into(),
             pid: std::process::id(),
             label: label.into(),
         }
     }
 
-    /// The same client under another label.
+    /// The same client under another label, with that label's own holder record.
     pub(crate) fn labelled(&self, label: &str) -> Self {
+        if *self.label == *label {
+            return self.clone();
+        }
         Self {
             label: label.into(),
+            tag: format!("{}~{:016x}", self.client, fnv1a(label.as_bytes())).into(),
             ..self.clone()
         }
     }
+
+    /// A lock value of this owner: its tag, a dot, and `random` (hex digits).
+    pub(crate) fn value(&self, random: &str) -> String {
+        format!("{}.{random}", self.tag)
+    }
+}
+
+/// The 64-bit FNV-1a hash of `bytes`: a label's part of a holder record's tag, the same in
+/// every process.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// A new random id (cluster, master or client).

@@ -147,7 +147,9 @@ async fn run(
     let mut call = Call::new(inner, plan, rounds);
     loop {
         call.next_round(&mut target)?;
-        let value = reused.clone().unwrap_or_else(|| random_value().into());
+        let value = reused
+            .clone()
+            .unwrap_or_else(|| plan.owner.value(&random_value()).into());
         let started = Instant::now();
         let fair = (queued && plan.fair).then_some((&no_waiter, true));
         let failed = match attempt(inner, &target, value, plan, fair).await {

@@ -284,7 +284,7 @@ impl<'a> Waiter<'a> {
         let Some(key) = target.first_key().cloned() else {
             return Err(refused);
         };
-        let id: Arc<str> = random_value().into();
+        let id: Arc<str> = plan.owner.value(&random_value()).into();
         let channel: Arc<str> = scripts::handoff_channel(&inner.owner.client).into();
         // Known to the router before it registers anywhere, and removed from every master
         // however the call ends (a lease included: the masters that did not grant it still
@@ -502,7 +502,10 @@ impl<'a> Waiter<'a> {
             .check_held(&inner.held)
             .map_err(|e| e.with_attempts(*self.total))?;
         *self.total += 1;
-        let value = self.reused.clone().unwrap_or_else(|| random_value().into());
+        let value = self
+            .reused
+            .clone()
+            .unwrap_or_else(|| plan.owner.value(&random_value()).into());
         let started = Instant::now();
         let queue = Some((&self.id, plan.fair));
         match attempt(inner, self.target, value, plan, queue).await {

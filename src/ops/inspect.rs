@@ -20,8 +20,9 @@ use crate::error::{Error, MasterError, MasterErrorKind, ShortName, human};
 use crate::fencing::FencingToken;
 use crate::master::{Inspected, Op, Reply};
 
-/// Who holds a lock, as its owner record on a master says (written beside the lock by the
-/// acquiring client, with the same expiry).
+/// Who holds a lock, as a master says: for a lock, the holder record its value names
+/// (written once per client and label, not per lock: docs/design.md §11); for a permit or
+/// a writer, the owner record written beside it with the same expiry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct OwnerInfo {
@@ -35,12 +36,16 @@ pub struct OwnerInfo {
     pub pid: Option<u32>,
     /// The holding client's id (a UUID, fresh for every client).
     pub client: String,
-    /// When the lock was acquired, by the master's clock.
+    /// When the lock was acquired, by the master's clock: known for a semaphore's permit
+    /// and a read-write lock's writer, `None` for a lock (whose holder record is per
+    /// client, not per acquisition).
     pub acquired: Option<SystemTime>,
-    /// How long it had been held when the master was read, by the master's clock.
+    /// How long it had been held when the master was read, by the master's clock; as
+    /// [`acquired`](Self::acquired), `None` for a lock.
     pub held_for: Option<Duration>,
-    /// The acquisition's fencing token, when it was acquired with fencing on (the largest
-    /// any holding master shows, in a [`Verdict::Held`]).
+    /// The acquisition's fencing token, where an owner record kept it (the largest any
+    /// holding master shows, in a [`Verdict::Held`]); `None` for a lock, whose fence
+    /// counter ([`MasterView::fence_counter`]) shows the token the latest write-back raised it to.
     pub token: Option<FencingToken>,
 }
 

@@ -4,8 +4,8 @@
 -- The value is set with the lease's own TTL, never keeping a handed key's expiry.
 -- After the preamble (`epoch.lua`, `cluster.lua`: KEYS[1] epoch record, KEYS[2] cluster
 -- record, ARGV[1] id for a new epoch, ARGV[2] the caller's cluster fingerprint):
--- KEYS[3] lock key, KEYS[4] fence counter, KEYS[5] owner record, KEYS[6] waiter queue,
--- KEYS[7] ticket counter
+-- KEYS[3] lock key, KEYS[4] fence counter, KEYS[5] owner record (another kind's), KEYS[6] waiter queue,
+-- KEYS[7] ticket counter, KEYS[8] the holder record (`holder.lua`)
 -- ARGV[3] value, ARGV[4] ttl ms, ARGV[5] fence: '0' ignore, '1' read, ARGV[6] client id,
 -- ARGV[7] host, ARGV[8] process id, ARGV[9] label, ARGV[10] waiter id ('' for none),
 -- ARGV[11] fair, ARGV[12] the prefix of the waiters' liveness keys
@@ -44,11 +44,7 @@ end
 local pttl = -3
 if ok then
   redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])
-  redis.call('DEL', KEYS[5])
-  redis.call('HSET', KEYS[5], 'kind', 'lock', 'value', ARGV[3], 'client', ARGV[6],
-    'host', ARGV[7], 'pid', ARGV[8], 'label', ARGV[9],
-    'acquired_ms', t[1] .. string.format('%03d', math.floor(t[2] / 1000)))
-  redis.call('PEXPIRE', KEYS[5], ARGV[4])
+  hold(KEYS[8], ARGV[4], ARGV[6], ARGV[7], ARGV[8], ARGV[9])
   if waiter ~= '' then
     redis.call('ZREM', KEYS[6], waiter)
     redis.call('DEL', ARGV[12] .. waiter)

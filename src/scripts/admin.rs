@@ -10,8 +10,9 @@ use std::sync::LazyLock;
 use redis::{Script, Value};
 
 use super::{
-    Codec, Context, Invocation, RECORD_NAMESPACE, Request, fence_key, millis, misrouted, owner_key,
-    parse_number, queue_key, read, release_channel, unexpected, waiter_prefix, wrong_kind,
+    Codec, Context, Invocation, RECORD_NAMESPACE, Request, fence_key, holder_prefix, millis,
+    misrouted, owner_key, parse_number, queue_key, read, release_channel, unexpected,
+    waiter_prefix, wrong_kind,
 };
 use crate::cluster::{self, Record};
 use crate::error::MasterError;
@@ -62,6 +63,7 @@ impl Codec for Admin {
                 .key(owner_key(key))
                 .key(fence_key(key))
                 .key(queue_key(key))
+                .arg(holder_prefix(ctx.prefix))
                 .done(),
             Op::ForceUnlock { key, channel } => Invocation::new(&FORCE_UNLOCK)
                 .key(key)
@@ -141,7 +143,8 @@ pub(crate) fn stamped(value: Value) -> Result<(StampOutcome, String), MasterErro
 }
 
 /// The reply of `inspect.lua`: type, value, `PTTL`, owner record, fence counter, server
-/// time (ms), whether the value is a queued waiter's.
+/// time (ms), whether the value is a queued waiter's, the holder record its value names.
+/// A lock keeps no owner record: who holds it is its holder record.
 fn inspected(value: Value) -> Result<Reply, MasterError> {
     type Answer = (
         String,
@@ -151,8 +154,18 @@ fn inspected(value: Value) -> Result<Reply, MasterError> {
         Option<String>,
         String,
         i64,
+        HashMap<String, String>,
     );
-    let (kind, value, pttl_ms, owner, fence, now, queued): Answer = read(value)?;
+    let (kind, value, pttl_ms, owner, fence, now, queued, holder): Answer = read(value)?;
+    // The holder record is the holder of the value that names it.
+    let owner = match (&value, owner.is_empty() && !holder.is_empty()) {
+        (Some(value), true) => {
+            let mut holder = holder;
+            holder.insert("value".to_owned(), value.clone());
+            holder
+        }
+        _ => owner,
+    };
     Ok(Reply::Inspected(Box::new(Inspected {
         kind,
         value,

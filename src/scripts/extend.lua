@@ -1,16 +1,17 @@
--- Compare-and-PEXPIRE: reset the TTL of the lock key (and of its owner record) if it
--- holds our value. A missing key is never set again: it may have been force-unlocked, and
+-- Compare-and-PEXPIRE: reset the TTL of the lock key if it holds our value, and keep the
+-- holder record (`holder.lua`) alive at least as long. A missing key is never set again: it may have been force-unlocked, and
 -- setting it would undo that.
 -- After the preamble (`epoch.lua`, `cluster.lua`: KEYS[1] epoch record, KEYS[2] cluster
 -- record, ARGV[1] id for a new epoch, '' not to read the epoch, ARGV[2] the caller's
 -- cluster fingerprint):
--- KEYS[3] lock key, KEYS[4] owner record; ARGV[3] value, ARGV[4] ttl ms
+-- KEYS[3] lock key, KEYS[4] the holder record; ARGV[3] value, ARGV[4] ttl ms
 -- Returns {1 extended | 0 missing | -1 held by another value, epoch or false, time us,
 --          false}; or the preamble's -2
 local current = redis.call('GET', KEYS[3])
 if current == ARGV[3] then
   redis.call('PEXPIRE', KEYS[3], ARGV[4])
-  if redis.call('HGET', KEYS[4], 'value') == ARGV[3] then
+  local held = redis.call('PTTL', KEYS[4])
+  if held >= 0 and held < tonumber(ARGV[4]) then
     redis.call('PEXPIRE', KEYS[4], ARGV[4])
   end
   return {1, epoch, now, false}

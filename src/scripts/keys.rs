@@ -43,7 +43,23 @@ pub(crate) fn handoff_channel(client: &str) -> String {
     format!("{RECORD_NAMESPACE}handoff:{client}")
 }
 
-/// The owner record of a lock key (who holds it, since when), with the lock's expiry.
+/// The holder records' common beginning under key prefix `prefix`: a record's key is this
+/// followed by its tag.
+pub(crate) fn holder_prefix(prefix: &str) -> String {
+    format!("{prefix}{RECORD_NAMESPACE}holder:")
+}
+
+/// The holder record that lock value `value` names (`holder.lua`): who its client is,
+/// written once per client and label, not per lock. A value is `<tag>.<hex>`: its tag is
+/// what comes before the last dot, or the whole value when it has none (as `inspect.lua`
+/// reads it).
+pub(crate) fn holder_key(prefix: &str, value: &str) -> String {
+    let tag = value.rsplit_once('.').map_or(value, |(tag, _)| tag);
+    format!("{}{tag}", holder_prefix(prefix))
+}
+
+/// The owner record of a lock key, which the other kinds of lock keep beside it with its
+/// expiry (a read-write lock, a semaphore's permit): it marks the name as theirs.
 pub(crate) fn owner_key(key: &str) -> String {
     format!("redquorum:owner:{key}")
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::{Script, Value};
 
 use super::{
-    Codec, Context, Invocation, Request, fence_key, flag, millis, misrouted, owner_key,
+    Codec, Context, Invocation, Request, fence_key, flag, holder_key, millis, misrouted, owner_key,
     parse_number, queue_key, read, ticket_key, ttl_of, unexpected, waiter_prefix, wrong_kind,
 };
 use crate::cluster::Owner;
@@ -19,12 +19,12 @@ use crate::op::{EpochReport, FenceRead, Op, Reply};
 
 /// `SET NX PX` reading the data epoch and the fence counter; see `acquire.lua`.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
-pub(super) const ACQUIRE_LUA: &str = lock_script!("acquire.lua");
+pub(super) const ACQUIRE_LUA: &str = lock_script!(holder, "acquire.lua");
 
 /// Acquire as a queued waiter (confirming a hand-off) or a fair contender; see
 /// `acquire_queued.lua`.
 static ACQUIRE_QUEUED: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_QUEUED_LUA));
-pub(super) const ACQUIRE_QUEUED_LUA: &str = lock_script!(queue, "acquire_queued.lua");
+pub(super) const ACQUIRE_QUEUED_LUA: &str = lock_script!(queue, holder, "acquire_queued.lua");
 
 /// Compare-and-PEXPIRE, never setting a missing key again; see `extend.lua`.
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
@@ -126,6 +126,7 @@ fn acquire(ctx: &Context<'_>, (key, value, ttl, fence, owner): Grant<'_>) -> Req
         .key(fence_key(key))
         .key(owner_key(key))
         .key(ticket_key(key))
+        .key(holder_key(ctx.prefix, value))
         .grant_args(value, ttl, fence, owner)
         .done()
 }
@@ -154,6 +155,7 @@ fn acquire_queued(
         .key(owner_key(key))
         .key(queue_key(key))
         .key(ticket_key(key))
+        .key(holder_key(ctx.prefix, value))
         .grant_args(value, ttl, fence, owner)
         .arg(waiter)
         .arg(flag(fair))
@@ -217,7 +219,7 @@ fn extend(
 ) -> Request {
     Invocation::with_preamble(script, ctx, epoch)
         .key(key)
-        .key(owner_key(key))
+        .key(holder_key(ctx.prefix, value))
         .arg(value)
         .arg(millis(ttl))
         .done()
@@ -284,7 +286,6 @@ pub(super) fn release_of(
 ) -> Request {
     Invocation::new(script)
         .key(key)
-        .key(owner_key(key))
         .key(queue_key(key))
         .arg(value)
         .arg(channel)

@@ -8,8 +8,8 @@ use std::time::Duration;
 use redis::{Script, Value};
 
 use super::{
-    Codec, Context, Invocation, Request, fence_key, millis, misrouted, owner_key, parse_number,
-    queue_key, read, unexpected, waiter_prefix, wrong_kind,
+    Codec, Context, Invocation, Request, fence_key, holder_key, millis, misrouted, owner_key,
+    parse_number, queue_key, read, unexpected, waiter_prefix, wrong_kind,
 };
 use crate::error::{MasterError, MasterErrorKind};
 #[cfg(redquorum_mutants)]
@@ -18,7 +18,7 @@ use crate::op::{EpochReport, Op, Reply};
 
 /// Several locks at once, all or none; see `acquire_many.lua`.
 static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_MANY_LUA));
-pub(super) const ACQUIRE_MANY_LUA: &str = lock_script!("acquire_many.lua");
+pub(super) const ACQUIRE_MANY_LUA: &str = lock_script!(holder, "acquire_many.lua");
 
 /// Compare-and-PEXPIRE of every key of a lease over several keys, all or none; see
 /// `extend_many.lua`.
@@ -52,7 +52,8 @@ impl Codec for Many {
                     Mutant::ManyPartialVote,
                     &super::planted::ACQUIRE_MANY_PARTIAL.script,
                 );
-                let mut call = Invocation::with_preamble(script, ctx, true);
+                let mut call =
+                    Invocation::with_preamble(script, ctx, true).key(holder_key(ctx.prefix, value));
                 for key in keys {
                     call = call.key(key).key(fence_key(key)).key(owner_key(key));
                 }
@@ -71,7 +72,7 @@ impl Codec for Many {
             } => {
                 let mut call = Invocation::new(&RELEASE_MANY);
                 for key in keys {
-                    call = call.key(key).key(owner_key(key)).key(queue_key(key));
+                    call = call.key(key).key(queue_key(key));
                 }
                 call = call.arg(value);
                 for (key, channel) in keys.iter().zip(channels) {
@@ -110,9 +111,10 @@ fn extend_many(
     ttl: Duration,
     epoch: bool,
 ) -> Request {
-    let mut call = Invocation::with_preamble(&EXTEND_MANY, ctx, epoch);
+    let mut call =
+        Invocation::with_preamble(&EXTEND_MANY, ctx, epoch).key(holder_key(ctx.prefix, value));
     for key in keys {
-        call = call.key(key).key(owner_key(key));
+        call = call.key(key);
     }
     call.arg(value).arg(millis(ttl)).done()
 }

@@ -28,7 +28,7 @@ use crate::op::{Op, Reply};
 /// The source of a lock script, `$file`, behind the preamble that every lock script
 /// starts with: `epoch.lua` (the server's time and the data epoch: `KEYS[1]`, `ARGV[1]`)
 /// and `cluster.lua` (the cluster record's check: `KEYS[2]`, `ARGV[2]`), then, with
-/// `queue`, `queue.lua`'s functions. Joined at compile time: each script's own `KEYS` and
+/// `queue`, `queue.lua`'s functions, and with `holder`, `holder.lua`'s. Joined at compile time: each script's own `KEYS` and
 /// `ARGV` come after the preamble's.
 macro_rules! lock_script {
     ($file:literal) => {
@@ -43,6 +43,23 @@ macro_rules! lock_script {
             include_str!("epoch.lua"),
             include_str!("cluster.lua"),
             include_str!("queue.lua"),
+            include_str!($file)
+        )
+    };
+    (holder, $file:literal) => {
+        concat!(
+            include_str!("epoch.lua"),
+            include_str!("cluster.lua"),
+            include_str!("holder.lua"),
+            include_str!($file)
+        )
+    };
+    (queue, holder, $file:literal) => {
+        concat!(
+            include_str!("epoch.lua"),
+            include_str!("cluster.lua"),
+            include_str!("queue.lua"),
+            include_str!("holder.lua"),
             include_str!($file)
         )
     };
@@ -177,7 +194,7 @@ impl Invocation {
 
     /// The arguments every granting lock script takes after its keys, in this order: the
     /// lease value, its TTL in ms, whether to read the fence counter, and the owner
-    /// (client id, host, process id, label).
+    /// (client id, host, process id, label) for its owner or holder record.
     fn grant_args(
         self,
         value: &str,

@@ -1,23 +1,25 @@
--- Compare-and-delete: delete KEYS[1] (and its owner record KEYS[2]) only if it still holds
--- our value ARGV[1]; then hand the lock to the live head of its waiter queue KEYS[3]: the
--- key is set to the waiter's id, with the waiter's own TTL, and the waiter alone is
--- notified on its channel (`hand_on`). Without a known live waiter, publish a release
--- notice on channel ARGV[2] (docs/design.md §6, §17). The released value leaves the queue
--- if it is a waiter's id.
+-- Compare-and-delete: delete KEYS[1] only if it still holds our value ARGV[1]; then hand
+-- the lock to the live head of its waiter queue KEYS[2]: the key is set to the waiter's
+-- id, with the waiter's own TTL, and the waiter alone is notified on its channel
+-- (`hand_on`). Without a known live waiter, publish a release notice on channel ARGV[2]
+-- (docs/design.md §6, §17). The released value leaves the queue if it is a waiter's id.
+-- A lock without a queue (the common case) costs one EXISTS more than compare-and-delete
+-- and its notice. Nothing else is written per lock: the holder record is per client.
 -- ARGV[3] the prefix of the waiters' liveness keys (followed by a waiter's id).
 -- Returns 1 deleted, 0 missing, -1 held by another value.
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  if redis.call('HGET', KEYS[2], 'value') == ARGV[1] then
-    redis.call('DEL', KEYS[2])
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    redis.call('PUBLISH', ARGV[2], KEYS[1])
+    return 1
   end
   -- A value that is a waiter's id (a key handed to it, released by an operator's
   -- force-unlock) takes the waiter out of the queue, as dequeue.lua does: the key is
   -- never handed straight back to it. A lease value is never a member: no-op.
-  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('DEL', ARGV[3] .. ARGV[1])
-  hand_on(KEYS[1], KEYS[3], ARGV[3], ARGV[2])
+  hand_on(KEYS[1], KEYS[2], ARGV[3], ARGV[2])
   return 1
 elseif current == false then
   return 0

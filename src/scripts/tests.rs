@@ -31,6 +31,7 @@ fn owner() -> Arc<Owner> {
         host: "h".into(),
         pid: 7,
         label: "l".into(),
+        tag: "c1".into(),
     })
 }
 
@@ -90,6 +91,8 @@ fn an_acquire_sends_its_keys_and_arguments_in_the_script_s_order() {
             "redquorum:fence:k",
             "redquorum:owner:k",
             "redquorum:ticket:k",
+            // The holder record its value names ("v", without a dot, is its own tag).
+            "app:redquorum:holder:v",
         ]
     );
     assert_eq!(
@@ -124,7 +127,7 @@ fn a_release_and_the_bootstrap_claim_check_no_fingerprint() {
     };
     let call = invocation(&release, &context());
     assert!(!call.checks_record);
-    assert_eq!(call.keys, ["k", "redquorum:owner:k", "redquorum:queue:k"]);
+    assert_eq!(call.keys, ["k", "redquorum:queue:k"]);
     assert_eq!(
         call.args,
         ["v", "redquorum:released:k", "redquorum:waiter:k:"]
@@ -368,6 +371,7 @@ fn a_several_key_acquire_names_the_key_of_another_kind() {
         [
             "redquorum:epoch",
             "app:redquorum:cluster",
+            "app:redquorum:holder:v",
             "a",
             "redquorum:fence:a",
             "redquorum:owner:a",

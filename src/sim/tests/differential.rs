@@ -51,8 +51,9 @@
 //! - TTLs in replies (`holder_ttl`, `wait`, `pttl_ms`): to within the tolerance above.
 //!
 //! # What is not compared
-//! Owner records (`redquorum:owner:*`, so neither an inspection's owner fields) and
-//! read-write locks' reader indexes (`redquorum:rw:<lock>:readers`): the model keeps
+//! Owner records and holder records (`redquorum:owner:*`, `redquorum:holder:*`, so
+//! neither an inspection's owner fields; tests/scripts.rs pins them) and read-write
+//! locks' reader indexes (`redquorum:rw:<lock>:readers`): the model keeps
 //! neither (its reader index is the set of live reader keys), so a scan whose find is a
 //! reader index the model cannot see is excused (counted). Kinds are not modelled either:
 //! each lock name serves one kind here (mutexes `lkA` and `lkB`, the read-write lock `rwA`,
@@ -1283,9 +1284,12 @@ fn epoch_id(epoch: &str) -> &str {
     epoch.rsplit_once(':').map_or(epoch, |(id, _)| id)
 }
 
-/// Whether the model keeps `key` (owner records and reader indexes it does not).
+/// Whether the model keeps `key` (owner records, holder records and reader indexes it
+/// does not).
 fn modelled(key: &str) -> bool {
-    !key.starts_with("redquorum:owner:") && !is_reader_index(key)
+    !key.starts_with("redquorum:owner:")
+        && !key.starts_with("redquorum:holder:")
+        && !is_reader_index(key)
 }
 
 fn is_reader_index(key: &str) -> bool {

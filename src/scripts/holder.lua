@@ -1,0 +1,18 @@
+-- The holder record (docs/design.md §11): who a client is (its id, host, process id and
+-- label), written once per client and label on each master, not per lock. A lock's value
+-- begins with the record's tag, so `inspect.lua` finds its holder from the value alone.
+-- Joined at compile time in front of the scripts that grant a lock (`scripts/mod.rs`).
+--
+-- hold(record, ttl, client, host, pid, label): after a grant with `ttl` ms, keeps the
+-- record alive at least as long as the lock: when it would expire sooner (or is missing)
+-- it is written again, for an hour or the lock's TTL if longer. The common case costs one
+-- PTTL. A rewrite deletes the key first: whatever it held (another type included) can
+-- never make the script fail after its grant.
+local HOLDER_MS = 3600000
+local function hold(record, ttl, client, host, pid, label)
+  local ms = tonumber(ttl)
+  if redis.call('PTTL', record) >= ms then return end
+  redis.call('DEL', record)
+  redis.call('HSET', record, 'client', client, 'host', host, 'pid', pid, 'label', label)
+  redis.call('PEXPIRE', record, math.max(ms, HOLDER_MS))
+end

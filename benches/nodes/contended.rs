@@ -120,6 +120,8 @@ pub(crate) struct Turns {
     pub(crate) hand_offs: Mutex<Vec<u64>>,
     pub(crate) holds: Mutex<Vec<u64>>,
     pub(crate) waits: Mutex<Vec<u64>>,
+    /// The raw ring's tickets: each client's place when it joins the queue again.
+    pub(crate) tickets: std::sync::atomic::AtomicU64,
 }
 
 /// What the windows of one N are judged against: the round trips and the section alone.

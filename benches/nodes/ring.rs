@@ -7,13 +7,16 @@
 //! start (docs/design.md §17). The *raw hand-off ring* measures what that sequence costs
 //! with this client stack on this machine, with the smallest scripts that do it and no
 //! lock logic at all: [`CONTENDERS`] raw clients (each with its own connections and its
-//! own subscriptions on every master) pass one key around a ring, client `c` handing it to
-//! client `c + 1`, which is always waiting for it. Each runs the same critical section as
-//! the library's clients, and the same clocks time it: sections per second, and the
-//! hand-off from a holder starting its release to the next holder's confirm reaching a
-//! quorum. There is no queue to keep, no liveness to check, no owner record, epoch,
-//! cluster record or kind to check, and nobody who is refused: what the library's
-//! hand-off adds to the mechanism is its figure over the ring's.
+//! own subscriptions on every master) pass one key around a ring. Each runs the same
+//! critical section as the library's clients, and the same clocks time it: sections per
+//! second, and the hand-off from a holder starting its release to the next holder's
+//! confirm reaching a quorum. The ring does what the mechanism needs and no more: a
+//! client that released joins the waiter queue again (one round, off the hand-off's path,
+//! as a waiter of the library registers), a release hands the key to the queue's head only
+//! if its liveness key is there, and a confirm leaves the queue. There is no epoch,
+//! cluster record or kind to check, no refresh, no ticket round, and nobody who is refused
+//! first: what the library's hand-off adds to the mechanism is its figure over the
+//! ring's.
 //!
 //! Two things differ from the library's clients on purpose. A ring client takes no pause
 //! outside the lock between its sections: the pause only keeps a releaser from winning its
@@ -76,25 +79,46 @@ pub(crate) fn is_ring(waiting: &str) -> bool {
 
 /// Release and hand on: where `KEYS[1]` holds the releasing value `ARGV[1]` (or any
 /// waiter id, which starts with `ARGV[5]`: a hand-off that came after its waiter's
-/// confirm, or a release that came late), set it to the next client's waiter id `ARGV[2]`
-/// with a short expiry `ARGV[4]` (ms) and publish the released value on that client's
-/// channel `ARGV[3]`. Returns 1 when handed on.
+/// confirm, or a release that came late), take the releaser's own waiter id `ARGV[2]` out
+/// of the queue `KEYS[2]` (left where its confirm was refused), then set the key to the
+/// queue's head, if it is live (its liveness key, `ARGV[3]` followed by its id, holds its
+/// channel), with a short expiry `ARGV[4]` (ms), and publish the released value on that
+/// channel. Returns 1 when handed on.
 const RELEASE: &str = "\
 local v = redis.call('GET', KEYS[1])
 if v ~= ARGV[1] and not (v and string.sub(v, 1, #ARGV[5]) == ARGV[5]) then return 0 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[4])
-redis.call('PUBLISH', ARGV[3], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[2])
+local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+local channel = head and redis.call('GET', ARGV[3] .. head)
+if not channel then
+  redis.call('DEL', KEYS[1])
+  return 0
+end
+redis.call('SET', KEYS[1], head, 'PX', ARGV[4])
+redis.call('PUBLISH', channel, ARGV[1])
 return 1";
 
 /// Confirm: where `KEYS[1]` is free or holds the caller's waiter id `ARGV[2]`, set it to
-/// the caller's value `ARGV[1]` with the lease's TTL `ARGV[3]` (ms). Returns 1 when set.
+/// the caller's value `ARGV[1]` with the lease's TTL `ARGV[3]` (ms), and take the waiter
+/// out of the queue `KEYS[2]` with its liveness key (`ARGV[4]` followed by its id).
+/// Returns 1 when set.
 const CONFIRM: &str = "\
 local v = redis.call('GET', KEYS[1])
 if v == false or v == ARGV[2] then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
+  redis.call('ZREM', KEYS[2], ARGV[2])
+  redis.call('DEL', ARGV[4] .. ARGV[2])
   return 1
 end
 return 0";
+
+/// Queue: the waiter `ARGV[1]` joins the queue `KEYS[1]` with the score `ARGV[2]` (a ticket
+/// the ring's clients draw in turn), and its liveness key (`ARGV[3]` followed by its id)
+/// names its channel `ARGV[4]` for `ARGV[5]` ms.
+const QUEUE: &str = "\
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('SET', ARGV[3] .. ARGV[1], ARGV[4], 'PX', ARGV[5])
+return 1";
 
 /// Direct grant: where `KEYS[1]` holds the releasing value `ARGV[1]`, set it to the value
 /// the next client registered in its record `KEYS[2]` (field `v`), with the lease's TTL
@@ -170,6 +194,7 @@ pub(crate) async fn window(
     };
     let release_sha = redis::Script::new(release).get_hash().to_owned();
     let confirm_sha = redis::Script::new(confirm).get_hash().to_owned();
+    let queue_sha = redis::Script::new(QUEUE).get_hash().to_owned();
     let mut members = Vec::with_capacity(CONTENDERS);
     for c in 0..CONTENDERS {
         let conns = connect_all(urls).await?;
@@ -207,6 +232,24 @@ pub(crate) async fn window(
     let registered = Instant::now();
     for conn in &members[0].conns {
         let mut conn = conn.clone();
+        if mode == Mode::Confirm {
+            // Every client but the holder queued, in the ring's order.
+            for c in 1..CONTENDERS {
+                let _: () = redis::cmd("ZADD")
+                    .arg(queue_of(&key))
+                    .arg(c)
+                    .arg(waiter(&key, c))
+                    .query_async(&mut conn)
+                    .await?;
+                let _: () = redis::cmd("SET")
+                    .arg(format!("{}{}", live_prefix(&key), waiter(&key, c)))
+                    .arg(channel(&key, c))
+                    .arg("PX")
+                    .arg(HELD_MS)
+                    .query_async(&mut conn)
+                    .await?;
+            }
+        }
         if mode == Mode::Direct {
             for c in 1..CONTENDERS {
                 let _: () = redis::cmd("HSET")
@@ -219,7 +262,7 @@ pub(crate) async fn window(
                     .await?;
             }
         }
-        for body in [release, confirm] {
+        for body in [release, confirm, QUEUE] {
             let _: String = redis::cmd("SCRIPT")
                 .arg("LOAD")
                 .arg(body)
@@ -250,6 +293,7 @@ pub(crate) async fn window(
             record: Arc::clone(&record),
             release_sha: release_sha.clone(),
             confirm_sha: confirm_sha.clone(),
+            queue_sha: queue_sha.clone(),
             hold,
             end,
             turns: Arc::clone(&turns),
@@ -300,6 +344,16 @@ fn waiter(key: &str, c: usize) -> String {
     format!("{}{c}", waiter_prefix(key))
 }
 
+/// The ring's waiter queue.
+fn queue_of(key: &str) -> String {
+    format!("{key}:queue")
+}
+
+/// What the liveness keys of the ring's waiters start with (followed by a waiter id).
+fn live_prefix(key: &str) -> String {
+    format!("{key}:live:")
+}
+
 /// What every ring client's waiter id starts with (no value held starts with it).
 fn waiter_prefix(key: &str) -> String {
     format!("{key}:waiter:")
@@ -316,6 +370,7 @@ struct Client {
     record: Arc<str>,
     release_sha: String,
     confirm_sha: String,
+    queue_sha: String,
     hold: Duration,
     end: Instant,
     turns: Arc<Turns>,
@@ -451,6 +506,28 @@ impl Client {
                 return tally;
             }
             holding = false;
+            if self.mode == Mode::Confirm {
+                // Back in the queue, behind the waiters already there: off the hand-off's
+                // path, as the library's waiter registers after its refused attempt.
+                let ticket = CONTENDERS as u64 + self.turns.tickets.fetch_add(1, Ordering::SeqCst);
+                let me = waiter(&self.key, self.me);
+                let queued = fan_out(&member.conns, Enough::Replies(self.n), |cmd| {
+                    cmd.arg(&self.queue_sha)
+                        .arg(1)
+                        .arg(queue_of(&self.key))
+                        .arg(&me)
+                        .arg(ticket)
+                        .arg(live_prefix(&self.key))
+                        .arg(channel(&self.key, self.me))
+                        .arg(HELD_MS);
+                })
+                .await;
+                if let Err(e) = queued {
+                    tally.errors += 1;
+                    tally.first_error.get_or_insert(e);
+                    return tally;
+                }
+            }
             if self.mode == Mode::Direct {
                 // The next value, registered with a fresh stamp while the others hold:
                 // off the hand-off's path.
@@ -481,11 +558,13 @@ impl Client {
         let me = waiter(&self.key, self.me);
         let granted = fan_out(&member.conns, Enough::Grants(quorum), |cmd| {
             cmd.arg(&self.confirm_sha)
-                .arg(1)
+                .arg(2)
                 .arg(&*self.key)
+                .arg(queue_of(&self.key))
                 .arg(current)
                 .arg(&me)
-                .arg(HELD_MS);
+                .arg(HELD_MS)
+                .arg(live_prefix(&self.key));
         })
         .await?;
         match granted >= quorum {
@@ -509,15 +588,16 @@ impl Client {
         let enough = Enough::Replies(self.n - quorum + 1);
         match self.mode {
             Mode::Confirm => {
-                let next_waiter = waiter(&self.key, next);
+                let me = waiter(&self.key, self.me);
                 let waiters = waiter_prefix(&self.key);
                 fan_out(&member.conns, enough, |cmd| {
                     cmd.arg(&self.release_sha)
-                        .arg(1)
+                        .arg(2)
                         .arg(&*self.key)
+                        .arg(queue_of(&self.key))
                         .arg(current)
-                        .arg(&next_waiter)
-                        .arg(&next_channel)
+                        .arg(&me)
+                        .arg(live_prefix(&self.key))
                         .arg(HANDED_MS)
                         .arg(&waiters);
                 })

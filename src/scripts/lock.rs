@@ -257,7 +257,7 @@ pub(super) fn extended(script: &str, value: Value, epoch: bool) -> Result<Reply,
 /// for [`Op::Release`].
 fn release(ctx: &Context<'_>, key: &str, value: &str, channel: &str) -> Request {
     #[cfg(redquorum_mutants)]
-    if ctx.planted.is(Mutant::PlainDelRelease) {
+    if ctx.planted().is(Mutant::PlainDelRelease) {
         let mut del = redis::cmd("DEL");
         del.arg(key);
         return Request::Command(del);

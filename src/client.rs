@@ -15,15 +15,13 @@ use std::time::Duration;
 
 use tokio_util::task::TaskTracker;
 
-use crate::cluster::{Owner, Terms, View};
+use crate::cluster::{Owner, View};
 use crate::config::{Builder, Config, Problem};
-use crate::core::{Inner, random_client_id};
+use crate::core::{Inner, random_client_id, terms};
 use crate::error::{Error, ErrorKind, MasterErrorKind};
 use crate::guard::Guarded;
 use crate::held::Held;
 use crate::master::{Master, Op, RedisMaster, Reply};
-#[cfg(redquorum_mutants)]
-use crate::mutants::Mutant;
 use crate::quorum;
 use crate::telemetry;
 use crate::wait::Notifier;
@@ -59,7 +57,7 @@ impl fmt::Debug for Redlock {
         let names: Vec<&str> = self.inner.masters.iter().map(|m| &**m.name()).collect();
         f.debug_struct("Redlock")
             .field("masters", &names)
-            .field("quorum", &self.inner.quorum)
+            .field("quorum", &self.inner.quorum())
             .field("ttl", &self.inner.config.ttl)
             .field("node_timeout", &self.inner.config.node_timeout)
             .field("key_prefix", &self.inner.config.key_prefix)
@@ -95,6 +93,35 @@ impl Builder {
     }
 }
 
+/// The test seams (`--cfg redquorum_mutants`): a bug planted in a built client, or its clock
+/// made to run at another rate, kept in the registry of `mutants.rs` under the client's id.
+/// Never use them outside tests that prove a checker.
+#[cfg(redquorum_mutants)]
+impl Redlock {
+    /// Plants a deliberate bug in this client and its clones, for proving that a test
+    /// suite catches it, in place of any planted before. Other clients of the process,
+    /// built before or after, are not touched. Plant it before the client's first call.
+    pub fn plant(&self, mutant: crate::mutants::Mutant) {
+        crate::mutants::plant(&self.inner.owner.client, mutant);
+    }
+
+    /// Makes this client's clock run at `rate` times real time (0.98: 2 % slow), to show
+    /// what the drift allowance covers and what it does not (reported as
+    /// `client_clock_rate`). Defaults to 1; above 0.1 and at most 10.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidConfig`] naming `client_clock_rate` for a rate out of range; the
+    /// clock is left as it was.
+    #[doc(hidden)]
+    pub fn plant_clock_rate(&self, rate: f64) -> Result<(), Error> {
+        if !(rate.is_finite() && rate > 0.1 && rate <= 10.0) {
+            return Err(Problem::ClockRate(rate).into_error());
+        }
+        crate::mutants::plant_clock_rate(&self.inner.owner.client, rate);
+        Ok(())
+    }
+}
+
 impl Redlock {
     /// A builder with every default; see [`Builder`].
     pub fn builder() -> Builder {
@@ -103,21 +130,14 @@ impl Redlock {
 
     pub(crate) fn from_config(config: Config) -> Result<Self, Problem> {
         let mut masters: Vec<Arc<dyn Master>> = Vec::with_capacity(config.masters.len());
-        let node_timeout = config.node_timeout;
-        #[cfg(redquorum_mutants)]
-        let node_timeout = match config.planted.is(Mutant::NoNodeTimeout) {
-            true => Duration::from_secs(3600),
-            false => node_timeout,
-        };
         let view = Self::view_of(&config);
         for (index, spec) in config.masters.iter().enumerate() {
-            let master =
-                RedisMaster::new(spec, (index, &view), &config, node_timeout).map_err(|e| {
-                    Problem::InvalidUrl {
-                        url: spec.name.to_string(),
-                        reason: e.to_string(),
-                    }
-                })?;
+            let master = RedisMaster::new(spec, (index, &view), &config).map_err(|e| {
+                Problem::InvalidUrl {
+                    url: spec.name.to_string(),
+                    reason: e.to_string(),
+                }
+            })?;
             masters.push(Arc::new(master));
         }
         let notifier = if config.notifications {
@@ -130,53 +150,26 @@ impl Redlock {
         } else {
             Notifier::disabled()
         };
-        Ok(Self::with_masters(config, masters, notifier))
+        Ok(Self::with_masters(config, &view, masters, notifier))
     }
 
-    /// The quorum of `n` masters for `config` (a planted bug may change it).
-    fn quorum_of(config: &Config, n: usize) -> usize {
-        #[cfg(not(redquorum_mutants))]
-        let _ = config;
-        let quorum = quorum::quorum(n);
-        #[cfg(redquorum_mutants)]
-        let quorum = match config.planted.is(Mutant::HalfQuorum) {
-            true => (n / 2).max(1),
-            false => quorum,
-        };
-        quorum
-    }
-
-    /// The settings of `config` every client of its cluster must share (docs/design.md §11).
-    pub(crate) fn terms(config: &Config) -> Terms {
-        let n = config.masters.len();
-        Terms::new(
-            n,
-            Self::quorum_of(config, n),
-            u64::try_from(config.ttl_max.as_millis()).unwrap_or(u64::MAX),
-            config.drift_factor,
-            &config.key_prefix,
-        )
-    }
-
-    /// The view of its cluster a client of `config` starts with (a planted bug may make it
-    /// adopt any record).
+    /// The view of its cluster a client of `config` starts with; its id is the client's.
     pub(crate) fn view_of(config: &Config) -> Arc<View> {
-        let view = View::new(
-            Self::terms(config),
+        // Drawn from the library's random source: the simulation draws the same id, and
+        // with it the same lock values, again from a schedule's seed.
+        Arc::new(View::of_client(
+            random_client_id().into(),
+            terms(config),
             config.masters.iter().map(|m| m.name.clone()).collect(),
-        );
-        #[cfg(redquorum_mutants)]
-        let view = match config.planted.is(Mutant::IgnoreFingerprint) {
-            true => view.ignoring_terms(),
-            false => view,
-        };
-        Arc::new(view)
+        ))
     }
 
-    /// A client over any masters (real or simulated); with quarantine on, each is put
-    /// under restart quarantine here.
+    /// A client over any masters (real or simulated) that see its cluster through `view`,
+    /// whose id it takes as its own; with quarantine on, each master is put under restart
+    /// quarantine here.
     pub(crate) fn with_masters(
         config: Config,
+        view: &View,
         masters: Vec<Arc<dyn Master>>,
         notifier: Notifier,
     ) -> Self {
@@ -192,18 +185,13 @@ impl Redlock {
         } else {
             masters
         };
-        let quorum = Self::quorum_of(&config, masters.len());
-        let owner = Arc::new(Owner::client_of_this_process(
-            random_client_id().into(),
-            &config.label,
-        ));
+        let owner = Arc::new(Owner::of_client(Arc::clone(view.client()), &config.label));
         let held = Arc::new(Held::new(config.wait_for_own_leases));
         Self {
             inner: Arc::new(Inner {
                 held,
                 config,
                 masters,
-                quorum,
                 owner,
                 notifier: Arc::new(notifier),
                 background: TaskTracker::new(),
@@ -251,7 +239,7 @@ impl Redlock {
 
     /// How many masters must agree: `N / 2 + 1`.
     pub fn quorum(&self) -> usize {
-        self.inner.quorum
+        self.inner.quorum()
     }
 
     /// The masters' addresses, passwords redacted, in the configured order. (What each
@@ -288,7 +276,7 @@ impl Redlock {
             futures::future::join_all(inner.masters.iter().map(|m| m.call(Arc::new(Op::Survey))))
                 .await;
         let names: Vec<Arc<str>> = inner.masters.iter().map(|m| Arc::clone(m.name())).collect();
-        let view = View::new(Self::terms(&inner.config), names.clone());
+        let view = View::new(inner.terms(), names.clone());
         let mut without = Vec::new();
         for (index, answer) in answers.iter().enumerate() {
             if let Ok(Reply::Survey { run_id, record, .. }) = answer {

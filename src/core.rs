@@ -11,12 +11,13 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rand::RngExt;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use crate::cluster::Owner;
+use crate::cluster::{Owner, Terms};
 use crate::config::{Config, MAX_RESOURCE_LEN};
 use crate::error::{Error, ErrorKind};
 use crate::held::Held;
@@ -25,11 +26,22 @@ use crate::quorum::{self, Bounds};
 use crate::wait::Notifier;
 use crate::{scripts, telemetry};
 
+/// The settings every client of `config`'s cluster must share (docs/design.md §11).
+pub(crate) fn terms(config: &Config) -> Terms {
+    let n = config.masters.len();
+    Terms::new(
+        n,
+        quorum::quorum(n),
+        u64::try_from(config.ttl_max.as_millis()).unwrap_or(u64::MAX),
+        config.drift_factor,
+        &config.key_prefix,
+    )
+}
+
 /// What every clone of a client and every lease share.
 pub(crate) struct Inner {
     pub(crate) config: Config,
     pub(crate) masters: Vec<Arc<dyn Master>>,
-    pub(crate) quorum: usize,
     /// Who this client's owner records name.
     pub(crate) owner: Arc<Owner>,
     pub(crate) notifier: Arc<Notifier>,
@@ -42,6 +54,37 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// How many masters must agree: `N / 2 + 1` (a planted bug may change it).
+    pub(crate) fn quorum(&self) -> usize {
+        let n = self.masters.len();
+        #[cfg(redquorum_mutants)]
+        if let Some(quorum) = crate::mutants::planted(&self.owner.client).quorum(n) {
+            return quorum;
+        }
+        quorum::quorum(n)
+    }
+
+    /// The settings every client of this client's cluster must share (docs/design.md §11).
+    pub(crate) fn terms(&self) -> Terms {
+        Terms {
+            quorum: self.quorum(),
+            ..terms(&self.config)
+        }
+    }
+
+    /// The deadline of a lease of `ttl` whose round started at `t0`, as this client's clock
+    /// sees it (docs/design.md §3, I3).
+    pub(crate) fn lease_deadline(&self, t0: Instant, ttl: Duration) -> Option<Instant> {
+        let dl = self.config.lease_deadline(t0, ttl)?;
+        #[cfg(redquorum_mutants)]
+        if let Some(rate) = crate::mutants::planted(&self.owner.client).clock_rate() {
+            // A clock running at `rate` reaches the end of the validity after
+            // validity / rate of real time.
+            return t0.checked_add((dl - t0).div_f64(rate));
+        }
+        Some(dl)
+    }
+
     /// Runs `task` in the background on the current runtime, tracked for
     /// [`Redlock::shutdown`]; `false` (and nothing runs) without a runtime.
     pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) -> bool {
@@ -121,10 +164,7 @@ pub(crate) fn release_in_background(
         return;
     }
     #[cfg(redquorum_mutants)]
-    if inner
-        .config
-        .planted
-        .is(crate::mutants::Mutant::NoBackgroundRelease)
+    if crate::mutants::planted(&inner.owner.client).is(crate::mutants::Mutant::NoBackgroundRelease)
     {
         return;
     }

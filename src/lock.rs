@@ -272,7 +272,8 @@ mod tests {
                 }) as Arc<dyn Master>
             })
             .collect();
-        Redlock::with_masters(config, masters, Notifier::disabled())
+        let view = Redlock::view_of(&config);
+        Redlock::with_masters(config, &view, masters, Notifier::disabled())
     }
 
     /// A write-back that failed on a timeout, with no conflict and validity left, is tried

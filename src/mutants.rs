@@ -5,9 +5,21 @@
 //! catch every one: a checker that has never caught a bug proves nothing. Never enable a
 //! mutant outside such a test.
 //!
+//! A bug is planted in one built client ([`Redlock::plant`](crate::Redlock::plant)) and
+//! kept here, in a registry of the process keyed by the client's id (the id its owner
+//! records carry, fresh for every client and shared by its clones): no setting, handle or
+//! codec of the product carries it. Each place a bug changes asks the registry there and
+//! then ([`planted`]), so that two clients of one process, one planted and one not, stay
+//! independent. An entry outlives its client: the registry grows by one entry for each
+//! client planted in the process, and never shrinks.
+//!
 //! Layer: a leaf (docs/design.md §10).
 
-/// One planted bug, selected per client with `Builder::mutant`.
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{LazyLock, PoisonError, RwLock};
+
+/// One planted bug, selected per client with `Redlock::plant`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Mutant {
@@ -188,11 +200,70 @@ impl Planted {
     pub(crate) fn is(&self, mutant: Mutant) -> bool {
         self.mutant == Some(mutant)
     }
+
+    /// The rate of the client's clock against real time, where it is not 1.
+    pub(crate) fn clock_rate(&self) -> Option<f64> {
+        (self.clock_rate != 1.0).then_some(self.clock_rate)
+    }
+
+    /// The quorum of `n` masters where `Mutant::HalfQuorum` is planted: `N / 2`, at least 1.
+    pub(crate) fn quorum(&self, n: usize) -> Option<usize> {
+        self.is(Mutant::HalfQuorum).then(|| (n / 2).max(1))
+    }
+}
+
+/// The test seams of every client planted in this process, by client id.
+static REGISTRY: LazyLock<RwLock<HashMap<String, Planted>>> = LazyLock::new(RwLock::default);
+
+/// Whether any client of this process was planted: until one is, no lookup takes the lock.
+static ANY: AtomicBool = AtomicBool::new(false);
+
+/// Plants `mutant` in the client whose id is `client`, in place of any planted before.
+pub(crate) fn plant(client: &str, mutant: Mutant) {
+    update(client, |planted| planted.mutant = Some(mutant));
+}
+
+/// Makes the clock of the client whose id is `client` run at `rate` times real time.
+pub(crate) fn plant_clock_rate(client: &str, rate: f64) {
+    update(client, |planted| planted.clock_rate = rate);
+}
+
+fn update(client: &str, change: impl FnOnce(&mut Planted)) {
+    let mut registry = REGISTRY.write().unwrap_or_else(PoisonError::into_inner);
+    change(registry.entry(client.to_owned()).or_default());
+    ANY.store(true, Ordering::Release);
+}
+
+/// The test seams of the client whose id is `client`: the defaults (no bug, a clock at
+/// the rate of real time) unless something was planted in it.
+pub(crate) fn planted(client: &str) -> Planted {
+    if !ANY.load(Ordering::Acquire) {
+        return Planted::default();
+    }
+    let registry = REGISTRY.read().unwrap_or_else(PoisonError::into_inner);
+    registry.get(client).copied().unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::Mutant;
+    use super::{Mutant, Planted, plant, plant_clock_rate, planted};
+
+    #[test]
+    fn each_client_has_its_own_seams() {
+        let (a, b) = ("registry-test-a", "registry-test-b");
+        plant(a, Mutant::HalfQuorum);
+        plant_clock_rate(a, 0.5);
+        assert!(planted(a).is(Mutant::HalfQuorum));
+        assert_eq!(planted(a).clock_rate, 0.5);
+        assert_eq!(planted(b), Planted::default());
+        plant(a, Mutant::ReuseValue);
+        assert!(planted(a).is(Mutant::ReuseValue) && !planted(a).is(Mutant::HalfQuorum));
+        assert_eq!(
+            planted(a).clock_rate,
+            0.5,
+            "a bug planted later keeps the clock rate"
+        );
+    }
 
     #[test]
     fn all_holds_every_variant_once_in_order() {

@@ -248,7 +248,7 @@ impl Semaphore {
         Ok(LimitReplaced {
             limit: shape.limit,
             stored,
-            quorum: inner.quorum,
+            quorum: inner.quorum(),
             n,
             masters: reports,
         })

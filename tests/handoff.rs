@@ -25,13 +25,15 @@ use tokio::time::{Instant, timeout};
 #[cfg(not(redquorum_mutants))]
 type Mutant = std::convert::Infallible;
 
-/// `builder` with `mutant` planted, if any.
-fn with_mutant(builder: redquorum::Builder, mutant: Option<Mutant>) -> redquorum::Builder {
+/// The client `builder` builds, with `mutant` planted, if any.
+fn with_mutant(builder: redquorum::Builder, mutant: Option<Mutant>) -> Redlock {
+    let client = builder.build().unwrap();
     match mutant {
         #[cfg(redquorum_mutants)]
-        Some(m) => builder.mutant(m),
-        _ => builder,
+        Some(m) => client.plant(m),
+        _ => {}
     }
+    client
 }
 
 /// The queue of a lock key.
@@ -246,8 +248,9 @@ enum End {
 
 /// A client whose waiters live long: a waiter TTL of 10 s (a refresh every 3.3 s), a TTL
 /// of 20 s and a retry pause of 30 s. A registration its call leaves behind lives 10 s
-/// on its own, and a key handed to it as long: far beyond [`LEFT_BOUND`].
-fn long_lived(cluster: &Cluster, mutant: Option<Mutant>) -> redquorum::Builder {
+/// on its own, and a key handed to it as long: far beyond [`LEFT_BOUND`]. With `mutant`
+/// planted, if any.
+fn long_lived(cluster: &Cluster, mutant: Option<Mutant>) -> Redlock {
     with_mutant(
         client(cluster)
             .ttl("20s")
@@ -299,7 +302,7 @@ async fn registrations_gone(cluster: &Cluster, key: &str, end: End) -> Result<()
 async fn waiter_ending(end: End, mutant: Option<Mutant>) -> Result<(), String> {
     let cluster = Cluster::start(3).await.unwrap();
     let holder = client(&cluster).ttl("20s").build().unwrap();
-    let waiter = long_lived(&cluster, mutant).build().unwrap();
+    let waiter = long_lived(&cluster, mutant);
     let key = unique_key("ends");
     let lease = holder.acquire(&key).await.unwrap();
     wait_until(Duration::from_secs(2), "the holder's keys landed", || {
@@ -869,8 +872,8 @@ async fn a_dropped_head_passes_the_key_on(mutant: Option<Mutant>) -> Result<(), 
     let holder = client(&cluster).build().unwrap();
     let key = unique_key("dropped-head");
     let lease = holder.acquire(&key).await.unwrap();
-    let first = long_lived(&cluster, mutant).build().unwrap();
-    let second = long_lived(&cluster, mutant).build().unwrap();
+    let first = long_lived(&cluster, mutant);
+    let second = long_lived(&cluster, mutant);
     let fair = AcquireOptions::new().fair(true);
     let mut dropped = Box::pin(first.acquire_with(&key, &fair));
     tokio::select! {
@@ -1113,11 +1116,10 @@ mod planted {
             (None, false),
             (Some(Mutant::ConfirmKeepsHandoffExpiry), true),
         ] {
-            let mut waiter = brisk(&cluster);
+            let waiter = brisk(&cluster).build().unwrap();
             if let Some(mutant) = mutant {
-                waiter = waiter.mutant(mutant);
+                waiter.plant(mutant);
             }
-            let waiter = waiter.build().unwrap();
             let lease = holder.acquire(&key).await.unwrap();
             let waiting = tokio::spawn({
                 let (waiter, key) = (waiter.clone(), key.clone());
@@ -1159,11 +1161,12 @@ mod planted {
             let _: () = conn.zadd(queue_key(&key), "dead", 0).await.unwrap();
         }
         let planted = || {
-            brisk(&cluster)
+            let client = brisk(&cluster)
                 .retry(Retry::new().delay("30s"))
-                .mutant(Mutant::HandoffIgnoresLiveness)
                 .build()
-                .unwrap()
+                .unwrap();
+            client.plant(Mutant::HandoffIgnoresLiveness);
+            client
         };
         let holder = planted();
         let waiter = planted();
@@ -1221,11 +1224,10 @@ mod planted {
             // One master has seen more arrivals than the others.
             let mut conn = raw(&cluster.server(0).url()).await;
             let _: () = conn.set(ticket_key(&key), 50).await.unwrap();
-            let mut waiter = brisk(&cluster);
+            let waiter = brisk(&cluster).build().unwrap();
             if let Some(mutant) = mutant {
-                waiter = waiter.mutant(mutant);
+                waiter.plant(mutant);
             }
-            let waiter = waiter.build().unwrap();
             let lease = holder.acquire(&key).await.unwrap();
             let mut waiting = pin!(async {
                 let options = AcquireOptions::new().fair(true).wait_timeout("5s");

@@ -964,3 +964,96 @@ fn the_testkit_depends_on_nothing_of_the_library() {
         "testkit/Cargo.toml depends on the library: {named:?}"
     );
 }
+
+/// Whether `attrs` hold `#[cfg(redquorum_mutants)]`: the item exists only where the
+/// planted bugs are compiled.
+fn planted_only(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|attr| {
+        attr.path().is_ident("cfg")
+            && attr
+                .parse_args::<syn::Ident>()
+                .is_ok_and(|cfg| cfg == "redquorum_mutants")
+    })
+}
+
+/// The struct fields and function parameters of a product file that exist only with the
+/// planted bugs compiled, as `file: name`.
+#[derive(Default)]
+struct PlantedFields {
+    file: String,
+    found: Vec<String>,
+}
+
+impl<'ast> Visit<'ast> for PlantedFields {
+    fn visit_field(&mut self, field: &'ast syn::Field) {
+        if planted_only(&field.attrs) {
+            let name = field
+                .ident
+                .as_ref()
+                .map_or_else(|| "a tuple field".to_owned(), |i| format!("field `{i}`"));
+            self.found.push(format!("{}: {name}", self.file));
+        }
+        visit::visit_field(self, field);
+    }
+
+    fn visit_fn_arg(&mut self, arg: &'ast syn::FnArg) {
+        let attrs = match arg {
+            syn::FnArg::Receiver(r) => &r.attrs,
+            syn::FnArg::Typed(t) => &t.attrs,
+        };
+        if planted_only(attrs) {
+            self.found.push(format!("{}: a parameter", self.file));
+        }
+        visit::visit_fn_arg(self, arg);
+    }
+}
+
+/// The planted-bug fields and parameters in `source`, the file `file`.
+fn planted_fields_in(file: &str, source: &str) -> Vec<String> {
+    let mut visitor = PlantedFields {
+        file: file.to_owned(),
+        found: Vec::new(),
+    };
+    visitor.visit_file(&parse(file, source));
+    visitor.found
+}
+
+/// No type or function of the product carries a planted bug: each place a bug changes
+/// asks the registry of `src/mutants.rs` for the client's bug where it acts
+/// (docs/design.md §10). The simulation (test-only) may do as it likes.
+#[test]
+fn no_product_type_carries_a_planted_bug() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut found = Vec::new();
+    for path in files {
+        let rel = path.strip_prefix(&src).unwrap();
+        if rel.starts_with("sim") || rel == Path::new("mutants.rs") {
+            continue;
+        }
+        let source = std::fs::read_to_string(&path).unwrap();
+        found.extend(planted_fields_in(&rel.display().to_string(), &source));
+    }
+    assert!(
+        found.is_empty(),
+        "planted bugs carried by the product's types (plant them in the registry):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_planted_field_check_fires_on_a_field_and_a_parameter() {
+    let source = "struct A { #[cfg(redquorum_mutants)] planted: u8, #[cfg(not(redquorum_mutants))] \
+                  other: u8, #[cfg(test)] seen: u8 }\n\
+                  struct B(#[cfg(redquorum_mutants)] u8);\n\
+                  fn f(#[cfg(redquorum_mutants)] planted: u8) {}\n";
+    assert_eq!(
+        planted_fields_in("x.rs", source),
+        [
+            "x.rs: field `planted`",
+            "x.rs: a tuple field",
+            "x.rs: a parameter"
+        ]
+    );
+}

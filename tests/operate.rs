@@ -384,12 +384,12 @@ type Mutant = std::convert::Infallible;
 /// keys came back, or a contender could not get in at once.
 async fn holder_extends_after_a_force_unlock(mutant: Option<Mutant>) -> Result<(), String> {
     let cluster = Cluster::start(3).await.unwrap();
-    let builder = match mutant {
+    let holder = client(&cluster).build().unwrap();
+    match mutant {
         #[cfg(redquorum_mutants)]
-        Some(m) => client(&cluster).mutant(m),
-        _ => client(&cluster),
-    };
-    let holder = builder.build().unwrap();
+        Some(m) => holder.plant(m),
+        _ => {}
+    }
     let other = client(&cluster).build().unwrap();
     let key = unique_key("extend_after_unlock");
     let lease = holder.acquire(&key).await.unwrap();

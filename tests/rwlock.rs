@@ -365,11 +365,11 @@ async fn an_uncontended_writer_sends_nothing_but_its_round() {
 const HOLD: Duration = Duration::from_millis(150);
 const STREAM: Duration = Duration::from_millis(2500);
 
-async fn writer_behind_readers(builder: impl Fn() -> redquorum::Builder) -> (Duration, u32) {
-    let client = builder().ttl("1s").build().unwrap();
+async fn writer_behind_readers(build: impl Fn() -> redquorum::Redlock) -> (Duration, u32) {
+    let client = build();
     let name = unique_key("starve");
     let lock = client.rwlock(&name);
-    let writer = builder().ttl("1s").build().unwrap().rwlock(&name);
+    let writer = build().rwlock(&name);
     let readers = tokio::spawn({
         let lock = lock.clone();
         async move {
@@ -412,7 +412,8 @@ async fn writer_behind_readers(builder: impl Fn() -> redquorum::Builder) -> (Dur
 #[tokio::test]
 async fn a_stream_of_overlapping_readers_does_not_starve_a_writer() {
     let cluster = Cluster::start(3).await.unwrap();
-    let (waited, readers) = writer_behind_readers(|| client(&cluster)).await;
+    let (waited, readers) =
+        writer_behind_readers(|| client(&cluster).ttl("1s").build().unwrap()).await;
     assert!(
         waited < Duration::from_secs(1),
         "the writer waited {waited:?} behind readers that hold {HOLD:?} each"
@@ -426,8 +427,12 @@ async fn a_stream_of_overlapping_readers_does_not_starve_a_writer() {
 #[tokio::test]
 async fn readers_ignoring_the_intent_starve_the_writer() {
     let cluster = Cluster::start(3).await.unwrap();
-    let builder = || client(&cluster).mutant(redquorum::Mutant::ReaderIgnoresIntent);
-    let (waited, _) = writer_behind_readers(builder).await;
+    let build = || {
+        let client = client(&cluster).ttl("1s").build().unwrap();
+        client.plant(redquorum::Mutant::ReaderIgnoresIntent);
+        client
+    };
+    let (waited, _) = writer_behind_readers(build).await;
     assert!(
         waited >= Duration::from_secs(1),
         "the writer got in after {waited:?} although readers ignore its intent"

@@ -24,13 +24,15 @@ use tokio::time::Instant;
 #[cfg(not(redquorum_mutants))]
 type Mutant = std::convert::Infallible;
 
-/// `builder` with `mutant` planted, if any.
-fn planted(builder: Builder, mutant: Option<Mutant>) -> Builder {
+/// The client `builder` builds, with `mutant` planted, if any.
+fn planted(builder: Builder, mutant: Option<Mutant>) -> Redlock {
+    let client = builder.build().unwrap();
     match mutant {
         #[cfg(redquorum_mutants)]
-        Some(m) => builder.mutant(m),
-        _ => builder,
+        Some(m) => client.plant(m),
+        _ => {}
     }
+    client
 }
 
 /// Suspends every client of `server` for `duration` (`CLIENT PAUSE`): requests queue up
@@ -56,7 +58,7 @@ async fn shortened_extension(mutant: Option<Mutant>, drop_future: bool) -> Resul
         .masters(proxies.iter().map(Proxy::url))
         .ttl("5s")
         .timeouts(Timeouts::new().node("200ms"));
-    let holder = planted(builder, mutant).build().unwrap();
+    let holder = planted(builder, mutant);
     let key = unique_key("shorten");
     let lease = holder.acquire(&key).await.unwrap();
     wait_until(Duration::from_secs(2), "held everywhere", || {
@@ -186,7 +188,7 @@ async fn cancelled_release(mutant: Option<Mutant>) -> Result<(), String> {
     let builder = client(&cluster)
         .timeouts(Timeouts::new().node("400ms"))
         .ttl("10s");
-    let holder = planted(builder, mutant).build().unwrap();
+    let holder = planted(builder, mutant);
     let other = client(&cluster).ttl("10s").build().unwrap();
     let key = unique_key("cancelled_release");
     let lease = holder
@@ -252,9 +254,7 @@ async fn the_release_marks_done_first_mutant_is_caught() {
 /// removed them. Returns the first key left behind.
 async fn background_releases(mutant: Option<Mutant>) -> Result<(), String> {
     let cluster = Cluster::start(3).await.unwrap();
-    let client = planted(client(&cluster).ttl("30s"), mutant)
-        .build()
-        .unwrap();
+    let client = planted(client(&cluster).ttl("30s"), mutant);
     let bound = Duration::from_secs(2); // the TTL is fifteen times longer
     let gone = |key: String| {
         let cluster = &cluster;

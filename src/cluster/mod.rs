@@ -296,14 +296,14 @@ pub(crate) struct Owner {
 }
 
 impl Owner {
-    /// This process, as a new client with `label` and a fresh id (the crate's tests).
+    /// This process, as a new client with `label` (the crate's tests).
     #[cfg(test)]
     pub(crate) fn this_process(label: &str) -> Self {
-        Self::client_of_this_process(new_id().into(), label)
+        Self::of_client(new_id().into(), label)
     }
 
-    /// This process, as client `client` with `label`.
-    pub(crate) fn client_of_this_process(client: Arc<str>, label: &str) -> Self {
+    /// This process, as the client whose id is `client`, with `label`.
+    pub(crate) fn of_client(client: Arc<str>, label: &str) -> Self {
         Self {
             tag: Arc::clone(&client),
             client,
@@ -383,11 +383,12 @@ impl Admission {
 /// One client's view of its cluster: the record it adopted and what each master showed.
 #[derive(Debug)]
 pub(crate) struct View {
+    /// The id of the client whose view this is, which its owner records carry: fresh for
+    /// each view, so that a view made to judge the masters as a new client would stands
+    /// for a new client.
+    client: Arc<str>,
     terms: Terms,
     names: Vec<Arc<str>>,
-    /// Plants `Mutant::IgnoreFingerprint`: a record is adopted whatever its terms.
-    #[cfg(redquorum_mutants)]
-    ignore_terms: bool,
     state: Mutex<ViewState>,
 }
 
@@ -412,12 +413,16 @@ struct Seen {
 impl View {
     /// The view of a client with `terms` over masters named `names` (in configured order).
     pub(crate) fn new(terms: Terms, names: Vec<Arc<str>>) -> Self {
+        Self::of_client(new_id().into(), terms, names)
+    }
+
+    /// The view of the client whose id is `client`.
+    pub(crate) fn of_client(client: Arc<str>, terms: Terms, names: Vec<Arc<str>>) -> Self {
         let seen = vec![Seen::default(); names.len()];
         Self {
+            client,
             terms,
             names,
-            #[cfg(redquorum_mutants)]
-            ignore_terms: false,
             state: Mutex::new(ViewState {
                 adopted: None,
                 seen,
@@ -425,12 +430,9 @@ impl View {
         }
     }
 
-    /// This view with `Mutant::IgnoreFingerprint` planted: it adopts the first record it
-    /// sees whatever that record's terms, and sends its fingerprint as its own.
-    #[cfg(redquorum_mutants)]
-    pub(crate) fn ignoring_terms(mut self) -> Self {
-        self.ignore_terms = true;
-        self
+    /// The id of the client whose view this is.
+    pub(crate) fn client(&self) -> &Arc<str> {
+        &self.client
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ViewState> {
@@ -441,6 +443,20 @@ impl View {
     /// The terms of this client.
     pub(crate) fn terms(&self) -> &Terms {
         &self.terms
+    }
+
+    /// Why this client refuses `record`, if it does: a sentence naming each difference
+    /// between the record's terms and its own.
+    pub(crate) fn disagreement(&self, record: &Record) -> Option<String> {
+        #[cfg(redquorum_mutants)]
+        if let Some(quorum) = crate::mutants::planted(&self.client).quorum(self.terms.n) {
+            let terms = Terms {
+                quorum,
+                ..self.terms.clone()
+            };
+            return terms.disagreement(record);
+        }
+        self.terms.disagreement(record)
     }
 
     /// The fingerprint the scripts must find, or empty while this client knows of no
@@ -558,9 +574,13 @@ impl View {
     }
 
     fn judge_record(&self, state: &mut ViewState, record: &Record, seen: &mut Seen) -> Admission {
-        let disagreement = self.terms.disagreement(record);
+        let disagreement = self.disagreement(record);
+        // Planted, a record is adopted whatever its terms, and its fingerprint sent as this
+        // client's own.
         #[cfg(redquorum_mutants)]
-        let disagreement = disagreement.filter(|_| !self.ignore_terms);
+        let disagreement = disagreement.filter(|_| {
+            !crate::mutants::planted(&self.client).is(crate::mutants::Mutant::IgnoreFingerprint)
+        });
         if let Some(why) = disagreement {
             return Admission::Mismatch(why.into());
         }

@@ -77,8 +77,6 @@ pub struct Builder {
     label: String,
     trace_resource_names: bool,
     tls: Tls,
-    #[cfg(redquorum_mutants)]
-    mutant: Option<Mutant>,
 }
 
 impl Default for Builder {
@@ -98,8 +96,6 @@ impl Default for Builder {
             label: String::new(),
             trace_resource_names: false,
             tls: Tls::new(),
-            #[cfg(redquorum_mutants)]
-            mutant: None,
         }
     }
 }
@@ -263,14 +259,6 @@ impl Builder {
         self
     }
 
-    /// Plants a deliberate bug in this client, for proving that a test suite catches it.
-    /// Defaults to none. Only with `--cfg redquorum_mutants`; never use it outside such tests.
-    #[cfg(redquorum_mutants)]
-    pub fn mutant(mut self, mutant: Mutant) -> Self {
-        self.mutant = Some(mutant);
-        self
-    }
-
     /// Checks every setting, reporting every problem at once, and turns the builder into
     /// the client's configuration.
     pub(crate) fn into_config(self) -> Result<Config, Problem> {
@@ -289,8 +277,6 @@ impl Builder {
             label,
             trace_resource_names,
             tls,
-            #[cfg(redquorum_mutants)]
-            mutant,
         } = self;
         let Retry {
             attempts,
@@ -313,13 +299,9 @@ impl Builder {
         let Clock {
             drift_factor,
             min_validity,
-            #[cfg(redquorum_mutants)]
-                rate: clock_rate,
         } = clock;
         let drift_factor = drift_factor.unwrap_or(defaults::DRIFT_FACTOR);
         let min_validity = min_validity.unwrap_or(Ok(Duration::ZERO));
-        #[cfg(redquorum_mutants)]
-        let clock_rate = clock_rate.unwrap_or(1.0);
 
         // Every setting is checked, and every problem reported at once; a check that
         // needs a setting that did not parse is left out rather than run on a guess.
@@ -339,10 +321,6 @@ impl Builder {
         parsed.check_ttl_max(&mut problems);
         if fencing && !quarantine {
             problems.push(Problem::FencingNeedsQuarantine);
-        }
-        #[cfg(redquorum_mutants)]
-        if !(clock_rate.is_finite() && clock_rate > 0.1 && clock_rate <= 10.0) {
-            problems.push(Problem::ClockRate(clock_rate));
         }
         let drift_ok = parsed.check_bounds(&mut problems, drift_factor);
         parsed.check_ttl(&mut problems, drift_factor, drift_ok);
@@ -383,8 +361,6 @@ impl Builder {
             waiter_ttl: waiter_ttl.unwrap_or_else(|| default_waiter_ttl(ttl, node_timeout)),
             label,
             trace_resource_names,
-            #[cfg(redquorum_mutants)]
-            planted: Planted { mutant, clock_rate },
         })
     }
 }

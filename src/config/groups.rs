@@ -439,8 +439,6 @@ impl Default for Waiting {
 pub struct Clock {
     pub(super) drift_factor: Option<f64>,
     pub(super) min_validity: Option<DurationSetting>,
-    #[cfg(redquorum_mutants)]
-    pub(super) rate: Option<f64>,
 }
 
 impl Clock {
@@ -449,8 +447,6 @@ impl Clock {
         Self {
             drift_factor: None,
             min_validity: None,
-            #[cfg(redquorum_mutants)]
-            rate: None,
         }
     }
 
@@ -459,8 +455,6 @@ impl Clock {
         Self {
             drift_factor: self.drift_factor.or(base.drift_factor),
             min_validity: self.min_validity.or(base.min_validity),
-            #[cfg(redquorum_mutants)]
-            rate: self.rate.or(base.rate),
         }
     }
 
@@ -476,17 +470,6 @@ impl Clock {
     /// that less remains counts as a failed attempt. Defaults to zero.
     pub fn min_validity(mut self, min_validity: impl IntoDuration) -> Self {
         self.min_validity = Some(min_validity.into_duration());
-        self
-    }
-
-    /// Makes this client's clock run at `rate` times real time (0.98: 2 % slow), to show
-    /// what the drift allowance covers and what it does not (reported as
-    /// `client_clock_rate`). Defaults to 1; above 0.1 and at most 10. Only with
-    /// `--cfg redquorum_mutants`; never use it outside such tests.
-    #[cfg(redquorum_mutants)]
-    #[doc(hidden)]
-    pub const fn client_rate(mut self, rate: f64) -> Self {
-        self.rate = Some(rate);
         self
     }
 }

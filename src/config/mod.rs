@@ -35,8 +35,6 @@ use tokio::time::Instant;
 
 use crate::deadline;
 use crate::error::human;
-#[cfg(redquorum_mutants)]
-use crate::mutants::{Mutant, Planted};
 
 /// The default of every setting that has one; see [`Builder`] for what each means.
 pub mod defaults {
@@ -264,9 +262,6 @@ pub(crate) struct Config {
     pub(crate) label: String,
     /// Whether spans and events show resource names, or a keyed hash of them.
     pub(crate) trace_resource_names: bool,
-    /// The test seams: a planted bug and the client clock's rate (`--cfg redquorum_mutants`).
-    #[cfg(redquorum_mutants)]
-    pub(crate) planted: Planted,
 }
 
 impl Config {
@@ -302,18 +297,12 @@ impl Config {
         crate::quarantine::window(self.ttl_max, self.drift_factor, crate::quarantine::MARGIN)
     }
 
-    /// The deadline of a lease of `ttl` whose round started at `t0`, as this client's clock
-    /// sees it (docs/design.md §3, I3).
+    /// The deadline of a lease of `ttl` whose round started at `t0`: `t0 + ttl - drift`
+    /// (docs/design.md §3, I3). The client's own clock has the last word
+    /// (`Inner::lease_deadline`).
     pub(crate) fn lease_deadline(&self, t0: Instant, ttl: Duration) -> Option<Instant> {
         let drift = deadline::drift(ttl, self.drift_factor);
-        let dl = deadline::deadline(t0, ttl, drift)?;
-        #[cfg(redquorum_mutants)]
-        if self.planted.clock_rate != 1.0 {
-            // A clock running at `rate` reaches the end of the validity after
-            // validity / rate of real time.
-            return t0.checked_add((dl - t0).div_f64(self.planted.clock_rate));
-        }
-        Some(dl)
+        deadline::deadline(t0, ttl, drift)
     }
 
     /// Checks a per-call TTL against `ttl_max`.

@@ -50,7 +50,7 @@ pub(crate) async fn attempt(
     queue: Option<(&Arc<str>, bool)>,
 ) -> Result<Lease, Failed> {
     let config = &inner.config;
-    let ask = target.ask(config, &value, plan, queue);
+    let ask = target.ask(&value, plan, queue);
     let mut guard = AttemptGuard {
         inner: Arc::clone(inner),
         keys: ask.keys.iter().map(|k| Arc::clone(&k.holds)).collect(),
@@ -67,7 +67,7 @@ pub(crate) async fn attempt(
     };
     let traced = telemetry::resource(&target.name, config.trace_resource_names);
     let op = Arc::clone(&ask.op);
-    let round = quorum::run(&inner.masters, op, inner.quorum, traced, bounds).await;
+    let round = quorum::run(&inner.masters, op, inner.quorum(), traced, bounds).await;
     let reports = round.reports(&inner.masters);
     let seen = target.seen(&round);
     // A queued waiter's failed confirm hands its release to the caller (see `Failed`).
@@ -142,12 +142,12 @@ fn valid_until(inner: &Inner, round: &Round, plan: &Plan) -> Result<Instant, Str
     let (now, ttl) = (Instant::now(), plan.ttl);
     let t0 = round.t0;
     #[cfg(redquorum_mutants)]
-    let t0 = match config.planted.is(Mutant::IgnoreElapsed) {
+    let t0 = match crate::mutants::planted(&inner.owner.client).is(Mutant::IgnoreElapsed) {
         true => now,
         false => t0,
     };
     let least = config.least_validity(ttl);
-    let valid = config
+    let valid = inner
         .lease_deadline(t0, ttl)
         .filter(|dl| deadline::validity_left(*dl, now, least).is_some());
     valid.ok_or_else(|| {
@@ -209,7 +209,7 @@ fn refused(
     mut guard: AttemptGuard,
     queued: bool,
 ) -> Failed {
-    let (kind, fixes, voters_at) = classify(&reports, &round.outcomes, inner.quorum);
+    let (kind, fixes, voters_at) = classify(&reports, &round.outcomes, inner.quorum());
     let detail = fixes.or_else(|| match (kind, voters_at) {
         (_, Some(_)) => Some(
             "too few masters vote yet: the others are in restart quarantine, because they \
@@ -220,7 +220,7 @@ fn refused(
         _ => None,
     });
     let holder_free_at = round
-        .holder_free_in(inner.quorum)
+        .holder_free_in(inner.quorum())
         .and_then(|d| round.t0.checked_add(d));
     let cut = round.cut;
     guard.outcomes = Some(round.outcomes);

@@ -240,11 +240,11 @@ pub(crate) fn after_refresh(
             )
         })
         .count();
-    if answered >= inner.quorum {
+    if answered >= inner.quorum() {
         return Some(held.clone());
     }
     let reports = round.reports(&inner.masters);
-    let (kind, fixes, voters_at) = classify(&reports, &round.outcomes, inner.quorum);
+    let (kind, fixes, voters_at) = classify(&reports, &round.outcomes, inner.quorum());
     let mut error = Error::new(kind, name).with_masters(reports);
     if let Some(fixes) = fixes {
         error = error.with_detail(fixes);

@@ -45,7 +45,7 @@ pub(crate) async fn write_back(
         let bounds = inner.bounds(Some(deadline.min(give_up_at)));
         let started = Instant::now();
         let traced = telemetry::resource(resource, inner.config.trace_resource_names);
-        let round = quorum::run(&inner.masters, op, inner.quorum, traced, bounds).await;
+        let round = quorum::run(&inner.masters, op, inner.quorum(), traced, bounds).await;
         if round.cut && Instant::now() >= give_up_at {
             let error = Error::new(ErrorKind::FencingFailed, &**resource)
                 .with_detail("the wait budget ran out during the fencing write-back");
@@ -77,7 +77,7 @@ pub(crate) async fn write_back(
             continue;
         }
         let count = |f: fn(&MasterOutcome) -> bool| round.outcomes.iter().filter(|o| f(o)).count();
-        if count(|o| matches!(o, MasterOutcome::HeldByOther)) > n - inner.quorum {
+        if count(|o| matches!(o, MasterOutcome::HeldByOther)) > n - inner.quorum() {
             return Err((
                 Error::new(ErrorKind::FencingFailed, &**resource)
                     .with_detail("no quorum of masters still held this acquisition")
@@ -88,7 +88,7 @@ pub(crate) async fn write_back(
         let unfit = count(
             |o| matches!(o, MasterOutcome::Failed(e) if e.kind() == MasterErrorKind::Misconfigured),
         );
-        if unfit > n - inner.quorum {
+        if unfit > n - inner.quorum() {
             return Err((
                 Error::new(ErrorKind::Misconfigured, &**resource)
                     .with_detail(

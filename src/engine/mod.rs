@@ -167,7 +167,7 @@ async fn run(
         let round = started.elapsed();
         let error = call.judge(failed.error, failed.cut)?;
         if Instant::now() < plan.give_up_at
-            && target.retry_at_once(&failed.seen, error.kind(), inner.quorum)
+            && target.retry_at_once(&failed.seen, error.kind(), inner.quorum())
         {
             call.wake = Wake::Event;
             continue;
@@ -177,7 +177,7 @@ async fn run(
         // for its ticket; without them it tries again as usual).
         if queued
             && error.kind() == ErrorKind::Contended
-            && (!plan.fair || failed.seen.tickets.len() >= inner.quorum)
+            && (!plan.fair || failed.seen.tickets.len() >= inner.quorum())
         {
             let queue = queue::Queue {
                 target: &mut target,
@@ -203,7 +203,7 @@ fn reused_value(inner: &Inner) -> Option<Arc<str>> {
     #[cfg(not(redquorum_mutants))]
     let _ = inner;
     #[cfg(redquorum_mutants)]
-    if inner.config.planted.is(Mutant::ReuseValue) {
+    if crate::mutants::planted(&inner.owner.client).is(Mutant::ReuseValue) {
         return Some(random_value().into());
     }
     None

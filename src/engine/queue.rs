@@ -369,14 +369,14 @@ impl<'a> Waiter<'a> {
         if !plan.fair {
             let round = self.enqueue().await;
             wrong_kind(&round, &self.name, total)?;
-            self.evidence.note_round(&round, inner.quorum);
+            self.evidence.note_round(&round, inner.quorum());
             return Ok(());
         }
         let traced = telemetry::resource(&self.name, inner.config.trace_resource_names);
         match issue_ticket(inner, &mut self.registration, plan, &mut self.spent, traced).await {
             Ok((round, retried)) => {
                 wrong_kind(&round, &self.name, total)?;
-                self.evidence.note_round(&round, inner.quorum);
+                self.evidence.note_round(&round, inner.quorum());
                 if retried {
                     // The rounds before the last may have left this waiter an older,
                     // smaller score on masters that refused the ticket it got at last:
@@ -387,7 +387,7 @@ impl<'a> Waiter<'a> {
                     self.next_refresh = Instant::now() + period;
                     let round = self.enqueue().await;
                     wrong_kind(&round, &self.name, total)?;
-                    self.evidence.note_round(&round, inner.quorum);
+                    self.evidence.note_round(&round, inner.quorum());
                 }
                 Ok(())
             }
@@ -397,7 +397,7 @@ impl<'a> Waiter<'a> {
             // the budget ran out: say how they failed, not that the lock was held.
             Err(Some(round)) => {
                 wrong_kind(&round, &self.name, total)?;
-                let (kind, _) = failure_kind(&round.outcomes, inner.quorum);
+                let (kind, _) = failure_kind(&round.outcomes, inner.quorum());
                 Err(Error::new(kind, &*self.name)
                     .with_detail(format!("no fair ticket issued: {}", kind_word(kind)))
                     .with_masters(round.reports(&inner.masters))
@@ -414,7 +414,7 @@ impl<'a> Waiter<'a> {
         let (inner, plan) = (self.inner, self.plan);
         loop {
             self.evidence.note_notices(&self.handoffs.fresh());
-            if self.evidence.ready(inner.quorum) {
+            if self.evidence.ready(inner.quorum()) {
                 return Ok(std::mem::take(&mut self.ticked));
             }
             self.ticked = false;
@@ -453,7 +453,7 @@ impl<'a> Waiter<'a> {
                 return Err(wait_timeout(self.last.clone(), *self.total));
             }
             self.refresh().await?;
-            if self.evidence.ready(inner.quorum) {
+            if self.evidence.ready(inner.quorum()) {
                 return Ok(true);
             }
             if self.spent >= plan.attempts {
@@ -480,7 +480,7 @@ impl<'a> Waiter<'a> {
         if let Some(last) = after_refresh(inner, &round, &self.name, &self.held) {
             self.last = last;
         }
-        self.evidence.note_round(&round, inner.quorum);
+        self.evidence.note_round(&round, inner.quorum());
         self.evidence.note_notices(&self.handoffs.fresh());
         tracing::trace!(
             target: TRACE_TARGET,
@@ -592,7 +592,7 @@ impl<'a> Waiter<'a> {
             while self.next_refresh < until {
                 tokio::time::sleep_until(self.next_refresh).await;
                 self.refresh().await?;
-                if self.evidence.ready(self.inner.quorum) {
+                if self.evidence.ready(self.inner.quorum()) {
                     // The refresh found the key handed on a quorum: confirm now, the
                     // attempt this refresh spent being the confirm's (see `until_ready`).
                     self.ticked = true;
@@ -726,7 +726,7 @@ async fn enqueue(
         every: !strict,
         late: false,
     };
-    quorum::run(&inner.masters, op, inner.quorum, traced, bounds).await
+    quorum::run(&inner.masters, op, inner.quorum(), traced, bounds).await
 }
 
 /// Removes a waiter's registration from every master in the background when its call
@@ -744,7 +744,7 @@ struct DequeueGuard {
 impl Drop for DequeueGuard {
     fn drop(&mut self) {
         #[cfg(redquorum_mutants)]
-        if self.inner.config.planted.is(Mutant::DequeueNeverSent) {
+        if crate::mutants::planted(&self.inner.owner.client).is(Mutant::DequeueNeverSent) {
             return;
         }
         let op = Arc::new(Op::Dequeue {

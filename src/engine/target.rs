@@ -15,7 +15,7 @@ use crate::held::{Claim, Held, HeldMode};
 use crate::lease::{LeaseKey, LeaseMode, list_name};
 use crate::master::{FenceRead, Op, PermitsOp, Reply, RwMode};
 #[cfg(redquorum_mutants)]
-use crate::mutants::Mutant;
+use crate::mutants::{Mutant, planted};
 use crate::quorum::Round;
 use crate::scripts;
 
@@ -233,7 +233,6 @@ impl Target {
     /// §17).
     pub(crate) fn ask(
         &self,
-        config: &Config,
         value: &Arc<str>,
         plan: &Plan,
         queue: Option<(&Arc<str>, bool)>,
@@ -243,7 +242,7 @@ impl Target {
             true => FenceRead::Read,
         };
         if let Kind::Slots(slots) = &self.kind {
-            return self.ask_slots(slots, config, value, plan);
+            return self.ask_slots(slots, value, plan);
         }
         // Several keys are asked for all at once, by the multi-key script.
         let [(resource, key)] = &*self.keys else {
@@ -302,7 +301,9 @@ impl Target {
             FenceRead::Skip => Tokens::Skip,
             // The one-round token: the master's script increments the counter it reads.
             #[cfg(redquorum_mutants)]
-            FenceRead::Read if config.planted.is(Mutant::OneRoundToken) => Tokens::OneRound,
+            FenceRead::Read if planted(&plan.owner.client).is(Mutant::OneRoundToken) => {
+                Tokens::OneRound
+            }
             FenceRead::Read => Tokens::WriteBack,
         };
         Ask {
@@ -346,9 +347,7 @@ impl Target {
 
     /// The attempt of a semaphore's permits: one script per master sets every wanted slot
     /// or none, after comparing the semaphore's stored limit.
-    fn ask_slots(&self, slots: &Slots, config: &Config, value: &Arc<str>, plan: &Plan) -> Ask {
-        #[cfg(not(redquorum_mutants))]
-        let _ = config;
+    fn ask_slots(&self, slots: &Slots, value: &Arc<str>, plan: &Plan) -> Ask {
         let set = &slots.set;
         #[cfg_attr(not(redquorum_mutants), allow(unused_mut))]
         let mut keys: Vec<Arc<str>> = slots
@@ -357,10 +356,12 @@ impl Target {
             .map(|w| Arc::clone(&set.slots[*w as usize]))
             .collect();
         #[cfg(redquorum_mutants)]
-        let counted = config.planted.is(Mutant::SemaphoreCountPerMaster).then(|| {
-            // The broken design's permits are named by their holder, not by a slot.
-            keys = scripts::counted_permits(&set.base, value, slots.wanted.len());
-        });
+        let counted = planted(&plan.owner.client)
+            .is(Mutant::SemaphoreCountPerMaster)
+            .then(|| {
+                // The broken design's permits are named by their holder, not by a slot.
+                keys = scripts::counted_permits(&set.base, value, slots.wanted.len());
+            });
         let fencing = plan.fencing;
         #[cfg(redquorum_mutants)]
         let fencing = fencing && counted.is_none();

@@ -539,10 +539,11 @@ impl Lease {
         // The planted bug (`--cfg redquorum_mutants`): nothing is marked until the mutex is ours,
         // and the round runs in the caller's future, so dropping it may send nothing.
         #[cfg(redquorum_mutants)]
-        let inline = match inner.config.planted.is(Mutant::ReleaseMarksDoneFirst) {
-            true => Some(shared.release().await),
-            false => None,
-        };
+        let inline =
+            match crate::mutants::planted(&inner.owner.client).is(Mutant::ReleaseMarksDoneFirst) {
+                true => Some(shared.release().await),
+                false => None,
+            };
         #[cfg(not(redquorum_mutants))]
         let inline = None;
         let released = match inline {

@@ -120,12 +120,7 @@ impl Lease {
     /// shared view that a child guard would be; pass it (or a clone) down instead.
     pub fn reenter(&self) -> Reentry {
         #[cfg(redquorum_mutants)]
-        if self
-            .handle
-            .shared
-            .inner
-            .config
-            .planted
+        if crate::mutants::planted(&self.handle.shared.inner.owner.client)
             .is(crate::mutants::Mutant::ReentryCounter)
         {
             self.handle.shared.counted_reentry();
@@ -166,7 +161,7 @@ impl LeaseShared {
             if !counted {
                 return;
             }
-            let Some(deadline) = inner.config.lease_deadline(t0, shared.ttl) else {
+            let Some(deadline) = inner.lease_deadline(t0, shared.ttl) else {
                 return;
             };
             shared.state.send_modify(|s| {

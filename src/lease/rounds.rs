@@ -156,12 +156,12 @@ impl LeaseShared {
         // leaves: if the round fails or this future is dropped, those masters still expire
         // early, and the lease must not promise more than they hold.
         let t0 = Instant::now();
-        #[cfg(redquorum_mutants)]
-        let shrink = !inner.config.planted.is(Mutant::ShrinkKeepsDeadline);
-        #[cfg(not(redquorum_mutants))]
         let shrink = true;
+        #[cfg(redquorum_mutants)]
+        let shrink =
+            shrink && !crate::mutants::planted(&inner.owner.client).is(Mutant::ShrinkKeepsDeadline);
         if shrink {
-            let bound = inner.config.lease_deadline(t0, ttl).unwrap_or(t0);
+            let bound = inner.lease_deadline(t0, ttl).unwrap_or(t0);
             self.state.send_if_modified(|s| {
                 let shrink = bound < s.deadline;
                 if shrink {
@@ -174,7 +174,7 @@ impl LeaseShared {
         let round = quorum::run(
             &inner.masters,
             op,
-            inner.quorum,
+            inner.quorum(),
             self.traced(),
             inner.bounds(None),
         )
@@ -183,7 +183,6 @@ impl LeaseShared {
         let reports = round.reports(&inner.masters);
         let now = Instant::now();
         let new_deadline = inner
-            .config
             .lease_deadline(round.t0, ttl)
             .filter(|dl| deadline::validity_left(*dl, now, self.safety_margin).is_some());
 
@@ -233,7 +232,7 @@ impl LeaseShared {
         let op = Arc::new(self.release_op());
         // Cleared on n - quorum + 1 masters: at most quorum - 1 can still hold our value.
         // The rest finish in the background, tracked for `Redlock::shutdown`.
-        let need = inner.masters.len() - inner.quorum + 1;
+        let need = inner.masters.len() - inner.quorum() + 1;
         Some(quorum::run(&inner.masters, op, need, self.traced(), inner.bounds(None)).await)
     }
 
@@ -289,7 +288,7 @@ impl LeaseShared {
         let round = quorum::run(
             &inner.masters,
             op,
-            inner.quorum,
+            inner.quorum(),
             self.traced(),
             inner.bounds(Some(before.deadline)),
         )
@@ -351,7 +350,7 @@ impl LeaseShared {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let shared = Arc::clone(self);
         #[cfg(redquorum_mutants)]
-        if self.inner.config.planted.is(Mutant::NoBackgroundRelease) {
+        if crate::mutants::planted(&self.inner.owner.client).is(Mutant::NoBackgroundRelease) {
             let _ = tx.send(None);
             return Some(rx);
         }

@@ -100,7 +100,7 @@ impl Shared {
                 .clone();
             self.admit(&mut conn, run_id, record.as_ref()).await
         };
-        match tokio::time::timeout(self.node_timeout, recheck).await {
+        match tokio::time::timeout(self.node_timeout(), recheck).await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => return Err(error),
             Err(_) => return Err(self.timed_out()),

@@ -40,8 +40,6 @@ use redis::aio::MultiplexedConnection;
 use crate::cluster::{self, View};
 use crate::config::{Config, MasterSpec};
 use crate::error::{MasterError, MasterErrorKind, human};
-#[cfg(redquorum_mutants)]
-use crate::mutants::Planted;
 use crate::quarantine::{Standing, Vitals};
 use crate::scripts;
 
@@ -142,10 +140,6 @@ struct Shared {
     generation: AtomicU64,
     /// The order in which calls write their requests: the order in which they were made.
     order: Arc<Order>,
-    /// The client's planted bug (`--cfg redquorum_mutants`): the scripts' codecs pick its
-    /// variants.
-    #[cfg(redquorum_mutants)]
-    planted: Planted,
 }
 
 impl fmt::Debug for Shared {
@@ -164,13 +158,11 @@ impl fmt::Debug for Shared {
 }
 
 impl RedisMaster {
-    /// A master of a client of `config` that connects on first use; each request gets
-    /// `node_timeout` (the configured one, unless a planted bug lifts it).
+    /// A master of a client of `config` that connects on first use.
     pub(crate) fn new(
         spec: &MasterSpec,
         place: (usize, &Arc<View>),
         config: &Config,
-        node_timeout: Duration,
     ) -> Result<Self, redis::RedisError> {
         let client = spec.client.clone();
         let (index, view) = place;
@@ -181,7 +173,7 @@ impl RedisMaster {
                 record_key: cluster::record_key(&view.terms().prefix).into(),
                 view: Arc::clone(view),
                 client,
-                node_timeout,
+                node_timeout: config.node_timeout,
                 connect_timeout: config.connect_timeout,
                 state: Mutex::new(State::Idle),
                 read_vitals: config.quarantine,
@@ -191,8 +183,6 @@ impl RedisMaster {
                 run_id: Mutex::new(None),
                 generation: AtomicU64::new(0),
                 order: Arc::default(),
-                #[cfg(redquorum_mutants)]
-                planted: config.planted,
             }),
         })
     }
@@ -214,7 +204,7 @@ impl Master for RedisMaster {
         // is cheap to allocate and to fill.
         Box::pin(async move {
             place
-                .turn(shared.connect_timeout + shared.node_timeout)
+                .turn(shared.connect_timeout + shared.node_timeout())
                 .await;
             let (mut conn, generation, evicts) = match shared.ready() {
                 Some(ready) => ready?,
@@ -288,7 +278,7 @@ impl Master for RedisMaster {
             // Unconstrained by tokio's cooperative budget: a first poll that the budget cut
             // short would pass the place without having written anything.
             let mut request = std::pin::pin!(tokio::task::unconstrained(tokio::time::timeout(
-                shared.node_timeout,
+                shared.node_timeout(),
                 request
             )));
             let answered = std::future::poll_fn(|cx| {
@@ -351,11 +341,24 @@ impl Shared {
     /// The scripts this master loads on every (re)connect: the product's, and the planted
     /// variants its client sends (`--cfg redquorum_mutants`).
     fn scripts(&self) -> Vec<&'static str> {
-        #[cfg_attr(not(redquorum_mutants), allow(unused_mut))]
-        let mut scripts = scripts::master_scripts();
+        let scripts = scripts::master_scripts();
         #[cfg(redquorum_mutants)]
-        scripts.extend(scripts::planted_scripts(&self.planted));
+        let scripts = [
+            scripts,
+            scripts::planted_scripts(&crate::mutants::planted(self.view.client())),
+        ]
+        .concat();
         scripts
+    }
+
+    /// How long a request to this master may take: the node timeout (a planted bug may
+    /// lift it to an hour).
+    fn node_timeout(&self) -> Duration {
+        #[cfg(redquorum_mutants)]
+        if crate::mutants::planted(self.view.client()).is(crate::mutants::Mutant::NoNodeTimeout) {
+            return Duration::from_secs(3600);
+        }
+        self.node_timeout
     }
 
     fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -370,7 +373,7 @@ impl Shared {
             MasterErrorKind::Timeout,
             format!(
                 "no answer within the node timeout ({})",
-                human(self.node_timeout)
+                human(self.node_timeout())
             ),
         )
     }

@@ -60,13 +60,13 @@ impl Shared {
                 ));
             }
         };
-        match tokio::time::timeout(self.node_timeout, read_health(&mut conn, record_key)).await {
+        match tokio::time::timeout(self.node_timeout(), read_health(&mut conn, record_key)).await {
             Ok(probe) => probe.map(|mut probe| {
                 let disagrees = probe.record.as_ref().ok().and_then(|fields| {
                     let fields: HashMap<String, String> =
                         fields.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
                     match Record::parse(&fields) {
-                        Ok(Some(record)) => self.view.terms().disagreement(&record),
+                        Ok(Some(record)) => self.view.disagreement(&record),
                         Ok(None) => None,
                         Err(error) => Some(error),
                     }
@@ -79,7 +79,7 @@ impl Shared {
                 MasterErrorKind::Timeout,
                 format!(
                     "no answer within the node timeout ({})",
-                    human(self.node_timeout)
+                    human(self.node_timeout())
                 ),
             )),
         }

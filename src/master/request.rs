@@ -55,11 +55,9 @@ async fn invoke(
         let epoch_id = new_epoch_id();
         let context = scripts::Context {
             record_key: &shared.record_key,
-            prefix: &shared.view.terms().prefix,
+            view: &shared.view,
             fingerprint: &fingerprint,
             epoch_id: &epoch_id,
-            #[cfg(redquorum_mutants)]
-            planted: shared.planted,
         };
         let request = codec.encode(op, &context)?;
         let answer = send(conn, &request).await?;

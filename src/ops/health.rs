@@ -73,7 +73,7 @@ impl Redlock {
     /// # Cancel safety
     /// Dropping the future closes the probes' connections; nothing is left behind.
     pub async fn check_masters(&self) -> HealthReport {
-        check(&self.inner.masters, &self.inner.config, self.inner.quorum).await
+        check(&self.inner.masters, &self.inner.config, self.inner.quorum()).await
     }
 }
 

@@ -210,7 +210,7 @@ impl Redlock {
         let surveyed = survey_all(&inner.masters, &names, &subject).await?;
 
         // 2. Judge what they carry as a client would, from scratch.
-        let terms = Redlock::terms(&inner.config);
+        let terms = inner.terms();
         let view = View::new(terms.clone(), names.clone());
         for (index, s) in surveyed.iter().enumerate() {
             match view.connected(index, Some(&s.run_id), s.record.as_ref()) {
@@ -307,10 +307,7 @@ impl Redlock {
         let check_empty = true;
         #[cfg(redquorum_mutants)]
         let check_empty = check_empty
-            && !self
-                .inner
-                .config
-                .planted
+            && !crate::mutants::planted(&self.inner.owner.client)
                 .is(Mutant::BootstrapSkipsEmptiness);
         if check_empty {
             let holding = scan_all(&self.inner.masters).await;

@@ -531,11 +531,11 @@ impl Redlock {
             .map(|(m, answer)| MasterView::of(Arc::clone(m.name()), answer))
             .collect();
         let elapsed = taken_at.saturating_duration_since(started);
-        let verdict = verdict(&masters, inner.quorum, elapsed, config.drift_factor);
+        let verdict = verdict(&masters, inner.quorum(), elapsed, config.drift_factor);
         Ok(Inspection {
             resource: resource.to_owned(),
             key: key.to_string(),
-            quorum: inner.quorum,
+            quorum: inner.quorum(),
             masters,
             verdict,
             taken_at,

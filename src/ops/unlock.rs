@@ -288,7 +288,7 @@ impl Redlock {
                 .with_detail("the runtime stopped before the force-unlock was decided")
         })??;
         let n = self.inner.masters.len();
-        let need = n - self.inner.quorum + 1;
+        let need = n - self.inner.quorum() + 1;
         let answered = report
             .masters
             .iter()

@@ -46,7 +46,7 @@ impl Codec for Admin {
             Op::Stamp { record, bootstrap } => stamp(record, bootstrap.as_ref()),
             Op::Claim { token, ttl } => {
                 let mut set = redis::cmd("SET");
-                set.arg(claim_key(ctx.prefix))
+                set.arg(claim_key(ctx.prefix()))
                     .arg(&**token)
                     .arg("NX")
                     .arg("PX")
@@ -55,7 +55,7 @@ impl Codec for Admin {
             }
             Op::Unclaim { token } => {
                 // Compare-and-delete of the claim, as a lease's release.
-                let key = claim_key(ctx.prefix);
+                let key = claim_key(ctx.prefix());
                 super::lock::release_of(&super::lock::RELEASE, &key, token, &release_channel(&key))
             }
             Op::Inspect { key } => Invocation::new(&INSPECT)
@@ -63,7 +63,7 @@ impl Codec for Admin {
                 .key(owner_key(key))
                 .key(fence_key(key))
                 .key(queue_key(key))
-                .arg(holder_prefix(ctx.prefix))
+                .arg(holder_prefix(ctx.prefix()))
                 .done(),
             Op::ForceUnlock { key, channel } => Invocation::new(&FORCE_UNLOCK)
                 .key(key)

@@ -126,7 +126,7 @@ fn acquire(ctx: &Context<'_>, (key, value, ttl, fence, owner): Grant<'_>) -> Req
         .key(fence_key(key))
         .key(owner_key(key))
         .key(ticket_key(key))
-        .key(holder_key(ctx.prefix, value))
+        .key(holder_key(ctx.prefix(), value))
         .grant_args(value, ttl, fence, owner)
         .done()
 }
@@ -155,7 +155,7 @@ fn acquire_queued(
         .key(owner_key(key))
         .key(queue_key(key))
         .key(ticket_key(key))
-        .key(holder_key(ctx.prefix, value))
+        .key(holder_key(ctx.prefix(), value))
         .grant_args(value, ttl, fence, owner)
         .arg(waiter)
         .arg(flag(fair))
@@ -219,7 +219,7 @@ fn extend(
 ) -> Request {
     Invocation::with_preamble(script, ctx, epoch)
         .key(key)
-        .key(holder_key(ctx.prefix, value))
+        .key(holder_key(ctx.prefix(), value))
         .arg(value)
         .arg(millis(ttl))
         .done()
@@ -259,7 +259,7 @@ pub(super) fn extended(script: &str, value: Value, epoch: bool) -> Result<Reply,
 /// for [`Op::Release`].
 fn release(ctx: &Context<'_>, key: &str, value: &str, channel: &str) -> Request {
     #[cfg(redquorum_mutants)]
-    if ctx.planted.is(Mutant::PlainDelRelease) {
+    if ctx.planted().is(Mutant::PlainDelRelease) {
         let mut del = redis::cmd("DEL");
         del.arg(key);
         return Request::Command(del);

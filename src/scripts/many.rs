@@ -52,8 +52,8 @@ impl Codec for Many {
                     Mutant::ManyPartialVote,
                     &super::planted::ACQUIRE_MANY_PARTIAL.script,
                 );
-                let mut call =
-                    Invocation::with_preamble(script, ctx, true).key(holder_key(ctx.prefix, value));
+                let mut call = Invocation::with_preamble(script, ctx, true)
+                    .key(holder_key(ctx.prefix(), value));
                 for key in keys {
                     call = call.key(key).key(fence_key(key)).key(owner_key(key));
                 }
@@ -112,7 +112,7 @@ fn extend_many(
     epoch: bool,
 ) -> Request {
     let mut call =
-        Invocation::with_preamble(&EXTEND_MANY, ctx, epoch).key(holder_key(ctx.prefix, value));
+        Invocation::with_preamble(&EXTEND_MANY, ctx, epoch).key(holder_key(ctx.prefix(), value));
     for key in keys {
         call = call.key(key);
     }

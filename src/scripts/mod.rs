@@ -20,6 +20,7 @@
 
 use redis::{Script, Value};
 
+use crate::cluster::View;
 use crate::error::{MasterError, MasterErrorKind};
 #[cfg(redquorum_mutants)]
 use crate::mutants::{Mutant, Planted};
@@ -90,18 +91,27 @@ pub(crate) use semaphore::limit_mismatch;
 pub(crate) struct Context<'a> {
     /// The cluster record's key on the master (under the client's key prefix).
     pub(crate) record_key: &'a str,
-    /// The client's key prefix.
-    pub(crate) prefix: &'a str,
+    /// The client's view of its cluster: its key prefix, and its id.
+    pub(crate) view: &'a View,
     /// The cluster fingerprint the client knows (empty while it knows no record).
     pub(crate) fingerprint: &'a str,
     /// An id for a data epoch that the script may start, fresh for every request.
     pub(crate) epoch_id: &'a str,
-    /// The client's planted bug (`--cfg redquorum_mutants`): a codec sends its planted variant.
-    #[cfg(redquorum_mutants)]
-    pub(crate) planted: Planted,
 }
 
 impl Context<'_> {
+    /// The client's key prefix.
+    fn prefix(&self) -> &str {
+        &self.view.terms().prefix
+    }
+
+    /// The client's planted bug, if any (`--cfg redquorum_mutants`): a codec sends its
+    /// planted variant.
+    #[cfg(redquorum_mutants)]
+    fn planted(&self) -> Planted {
+        crate::mutants::planted(self.view.client())
+    }
+
     /// `script`, or `variant` where the client plants `mutant`.
     #[cfg(redquorum_mutants)]
     fn pick(
@@ -110,7 +120,7 @@ impl Context<'_> {
         mutant: Mutant,
         variant: &'static Script,
     ) -> &'static Script {
-        if self.planted.is(mutant) {
+        if self.planted().is(mutant) {
             variant
         } else {
             script

@@ -36,7 +36,7 @@ impl Codec for Semaphore {
         match op {
             #[cfg(redquorum_mutants)]
             Op::AcquirePermits(p)
-                if !p.replace && ctx.planted.is(Mutant::SemaphoreCountPerMaster) =>
+                if !p.replace && ctx.planted().is(Mutant::SemaphoreCountPerMaster) =>
             {
                 Ok(counted(p, ctx))
             }

@@ -14,14 +14,18 @@ use crate::op::{EpochReport, FenceRead, Op, Reply};
 
 const MS: Duration = Duration::from_millis(1);
 
+/// The view of a new client with the key prefix `app:`, for as long as the tests run.
+fn new_view() -> &'static View {
+    let terms = crate::cluster::Terms::new(3, 2, 100, 0.01, "app:");
+    Box::leak(Box::new(View::new(terms, Vec::new())))
+}
+
 fn context() -> Context<'static> {
     Context {
         record_key: "app:redquorum:cluster",
-        prefix: "app:",
+        view: new_view(),
         fingerprint: "fp",
         epoch_id: "e1",
-        #[cfg(redquorum_mutants)]
-        planted: Planted::default(),
     }
 }
 
@@ -397,14 +401,11 @@ fn a_several_key_acquire_names_the_key_of_another_kind() {
 mod planted {
     use super::*;
 
+    /// The context of a new client with `mutant` planted.
     fn planting(mutant: Mutant) -> Context<'static> {
-        Context {
-            planted: Planted {
-                mutant: Some(mutant),
-                ..Planted::default()
-            },
-            ..context()
-        }
+        let ctx = context();
+        crate::mutants::plant(ctx.view.client(), mutant);
+        ctx
     }
 
     #[test]
@@ -447,7 +448,7 @@ mod planted {
         // What a codec sends for a planted bug is among what its master loads.
         let ctx = planting(Mutant::OneRoundToken);
         let sent = invocation(&acquire(FenceRead::Read), &ctx);
-        let hashes: Vec<String> = planted_scripts(&ctx.planted)
+        let hashes: Vec<String> = planted_scripts(&ctx.planted())
             .iter()
             .map(|source| Script::new(source).get_hash().to_owned())
             .collect();

@@ -1471,19 +1471,20 @@ pub(super) fn build_client_with(
         .waiting(crate::Waiting::new().notifications(false))
         .quarantine(spec.quarantine)
         .fencing(spec.fencing);
+    let config = adjust(builder)
+        .into_config()
+        .expect("the simulation's settings are valid");
+    // The client's id is its view's: the bug is planted under it before anything runs.
+    let view = Redlock::view_of(&config);
     #[cfg(redquorum_mutants)]
-    let builder = match spec.mutant {
-        Some(mutant) => builder.mutant(mutant),
-        None => builder,
-    };
+    if let Some(mutant) = spec.mutant {
+        crate::mutants::plant(view.client(), mutant);
+    }
     #[cfg(not(redquorum_mutants))]
     assert!(
         spec.mutant.is_none(),
         "planting a mutant needs `--cfg redquorum_mutants`"
     );
-    let config = adjust(builder)
-        .into_config()
-        .expect("the simulation's settings are valid");
     // Each connection enforces the per-master timeout, as `RedisMaster` does with the one
     // `Redlock::from_config` gives it: an hour for the mutant without one.
     let node_timeout = match spec.mutant {
@@ -1491,7 +1492,7 @@ pub(super) fn build_client_with(
         _ => spec.node_timeout,
     };
     #[cfg(redquorum_mutants)]
-    let bugs = ScriptBugs::of(&config.planted);
+    let bugs = ScriptBugs::of(&crate::mutants::planted(view.client()));
     #[cfg(not(redquorum_mutants))]
     let bugs = ScriptBugs::default();
     let params = ConnParams {
@@ -1506,7 +1507,6 @@ pub(super) fn build_client_with(
     // some of them does not list in order.
     let numbered = servers.iter().map(|s| s.index() + 1).max().unwrap_or(0);
     let client = sends.add_client(numbered);
-    let view = Redlock::view_of(&config);
     let masters: Vec<Arc<dyn Master>> = servers
         .iter()
         .zip(&gates)
@@ -1522,7 +1522,7 @@ pub(super) fn build_client_with(
             )) as Arc<dyn Master>
         })
         .collect();
-    let client = Redlock::with_masters(config, masters, Notifier::disabled());
+    let client = Redlock::with_masters(config, &view, masters, Notifier::disabled());
     (client, gates)
 }
 

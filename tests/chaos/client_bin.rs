@@ -47,7 +47,9 @@ use std::time::Duration;
 
 use event::{Event, Op};
 use redis::AsyncCommands as _;
-use redquorum::{AcquireOptions, Mutant, Redlock};
+#[cfg(redquorum_mutants)]
+use redquorum::Mutant;
+use redquorum::{AcquireOptions, Redlock};
 use redquorum_testkit::monotonic_ns;
 
 /// The parsed command line. Flags are few and fixed, so they are parsed by hand rather
@@ -148,10 +150,7 @@ fn parse(mut raw: impl Iterator<Item = String>) -> Result<Args, String> {
             "--hold-ms" => args.hold = millis(&value)?,
             "--waiter-ttl-ms" => args.waiter_ttl = Some(millis(&value)?),
             "--wait-timeout-ms" => args.wait_timeout = Some(millis(&value)?),
-            "--mutant" => {
-                let found = Mutant::ALL.into_iter().find(|m| format!("{m:?}") == value);
-                args.mutant = Some(found.ok_or_else(|| format!("no mutant is called {value}"))?);
-            }
+            "--mutant" => args.mutant = Some(mutant_named(&value)?),
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -201,6 +200,25 @@ impl Outs {
     }
 }
 
+/// Without `--cfg redquorum_mutants` no bug can be planted.
+#[cfg(not(redquorum_mutants))]
+type Mutant = std::convert::Infallible;
+
+/// The planted bug called `name`.
+#[cfg(redquorum_mutants)]
+fn mutant_named(name: &str) -> Result<Mutant, String> {
+    let found = Mutant::ALL.into_iter().find(|m| format!("{m:?}") == name);
+    found.ok_or_else(|| format!("no mutant is called {name}"))
+}
+
+/// Without `--cfg redquorum_mutants`, no bug can be planted: an error names the flag.
+#[cfg(not(redquorum_mutants))]
+fn mutant_named(name: &str) -> Result<Mutant, String> {
+    Err(format!(
+        "--mutant {name}: this build has no planted bugs (it needs `--cfg redquorum_mutants`)"
+    ))
+}
+
 async fn run(args: Args) -> Result<(), String> {
     let mut builder = Redlock::builder().waiting(Waiting::new().handoff(args.handoff));
     if let Some(waiter_ttl) = args.waiter_ttl {
@@ -208,9 +226,6 @@ async fn run(args: Args) -> Result<(), String> {
     }
     if let Some(wait) = args.wait_timeout {
         builder = builder.retry(Retry::new().wait(wait));
-    }
-    if let Some(mutant) = args.mutant {
-        builder = builder.mutant(mutant);
     }
     let client = builder
         .quarantine(args.quarantine)
@@ -227,6 +242,12 @@ async fn run(args: Args) -> Result<(), String> {
         )
         .build()
         .map_err(|e| e.to_string())?;
+    if let Some(mutant) = args.mutant {
+        #[cfg(redquorum_mutants)]
+        client.plant(mutant);
+        #[cfg(not(redquorum_mutants))]
+        match mutant {}
+    }
     let mut store = redis::Client::open(args.store.as_str())
         .map_err(|e| e.to_string())?
         .get_multiplexed_async_connection()

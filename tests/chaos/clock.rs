@@ -3,7 +3,7 @@
 //! backward: its keys live longer, liveness only). (S15, one forward jump, is a
 //! bare-majority script in `restart.rs`.)
 
-use redquorum::{Clock, Retry, Timeouts};
+use redquorum::{Retry, Timeouts};
 use std::time::Duration;
 
 use redis::AsyncCommands as _;
@@ -80,10 +80,8 @@ pub async fn s14(n: usize, rate: f64, expect: Expect) -> Outcome {
     let mut env = Env::start(Setup::new("S14", name, expect, n)).await;
     let urls = env.urls();
     let resource = env.resource(0);
-    let holder = build(
-        client_over(urls.clone()).clock(Clock::new().client_rate(rate)),
-        None,
-    );
+    let holder = build(client_over(urls.clone()), None);
+    holder.plant_clock_rate(rate).unwrap();
     let contender = build(
         client_over(urls).retry(
             Retry::new()

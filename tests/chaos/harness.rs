@@ -1350,12 +1350,11 @@ impl Held {
 
 /// Builds a client over `urls` with `mutant` planted, if any.
 pub fn build(builder: Builder, mutant: Option<Mutant>) -> Redlock {
-    match mutant {
-        Some(m) => builder.mutant(m),
-        None => builder,
+    let client = builder.build().unwrap();
+    if let Some(m) = mutant {
+        client.plant(m);
     }
-    .build()
-    .unwrap()
+    client
 }
 
 /// Acquires and releases a throwaway resource, so every connection is open before faults.

@@ -579,11 +579,11 @@ impl<'a> Sequence<'a> {
         let config = Builder::new()
             .master(real.server.url())
             .quarantine(false)
-            .timeouts(crate::Timeouts::new().connect(timeout))
+            .timeouts(crate::Timeouts::new().connect(timeout).node(timeout))
             .into_config()
             .unwrap();
         let view = Redlock::view_of(&config);
-        let master = RedisMaster::new(&config.masters[0], (0, &view), &config, timeout).unwrap();
+        let master = RedisMaster::new(&config.masters[0], (0, &view), &config).unwrap();
         Self {
             real,
             config,
@@ -862,7 +862,7 @@ impl<'a> Sequence<'a> {
                     &cluster,
                     &member,
                     std::slice::from_ref(&member),
-                    &Redlock::terms(&self.config),
+                    &crate::core::terms(&self.config),
                 );
                 let bootstrap = match rng.random_range(0..3) {
                     0 => None,

@@ -566,7 +566,7 @@ pub(crate) fn markdown(
              Each critical section is a `GET`, a sleep of the hold and a `SET` on a storage \
              server; the limit is one section (measured alone) plus one quorum round (the raw \
              fan-out) per section. The *raw hand-off ring* is the hand-off mechanism with raw \
-             commands and no library (release and hand on, notices, a confirm round): the \
+             commands and no library (release and hand on to the queue's live head, notices, a confirm round, a registration per section): the \
              library's variants are also shown over it.\n\n\
              | N | hold | waiting | sections/s | limit/s | ÷ limit | ÷ ring | hand-off p50 / p99 µs | hand-off p50 / p99 ÷ round trip p50 | hand-off p50 ÷ ring | wait p50 µs | give-ups |\n\
              |---|---|---|---|---|---|---|---|---|---|---|---|"

@@ -59,6 +59,7 @@ pub(crate) fn of(results: &Results) -> Vec<Target> {
         }
     }
     contended(results, &mut targets);
+    fast_path(results, &mut targets);
     if let Some(rate) = results
         .find(Scenario::Uncontended, Metric::Pairs, 5)
         .and_then(|r| r.versus.as_ref())
@@ -130,6 +131,75 @@ fn contended(results: &Results, targets: &mut Vec<Target>) {
                 goal: format!("contended acquires that gave up at N={N}, {label} (count)"),
                 ratio: sections.gave_up as f64,
                 limit: 0.0,
+                at_least: false,
+            });
+        }
+    }
+}
+
+/// The fast path's goals, each against the raw mechanism measured in the same run: at
+/// N = 3, 5 and 9, the acquire script's raw fan-out within 1.15 of the raw `SET NX PX`
+/// fan-out, the acquire within 1.3 of it, the release within 1.3 of a raw
+/// compare-and-delete fan-out; at N = 5, per hold, hand-off's sections/s at least 0.85 of
+/// the raw hand-off ring's and its hand-off p50 within 1.2 of the ring's.
+fn fast_path(results: &Results, targets: &mut Vec<Target>) {
+    for n in [3, 5, 9] {
+        let p50 = |metric| {
+            results
+                .find(Scenario::Uncontended, metric, n)
+                .and_then(|r| r.latency)
+                .map(|l| l.p50)
+        };
+        for (what, metric, floor, floor_name, limit) in [
+            (
+                "raw fan-out of the acquire script",
+                Metric::FanOutAcquireScript,
+                Metric::FanOut,
+                "raw fan-out SET NX PX",
+                1.15,
+            ),
+            (
+                "acquire",
+                Metric::Acquire,
+                Metric::FanOut,
+                "raw fan-out SET NX PX",
+                1.3,
+            ),
+            (
+                "release",
+                Metric::Release,
+                Metric::FanOutCad,
+                "raw fan-out compare-and-delete",
+                1.3,
+            ),
+        ] {
+            if let (Some(v), Some(base)) = (p50(metric), p50(floor)) {
+                targets.push(Target {
+                    goal: format!("{what} p50 at N={n} / {floor_name} p50"),
+                    ratio: v / base,
+                    limit,
+                    at_least: false,
+                });
+            }
+        }
+    }
+    const N: usize = 5;
+    for hold in HOLDS {
+        let label = condition(hold, Waiting::HandOff);
+        let find = |metric| contended_row(results, N, metric, &label);
+        if let Some(v) = find(Metric::Sections).and_then(|r| r.versus.as_ref()?.rate) {
+            targets.push(Target {
+                goal: format!("sections/s at N={N}, {label} / raw hand-off ring's"),
+                ratio: v,
+                limit: 0.85,
+                at_least: true,
+            });
+        }
+        if let Some(v) = find(Metric::HandOff).and_then(|r| r.reference.as_ref()?.latency) {
+            targets.push(Target {
+                goal: format!("hand-off p50 at N={N}, {label} / raw hand-off ring's"),
+                ratio: v[0],
+                limit: 1.2,
                 at_least: false,
             });
         }

@@ -96,9 +96,11 @@ impl AcquireOptions {
         self
     }
 
-    /// What this lock's owner record calls its holder ([`Redlock::inspect`](crate::Redlock::inspect)). Defaults to
-    /// the client's [`label`](crate::Builder::label); at most
-    /// [`MAX_LABEL_LEN`](crate::limits::MAX_LABEL_LEN) bytes.
+    /// What [`Redlock::inspect`](crate::Redlock::inspect) calls this lock's holder.
+    /// Defaults to the client's [`label`](crate::Builder::label); at most
+    /// [`MAX_LABEL_LEN`](crate::limits::MAX_LABEL_LEN) bytes. Each label a client uses
+    /// keeps one small holder record on each master, for an hour after its last use:
+    /// name a kind of work (`"nightly-billing"`), not each call.
     pub fn label(mut self, label: impl Into<String>) -> Self {
         self.label = Some(label.into());
         self

@@ -13,10 +13,14 @@ use tokio::time::sleep;
 
 use crate::harness::*;
 
-/// `acquire.lua` as the library sends it: behind the preamble (`epoch.lua`, `cluster.lua`).
+/// `acquire.lua` as the library sends it: behind the preamble (`epoch.lua`, `cluster.lua`)
+/// and `holder.lua` (`lock_script!(holder, ..)` in `src/scripts/mod.rs`). Any other source
+/// has another hash: S19r's acquisitions would meet `NOSCRIPT` too, and the step would not
+/// be the one it describes.
 const ACQUIRE_LUA: &str = concat!(
     include_str!("../../src/scripts/epoch.lua"),
     include_str!("../../src/scripts/cluster.lua"),
+    include_str!("../../src/scripts/holder.lua"),
     include_str!("../../src/scripts/acquire.lua")
 );
 const FENCE_LUA: &str = include_str!("../../src/scripts/fence.lua");

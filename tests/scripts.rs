@@ -275,9 +275,10 @@ async fn extend_contract() {
         unique_key("cluster"),
         holder_of(&unique_key("tag")),
     );
+    let owner = format!("redquorum:owner:{key}");
     let extend = |value: &'static str, ttl: u64, epoch_id: &'static str, fingerprint: &str| {
         let mut call = preamble(&script, &epoch, &record, epoch_id, fingerprint);
-        call.key(&key).key(&holder).arg(value).arg(ttl);
+        call.key(&key).key(&holder).key(&owner).arg(value).arg(ttl);
         call
     };
 
@@ -382,6 +383,44 @@ async fn extend_contract() {
         .await
         .unwrap();
     assert_eq!((code, found), (-2, None));
+    // The owner record of another kind (a writer's, a permit's) that names our value lives
+    // as long as the key: it marks the name as that kind's (docs/design.md §16). One that
+    // names another value, or a key of another type there, is left alone.
+    let _: () = conn.hset(&record, "fingerprint", "f1").await.unwrap();
+    let _: () = conn.pset_ex(&key, "mine", 1000).await.unwrap();
+    let _: () = conn
+        .hset_multiple(&owner, &[("kind", "rwlock"), ("value", "mine")])
+        .await
+        .unwrap();
+    let _: () = conn.pexpire(&owner, 1000).await.unwrap();
+    let (code, ..): Extended = extend("mine", 60_000, "", "f1")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(code, 1);
+    let pttl: i64 = conn.pttl(&owner).await.unwrap();
+    assert!(
+        pttl > 50_000 && pttl <= 60_000,
+        "the owner record expires before the key it marks: {pttl}"
+    );
+    let _: () = conn.hset(&owner, "value", "another").await.unwrap();
+    let _: () = conn.pexpire(&owner, 1000).await.unwrap();
+    let (code, ..): Extended = extend("mine", 60_000, "", "f1")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(code, 1);
+    let pttl: i64 = conn.pttl(&owner).await.unwrap();
+    assert!((0..=1000).contains(&pttl), "another value's record: {pttl}");
+    let _: () = conn.del(&owner).await.unwrap();
+    let _: () = conn.pset_ex(&owner, "not a hash", 1000).await.unwrap();
+    let (code, ..): Extended = extend("mine", 60_000, "", "f1")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(code, 1, "a key of another type there fails nothing");
+    let pttl: i64 = conn.pttl(&owner).await.unwrap();
+    assert!((0..=1000).contains(&pttl), "a key of another type: {pttl}");
 }
 
 /// The extension of several keys is all or none: one key missing or held by another value
@@ -1826,7 +1865,7 @@ fn script_hashes_are_pinned() {
         (
             "extend.lua",
             EXTEND,
-            "7f068974422926c3543228297ffd76182fa7a1a0",
+            "a363f7fb6393b3b3949bad4438f0a941f034124c",
         ),
         (
             "acquire.lua",

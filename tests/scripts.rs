@@ -980,16 +980,29 @@ async fn acquire_contract() {
     assert_eq!(ok, 1);
     let left: Option<String> = conn.hget(&owner, "value").await.unwrap();
     assert_eq!(left.as_deref(), Some("old"));
-    // A holder record of another type can never fail a grant (the lock key already set):
-    // the rewrite replaces it with the record.
+    // A key of another type at the holder record's key can never fail a grant (the lock
+    // key already set), and is left as it is: under another key prefix it may be a lock.
     let _: () = conn.del(&[&key, &owner]).await.unwrap();
-    let _: () = conn.set(&holder, "not a hash").await.unwrap();
+    let _: () = conn.pset_ex(&holder, "not a hash", 5000).await.unwrap();
     let (ok, ..): Acquired = acquire("v9", "0", "")
         .invoke_async(&mut conn)
         .await
         .unwrap();
     assert_eq!(ok, 1);
-    assert_holder_written(&mut conn, &holder, who, "over a string").await;
+    assert_eq!(
+        get(&server.url(), &holder).await.as_deref(),
+        Some("not a hash")
+    );
+    let pttl: i64 = conn.pttl(&holder).await.unwrap();
+    assert!((0..=5000).contains(&pttl), "{pttl}");
+    // Once it is gone, the next grant writes the record.
+    let _: () = conn.del(&[&key, &holder]).await.unwrap();
+    let (ok, ..): Acquired = acquire("v10", "0", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(ok, 1);
+    assert_holder_written(&mut conn, &holder, who, "after it").await;
 }
 
 /// A read-write lock held by a reader has no lock key: only its owner record (kind
@@ -1870,7 +1883,7 @@ fn script_hashes_are_pinned() {
         (
             "acquire.lua",
             ACQUIRE,
-            "2eeec72690ac158cdd40ca4f52c95a17a3c6ce32",
+            "11820a03b094163a59eb790d12eadca85734b99a",
         ),
         (
             "fence.lua",
@@ -1920,7 +1933,7 @@ fn script_hashes_are_pinned() {
         (
             "acquire_many.lua",
             ACQUIRE_MANY,
-            "f1ec60d2ab84c7f4b7d92ca8207f52ef8396b5b8",
+            "6deaad2cd8c19c9872c95db19f7a768834d43ed0",
         ),
         (
             "rw_acquire.lua",
@@ -1940,7 +1953,7 @@ fn script_hashes_are_pinned() {
         (
             "acquire_queued.lua",
             ACQUIRE_QUEUED,
-            "6cfdb2eae1980358090a021eebb6284a78b5d3e4",
+            "10189b967d8a88e36ac7ad1d3dd4f38391623064",
         ),
         (
             "enqueue.lua",

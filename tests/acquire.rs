@@ -792,3 +792,45 @@ async fn passwords_and_unix_sockets() {
         "{err}"
     );
 }
+
+/// A grant never deletes what it finds at its holder record's key but a record: under
+/// another key prefix on the same masters, that key may be another client's lock, and
+/// deleting it would let a third client in beside its holder.
+#[tokio::test]
+async fn a_grant_never_deletes_another_prefix_lock_at_its_holder_record() {
+    let cluster = Cluster::start(1).await.unwrap();
+    let url = cluster.server(0).url();
+    let app = client(&cluster)
+        .key_prefix("app:")
+        .ttl(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let bare = client(&cluster)
+        .ttl(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let mut conn = raw(&url).await;
+    let first = app.acquire(&unique_key("first")).await.unwrap();
+    let (tag, _) = first.value().rsplit_once('.').unwrap();
+    let record = format!("app:redquorum:holder:{tag}");
+    first.release().await.unwrap();
+    // The record expires after an hour without a grant; deleted here in its place.
+    let _: () = conn.del(&record).await.unwrap();
+    // Without a prefix, that key is a name like any other.
+    let theirs = bare.acquire(&record).await.unwrap();
+    let _second = app.acquire(&unique_key("second")).await.unwrap();
+    let kind: String = redis::cmd("TYPE")
+        .arg(&record)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(kind, "string", "the lock held on {record} was replaced");
+    assert_eq!(
+        get(&url, &record).await.as_deref(),
+        Some(theirs.value()),
+        "a grant under prefix app: replaced the lock held on {record}"
+    );
+    let pttl: i64 = conn.pttl(&record).await.unwrap();
+    assert!(pttl > 0 && pttl <= 5000, "{pttl}");
+    theirs.release().await.unwrap();
+}

@@ -753,6 +753,35 @@ async fn an_extended_reader_keeps_the_name_a_rwlock() {
     read.release().await.unwrap();
 }
 
+/// A writer extended past its first TTL keeps the name marked as a read-write lock: its
+/// owner record lives as long as its key, so another writer is refused as by a held lock
+/// (not told that the name holds a mutex), and a plain mutex is refused as the other kind.
+#[tokio::test]
+async fn an_extended_writer_keeps_the_name_a_rwlock() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).ttl("500ms").ttl_max("3s").build().unwrap();
+    let name = unique_key("extwriter");
+    let write = client.rwlock(&name).write().await.unwrap();
+    write.extend_with(Duration::from_secs(3)).await.unwrap();
+    let owner = format!("redquorum:owner:{name}");
+    for url in cluster.urls() {
+        let pttl: i64 = raw(&url).await.pttl(&owner).await.unwrap();
+        assert!(
+            pttl > 1500,
+            "the owner record expires before its writer: {pttl} ms"
+        );
+    }
+    // Past the writer's first TTL; the extended key lives until 3 s.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!write.handle().is_lost());
+    let other = super_client(&cluster);
+    let err = other.rwlock(&name).write_with(&once()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
+    let err = other.try_acquire(&name).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
+    write.release().await.unwrap();
+}
+
 /// The output of `future` at its first poll: a call that is refused "at once" must not
 /// wait for anything, not even a round trip to a master. Panics if it is still pending.
 fn at_first_poll<F: std::future::Future>(future: F) -> F::Output {

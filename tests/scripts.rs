@@ -275,9 +275,10 @@ async fn extend_contract() {
         unique_key("cluster"),
         holder_of(&unique_key("tag")),
     );
+    let owner = format!("redquorum:owner:{key}");
     let extend = |value: &'static str, ttl: u64, epoch_id: &'static str, fingerprint: &str| {
         let mut call = preamble(&script, &epoch, &record, epoch_id, fingerprint);
-        call.key(&key).key(&holder).arg(value).arg(ttl);
+        call.key(&key).key(&holder).key(&owner).arg(value).arg(ttl);
         call
     };
 
@@ -382,6 +383,44 @@ async fn extend_contract() {
         .await
         .unwrap();
     assert_eq!((code, found), (-2, None));
+    // The owner record of another kind (a writer's, a permit's) that names our value lives
+    // as long as the key: it marks the name as that kind's (docs/design.md §16). One that
+    // names another value, or a key of another type there, is left alone.
+    let _: () = conn.hset(&record, "fingerprint", "f1").await.unwrap();
+    let _: () = conn.pset_ex(&key, "mine", 1000).await.unwrap();
+    let _: () = conn
+        .hset_multiple(&owner, &[("kind", "rwlock"), ("value", "mine")])
+        .await
+        .unwrap();
+    let _: () = conn.pexpire(&owner, 1000).await.unwrap();
+    let (code, ..): Extended = extend("mine", 60_000, "", "f1")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(code, 1);
+    let pttl: i64 = conn.pttl(&owner).await.unwrap();
+    assert!(
+        pttl > 50_000 && pttl <= 60_000,
+        "the owner record expires before the key it marks: {pttl}"
+    );
+    let _: () = conn.hset(&owner, "value", "another").await.unwrap();
+    let _: () = conn.pexpire(&owner, 1000).await.unwrap();
+    let (code, ..): Extended = extend("mine", 60_000, "", "f1")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(code, 1);
+    let pttl: i64 = conn.pttl(&owner).await.unwrap();
+    assert!((0..=1000).contains(&pttl), "another value's record: {pttl}");
+    let _: () = conn.del(&owner).await.unwrap();
+    let _: () = conn.pset_ex(&owner, "not a hash", 1000).await.unwrap();
+    let (code, ..): Extended = extend("mine", 60_000, "", "f1")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(code, 1, "a key of another type there fails nothing");
+    let pttl: i64 = conn.pttl(&owner).await.unwrap();
+    assert!((0..=1000).contains(&pttl), "a key of another type: {pttl}");
 }
 
 /// The extension of several keys is all or none: one key missing or held by another value
@@ -941,16 +980,29 @@ async fn acquire_contract() {
     assert_eq!(ok, 1);
     let left: Option<String> = conn.hget(&owner, "value").await.unwrap();
     assert_eq!(left.as_deref(), Some("old"));
-    // A holder record of another type can never fail a grant (the lock key already set):
-    // the rewrite replaces it with the record.
+    // A key of another type at the holder record's key can never fail a grant (the lock
+    // key already set), and is left as it is: under another key prefix it may be a lock.
     let _: () = conn.del(&[&key, &owner]).await.unwrap();
-    let _: () = conn.set(&holder, "not a hash").await.unwrap();
+    let _: () = conn.pset_ex(&holder, "not a hash", 5000).await.unwrap();
     let (ok, ..): Acquired = acquire("v9", "0", "")
         .invoke_async(&mut conn)
         .await
         .unwrap();
     assert_eq!(ok, 1);
-    assert_holder_written(&mut conn, &holder, who, "over a string").await;
+    assert_eq!(
+        get(&server.url(), &holder).await.as_deref(),
+        Some("not a hash")
+    );
+    let pttl: i64 = conn.pttl(&holder).await.unwrap();
+    assert!((0..=5000).contains(&pttl), "{pttl}");
+    // Once it is gone, the next grant writes the record.
+    let _: () = conn.del(&[&key, &holder]).await.unwrap();
+    let (ok, ..): Acquired = acquire("v10", "0", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(ok, 1);
+    assert_holder_written(&mut conn, &holder, who, "after it").await;
 }
 
 /// A read-write lock held by a reader has no lock key: only its owner record (kind
@@ -1826,12 +1878,12 @@ fn script_hashes_are_pinned() {
         (
             "extend.lua",
             EXTEND,
-            "7f068974422926c3543228297ffd76182fa7a1a0",
+            "a363f7fb6393b3b3949bad4438f0a941f034124c",
         ),
         (
             "acquire.lua",
             ACQUIRE,
-            "2eeec72690ac158cdd40ca4f52c95a17a3c6ce32",
+            "11820a03b094163a59eb790d12eadca85734b99a",
         ),
         (
             "fence.lua",
@@ -1881,7 +1933,7 @@ fn script_hashes_are_pinned() {
         (
             "acquire_many.lua",
             ACQUIRE_MANY,
-            "f1ec60d2ab84c7f4b7d92ca8207f52ef8396b5b8",
+            "6deaad2cd8c19c9872c95db19f7a768834d43ed0",
         ),
         (
             "rw_acquire.lua",
@@ -1901,7 +1953,7 @@ fn script_hashes_are_pinned() {
         (
             "acquire_queued.lua",
             ACQUIRE_QUEUED,
-            "6cfdb2eae1980358090a021eebb6284a78b5d3e4",
+            "10189b967d8a88e36ac7ad1d3dd4f38391623064",
         ),
         (
             "enqueue.lua",

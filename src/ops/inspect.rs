@@ -20,9 +20,11 @@ use crate::error::{Error, MasterError, MasterErrorKind, ShortName, human};
 use crate::fencing::FencingToken;
 use crate::master::{Inspected, Op, Reply};
 
-/// Who holds a lock, as a master says: for a lock, the holder record its value names
-/// (written once per client and label, not per lock: docs/design.md §11); for a permit or
-/// a writer, the owner record written beside it with the same expiry.
+/// Who holds a lock, as a master says: the holder record its value names (written once per
+/// client and label, not per lock: docs/design.md §11), or an owner record of kind `lock`
+/// that an earlier version wrote beside the lock's key. A name whose owner record is of
+/// another kind (a read-write lock's, a semaphore's permit's) reads as
+/// [`Holding::OtherKind`], with no `OwnerInfo`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct OwnerInfo {
@@ -36,16 +38,17 @@ pub struct OwnerInfo {
     pub pid: Option<u32>,
     /// The holding client's id (a UUID, fresh for every client).
     pub client: String,
-    /// When the lock was acquired, by the master's clock: known for a semaphore's permit
-    /// and a read-write lock's writer, `None` for a lock (whose holder record is per
-    /// client, not per acquisition).
+    /// When the lock was acquired, by the master's clock: `None` from a holder record,
+    /// which is per client, not per acquisition; known only from an earlier version's
+    /// owner record.
     pub acquired: Option<SystemTime>,
     /// How long it had been held when the master was read, by the master's clock; as
     /// [`acquired`](Self::acquired), `None` for a lock.
     pub held_for: Option<Duration>,
-    /// The acquisition's fencing token, where an owner record kept it (the largest any
-    /// holding master shows, in a [`Verdict::Held`]); `None` for a lock, whose fence
-    /// counter ([`MasterView::fence_counter`]) shows the token the latest write-back raised it to.
+    /// The acquisition's fencing token, where an earlier version's owner record kept it
+    /// (the largest any holding master shows, in a [`Verdict::Held`]); `None` from a
+    /// holder record: the fence counter ([`MasterView::fence_counter`]) shows the token
+    /// the latest write-back raised it to.
     pub token: Option<FencingToken>,
 }
 
@@ -110,7 +113,7 @@ pub enum Holding {
         /// How long the master keeps it; `None` when it has no expiry (set by another
         /// client without a TTL).
         ttl: Option<Duration>,
-        /// Who holds it, if the master keeps an owner record for this value.
+        /// Who holds it, if the master keeps a record of its holder (see [`OwnerInfo`]).
         owner: Option<OwnerInfo>,
     },
     /// Another kind of lock (or a key of another type) holds the name.
@@ -269,7 +272,8 @@ pub enum Verdict {
     Held {
         /// The holder's value, which [`Redlock::force_unlock`] takes.
         value: String,
-        /// Its owner record, when a holding master keeps one.
+        /// Who holds it, when a holding master keeps a record of its holder (see
+        /// [`OwnerInfo`]).
         owner: Option<OwnerInfo>,
         /// How long a quorum keeps holding it at least, from when the inspection returned
         /// (unless it is released or extended meanwhile): the quorum-th largest TTL among
@@ -469,7 +473,8 @@ fn verdict(masters: &[MasterView], quorum: usize, elapsed: Duration, drift_facto
 impl Redlock {
     /// Reads what every master holds for the lock on `resource`, in one concurrent round,
     /// and says whether it is held and by whom: per master the value, its remaining TTL,
-    /// the owner record beside it (label, host, process id, when acquired, fencing token)
+    /// who holds it (label, host, process id and client id, from the holder record its
+    /// value names)
     /// and the fence counter; and a [`Verdict`]. Changes nothing on the masters.
     ///
     /// The lock counts as held when a quorum of masters holds one value; its `remaining`

@@ -1,10 +1,14 @@
 -- Compare-and-PEXPIRE: reset the TTL of the lock key if it holds our value, and keep the
--- holder record (`holder.lua`) alive at least as long. A missing key is never set again: it may have been force-unlocked, and
--- setting it would undo that.
+-- holder record (`holder.lua`) alive at least as long, and the owner record of another
+-- kind (a read-write lock's writer, a semaphore's permit) as long, where it is this
+-- value's: it marks the name as that kind's for as long as the key lives (docs/design.md
+-- §16). A missing key is never set again: it may have been force-unlocked, and setting it
+-- would undo that.
 -- After the preamble (`epoch.lua`, `cluster.lua`: KEYS[1] epoch record, KEYS[2] cluster
 -- record, ARGV[1] id for a new epoch, '' not to read the epoch, ARGV[2] the caller's
 -- cluster fingerprint):
--- KEYS[3] lock key, KEYS[4] the holder record; ARGV[3] value, ARGV[4] ttl ms
+-- KEYS[3] lock key, KEYS[4] the holder record, KEYS[5] the owner record; ARGV[3] value,
+-- ARGV[4] ttl ms
 -- Returns {1 extended | 0 missing | -1 held by another value, epoch or false, time us,
 --          false}; or the preamble's -2
 local current = redis.call('GET', KEYS[3])
@@ -13,6 +17,10 @@ if current == ARGV[3] then
   local held = redis.call('PTTL', KEYS[4])
   if held >= 0 and held < tonumber(ARGV[4]) then
     redis.call('PEXPIRE', KEYS[4], ARGV[4])
+  end
+  if redis.call('TYPE', KEYS[5])['ok'] == 'hash'
+      and redis.call('HGET', KEYS[5], 'value') == ARGV[3] then
+    redis.call('PEXPIRE', KEYS[5], ARGV[4])
   end
   return {1, epoch, now, false}
 elseif current == false then

@@ -6,12 +6,15 @@
 -- hold(record, ttl, client, host, pid, label): after a grant with `ttl` ms, keeps the
 -- record alive at least as long as the lock: when it would expire sooner (or is missing)
 -- it is written again, for an hour or the lock's TTL if longer. The common case costs one
--- PTTL. A rewrite deletes the key first: whatever it held (another type included) can
--- never make the script fail after its grant.
+-- PTTL. A key of another type there is left alone, never deleted (under another key
+-- prefix on the same master it may be another client's lock) and never written to (which
+-- would fail the script after its grant): the client then has no record there.
 local HOLDER_MS = 3600000
 local function hold(record, ttl, client, host, pid, label)
   local ms = tonumber(ttl)
   if redis.call('PTTL', record) >= ms then return end
+  local kind = redis.call('TYPE', record)['ok']
+  if kind ~= 'none' and kind ~= 'hash' then return end
   redis.call('DEL', record)
   redis.call('HSET', record, 'client', client, 'host', host, 'pid', pid, 'label', label)
   redis.call('PEXPIRE', record, math.max(ms, HOLDER_MS))

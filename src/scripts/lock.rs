@@ -220,6 +220,7 @@ fn extend(
     Invocation::with_preamble(script, ctx, epoch)
         .key(key)
         .key(holder_key(ctx.prefix(), value))
+        .key(owner_key(key))
         .arg(value)
         .arg(millis(ttl))
         .done()

@@ -120,6 +120,18 @@ fn an_extension_reads_the_epoch_only_when_asked() {
     // A TTL below a millisecond is sent as 1 ms (`PX 0` is an error).
     assert_eq!(with.args, ["e1", "fp", "v", "1"]);
     assert_eq!(without.args, ["", "fp", "v", "1"]);
+    // The holder record its value names, and the key's owner record (a writer's or a
+    // permit's, which lives as long as the key).
+    assert_eq!(
+        with.keys,
+        [
+            "redquorum:epoch",
+            "app:redquorum:cluster",
+            "k",
+            "app:redquorum:holder:v",
+            "redquorum:owner:k",
+        ]
+    );
 }
 
 #[test]

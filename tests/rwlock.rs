@@ -990,3 +990,36 @@ async fn init_cluster_refuses_masters_with_readers_or_an_intent() {
     }
     prefixed.init_cluster().await.unwrap();
 }
+
+/// A writer's release takes its owner record (kind `rwlock`) with its key: once the
+/// read-write lock is free, the name is free for any kind, and a mutex on it is granted
+/// at once instead of being refused as another kind until the record's expiry.
+#[tokio::test]
+async fn a_released_writer_leaves_the_name_free_for_another_kind() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).ttl("10s").build().unwrap();
+    let name = unique_key("writer_then_mutex");
+    let writer = client.rwlock(&name).write().await.unwrap();
+    writer.release().await.unwrap();
+    let owner = format!("redquorum:owner:{name}");
+    wait_until(
+        Duration::from_secs(2),
+        "the writer's owner record is gone from every master",
+        || {
+            let (urls, owner) = (cluster.urls(), owner.clone());
+            async move {
+                for url in urls {
+                    let mut conn = raw(&url).await;
+                    let exists: bool = conn.exists(&owner).await.unwrap();
+                    if exists {
+                        return false;
+                    }
+                }
+                true
+            }
+        },
+    )
+    .await;
+    let lease = client.acquire_with(&name, &once()).await.unwrap();
+    lease.release().await.unwrap();
+}

@@ -203,9 +203,14 @@ async fn release_contract() {
     let channel = format!("redquorum:released:{key}");
     let queue = format!("redquorum:queue:{key}");
     let waiters = format!("redquorum:waiter:{key}:");
+    let owner = format!("redquorum:owner:{key}");
     let release = || {
         let mut call = script.key(&key);
-        call.key(&queue).arg("mine").arg(&channel).arg(&waiters);
+        call.key(&queue)
+            .key(&owner)
+            .arg("mine")
+            .arg(&channel)
+            .arg(&waiters);
         call
     };
     let mut sub = redis::Client::open(server.url())
@@ -250,6 +255,31 @@ async fn release_contract() {
     // Idempotent: again, 0.
     let r: i64 = release().invoke_async(&mut conn).await.unwrap();
     assert_eq!(r, 0);
+    // A writer's or a permit's owner record naming the value goes with the key (the mark
+    // of its kind); one naming another value stays; one of another type fails nothing.
+    for (record, gone) in [("mine", true), ("another", false)] {
+        let _: () = conn.pset_ex(&key, "mine", 10_000).await.unwrap();
+        let _: () = conn
+            .hset_multiple(&owner, &[("kind", "rwlock"), ("value", record)])
+            .await
+            .unwrap();
+        let r: i64 = release().invoke_async(&mut conn).await.unwrap();
+        assert_eq!(r, 1);
+        let _ = notice().await;
+        let exists: bool = conn.exists(&owner).await.unwrap();
+        assert_eq!(exists, !gone, "an owner record naming {record:?}");
+        let _: () = conn.del(&owner).await.unwrap();
+    }
+    let _: () = conn.pset_ex(&key, "mine", 10_000).await.unwrap();
+    let _: () = conn.set(&owner, "not a hash").await.unwrap();
+    let r: i64 = release().invoke_async(&mut conn).await.unwrap();
+    assert_eq!(r, 1);
+    let _ = notice().await;
+    assert_eq!(
+        get(&server.url(), &owner).await.as_deref(),
+        Some("not a hash")
+    );
+    let _: () = conn.del(&owner).await.unwrap();
     // Ours, with a queue whose only waiter is dead: pruned, the key freed and announced as
     // without a queue.
     let _: () = conn.pset_ex(&key, "mine", 10_000).await.unwrap();
@@ -559,7 +589,9 @@ async fn release_many_contract() {
     let release = || {
         let mut call = script.prepare_invoke();
         for (key, queue) in keys.iter().zip(&queues) {
-            call.key(key).key(queue);
+            call.key(key)
+                .key(queue)
+                .key(format!("redquorum:owner:{key}"));
         }
         call.arg("mine");
         for (channel, prefix) in channels.iter().zip(&prefixes) {
@@ -1873,7 +1905,7 @@ fn script_hashes_are_pinned() {
         (
             "release.lua",
             RELEASE,
-            "2a008b21c675667ca1c5f0c6c54c7cc9eb578ad2",
+            "a5465b4e6f8d503584efb00b04b1617bdc3a7c8d",
         ),
         (
             "extend.lua",
@@ -1928,7 +1960,7 @@ fn script_hashes_are_pinned() {
         (
             "release_many.lua",
             RELEASE_MANY,
-            "0702e51d547a842f1d77724d5e2a2e5643767226",
+            "34060d663b05aab39e85320be16273779a6b59dd",
         ),
         (
             "acquire_many.lua",
@@ -2003,6 +2035,7 @@ async fn release_hand_off_contract() {
     let r: i64 = Script::new(RELEASE)
         .key(&key)
         .key(&queue)
+        .key(format!("redquorum:owner:{key}"))
         .arg("mine")
         .arg(format!("redquorum:released:{key}"))
         .arg(&waiters)
@@ -2031,6 +2064,7 @@ async fn release_hand_off_contract() {
     let r: i64 = Script::new(RELEASE)
         .key(&key)
         .key(&queue)
+        .key(format!("redquorum:owner:{key}"))
         .arg("live")
         .arg(format!("redquorum:released:{key}"))
         .arg(&waiters)
@@ -2580,6 +2614,7 @@ async fn enqueue_gives_a_handed_key_to_the_head_and_only_once() {
     let r: i64 = release
         .key(&key)
         .key(&queue)
+        .key(format!("redquorum:owner:{key}"))
         .arg("h")
         .arg(format!("redquorum:released:{key}"))
         .arg(&waiters)

@@ -152,14 +152,17 @@ async fn fan_out_block(
                 let mut conn = conn.clone();
                 let (key, channel) = (key.clone(), channel.clone());
                 async move {
-                    // The lock key and its waiter queue (none here: the release notice
-                    // is published), then the value, the notice's channel and the
-                    // prefix of the waiters' liveness keys.
+                    // The lock key, its waiter queue (none here: the release notice is
+                    // published) and its owner record (none: a lock keeps none), then
+                    // the value, the notice's channel and the prefix of the waiters'
+                    // liveness keys.
                     let queue = format!("redquorum:queue:{key}");
+                    let owner = format!("redquorum:owner:{key}");
                     let waiters = format!("redquorum:waiter:{key}:");
                     RELEASE
                         .key(key)
                         .key(queue)
+                        .key(owner)
                         .arg(RAW_VALUE)
                         .arg(channel)
                         .arg(waiters)
@@ -237,6 +240,7 @@ async fn script_fan_out(conns: &[MultiplexedConnection], key: &str) -> Result<Du
             let call = {
                 let mut call = RELEASE.key(key);
                 call.key(format!("redquorum:queue:{key}"))
+                    .key(format!("redquorum:owner:{key}"))
                     .arg(RAW_VALUE)
                     .arg(&channel)
                     .arg(&waiters);

@@ -288,6 +288,7 @@ pub(super) fn release_of(
     Invocation::new(script)
         .key(key)
         .key(queue_key(key))
+        .key(owner_key(key))
         .arg(value)
         .arg(channel)
         .arg(waiter_prefix(key))

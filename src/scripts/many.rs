@@ -72,7 +72,7 @@ impl Codec for Many {
             } => {
                 let mut call = Invocation::new(&RELEASE_MANY);
                 for key in keys {
-                    call = call.key(key).key(queue_key(key));
+                    call = call.key(key).key(queue_key(key)).key(owner_key(key));
                 }
                 call = call.arg(value);
                 for (key, channel) in keys.iter().zip(channels) {

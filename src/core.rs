@@ -246,19 +246,40 @@ pub(crate) mod seeded {
 
     /// Until the returned guard is dropped, the library draws on this thread from a
     /// generator seeded with `seed` (then from what it drew from before).
+    /// Each source opens a scope of planted bugs of its own (`mutants::enter_scope`): the
+    /// client ids it draws repeat with its seed, and a bug planted under one of them in
+    /// another schedule must not reach this one.
     pub(crate) fn install(seed: u64) -> Installed {
         let previous = SOURCE.with_borrow_mut(|s| s.replace(StdRng::seed_from_u64(seed)));
-        Installed { previous }
+        Installed {
+            previous,
+            scope: enter_scope(),
+        }
+    }
+
+    /// A fresh scope of planted bugs on this thread; the one it replaces (0 without the
+    /// planted bugs).
+    fn enter_scope() -> u64 {
+        #[cfg(redquorum_mutants)]
+        return crate::mutants::enter_scope();
+        #[cfg(not(redquorum_mutants))]
+        0
     }
 
     /// Keeps a seeded source installed; see [`install`].
     #[must_use = "the seeded source is removed when this is dropped"]
     pub(crate) struct Installed {
         previous: Option<StdRng>,
+        /// The scope of planted bugs this source replaced.
+        scope: u64,
     }
 
     impl Drop for Installed {
         fn drop(&mut self) {
+            #[cfg(redquorum_mutants)]
+            crate::mutants::leave_scope(self.scope);
+            #[cfg(not(redquorum_mutants))]
+            let _ = self.scope;
             let previous = self.previous.take();
             SOURCE.with_borrow_mut(|s| *s = previous);
         }

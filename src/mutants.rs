@@ -212,11 +212,54 @@ impl Planted {
     }
 }
 
-/// The test seams of every client planted in this process, by client id.
-static REGISTRY: LazyLock<RwLock<HashMap<String, Planted>>> = LazyLock::new(RwLock::default);
+/// The test seams of every client planted in this process, by scope and client id.
+static REGISTRY: LazyLock<RwLock<HashMap<(u64, String), Planted>>> = LazyLock::new(RwLock::default);
 
 /// Whether any client of this process was planted: until one is, no lookup takes the lock.
 static ANY: AtomicBool = AtomicBool::new(false);
+
+/// The crate's own tests: the simulation draws client ids from a seeded source, so two
+/// schedules of one seed (in one process, on any thread) draw the same ids. Each seeded
+/// source opens a scope of its own on its thread (`core::seeded::install`), and a plant
+/// counts only in the scope it was made in: a schedule never sees another's bug.
+#[cfg(test)]
+mod scopes {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    thread_local! {
+        static SCOPE: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// The next scope's number (0 is the one outside every seeded source).
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+
+    /// This thread's scope.
+    pub(super) fn current() -> u64 {
+        SCOPE.with(Cell::get)
+    }
+
+    /// Opens a fresh scope on this thread; returns the one it replaces.
+    pub(crate) fn enter() -> u64 {
+        SCOPE.with(|scope| scope.replace(NEXT.fetch_add(1, Ordering::Relaxed)))
+    }
+
+    /// Returns this thread to `previous`, the scope [`enter`] replaced.
+    pub(crate) fn leave(previous: u64) {
+        SCOPE.with(|scope| scope.set(previous));
+    }
+}
+
+#[cfg(test)]
+pub(crate) use scopes::{enter as enter_scope, leave as leave_scope};
+
+/// The scope plants are made and read in: always 0 outside the crate's own tests.
+fn scope() -> u64 {
+    #[cfg(test)]
+    return scopes::current();
+    #[cfg(not(test))]
+    0
+}
 
 /// Plants `mutant` in the client whose id is `client`, in place of any planted before.
 pub(crate) fn plant(client: &str, mutant: Mutant) {
@@ -230,7 +273,7 @@ pub(crate) fn plant_clock_rate(client: &str, rate: f64) {
 
 fn update(client: &str, change: impl FnOnce(&mut Planted)) {
     let mut registry = REGISTRY.write().unwrap_or_else(PoisonError::into_inner);
-    change(registry.entry(client.to_owned()).or_default());
+    change(registry.entry((scope(), client.to_owned())).or_default());
     ANY.store(true, Ordering::Release);
 }
 
@@ -241,12 +284,34 @@ pub(crate) fn planted(client: &str) -> Planted {
         return Planted::default();
     }
     let registry = REGISTRY.read().unwrap_or_else(PoisonError::into_inner);
-    registry.get(client).copied().unwrap_or_default()
+    registry
+        .get(&(scope(), client.to_owned()))
+        .copied()
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
     use super::{Mutant, Planted, plant, plant_clock_rate, planted};
+
+    #[test]
+    fn a_plant_counts_only_in_its_scope() {
+        let id = "registry-test-scoped";
+        let outer = super::enter_scope();
+        plant(id, Mutant::HalfQuorum);
+        assert!(planted(id).is(Mutant::HalfQuorum));
+        // Another schedule drawing the same id sees nothing of it.
+        let inner = super::enter_scope();
+        assert_eq!(
+            planted(id),
+            Planted::default(),
+            "a bug leaked across scopes"
+        );
+        super::leave_scope(inner);
+        assert!(planted(id).is(Mutant::HalfQuorum));
+        super::leave_scope(outer);
+        assert_eq!(planted(id), Planted::default());
+    }
 
     #[test]
     fn each_client_has_its_own_seams() {

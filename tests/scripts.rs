@@ -467,7 +467,7 @@ async fn extend_many_contract() {
         let mut call = preamble(&script, &epoch, &record, epoch_id, fingerprint);
         call.key(&holder);
         for key in &keys {
-            call.key(key);
+            call.key(key).key(format!("redquorum:owner:{key}"));
         }
         call.arg("mine").arg(60_000);
         call
@@ -498,6 +498,33 @@ async fn extend_many_contract() {
         let pttl: i64 = conn.pttl(k).await.unwrap();
         assert!(pttl > 50_000 && pttl <= 60_000, "{k}: {pttl}");
     }
+    // A permit's owner record naming the value is extended with its key; one naming
+    // another value, or of another type, is left as it is.
+    let owners: Vec<String> = keys
+        .iter()
+        .map(|k| format!("redquorum:owner:{k}"))
+        .collect();
+    let _: () = conn
+        .hset_multiple(&owners[0], &[("kind", "permit"), ("value", "mine")])
+        .await
+        .unwrap();
+    let _: () = conn
+        .hset_multiple(&owners[1], &[("kind", "permit"), ("value", "another")])
+        .await
+        .unwrap();
+    for owner in &owners {
+        let _: () = conn.pexpire(owner, 1000).await.unwrap();
+    }
+    let (code, ..): Extended = extend("", "").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(code, 1);
+    let ours: i64 = conn.pttl(&owners[0]).await.unwrap();
+    let theirs: i64 = conn.pttl(&owners[1]).await.unwrap();
+    assert!(ours > 50_000 && theirs <= 1000, "{ours} {theirs}");
+    let _: () = conn.del(&owners[1]).await.unwrap();
+    let _: () = conn.set(&owners[1], "not a hash").await.unwrap();
+    let (code, ..): Extended = extend("", "").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(code, 1);
+    let _: () = conn.del(&owners).await.unwrap();
     // A holder record that outlives the TTL is never shortened; a missing one is not
     // created.
     let _: () = conn.pexpire(&holder, 3_600_000).await.unwrap();
@@ -1955,7 +1982,7 @@ fn script_hashes_are_pinned() {
         (
             "extend_many.lua",
             EXTEND_MANY,
-            "356e89b0bc709d25dbabad8a8c33baaeb78a242d",
+            "23f4142d3b010eddcc323f1c67da968c8b2c967f",
         ),
         (
             "release_many.lua",

@@ -114,7 +114,7 @@ fn extend_many(
     let mut call =
         Invocation::with_preamble(&EXTEND_MANY, ctx, epoch).key(holder_key(ctx.prefix(), value));
     for key in keys {
-        call = call.key(key);
+        call = call.key(key).key(owner_key(key));
     }
     call.arg(value).arg(millis(ttl)).done()
 }

@@ -75,6 +75,20 @@ fn acquire_script(key: &str) -> redis::ScriptInvocation<'static> {
     call
 }
 
+/// `release.lua` of `key` holding the raw value, as the library sends it: the lock key, its
+/// waiter queue (none here: the release notice is published) and its owner record (none:
+/// a lock keeps none), then the value, the notice's channel and the prefix of the
+/// waiters' liveness keys.
+fn release_script(key: &str) -> redis::ScriptInvocation<'static> {
+    let mut call = RELEASE.key(key);
+    call.key(format!("redquorum:queue:{key}"))
+        .key(format!("redquorum:owner:{key}"))
+        .arg(RAW_VALUE)
+        .arg(format!("redquorum:released:{key}"))
+        .arg(format!("redquorum:waiter:{key}:"));
+    call
+}
+
 /// Awaits the calls in `pending` until `need` of them answered as `counts` accepts, then
 /// drops the rest (their replies are read by each connection's driver task): `Ok` with
 /// the time since `t0`, or the last refusal or error when fewer than `need` counted.
@@ -127,7 +141,6 @@ async fn fan_out_block(
     let quorum = n / 2 + 1;
     for _ in 0..count {
         let key = keys.fresh();
-        let channel = format!("redquorum:released:{key}");
         let t0 = Instant::now();
         let calls: Vec<_> = conns
             .iter()
@@ -150,25 +163,8 @@ async fn fan_out_block(
             .iter()
             .map(|conn| {
                 let mut conn = conn.clone();
-                let (key, channel) = (key.clone(), channel.clone());
-                async move {
-                    // The lock key, its waiter queue (none here: the release notice is
-                    // published) and its owner record (none: a lock keeps none), then
-                    // the value, the notice's channel and the prefix of the waiters'
-                    // liveness keys.
-                    let queue = format!("redquorum:queue:{key}");
-                    let owner = format!("redquorum:owner:{key}");
-                    let waiters = format!("redquorum:waiter:{key}:");
-                    RELEASE
-                        .key(key)
-                        .key(queue)
-                        .key(owner)
-                        .arg(RAW_VALUE)
-                        .arg(channel)
-                        .arg(waiters)
-                        .invoke_async::<i64>(&mut conn)
-                        .await
-                }
+                let call = release_script(&key);
+                async move { call.invoke_async::<i64>(&mut conn).await }
             })
             .collect();
         match until_counted(calls, n - quorum + 1, t1, |_| Ok(())).await {
@@ -231,21 +227,11 @@ async fn script_fan_out(conns: &[MultiplexedConnection], key: &str) -> Result<Du
     }
     let took = t0.elapsed();
     drop(pending);
-    let channel = format!("redquorum:released:{key}");
-    let waiters = format!("redquorum:waiter:{key}:");
     let mut releases: FuturesUnordered<_> = conns
         .iter()
         .map(|conn| {
             let mut conn = conn.clone();
-            let call = {
-                let mut call = RELEASE.key(key);
-                call.key(format!("redquorum:queue:{key}"))
-                    .key(format!("redquorum:owner:{key}"))
-                    .arg(RAW_VALUE)
-                    .arg(&channel)
-                    .arg(&waiters);
-                call
-            };
+            let call = release_script(key);
             async move { call.invoke_async::<i64>(&mut conn).await }
         })
         .collect();

@@ -86,11 +86,19 @@ pub(crate) enum Metric {
     /// The floor of any acquire made by a script: a script that runs `SET NX PX` and
     /// nothing else, raw, to all N masters at once, until the quorum-th grant.
     FanOutScriptFloor,
+    /// The mechanism of a guarded acquire: one `HMGET` of a record holding the data epoch
+    /// and the cluster fingerprint, then `SET NX PX`, in a script, raw, to all N masters at
+    /// once, until the quorum-th grant.
+    FanOutGuardedSet,
     /// The raw release script to all N masters at once, until the `n - quorum + 1`-th reply.
     FanOutRelease,
     /// The floor of any release: a bare compare-and-delete script (`GET`, then `DEL` if it
     /// holds the value), raw, to all N masters at once, until the `n - quorum + 1`-th reply.
     FanOutCad,
+    /// The mechanism of a release that wakes waiters: compare-and-delete, the queue's
+    /// `EXISTS` and the notice, raw, to all N masters at once, until the `n - quorum + 1`-th
+    /// reply.
+    FanOutGuardedRelease,
     /// Raw fan-out `SET NX PX` + release script pairs, one client.
     FanOutPairs,
     Acquire,
@@ -315,14 +323,39 @@ pub(crate) struct Target {
     /// The bound it must stay under (or, with `at_least`, above).
     pub(crate) limit: f64,
     pub(crate) at_least: bool,
+    /// The same ratio measured on the goal's raw mechanism in this run, where it has one:
+    /// what the design allows at the least.
+    pub(crate) mechanism: Option<f64>,
 }
 
 impl Target {
     pub(crate) fn met(&self) -> bool {
+        self.within(self.ratio)
+    }
+
+    fn within(&self, ratio: f64) -> bool {
         if self.at_least {
-            self.ratio >= self.limit
+            ratio >= self.limit
         } else {
-            self.ratio <= self.limit
+            ratio <= self.limit
+        }
+    }
+
+    /// Missed, and so is its raw mechanism: the goal lies below what the mechanism allows.
+    pub(crate) fn below_mechanism(&self) -> bool {
+        !self.met() && self.mechanism.is_some_and(|m| !self.within(m))
+    }
+
+    /// The verdict, in words: met, missed, or below its mechanism (with the mechanism's
+    /// ratio).
+    pub(crate) fn verdict(&self) -> String {
+        match (self.met(), self.mechanism) {
+            (true, _) => "met".to_owned(),
+            (false, Some(m)) if self.below_mechanism() => {
+                format!("below its mechanism ({m:.2}x)")
+            }
+            (false, Some(m)) => format!("MISSED (mechanism {m:.2}x)"),
+            (false, None) => "MISSED".to_owned(),
         }
     }
 }

@@ -125,7 +125,7 @@ pub(crate) fn table(
                 t.ratio,
                 if t.at_least { ">=" } else { "<=" },
                 t.limit,
-                if t.met() { "met" } else { "MISSED" }
+                t.verdict()
             );
         }
     }
@@ -287,6 +287,8 @@ struct TargetJson<'a> {
     limit: Option<f64>,
     at_least: bool,
     met: bool,
+    mechanism: Option<f64>,
+    below_mechanism: bool,
 }
 
 /// The whole run: machine, rows and targets.
@@ -337,6 +339,8 @@ pub(crate) fn json(
                 limit: figure(t.limit),
                 at_least: t.at_least,
                 met: t.met(),
+                mechanism: t.mechanism.and_then(figure),
+                below_mechanism: t.below_mechanism(),
             })
             .collect(),
     };
@@ -667,7 +671,10 @@ pub(crate) fn markdown(
                 mx(Some(t.ratio)),
                 if t.at_least { "≥" } else { "≤" },
                 mx(Some(t.limit)),
-                if t.met() { "met" } else { "**missed**" },
+                match t.met() {
+                    true => t.verdict(),
+                    false => format!("**{}**", t.verdict()),
+                },
             );
         }
     }

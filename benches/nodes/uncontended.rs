@@ -50,6 +50,31 @@ static CAD_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| {
     )
 });
 
+/// The mechanism of a guarded acquire, as the issue's "one record read and one SET":
+/// one `HMGET` of a master record holding the data epoch and the cluster fingerprint, the
+/// fingerprint compared, then `SET NX PX`. What the per-master guarantees need at the
+/// least, with no kind check and no holder record.
+static GUARDED_SET: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        "local r = redis.call('HMGET', KEYS[1], 'epoch', 'fingerprint') \
+         if (r[2] or '') ~= ARGV[3] then return {-2, r[1]} end \
+         local ok = redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) \
+         return {ok and 1 or 0, r[1]}",
+    )
+});
+/// The mechanism of a release that wakes waiters without polling: compare-and-delete, the
+/// waiter queue's `EXISTS` and the release notice, and nothing else.
+static GUARDED_RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end \
+         redis.call('DEL', KEYS[1]) \
+         if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('PUBLISH', ARGV[2], KEYS[1]) end \
+         return 1",
+    )
+});
+/// The guarded mechanisms' master record, written on every master before the run.
+const GUARDED_RECORD: &str = "redquorum:bench-record";
+
 /// `acquire.lua` of `key` with what the library sends from a client that knows no cluster
 /// record, with restart quarantine off and no fencing. (The first call on a master writes
 /// its data-epoch record, as the library's first acquire does.)
@@ -246,13 +271,71 @@ async fn script_fan_out(conns: &[MultiplexedConnection], key: &str) -> Result<Du
     }
 }
 
-/// The mechanisms' floors: `SET NX PX` in a script to every master at once, timed to the
-/// quorum-th grant, then a bare compare-and-delete script to every master, timed to the
-/// `n - quorum + 1`-th reply. What no script-based acquire or release can go below.
+/// A pair of raw scripts timed as an acquire and its release.
+#[derive(Clone, Copy)]
+enum Floor {
+    /// `SET NX PX` in a script, and a bare compare-and-delete: what no script-based acquire
+    /// or release can go below.
+    Bare,
+    /// The guarded mechanisms: one record read and `SET NX PX`; compare-and-delete with the
+    /// queue's check and the notice.
+    Guarded,
+}
+
+impl Floor {
+    /// The acquiring script's call for `key`, whose reply's first element (or the reply
+    /// itself) is the `SET`'s.
+    fn set(self, key: &str) -> redis::ScriptInvocation<'static> {
+        match self {
+            Floor::Bare => {
+                let mut call = SET_SCRIPT.key(key);
+                call.arg(RAW_VALUE).arg(10_000);
+                call
+            }
+            Floor::Guarded => {
+                let mut call = GUARDED_SET.key(GUARDED_RECORD);
+                call.key(key).arg(RAW_VALUE).arg(10_000).arg("");
+                call
+            }
+        }
+    }
+
+    /// The releasing script's call for `key`.
+    fn release(self, key: &str) -> redis::ScriptInvocation<'static> {
+        match self {
+            Floor::Bare => {
+                let mut call = CAD_SCRIPT.key(key);
+                call.arg(RAW_VALUE);
+                call
+            }
+            Floor::Guarded => {
+                let mut call = GUARDED_RELEASE.key(key);
+                call.key(format!("redquorum:queue:{key}"))
+                    .arg(RAW_VALUE)
+                    .arg(format!("redquorum:released:{key}"));
+                call
+            }
+        }
+    }
+}
+
+/// Whether an acquiring script's reply set the key: `OK`, or an array led by 1.
+fn script_set(answer: &redis::Value) -> Result<(), String> {
+    match answer {
+        redis::Value::Okay => Ok(()),
+        redis::Value::Array(a) if a.first() == Some(&redis::Value::Int(1)) => Ok(()),
+        other => Err(format!("the script did not set a fresh key: {other:?}")),
+    }
+}
+
+/// The raw scripts of `floor`: the acquiring one to every master at once, timed to the
+/// quorum-th grant, then the releasing one to every master, timed to the
+/// `n - quorum + 1`-th reply.
 async fn floor_block(
     conns: &[MultiplexedConnection],
     keys: &mut Keys,
     count: usize,
+    floor: Floor,
     set: &mut Series,
     cad: &mut Series,
 ) {
@@ -265,12 +348,11 @@ async fn floor_block(
             .iter()
             .map(|conn| {
                 let mut conn = conn.clone();
-                let mut call = SET_SCRIPT.key(&key);
-                call.arg(RAW_VALUE).arg(10_000);
-                async move { call.invoke_async::<Option<String>>(&mut conn).await }
+                let call = floor.set(&key);
+                async move { call.invoke_async::<redis::Value>(&mut conn).await }
             })
             .collect();
-        let t_set = match until_counted(calls, quorum, t0, set_it).await {
+        let t_set = match until_counted(calls, quorum, t0, script_set).await {
             Ok(t) => t,
             Err(e) => {
                 set.error(e);
@@ -282,8 +364,7 @@ async fn floor_block(
             .iter()
             .map(|conn| {
                 let mut conn = conn.clone();
-                let mut call = CAD_SCRIPT.key(&key);
-                call.arg(RAW_VALUE);
+                let call = floor.release(&key);
                 async move { call.invoke_async::<i64>(&mut conn).await }
             })
             .collect();
@@ -311,6 +392,8 @@ pub(crate) async fn run(
     let mut fan_script = Series::with_capacity(budget.samples);
     let mut floor_set = Series::with_capacity(budget.samples);
     let mut floor_cad = Series::with_capacity(budget.samples);
+    let mut guarded_set = Series::with_capacity(budget.samples);
+    let mut guarded_release = Series::with_capacity(budget.samples);
     let (mut rtt, mut raw_pairs, mut fan, mut fan_release, mut acquire, mut release) = (
         Series::with_capacity(budget.samples),
         Series::with_capacity(budget.samples),
@@ -322,12 +405,22 @@ pub(crate) async fn run(
 
     // Warm-up: connections, the release script's first load, allocator and caches.
     {
-        let mut scratch: [Series; 9] = Default::default();
-        let [a, b, c, d, e, f, g, h, i] = &mut scratch;
+        for conn in raw {
+            let mut conn = conn.clone();
+            redis::cmd("HSET")
+                .arg(GUARDED_RECORD)
+                .arg("epoch")
+                .arg("bench-epoch:1")
+                .exec_async(&mut conn)
+                .await?;
+        }
+        let mut scratch: [Series; 11] = Default::default();
+        let [a, b, c, d, e, f, g, h, i, j, k] = &mut scratch;
         raw_block(&mut base_conns, &mut keys, budget.warmup, a, b).await;
         fan_out_block(raw, &mut keys, budget.warmup, c, d).await;
         script_block(raw, &mut keys, budget.warmup, g).await;
-        floor_block(raw, &mut keys, budget.warmup, h, i).await;
+        floor_block(raw, &mut keys, budget.warmup, Floor::Bare, h, i).await;
+        floor_block(raw, &mut keys, budget.warmup, Floor::Guarded, j, k).await;
         lock_block(client, &mut keys, budget.warmup, e, f).await;
         for (s, what) in scratch.iter().zip([
             "SET",
@@ -339,6 +432,8 @@ pub(crate) async fn run(
             "fan-out acquire script",
             "fan-out SET script",
             "fan-out compare-and-delete",
+            "fan-out guarded SET",
+            "fan-out guarded release",
         ]) {
             s.warn(&format!("warm-up {what}"));
         }
@@ -355,12 +450,19 @@ pub(crate) async fn run(
             break;
         }
         // Rotate the order so that no kind always follows another's background work.
-        for step in 0..5 {
-            match (block + step) % 5 {
+        for step in 0..6 {
+            match (block + step) % 6 {
                 0 => raw_block(&mut base_conns, &mut keys, BLOCK, &mut rtt, &mut raw_pairs).await,
                 1 => fan_out_block(raw, &mut keys, BLOCK, &mut fan, &mut fan_release).await,
                 2 => script_block(raw, &mut keys, BLOCK, &mut fan_script).await,
-                3 => floor_block(raw, &mut keys, BLOCK, &mut floor_set, &mut floor_cad).await,
+                3 => {
+                    let (set, cad) = (&mut floor_set, &mut floor_cad);
+                    floor_block(raw, &mut keys, BLOCK, Floor::Bare, set, cad).await;
+                }
+                4 => {
+                    let (set, release) = (&mut guarded_set, &mut guarded_release);
+                    floor_block(raw, &mut keys, BLOCK, Floor::Guarded, set, release).await;
+                }
                 _ => lock_block(client, &mut keys, BLOCK, &mut acquire, &mut release).await,
             }
             tokio::time::sleep(SETTLE).await;
@@ -374,6 +476,8 @@ pub(crate) async fn run(
     fan_script.warn("fan-out acquire script");
     floor_set.warn("fan-out SET script");
     floor_cad.warn("fan-out compare-and-delete");
+    guarded_set.warn("fan-out guarded SET");
+    guarded_release.warn("fan-out guarded release");
     acquire.warn("acquire");
     release.warn("release");
 
@@ -447,6 +551,26 @@ pub(crate) async fn run(
     .condition(format!("{need} of {n}, floor"))
     .latency(&mut floor_cad.samples, floor_cad.errors)
     .against(&base);
+    let guarded_set_row = Row::new(
+        Scenario::Uncontended,
+        Metric::FanOutGuardedSet,
+        n,
+        "raw fan-out guarded SET script",
+    )
+    .condition(format!("{q} of {n}, mechanism"))
+    .latency(&mut guarded_set.samples, guarded_set.errors)
+    .against(&base)
+    .referring_to(&fan_row);
+    let guarded_release_row = Row::new(
+        Scenario::Uncontended,
+        Metric::FanOutGuardedRelease,
+        n,
+        "raw fan-out guarded release script",
+    )
+    .condition(format!("{need} of {n}, mechanism"))
+    .latency(&mut guarded_release.samples, guarded_release.errors)
+    .against(&base)
+    .referring_to(&floor_cad_row);
     let pairs = acquire.samples.len();
     let acq = Row::new(Scenario::Uncontended, Metric::Acquire, n, "acquire")
         .condition("1 client")
@@ -476,8 +600,10 @@ pub(crate) async fn run(
         fan_row,
         fan_script_row,
         floor_set_row,
+        guarded_set_row,
         fan_release_row,
         floor_cad_row,
+        guarded_release_row,
         fan_pair_row,
         acq,
         rel,

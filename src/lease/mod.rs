@@ -524,9 +524,11 @@ impl Lease {
     /// already expired is not an error: the report says by how much it overran.
     ///
     /// # Cancel safety
-    /// The lease counts as released (lost, with the watchdog stopped) from the first poll,
-    /// and the release round runs in a background task: dropping the future only stops
-    /// waiting for its report. [`Redlock::shutdown`](crate::Redlock::shutdown) waits for it.
+    /// The lease counts as released (lost, with the watchdog stopped) from the first poll.
+    /// The release round runs in the caller's future; dropping the future before the round
+    /// is decided leaves the round to a background task, so that every master is still
+    /// asked: it only stops waiting for the report.
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) waits for that task.
     pub async fn release(mut self) -> Result<ReleaseReport, Error> {
         self.released = true;
         // Released from here on, for the client too: it may acquire the resource again.
@@ -548,15 +550,25 @@ impl Lease {
         let inline = None;
         let released = match inline {
             Some(released) => released,
-            None => match shared.release_in_background() {
-                Some(round) => round.await.ok().flatten(),
-                None => {
+            None => {
+                if tokio::runtime::Handle::try_current().is_err() {
+                    // Nothing is sent: the lease still counts as released.
+                    shared.mark_released();
                     return Err(Error::new(ErrorKind::NoRuntime, &*shared.name).with_detail(
                         "release must be called inside a tokio runtime; the lock expires \
                              with its TTL",
                     ));
                 }
-            },
+                // The round runs in this future, with no task hop before or after it; a
+                // future dropped before the round was decided leaves it to a background
+                // task (this fallback before the round starts, `release`'s own guard
+                // during it).
+                shared.mark_released();
+                let fallback = InBackground(Some(Arc::clone(&shared)));
+                let round = shared.release().await;
+                fallback.disarm();
+                round
+            }
         };
         let Some(round) = released else {
             return Ok(ReleaseReport {
@@ -579,6 +591,24 @@ impl Lease {
                 "{failed} of {n} masters could not be reached, so the lock may stay held until its TTL runs out"
             ))
             .with_masters(masters))
+    }
+}
+
+/// Runs the release in a background task when dropped armed: a [`Lease::release`] future
+/// dropped before its round started (waiting for an extension to finish).
+struct InBackground(Option<Arc<LeaseShared>>);
+
+impl InBackground {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for InBackground {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.take() {
+            let _ = shared.spawn_release();
+        }
     }
 }
 

@@ -221,19 +221,35 @@ impl LeaseShared {
 
     /// Releases on every master, once; `None` when it was released before. Callers mark
     /// the lease lost first (synchronously), so that no extension starts meanwhile.
-    pub(super) async fn release(&self) -> Option<quorum::Round> {
+    ///
+    /// # Cancel safety
+    /// Dropped while its round is in flight, the round runs again in a background task
+    /// (compare-and-delete is idempotent): a request not yet written when the future was
+    /// dropped still reaches its master. Dropped before the round starts, nothing is
+    /// marked released: callers that must release anyway pair it with a fallback
+    /// ([`Lease::release`](super::Lease::release)).
+    pub(super) async fn release(self: &Arc<Self>) -> Option<quorum::Round> {
         let mut released = self.ops.lock().await;
         if *released {
             return None;
         }
         *released = true;
         self.mark_lost(LostReason::Released);
+        let resend = ResendOnDrop(Some(Arc::clone(self)));
+        let round = self.release_round().await;
+        resend.disarm();
+        Some(round)
+    }
+
+    /// The release round itself: compare-and-delete on every master, decided once
+    /// `n - quorum + 1` masters confirmed; the rest finish in the background, tracked for
+    /// `Redlock::shutdown`.
+    async fn release_round(&self) -> quorum::Round {
         let inner = &self.inner;
         let op = Arc::new(self.release_op());
         // Cleared on n - quorum + 1 masters: at most quorum - 1 can still hold our value.
-        // The rest finish in the background, tracked for `Redlock::shutdown`.
         let need = inner.masters.len() - inner.quorum() + 1;
-        Some(quorum::run(&inner.masters, op, need, self.traced(), inner.bounds(None)).await)
+        quorum::run(&inner.masters, op, need, self.traced(), inner.bounds(None)).await
     }
 
     /// The downgrade round (see [`Lease::downgrade`]), under the extend/release lock; on
@@ -333,12 +349,8 @@ impl LeaseShared {
         Ok(lease.with_claim(claim))
     }
 
-    /// Marks the lease released now and runs the release round in a background task, so
-    /// that it finishes even when the caller stops waiting. The receiver gets the round;
-    /// `None` without a tokio runtime (the keys then expire with their TTL).
-    pub(super) fn release_in_background(
-        self: &Arc<Self>,
-    ) -> Option<tokio::sync::oneshot::Receiver<Option<quorum::Round>>> {
+    /// Marks the lease released now (lost, with the watchdog stopped, and counted).
+    pub(super) fn mark_released(&self) {
         telemetry::released(|| {
             let state = self.state();
             (
@@ -347,6 +359,23 @@ impl LeaseShared {
             )
         });
         self.mark_lost(LostReason::Released);
+    }
+
+    /// Marks the lease released now and runs the release round in a background task, so
+    /// that it finishes even when the caller stops waiting. The receiver gets the round;
+    /// `None` without a tokio runtime (the keys then expire with their TTL).
+    pub(super) fn release_in_background(
+        self: &Arc<Self>,
+    ) -> Option<tokio::sync::oneshot::Receiver<Option<quorum::Round>>> {
+        self.mark_released();
+        self.spawn_release()
+    }
+
+    /// Runs the release round in a background task, unless it ran already; see
+    /// [`release_in_background`](Self::release_in_background).
+    pub(super) fn spawn_release(
+        self: &Arc<Self>,
+    ) -> Option<tokio::sync::oneshot::Receiver<Option<quorum::Round>>> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let shared = Arc::clone(self);
         #[cfg(redquorum_mutants)]
@@ -359,5 +388,31 @@ impl LeaseShared {
             let _ = tx.send(round);
         });
         spawned.then_some(rx)
+    }
+}
+
+/// Runs a release round that was in flight again in a background task when dropped armed
+/// (see [`LeaseShared::release`]).
+struct ResendOnDrop(Option<Arc<LeaseShared>>);
+
+impl ResendOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for ResendOnDrop {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.take() {
+            let inner = Arc::clone(&shared.inner);
+            let spawned = inner.spawn(async move {
+                shared.release_round().await;
+            });
+            if !spawned {
+                tracing::debug!(
+                    "no runtime to finish a dropped release: the lock expires with its TTL"
+                );
+            }
+        }
     }
 }

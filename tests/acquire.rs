@@ -834,3 +834,60 @@ async fn a_grant_never_deletes_another_prefix_lock_at_its_holder_record() {
     assert!(pttl > 0 && pttl <= 5000, "{pttl}");
     theirs.release().await.unwrap();
 }
+
+/// The `NOSCRIPT` error of `INFO errorstats`, 0 when none was answered yet.
+async fn noscript_errors(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("errorstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("errorstat_NOSCRIPT:count="))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Masters that forgot the scripts (`SCRIPT FLUSH`) under open connections answer the
+/// next request `NOSCRIPT`, once: the client loads the script and runs it again, and the
+/// acquire and the release succeed as if nothing happened.
+#[tokio::test]
+async fn flushed_scripts_are_loaded_again_by_the_request_that_meets_noscript() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    client
+        .acquire(&unique_key("warm"))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let mut conns = Vec::new();
+    for url in cluster.urls() {
+        let mut conn = raw(&url).await;
+        redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .exec_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(noscript_errors(&mut conn).await, 0);
+        conns.push(conn);
+    }
+    let key = unique_key("flushed");
+    let lease = client.acquire(&key).await.unwrap();
+    assert_eq!(lease.masters().len(), 3);
+    for conn in &mut conns {
+        let held: Option<String> = conn.get(&key).await.unwrap();
+        assert_eq!(held.as_deref(), Some(lease.value()));
+        // The acquire met NOSCRIPT once and ran again: the script is cached again.
+        assert_eq!(noscript_errors(conn).await, 1);
+    }
+    lease.release().await.unwrap();
+    // The release returns once two masters answered: the third is awaited here.
+    client.shutdown().await;
+    for conn in &mut conns {
+        assert_eq!(conn.get::<_, Option<String>>(&key).await.unwrap(), None);
+        // The release met NOSCRIPT once too (its script was flushed as well).
+        assert_eq!(noscript_errors(conn).await, 2);
+    }
+}

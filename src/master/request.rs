@@ -80,14 +80,27 @@ pub(super) async fn send(
 ) -> Result<redis::Value, MasterError> {
     let answer = match request {
         scripts::Request::Script(call) => {
-            let mut invocation = call.script.prepare_invoke();
-            for key in &call.keys {
-                invocation.key(key.as_str());
+            // `EVALSHA` built straight from the keys and arguments: one copy of them, where
+            // a `ScriptInvocation` makes two more on every request.
+            let mut evalsha = redis::cmd("EVALSHA");
+            evalsha
+                .arg(call.script.get_hash())
+                .arg(call.keys.len())
+                .arg(&call.keys)
+                .arg(&call.args);
+            match evalsha.query_async(conn).await {
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    // The rare path (restarted or flushed since the connection loaded the
+                    // scripts): load the script, then run it again.
+                    match call.script.load_async(conn).await {
+                        Ok(_) => evalsha.query_async(conn).await,
+                        Err(e) => Err(e),
+                    }
+                }
+                answer => answer,
             }
-            for arg in &call.args {
-                invocation.arg(arg.as_str());
-            }
-            invocation.invoke_async(conn).await
         }
         scripts::Request::Command(command) => command.query_async(conn).await,
     };

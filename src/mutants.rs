@@ -46,11 +46,12 @@ pub enum Mutant {
     /// until the round succeeds, although the masters that applied it expire early.
     ShrinkKeepsDeadline,
     /// Release marks the lease done before it has sent anything and runs the round in the
-    /// caller's future: cancelled while an extension holds the lease, it sends nothing and
-    /// the watchdog goes on extending.
+    /// caller's future with no background fallback: cancelled while an extension holds the
+    /// lease, it sends nothing and the watchdog goes on extending.
     ReleaseMarksDoneFirst,
     /// Releases meant to run in the background send nothing: dropped leases, failed or
-    /// cancelled attempts, and `release()` itself leave their keys to expire.
+    /// cancelled attempts, and a `release()` dropped before its round leave their keys to
+    /// expire.
     NoBackgroundRelease,
     /// An extension sets a missing key again with its value, as extensions once did: the
     /// force-unlocked holder's next extension re-creates its keys, undoing the unlock, and

@@ -280,6 +280,42 @@ async fn release_contract() {
         Some("not a hash")
     );
     let _: () = conn.del(&owner).await.unwrap();
+    // A lock's value ('<tag>.<hex>') has no owner record: its release never reads one
+    // (no TYPE, no HGET), and leaves even a record naming it alone.
+    let lock_value = "client-tag.0123456789abcdef";
+    let _: () = conn.pset_ex(&key, lock_value, 10_000).await.unwrap();
+    let _: () = conn
+        .hset_multiple(&owner, &[("kind", "rwlock"), ("value", lock_value)])
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut call = script.key(&key);
+    call.key(&queue)
+        .key(&owner)
+        .arg(lock_value)
+        .arg(&channel)
+        .arg(&waiters);
+    let r: i64 = call.invoke_async(&mut conn).await.unwrap();
+    assert_eq!(r, 1);
+    let _ = notice().await;
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for command in ["cmdstat_type:", "cmdstat_hget:"] {
+        assert!(
+            !stats.contains(command),
+            "a lock's release ran {command} {stats}"
+        );
+    }
+    let exists: bool = conn.exists(&owner).await.unwrap();
+    assert!(exists, "a lock's release left the owner record alone");
+    let _: () = conn.del(&owner).await.unwrap();
     // Ours, with a queue whose only waiter is dead: pruned, the key freed and announced as
     // without a queue.
     let _: () = conn.pset_ex(&key, "mine", 10_000).await.unwrap();
@@ -1932,7 +1968,7 @@ fn script_hashes_are_pinned() {
         (
             "release.lua",
             RELEASE,
-            "a5465b4e6f8d503584efb00b04b1617bdc3a7c8d",
+            "db7d7a696ce44ade1edf9a6a703c1db9c523d2ae",
         ),
         (
             "extend.lua",
@@ -1987,7 +2023,7 @@ fn script_hashes_are_pinned() {
         (
             "release_many.lua",
             RELEASE_MANY,
-            "34060d663b05aab39e85320be16273779a6b59dd",
+            "9256f4a54932498d014bc5e7ef639d37ee0ea440",
         ),
         (
             "acquire_many.lua",

@@ -200,7 +200,13 @@ pub(crate) async fn run(
         for mode in ring::Mode::ALL {
             let before = (masters_cpu(raw).await, process_cpu());
             let ring = ring::window(mode, urls, &storage_url, *hold, window).await?;
-            cpu_per_section(n, *hold, mode, &ring, before, raw).await;
+            cpu_per_section(
+                (n, *hold, mode.label()),
+                (ring.tally.done, ring.elapsed),
+                before,
+                raw,
+            )
+            .await;
             let [sections, hand_off, held] = ring_rows(n, *hold, mode, &ring, (limit, &limits.rtt));
             if mode == ring::Mode::Confirm {
                 rings.push((
@@ -221,6 +227,8 @@ pub(crate) async fn run(
         let Some((_, mechanism)) = rings.iter().find(|(h, _)| *h == hold) else {
             continue;
         };
+        let before = (masters_cpu(raw).await, process_cpu());
+        let started = Instant::now();
         window_of(
             (n, urls, &storage_url),
             (hold, waiting, window),
@@ -228,6 +236,20 @@ pub(crate) async fn run(
             results,
         )
         .await?;
+        let label = condition(hold, waiting);
+        let done = results
+            .rows
+            .iter()
+            .rev()
+            .find(|r| r.metric == Metric::Sections && r.condition.ends_with(&label))
+            .map_or(0, |r| r.samples);
+        cpu_per_section(
+            (n, hold, &format!("{waiting:?}")),
+            (done, started.elapsed()),
+            before,
+            raw,
+        )
+        .await;
     }
     if limits.rtt.scenario == Scenario::Contended {
         results.rows.push(limits.rtt.clone());
@@ -270,31 +292,28 @@ fn process_cpu() -> Option<f64> {
     Some(ticks / 100.0)
 }
 
-/// Where a ring's time goes on this machine: the CPU its masters and its clients spent per
-/// critical section in the window, printed beside the tables (the machine is shared by
-/// both, so a mechanism that moves work between rounds without removing it gains latency
-/// but not sections per second once the cores are busy).
+/// Where a ring's or a library variant's time goes on this machine: the CPU its masters
+/// and its clients spent per critical section in the window, printed beside the tables
+/// (the machine is shared by both, so a mechanism that moves work between rounds without
+/// removing it gains latency but not sections per second once the cores are busy). A
+/// library variant's window includes its clients' connecting.
 async fn cpu_per_section(
-    n: usize,
-    hold: Duration,
-    mode: ring::Mode,
-    ring: &ring::Ring,
+    (n, hold, label): (usize, Duration, &str),
+    (done, elapsed): (usize, Duration),
     (masters_before, process_before): (Option<f64>, Option<f64>),
     raw: &[MultiplexedConnection],
 ) {
     let (masters_after, process_after) = (masters_cpu(raw).await, process_cpu());
-    let sections = ring.tally.done.max(1) as f64;
+    let sections = done.max(1) as f64;
     let per = |before: Option<f64>, after: Option<f64>| match (before, after) {
         (Some(b), Some(a)) => format!("{:.0} us", (a - b) * 1e6 / sections),
         _ => "-".to_owned(),
     };
     eprintln!(
-        "  cpu: N={n}, hold {} ms, {}: {} sections in {:.1} s; per section, masters {} and \
-         clients {}",
+        "  cpu: N={n}, hold {} ms, {label}: {done} sections in {:.1} s; per section, masters {} \
+         and clients {}",
         hold.as_millis(),
-        mode.label(),
-        ring.tally.done,
-        ring.elapsed.as_secs_f64(),
+        elapsed.as_secs_f64(),
         per(masters_before, masters_after),
         per(process_before, process_after),
     );

@@ -20,6 +20,7 @@ use crate::config::{Builder, Config, Problem};
 use crate::core::{Inner, random_client_id, terms};
 use crate::error::{Error, ErrorKind, MasterErrorKind};
 use crate::guard::Guarded;
+use crate::handed::HandedOn;
 use crate::held::Held;
 use crate::master::{Master, Op, RedisMaster, Reply};
 use crate::quorum;
@@ -190,6 +191,7 @@ impl Redlock {
         Self {
             inner: Arc::new(Inner {
                 held,
+                handed_on: HandedOn::default(),
                 config,
                 masters,
                 owner,

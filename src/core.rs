@@ -20,6 +20,7 @@ use tokio_util::task::TaskTracker;
 use crate::cluster::{Owner, Terms};
 use crate::config::{Config, MAX_RESOURCE_LEN};
 use crate::error::{Error, ErrorKind};
+use crate::handed::HandedOn;
 use crate::held::Held;
 use crate::master::{Master, Op};
 use crate::quorum::{self, Bounds};
@@ -48,6 +49,9 @@ pub(crate) struct Inner {
     /// The keys this client's leases hold (docs/design.md §14): checked before every
     /// acquire, claimed by every granted lease.
     pub(crate) held: Arc<Held>,
+    /// The locks this client just handed on (docs/design.md §17): its next acquire of
+    /// one queues at once.
+    pub(crate) handed_on: HandedOn,
     /// Releases and late replies still running in the background; [`Redlock::shutdown`]
     /// waits for them.
     pub(crate) background: TaskTracker,

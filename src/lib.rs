@@ -134,6 +134,7 @@ mod engine;
 mod error;
 mod fencing;
 mod guard;
+mod handed;
 mod held;
 mod lease;
 mod lock;

@@ -342,6 +342,9 @@ pub(crate) struct EpochReport {
 pub(crate) enum Reply {
     /// Done as asked: set, extended (or set again), or deleted.
     Granted,
+    /// The answer to `Release`: deleted, and the lock handed to the live head of its
+    /// waiter queue; `ticket` is the queue's ticket counter then (docs/design.md §17).
+    HandedOn { ticket: u64 },
     /// The key holds another value.
     HeldByOther,
     /// The key does not exist.

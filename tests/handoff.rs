@@ -126,6 +126,113 @@ async fn a_release_hands_the_lock_to_the_waiter() {
     .await;
 }
 
+/// Everything a `tracing` subscriber writes, shared with the test.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    /// The operations of the quorum rounds run while capturing, in the order they began.
+    fn rounds(&self) -> Vec<String> {
+        let text = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
+        text.lines()
+            .filter(|line| line.ends_with(": new") || line.contains(": new "))
+            .filter_map(|line| {
+                let rest = line.split("redquorum.round{").nth(1)?;
+                let op = rest.split("op=").nth(1)?;
+                Some(op.split([' ', '}']).next()?.trim_matches('"').to_owned())
+            })
+            .collect()
+    }
+}
+
+/// A client whose release just handed the lock to a waiter would be refused by a plain
+/// attempt: its next waiting acquire of the name queues at once (its first round
+/// registers it), and is handed the lock in turn. A call that would not queue (one
+/// attempt) still makes its plain round; a client whose release found no waiter acquires
+/// with one plain round, as ever.
+#[tokio::test]
+async fn a_client_that_handed_the_lock_on_queues_at_once_next_time() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let a = patient(&cluster).build().unwrap();
+    let b = patient(&cluster).build().unwrap();
+    let key = unique_key("queues_at_once");
+    let lease = a.acquire(&key).await.unwrap();
+    let b_waits = tokio::spawn({
+        let (b, key) = (b.clone(), key.clone());
+        async move { b.acquire(&key).await }
+    });
+    wait_registered(&cluster, &key, 3).await;
+    lease.release().await.unwrap();
+    let b_lease = timeout(Duration::from_secs(2), b_waits)
+        .await
+        .expect("handed over well before any refresh")
+        .unwrap()
+        .unwrap();
+
+    // This thread only: the test's current-thread runtime runs every task of both clients.
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::NEW)
+        .with_writer(move || writer.clone())
+        .finish();
+    let guard = tracing::subscriber::set_default(subscriber);
+    // A call that would not queue (one attempt) makes its plain round, and is refused.
+    let tried = a.try_acquire(&key).await.unwrap_err();
+    assert_eq!(tried.kind(), ErrorKind::Contended);
+    assert_eq!(captured.rounds(), ["acquire"]);
+    captured.0.lock().unwrap().clear();
+    let a_waits = tokio::spawn({
+        let (a, key) = (a.clone(), key.clone());
+        async move { a.acquire(&key).await }
+    });
+    wait_registered(&cluster, &key, 3).await;
+    // Releases aside (the refused attempt's clean-up, B's release below), the rounds are
+    // A's registration, then its confirm: no plain attempt before the registration.
+    let locking = |rounds: Vec<String>| -> Vec<String> {
+        rounds.into_iter().filter(|op| op != "release").collect()
+    };
+    assert_eq!(locking(captured.rounds()), ["enqueue"]);
+    b_lease.release().await.unwrap();
+    let a_lease = timeout(Duration::from_secs(2), a_waits)
+        .await
+        .expect("handed over well before any refresh")
+        .unwrap()
+        .unwrap();
+    drop(guard);
+    // (A dequeue may follow, clearing the registration where the confirm was not yet
+    // decided.)
+    assert_eq!(locking(captured.rounds())[..2], ["enqueue", "acquire"]);
+    // Released with no waiter: nothing is noted, and the next acquire is one plain round.
+    a_lease.release().await.unwrap();
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::NEW)
+        .with_writer(move || writer.clone())
+        .finish();
+    let guard = tracing::subscriber::set_default(subscriber);
+    let again = a.acquire(&key).await.unwrap();
+    drop(guard);
+    assert_eq!(captured.rounds(), ["acquire"]);
+    again.release().await.unwrap();
+}
+
 #[cfg(feature = "metrics")]
 #[test]
 fn a_hand_off_is_counted() {

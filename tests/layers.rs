@@ -47,6 +47,7 @@ const LAYERS: &[&[&str]] = &[
         "op",
         "cluster",
         "telemetry",
+        "handed",
         "held",
         "postgres",
     ],

@@ -208,6 +208,7 @@ async fn release_contract() {
         let mut call = script.key(&key);
         call.key(&queue)
             .key(&owner)
+            .key(format!("redquorum:ticket:{key}"))
             .arg("mine")
             .arg(&channel)
             .arg(&waiters);
@@ -296,6 +297,7 @@ async fn release_contract() {
     let mut call = script.key(&key);
     call.key(&queue)
         .key(&owner)
+        .key(format!("redquorum:ticket:{key}"))
         .arg(lock_value)
         .arg(&channel)
         .arg(&waiters);
@@ -1968,7 +1970,7 @@ fn script_hashes_are_pinned() {
         (
             "release.lua",
             RELEASE,
-            "db7d7a696ce44ade1edf9a6a703c1db9c523d2ae",
+            "4c62829f625de69e6ed8315ef4709d458ca62f5b",
         ),
         (
             "extend.lua",
@@ -2095,17 +2097,24 @@ async fn release_hand_off_contract() {
         .await
         .unwrap();
     let _: () = conn.set(&key, "mine").await.unwrap();
-    let r: i64 = Script::new(RELEASE)
+    let _: () = conn
+        .set(format!("redquorum:ticket:{key}"), 7)
+        .await
+        .unwrap();
+    // Handed on: 1 with the queue's ticket counter, which the releasing client's next
+    // acquire queues above.
+    let r: (i64, String) = Script::new(RELEASE)
         .key(&key)
         .key(&queue)
         .key(format!("redquorum:owner:{key}"))
+        .key(format!("redquorum:ticket:{key}"))
         .arg("mine")
         .arg(format!("redquorum:released:{key}"))
         .arg(&waiters)
         .invoke_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(r, 1);
+    assert_eq!(r, (1, "7".to_owned()));
     assert_eq!(get(&server.url(), &key).await.as_deref(), Some("live"));
     let pttl: i64 = conn.pttl(&key).await.unwrap();
     assert!(pttl > 0 && pttl <= 700, "{pttl}");
@@ -2128,6 +2137,7 @@ async fn release_hand_off_contract() {
         .key(&key)
         .key(&queue)
         .key(format!("redquorum:owner:{key}"))
+        .key(format!("redquorum:ticket:{key}"))
         .arg("live")
         .arg(format!("redquorum:released:{key}"))
         .arg(&waiters)
@@ -2674,17 +2684,18 @@ async fn enqueue_gives_a_handed_key_to_the_head_and_only_once() {
     // heading the queue, takes the key back. A force-unlock of a waiter id helps against a
     // waiter that is dead or gone, not against a live one.
     let release = Script::new(RELEASE);
-    let r: i64 = release
+    let (r, _ticket): (i64, String) = release
         .key(&key)
         .key(&queue)
         .key(format!("redquorum:owner:{key}"))
+        .key(format!("redquorum:ticket:{key}"))
         .arg("h")
         .arg(format!("redquorum:released:{key}"))
         .arg(&waiters)
         .invoke_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(r, 1);
+    assert_eq!(r, 1, "deleted and handed on");
     assert_eq!(get(&server.url(), &key).await.as_deref(), Some("x"));
     let r: Enqueued = enqueue("h", 1, "ch:h")
         .invoke_async(&mut conn)

@@ -101,13 +101,14 @@ fn acquire_script(key: &str) -> redis::ScriptInvocation<'static> {
 }
 
 /// `release.lua` of `key` holding the raw value, as the library sends it: the lock key, its
-/// waiter queue (none here: the release notice is published) and its owner record (none:
-/// a lock keeps none), then the value, the notice's channel and the prefix of the
+/// waiter queue (none here: the release notice is published), its owner record (none: a
+/// lock keeps none) and its ticket counter, then the value, the notice's channel and the prefix of the
 /// waiters' liveness keys.
 fn release_script(key: &str) -> redis::ScriptInvocation<'static> {
     let mut call = RELEASE.key(key);
     call.key(format!("redquorum:queue:{key}"))
         .key(format!("redquorum:owner:{key}"))
+        .key(format!("redquorum:ticket:{key}"))
         .arg(RAW_VALUE)
         .arg(format!("redquorum:released:{key}"))
         .arg(format!("redquorum:waiter:{key}:"));

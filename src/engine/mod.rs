@@ -145,6 +145,30 @@ async fn run(
     let queued = target.queues(inner.config.handoff, plan.fair);
     let no_waiter: Arc<str> = "".into();
     let mut call = Call::new(inner, plan, rounds);
+    // This client just handed the lock on to a waiter (§17): a plain attempt would be
+    // refused, so the call queues at once, with a ticket above the counters that release
+    // read, as if that attempt had been made and refused (it counts as one). Not fair
+    // calls, whose ticket is written back strictly from a refusal, nor a call with no
+    // attempt or time left after one, which would not queue either.
+    if queued && !plan.fair && plan.attempts > 1 && Instant::now() < plan.give_up_at {
+        let noted = target
+            .first_key()
+            .and_then(|key| inner.handed_on.take(key, Instant::now()));
+        if let Some(tickets) = noted {
+            let refused = Error::new(ErrorKind::Contended, Arc::clone(&target.name)).with_detail(
+                "held by another client: this client's release handed it to the next waiter",
+            );
+            let queue = queue::Queue {
+                target: &mut target,
+                plan,
+                refused,
+                tickets: &tickets,
+                reused: reused.clone(),
+                spent: call.spent.max(1),
+            };
+            return queue::wait(inner, queue, call.rounds).await;
+        }
+    }
     loop {
         call.next_round(&mut target)?;
         let value = reused

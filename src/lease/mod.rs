@@ -28,7 +28,7 @@ use crate::deadline;
 use crate::error::{Error, ErrorKind, MasterOutcome, MasterReport, human};
 use crate::fencing::FencingToken;
 use crate::held::Claim;
-use crate::master::Op;
+use crate::master::{Op, Reply};
 #[cfg(redquorum_mutants)]
 use crate::mutants::Mutant;
 use crate::quorum::{self, Decision};

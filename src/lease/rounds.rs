@@ -238,7 +238,29 @@ impl LeaseShared {
         let resend = ResendOnDrop(Some(Arc::clone(self)));
         let round = self.release_round().await;
         resend.disarm();
+        self.note_handed_on(&round);
         Some(round)
+    }
+
+    /// Notes a lock that the release `round` handed to the next waiter on enough masters
+    /// that this client's next acquire of it would be refused (`n - quorum + 1`, the
+    /// masters the round waited for): that acquire queues at once (docs/design.md §17).
+    fn note_handed_on(&self, round: &quorum::Round) {
+        let [key] = &self.keys[..] else {
+            return;
+        };
+        let tickets: Vec<u64> = round
+            .replies
+            .iter()
+            .filter_map(|reply| match reply {
+                Some(Reply::HandedOn { ticket }) => Some(*ticket),
+                _ => None,
+            })
+            .collect();
+        let inner = &self.inner;
+        if tickets.len() > inner.masters.len() - inner.quorum() {
+            inner.handed_on.note(&key.key, tickets, Instant::now());
+        }
     }
 
     /// The release round itself: compare-and-delete on every master, decided once

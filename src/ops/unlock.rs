@@ -341,7 +341,9 @@ impl UnlockReport {
         let mut fence_counter: Option<u64> = None;
         for (master, answer) in inner.masters.iter().zip(answers) {
             let (outcome, value) = match answer {
-                Ok(Reply::Granted) => (MasterOutcome::Granted, named.clone()),
+                Ok(Reply::Granted | Reply::HandedOn { .. }) => {
+                    (MasterOutcome::Granted, named.clone())
+                }
                 Ok(Reply::Missing) => (MasterOutcome::Missing, None),
                 Ok(Reply::HeldByOther) => (MasterOutcome::HeldByOther, None),
                 Ok(Reply::ForceUnlocked {

@@ -172,6 +172,7 @@ fn outcome(reply: &Result<Reply, MasterError>) -> MasterOutcome {
     match reply {
         Ok(
             Reply::Granted
+            | Reply::HandedOn { .. }
             | Reply::Checked { granted: true, .. }
             | Reply::Permits { granted: true, .. }
             | Reply::CheckedMany { granted: true, .. }

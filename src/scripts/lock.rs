@@ -289,6 +289,7 @@ pub(super) fn release_of(
         .key(key)
         .key(queue_key(key))
         .key(owner_key(key))
+        .key(ticket_key(key))
         .arg(value)
         .arg(channel)
         .arg(waiter_prefix(key))
@@ -296,8 +297,17 @@ pub(super) fn release_of(
 }
 
 /// The reply of `release.lua`: 1 deleted, 0 missing, -1 held by another value (a plain
-/// `DEL` answers 1 or 0 alike).
+/// `DEL` answers 1 or 0 alike); `{1, ticket counter}` deleted and handed on.
 pub(super) fn released(value: Value) -> Result<Reply, MasterError> {
+    if let Value::Array(_) = value {
+        let (code, ticket): (i64, String) = read(value)?;
+        return match code {
+            1 => Ok(Reply::HandedOn {
+                ticket: parse_number("release", &ticket)?,
+            }),
+            other => Err(unexpected("release", other)),
+        };
+    }
     match read::<i64>(value)? {
         1 => Ok(Reply::Granted),
         0 => Ok(Reply::Missing),

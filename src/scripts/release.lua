@@ -7,8 +7,10 @@
 -- A lock without a queue (the common case) costs an EXISTS more than compare-and-delete
 -- and its notice: a lock keeps no owner record (its holder record is per client), and its
 -- value says so.
--- ARGV[3] the prefix of the waiters' liveness keys (followed by a waiter's id).
--- Returns 1 deleted, 0 missing, -1 held by another value.
+-- KEYS[4] the queue's ticket counter; ARGV[3] the prefix of the waiters' liveness keys
+-- (followed by a waiter's id).
+-- Returns 1 deleted, 0 missing, -1 held by another value; {1, ticket counter} deleted and
+-- handed to the live head of the queue.
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then
   redis.call('DEL', KEYS[1])
@@ -28,7 +30,11 @@ if current == ARGV[1] then
   -- never handed straight back to it. A lease value is never a member: no-op.
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('DEL', ARGV[3] .. ARGV[1])
-  hand_on(KEYS[1], KEYS[2], ARGV[3], ARGV[2])
+  if hand_on(KEYS[1], KEYS[2], ARGV[3], ARGV[2]) then
+    -- Handed to a waiter: the releasing client's next acquire of the name would be
+    -- refused, so it may queue at once, with a ticket above this counter (§17).
+    return {1, redis.call('GET', KEYS[4]) or '0'}
+  end
   return 1
 elseif current == false then
   return 0

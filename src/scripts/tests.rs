@@ -143,7 +143,15 @@ fn a_release_and_the_bootstrap_claim_check_no_fingerprint() {
     };
     let call = invocation(&release, &context());
     assert!(!call.checks_record);
-    assert_eq!(call.keys, ["k", "redquorum:queue:k", "redquorum:owner:k"]);
+    assert_eq!(
+        call.keys,
+        [
+            "k",
+            "redquorum:queue:k",
+            "redquorum:owner:k",
+            "redquorum:ticket:k"
+        ]
+    );
     assert_eq!(
         call.args,
         ["v", "redquorum:released:k", "redquorum:waiter:k:"]

@@ -428,7 +428,8 @@ impl Data {
         Some(head)
     }
 
-    /// `release.lua` on a single key: compare-and-delete, then the hand-off.
+    /// `release.lua` on a single key: compare-and-delete, then the hand-off (answered with
+    /// the ticket counter when the key was handed on).
     fn release_handing_off(
         &mut self,
         key: &Arc<str>,
@@ -442,8 +443,12 @@ impl Data {
                 // A waiter's id released (an operator's force-unlock of a handed key)
                 // leaves the queue first; a lease value is never a member.
                 self.leave(key, &current, Registration::Dequeued, now_us);
-                self.hand_off(key, now_us, ignore_liveness);
-                Reply::Granted
+                match self.hand_off(key, now_us, ignore_liveness) {
+                    Some(_) => Reply::HandedOn {
+                        ticket: self.tickets.get(&**key).copied().unwrap_or(0),
+                    },
+                    None => Reply::Granted,
+                }
             }
             Some(_) => Reply::HeldByOther,
             None => Reply::Missing,
@@ -2576,7 +2581,11 @@ mod tests {
         d.enqueue(&enq(&k, &b, 2, true), T0 + 20_000);
         // A's liveness key expires at T0 + 30 ms; B's lives until T0 + 50 ms.
         let at = T0 + 35_000;
-        assert_eq!(d.release_handing_off(&k, &v, at, false), Reply::Granted);
+        // Handed on: answered with the ticket counter (B's score, 2).
+        assert_eq!(
+            d.release_handing_off(&k, &v, at, false),
+            Reply::HandedOn { ticket: 2 }
+        );
         assert_eq!(d.live(&k, at).as_deref(), Some("B"));
         assert_eq!(d.pttl_ms(&k, at), 30, "the PX the liveness key names");
         assert_eq!(d.journal.pruned, 1);

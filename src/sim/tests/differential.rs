@@ -1493,6 +1493,7 @@ fn normalise(reply: &Result<Reply, String>) -> Normalised {
             i.now_ms = 0;
         }
         Reply::Granted
+        | Reply::HandedOn { .. }
         | Reply::HeldByOther
         | Reply::Missing
         | Reply::Stamped { .. }

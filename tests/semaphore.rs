@@ -129,6 +129,54 @@ async fn permits_are_slots_taken_all_or_none() {
     lock.release().await.unwrap();
 }
 
+/// A released permit takes its slot's owner record (kind `permit`) with it, on every
+/// master: one slot by the single-key release, several by the multi-key one. The records
+/// would otherwise outlive the permits by their TTL (10 s here), well beyond the wait.
+#[tokio::test]
+async fn a_released_permit_takes_its_owner_record() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).ttl("10s").build().unwrap();
+    let name = unique_key("permit_records");
+    let semaphore = client.semaphore(&name, 3).unwrap();
+    for permits in [1, 2] {
+        let lease = semaphore.acquire(permits).await.unwrap();
+        let owners: Vec<String> = lease
+            .permits()
+            .iter()
+            .map(|s| format!("redquorum:owner:{}", slot(&name, *s)))
+            .collect();
+        let exists = |owners: Vec<String>| {
+            let urls = cluster.urls();
+            async move {
+                let mut found = 0;
+                for url in urls {
+                    let mut conn = raw(&url).await;
+                    for owner in &owners {
+                        let here: bool = conn.exists(owner).await.unwrap();
+                        found += usize::from(here);
+                    }
+                }
+                found
+            }
+        };
+        wait_until(Duration::from_secs(2), "owner records set", || {
+            let owners = owners.clone();
+            async move { exists(owners).await == 3 * permits as usize }
+        })
+        .await;
+        lease.release().await.unwrap();
+        wait_until(
+            Duration::from_secs(2),
+            "the released permits' owner records are gone from every master",
+            || {
+                let owners = owners.clone();
+                async move { exists(owners).await == 0 }
+            },
+        )
+        .await;
+    }
+}
+
 /// A client with another limit is refused while permits are held under the stored one,
 /// and holds nothing; the explicit replacement is refused too while they are held.
 // Checks I16 (the semaphore's limit) and I21 (slot keys below the stored limit).

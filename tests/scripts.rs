@@ -1956,7 +1956,7 @@ fn script_hashes_are_pinned() {
         (
             "release.lua",
             RELEASE,
-            "4c62829f625de69e6ed8315ef4709d458ca62f5b",
+            "026f9422ad63a50b54c68ee095f407e3245be245",
         ),
         (
             "extend.lua",
@@ -2011,7 +2011,7 @@ fn script_hashes_are_pinned() {
         (
             "release_many.lua",
             RELEASE_MANY,
-            "9256f4a54932498d014bc5e7ef639d37ee0ea440",
+            "34060d663b05aab39e85320be16273779a6b59dd",
         ),
         (
             "acquire_many.lua",

@@ -4,9 +4,10 @@
 -- of its waiter queue KEYS[2]: the key is set to the waiter's id, with the waiter's own
 -- TTL, and the waiter alone is notified on its channel (`hand_on`). Without a known live waiter, publish a release notice on channel ARGV[2]
 -- (docs/design.md §6, §17). The released value leaves the queue if it is a waiter's id.
--- A lock without a queue (the common case) costs an EXISTS more than compare-and-delete
--- and its notice: a lock keeps no owner record (its holder record is per client), and its
--- value says so.
+-- A lock without a queue (the common case) costs an EXISTS and the owner record's TYPE
+-- more than compare-and-delete and its notice: a lock keeps no owner record (its holder
+-- record is per client), but its value has the form of a writer's and a permit's
+-- ('<tag>.<hex>'), whose records must go with their keys.
 -- KEYS[4] the queue's ticket counter; ARGV[3] the prefix of the waiters' liveness keys
 -- (followed by a waiter's id).
 -- Returns 1 deleted, 0 missing, -1 held by another value; {1, ticket counter} deleted and
@@ -14,10 +15,7 @@
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  -- A lock's value ('<tag>.<hex>') never has an owner record: only a writer's or a
-  -- permit's value (hex alone) is looked for in one.
-  if not string.find(ARGV[1], '.', 1, true)
-      and redis.call('TYPE', KEYS[3])['ok'] == 'hash'
+  if redis.call('TYPE', KEYS[3])['ok'] == 'hash'
       and redis.call('HGET', KEYS[3], 'value') == ARGV[1] then
     redis.call('DEL', KEYS[3])
   end

@@ -1,6 +1,6 @@
 -- Compare-and-delete of every key of a lease over several keys: delete each lock key
--- that still holds our value ARGV[1] (with its owner record where it is that value's and
--- the value is not a lock's, as `release.lua` does), then hand it to the live head of
+-- that still holds our value ARGV[1] (with its owner record where it is that value's, as
+-- `release.lua` does), then hand it to the live head of
 -- its waiter queue as `release.lua` does (`hand_on`), or, without one, publish a release
 -- notice for it on its channel. Keys that expired or hold another value are left alone.
 -- KEYS[1..] per lock: lock key, waiter queue, owner record; ARGV[1] value, then per lock,
@@ -12,8 +12,7 @@ for i = 1, #KEYS, 3 do
   local current = redis.call('GET', KEYS[i])
   if current == ARGV[1] then
     redis.call('DEL', KEYS[i])
-    if not string.find(ARGV[1], '.', 1, true)
-        and redis.call('TYPE', KEYS[i + 2])['ok'] == 'hash'
+    if redis.call('TYPE', KEYS[i + 2])['ok'] == 'hash'
         and redis.call('HGET', KEYS[i + 2], 'value') == ARGV[1] then
       redis.call('DEL', KEYS[i + 2])
     end

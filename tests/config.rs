@@ -2,6 +2,8 @@
 //! the value and says what to change. No master is needed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod capture;
+
 use std::time::Duration;
 
 use redquorum::{
@@ -604,29 +606,11 @@ fn several_bad_settings_are_all_reported() {
 /// failure. Three do not warn.
 #[test]
 fn two_masters_build_with_a_warning() {
-    use std::sync::{Arc, Mutex};
-
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let _subscriber = tracing::subscriber::set_default(
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::WARN)
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish(),
+    let (captured, _subscriber) = capture::Captured::install(
+        tracing::Level::WARN,
+        tracing_subscriber::fmt::format::FmtSpan::NONE,
     );
-    let text = || String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let text = || captured.text();
 
     let client = Redlock::builder().masters([A, B]).build().unwrap();
     assert_eq!(client.quorum(), 2);
@@ -635,7 +619,7 @@ fn two_masters_build_with_a_warning() {
         warned.contains("WARN") && warned.contains("2 of 2") && warned.contains("no failure"),
         "{warned:?}"
     );
-    captured.0.lock().unwrap().clear();
+    captured.clear();
     three().build().unwrap();
     assert_eq!(text(), "");
 }

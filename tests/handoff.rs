@@ -6,6 +6,7 @@
 //! are refused; and each planted bug of the mechanism shows on the masters.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod capture;
 mod support;
 
 use redquorum::{Retry, Timeouts, Waiting};
@@ -16,7 +17,7 @@ use std::time::Duration;
 use redis::AsyncCommands;
 #[cfg(redquorum_mutants)]
 use redquorum::Mutant;
-use redquorum::{AcquireOptions, ErrorKind, Redlock};
+use redquorum::{AcquireOptions, ErrorKind, Lease, Redlock};
 use redquorum_testkit::{Latency, Mode, Proxy};
 use support::*;
 use tokio::time::{Instant, timeout};
@@ -126,110 +127,110 @@ async fn a_release_hands_the_lock_to_the_waiter() {
     .await;
 }
 
-/// Everything a `tracing` subscriber writes, shared with the test.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+/// The operations of the quorum rounds `captured` saw begin, in order.
+fn rounds(captured: &capture::Captured) -> Vec<String> {
+    captured
+        .text()
+        .lines()
+        .filter(|line| line.ends_with(": new"))
+        .filter_map(|line| {
+            let rest = line.split("redquorum.round{").nth(1)?;
+            let op = rest.split("op=").nth(1)?;
+            Some(op.split([' ', '}']).next()?.trim_matches('"').to_owned())
+        })
+        .collect()
 }
 
-impl Captured {
-    /// The operations of the quorum rounds run while capturing, in the order they began.
-    fn rounds(&self) -> Vec<String> {
-        let text = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
-        text.lines()
-            .filter(|line| line.ends_with(": new") || line.contains(": new "))
-            .filter_map(|line| {
-                let rest = line.split("redquorum.round{").nth(1)?;
-                let op = rest.split("op=").nth(1)?;
-                Some(op.split([' ', '}']).next()?.trim_matches('"').to_owned())
-            })
-            .collect()
-    }
+/// The rounds of `captured` that lock or queue: releases aside (a refused attempt's
+/// clean-up, the other client's release).
+fn locking(captured: &capture::Captured) -> Vec<String> {
+    rounds(captured)
+        .into_iter()
+        .filter(|op| op != "release")
+        .collect()
+}
+
+/// Captures the rounds this thread runs from now until the guard drops.
+fn capture_rounds() -> (capture::Captured, tracing::subscriber::DefaultGuard) {
+    capture::Captured::install(
+        tracing::Level::DEBUG,
+        tracing_subscriber::fmt::format::FmtSpan::NEW,
+    )
+}
+
+/// `client` holds `key` and a waiter of `other` queues; the holder's release hands the
+/// lock on; the waiter's lease is returned.
+async fn hand_on(cluster: &Cluster, client: &Redlock, other: &Redlock, key: &str) -> Lease {
+    let lease = client.acquire(key).await.unwrap();
+    let waits = tokio::spawn({
+        let (other, key) = (other.clone(), key.to_owned());
+        async move { other.acquire(&key).await }
+    });
+    wait_registered(cluster, key, 3).await;
+    lease.release().await.unwrap();
+    timeout(Duration::from_secs(2), waits)
+        .await
+        .expect("handed over well before any refresh")
+        .unwrap()
+        .unwrap()
 }
 
 /// A client whose release just handed the lock to a waiter would be refused by a plain
 /// attempt: its next waiting acquire of the name queues at once (its first round
-/// registers it), and is handed the lock in turn. A call that would not queue (one
-/// attempt) still makes its plain round; a client whose release found no waiter acquires
-/// with one plain round, as ever.
+/// registers it), one above the ticket counter its release read, and is handed the lock in
+/// turn. A call that would not queue (one attempt) still makes its plain round; a client
+/// whose release found no waiter acquires with one plain round, as ever.
 #[tokio::test]
 async fn a_client_that_handed_the_lock_on_queues_at_once_next_time() {
     let cluster = Cluster::start(3).await.unwrap();
     let a = patient(&cluster).build().unwrap();
     let b = patient(&cluster).build().unwrap();
     let key = unique_key("queues_at_once");
-    let lease = a.acquire(&key).await.unwrap();
-    let b_waits = tokio::spawn({
-        let (b, key) = (b.clone(), key.clone());
-        async move { b.acquire(&key).await }
-    });
-    wait_registered(&cluster, &key, 3).await;
-    lease.release().await.unwrap();
-    let b_lease = timeout(Duration::from_secs(2), b_waits)
-        .await
-        .expect("handed over well before any refresh")
-        .unwrap()
-        .unwrap();
-
-    // This thread only: the test's current-thread runtime runs every task of both clients.
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::NEW)
-        .with_writer(move || writer.clone())
-        .finish();
-    let guard = tracing::subscriber::set_default(subscriber);
-    // A call that would not queue (one attempt) makes its plain round, and is refused.
-    let tried = a.try_acquire(&key).await.unwrap_err();
-    assert_eq!(tried.kind(), ErrorKind::Contended);
-    assert_eq!(captured.rounds(), ["acquire"]);
-    captured.0.lock().unwrap().clear();
+    // B queued first: its ticket is 1.
+    let (captured, guard) = capture_rounds();
+    let b_lease = hand_on(&cluster, &a, &b, &key).await;
+    captured.clear();
     let a_waits = tokio::spawn({
         let (a, key) = (a.clone(), key.clone());
         async move { a.acquire(&key).await }
     });
     wait_registered(&cluster, &key, 3).await;
-    // Releases aside (the refused attempt's clean-up, B's release below), the rounds are
-    // A's registration, then its confirm: no plain attempt before the registration.
-    let locking = |rounds: Vec<String>| -> Vec<String> {
-        rounds.into_iter().filter(|op| op != "release").collect()
-    };
-    assert_eq!(locking(captured.rounds()), ["enqueue"]);
+    assert_eq!(locking(&captured), ["enqueue"]);
+    // Its score is one above the counter A's release read (B's ticket), on every master.
+    for server in cluster.servers() {
+        let mut conn = raw(&server.url()).await;
+        let queued: Vec<(String, u64)> = conn
+            .zrange_withscores(queue_key(&key), 0, -1)
+            .await
+            .unwrap();
+        assert_eq!(queued.iter().map(|(_, s)| *s).collect::<Vec<_>>(), [2]);
+    }
     b_lease.release().await.unwrap();
     let a_lease = timeout(Duration::from_secs(2), a_waits)
         .await
         .expect("handed over well before any refresh")
         .unwrap()
         .unwrap();
-    drop(guard);
     // (A dequeue may follow, clearing the registration where the confirm was not yet
     // decided.)
-    assert_eq!(locking(captured.rounds())[..2], ["enqueue", "acquire"]);
-    // Released with no waiter: nothing is noted, and the next acquire is one plain round.
+    assert_eq!(locking(&captured)[..2], ["enqueue", "acquire"]);
     a_lease.release().await.unwrap();
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::NEW)
-        .with_writer(move || writer.clone())
-        .finish();
-    let guard = tracing::subscriber::set_default(subscriber);
-    let again = a.acquire(&key).await.unwrap();
+
+    // A call that would not queue (one attempt) makes its plain round, and is refused.
+    let b_lease = hand_on(&cluster, &a, &b, &key).await;
+    captured.clear();
+    let tried = a.try_acquire(&key).await.unwrap_err();
+    assert_eq!(tried.kind(), ErrorKind::Contended);
+    assert_eq!(locking(&captured), ["acquire"]);
+    b_lease.release().await.unwrap();
+
+    // Released with no waiter: nothing is noted, and the next acquire is one plain round.
+    let alone = unique_key("queues_at_once_alone");
+    a.acquire(&alone).await.unwrap().release().await.unwrap();
+    captured.clear();
+    let again = a.acquire(&alone).await.unwrap();
     drop(guard);
-    assert_eq!(captured.rounds(), ["acquire"]);
+    assert_eq!(rounds(&captured), ["acquire"]);
     again.release().await.unwrap();
 }
 

@@ -3,38 +3,16 @@
 //! `trace_resource_names(true)` the names are there (which proves the capture sees them).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod capture;
 mod support;
 
 use redquorum::Waiting;
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use capture::Captured;
 use redquorum::{AcquireOptions, ErrorKind};
 use support::*;
 use tracing_subscriber::fmt::format::FmtSpan;
-use tracing_subscriber::util::SubscriberInitExt as _;
-
-/// Everything the subscriber writes, shared with the test.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
 
 /// A resource name that appears nowhere else in the output.
 const SECRET: &str = "customer-7f3a:alice@example.com";
@@ -43,16 +21,8 @@ const SECRET: &str = "customer-7f3a:alice@example.com";
 /// round, a waiting acquire, a watchdog reaching `max_hold`, a force-unlock, background
 /// releases) with every level captured, and returns the output.
 async fn traced_workload(shown: bool) -> String {
-    let captured = Captured::default();
-    let writer = captured.clone();
     // This thread only: the test's current-thread runtime runs every task of the client.
-    let _subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_span_events(FmtSpan::FULL)
-        .with_writer(move || writer.clone())
-        .finish()
-        .set_default();
+    let (captured, _subscriber) = Captured::install(tracing::Level::TRACE, FmtSpan::FULL);
 
     let cluster = Cluster::start(3).await.unwrap();
     // The waiting acquire below queues behind this client's own lease: without the opt-out

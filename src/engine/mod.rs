@@ -155,6 +155,8 @@ async fn run(
             .first_key()
             .and_then(|key| inner.handed_on.take(key, Instant::now()));
         if let Some(tickets) = noted {
+            // Counted as the refused attempt it stands for, as `spent` below.
+            *call.rounds += 1;
             let refused = Error::new(ErrorKind::Contended, Arc::clone(&target.name)).with_detail(
                 "held by another client: this client's release handed it to the next waiter",
             );

@@ -528,7 +528,9 @@ impl Lease {
     /// The release round runs in the caller's future; dropping the future before the round
     /// is decided leaves the round to a background task, so that every master is still
     /// asked: it only stops waiting for the report.
-    /// [`Redlock::shutdown`](crate::Redlock::shutdown) waits for that task.
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) waits for that task. A future kept
+    /// but no longer polled holds its round back until it is polled again or dropped, as
+    /// any future does: poll it to the end or drop it.
     pub async fn release(mut self) -> Result<ReleaseReport, Error> {
         self.released = true;
         // Released from here on, for the client too: it may acquire the resource again.
@@ -564,7 +566,12 @@ impl Lease {
                 // task (this fallback before the round starts, `release`'s own guard
                 // during it).
                 shared.mark_released();
-                let fallback = InBackground(Some(Arc::clone(&shared)));
+                let fallback = Fallback::new({
+                    let shared = Arc::clone(&shared);
+                    move || {
+                        let _ = shared.spawn_release();
+                    }
+                });
                 let round = shared.release().await;
                 fallback.disarm();
                 round
@@ -594,20 +601,24 @@ impl Lease {
     }
 }
 
-/// Runs the release in a background task when dropped armed: a [`Lease::release`] future
-/// dropped before its round started (waiting for an extension to finish).
-struct InBackground(Option<Arc<LeaseShared>>);
+/// Runs its action when dropped before [`disarm`](Self::disarm): what a release future
+/// leaves to a background task when it is dropped before its round is decided.
+struct Fallback<F: FnOnce()>(Option<F>);
 
-impl InBackground {
+impl<F: FnOnce()> Fallback<F> {
+    fn new(action: F) -> Self {
+        Self(Some(action))
+    }
+
     fn disarm(mut self) {
         self.0 = None;
     }
 }
 
-impl Drop for InBackground {
+impl<F: FnOnce()> Drop for Fallback<F> {
     fn drop(&mut self) {
-        if let Some(shared) = self.0.take() {
-            let _ = shared.spawn_release();
+        if let Some(action) = self.0.take() {
+            action();
         }
     }
 }

@@ -235,7 +235,21 @@ impl LeaseShared {
         }
         *released = true;
         self.mark_lost(LostReason::Released);
-        let resend = ResendOnDrop(Some(Arc::clone(self)));
+        // Dropped during the round: it runs again in a background task.
+        let resend = Fallback::new({
+            let shared = Arc::clone(self);
+            move || {
+                let inner = Arc::clone(&shared.inner);
+                let spawned = inner.spawn(async move {
+                    shared.release_round().await;
+                });
+                if !spawned {
+                    tracing::debug!(
+                        "no runtime to finish a dropped release: the lock expires with its TTL"
+                    );
+                }
+            }
+        });
         let round = self.release_round().await;
         resend.disarm();
         self.note_handed_on(&round);
@@ -410,31 +424,5 @@ impl LeaseShared {
             let _ = tx.send(round);
         });
         spawned.then_some(rx)
-    }
-}
-
-/// Runs a release round that was in flight again in a background task when dropped armed
-/// (see [`LeaseShared::release`]).
-struct ResendOnDrop(Option<Arc<LeaseShared>>);
-
-impl ResendOnDrop {
-    fn disarm(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for ResendOnDrop {
-    fn drop(&mut self) {
-        if let Some(shared) = self.0.take() {
-            let inner = Arc::clone(&shared.inner);
-            let spawned = inner.spawn(async move {
-                shared.release_round().await;
-            });
-            if !spawned {
-                tracing::debug!(
-                    "no runtime to finish a dropped release: the lock expires with its TTL"
-                );
-            }
-        }
     }
 }

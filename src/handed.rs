@@ -21,7 +21,8 @@ use tokio::time::Instant;
 /// enough that the queue it describes has likely not drained since.
 pub(crate) const FRESH: Duration = Duration::from_millis(100);
 
-/// At most this many names are noted at once; older notes are dropped first.
+/// At most this many names are noted at once: stale notes make room for a new one, and a
+/// new note is not kept while all of them are fresh.
 const CAPACITY: usize = 256;
 
 /// One handed-on lock: the ticket counters its release read, and when.

@@ -837,14 +837,8 @@ async fn a_grant_never_deletes_another_prefix_lock_at_its_holder_record() {
 
 /// The `NOSCRIPT` error of `INFO errorstats`, 0 when none was answered yet.
 async fn noscript_errors(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("errorstats")
-        .query_async(conn)
+    info_number(conn, "errorstats", "errorstat_NOSCRIPT:count=")
         .await
-        .unwrap();
-    info.lines()
-        .find_map(|line| line.strip_prefix("errorstat_NOSCRIPT:count="))
-        .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0)
 }
 

@@ -1563,13 +1563,9 @@ async fn a_burst_of_forty_fair_contenders_all_queue_and_are_served() {
 
 /// EVALSHA calls `server` has answered so far.
 async fn evalsha_calls(server: &Server) -> u64 {
-    let mut conn = raw(&server.url()).await;
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn)
+    info(&mut raw(&server.url()).await, "commandstats")
         .await
-        .unwrap();
-    info.lines()
+        .lines()
         .find(|l| l.starts_with("cmdstat_evalsha:"))
         .and_then(|l| l.split("calls=").nth(1))
         .and_then(|s| s.split(',').next())

@@ -481,16 +481,8 @@ async fn the_cluster_record_is_reported_as_stored() {
 
 /// `connected_clients` of the server at `url`, this query's own connection included.
 async fn clients(url: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("clients")
-        .query_async(&mut raw(url).await)
+    info_number(&mut raw(url).await, "clients", "connected_clients:")
         .await
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("connected_clients:"))
-        .unwrap()
-        .trim()
-        .parse()
         .unwrap()
 }
 

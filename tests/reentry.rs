@@ -19,11 +19,7 @@ use tokio::time::Instant;
 async fn lock_commands(cluster: &Cluster) -> u64 {
     let mut total = 0;
     for url in cluster.urls() {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut raw(&url).await)
-            .await
-            .unwrap();
+        let info = info(&mut raw(&url).await, "commandstats").await;
         for line in info.lines() {
             let Some((name, stats)) = line.split_once(':') else {
                 continue;

@@ -307,11 +307,7 @@ async fn a_writer_that_gives_up_or_is_dropped_leaves_no_intent_behind() {
 async fn script_calls(cluster: &Cluster) -> u64 {
     let mut total = 0;
     for url in cluster.urls() {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut raw(&url).await)
-            .await
-            .unwrap();
+        let info = info(&mut raw(&url).await, "commandstats").await;
         for line in info.lines() {
             let Some((name, stats)) = line.split_once(':') else {
                 continue;

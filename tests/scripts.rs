@@ -1853,14 +1853,8 @@ async fn fenced_set_rejects_older_tokens() {
 
 /// How many connections the server behind `conn` has accepted so far (`INFO stats`).
 async fn connections_received(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("stats")
-        .query_async(conn)
+    info_number(conn, "stats", "total_connections_received:")
         .await
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("total_connections_received:"))
-        .and_then(|v| v.trim().parse().ok())
         .expect("INFO stats reports total_connections_received")
 }
 

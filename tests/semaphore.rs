@@ -454,11 +454,7 @@ fn at_first_poll<F: std::future::Future>(future: F) -> F::Output {
 async fn script_calls(cluster: &Cluster) -> Vec<u64> {
     let mut calls = Vec::new();
     for url in cluster.urls() {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut raw(&url).await)
-            .await
-            .unwrap();
+        let info = info(&mut raw(&url).await, "commandstats").await;
         let counted: u64 = info
             .lines()
             .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))

@@ -165,3 +165,26 @@ pub async fn wait_registered(cluster: &Cluster, key: &str, masters: usize) {
     )
     .await;
 }
+
+/// The `INFO` section `section` of the server behind `conn`.
+pub async fn info(conn: &mut MultiplexedConnection, section: &str) -> String {
+    redis::cmd("INFO")
+        .arg(section)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+/// The number after `field` (a line's prefix, such as `"connected_clients:"`) in the
+/// `INFO` section `section` of the server behind `conn`; `None` when no line has it.
+pub async fn info_number(
+    conn: &mut MultiplexedConnection,
+    section: &str,
+    field: &str,
+) -> Option<u64> {
+    info(conn, section)
+        .await
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|v| v.trim().parse().ok())
+}

@@ -104,11 +104,7 @@ impl GuardShared {
         let standing = {
             let mut state = self.lock();
             if let Some(report) = reply.epoch() {
-                match report
-                    .record
-                    .as_deref()
-                    .and_then(|r| Epoch::parse(r, report.now_us))
-                {
+                match report.record.as_deref().and_then(|r| Epoch::parse(r, None)) {
                     Some(epoch) => {
                         let first = state.generation == 0;
                         if state.quarantine.observed(&epoch, now) && !first {
@@ -124,8 +120,8 @@ impl GuardShared {
                         state.quarantine.observed(
                             &Epoch {
                                 id: "".into(),
-                                created_us: report.now_us,
-                                now_us: report.now_us,
+                                created_us: 0,
+                                now_us: None,
                             },
                             now,
                         );

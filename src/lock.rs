@@ -197,7 +197,6 @@ mod tests {
             use crate::master::{EpochReport, FenceOutcome, Reply};
             let epoch = EpochReport {
                 record: Some("e:1".to_owned()),
-                now_us: 10_000_000_000,
             };
             let reply = match &*op {
                 Op::AcquireChecked { .. } => Ok(Reply::Checked {
@@ -241,7 +240,7 @@ mod tests {
                     epoch: crate::quarantine::Epoch {
                         id: "e".into(),
                         created_us: 1,
-                        now_us: 10_000_000_000,
+                        now_us: Some(10_000_000_000),
                     },
                     misconfigured: None,
                     bootstrapped: false,

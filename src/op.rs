@@ -330,11 +330,12 @@ pub(crate) enum FenceRead {
     Read,
 }
 
-/// What a master said about its data epoch: the record and the server time.
+/// What a master said about its data epoch: the record (`"<id>:<created us>"`), read
+/// without the server's time. How old an epoch is can only be read at connect (vitals):
+/// an epoch first met in a reply counts as new.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct EpochReport {
     pub(crate) record: Option<String>,
-    pub(crate) now_us: u64,
 }
 
 /// A master's answer to an [`Op`].

@@ -41,13 +41,14 @@ pub(crate) struct Epoch {
     pub(crate) id: Arc<str>,
     /// When it was created, in microseconds of the server's clock.
     pub(crate) created_us: u64,
-    /// The server's clock when it was read, in microseconds.
-    pub(crate) now_us: u64,
+    /// The server's clock when it was read, in microseconds: read at connect, not by the
+    /// lock scripts (whose epoch's age is then unknown).
+    pub(crate) now_us: Option<u64>,
 }
 
 impl Epoch {
-    /// Parses the record `"<id>:<created_us>"` read at server time `now_us`.
-    pub(crate) fn parse(record: &str, now_us: u64) -> Option<Epoch> {
+    /// Parses the record `"<id>:<created_us>"` read at server time `now_us`, if known.
+    pub(crate) fn parse(record: &str, now_us: Option<u64>) -> Option<Epoch> {
         let (id, created) = record.rsplit_once(':')?;
         Some(Epoch {
             id: id.into(),
@@ -56,9 +57,16 @@ impl Epoch {
         })
     }
 
-    /// How old the epoch was when read (zero if the server clock went backwards).
-    pub(crate) fn age(&self) -> Duration {
-        Duration::from_micros(self.now_us.saturating_sub(self.created_us))
+    /// How old the epoch was when read (zero if the server clock went backwards); `None`
+    /// when read without the server's time.
+    pub(crate) fn age(&self) -> Option<Duration> {
+        self.now_us
+            .map(|now| Duration::from_micros(now.saturating_sub(self.created_us)))
+    }
+
+    /// Whether the epoch may be younger than `window`: an epoch of unknown age may be.
+    fn younger_than(&self, window: Duration) -> bool {
+        self.age().is_none_or(|age| age < window)
     }
 }
 
@@ -129,7 +137,7 @@ impl Quarantine {
             self.window
         } else if vitals.bootstrapped {
             Duration::ZERO
-        } else if vitals.epoch.age() < self.window {
+        } else if vitals.epoch.younger_than(self.window) {
             self.window
         } else {
             Duration::ZERO
@@ -154,12 +162,13 @@ impl Quarantine {
 
     /// Takes in the epoch a request read at `now`: a different epoch means the master lost
     /// its data since we connected, which starts a new quarantine of a whole window on this
-    /// client's clock. Returns whether it changed.
+    /// client's clock. An epoch first met here (no vitals read yet) abstains a whole window
+    /// unless its age is known to exceed it. Returns whether it changed.
     pub(crate) fn observed(&mut self, epoch: &Epoch, now: Instant) -> bool {
         if self.epoch.as_deref() == Some(&*epoch.id) {
             return false;
         }
-        let until = if self.epoch.is_some() || epoch.age() < self.window {
+        let until = if self.epoch.is_some() || epoch.younger_than(self.window) {
             now + self.window
         } else {
             now
@@ -217,7 +226,7 @@ mod tests {
             epoch: Epoch {
                 id: "e".into(),
                 created_us: 1_000_000_000,
-                now_us: 1_000_000_000 + epoch_age_s * 1_000_000,
+                now_us: Some(1_000_000_000 + epoch_age_s * 1_000_000),
             },
             misconfigured: None,
             bootstrapped: false,
@@ -340,7 +349,7 @@ mod tests {
         let flushed = Epoch {
             id: "new".into(),
             created_us: 5,
-            now_us: 5,
+            now_us: None,
         };
         let later = now + 100 * S;
         assert!(q.observed(&flushed, later));
@@ -363,12 +372,20 @@ mod tests {
 
     #[test]
     fn epochs_parse_and_age() {
-        let e = Epoch::parse("abc:def:1000000", 3_500_000).unwrap();
+        let e = Epoch::parse("abc:def:1000000", Some(3_500_000)).unwrap();
         assert_eq!(&*e.id, "abc:def");
-        assert_eq!(e.age(), Duration::from_micros(2_500_000));
-        assert_eq!(Epoch::parse("nocolon", 1), None);
-        assert_eq!(Epoch::parse("x:notanumber", 1), None);
+        assert_eq!(e.age(), Some(Duration::from_micros(2_500_000)));
+        assert_eq!(Epoch::parse("nocolon", Some(1)), None);
+        assert_eq!(Epoch::parse("x:notanumber", Some(1)), None);
         // A server clock that went backwards gives age zero, never a panic.
-        assert_eq!(Epoch::parse("x:10", 5).unwrap().age(), Duration::ZERO);
+        assert_eq!(
+            Epoch::parse("x:10", Some(5)).unwrap().age(),
+            Some(Duration::ZERO)
+        );
+        // Read without the server's time (a lock script's reply): its age is unknown, and
+        // it may be younger than any window.
+        let unaged = Epoch::parse("x:10", None).unwrap();
+        assert_eq!(unaged.age(), None);
+        assert!(unaged.younger_than(Duration::ZERO));
     }
 }

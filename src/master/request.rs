@@ -138,7 +138,7 @@ async fn survey(conn: &mut MultiplexedConnection, shared: &Shared) -> Result<Rep
         .await
         .map_err(MasterError::from_redis)?;
     let now_us = scripts::parse_number("epoch", &now)?;
-    let epoch = Epoch::parse(&epoch, now_us).ok_or_else(|| {
+    let epoch = Epoch::parse(&epoch, Some(now_us)).ok_or_else(|| {
         MasterError::new(
             MasterErrorKind::Protocol,
             format!("the epoch record {epoch:?} is not <id>:<microseconds>"),

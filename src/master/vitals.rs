@@ -118,7 +118,7 @@ pub(super) async fn read_vitals(
             && get("appendfsync").as_deref() == Some("always")
     });
     let now_us = scripts::parse_number("epoch", &now)?;
-    let epoch = Epoch::parse(&record, now_us).ok_or_else(|| {
+    let epoch = Epoch::parse(&record, Some(now_us)).ok_or_else(|| {
         MasterError::new(
             MasterErrorKind::Protocol,
             format!(

@@ -10,14 +10,14 @@
 -- KEYS[6] ticket counter of the lock's waiter queue, KEYS[7] the holder record
 -- ARGV[3] value, ARGV[4] ttl ms, ARGV[5] fence: '0' ignore, '1' read, ARGV[6] client id,
 -- ARGV[7] host, ARGV[8] process id, ARGV[9] label
--- Returns {code, epoch record, server time us, fence counter or false,
+-- Returns {code, epoch record, fence counter or false,
 --          holder's pttl or -3, detail or false, ticket counter (refused) or false}
 -- code: 1 granted, 0 held by another value, -3 the name holds another kind of lock
 -- (detail: its kind); or the preamble's -2. Only a refusal reads the ticket counter (0
 -- when missing): a waiter's place in the queue is one above it (docs/design.md §17).
 local owned = redis.call('HGET', KEYS[5], 'kind')
 if owned and owned ~= 'lock' then
-  return {-3, epoch, now, false, -3, owned, false}
+  return {-3, epoch, false, -3, owned, false}
 end
 local ok = redis.call('SET', KEYS[3], ARGV[3], 'NX', 'PX', ARGV[4])
 local pttl = -3
@@ -28,7 +28,7 @@ else
   -- `SET NX` refuses a key of any type: only here can it be another kind's.
   local kind = redis.call('TYPE', KEYS[3])['ok']
   if kind ~= 'string' then
-    return {-3, epoch, now, false, -3, kind, false}
+    return {-3, epoch, false, -3, kind, false}
   end
   pttl = redis.call('PTTL', KEYS[3])
   ticket = redis.call('GET', KEYS[6]) or '0'
@@ -37,4 +37,4 @@ local fence = false
 if ARGV[5] == '1' then
   fence = redis.call('GET', KEYS[4])
 end
-return {ok and 1 or 0, epoch, now, fence, pttl, false, ticket}
+return {ok and 1 or 0, epoch, fence, pttl, false, ticket}

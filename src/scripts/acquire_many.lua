@@ -9,7 +9,7 @@
 -- (sorted) order: lock key, fence counter, owner record (another kind's)
 -- ARGV[3] value, ARGV[4] ttl ms, ARGV[5] fence: '0' ignore, '1' read, ARGV[6] client id,
 -- ARGV[7] host, ARGV[8] process id, ARGV[9] label
--- Returns {code, epoch record, server time us, each lock's fence counter or false,
+-- Returns {code, epoch record, each lock's fence counter or false,
 --          each lock's holder's pttl or -3 where it was free, detail or false}
 -- code: 1 granted every lock, 0 held (some lock holds another value; none granted), -3 a
 -- name holds another kind of lock (detail: its kind; the fifth element then holds only
@@ -21,13 +21,13 @@ for i = 1, n do
   local key, owner = KEYS[3 * i + 1], KEYS[3 * i + 3]
   local kind = redis.call('TYPE', key)['ok']
   if kind ~= 'none' and kind ~= 'string' then
-    return {-3, epoch, now, {}, {i}, kind}
+    return {-3, epoch, {}, {i}, kind}
   end
   -- The owner record marks the name whatever the key holds: a read-write lock held by
   -- readers only has no key here, only its record (kind 'rwlock').
   local owned = redis.call('HGET', owner, 'kind')
   if owned and owned ~= 'lock' then
-    return {-3, epoch, now, {}, {i}, owned}
+    return {-3, epoch, {}, {i}, owned}
   end
   fences[i] = false
   if ARGV[5] == '1' then
@@ -51,4 +51,4 @@ end
 if granted > 0 then
   hold(KEYS[3], ARGV[4], ARGV[6], ARGV[7], ARGV[8], ARGV[9])
 end
-return {granted > 0 and 1 or 0, epoch, now, fences, pttls, false}
+return {granted > 0 and 1 or 0, epoch, fences, pttls, false}

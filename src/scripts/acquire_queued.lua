@@ -9,20 +9,20 @@
 -- ARGV[3] value, ARGV[4] ttl ms, ARGV[5] fence: '0' ignore, '1' read, ARGV[6] client id,
 -- ARGV[7] host, ARGV[8] process id, ARGV[9] label, ARGV[10] waiter id ('' for none),
 -- ARGV[11] fair, ARGV[12] the prefix of the waiters' liveness keys
--- Returns {code, epoch record, server time us, fence counter or false,
+-- Returns {code, epoch record, fence counter or false,
 --          holder's pttl, -3 granted or -2 free but queued behind a live waiter,
 --          detail or false, ticket counter (fair) or false}
 -- code: as `acquire.lua`'s
-local kind = redis.call('TYPE', KEYS[3])['ok']
-if kind ~= 'none' and kind ~= 'string' then
-  return {-3, epoch, now, false, -3, kind, false}
+-- `GET` fails on a key of another type: only then is its `TYPE` read.
+local current = redis.pcall('GET', KEYS[3])
+if type(current) == 'table' then
+  return {-3, epoch, false, -3, redis.call('TYPE', KEYS[3])['ok'], false}
 end
 local owned = redis.call('HGET', KEYS[5], 'kind')
 if owned and owned ~= 'lock' then
-  return {-3, epoch, now, false, -3, owned, false}
+  return {-3, epoch, false, -3, owned, false}
 end
 local waiter = ARGV[10]
-local current = redis.call('GET', KEYS[3])
 local ok = current == false or (waiter ~= '' and current == waiter)
 local queued = false
 if ok and ARGV[11] == '1' then
@@ -54,4 +54,4 @@ elseif queued then
 else
   pttl = redis.call('PTTL', KEYS[3])
 end
-return {ok and 1 or 0, epoch, now, fence, pttl, false, ticket}
+return {ok and 1 or 0, epoch, fence, pttl, false, ticket}

@@ -19,9 +19,14 @@ use crate::error::MasterError;
 use crate::op::{Inspected, Op, Reply, StampOutcome};
 
 /// Reads (or starts) the data epoch, run with `EVAL` while connecting: `epoch.lua`, the
-/// preamble's first part, alone (`KEYS[1]` the epoch record, `ARGV[1]` an id for a new
-/// epoch). Returns `{epoch record, server time us}`.
-pub(crate) const EPOCH_SOURCE: &str = concat!(include_str!("epoch.lua"), "return {epoch, now}\n");
+/// preamble's first part, then the server's time, from which the epoch's age is read
+/// (`KEYS[1]` the epoch record, `ARGV[1]` an id for a new epoch). Returns
+/// `{epoch record, server time us}`.
+pub(crate) const EPOCH_SOURCE: &str = concat!(
+    include_str!("epoch.lua"),
+    "local t = redis.call('TIME')\n",
+    "return {epoch, t[1] .. string.format('%06d', t[2])}\n"
+);
 
 /// Writes the cluster record unless one exists; see `stamp.lua`.
 static STAMP: LazyLock<Script> = LazyLock::new(|| Script::new(STAMP_LUA));

@@ -3,8 +3,8 @@
 -- knows a record the master lacks, is refused before the script touches anything.
 -- KEYS[2] cluster record; ARGV[2] the caller's cluster fingerprint ('' when it knows no
 -- record)
--- Returns {-2, epoch record or false, server time us, the record's fingerprint or false}
+-- Returns {-2, epoch record or false, the record's fingerprint or false}
 local recorded = redis.call('HGET', KEYS[2], 'fingerprint')
 if (recorded or '') ~= ARGV[2] then
-  return {-2, epoch, now, recorded}
+  return {-2, epoch, recorded}
 end

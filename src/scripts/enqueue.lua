@@ -11,18 +11,19 @@
 -- registration's ticket write-back, ARGV[6] waiter ttl ms, ARGV[7] the waiter's hand-off
 -- channel, ARGV[8] fair: '1' or '0' (the steps are the same), ARGV[9] the prefix of the
 -- waiters' liveness keys
--- Returns {code, epoch record, server time us, ticket counter, handed (1/0),
+-- Returns {code, epoch record, ticket counter, handed (1/0),
 --          the lock key's pttl (-2 when free or handed), detail or false}
 -- code: 1 registered, 0 the ticket counter is at or above the score (strict; nothing
 -- written), -3 the name holds another kind (detail: its kind; nothing written); or the
 -- preamble's -2
-local kind = redis.call('TYPE', KEYS[3])['ok']
-if kind ~= 'none' and kind ~= 'string' then
-  return {-3, epoch, now, false, 0, -2, kind}
+-- `GET` fails on a key of another type: only then is its `TYPE` read.
+local current = redis.pcall('GET', KEYS[3])
+if type(current) == 'table' then
+  return {-3, epoch, false, 0, -2, redis.call('TYPE', KEYS[3])['ok']}
 end
 local owned = redis.call('HGET', KEYS[7], 'kind')
 if owned and owned ~= 'lock' then
-  return {-3, epoch, now, false, 0, -2, owned}
+  return {-3, epoch, false, 0, -2, owned}
 end
 local score, strict = ARGV[4], ARGV[5]
 local counter = false
@@ -33,7 +34,7 @@ if strict == '1' then
   if mine then
     counter = string.format('%d', c)
   elseif c >= tonumber(score) then
-    return {0, epoch, now, string.format('%d', c), 0, -2, false}
+    return {0, epoch, string.format('%d', c), 0, -2, false}
   else
     redis.call('SET', KEYS[5], score)
     counter = score
@@ -54,7 +55,6 @@ local keep = 2 * tonumber(ARGV[6])
 if redis.call('PTTL', KEYS[4]) < keep then
   redis.call('PEXPIRE', KEYS[4], keep)
 end
-local current = redis.call('GET', KEYS[3])
 local handed = 0
 -- Every registration prunes the dead members at the head of the queue (within the
 -- budget), so that a queue headed by many dead waiters is cleared by its live ones.
@@ -83,4 +83,4 @@ local pttl = -2
 if handed == 0 and current then
   pttl = redis.call('PTTL', KEYS[3])
 end
-return {1, epoch, now, counter, handed, pttl, false}
+return {1, epoch, counter, handed, pttl, false}

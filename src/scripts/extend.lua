@@ -9,7 +9,7 @@
 -- cluster fingerprint):
 -- KEYS[3] lock key, KEYS[4] the holder record, KEYS[5] the owner record; ARGV[3] value,
 -- ARGV[4] ttl ms
--- Returns {1 extended | 0 missing | -1 held by another value, epoch or false, time us,
+-- Returns {1 extended | 0 missing | -1 held by another value, epoch or false,
 --          false}; or the preamble's -2
 local current = redis.call('GET', KEYS[3])
 if current == ARGV[3] then
@@ -22,8 +22,8 @@ if current == ARGV[3] then
       and redis.call('HGET', KEYS[5], 'value') == ARGV[3] then
     redis.call('PEXPIRE', KEYS[5], ARGV[4])
   end
-  return {1, epoch, now, false}
+  return {1, epoch, false}
 elseif current == false then
-  return {0, epoch, now, false}
+  return {0, epoch, false}
 end
-return {-1, epoch, now, false}
+return {-1, epoch, false}

@@ -9,18 +9,18 @@
 -- KEYS[3] the holder record, KEYS[4..] per lock: lock key, owner record; ARGV[3] value,
 -- ARGV[4] ttl ms
 -- Returns {1 every key extended | 0 a key missing | -1 a key held by another value,
---          epoch or false, time us, false}; or the preamble's -2
+--          epoch or false, false}; or the preamble's -2
 local missing = false
 for i = 4, #KEYS, 2 do
   local current = redis.call('GET', KEYS[i])
   if current == false then
     missing = true
   elseif current ~= ARGV[3] then
-    return {-1, epoch, now, false}
+    return {-1, epoch, false}
   end
 end
 if missing then
-  return {0, epoch, now, false}
+  return {0, epoch, false}
 end
 for i = 4, #KEYS, 2 do
   redis.call('PEXPIRE', KEYS[i], ARGV[4])
@@ -33,4 +33,4 @@ local held = redis.call('PTTL', KEYS[3])
 if held >= 0 and held < tonumber(ARGV[4]) then
   redis.call('PEXPIRE', KEYS[3], ARGV[4])
 end
-return {1, epoch, now, false}
+return {1, epoch, false}

@@ -72,7 +72,7 @@ impl Codec for Fence {
         Ok(Reply::Fenced {
             outcome,
             before: before.map(|c| parse_number("fence", &c)).transpose()?,
-            epoch: EpochReport { record, now_us: 0 },
+            epoch: EpochReport { record },
         })
     }
 }

@@ -163,11 +163,10 @@ fn acquire_queued(
         .done()
 }
 
-/// The answer of `acquire.lua` and `acquire_queued.lua`: code, epoch record, server time,
-/// fence counter, holder's `PTTL` (or a marker), detail, ticket counter.
+/// The answer of `acquire.lua` and `acquire_queued.lua`: code, epoch record, fence
+/// counter, holder's `PTTL` (or a marker), detail, ticket counter.
 type Acquired = (
     i64,
-    String,
     String,
     Option<String>,
     i64,
@@ -177,20 +176,19 @@ type Acquired = (
 
 /// The reply of `acquire.lua` or `acquire_queued.lua`.
 fn acquired(value: Value) -> Result<Reply, MasterError> {
-    let (code, record, now, counter, pttl, detail, ticket): Acquired = read(value)?;
+    let (code, record, counter, pttl, detail, ticket): Acquired = read(value)?;
     if code == -3 {
         return Err(wrong_kind(detail.as_deref()));
     }
-    checked(code, record, &now, counter, pttl, ticket)
+    checked(code, record, counter, pttl, ticket)
 }
 
 /// The [`Reply::Checked`] of a lock script that answered `code` (1 granted, 0 refused)
-/// with the master's epoch record and time, the fence counter, the holder's `PTTL` and
+/// with the master's epoch record, the fence counter, the holder's `PTTL` and
 /// the ticket counter.
 pub(super) fn checked(
     code: i64,
     record: String,
-    now: &str,
     counter: Option<String>,
     pttl: i64,
     ticket: Option<String>,
@@ -202,7 +200,6 @@ pub(super) fn checked(
         granted: code == 1,
         epoch: EpochReport {
             record: Some(record),
-            now_us: parse_number("acquire", now)?,
         },
         fence: counter.map(|c| parse_number("acquire", &c)).transpose()?,
         holder_ttl: ttl_of(pttl),
@@ -228,19 +225,16 @@ fn extend(
 
 /// The reply of an extension script (`extend.lua`, `extend_many.lua`,
 /// `rw_extend_read.lua`), `script` in errors: `{1 extended | 0 missing | -1 held by
-/// another value, epoch or false, time}`; with `epoch`, the reply carries the epoch read.
+/// another value, epoch or false, false}`; with `epoch`, the reply carries the epoch read.
 pub(super) fn extended(script: &str, value: Value, epoch: bool) -> Result<Reply, MasterError> {
-    let (code, record, now, _): (i64, Option<String>, String, Option<String>) = read(value)?;
+    let (code, record, _): (i64, Option<String>, Option<String>) = read(value)?;
     let granted = match code {
         1 => Some(true),
         0 => None,
         -1 => Some(false),
         other => return Err(unexpected(script, other)),
     };
-    let report = EpochReport {
-        record,
-        now_us: parse_number(script, &now)?,
-    };
+    let report = EpochReport { record };
     Ok(match (granted, epoch) {
         (None, false) => Reply::Missing,
         (None, true) => Reply::Gone { epoch: report },

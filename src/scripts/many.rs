@@ -119,23 +119,16 @@ fn extend_many(
     call.arg(value).arg(millis(ttl)).done()
 }
 
-/// The reply of `acquire_many.lua` for `keys`: code, epoch record, server time, each
+/// The reply of `acquire_many.lua` for `keys`: code, epoch record, each
 /// key's fence counter, each key's holder's `PTTL` (-3 free; with code -3, the position of
 /// the key of another kind), detail.
 fn acquired_many(keys: &[Arc<str>], value: Value) -> Result<Reply, MasterError> {
-    type Answer = (
-        i64,
-        String,
-        String,
-        Vec<Option<String>>,
-        Vec<i64>,
-        Option<String>,
-    );
-    let (code, record, now, counters, pttls, detail): Answer = read(value)?;
+    type Answer = (i64, String, Vec<Option<String>>, Vec<i64>, Option<String>);
+    let (code, record, counters, pttls, detail): Answer = read(value)?;
     match code {
         1 | 0 => {}
         -3 => {
-            // Which of the keys holds another kind: the script's fifth element.
+            // Which of the keys holds another kind: the script's fourth element.
             let at = pttls
                 .first()
                 .and_then(|i| usize::try_from(*i).ok())
@@ -180,7 +173,6 @@ fn acquired_many(keys: &[Arc<str>], value: Value) -> Result<Reply, MasterError> 
         granted: code == 1,
         epoch: EpochReport {
             record: Some(record),
-            now_us: parse_number("acquire_many", &now)?,
         },
         fences,
         held,

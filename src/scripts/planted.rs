@@ -54,8 +54,8 @@ pub(super) static FENCE_MAX_WRITE: LazyLock<Variant> =
 pub(super) static EXTEND_RECREATES: LazyLock<Variant> = LazyLock::new(|| {
     Variant::of(
         lock::EXTEND_LUA,
-        "  return {0, epoch, now, false}",
-        "  redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4]) return {1, epoch, now, false}",
+        "  return {0, epoch, false}",
+        "  redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4]) return {1, epoch, false}",
     )
 });
 

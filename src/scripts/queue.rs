@@ -104,19 +104,11 @@ impl Codec for Queue {
     }
 }
 
-/// The reply of `enqueue.lua`: code, epoch record, server time, ticket counter, handed,
+/// The reply of `enqueue.lua`: code, epoch record, ticket counter, handed,
 /// the key's `PTTL`, detail.
 fn enqueued(value: Value) -> Result<Reply, MasterError> {
-    type Answer = (
-        i64,
-        String,
-        String,
-        Option<String>,
-        i64,
-        i64,
-        Option<String>,
-    );
-    let (code, record, now, counter, handed, pttl, detail): Answer = read(value)?;
+    type Answer = (i64, String, Option<String>, i64, i64, Option<String>);
+    let (code, record, counter, handed, pttl, detail): Answer = read(value)?;
     match code {
         1 | 0 => {}
         -3 => return Err(wrong_kind(detail.as_deref())),
@@ -129,7 +121,6 @@ fn enqueued(value: Value) -> Result<Reply, MasterError> {
         holder_ttl: ttl_of(pttl),
         epoch: EpochReport {
             record: Some(record),
-            now_us: parse_number("enqueue", &now)?,
         },
     })
 }

@@ -7,8 +7,8 @@ use std::sync::LazyLock;
 use redis::{Script, Value};
 
 use super::{
-    Codec, Context, Invocation, Request, fence_key, intent_key, millis, misrouted, owner_key,
-    parse_number, read, reader_index_key, reader_key, reader_prefix, release_channel, unexpected,
+    Codec, Context, Invocation, Request, fence_key, intent_key, millis, misrouted, owner_key, read,
+    reader_index_key, reader_key, reader_prefix, release_channel, unexpected,
 };
 use crate::error::{MasterError, MasterErrorKind};
 #[cfg(redquorum_mutants)]
@@ -108,25 +108,22 @@ impl Codec for Rw {
     }
 }
 
-/// The reply of `rw_acquire.lua`: code, epoch record, server time, fence counter, the
+/// The reply of `rw_acquire.lua`: code, epoch record, fence counter, the
 /// refusing holders' `PTTL` (or -3), detail.
 fn rw_acquired(value: Value) -> Result<Reply, MasterError> {
-    type Answer = (i64, String, String, Option<String>, i64, Option<String>);
-    let (code, record, now, counter, pttl, detail): Answer = read(value)?;
+    type Answer = (i64, String, Option<String>, i64, Option<String>);
+    let (code, record, counter, pttl, detail): Answer = read(value)?;
     if code == -3 {
         return Err(wrong_kind_for_rwlock(detail.as_deref()));
     }
-    super::lock::checked(code, record, &now, counter, pttl, None)
+    super::lock::checked(code, record, counter, pttl, None)
 }
 
 /// The reply of `rw_downgrade.lua`: `{1 converted | 0 missing | -1 held by another value,
-/// epoch, time}`.
+/// epoch, false}`.
 fn downgraded(value: Value) -> Result<Reply, MasterError> {
-    let (code, record, now, _): (i64, Option<String>, String, Option<String>) = read(value)?;
-    let epoch = EpochReport {
-        record,
-        now_us: parse_number("downgrade", &now)?,
-    };
+    let (code, record, _): (i64, Option<String>, Option<String>) = read(value)?;
+    let epoch = EpochReport { record };
     match code {
         1 | -1 => Ok(Reply::Checked {
             granted: code == 1,

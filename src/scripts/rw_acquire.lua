@@ -10,20 +10,20 @@
 -- ARGV[7] host, ARGV[8] process id, ARGV[9] label, ARGV[10] mode: 'r' read, 'w' write,
 -- ARGV[11] the writer's intent id (one per acquire call), ARGV[12] intent ttl ms,
 -- ARGV[13] the most readers a lock admits
--- Returns {code, epoch record, server time us, fence counter or false,
+-- Returns {code, epoch record, fence counter or false,
 --          holder's pttl or -3, detail or false}
 -- code: 1 granted, 0 refused (held, or readers present), -3 the name holds another kind
 -- of lock (detail: its kind); or the preamble's -2
 local kind = redis.call('TYPE', KEYS[3])['ok']
 if kind ~= 'none' and kind ~= 'string' then
-  return {-3, epoch, now, false, -3, kind}
+  return {-3, epoch, false, -3, kind}
 end
 local owned = redis.call('HGET', KEYS[5], 'kind')
 if owned and owned ~= 'rwlock' then
-  return {-3, epoch, now, false, -3, owned}
+  return {-3, epoch, false, -3, owned}
 end
 if kind == 'string' and not owned then
-  return {-3, epoch, now, false, -3, 'lock'}
+  return {-3, epoch, false, -3, 'lock'}
 end
 -- Live readers, pruning the index of those that expired.
 local live, longest, shortest = 0, -3, -3
@@ -77,6 +77,7 @@ end
 if granted then
   redis.call('HSET', KEYS[5], 'kind', 'rwlock')
   if ARGV[10] == 'w' then
+    local t = redis.call('TIME')
     redis.call('HSET', KEYS[5], 'value', ARGV[3], 'client', ARGV[6], 'host', ARGV[7],
       'pid', ARGV[8], 'label', ARGV[9],
       'acquired_ms', t[1] .. string.format('%03d', math.floor(t[2] / 1000)))
@@ -85,4 +86,4 @@ if granted then
     redis.call('PEXPIRE', KEYS[5], ARGV[4])
   end
 end
-return {granted and 1 or 0, epoch, now, fence, pttl, false}
+return {granted and 1 or 0, epoch, fence, pttl, false}

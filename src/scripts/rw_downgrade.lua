@@ -6,17 +6,17 @@
 -- record, ARGV[1] id for a new epoch, ARGV[2] the caller's cluster fingerprint):
 -- KEYS[3] writer key, KEYS[4] owner record, KEYS[5] reader index, KEYS[6] our reader key
 -- ARGV[3] value, ARGV[4] release channel
--- Returns {1 converted | 0 missing | -1 held by another value, epoch, time us, false}; or
+-- Returns {1 converted | 0 missing | -1 held by another value, epoch, false}; or
 --          the preamble's -2
 local current = redis.call('GET', KEYS[3])
 if current == false then
-  return {0, epoch, now, false}
+  return {0, epoch, false}
 elseif current ~= ARGV[3] then
-  return {-1, epoch, now, false}
+  return {-1, epoch, false}
 end
 local left = redis.call('PTTL', KEYS[3])
 if left <= 0 then
-  return {0, epoch, now, false}
+  return {0, epoch, false}
 end
 redis.call('SET', KEYS[6], ARGV[3], 'PX', left)
 redis.call('SADD', KEYS[5], ARGV[3])
@@ -28,4 +28,4 @@ if redis.call('HGET', KEYS[4], 'value') == ARGV[3] then
   redis.call('HDEL', KEYS[4], 'value', 'client', 'host', 'pid', 'label', 'acquired_ms', 'token')
 end
 redis.call('PUBLISH', ARGV[4], KEYS[3])
-return {1, epoch, now, false}
+return {1, epoch, false}

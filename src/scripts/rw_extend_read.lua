@@ -9,7 +9,7 @@
 -- KEYS[3] reader key, KEYS[4] reader index, KEYS[5] owner record; ARGV[3] value,
 -- ARGV[4] ttl ms
 -- Returns as `extend.lua`: {1 extended | 0 missing | -1 held by another value, epoch or
--- false, time us, false}; or the preamble's -2
+-- false, false}; or the preamble's -2
 local current = redis.call('GET', KEYS[3])
 if current == ARGV[3] then
   redis.call('PEXPIRE', KEYS[3], ARGV[4])
@@ -21,8 +21,8 @@ if current == ARGV[3] then
   if redis.call('PTTL', KEYS[5]) < tonumber(ARGV[4]) then
     redis.call('PEXPIRE', KEYS[5], ARGV[4])
   end
-  return {1, epoch, now, false}
+  return {1, epoch, false}
 elseif current == false then
-  return {0, epoch, now, false}
+  return {0, epoch, false}
 end
-return {-1, epoch, now, false}
+return {-1, epoch, false}

@@ -9,7 +9,7 @@
 -- ARGV[11] the slot keys' common beginning (slot i is that followed by i),
 -- ARGV[12] 'take' (take the wanted slots) or 'limit' (store the limit, take nothing),
 -- ARGV[13 ..] the wanted slots (0-based, distinct, below the limit)
--- Returns {code, epoch record, server time us, fence counters of the wanted slots ('' for
+-- Returns {code, epoch record, fence counters of the wanted slots ('' for
 --          none) or false, pttl after which enough slots are free here or -3,
 --          the free slots here (0-based), detail or false}
 -- code: 1 granted every wanted slot ('limit': the record holds the limit now), 0 some
@@ -27,18 +27,18 @@ if ARGV[12] == 'limit' then
     if stored then
       for i = 0, math.min(stored, 64) - 1 do
         if redis.call('EXISTS', ARGV[11] .. i) == 1 then
-          return {0, epoch, now, false, -3, {}, tostring(stored)}
+          return {0, epoch, false, -3, {}, tostring(stored)}
         end
       end
     end
     redis.call('SET', KEYS[3], ARGV[10])
   end
-  return {1, epoch, now, false, -3, {}, false}
+  return {1, epoch, false, -3, {}, false}
 end
 if not stored then
   redis.call('SET', KEYS[3], ARGV[10])
 elseif stored ~= limit then
-  return {-4, epoch, now, false, -3, {}, tostring(stored)}
+  return {-4, epoch, false, -3, {}, tostring(stored)}
 end
 local free = {}
 local held = {}
@@ -59,10 +59,11 @@ for j = 13, #ARGV do
       table.sort(held)
       wait = held[short] or -3
     end
-    return {0, epoch, now, false, wait, free, false}
+    return {0, epoch, false, wait, free, false}
   end
 end
 local fences = {}
+local t = redis.call('TIME')
 local ms = t[1] .. string.format('%03d', math.floor(t[2] / 1000))
 for j = 13, #ARGV do
   local slot = KEYS[4 + tonumber(ARGV[j])]
@@ -76,4 +77,4 @@ for j = 13, #ARGV do
     fences[#fences + 1] = redis.call('GET', 'redquorum:fence:' .. slot) or ''
   end
 end
-return {1, epoch, now, ARGV[5] == '1' and fences or false, -3, free, false}
+return {1, epoch, ARGV[5] == '1' and fences or false, -3, free, false}

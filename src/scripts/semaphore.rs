@@ -77,19 +77,18 @@ fn permits(p: &PermitsOp, ctx: &Context<'_>) -> Request {
 }
 
 /// The reply of `semaphore.lua` (and of `semaphore_count.lua`, answered alike) to a
-/// semaphore of `limit`: code, epoch record, server time, the wanted slots' fence
+/// semaphore of `limit`: code, epoch record, the wanted slots' fence
 /// counters, the wait, the free slots, detail.
 fn taken(limit: usize, value: Value) -> Result<Reply, MasterError> {
     type Answer = (
         i64,
-        String,
         String,
         Option<Vec<String>>,
         i64,
         Vec<u32>,
         Option<String>,
     );
-    let (code, record, now, fences, wait, free, detail): Answer = read(value)?;
+    let (code, record, fences, wait, free, detail): Answer = read(value)?;
     match code {
         1 | 0 => {}
         -4 => return Err(limit_mismatch(detail.as_deref(), limit)),
@@ -107,7 +106,6 @@ fn taken(limit: usize, value: Value) -> Result<Reply, MasterError> {
         granted: code == 1,
         epoch: EpochReport {
             record: Some(record),
-            now_us: parse_number("semaphore", &now)?,
         },
         fences,
         wait: ttl_of(wait),

@@ -9,9 +9,9 @@
 -- Returns as semaphore.lua.
 local held = #redis.call('KEYS', ARGV[6])
 if held + #KEYS - 2 > tonumber(ARGV[5]) then
-  return {0, epoch, now, false, -3, {}, false}
+  return {0, epoch, false, -3, {}, false}
 end
 for i = 3, #KEYS do
   redis.call('SET', KEYS[i], ARGV[3], 'PX', ARGV[4])
 end
-return {1, epoch, now, false, -3, {}, false}
+return {1, epoch, false, -3, {}, false}

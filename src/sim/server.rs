@@ -1126,10 +1126,10 @@ impl SimServer {
                     let uptime_s = now_us.saturating_sub(state.started_us) / 1_000_000;
                     // The record is always ours and well formed; a parse failure would show
                     // as a master that never leaves quarantine.
-                    let epoch = Epoch::parse(&record, now_us).unwrap_or(Epoch {
+                    let epoch = Epoch::parse(&record, Some(now_us)).unwrap_or(Epoch {
                         id: record.clone().into(),
                         created_us: now_us,
-                        now_us,
+                        now_us: Some(now_us),
                     });
                     let cluster = data.record.as_ref();
                     // As `read_vitals`: bootstrapped empty, neither restarted nor flushed since.
@@ -1315,7 +1315,7 @@ fn outcome(answer: &Answer) -> String {
         } => format!(
             "connected, uptime {}s, epoch age {}ms{}",
             v.uptime.as_secs(),
-            v.epoch.age().as_millis(),
+            v.epoch.age().unwrap_or_default().as_millis(),
             if v.bootstrapped { ", bootstrapped" } else { "" }
         ),
         Answer::RecordDiffers => "the cluster record differs".to_owned(),
@@ -1535,7 +1535,6 @@ fn apply(
                 granted,
                 epoch: EpochReport {
                     record: Some(record),
-                    now_us,
                 },
                 fence: counter,
                 holder_ttl,
@@ -1548,7 +1547,6 @@ fn apply(
             let record = data.epoch_or_create(fresh_id, now_us);
             let epoch = EpochReport {
                 record: Some(record),
-                now_us,
             };
             if p.replace {
                 // Stores the limit where no permit is live under the stored one (the
@@ -1701,7 +1699,6 @@ fn apply(
                 granted,
                 epoch: EpochReport {
                     record: Some(record),
-                    now_us,
                 },
                 fences,
                 held,
@@ -1737,7 +1734,7 @@ fn apply(
                 }
                 Some(true)
             };
-            extended(granted, record_read, EpochReport { record, now_us })
+            extended(granted, record_read, EpochReport { record })
         }
         // release_many.lua (the release notices have no subscriber in the simulation)
         // release_many.lua: each key of ours deleted and handed to its queue's live head.
@@ -1837,7 +1834,6 @@ fn apply(
                 granted,
                 epoch: EpochReport {
                     record: Some(record),
-                    now_us,
                 },
                 fence: counter,
                 holder_ttl,
@@ -1860,7 +1856,6 @@ fn apply(
             let record = data.epoch_or_create(fresh_id, now_us);
             let epoch = EpochReport {
                 record: Some(record),
-                now_us,
             };
             match data.live(key, now_us) {
                 None => Reply::Gone { epoch },
@@ -1903,7 +1898,6 @@ fn apply(
             let equal_ok = bugs.max_write;
             let epoch = EpochReport {
                 record: data.epoch.clone(),
-                now_us: 0,
             };
             if data.live(key, now_us).as_deref() != Some(&**value) {
                 return Reply::Fenced {
@@ -2068,7 +2062,6 @@ fn apply(
                 granted,
                 epoch: EpochReport {
                     record: Some(record),
-                    now_us,
                 },
                 fence: match fence {
                     FenceRead::Skip => None,
@@ -2114,7 +2107,6 @@ fn apply(
                     .map(Duration::from_millis),
                 epoch: EpochReport {
                     record: Some(record),
-                    now_us,
                 },
             }
         }
@@ -2152,7 +2144,7 @@ fn extend(
         }
         None => None,
     };
-    extended(granted, epoch, EpochReport { record, now_us })
+    extended(granted, epoch, EpochReport { record })
 }
 
 /// The reply to an extension, as its codec reads it (`scripts/lock.rs`): `granted` is `Some(true)`
@@ -2804,7 +2796,13 @@ mod tests {
             };
             assert_eq!(vitals.uptime, Duration::ZERO);
             // An empty master starts a new epoch; a durable one kept its hour-old one.
-            assert_eq!(vitals.epoch.age() >= UP_BEFORE_ORIGIN, durable);
+            assert_eq!(
+                vitals
+                    .epoch
+                    .age()
+                    .is_some_and(|age| age >= UP_BEFORE_ORIGIN),
+                durable
+            );
         }
     }
 

@@ -984,9 +984,8 @@ impl<'a> Sequence<'a> {
             eprintln!("{TEST}: {}: {e}; sequence cut", step.label);
             return Ok(false);
         }
-        // The script reads the clock (`PTTL`, `SET .. PX`) between its `TIME` and the
-        // reading after the reply, later than its `TIME` if the server was descheduled.
-        let now_us = script_time(&reply).unwrap_or(before.midpoint(after));
+        // The script reads the clock (`PTTL`, `SET .. PX`) between the two readings.
+        let now_us = before.midpoint(after);
         let uncertainty = now_us
             .saturating_sub(before)
             .max(after.saturating_sub(now_us));
@@ -1270,15 +1269,6 @@ fn reads(step: &Step, key: &str) -> bool {
         .is_none_or(|names| names.iter().any(|n| key.contains(n)))
 }
 
-/// The server time the script read first (`TIME`), when the reply carries it.
-/// (`inspect.lua` reads it last, in milliseconds: not used.)
-fn script_time(reply: &Result<Reply, MasterError>) -> Option<u64> {
-    match reply {
-        Ok(reply) => reply.epoch().map(|e| e.now_us).filter(|t| *t > 0),
-        Err(_) => None,
-    }
-}
-
 /// The id of an epoch record `<id>:<created µs>`.
 fn epoch_id(epoch: &str) -> &str {
     epoch.rsplit_once(':').map_or(epoch, |(id, _)| id)
@@ -1454,7 +1444,6 @@ fn normalise(reply: &Result<Reply, String>) -> Normalised {
     let millis = |d: Option<Duration>| d.map(|d| u64::try_from(d.as_millis()).unwrap());
     let mut ttls = Vec::new();
     let epoch = |e: &mut master::EpochReport| {
-        e.now_us = 0;
         e.record = e.record.take().map(|r| epoch_id(&r).to_owned());
     };
     match &mut reply {

@@ -139,6 +139,23 @@ async fn a_busy_lock_counts_a_contended_acquire_and_each_masters_answer() {
     // without a round to count.
     let contender = second_client(&cluster);
     let lease = client.acquire(&key).await.unwrap();
+    // The round was decided by a quorum: the last master's grant may still be on its way,
+    // and a loaded master may read the contender's request first. Every master answers
+    // the lease's acquire before the contender asks.
+    wait_until(
+        Duration::from_secs(5),
+        "the lease granted on every master",
+        || {
+            let capture = capture.clone();
+            async move {
+                capture.counter(
+                    "redquorum_master_requests_total",
+                    &[("op", "acquire"), ("outcome", "granted")],
+                ) == 3
+            }
+        },
+    )
+    .await;
     let err = contender.try_acquire(&key).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
     let left = lease.remaining();

@@ -178,6 +178,13 @@ impl Quarantine {
         true
     }
 
+    /// Whether `record` (`"<id>:<created_us>"`) is the epoch this client knows.
+    pub(crate) fn knows(&self, record: &str) -> bool {
+        record
+            .rsplit_once(':')
+            .is_some_and(|(id, _)| self.epoch.as_deref() == Some(id))
+    }
+
     /// Whether the master votes at `now`.
     pub(crate) fn standing(&self, now: Instant) -> Standing {
         if self.misconfigured {
@@ -355,6 +362,17 @@ mod tests {
         assert!(q.observed(&flushed, later));
         assert_eq!(q.standing(later), Standing::Abstains(later + 10 * S));
         assert_eq!(q.standing(later + 10 * S), Standing::Counted);
+    }
+
+    #[test]
+    fn a_known_epoch_is_told_from_its_record() {
+        let mut q = Quarantine::new(10 * S);
+        assert!(!q.knows("e:1"), "no epoch known yet");
+        q.connected(&vitals(500, 500, false), Instant::now());
+        assert!(q.knows("e:1"));
+        assert!(q.knows("e:999"), "the id is what counts");
+        assert!(!q.knows("f:1"));
+        assert!(!q.knows("e"), "not a record");
     }
 
     #[test]

@@ -81,9 +81,12 @@ pub(super) async fn send(
     let answer = match request {
         scripts::Request::Script(call) => {
             // `EVALSHA` built straight from the keys and arguments: one copy of them, where
-            // a `ScriptInvocation` makes two more on every request.
-            let mut evalsha = redis::cmd("EVALSHA");
+            // a `ScriptInvocation` makes two more on every request; sized at once.
+            let count = call.keys.len() + call.args.len();
+            let bytes: usize = call.keys.iter().chain(&call.args).map(String::len).sum();
+            let mut evalsha = redis::Cmd::with_capacity(count + 3, bytes + 64);
             evalsha
+                .arg("EVALSHA")
                 .arg(call.script.get_hash())
                 .arg(call.keys.len())
                 .arg(&call.keys)

@@ -165,10 +165,11 @@ pub(crate) struct Invocation {
 impl Invocation {
     /// `script`, with no keys or arguments yet.
     fn new(script: &'static Script) -> Self {
+        // Sized for the lock scripts' keys and arguments: one allocation each.
         Self {
             script,
-            keys: Vec::new(),
-            args: Vec::new(),
+            keys: Vec::with_capacity(8),
+            args: Vec::with_capacity(16),
             checks_record: false,
         }
     }
@@ -188,8 +189,8 @@ impl Invocation {
         .arg(ctx.fingerprint)
     }
 
-    fn key(mut self, key: impl ToString) -> Self {
-        self.keys.push(key.to_string());
+    fn key(mut self, key: impl Key) -> Self {
+        self.keys.push(key.into_key());
         self
     }
 
@@ -219,6 +220,35 @@ impl Invocation {
             .arg(&owner.host)
             .arg(owner.pid)
             .arg(&owner.label)
+    }
+}
+
+/// A script's key: a `String` built for it is moved in, a borrowed name copied once.
+trait Key {
+    fn into_key(self) -> String;
+}
+
+impl Key for String {
+    fn into_key(self) -> String {
+        self
+    }
+}
+
+impl Key for &str {
+    fn into_key(self) -> String {
+        self.to_owned()
+    }
+}
+
+impl Key for &String {
+    fn into_key(self) -> String {
+        self.clone()
+    }
+}
+
+impl Key for &std::sync::Arc<str> {
+    fn into_key(self) -> String {
+        self.to_string()
     }
 }
 

@@ -130,7 +130,7 @@ pub(crate) fn limit_mismatch(recorded: Option<&str>, ours: usize) -> MasterError
 fn counted(p: &PermitsOp, ctx: &Context<'_>) -> Request {
     let mut call = Invocation::with_preamble(&SEMAPHORE_COUNT_PER_MASTER, ctx, true);
     for key in counted_permits(&p.base, &p.value, p.wanted.len()) {
-        call = call.key(key);
+        call = call.key(&key);
     }
     call.arg(&p.value)
         .arg(millis(p.ttl))

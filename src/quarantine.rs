@@ -364,6 +364,26 @@ mod tests {
         assert_eq!(q.standing(later + 10 * S), Standing::Counted);
     }
 
+    // Checks I11 (a master that may have lost keys waits before it votes).
+    #[test]
+    fn an_epoch_first_met_in_a_reply_abstains_a_whole_window() {
+        let now = Instant::now();
+        // A lock script's reply carries no server time: the epoch's age is unknown, however
+        // old its creation stamp looks, so it may be younger than the window.
+        let unaged = Epoch::parse("e:1", None).unwrap();
+        let mut q = Quarantine::new(10 * S);
+        assert!(q.observed(&unaged, now));
+        assert_eq!(q.standing(now), Standing::Abstains(now + 10 * S));
+        // The vitals read later know the epoch is old: the quarantine begun stands.
+        assert!(!q.connected(&vitals(500, 500, false), now + S));
+        assert_eq!(q.standing(now + S), Standing::Abstains(now + 10 * S));
+        assert_eq!(q.standing(now + 10 * S), Standing::Counted);
+        // Only a known age beyond the window votes at once.
+        let mut aged = Quarantine::new(10 * S);
+        assert!(aged.observed(&vitals(500, 500, false).epoch, now));
+        assert_eq!(aged.standing(now), Standing::Counted);
+    }
+
     #[test]
     fn a_known_epoch_is_told_from_its_record() {
         let mut q = Quarantine::new(10 * S);

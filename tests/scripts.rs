@@ -1246,6 +1246,52 @@ async fn a_name_of_another_type_is_another_kind_to_every_mutex_script() {
     }
 }
 
+/// A `GET` of the lock key that fails for another reason than the key's type (here the
+/// user may not run `GET` on it) is that failure, never another kind: `acquire_queued.lua`
+/// and `enqueue.lua` read the key's type only after a `WRONGTYPE`.
+#[tokio::test]
+async fn a_get_failing_for_another_reason_is_an_error_not_another_kind() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut admin = raw(&server.url()).await;
+    // Every command but `GET`, which it may run only on the epoch records the preamble
+    // reads.
+    let () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "noget",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-get",
+            "(+get ~test:epoch:*)",
+        ])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let mut conn = raw(&format!("redis://noget:pw@127.0.0.1:{}", server.port())).await;
+    let keys = QueueKeys::new("get_refused");
+    let holder = holder_of(&unique_key("tag"));
+    let other = unique_key("get_refused_other");
+    let scripts = MutexScripts::new();
+    for (name, call, _) in scripts.calls(&keys, &holder, &other) {
+        if !matches!(name, "acquire_queued.lua" | "enqueue.lua") {
+            continue;
+        }
+        let answer: redis::RedisResult<Vec<redis::Value>> = call.invoke_async(&mut conn).await;
+        let err = match answer {
+            Ok(reply) => panic!("{name}: answered {reply:?}, not the refused GET"),
+            Err(err) => err,
+        };
+        assert!(
+            err.to_string()
+                .contains("The user executing the script can't"),
+            "{name}: {err}"
+        );
+    }
+}
+
 /// The scripts that take a name as a mutex, each with the place of its detail (the kind
 /// that holds the name) in its answer.
 struct MutexScripts {
@@ -2113,12 +2159,12 @@ fn script_hashes_are_pinned() {
         (
             "acquire_queued.lua",
             ACQUIRE_QUEUED,
-            "02964ee68450441d7cd040f36d1c8f7ee11e58d7",
+            "fadbf1e51e7c7194f185801eb6f4bbc9a7f9cc9d",
         ),
         (
             "enqueue.lua",
             ENQUEUE,
-            "917ec7565cb9eadf2e9ec49bdb5b920630de41df",
+            "68ca48db09d4fc11a3873eb4125fc0015d9ac097",
         ),
         (
             "dequeue.lua",

@@ -13,9 +13,13 @@
 --          holder's pttl, -3 granted or -2 free but queued behind a live waiter,
 --          detail or false, ticket counter (fair) or false}
 -- code: as `acquire.lua`'s
--- `GET` fails on a key of another type: only then is its `TYPE` read.
+-- `GET` fails on a key of another type: only then is its `TYPE` read. Any other failure
+-- (a user not allowed to read the key) is the script's error, not another kind.
 local current = redis.pcall('GET', KEYS[3])
 if type(current) == 'table' then
+  if not string.find(current.err, 'WRONGTYPE', 1, true) then
+    return current
+  end
   return {-3, epoch, false, -3, redis.call('TYPE', KEYS[3])['ok'], false}
 end
 local owned = redis.call('HGET', KEYS[5], 'kind')

@@ -16,9 +16,13 @@
 -- code: 1 registered, 0 the ticket counter is at or above the score (strict; nothing
 -- written), -3 the name holds another kind (detail: its kind; nothing written); or the
 -- preamble's -2
--- `GET` fails on a key of another type: only then is its `TYPE` read.
+-- `GET` fails on a key of another type: only then is its `TYPE` read. Any other failure
+-- (a user not allowed to read the key) is the script's error, not another kind.
 local current = redis.pcall('GET', KEYS[3])
 if type(current) == 'table' then
+  if not string.find(current.err, 'WRONGTYPE', 1, true) then
+    return current
+  end
   return {-3, epoch, false, 0, -2, redis.call('TYPE', KEYS[3])['ok']}
 end
 local owned = redis.call('HGET', KEYS[7], 'kind')

@@ -14,13 +14,11 @@
 //! more often.
 //!
 //! # Time
-//! The model runs at the server time at which the script ran: the `TIME` it read first,
-//! which every script that reports an epoch answers, else the middle of the interval
-//! between a `TIME` read just before the call and one just after it (on a second
-//! connection: the server serves the three in order). The step's *uncertainty* is the
-//! longer part of that interval on either side of the chosen instant: a script reads the
-//! clock again (`PTTL`, `SET .. PX`) later than its `TIME` when the server process is
-//! descheduled in between. Redis counts expiry in milliseconds, the model in
+//! The model runs at the middle of the interval between a `TIME` read just before the call
+//! and one just after it (on a second connection: the server serves the three in order);
+//! the scripts answer no server time. The step's *uncertainty* is the longer part of that
+//! interval on either side of the chosen instant: the script reads the clock (`PTTL`,
+//! `SET .. PX`) somewhere within it. Redis counts expiry in milliseconds, the model in
 //! microseconds, so near an expiry the two may disagree; hence:
 //! - before an operation, the test waits until no key it reads (a key whose name holds one
 //!   of the operation's lock names; a scan reads them all) expired less than [`GUARD`] ago
@@ -39,7 +37,6 @@
 //! such edges on purpose.
 //!
 //! # What is normalised, and why
-//! - The server time in replies: the model is given it, so it agrees by construction.
 //! - Epoch ids: the client draws a random id for each call. The model is given the id the
 //!   real master holds after the step, so what is compared is whether and when each side
 //!   starts an epoch: replies carry only the id, and the keyspaces compare the creation

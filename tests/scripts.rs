@@ -1200,12 +1200,7 @@ async fn a_name_held_by_a_reader_is_another_kind_to_every_mutex_script() {
     let scripts = MutexScripts::new();
     let other = unique_key("read_held_other");
     for (name, call, detail) in scripts.calls(&keys, &holder, &other) {
-        let reply: Vec<redis::Value> = call.invoke_async(&mut conn).await.unwrap();
-        assert_eq!(
-            (int(&reply[0]), text_at(&reply, detail)),
-            (-3, Some("rwlock".to_owned())),
-            "{name}: {reply:?}"
-        );
+        let reply = refused_as(&mut conn, (name, call, detail), "rwlock").await;
         assert_eq!(state(conn.clone()).await, before, "{name}");
         if name == "acquire_many.lua" {
             assert_eq!(reply[3], redis::Value::Array(vec![redis::Value::Int(1)]));
@@ -1230,12 +1225,7 @@ async fn a_name_of_another_type_is_another_kind_to_every_mutex_script() {
     let _: () = conn.zadd(&keys.queue, "w1", 1).await.unwrap();
     let scripts = MutexScripts::new();
     for (name, call, detail) in scripts.calls(&keys, &holder, &other) {
-        let reply: Vec<redis::Value> = call.invoke_async(&mut conn).await.unwrap();
-        assert_eq!(
-            (int(&reply[0]), text_at(&reply, detail)),
-            (-3, Some("hash".to_owned())),
-            "{name}: {reply:?}"
-        );
+        refused_as(&mut conn, (name, call, detail), "hash").await;
         let mut written: Vec<String> = conn.keys("*").await.unwrap();
         written.sort();
         let mut expected = vec![keys.key.clone(), keys.queue.clone(), keys.epoch.clone()];
@@ -1377,6 +1367,22 @@ impl MutexScripts {
             ("enqueue.lua", enqueue, 5),
         ]
     }
+}
+
+/// Runs one of [`MutexScripts::calls`] and checks that it answered -3 with `kind` (the
+/// kind that holds the name); returns the answer.
+async fn refused_as(
+    conn: &mut redis::aio::MultiplexedConnection,
+    (name, call, detail): (&str, redis::ScriptInvocation<'_>, usize),
+    kind: &str,
+) -> Vec<redis::Value> {
+    let reply: Vec<redis::Value> = call.invoke_async(conn).await.unwrap();
+    assert_eq!(
+        (int(&reply[0]), text_at(&reply, detail)),
+        (-3, Some(kind.to_owned())),
+        "{name}: {reply:?}"
+    );
+    reply
 }
 
 /// The integer `v` of a script's answer.

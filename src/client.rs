@@ -22,7 +22,7 @@ use crate::error::{Error, ErrorKind, MasterErrorKind};
 use crate::guard::Guarded;
 use crate::handed::HandedOn;
 use crate::held::Held;
-use crate::master::{Master, Op, RedisMaster, Reply};
+use crate::master::{Master, Op, Outgoing, RedisMaster, Reply};
 use crate::quorum;
 use crate::telemetry;
 use crate::wait::Notifier;
@@ -274,9 +274,13 @@ impl Redlock {
         strangers_allowed: bool,
     ) -> Result<(), Error> {
         let inner = &self.inner;
-        let answers =
-            futures::future::join_all(inner.masters.iter().map(|m| m.call(Arc::new(Op::Survey))))
-                .await;
+        let answers = futures::future::join_all(
+            inner
+                .masters
+                .iter()
+                .map(|m| m.call(Outgoing::new(Op::Survey))),
+        )
+        .await;
         let names: Vec<Arc<str>> = inner.masters.iter().map(|m| Arc::clone(m.name())).collect();
         let view = View::new(inner.terms(), names.clone());
         let mut without = Vec::new();

@@ -172,7 +172,7 @@ pub(crate) fn release_in_background(
     {
         return;
     }
-    let op = Arc::new(Op::release_keys(keys, value));
+    let op = Arc::new(Op::release_keys(keys, value, false));
     let need = targets.len();
     // The resources as traces name them: a long list by its first three and its count.
     let names: Vec<&str> = keys

@@ -26,7 +26,7 @@ use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use crate::error::{MasterError, MasterErrorKind, human};
-use crate::master::{Master, Op, Probe, Reply};
+use crate::master::{Master, Op, Outgoing, Probe, Reply};
 use crate::op::EpochReport;
 use crate::quarantine::{Epoch, Quarantine, Standing, Vitals};
 
@@ -187,17 +187,17 @@ impl Master for Guarded {
         self.inner.name()
     }
 
-    fn call(&self, op: Arc<Op>) -> BoxFuture<'static, Result<Reply, MasterError>> {
+    fn call(&self, sent: Arc<Outgoing>) -> BoxFuture<'static, Result<Reply, MasterError>> {
         let inner = Arc::clone(&self.inner);
         let shared = Arc::clone(&self.shared);
         // Made now, not at the first poll: the call takes its place in the master's order
         // when it is made (docs/design.md §2, I20).
-        let call = inner.call(Arc::clone(&op));
+        let call = inner.call(Arc::clone(&sent));
         async move {
             let reply = call.await;
             let now = Instant::now();
             shared.take_vitals(inner.vitals(), now);
-            shared.judge(&op, reply?, now)
+            shared.judge(sent.op(), reply?, now)
         }
         .boxed()
     }

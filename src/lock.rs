@@ -189,7 +189,7 @@ mod tests {
 
         fn call(
             &self,
-            op: Arc<Op>,
+            sent: Arc<crate::master::Outgoing>,
         ) -> futures::future::BoxFuture<
             'static,
             Result<crate::master::Reply, crate::error::MasterError>,
@@ -198,7 +198,7 @@ mod tests {
             let epoch = EpochReport {
                 record: Some("e:1".to_owned()),
             };
-            let reply = match &*op {
+            let reply = match &**sent.op() {
                 Op::AcquireChecked { .. } => Ok(Reply::Checked {
                     granted: true,
                     epoch,

@@ -150,10 +150,15 @@ pub(crate) enum Op {
     /// Compare-and-delete, then hand-off to the live head of the key's waiter queue
     /// (setting the key to the waiter's id with the waiter's TTL, and notifying it alone)
     /// or, with no live waiter, the release notice on `channel`; see `release.lua`.
+    ///
+    /// `plain`: `value` is a plain lock's lease value, which has no owner record and is
+    /// never a waiter's id, so the script skips both (`false` for every other value: a
+    /// writer's, a permit's, a clean-up's, an operator's).
     Release {
         key: Arc<str>,
         value: Arc<str>,
         channel: Arc<str>,
+        plain: bool,
     },
     /// Compare-and-delete of every key of a lease over several keys, each key's release
     /// notice on its channel (`channels`, in the order of `keys`), see `release_many.lua`.
@@ -204,20 +209,23 @@ pub(crate) enum Op {
 }
 
 impl Op {
-    /// The release of `value` under `key`, with its notice on `channel`.
-    pub(crate) fn release(key: &Arc<str>, value: &Arc<str>, channel: &Arc<str>) -> Op {
+    /// The release of `value` under `key`, with its notice on `channel`; `plain` for a
+    /// plain lock's lease value ([`Op::Release`]).
+    pub(crate) fn release(key: &Arc<str>, value: &Arc<str>, channel: &Arc<str>, plain: bool) -> Op {
         Op::Release {
             key: Arc::clone(key),
             value: Arc::clone(value),
             channel: Arc::clone(channel),
+            plain,
         }
     }
 
     /// The release of `value` under every key of `keys` (key, channel): the single-key
-    /// release ([`Op::release`]) for one key, [`Op::ReleaseMany`] for several.
-    pub(crate) fn release_keys(keys: &[(Arc<str>, Arc<str>)], value: &Arc<str>) -> Op {
+    /// release ([`Op::release`], `plain` for a plain lock's lease value) for one key,
+    /// [`Op::ReleaseMany`] for several.
+    pub(crate) fn release_keys(keys: &[(Arc<str>, Arc<str>)], value: &Arc<str>, plain: bool) -> Op {
         match keys {
-            [(key, channel)] => Op::release(key, value, channel),
+            [(key, channel)] => Op::release(key, value, channel, plain),
             keys => Op::ReleaseMany {
                 keys: keys.iter().map(|(k, _)| Arc::clone(k)).collect(),
                 value: Arc::clone(value),

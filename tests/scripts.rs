@@ -4,6 +4,9 @@
 
 mod support;
 
+use std::collections::BTreeMap;
+
+use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, Script};
 use support::*;
 
@@ -331,6 +334,110 @@ async fn release_contract() {
     let queued: bool = conn.exists(&queue).await.unwrap();
     assert!(!queued, "the dead waiter is pruned");
     assert_eq!(notice().await, (channel.clone(), key.clone()));
+}
+
+/// The calls each command had on the server behind `conn` since its statistics were reset,
+/// leaving out the scripting and statistics commands themselves.
+async fn commands_called(conn: &mut MultiplexedConnection) -> BTreeMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|line| line.strip_prefix("cmdstat_"))
+        .filter_map(|line| {
+            let (name, stats) = line.split_once(':')?;
+            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
+            Some((name.to_owned(), calls.parse().ok()?))
+        })
+        .filter(|(name, _)| {
+            !matches!(
+                name.as_str(),
+                "evalsha" | "eval" | "script|load" | "info" | "config|resetstat"
+            )
+        })
+        .collect()
+}
+
+/// A plain lock's lease (`ARGV[4]` '1') is released by what its mechanism needs and no
+/// more: compare-and-delete, the queue's `EXISTS` and the notice without a queue; with one,
+/// the hand-off, but neither the owner record (a lock keeps none) nor the removal of a
+/// waiter's id (a lease value is none). The same release without the flag (an operator's
+/// force-unlock of a value it read) reads the owner record.
+#[tokio::test]
+async fn a_plain_locks_release_runs_only_its_mechanism() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let script = Script::new(RELEASE);
+    let key = unique_key("plain_release");
+    let queue = format!("redquorum:queue:{key}");
+    let waiters = format!("redquorum:waiter:{key}:");
+    let release = |plain: &str| {
+        let mut call = script.key(&key);
+        call.key(&queue)
+            .key(format!("redquorum:owner:{key}"))
+            .key(format!("redquorum:ticket:{key}"))
+            .arg("mine")
+            .arg(format!("redquorum:released:{key}"))
+            .arg(&waiters)
+            .arg(plain);
+        call
+    };
+    let _: () = release("1")
+        .load_async(&mut conn)
+        .await
+        .map(|_| ())
+        .unwrap();
+    let counts = |pairs: &[(&str, u64)]| -> BTreeMap<String, u64> {
+        pairs.iter().map(|(n, c)| ((*n).to_owned(), *c)).collect()
+    };
+
+    let _: () = conn.pset_ex(&key, "mine", 10_000).await.unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let r: i64 = release("1").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(r, 1);
+    assert_eq!(
+        commands_called(&mut conn).await,
+        counts(&[("get", 1), ("del", 1), ("exists", 1), ("publish", 1)])
+    );
+
+    // With a live waiter queued: handed on, and still no owner record read nor waiter
+    // removed for the released value.
+    let _: () = conn.pset_ex(&key, "mine", 10_000).await.unwrap();
+    let _: () = conn.zadd(&queue, "w1", 1).await.unwrap();
+    let _: () = conn
+        .pset_ex(format!("{waiters}w1"), "5000 redquorum:handoff:c1", 5000)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let (code, _ticket): (i64, String) = release("1").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(code, 1);
+    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("w1"));
+    let called = commands_called(&mut conn).await;
+    for skipped in ["type", "hget", "zrem"] {
+        assert!(!called.contains_key(skipped), "{skipped} in {called:?}");
+    }
+
+    // Without the flag the owner record is read.
+    let _: () = conn.del(&[&key, &queue]).await.unwrap();
+    let _: () = conn.pset_ex(&key, "mine", 10_000).await.unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let r: i64 = release("0").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(r, 1);
+    assert_eq!(commands_called(&mut conn).await.get("type"), Some(&1));
 }
 
 type Extended = (i64, Option<String>, Option<String>);
@@ -2085,7 +2192,7 @@ fn script_hashes_are_pinned() {
         (
             "release.lua",
             RELEASE,
-            "026f9422ad63a50b54c68ee095f407e3245be245",
+            "57df03b0c937268c5f8ce4d9888f9b899b6524da",
         ),
         (
             "extend.lua",

@@ -102,8 +102,8 @@ fn acquire_script(key: &str) -> redis::ScriptInvocation<'static> {
 
 /// `release.lua` of `key` holding the raw value, as the library sends it: the lock key, its
 /// waiter queue (none here: the release notice is published), its owner record (none: a
-/// lock keeps none) and its ticket counter, then the value, the notice's channel and the prefix of the
-/// waiters' liveness keys.
+/// lock keeps none) and its ticket counter, then the value, the notice's channel, the
+/// prefix of the waiters' liveness keys and the mark of a plain lock's lease value.
 fn release_script(key: &str) -> redis::ScriptInvocation<'static> {
     let mut call = RELEASE.key(key);
     call.key(format!("redquorum:queue:{key}"))
@@ -111,7 +111,8 @@ fn release_script(key: &str) -> redis::ScriptInvocation<'static> {
         .key(format!("redquorum:ticket:{key}"))
         .arg(RAW_VALUE)
         .arg(format!("redquorum:released:{key}"))
-        .arg(format!("redquorum:waiter:{key}:"));
+        .arg(format!("redquorum:waiter:{key}:"))
+        .arg("1");
     call
 }
 

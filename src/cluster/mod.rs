@@ -469,6 +469,14 @@ impl View {
             .unwrap_or_default()
     }
 
+    /// Whether `fingerprint` is the one [`fingerprint`](Self::fingerprint) gives now.
+    pub(crate) fn has_fingerprint(&self, fingerprint: &str) -> bool {
+        match &self.lock().adopted {
+            Some(record) => record.fingerprint == fingerprint,
+            None => fingerprint.is_empty(),
+        }
+    }
+
     /// The record this client adopted, if any.
     pub(crate) fn adopted(&self) -> Option<Record> {
         self.lock().adopted.clone()

@@ -86,7 +86,8 @@ impl LeaseShared {
             .iter()
             .map(|k| (Arc::clone(&k.key), Arc::clone(&k.channel)))
             .collect();
-        Op::release_keys(&keys, &self.value)
+        // A plain lock's lease value has no owner record and is no waiter's id.
+        Op::release_keys(&keys, &self.value, self.mode == LeaseMode::Exclusive)
     }
 
     /// One extension round; see [`LeaseHandle::extend_with`].

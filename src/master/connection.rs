@@ -10,7 +10,7 @@ use redis::aio::MultiplexedConnection;
 use tokio::sync::{oneshot, watch};
 
 use super::Shared;
-use super::request::send;
+use super::request::Built;
 use super::vitals::{read_cluster, read_record, read_vitals};
 use crate::backoff::Doubling;
 use crate::cluster::{Admission, Record};
@@ -294,7 +294,7 @@ impl Shared {
                     "master lost its cluster record (and its data): writing it again; it \
                      votes after its restart quarantine and no longer counts for fencing"
                 );
-                let answer = send(conn, &scripts::stamp(&record, None)).await?;
+                let answer = Built::new(scripts::stamp(&record, None)).send(conn).await?;
                 scripts::stamped(answer).map(|_| ())
             }
             refused => {

@@ -30,7 +30,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -52,7 +52,7 @@ mod vitals;
 use connection::{Connecting, Eviction, State};
 use order::Order;
 pub(crate) use probe::Probe;
-use request::{load_scripts, run};
+use request::{Built, load_scripts, new_epoch_id, run};
 use vitals::read_eviction;
 
 #[cfg(test)]
@@ -61,19 +61,74 @@ pub(crate) use crate::op::{
     FenceOutcome, FenceRead, Inspected, Op, PermitsOp, Reply, RwMode, StampOutcome,
 };
 
+/// One op as it goes out to the masters of a round (or to one master): the op, and what
+/// every master's request shares, made once for all of them.
+#[derive(Debug)]
+pub(crate) struct Outgoing {
+    op: Arc<Op>,
+    /// An id for a data epoch that the op's requests may start (§7), drawn when the first
+    /// request is built: fresh for every round, and the same on each of its masters. Each
+    /// master's quarantine is its own, so the id need only be new to that master.
+    epoch_id: OnceLock<String>,
+    /// The request the op's codec built for the first master that sent it, with the
+    /// cluster fingerprint it carries: the other masters send it again while the client's
+    /// fingerprint is the same.
+    built: OnceLock<(String, Arc<Built>)>,
+}
+
+impl Outgoing {
+    /// `op`, about to be sent.
+    pub(crate) fn new(op: impl Into<Arc<Op>>) -> Arc<Self> {
+        Arc::new(Self {
+            op: op.into(),
+            epoch_id: OnceLock::new(),
+            built: OnceLock::new(),
+        })
+    }
+
+    /// The op.
+    pub(crate) fn op(&self) -> &Arc<Op> {
+        &self.op
+    }
+
+    fn epoch_id(&self) -> &str {
+        self.epoch_id.get_or_init(new_epoch_id)
+    }
+
+    /// The request for a client whose view of its cluster is `view`: the one built for an
+    /// earlier master of this round while the view's fingerprint is the one it carries,
+    /// else what `build` makes of the fingerprint the view holds now.
+    fn request(
+        &self,
+        view: &View,
+        build: impl FnOnce(&str) -> Result<Built, MasterError>,
+    ) -> Result<Arc<Built>, MasterError> {
+        if let Some((fingerprint, built)) = self.built.get()
+            && view.has_fingerprint(fingerprint)
+        {
+            return Ok(Arc::clone(built));
+        }
+        let fingerprint = view.fingerprint();
+        let built = Arc::new(build(&fingerprint)?);
+        // Another master may have built it meanwhile: either is right.
+        let _ = self.built.set((fingerprint, Arc::clone(&built)));
+        Ok(built)
+    }
+}
+
 /// One master, as the quorum round sees it.
 pub(crate) trait Master: Send + Sync + fmt::Debug {
     /// The master's address, password redacted.
     fn name(&self) -> &Arc<str>;
 
-    /// Runs `op` on this master. The call takes its place in the master's order when it
+    /// Runs `sent`'s op on this master. The call takes its place in the master's order when it
     /// is made, not when its future is first polled (docs/design.md §2): implementations
     /// that wrap another master make the inner call at once. The returned future owns
     /// everything it needs, so a round can hand it to a background task once the round is
     /// decided; it finishes within the node timeout, plus, before its request leaves, at
     /// most the connect timeout (first use) and its turn behind earlier calls (at most a
     /// connect and a node timeout).
-    fn call(&self, op: Arc<Op>) -> BoxFuture<'static, Result<Reply, MasterError>>;
+    fn call(&self, sent: Arc<Outgoing>) -> BoxFuture<'static, Result<Reply, MasterError>>;
 
     /// What the latest (re)connection read of the master, numbered by connection, when
     /// the master reads vitals (restart quarantine on).
@@ -193,7 +248,7 @@ impl Master for RedisMaster {
         &self.shared.name
     }
 
-    fn call(&self, op: Arc<Op>) -> BoxFuture<'static, Result<Reply, MasterError>> {
+    fn call(&self, sent: Arc<Outgoing>) -> BoxFuture<'static, Result<Reply, MasterError>> {
         let shared = Arc::clone(&self.shared);
         // Its place in this master's order, taken now: a clean-up made after this call
         // writes its request after this one, even while the first connection is still
@@ -214,6 +269,7 @@ impl Master for RedisMaster {
             // never votes for it (docs/design.md §11), and is not asked to lock. Its record
             // is read again first (one round trip, within the node timeout): it may have
             // been re-admitted, or the configuration fixed, since.
+            let op = sent.op();
             if !op.is_unguarded() && shared.view.refused(shared.index).is_some() {
                 Box::pin(shared.recheck(conn.clone())).await?;
             }
@@ -246,7 +302,7 @@ impl Master for RedisMaster {
                 let (eviction, loaded, reply) = futures::future::join3(
                     futures::future::OptionFuture::from(eviction),
                     futures::future::OptionFuture::from(preload),
-                    run(&op, &mut conn, &shared),
+                    run(&sent, &mut conn, &shared),
                 )
                 .await;
                 if let Some(Err(_)) = loaded {

@@ -4,20 +4,21 @@
 
 use redis::aio::MultiplexedConnection;
 
-use super::Shared;
 use super::vitals::read_cluster;
+use super::{Outgoing, Shared};
 use crate::error::{MasterError, MasterErrorKind};
 use crate::op::{Op, Reply};
 use crate::quarantine::Epoch;
 use crate::scripts;
 
-/// Sends `op` on `conn` and reads the answer: the master's own reads for a survey and a
-/// scan, else the request its script family's codec builds ([`invoke`]).
+/// Sends `sent`'s op on `conn` and reads the answer: the master's own reads for a survey
+/// and a scan, else the request its script family's codec builds ([`invoke`]).
 pub(super) async fn run(
-    op: &Op,
+    sent: &Outgoing,
     conn: &mut MultiplexedConnection,
     shared: &Shared,
 ) -> Result<Reply, MasterError> {
+    let op = &**sent.op();
     // Met before this client knew its cluster, and without a record then: read it again
     // before it votes (it may be a member, or a stranger that never votes).
     if !op.is_unguarded() && shared.view.stale(shared.index) {
@@ -29,20 +30,22 @@ pub(super) async fn run(
     match op {
         Op::Survey => survey(conn, shared).await,
         Op::Scan { cursor, rw } => scan(conn, shared, *cursor, *rw).await,
-        op => invoke(op, conn, shared).await,
+        _ => invoke(sent, conn, shared).await,
     }
 }
 
-/// Sends the request that `op`'s codec builds around the cluster fingerprint this client
-/// knows, and reads the answer. A script that finds another record than the one sent
-/// (or none) refuses (`-2`): the record is read again (`record_changed`), and when this
-/// client adopts it (written after it connected, by `init_cluster`), the request is sent
-/// again, once, now carrying it.
+/// Sends the request that `sent`'s codec builds around the cluster fingerprint this client
+/// knows (built once for every master of the round, [`Outgoing`]), and reads the answer. A
+/// script that finds another record than the one sent (or none) refuses (`-2`): the record
+/// is read again (`record_changed`), and when this client adopts it (written after it
+/// connected, by `init_cluster`), the request is built again, now carrying it, and sent
+/// again, once.
 async fn invoke(
-    op: &Op,
+    sent: &Outgoing,
     conn: &mut MultiplexedConnection,
     shared: &Shared,
 ) -> Result<Reply, MasterError> {
+    let op = &**sent.op();
     let codec = scripts::codec(op).ok_or_else(|| {
         MasterError::new(
             MasterErrorKind::Other,
@@ -51,17 +54,17 @@ async fn invoke(
     })?;
     let mut learnt = false;
     loop {
-        let fingerprint = shared.view.fingerprint();
-        let epoch_id = new_epoch_id();
-        let context = scripts::Context {
-            record_key: &shared.record_key,
-            view: &shared.view,
-            fingerprint: &fingerprint,
-            epoch_id: &epoch_id,
-        };
-        let request = codec.encode(op, &context)?;
-        let answer = send(conn, &request).await?;
-        if !request.record_differs(&answer) {
+        let built = sent.request(&shared.view, |fingerprint| {
+            let context = scripts::Context {
+                record_key: &shared.record_key,
+                view: &shared.view,
+                fingerprint,
+                epoch_id: sent.epoch_id(),
+            };
+            codec.encode(op, &context).map(Built::new)
+        })?;
+        let answer = built.send(conn).await?;
+        if !built.request.record_differs(&answer) {
             return codec.decode(op, answer);
         }
         if learnt {
@@ -72,42 +75,74 @@ async fn invoke(
     }
 }
 
-/// Sends `request` on `conn`: a script with `EVALSHA`, loaded and sent again if the master
-/// answers `NOSCRIPT` (it restarted, or its script cache was flushed), or a command.
-pub(super) async fn send(
-    conn: &mut MultiplexedConnection,
-    request: &scripts::Request,
-) -> Result<redis::Value, MasterError> {
-    let answer = match request {
-        scripts::Request::Script(call) => {
-            // `EVALSHA` built straight from the keys and arguments: one copy of them, where
-            // a `ScriptInvocation` makes two more on every request; sized at once.
-            let count = call.keys.len() + call.args.len();
-            let bytes: usize = call.keys.iter().chain(&call.args).map(String::len).sum();
-            let mut evalsha = redis::Cmd::with_capacity(count + 3, bytes + 64);
-            evalsha
-                .arg("EVALSHA")
-                .arg(call.script.get_hash())
-                .arg(call.keys.len())
-                .arg(&call.keys)
-                .arg(&call.args);
-            match evalsha.query_async(conn).await {
-                Err(e)
-                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                {
-                    // The rare path (restarted or flushed since the connection loaded the
-                    // scripts): load the script, then run it again.
-                    match call.script.load_async(conn).await {
-                        Ok(_) => evalsha.query_async(conn).await,
-                        Err(e) => Err(e),
+/// A codec's request, ready to send: a script's `EVALSHA` is built once, and sent as it is
+/// to every master of a round.
+#[derive(Debug)]
+pub(super) struct Built {
+    request: scripts::Request,
+    evalsha: Option<redis::Cmd>,
+}
+
+impl Built {
+    pub(super) fn new(request: scripts::Request) -> Self {
+        let evalsha = match &request {
+            scripts::Request::Script(call) => Some(evalsha(call)),
+            scripts::Request::Command(_) => None,
+        };
+        Self { request, evalsha }
+    }
+
+    /// Sends the request on `conn`: a script with `EVALSHA`, loaded and sent again if the
+    /// master answers `NOSCRIPT` (it restarted, or its script cache was flushed), or a
+    /// command.
+    pub(super) async fn send(
+        &self,
+        conn: &mut MultiplexedConnection,
+    ) -> Result<redis::Value, MasterError> {
+        let answer = match &self.request {
+            scripts::Request::Script(call) => {
+                let built;
+                let evalsha = match &self.evalsha {
+                    Some(evalsha) => evalsha,
+                    None => {
+                        built = evalsha(call);
+                        &built
                     }
+                };
+                match evalsha.query_async(conn).await {
+                    Err(e)
+                        if e.kind()
+                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                    {
+                        // The rare path (restarted or flushed since the connection loaded
+                        // the scripts): load the script, then run it again.
+                        match call.script.load_async(conn).await {
+                            Ok(_) => evalsha.query_async(conn).await,
+                            Err(e) => Err(e),
+                        }
+                    }
+                    answer => answer,
                 }
-                answer => answer,
             }
-        }
-        scripts::Request::Command(command) => command.query_async(conn).await,
-    };
-    answer.map_err(MasterError::from_redis)
+            scripts::Request::Command(command) => command.query_async(conn).await,
+        };
+        answer.map_err(MasterError::from_redis)
+    }
+}
+
+/// `EVALSHA` built straight from a script's keys and arguments: one copy of them, where a
+/// `ScriptInvocation` makes two more; sized at once.
+fn evalsha(call: &scripts::Invocation) -> redis::Cmd {
+    let count = call.keys.len() + call.args.len();
+    let bytes: usize = call.keys.iter().chain(&call.args).map(String::len).sum();
+    let mut evalsha = redis::Cmd::with_capacity(count + 3, bytes + 64);
+    evalsha
+        .arg("EVALSHA")
+        .arg(call.script.get_hash())
+        .arg(call.keys.len())
+        .arg(&call.keys)
+        .arg(&call.args);
+    evalsha
 }
 
 /// A script refused this client's fingerprint again, right after the client adopted the

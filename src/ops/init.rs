@@ -9,7 +9,7 @@ use futures::future::join_all;
 use crate::client::Redlock;
 use crate::cluster::{self, Admission, Record, View};
 use crate::error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
-use crate::master::{Master, Op, Reply, StampOutcome};
+use crate::master::{Master, Op, Outgoing, Reply, StampOutcome};
 #[cfg(redquorum_mutants)]
 use crate::mutants::Mutant;
 
@@ -380,7 +380,12 @@ impl Redlock {
             .zip(ops)
             .filter_map(|(m, op)| op.map(|op| (Arc::clone(m), Arc::new(op))))
             .collect();
-        let written = join_all(masters.iter().map(|(m, op)| m.call(Arc::clone(op)))).await;
+        let written = join_all(
+            masters
+                .iter()
+                .map(|(m, op)| m.call(Outgoing::new(Arc::clone(op)))),
+        )
+        .await;
         let mut problems = Vec::new();
         for ((master, _), answer) in masters.iter().zip(&written) {
             match answer {
@@ -445,7 +450,8 @@ async fn scan_one(m: &Arc<dyn Master>, rw: bool, deadline: tokio::time::Instant)
         let mut cursor = 0;
         // Bounded by the budget; the count bounds it too, whatever the master answers.
         for _ in 0..1_000_000u32 {
-            let step = tokio::time::timeout_at(deadline, m.call(Arc::new(Op::Scan { cursor, rw })));
+            let step =
+                tokio::time::timeout_at(deadline, m.call(Outgoing::new(Op::Scan { cursor, rw })));
             match step.await {
                 Err(_) => {
                     return Holding::Unknown(format!(
@@ -475,7 +481,7 @@ async fn ask_all(
         masters
             .iter()
             .enumerate()
-            .map(|(i, m)| m.call(Arc::new(op(i)))),
+            .map(|(i, m)| m.call(Outgoing::new(op(i)))),
     )
     .await
 }

@@ -15,7 +15,7 @@ use futures::future::join_all;
 use crate::client::Redlock;
 use crate::core::Inner;
 use crate::error::{MasterError, MasterErrorKind, human};
-use crate::master::{Op, Reply};
+use crate::master::{Op, Outgoing, Reply};
 
 mod health;
 mod init;
@@ -36,8 +36,9 @@ pub use unlock::UnlockReport;
 async fn ask_all(inner: &Inner, op: &Arc<Op>) -> Vec<Result<Reply, MasterError>> {
     let config = &inner.config;
     let bound = config.call_bound();
+    let sent = Outgoing::new(Arc::clone(op));
     join_all(inner.masters.iter().map(|m| {
-        let call = m.call(Arc::clone(op));
+        let call = m.call(Arc::clone(&sent));
         async move {
             match tokio::time::timeout(bound, call).await {
                 Ok(answer) => answer,

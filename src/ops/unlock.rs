@@ -181,6 +181,8 @@ impl Redlock {
             channel: scripts::release_channel(&key).into(),
             key,
             value: value.into(),
+            // A value an operator read may be a writer's, a permit's or a waiter's id.
+            plain: false,
         };
         self.unlock(resource, op).await
     }

@@ -28,7 +28,7 @@ use tokio_util::task::TaskTracker;
 use tracing::field::Empty;
 
 use crate::error::{MasterError, MasterOutcome, MasterReport};
-use crate::master::{FenceOutcome, Master, Op, Reply};
+use crate::master::{FenceOutcome, Master, Op, Outgoing, Reply};
 use crate::telemetry;
 pub(crate) use tally::{Decision, Tally, Vote, quorum};
 
@@ -264,12 +264,13 @@ pub(crate) async fn run(
         failed = Empty,
         elapsed_us = Empty,
     );
+    let sent = Outgoing::new(Arc::clone(&op));
     let t0 = Instant::now();
     let mut in_flight: FuturesUnordered<_> = masters
         .iter()
         .enumerate()
         .map(|(i, master)| {
-            let call = master.call(Arc::clone(&op));
+            let call = master.call(Arc::clone(&sent));
             async move { (i, call.await) }
         })
         .collect();

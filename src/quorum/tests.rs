@@ -36,7 +36,7 @@ impl Master for Fake {
 
     fn call(
         &self,
-        _op: Arc<Op>,
+        _op: Arc<Outgoing>,
     ) -> futures::future::BoxFuture<'static, Result<Reply, MasterError>> {
         let gate = self.gate;
         let finished = Arc::clone(&self.finished);
@@ -160,6 +160,7 @@ async fn release_counts_any_answer_as_cleared() {
         key: "k".into(),
         value: "v".into(),
         channel: "c".into(),
+        plain: false,
     });
     let round = run(&masters, op, 2, "r", Bounds::default()).await;
     assert_eq!(round.decision, Decision::Reached);
@@ -193,8 +194,11 @@ impl Master for Disowned {
         self.0.name()
     }
 
-    fn call(&self, op: Arc<Op>) -> futures::future::BoxFuture<'static, Result<Reply, MasterError>> {
-        self.0.call(op)
+    fn call(
+        &self,
+        sent: Arc<Outgoing>,
+    ) -> futures::future::BoxFuture<'static, Result<Reply, MasterError>> {
+        self.0.call(sent)
     }
 
     fn disowned(&self) -> Option<MasterError> {
@@ -239,6 +243,7 @@ async fn a_disowned_grant_is_taken_back_before_the_decision() {
         key: "k".into(),
         value: "v".into(),
         channel: "c".into(),
+        plain: false,
     });
     let round = run(&masters, release, 2, "r", Bounds::default()).await;
     assert_eq!(round.decision, Decision::Reached);

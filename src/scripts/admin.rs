@@ -61,7 +61,11 @@ impl Codec for Admin {
             Op::Unclaim { token } => {
                 // Compare-and-delete of the claim, as a lease's release.
                 let key = claim_key(ctx.prefix());
-                super::lock::release_of(&super::lock::RELEASE, &key, token, &release_channel(&key))
+                super::lock::release_of(
+                    &super::lock::RELEASE,
+                    (&key, token, &release_channel(&key)),
+                    false,
+                )
             }
             Op::Inspect { key } => Invocation::new(&INSPECT)
                 .key(key)

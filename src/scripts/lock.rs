@@ -89,7 +89,8 @@ impl Codec for Lock {
                 key,
                 value,
                 channel,
-            } => release(ctx, key, value, channel),
+                plain,
+            } => release(ctx, (key, value, channel), *plain),
             other => return Err(misrouted("lock", other)),
         })
     }
@@ -252,7 +253,7 @@ pub(super) fn extended(script: &str, value: Value, epoch: bool) -> Result<Reply,
 
 /// `release.lua` (or a planted variant: a plain `DEL`, or a hand-off to a dead waiter)
 /// for [`Op::Release`].
-fn release(ctx: &Context<'_>, key: &str, value: &str, channel: &str) -> Request {
+fn release(ctx: &Context<'_>, (key, value, channel): (&str, &str, &str), plain: bool) -> Request {
     #[cfg(redquorum_mutants)]
     if ctx.planted().is(Mutant::PlainDelRelease) {
         let mut del = redis::cmd("DEL");
@@ -268,16 +269,15 @@ fn release(ctx: &Context<'_>, key: &str, value: &str, channel: &str) -> Request 
     );
     #[cfg(not(redquorum_mutants))]
     let _ = ctx;
-    release_of(script, key, value, channel)
+    release_of(script, (key, value, channel), plain)
 }
 
 /// `script` (`release.lua` or a variant) releasing `value` under `key`, with its notice on
-/// `channel`.
+/// `channel`; `plain` for a plain lock's lease value (no owner record, no waiter's id).
 pub(super) fn release_of(
     script: &'static Script,
-    key: &str,
-    value: &str,
-    channel: &str,
+    (key, value, channel): (&str, &str, &str),
+    plain: bool,
 ) -> Request {
     Invocation::new(script)
         .key(key)
@@ -287,6 +287,7 @@ pub(super) fn release_of(
         .arg(value)
         .arg(channel)
         .arg(waiter_prefix(key))
+        .arg(flag(plain))
         .done()
 }
 

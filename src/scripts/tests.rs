@@ -140,6 +140,7 @@ fn a_release_and_the_bootstrap_claim_check_no_fingerprint() {
         key: "k".into(),
         value: "v".into(),
         channel: "redquorum:released:k".into(),
+        plain: false,
     };
     let call = invocation(&release, &context());
     assert!(!call.checks_record);
@@ -154,8 +155,16 @@ fn a_release_and_the_bootstrap_claim_check_no_fingerprint() {
     );
     assert_eq!(
         call.args,
-        ["v", "redquorum:released:k", "redquorum:waiter:k:"]
+        ["v", "redquorum:released:k", "redquorum:waiter:k:", "0"]
     );
+    // A plain lock's lease value says so: it has no owner record and is no waiter's id.
+    let plain = Op::Release {
+        key: "k".into(),
+        value: "v".into(),
+        channel: "redquorum:released:k".into(),
+        plain: true,
+    };
+    assert_eq!(invocation(&plain, &context()).args[3], "1");
     // A release answers -2 never, but a value that looked like the refusal is a reply
     // (here, one the protocol does not define), not a changed record.
     let request = encode(&release, &context());
@@ -353,6 +362,7 @@ fn a_codec_given_another_family_s_op_says_so() {
         key: "k".into(),
         value: "v".into(),
         channel: "c".into(),
+        plain: false,
     };
     let Some(queue) = codec(&Op::Dequeue {
         key: "k".into(),
@@ -476,6 +486,7 @@ mod planted {
             key: "k".into(),
             value: "v".into(),
             channel: "c".into(),
+            plain: false,
         };
         let ctx = planting(Mutant::PlainDelRelease);
         let Request::Command(del) = encode(&release, &ctx) else {

@@ -27,7 +27,7 @@ use tokio_util::task::TaskTracker;
 use super::server::{Answer, Request, ScriptBugs, SimServer, Status};
 use crate::cluster::{Admission, Record, View};
 use crate::error::{MasterError, MasterErrorKind};
-use crate::master::{Master, Op, Reply};
+use crate::master::{Master, Op, Outgoing, Reply};
 use crate::quarantine::Vitals;
 
 /// How messages travel, for every link of a schedule.
@@ -413,8 +413,9 @@ impl Master for SimMaster {
         &self.inner.name
     }
 
-    fn call(&self, op: Arc<Op>) -> BoxFuture<'static, Result<Reply, MasterError>> {
+    fn call(&self, sent: Arc<Outgoing>) -> BoxFuture<'static, Result<Reply, MasterError>> {
         let inner = Arc::clone(&self.inner);
+        let op = Arc::clone(sent.op());
         Box::pin(async move { inner.exchange(op).await })
     }
 

@@ -434,6 +434,7 @@ impl Data {
         &mut self,
         key: &Arc<str>,
         value: &str,
+        plain: bool,
         now_us: u64,
         ignore_liveness: bool,
     ) -> Reply {
@@ -441,8 +442,11 @@ impl Data {
             Some(current) if *current == *value => {
                 self.locks.remove(&**key);
                 // A waiter's id released (an operator's force-unlock of a handed key)
-                // leaves the queue first; a lease value is never a member.
-                self.leave(key, &current, Registration::Dequeued, now_us);
+                // leaves the queue first; a plain lock's lease value is never a member,
+                // and its release skips the step.
+                if !plain {
+                    self.leave(key, &current, Registration::Dequeued, now_us);
+                }
                 match self.hand_off(key, now_us, ignore_liveness) {
                     Some(_) => Reply::HandedOn {
                         ticket: self.tickets.get(&**key).copied().unwrap_or(0),
@@ -1935,9 +1939,9 @@ fn apply(
                 Reply::Missing
             }
         }
-        Op::Release { key, value, .. } => {
-            data.release_handing_off(key, value, now_us, bugs.ignore_liveness)
-        }
+        Op::Release {
+            key, value, plain, ..
+        } => data.release_handing_off(key, value, *plain, now_us, bugs.ignore_liveness),
         // `HGETALL` of the record and a `SCAN` for a live lock key (fence counters, the
         // epoch and the record are the crate's records, not keys); `SimServer::execute`
         // adds the run_id of `INFO server`.
@@ -2378,6 +2382,7 @@ mod tests {
             key: "k".into(),
             value: v.into(),
             channel: "c".into(),
+            plain: false,
         };
         assert_eq!(apply(&mut d, &rel("b"), T0, id), Reply::HeldByOther);
         assert_eq!(apply(&mut d, &rel("a"), T0, id), Reply::Granted);
@@ -2575,7 +2580,7 @@ mod tests {
         let at = T0 + 35_000;
         // Handed on: answered with the ticket counter (B's score, 2).
         assert_eq!(
-            d.release_handing_off(&k, &v, at, false),
+            d.release_handing_off(&k, &v, false, at, false),
             Reply::HandedOn { ticket: 2 }
         );
         assert_eq!(d.live(&k, at).as_deref(), Some("B"));
@@ -2618,7 +2623,10 @@ mod tests {
         }
         // All dead: 256 pruned, 44 left for the next call, which finds none live.
         let at = T0 + 31_000;
-        assert_eq!(d.release_handing_off(&k, &v, at, false), Reply::Granted);
+        assert_eq!(
+            d.release_handing_off(&k, &v, false, at, false),
+            Reply::Granted
+        );
         assert_eq!(d.live(&k, at), None);
         assert_eq!(d.journal.pruned, 256);
         assert_eq!(d.queue(&k, at).map(|q| q.ordered.len()), Some(44));
@@ -2738,7 +2746,10 @@ mod tests {
         d.enqueue(&dead(enq(&k, &a, 1, true)), T0);
         d.enqueue(&dead(enq(&k, &b, 2, true)), T0 + 25_000);
         let at = T0 + 40_000;
-        assert_eq!(d.release_handing_off(&k, &v, at, true), Reply::Granted);
+        assert_eq!(
+            d.release_handing_off(&k, &v, false, at, true),
+            Reply::Granted
+        );
         assert_eq!(d.live(&k, at), None);
         let refresh = d.enqueue(&dead(enq(&k, &b, 2, false)), at);
         assert!(!refresh.handed, "B never heads");

@@ -2,7 +2,7 @@ use super::*;
 
 use futures::future::BoxFuture;
 
-use crate::master::{Op, Reply};
+use crate::master::{Outgoing, Reply};
 use crate::ops::report::{Facts, Finding};
 
 const MS: Duration = Duration::from_millis(1);
@@ -437,7 +437,7 @@ impl Master for Fake {
         &self.name
     }
 
-    fn call(&self, _: Arc<Op>) -> BoxFuture<'static, Result<Reply, MasterError>> {
+    fn call(&self, _: Arc<Outgoing>) -> BoxFuture<'static, Result<Reply, MasterError>> {
         Box::pin(futures::future::pending())
     }
 

@@ -79,7 +79,7 @@ use crate::Redlock;
 use crate::cluster::{self, Owner, Record, View};
 use crate::config::{Builder, Config};
 use crate::error::{MasterError, MasterErrorKind};
-use crate::master::{self, FenceRead, Master, Op, PermitsOp, RedisMaster, Reply, RwMode};
+use crate::master::{self, FenceRead, Master, Op, Outgoing, PermitsOp, RedisMaster, Reply, RwMode};
 use crate::scripts;
 use crate::sim::server::{self, Answer, Data, ScriptBugs};
 use redquorum_testkit::{Server, ServerOptions};
@@ -309,7 +309,7 @@ async fn a_fair_confirm_queued_behind_another_head_has_no_holder_ttl() {
         Step::op(
             "release",
             format!("release {key} val0"),
-            release(&[key.into()], "val0", key),
+            release(&[key.into()], "val0", key, true),
             reads(),
         ),
     ];
@@ -701,19 +701,24 @@ impl<'a> Sequence<'a> {
             ),
             "release" => {
                 // A waiter's id released: an operator's force-unlock of a handed key.
-                let value = if rng.random_bool(0.2) {
-                    self.hint(rng, self.waiters(key), &WAITERS)
+                // A lease's value is released as a plain lock's lease releases it, or
+                // as an operator's force-unlock does (every step).
+                let (value, plain) = if rng.random_bool(0.2) {
+                    (self.hint(rng, self.waiters(key), &WAITERS), false)
                 } else {
-                    value
+                    (value, rng.random_bool(0.5))
                 };
                 (
-                    format!("release {key} {value}"),
-                    release(&[key.into()], value, key),
+                    format!(
+                        "release {key} {value}{}",
+                        if plain { " (plain)" } else { "" }
+                    ),
+                    release(&[key.into()], value, key, plain),
                 )
             }
             "release_many" => (
                 format!("release {MUTEXES:?} {value}"),
-                release(&both, value, ""),
+                release(&both, value, "", false),
             ),
             "fence" => {
                 // Mostly the holder: only it reaches the counter.
@@ -776,7 +781,7 @@ impl<'a> Sequence<'a> {
                 if kind == "release_permits" {
                     (
                         format!("release {keys:?} {value}"),
-                        release(&keys, value, ""),
+                        release(&keys, value, "", false),
                     )
                 } else {
                     (
@@ -834,7 +839,7 @@ impl<'a> Sequence<'a> {
                 if kind == "release_rw" {
                     (
                         format!("release the {lease} lease of {RW} {value}"),
-                        release(&[key], value, RW),
+                        release(&[key], value, RW, false),
                     )
                 } else {
                     let token = self.token(rng, RW);
@@ -969,7 +974,7 @@ impl<'a> Sequence<'a> {
             self.wait_clear_of_expiries(step).await;
         }
         let before = self.real.time().await;
-        let reply = self.master.call(Arc::clone(op)).await;
+        let reply = self.master.call(Outgoing::new(Arc::clone(op))).await;
         let after = self.real.time().await;
         if let Err(e) = &reply
             && matches!(
@@ -1230,13 +1235,15 @@ fn extend(keys: &[Arc<str>], value: &str, ttl: Duration, epoch: bool) -> Op {
 }
 
 /// The release of `keys` (`release.lua` for one, with the notice of `lock`, or of the key
-/// itself when `lock` is empty; `release_many.lua` for several).
-fn release(keys: &[Arc<str>], value: &str, lock: &str) -> Op {
+/// itself when `lock` is empty, `plain` for a plain lock's lease value; `release_many.lua`
+/// for several).
+fn release(keys: &[Arc<str>], value: &str, lock: &str, plain: bool) -> Op {
     match keys {
         [key] => Op::Release {
             key: Arc::clone(key),
             value: value.into(),
             channel: scripts::release_channel(if lock.is_empty() { key } else { lock }).into(),
+            plain,
         },
         keys => Op::ReleaseMany {
             keys: keys.to_vec(),

@@ -234,6 +234,18 @@ impl Op {
         }
     }
 
+    /// The holder record a grant of this op sees to (its tag) and the lock's TTL, for the
+    /// ops whose script can be told to leave a record known to outlive the lock alone
+    /// (`holder.lua`): a single-key lock's acquire, and its confirmation from the queue.
+    pub(crate) fn holder(&self) -> Option<(&Arc<str>, Duration)> {
+        match self {
+            Op::AcquireChecked { owner, ttl, .. } | Op::AcquireQueued { owner, ttl, .. } => {
+                Some((&owner.tag, *ttl))
+            }
+            _ => None,
+        }
+    }
+
     /// Whether this op releases a lock: it succeeds wherever the key is no longer ours.
     pub(crate) fn is_release(&self) -> bool {
         matches!(self, Op::Release { .. } | Op::ReleaseMany { .. })

@@ -894,3 +894,90 @@ async fn flushed_scripts_are_loaded_again_by_the_request_that_meets_noscript() {
         assert_eq!(noscript_errors(conn).await, 2);
     }
 }
+
+/// The holder record the value of `lease` names, under the empty key prefix.
+fn holder_record_of(lease: &redquorum::Lease) -> String {
+    let (tag, _) = lease.value().rsplit_once('.').unwrap();
+    format!("redquorum:holder:{tag}")
+}
+
+/// Whether `url` holds the key `key`.
+async fn holds_key(url: &str, key: &str) -> bool {
+    raw(url).await.exists::<_, bool>(key).await.unwrap()
+}
+
+/// A client sees to its holder record on a master once per connection, not per lock
+/// (docs/design.md §11): once a grant there wrote it, its locks leave the record alone
+/// (a record deleted behind its back is not written again); reached on a new connection,
+/// the master gets the record again with the next grant. Only the masters whose grant
+/// the acquire counted are judged: a straggler's answer may still be on its way.
+#[tokio::test]
+async fn a_holder_record_is_seen_to_once_per_connection() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let urls = cluster.urls();
+    let client = client(&cluster).build().unwrap();
+    let first = client.acquire(&unique_key("holder-first")).await.unwrap();
+    let record = holder_record_of(&first);
+    let counted: Vec<&String> = urls
+        .iter()
+        .zip(first.masters())
+        .filter(|(_, m)| matches!(m.outcome(), MasterOutcome::Granted))
+        .map(|(url, _)| url)
+        .collect();
+    assert!(counted.len() >= 2, "{:?}", first.masters());
+    for url in &counted {
+        assert!(holds_key(url, &record).await, "{url}: no holder record");
+    }
+    first.release().await.unwrap();
+
+    // Deleted behind the client's back: its next locks do not write it again where the
+    // client knows it wrote it. Each such master is awaited for the key: it ran the
+    // acquire.
+    for url in &urls {
+        let _: () = raw(url).await.del(&record).await.unwrap();
+    }
+    let key = unique_key("holder-known");
+    let known = client.acquire(&key).await.unwrap();
+    for url in &counted {
+        wait_until(Duration::from_secs(2), "the lock on the master", || {
+            holds_key(url, &key)
+        })
+        .await;
+        assert!(
+            !holds_key(url, &record).await,
+            "{url}: the record was written again"
+        );
+    }
+    known.release().await.unwrap();
+
+    // One of them drops the client's connections: the client connects again, and its
+    // next grants there write the record again; the others still leave it alone.
+    let (again, others) = counted.split_first().unwrap();
+    let mut admin = raw(again).await;
+    let _: () = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    wait_until(
+        Duration::from_secs(5),
+        "the record written again on the master reached again",
+        || {
+            let (client, url, record) = (&client, again, &record);
+            async move {
+                if let Ok(lease) = client.acquire(&unique_key("holder-again")).await {
+                    let _ = lease.release().await;
+                }
+                holds_key(url, record).await
+            }
+        },
+    )
+    .await;
+    for url in others {
+        assert!(!holds_key(url, &record).await, "{url}: written again");
+    }
+}

@@ -1114,6 +1114,53 @@ async fn acquire_contract() {
         .unwrap();
     assert_eq!(ok, 1);
     assert_holder_written(&mut conn, &holder, who, "a grant past the record").await;
+    // Asked to see to it, a grant keeps the record at least half an hour: one with 20
+    // minutes left, which outlives the lock, is written again.
+    let _: () = conn.del(&key).await.unwrap();
+    let _: () = conn.pexpire(&holder, 1_200_000).await.unwrap();
+    let (ok, ..): Acquired = acquire("v3", "0", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(ok, 1);
+    assert_holder_written(&mut conn, &holder, who, "a grant within half an hour").await;
+    // Not asked (an empty client id: the client knows the record outlives the lock), a
+    // grant leaves the record alone, present or not, and costs no command for it.
+    for present in [true, false] {
+        let _: () = conn.del(&key).await.unwrap();
+        if !present {
+            let _: () = conn.del(&holder).await.unwrap();
+        } else {
+            let _: () = conn.pexpire(&holder, 5_000).await.unwrap();
+        }
+        let mut call = preamble(&script, &epoch, &record, "new-epoch", "");
+        call.key(&key)
+            .key(&fence)
+            .key(&owner)
+            .key(&ticket)
+            .key(&holder)
+            .arg("v3")
+            .arg(10_000)
+            .arg("0")
+            .arg("")
+            .arg("")
+            .arg("")
+            .arg("");
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let (ok, ..): Acquired = call.invoke_async(&mut conn).await.unwrap();
+        assert_eq!(ok, 1);
+        let called = commands_called(&mut conn).await;
+        assert!(!called.contains_key("pttl"), "{called:?}");
+        let held: i64 = conn.pttl(&holder).await.unwrap();
+        match present {
+            true => assert!((0..=5_000).contains(&held), "rewritten: {held}"),
+            false => assert_eq!(held, -2, "written"),
+        }
+    }
     // A lock longer than an hour: its holder record is kept as long as the lock.
     let _: () = conn.del(&key).await.unwrap();
     let (ok, ..): Acquired = acquire_for("v3", 7_200_000, "0", "")
@@ -2211,7 +2258,7 @@ fn script_hashes_are_pinned() {
         (
             "acquire.lua",
             ACQUIRE,
-            "bd280e1696d06894a5d4951304fcdaddd7c7b152",
+            "194ed56d0cb2e6791b10c25f41472cb6045e425d",
         ),
         (
             "fence.lua",
@@ -2261,7 +2308,7 @@ fn script_hashes_are_pinned() {
         (
             "acquire_many.lua",
             ACQUIRE_MANY,
-            "7614a4b863dcc8981764c390fd19116f11af71f4",
+            "144e2acee83704c669b214c83ab7f2125bca1866",
         ),
         (
             "rw_acquire.lua",
@@ -2281,7 +2328,7 @@ fn script_hashes_are_pinned() {
         (
             "acquire_queued.lua",
             ACQUIRE_QUEUED,
-            "fadbf1e51e7c7194f185801eb6f4bbc9a7f9cc9d",
+            "0a876307de0b26cc0d478880b90aad158cd0c5d5",
         ),
         (
             "enqueue.lua",

@@ -72,8 +72,9 @@ pub(crate) struct Outgoing {
     epoch_id: OnceLock<String>,
     /// The request the op's codec built for the first master that sent it, with the
     /// cluster fingerprint it carries: the other masters send it again while the client's
-    /// fingerprint is the same.
-    built: OnceLock<(String, Arc<Built>)>,
+    /// fingerprint is the same. Two forms: with the client's holder record seen to, and
+    /// without (`[hold as usize]`, see `scripts::Context::hold`).
+    built: [OnceLock<(String, Arc<Built>)>; 2],
 }
 
 impl Outgoing {
@@ -82,7 +83,7 @@ impl Outgoing {
         Arc::new(Self {
             op: op.into(),
             epoch_id: OnceLock::new(),
-            built: OnceLock::new(),
+            built: [OnceLock::new(), OnceLock::new()],
         })
     }
 
@@ -95,15 +96,18 @@ impl Outgoing {
         self.epoch_id.get_or_init(new_epoch_id)
     }
 
-    /// The request for a client whose view of its cluster is `view`: the one built for an
-    /// earlier master of this round while the view's fingerprint is the one it carries,
-    /// else what `build` makes of the fingerprint the view holds now.
+    /// The request for a client whose view of its cluster is `view`, seeing to the holder
+    /// record with `hold`: the one built for an earlier master of this round while the
+    /// view's fingerprint is the one it carries, else what `build` makes of the
+    /// fingerprint the view holds now.
     fn request(
         &self,
         view: &View,
+        hold: bool,
         build: impl FnOnce(&str) -> Result<Built, MasterError>,
     ) -> Result<Arc<Built>, MasterError> {
-        if let Some((fingerprint, built)) = self.built.get()
+        let cached = &self.built[usize::from(hold)];
+        if let Some((fingerprint, built)) = cached.get()
             && view.has_fingerprint(fingerprint)
         {
             return Ok(Arc::clone(built));
@@ -111,7 +115,7 @@ impl Outgoing {
         let fingerprint = view.fingerprint();
         let built = Arc::new(build(&fingerprint)?);
         // Another master may have built it meanwhile: either is right.
-        let _ = self.built.set((fingerprint, Arc::clone(&built)));
+        let _ = cached.set((fingerprint, Arc::clone(&built)));
         Ok(built)
     }
 }
@@ -195,7 +199,24 @@ struct Shared {
     generation: AtomicU64,
     /// The order in which calls write their requests: the order in which they were made.
     order: Arc<Order>,
+    /// The holder records known to outlive this client's locks on this master.
+    holders: Mutex<Holders>,
 }
+
+/// The holder records (by tag) that a grant on one connection saw to, and until when each
+/// is known to live (`scripts::HOLDER_KNOWN` after the request was sent): a lock that
+/// expires before then leaves its record alone (docs/design.md §11). Known per
+/// connection: a master reached again may have lost its data, and every record is seen to
+/// again there.
+#[derive(Debug, Default)]
+struct Holders {
+    generation: u64,
+    known: std::collections::HashMap<Arc<str>, tokio::time::Instant>,
+}
+
+/// The most holder records one master keeps known (a client with a label per call may
+/// have many): past it, a new label's grants see to its record every time, as before.
+const HOLDERS_KNOWN_MAX: usize = 64;
 
 impl fmt::Debug for Shared {
     // Hand-written: the client's connection info holds the password.
@@ -238,6 +259,7 @@ impl RedisMaster {
                 run_id: Mutex::new(None),
                 generation: AtomicU64::new(0),
                 order: Arc::default(),
+                holders: Mutex::default(),
             }),
         })
     }
@@ -302,7 +324,7 @@ impl Master for RedisMaster {
                 let (eviction, loaded, reply) = futures::future::join3(
                     futures::future::OptionFuture::from(eviction),
                     futures::future::OptionFuture::from(preload),
-                    run(&sent, &mut conn, &shared),
+                    run(&sent, (&mut conn, generation), &shared),
                 )
                 .await;
                 if let Some(Err(_)) = loaded {
@@ -415,6 +437,29 @@ impl Shared {
             return Duration::from_secs(3600);
         }
         self.node_timeout
+    }
+
+    /// Whether the holder record `tag` is known to live until `until` on connection
+    /// `generation`.
+    fn holder_known(&self, generation: u64, tag: &str, until: tokio::time::Instant) -> bool {
+        let holders = self.holders.lock().unwrap_or_else(PoisonError::into_inner);
+        holders.generation == generation && holders.known.get(tag).is_some_and(|t| *t >= until)
+    }
+
+    /// A grant on connection `generation`, whose request was sent at `sent`, saw to the
+    /// holder record `tag`.
+    fn holder_seen_to(&self, generation: u64, tag: &Arc<str>, sent: tokio::time::Instant) {
+        // Whole entries are replaced: a poisoned lock still holds a consistent map.
+        let mut holders = self.holders.lock().unwrap_or_else(PoisonError::into_inner);
+        if holders.generation != generation {
+            holders.known.clear();
+            holders.generation = generation;
+        }
+        if holders.known.len() < HOLDERS_KNOWN_MAX || holders.known.contains_key(tag) {
+            holders
+                .known
+                .insert(Arc::clone(tag), sent + scripts::HOLDER_KNOWN);
+        }
     }
 
     fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {

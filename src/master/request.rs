@@ -15,7 +15,7 @@ use crate::scripts;
 /// and a scan, else the request its script family's codec builds ([`invoke`]).
 pub(super) async fn run(
     sent: &Outgoing,
-    conn: &mut MultiplexedConnection,
+    (conn, generation): (&mut MultiplexedConnection, u64),
     shared: &Shared,
 ) -> Result<Reply, MasterError> {
     let op = &**sent.op();
@@ -30,7 +30,7 @@ pub(super) async fn run(
     match op {
         Op::Survey => survey(conn, shared).await,
         Op::Scan { cursor, rw } => scan(conn, shared, *cursor, *rw).await,
-        _ => invoke(sent, conn, shared).await,
+        _ => invoke(sent, (conn, generation), shared).await,
     }
 }
 
@@ -39,10 +39,11 @@ pub(super) async fn run(
 /// script that finds another record than the one sent (or none) refuses (`-2`): the record
 /// is read again (`record_changed`), and when this client adopts it (written after it
 /// connected, by `init_cluster`), the request is built again, now carrying it, and sent
-/// again, once.
+/// again, once. A grant's holder record is seen to unless this connection knows it
+/// outlives the lock (docs/design.md §11).
 async fn invoke(
     sent: &Outgoing,
-    conn: &mut MultiplexedConnection,
+    (conn, generation): (&mut MultiplexedConnection, u64),
     shared: &Shared,
 ) -> Result<Reply, MasterError> {
     let op = &**sent.op();
@@ -52,20 +53,32 @@ async fn invoke(
             format!("no script carries a {} request", op.name()),
         )
     })?;
+    let holder = op.holder();
+    let hold = holder.is_none_or(|(tag, ttl)| {
+        !shared.holder_known(generation, tag, tokio::time::Instant::now() + ttl)
+    });
     let mut learnt = false;
     loop {
-        let built = sent.request(&shared.view, |fingerprint| {
+        let built = sent.request(&shared.view, hold, |fingerprint| {
             let context = scripts::Context {
                 record_key: &shared.record_key,
                 view: &shared.view,
                 fingerprint,
                 epoch_id: sent.epoch_id(),
+                hold,
             };
             codec.encode(op, &context).map(Built::new)
         })?;
+        let sent_at = tokio::time::Instant::now();
         let answer = built.send(conn).await?;
         if !built.request.record_differs(&answer) {
-            return codec.decode(op, answer);
+            let reply = codec.decode(op, answer)?;
+            if let (true, Some((tag, _)), Reply::Checked { granted: true, .. }) =
+                (hold, holder, &reply)
+            {
+                shared.holder_seen_to(generation, tag, sent_at);
+            }
+            return Ok(reply);
         }
         if learnt {
             return Err(refused_again());

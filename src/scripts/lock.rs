@@ -128,7 +128,7 @@ fn acquire(ctx: &Context<'_>, (key, value, ttl, fence, owner): Grant<'_>) -> Req
         .key(owner_key(key))
         .key(ticket_key(key))
         .key(holder_key(ctx.prefix(), value))
-        .grant_args(value, ttl, fence, owner)
+        .grant_args(value, ttl, fence, ctx.hold.then_some(owner))
         .done()
 }
 
@@ -157,7 +157,7 @@ fn acquire_queued(
         .key(queue_key(key))
         .key(ticket_key(key))
         .key(holder_key(ctx.prefix(), value))
-        .grant_args(value, ttl, fence, owner)
+        .grant_args(value, ttl, fence, ctx.hold.then_some(owner))
         .arg(waiter)
         .arg(flag(fair))
         .arg(waiter_prefix(key))

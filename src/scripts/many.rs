@@ -57,7 +57,7 @@ impl Codec for Many {
                 for key in keys {
                     call = call.key(key).key(fence_key(key)).key(owner_key(key));
                 }
-                call.grant_args(value, *ttl, *fence, owner).done()
+                call.grant_args(value, *ttl, *fence, Some(owner)).done()
             }
             Op::ExtendMany {
                 keys,

@@ -95,9 +95,18 @@ pub(crate) struct Context<'a> {
     pub(crate) view: &'a View,
     /// The cluster fingerprint the client knows (empty while it knows no record).
     pub(crate) fingerprint: &'a str,
-    /// An id for a data epoch that the script may start, fresh for every request.
+    /// An id for a data epoch that the script may start, fresh for every round.
     pub(crate) epoch_id: &'a str,
+    /// Whether a script that grants a lock must see to the client's holder record; `false`
+    /// where the master's record is known to outlive the lock ([`HOLDER_KNOWN`]): the
+    /// holder's fields are sent empty, and the script leaves the record alone.
+    pub(crate) hold: bool,
 }
+
+/// How long after a grant that saw to its holder record a client counts on that record
+/// on that master: `holder.lua` leaves it at least half an hour, less five minutes for a
+/// master's clock that runs fast.
+pub(crate) const HOLDER_KNOWN: std::time::Duration = std::time::Duration::from_secs(25 * 60);
 
 impl Context<'_> {
     /// The client's key prefix.
@@ -205,21 +214,28 @@ impl Invocation {
 
     /// The arguments every granting lock script takes after its keys, in this order: the
     /// lease value, its TTL in ms, whether to read the fence counter, and the owner
-    /// (client id, host, process id, label) for its owner or holder record.
+    /// (client id, host, process id, label) for its owner or holder record; empty without
+    /// an owner, where the holder record is known to outlive the lock (`holder.lua` then
+    /// leaves it alone).
     fn grant_args(
         self,
         value: &str,
         ttl: std::time::Duration,
         fence: crate::op::FenceRead,
-        owner: &crate::cluster::Owner,
+        owner: Option<&crate::cluster::Owner>,
     ) -> Self {
-        self.arg(value)
+        let granted = self
+            .arg(value)
             .arg(millis(ttl))
-            .arg(flag(fence == crate::op::FenceRead::Read))
-            .arg(&owner.client)
-            .arg(&owner.host)
-            .arg(owner.pid)
-            .arg(&owner.label)
+            .arg(flag(fence == crate::op::FenceRead::Read));
+        match owner {
+            Some(owner) => granted
+                .arg(&owner.client)
+                .arg(&owner.host)
+                .arg(owner.pid)
+                .arg(&owner.label),
+            None => granted.arg("").arg("").arg("").arg(""),
+        }
     }
 }
 

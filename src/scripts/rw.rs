@@ -65,7 +65,7 @@ impl Codec for Rw {
                     .key(reader_index_key(key))
                     .key(intent_key(key))
                     .key(reader_prefix(key))
-                    .grant_args(value, *ttl, *fence, owner)
+                    .grant_args(value, *ttl, *fence, Some(owner))
                     .arg(letter)
                     .arg(intent)
                     .arg(intent_ttl)

@@ -26,6 +26,7 @@ fn context() -> Context<'static> {
         view: new_view(),
         fingerprint: "fp",
         epoch_id: "e1",
+        hold: true,
     }
 }
 
@@ -105,6 +106,16 @@ fn an_acquire_sends_its_keys_and_arguments_in_the_script_s_order() {
     );
     let skip = invocation(&acquire(FenceRead::Skip), &context());
     assert_eq!(skip.args[4], "0");
+    // Where the holder record is known to outlive the lock, its fields go empty: the
+    // script leaves the record alone.
+    let known = Context {
+        hold: false,
+        ..context()
+    };
+    assert_eq!(
+        invocation(&acquire(FenceRead::Read), &known).args,
+        ["e1", "fp", "v", "100", "1", "", "", "", ""]
+    );
 }
 
 #[test]

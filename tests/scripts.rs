@@ -336,6 +336,15 @@ async fn release_contract() {
     assert_eq!(notice().await, (channel.clone(), key.clone()));
 }
 
+/// Resets the command statistics of the server behind `conn` (`CONFIG RESETSTAT`).
+async fn reset_command_stats(conn: &mut MultiplexedConnection) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
 /// The calls each command had on the server behind `conn` since its statistics were reset,
 /// leaving out the scripting and statistics commands themselves.
 async fn commands_called(conn: &mut MultiplexedConnection) -> BTreeMap<String, u64> {
@@ -394,11 +403,7 @@ async fn a_plain_locks_release_runs_only_its_mechanism() {
     };
 
     let _: () = conn.pset_ex(&key, "mine", 10_000).await.unwrap();
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    reset_command_stats(&mut conn).await;
     let r: i64 = release("1").invoke_async(&mut conn).await.unwrap();
     assert_eq!(r, 1);
     assert_eq!(
@@ -415,11 +420,7 @@ async fn a_plain_locks_release_runs_only_its_mechanism() {
         .pset_ex(format!("{waiters}w1"), "5000 redquorum:handoff:c1", 5000)
         .await
         .unwrap();
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    reset_command_stats(&mut conn).await;
     let (code, _ticket): (i64, String) = release("1").invoke_async(&mut conn).await.unwrap();
     assert_eq!(code, 1);
     assert_eq!(
@@ -439,11 +440,7 @@ async fn a_plain_locks_release_runs_only_its_mechanism() {
     // Without the flag the owner record is read.
     let _: () = conn.del(&[&key, &queue]).await.unwrap();
     let _: () = conn.pset_ex(&key, "mine", 10_000).await.unwrap();
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    reset_command_stats(&mut conn).await;
     let r: i64 = release("0").invoke_async(&mut conn).await.unwrap();
     assert_eq!(r, 1);
     assert_eq!(commands_called(&mut conn).await.get("type"), Some(&1));
@@ -1146,11 +1143,7 @@ async fn acquire_contract() {
             .arg("")
             .arg("")
             .arg("");
-        let _: () = redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        reset_command_stats(&mut conn).await;
         let (ok, ..): Acquired = call.invoke_async(&mut conn).await.unwrap();
         assert_eq!(ok, 1);
         let called = commands_called(&mut conn).await;

@@ -411,9 +411,8 @@ async fn a_plain_locks_release_runs_only_its_mechanism() {
         counts(&[("get", 1), ("del", 1), ("exists", 1), ("publish", 1)])
     );
 
-    // With a live waiter queued: handed on (the key set to the waiter's id over ours, with
-    // no `DEL` first), and still no owner record read nor waiter removed for the released
-    // value.
+    // With a live waiter queued: handed on, and still no owner record read nor waiter
+    // removed for the released value.
     let _: () = conn.pset_ex(&key, "mine", 10_000).await.unwrap();
     let _: () = conn.zadd(&queue, "w1", 1).await.unwrap();
     let _: () = conn
@@ -428,6 +427,7 @@ async fn a_plain_locks_release_runs_only_its_mechanism() {
         counts(&[
             // The key, the liveness record of the head, the ticket counter.
             ("get", 3),
+            ("del", 1),
             // The queue, the head's liveness.
             ("exists", 2),
             ("zrange", 1),
@@ -444,6 +444,77 @@ async fn a_plain_locks_release_runs_only_its_mechanism() {
     let r: i64 = release("0").invoke_async(&mut conn).await.unwrap();
     assert_eq!(r, 1);
     assert_eq!(commands_called(&mut conn).await.get("type"), Some(&1));
+}
+
+/// On a master over `maxmemory` (`noeviction`, as the library requires), a release still
+/// frees the key and hands it on, plain or not: its first write, the `DEL`, lets the
+/// hand-off's `SET` run (a script's first write may not be refused for memory).
+#[tokio::test]
+async fn a_release_hands_on_over_maxmemory() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let script = Script::new(RELEASE);
+    let key = unique_key("release_oom");
+    let queue = format!("redquorum:queue:{key}");
+    let waiters = format!("redquorum:waiter:{key}:");
+    let release = |plain: &str| {
+        let mut call = script.key(&key);
+        call.key(&queue)
+            .key(format!("redquorum:owner:{key}"))
+            .key(format!("redquorum:ticket:{key}"))
+            .arg("mine")
+            .arg(format!("redquorum:released:{key}"))
+            .arg(&waiters)
+            .arg(plain);
+        call
+    };
+    let _: () = release("1")
+        .load_async(&mut conn)
+        .await
+        .map(|_| ())
+        .unwrap();
+    let _: () = conn
+        .pset_ex(format!("{waiters}w1"), "5000 redquorum:handoff:c1", 5000)
+        .await
+        .unwrap();
+    let _: () = conn.pset_ex(&key, "mine", 10_000).await.unwrap();
+    let _: () = conn.zadd(&queue, "w1", 1).await.unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let refused: redis::RedisResult<()> = conn.set(unique_key("oom"), "x").await;
+    assert!(refused.is_err(), "the master is not over maxmemory");
+    for plain in ["1", "0"] {
+        let (code, _ticket): (i64, String) = release(plain).invoke_async(&mut conn).await.unwrap();
+        assert_eq!(code, 1, "plain {plain}");
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(0)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(get(&server.url(), &key).await.as_deref(), Some("w1"));
+        let _: () = conn.set(&key, "mine").await.unwrap();
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(1)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(0)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
 }
 
 type Extended = (i64, Option<String>, Option<String>);
@@ -2241,7 +2312,7 @@ fn script_hashes_are_pinned() {
         (
             "release.lua",
             RELEASE,
-            "627fd91314efe4a47ee639e289416808ba9cb425",
+            "a232b44c815869f2670dd8261ccb1c029aa5f138",
         ),
         (
             "extend.lua",

@@ -17,13 +17,16 @@
 -- handed to the live head of the queue.
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then
+  -- Deleted first: besides freeing the key, a script's first write is what lets its later
+  -- ones (the hand-off's `SET`) run on a master over `maxmemory`, where a release is what
+  -- frees memory.
+  redis.call('DEL', KEYS[1])
   local plain = ARGV[4] == '1'
   if not plain and redis.call('TYPE', KEYS[3])['ok'] == 'hash'
       and redis.call('HGET', KEYS[3], 'value') == ARGV[1] then
     redis.call('DEL', KEYS[3])
   end
   if redis.call('EXISTS', KEYS[2]) == 0 then
-    redis.call('DEL', KEYS[1])
     redis.call('PUBLISH', ARGV[2], KEYS[1])
     return 1
   end
@@ -34,15 +37,11 @@ if current == ARGV[1] then
     redis.call('ZREM', KEYS[2], ARGV[1])
     redis.call('DEL', ARGV[3] .. ARGV[1])
   end
-  -- Handed on, the key is set to the waiter's id over our value, which needs no `DEL`
-  -- first; else it is deleted here (a notice `hand_on` published reaches its subscribers
-  -- once the script ends, the key gone by then).
   if hand_on(KEYS[1], KEYS[2], ARGV[3], ARGV[2]) then
     -- Handed to a waiter: the releasing client's next acquire of the name would be
     -- refused, so it may queue at once, with a ticket above this counter (§17).
     return {1, redis.call('GET', KEYS[4]) or '0'}
   end
-  redis.call('DEL', KEYS[1])
   return 1
 elseif current == false then
   return 0

@@ -835,6 +835,16 @@ async fn a_grant_never_deletes_another_prefix_lock_at_its_holder_record() {
     theirs.release().await.unwrap();
 }
 
+/// How many `EVALSHA` commands the master behind `conn` ran (`INFO commandstats`).
+async fn evalsha_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    info(conn, "commandstats")
+        .await
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
 /// The `NOSCRIPT` error of `INFO errorstats`, 0 when none was answered yet.
 async fn noscript_errors(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
     info_number(conn, "errorstats", "errorstat_NOSCRIPT:count=")
@@ -859,6 +869,17 @@ async fn flushed_scripts_are_loaded_again_by_the_request_that_meets_noscript() {
     let mut conns = Vec::new();
     for url in cluster.urls() {
         let mut conn = raw(&url).await;
+        // The warm-up's acquire and release each return once two masters answered: the
+        // third runs both before the scripts are flushed here, or it would meet NOSCRIPT.
+        wait_until(
+            Duration::from_secs(2),
+            "the warm-up on every master",
+            || {
+                let mut conn = conn.clone();
+                async move { evalsha_calls(&mut conn).await >= 2 }
+            },
+        )
+        .await;
         redis::cmd("SCRIPT")
             .arg("FLUSH")
             .exec_async(&mut conn)

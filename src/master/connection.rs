@@ -294,7 +294,9 @@ impl Shared {
                     "master lost its cluster record (and its data): writing it again; it \
                      votes after its restart quarantine and no longer counts for fencing"
                 );
-                let answer = Built::new(scripts::stamp(&record, None)).send(conn).await?;
+                let answer = Built::new(scripts::stamp(&record, None))
+                    .send(conn, String::new)
+                    .await?;
                 scripts::stamped(answer).map(|_| ())
             }
             refused => {

@@ -52,7 +52,7 @@ mod vitals;
 use connection::{Connecting, Eviction, State};
 use order::Order;
 pub(crate) use probe::Probe;
-use request::{Built, load_scripts, new_epoch_id, run};
+use request::{Built, load_scripts, run};
 use vitals::read_eviction;
 
 #[cfg(test)]
@@ -66,10 +66,9 @@ pub(crate) use crate::op::{
 #[derive(Debug)]
 pub(crate) struct Outgoing {
     op: Arc<Op>,
-    /// An id for a data epoch that the op's requests may start (§7), drawn when the first
-    /// request is built: fresh for every round, and the same on each of its masters. Each
-    /// master's quarantine is its own, so the id need only be new to that master.
-    epoch_id: OnceLock<String>,
+    /// Drawn for every round: the id a request may give a data epoch it starts (§7) is
+    /// this plus the master's place, new to each master and different on each.
+    round: u64,
     /// The request the op's codec built for the first master that sent it, with the
     /// cluster fingerprint it carries: the other masters send it again while the client's
     /// fingerprint is the same. Two forms: with the client's holder record seen to, and
@@ -82,7 +81,7 @@ impl Outgoing {
     pub(crate) fn new(op: impl Into<Arc<Op>>) -> Arc<Self> {
         Arc::new(Self {
             op: op.into(),
-            epoch_id: OnceLock::new(),
+            round: rand::random(),
             built: [OnceLock::new(), OnceLock::new()],
         })
     }
@@ -92,8 +91,9 @@ impl Outgoing {
         &self.op
     }
 
-    fn epoch_id(&self) -> &str {
-        self.epoch_id.get_or_init(new_epoch_id)
+    /// The id the request to master `index` gives a data epoch it starts.
+    fn epoch_id(&self, index: usize) -> String {
+        format!("{:016x}", self.round.wrapping_add(index as u64))
     }
 
     /// The request for a client whose view of its cluster is `view`, seeing to the holder
@@ -215,7 +215,8 @@ struct Holders {
 }
 
 /// The most holder records one master keeps known (a client with a label per call may
-/// have many): past it, a new label's grants see to its record every time, as before.
+/// have many): past it, and until an entry expires, a new label's grants see to its
+/// record every time.
 const HOLDERS_KNOWN_MAX: usize = 64;
 
 impl fmt::Debug for Shared {
@@ -454,6 +455,10 @@ impl Shared {
         if holders.generation != generation {
             holders.known.clear();
             holders.generation = generation;
+        }
+        if holders.known.len() >= HOLDERS_KNOWN_MAX {
+            // Room for a new tag where an old one is no longer known to live.
+            holders.known.retain(|_, until| *until > sent);
         }
         if holders.known.len() < HOLDERS_KNOWN_MAX || holders.known.contains_key(tag) {
             holders

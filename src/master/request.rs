@@ -64,13 +64,13 @@ async fn invoke(
                 record_key: &shared.record_key,
                 view: &shared.view,
                 fingerprint,
-                epoch_id: sent.epoch_id(),
+                epoch_id: &sent.epoch_id(shared.index),
                 hold,
             };
             codec.encode(op, &context).map(Built::new)
         })?;
         let sent_at = tokio::time::Instant::now();
-        let answer = built.send(conn).await?;
+        let answer = built.send(conn, || sent.epoch_id(shared.index)).await?;
         if !built.request.record_differs(&answer) {
             let reply = codec.decode(op, answer)?;
             if let (true, Some((tag, _)), Reply::Checked { granted: true, .. }) =
@@ -88,38 +88,41 @@ async fn invoke(
     }
 }
 
-/// A codec's request, ready to send: a script's `EVALSHA` is built once, and sent as it is
-/// to every master of a round.
+/// A codec's request, ready to send to every master of a round: a script's `EVALSHA` is
+/// built once and sent as it is, unless the request carries an id for a data epoch, which
+/// each master gets its own of (docs/design.md §2).
 #[derive(Debug)]
 pub(super) struct Built {
     request: scripts::Request,
-    evalsha: Option<redis::Cmd>,
+    /// The `EVALSHA` every master is sent, for a script that starts no epoch.
+    shared: Option<redis::Cmd>,
 }
 
 impl Built {
     pub(super) fn new(request: scripts::Request) -> Self {
-        let evalsha = match &request {
-            scripts::Request::Script(call) => Some(evalsha(call)),
-            scripts::Request::Command(_) => None,
+        let shared = match &request {
+            scripts::Request::Script(call) if !call.starts_epochs() => Some(call.evalsha("")),
+            _ => None,
         };
-        Self { request, evalsha }
+        Self { request, shared }
     }
 
-    /// Sends the request on `conn`: a script with `EVALSHA`, loaded and sent again if the
-    /// master answers `NOSCRIPT` (it restarted, or its script cache was flushed), or a
-    /// command.
+    /// Sends the request on `conn`, a script's with `epoch_id()` as its id for a data epoch
+    /// where it carries one: with `EVALSHA`, loaded and sent again if the master answers
+    /// `NOSCRIPT` (it restarted, or its script cache was flushed); or a command.
     pub(super) async fn send(
         &self,
         conn: &mut MultiplexedConnection,
+        epoch_id: impl FnOnce() -> String,
     ) -> Result<redis::Value, MasterError> {
         let answer = match &self.request {
             scripts::Request::Script(call) => {
-                let built;
-                let evalsha = match &self.evalsha {
+                let own;
+                let evalsha = match &self.shared {
                     Some(evalsha) => evalsha,
                     None => {
-                        built = evalsha(call);
-                        &built
+                        own = call.evalsha(&epoch_id());
+                        &own
                     }
                 };
                 match evalsha.query_async(conn).await {
@@ -141,21 +144,6 @@ impl Built {
         };
         answer.map_err(MasterError::from_redis)
     }
-}
-
-/// `EVALSHA` built straight from a script's keys and arguments: one copy of them, where a
-/// `ScriptInvocation` makes two more; sized at once.
-fn evalsha(call: &scripts::Invocation) -> redis::Cmd {
-    let count = call.keys.len() + call.args.len();
-    let bytes: usize = call.keys.iter().chain(&call.args).map(String::len).sum();
-    let mut evalsha = redis::Cmd::with_capacity(count + 3, bytes + 64);
-    evalsha
-        .arg("EVALSHA")
-        .arg(call.script.get_hash())
-        .arg(call.keys.len())
-        .arg(&call.keys)
-        .arg(&call.args);
-    evalsha
 }
 
 /// A script refused this client's fingerprint again, right after the client adopted the

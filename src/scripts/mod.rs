@@ -169,6 +169,9 @@ pub(crate) struct Invocation {
     /// The script starts with the preamble, which refuses a caller whose cluster
     /// fingerprint is not the record's.
     checks_record: bool,
+    /// `ARGV[1]` is the id for a data epoch the script may start: it differs from master
+    /// to master ([`evalsha`](Self::evalsha)).
+    starts_epochs: bool,
 }
 
 impl Invocation {
@@ -180,7 +183,33 @@ impl Invocation {
             keys: Vec::with_capacity(8),
             args: Vec::with_capacity(16),
             checks_record: false,
+            starts_epochs: false,
         }
+    }
+
+    /// Whether the request carries an id for a data epoch, which each master gets its own
+    /// of ([`evalsha`](Self::evalsha)).
+    pub(crate) fn starts_epochs(&self) -> bool {
+        self.starts_epochs
+    }
+
+    /// `EVALSHA` built straight from the keys and arguments (one copy of them, where a
+    /// `ScriptInvocation` makes two more; sized at once), with `epoch_id` as the id for a
+    /// data epoch where the request carries one (`ARGV[1]`, the preamble's slot).
+    pub(crate) fn evalsha(&self, epoch_id: &str) -> redis::Cmd {
+        let count = self.keys.len() + self.args.len();
+        let bytes: usize = self.keys.iter().chain(&self.args).map(String::len).sum();
+        let mut evalsha = redis::Cmd::with_capacity(count + 3, bytes + epoch_id.len() + 64);
+        evalsha
+            .arg("EVALSHA")
+            .arg(self.script.get_hash())
+            .arg(self.keys.len())
+            .arg(&self.keys);
+        match (self.starts_epochs, self.args.split_first()) {
+            (true, Some((_, rest))) => evalsha.arg(epoch_id).arg(rest),
+            _ => evalsha.arg(&self.args),
+        };
+        evalsha
     }
 
     /// `script`, a lock script, with the preamble's keys and arguments (the same slots in
@@ -190,6 +219,7 @@ impl Invocation {
     fn with_preamble(script: &'static Script, ctx: &Context<'_>, epoch: bool) -> Self {
         Self {
             checks_record: true,
+            starts_epochs: epoch,
             ..Self::new(script)
         }
         .key(EPOCH_KEY)

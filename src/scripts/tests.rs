@@ -118,6 +118,46 @@ fn an_acquire_sends_its_keys_and_arguments_in_the_script_s_order() {
     );
 }
 
+/// The arguments of `cmd` as text.
+fn args_of(cmd: &redis::Cmd) -> Vec<String> {
+    cmd.args_iter()
+        .map(|arg| match arg {
+            redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+            _ => "<not an argument>".to_owned(),
+        })
+        .collect()
+}
+
+/// A round's request is built once; where it carries an id for a data epoch (`ARGV[1]`),
+/// each master's `EVALSHA` has its own, and the rest is the same bytes (docs/design.md §2).
+#[test]
+fn each_master_gets_its_own_epoch_id_and_the_rest_is_shared() {
+    let call = invocation(&acquire(FenceRead::Skip), &context());
+    assert!(call.starts_epochs());
+    let (a, b) = (
+        args_of(&call.evalsha("id-a")),
+        args_of(&call.evalsha("id-b")),
+    );
+    let first_arg = 3 + call.keys.len();
+    assert_eq!(a[..first_arg], b[..first_arg]);
+    assert_eq!((&*a[first_arg], &*b[first_arg]), ("id-a", "id-b"));
+    assert_eq!(a[first_arg + 1..], call.args[1..]);
+    assert_eq!(a[first_arg + 1..], b[first_arg + 1..]);
+    // A release starts no epoch: its arguments go as they are.
+    let release = Op::Release {
+        key: "k".into(),
+        value: "v".into(),
+        channel: "c".into(),
+        plain: true,
+    };
+    let call = invocation(&release, &context());
+    assert!(!call.starts_epochs());
+    assert_eq!(
+        args_of(&call.evalsha("id-a"))[3 + call.keys.len()..],
+        call.args[..]
+    );
+}
+
 #[test]
 fn an_extension_reads_the_epoch_only_when_asked() {
     let extend = |epoch: bool| Op::Extend {

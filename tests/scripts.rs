@@ -448,7 +448,8 @@ async fn a_plain_locks_release_runs_only_its_mechanism() {
 
 /// On a master over `maxmemory` (`noeviction`, as the library requires), a release still
 /// frees the key and hands it on, plain or not: its first write, the `DEL`, lets the
-/// hand-off's `SET` run (a script's first write may not be refused for memory).
+/// hand-off's `SET` run (Redis refuses a command that needs memory, such as `SET`, only
+/// to a script that has not written yet; `DEL` needs none).
 #[tokio::test]
 async fn a_release_hands_on_over_maxmemory() {
     let server = Server::start(&ServerOptions::new()).await.unwrap();

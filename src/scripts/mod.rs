@@ -95,7 +95,8 @@ pub(crate) struct Context<'a> {
     pub(crate) view: &'a View,
     /// The cluster fingerprint the client knows (empty while it knows no record).
     pub(crate) fingerprint: &'a str,
-    /// An id for a data epoch that the script may start, fresh for every round.
+    /// An id for a data epoch that the script may start: the building master's own, which
+    /// each other master replaces with its own (`Invocation::evalsha`).
     pub(crate) epoch_id: &'a str,
     /// Whether a script that grants a lock must see to the client's holder record; `false`
     /// where the master's record is known to outlive the lock ([`HOLDER_KNOWN`]): the

@@ -2032,6 +2032,26 @@ async fn force_unlock_contract() {
     assert_eq!(members, ["x"]);
     let live: bool = conn.exists(format!("{prefix}h")).await.unwrap();
     assert!(!live, "the unlocked waiter's liveness key is gone");
+    // On a master over `maxmemory`, a held lock is still deleted, its counter raised and
+    // the key handed on: the `DEL` comes first, and lets the script's later writes run.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let refused: redis::RedisResult<()> = conn.set(unique_key("oom"), "x").await;
+    assert!(refused.is_err(), "the master is not over maxmemory");
+    let r: ForceUnlocked = force().invoke_async(&mut conn).await.unwrap();
+    assert_eq!(r, (1, Some("x".to_owned()), Some(45)));
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(0)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -2358,7 +2378,7 @@ fn script_hashes_are_pinned() {
         (
             "force_unlock.lua",
             FORCE_UNLOCK,
-            "cd663aeaa8b860d0e6178e5f6b74430f18e33392",
+            "5f48d93d76bc0a5ef5733caeb63d79a2fb73c5d1",
         ),
         (
             "extend_many.lua",

@@ -19,15 +19,21 @@ end
 if kind == 'string' and owned and owned ~= 'lock' then
   return {-3, owned, false}
 end
+-- The key is deleted first: besides freeing it, a script's first write is what lets its
+-- later ones (the counter's INCR, the hand-off's SET) run on a master over `maxmemory`,
+-- where an operator unlocks to free memory.
+local value = false
+if kind == 'string' then
+  value = redis.call('GET', KEYS[1])
+  redis.call('DEL', KEYS[1])
+end
 local counter = redis.call('INCR', KEYS[3])
 if owned == 'lock' then
   redis.call('DEL', KEYS[2])
 end
-if kind == 'none' then
+if not value then
   return {0, false, counter}
 end
-local value = redis.call('GET', KEYS[1])
-redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[4], value)
 redis.call('DEL', ARGV[2] .. value)
 hand_on(KEYS[1], KEYS[4], ARGV[2], ARGV[1])

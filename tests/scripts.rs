@@ -369,6 +369,31 @@ async fn commands_called(conn: &mut MultiplexedConnection) -> BTreeMap<String, u
         .collect()
 }
 
+/// `release.lua` of the value "mine" under `key`, as a lease releases it, `plain` its
+/// last argument.
+fn release_of_mine<'a>(script: &'a Script, key: &str, plain: &str) -> redis::ScriptInvocation<'a> {
+    let mut call = script.key(key);
+    call.key(format!("redquorum:queue:{key}"))
+        .key(format!("redquorum:owner:{key}"))
+        .key(format!("redquorum:ticket:{key}"))
+        .arg("mine")
+        .arg(format!("redquorum:released:{key}"))
+        .arg(format!("redquorum:waiter:{key}:"))
+        .arg(plain);
+    call
+}
+
+/// Sets the `maxmemory` of the server behind `conn` (1 puts it over at once; 0 lifts it).
+async fn set_maxmemory(conn: &mut MultiplexedConnection, bytes: u64) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(bytes)
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
 /// A plain lock's lease (`ARGV[4]` '1') is released by what its mechanism needs and no
 /// more: compare-and-delete, the queue's `EXISTS` and the notice without a queue; with one,
 /// the hand-off, but neither the owner record (a lock keeps none) nor the removal of a
@@ -382,17 +407,7 @@ async fn a_plain_locks_release_runs_only_its_mechanism() {
     let key = unique_key("plain_release");
     let queue = format!("redquorum:queue:{key}");
     let waiters = format!("redquorum:waiter:{key}:");
-    let release = |plain: &str| {
-        let mut call = script.key(&key);
-        call.key(&queue)
-            .key(format!("redquorum:owner:{key}"))
-            .key(format!("redquorum:ticket:{key}"))
-            .arg("mine")
-            .arg(format!("redquorum:released:{key}"))
-            .arg(&waiters)
-            .arg(plain);
-        call
-    };
+    let release = |plain: &str| release_of_mine(&script, &key, plain);
     let _: () = release("1")
         .load_async(&mut conn)
         .await
@@ -458,17 +473,7 @@ async fn a_release_hands_on_over_maxmemory() {
     let key = unique_key("release_oom");
     let queue = format!("redquorum:queue:{key}");
     let waiters = format!("redquorum:waiter:{key}:");
-    let release = |plain: &str| {
-        let mut call = script.key(&key);
-        call.key(&queue)
-            .key(format!("redquorum:owner:{key}"))
-            .key(format!("redquorum:ticket:{key}"))
-            .arg("mine")
-            .arg(format!("redquorum:released:{key}"))
-            .arg(&waiters)
-            .arg(plain);
-        call
-    };
+    let release = |plain: &str| release_of_mine(&script, &key, plain);
     let _: () = release("1")
         .load_async(&mut conn)
         .await
@@ -480,42 +485,18 @@ async fn a_release_hands_on_over_maxmemory() {
         .unwrap();
     let _: () = conn.pset_ex(&key, "mine", 10_000).await.unwrap();
     let _: () = conn.zadd(&queue, "w1", 1).await.unwrap();
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(1)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    set_maxmemory(&mut conn, 1).await;
     let refused: redis::RedisResult<()> = conn.set(unique_key("oom"), "x").await;
     assert!(refused.is_err(), "the master is not over maxmemory");
     for plain in ["1", "0"] {
         let (code, _ticket): (i64, String) = release(plain).invoke_async(&mut conn).await.unwrap();
         assert_eq!(code, 1, "plain {plain}");
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("maxmemory")
-            .arg(0)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        set_maxmemory(&mut conn, 0).await;
         assert_eq!(get(&server.url(), &key).await.as_deref(), Some("w1"));
         let _: () = conn.set(&key, "mine").await.unwrap();
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("maxmemory")
-            .arg(1)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        set_maxmemory(&mut conn, 1).await;
     }
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(0)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    set_maxmemory(&mut conn, 0).await;
 }
 
 type Extended = (i64, Option<String>, Option<String>);
@@ -2034,24 +2015,12 @@ async fn force_unlock_contract() {
     assert!(!live, "the unlocked waiter's liveness key is gone");
     // On a master over `maxmemory`, a held lock is still deleted, its counter raised and
     // the key handed on: the `DEL` comes first, and lets the script's later writes run.
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(1)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    set_maxmemory(&mut conn, 1).await;
     let refused: redis::RedisResult<()> = conn.set(unique_key("oom"), "x").await;
     assert!(refused.is_err(), "the master is not over maxmemory");
     let r: ForceUnlocked = force().invoke_async(&mut conn).await.unwrap();
     assert_eq!(r, (1, Some("x".to_owned()), Some(45)));
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(0)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    set_maxmemory(&mut conn, 0).await;
 }
 
 #[tokio::test]

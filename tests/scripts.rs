@@ -369,18 +369,64 @@ async fn commands_called(conn: &mut MultiplexedConnection) -> BTreeMap<String, u
         .collect()
 }
 
-/// `release.lua` of the value "mine" under `key`, as a lease releases it, `plain` its
-/// last argument.
-fn release_of_mine<'a>(script: &'a Script, key: &str, plain: &str) -> redis::ScriptInvocation<'a> {
-    let mut call = script.key(key);
-    call.key(format!("redquorum:queue:{key}"))
-        .key(format!("redquorum:owner:{key}"))
-        .key(format!("redquorum:ticket:{key}"))
-        .arg("mine")
-        .arg(format!("redquorum:released:{key}"))
-        .arg(format!("redquorum:waiter:{key}:"))
-        .arg(plain);
-    call
+/// A server with `release.lua` loaded, and a lock key of its own with its queue.
+struct Releasing {
+    server: Server,
+    script: Script,
+    key: String,
+    queue: String,
+}
+
+impl Releasing {
+    /// A new server, with a key named after `name`, and a connection to it.
+    async fn start(name: &str) -> (Self, MultiplexedConnection) {
+        let server = Server::start(&ServerOptions::new()).await.unwrap();
+        let mut conn = raw(&server.url()).await;
+        let key = unique_key(name);
+        let fixture = Self {
+            server,
+            script: Script::new(RELEASE),
+            queue: format!("redquorum:queue:{key}"),
+            key,
+        };
+        let _: () = fixture
+            .call("1")
+            .load_async(&mut conn)
+            .await
+            .map(|_| ())
+            .unwrap();
+        (fixture, conn)
+    }
+
+    /// `release.lua` of the value "mine" under the key, as a lease releases it, `plain`
+    /// its last argument.
+    fn call(&self, plain: &str) -> redis::ScriptInvocation<'_> {
+        let key = &self.key;
+        let mut call = self.script.key(key);
+        call.key(&self.queue)
+            .key(format!("redquorum:owner:{key}"))
+            .key(format!("redquorum:ticket:{key}"))
+            .arg("mine")
+            .arg(format!("redquorum:released:{key}"))
+            .arg(format!("redquorum:waiter:{key}:"))
+            .arg(plain);
+        call
+    }
+
+    /// The key held by "mine", with a live waiter `w1` heading its queue.
+    async fn hold_with_a_live_waiter(&self, conn: &mut MultiplexedConnection) {
+        let key = &self.key;
+        let _: () = conn.pset_ex(key, "mine", 10_000).await.unwrap();
+        let _: () = conn.zadd(&self.queue, "w1", 1).await.unwrap();
+        let _: () = conn
+            .pset_ex(
+                format!("redquorum:waiter:{key}:w1"),
+                "5000 redquorum:handoff:c1",
+                5000,
+            )
+            .await
+            .unwrap();
+    }
 }
 
 /// Sets the `maxmemory` of the server behind `conn` (1 puts it over at once; 0 lifts it).
@@ -401,23 +447,14 @@ async fn set_maxmemory(conn: &mut MultiplexedConnection, bytes: u64) {
 /// force-unlock of a value it read) reads the owner record.
 #[tokio::test]
 async fn a_plain_locks_release_runs_only_its_mechanism() {
-    let server = Server::start(&ServerOptions::new()).await.unwrap();
-    let mut conn = raw(&server.url()).await;
-    let script = Script::new(RELEASE);
-    let key = unique_key("plain_release");
-    let queue = format!("redquorum:queue:{key}");
-    let waiters = format!("redquorum:waiter:{key}:");
-    let release = |plain: &str| release_of_mine(&script, &key, plain);
-    let _: () = release("1")
-        .load_async(&mut conn)
-        .await
-        .map(|_| ())
-        .unwrap();
+    let (fixture, mut conn) = Releasing::start("plain_release").await;
+    let (server, key, queue) = (&fixture.server, &fixture.key, &fixture.queue);
+    let release = |plain: &str| fixture.call(plain);
     let counts = |pairs: &[(&str, u64)]| -> BTreeMap<String, u64> {
         pairs.iter().map(|(n, c)| ((*n).to_owned(), *c)).collect()
     };
 
-    let _: () = conn.pset_ex(&key, "mine", 10_000).await.unwrap();
+    let _: () = conn.pset_ex(key, "mine", 10_000).await.unwrap();
     reset_command_stats(&mut conn).await;
     let r: i64 = release("1").invoke_async(&mut conn).await.unwrap();
     assert_eq!(r, 1);
@@ -428,12 +465,7 @@ async fn a_plain_locks_release_runs_only_its_mechanism() {
 
     // With a live waiter queued: handed on, and still no owner record read nor waiter
     // removed for the released value.
-    let _: () = conn.pset_ex(&key, "mine", 10_000).await.unwrap();
-    let _: () = conn.zadd(&queue, "w1", 1).await.unwrap();
-    let _: () = conn
-        .pset_ex(format!("{waiters}w1"), "5000 redquorum:handoff:c1", 5000)
-        .await
-        .unwrap();
+    fixture.hold_with_a_live_waiter(&mut conn).await;
     reset_command_stats(&mut conn).await;
     let (code, _ticket): (i64, String) = release("1").invoke_async(&mut conn).await.unwrap();
     assert_eq!(code, 1);
@@ -450,11 +482,11 @@ async fn a_plain_locks_release_runs_only_its_mechanism() {
             ("publish", 1),
         ])
     );
-    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("w1"));
+    assert_eq!(get(&server.url(), key).await.as_deref(), Some("w1"));
 
     // Without the flag the owner record is read.
-    let _: () = conn.del(&[&key, &queue]).await.unwrap();
-    let _: () = conn.pset_ex(&key, "mine", 10_000).await.unwrap();
+    let _: () = conn.del(&[key, queue]).await.unwrap();
+    let _: () = conn.pset_ex(key, "mine", 10_000).await.unwrap();
     reset_command_stats(&mut conn).await;
     let r: i64 = release("0").invoke_async(&mut conn).await.unwrap();
     assert_eq!(r, 1);
@@ -467,33 +499,19 @@ async fn a_plain_locks_release_runs_only_its_mechanism() {
 /// to a script that has not written yet; `DEL` needs none).
 #[tokio::test]
 async fn a_release_hands_on_over_maxmemory() {
-    let server = Server::start(&ServerOptions::new()).await.unwrap();
-    let mut conn = raw(&server.url()).await;
-    let script = Script::new(RELEASE);
-    let key = unique_key("release_oom");
-    let queue = format!("redquorum:queue:{key}");
-    let waiters = format!("redquorum:waiter:{key}:");
-    let release = |plain: &str| release_of_mine(&script, &key, plain);
-    let _: () = release("1")
-        .load_async(&mut conn)
-        .await
-        .map(|_| ())
-        .unwrap();
-    let _: () = conn
-        .pset_ex(format!("{waiters}w1"), "5000 redquorum:handoff:c1", 5000)
-        .await
-        .unwrap();
-    let _: () = conn.pset_ex(&key, "mine", 10_000).await.unwrap();
-    let _: () = conn.zadd(&queue, "w1", 1).await.unwrap();
+    let (fixture, mut conn) = Releasing::start("release_oom").await;
+    let (server, key) = (&fixture.server, &fixture.key);
+    fixture.hold_with_a_live_waiter(&mut conn).await;
     set_maxmemory(&mut conn, 1).await;
     let refused: redis::RedisResult<()> = conn.set(unique_key("oom"), "x").await;
     assert!(refused.is_err(), "the master is not over maxmemory");
     for plain in ["1", "0"] {
-        let (code, _ticket): (i64, String) = release(plain).invoke_async(&mut conn).await.unwrap();
+        let (code, _ticket): (i64, String) =
+            fixture.call(plain).invoke_async(&mut conn).await.unwrap();
         assert_eq!(code, 1, "plain {plain}");
         set_maxmemory(&mut conn, 0).await;
-        assert_eq!(get(&server.url(), &key).await.as_deref(), Some("w1"));
-        let _: () = conn.set(&key, "mine").await.unwrap();
+        assert_eq!(get(&server.url(), key).await.as_deref(), Some("w1"));
+        let _: () = conn.set(key, "mine").await.unwrap();
         set_maxmemory(&mut conn, 1).await;
     }
     set_maxmemory(&mut conn, 0).await;
@@ -1059,21 +1077,30 @@ async fn acquire_contract() {
     let owner = format!("redquorum:owner:{key}");
     let holder = holder_of(&unique_key("tag"));
     let ticket = format!("redquorum:ticket:{key}");
+    // The holder's fields (client id, host, pid, label) last: empty where the client knows
+    // its holder record outlives the lock.
+    let acquire_as =
+        |value: &'static str, ttl: u64, mode: &'static str, fingerprint: &str, who: [&str; 4]| {
+            let mut call = preamble(&script, &epoch, &record, "new-epoch", fingerprint);
+            call.key(&key)
+                .key(&fence)
+                .key(&owner)
+                .key(&ticket)
+                .key(&holder)
+                .arg(value)
+                .arg(ttl)
+                .arg(mode)
+                .arg(&who[..]);
+            call
+        };
     let acquire_for = |value: &'static str, ttl: u64, mode: &'static str, fingerprint: &str| {
-        let mut call = preamble(&script, &epoch, &record, "new-epoch", fingerprint);
-        call.key(&key)
-            .key(&fence)
-            .key(&owner)
-            .key(&ticket)
-            .key(&holder)
-            .arg(value)
-            .arg(ttl)
-            .arg(mode)
-            .arg("client-1")
-            .arg("host-1")
-            .arg(4242)
-            .arg("worker");
-        call
+        acquire_as(
+            value,
+            ttl,
+            mode,
+            fingerprint,
+            ["client-1", "host-1", "4242", "worker"],
+        )
     };
     let acquire = |value: &'static str, mode: &'static str, fingerprint: &'static str| {
         acquire_for(value, 10_000, mode, fingerprint)
@@ -1183,21 +1210,11 @@ async fn acquire_contract() {
         } else {
             let _: () = conn.pexpire(&holder, 5_000).await.unwrap();
         }
-        let mut call = preamble(&script, &epoch, &record, "new-epoch", "");
-        call.key(&key)
-            .key(&fence)
-            .key(&owner)
-            .key(&ticket)
-            .key(&holder)
-            .arg("v3")
-            .arg(10_000)
-            .arg("0")
-            .arg("")
-            .arg("")
-            .arg("")
-            .arg("");
         reset_command_stats(&mut conn).await;
-        let (ok, ..): Acquired = call.invoke_async(&mut conn).await.unwrap();
+        let (ok, ..): Acquired = acquire_as("v3", 10_000, "0", "", ["", "", "", ""])
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
         assert_eq!(ok, 1);
         let called = commands_called(&mut conn).await;
         assert!(!called.contains_key("pttl"), "{called:?}");

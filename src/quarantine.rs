@@ -4,9 +4,10 @@
 //! snapshot, flushed — could hand a held lock to a second client. So a master counts toward
 //! a quorum only once every lock it might have forgotten has expired:
 //!
-//! - its **data epoch** is at least `window` old. The epoch is a record
-//!   (`redquorum:epoch`, no TTL) holding a random id and the server time it was created;
-//!   whoever finds it missing creates it. Missing means the data is new or was lost, so a
+//! - its **data epoch** is at least `window` old. The epoch is a field of the cluster
+//!   record's key (`<prefix>redquorum:cluster`, field `epoch`, no TTL), a random id and
+//!   the server time it was created, kept there with or without a record, so that a lock
+//!   script reads both with one command; whoever finds it missing creates it. Missing means the data is new or was lost, so a
 //!   new epoch starts a quarantine. An epoch id that changes under a connection (FLUSHALL)
 //!   starts one too.
 //! - and, unless the master is durable (`appendonly yes` with `appendfsync always`), its

@@ -689,7 +689,8 @@ async fn key_prefix_is_applied() {
 
 /// An uncontended acquire writes its lock key and nothing else per lock: who holds it is
 /// the client's holder record, written by the first acquire and kept, and a release
-/// leaves only that record (docs/design.md §11).
+/// leaves only that record, and the key of the cluster record, which holds the master's
+/// data epoch (docs/design.md §7, §11).
 #[tokio::test]
 async fn an_acquire_writes_its_key_and_one_holder_record_per_client() {
     let cluster = Cluster::start(1).await.unwrap();
@@ -706,7 +707,8 @@ async fn an_acquire_writes_its_key_and_one_holder_record_per_client() {
         let lease = client.acquire(&key).await.unwrap();
         let (tag, _) = lease.value().rsplit_once('.').unwrap();
         let record = format!("locks:redquorum:holder:{tag}");
-        let mut expected = vec![lease.key().to_owned(), record.clone()];
+        let epoch = "locks:redquorum:cluster".to_owned();
+        let mut expected = vec![lease.key().to_owned(), record.clone(), epoch.clone()];
         expected.sort();
         assert_eq!(under_prefix().await, expected, "while held ({i})");
         holder.get_or_insert(record.clone());
@@ -716,11 +718,9 @@ async fn an_acquire_writes_its_key_and_one_holder_record_per_client() {
             "one record per client"
         );
         lease.release().await.unwrap();
-        assert_eq!(
-            under_prefix().await,
-            vec![record],
-            "after the release ({i})"
-        );
+        let mut expected = vec![record, epoch];
+        expected.sort();
+        assert_eq!(under_prefix().await, expected, "after the release ({i})");
     }
     let record = holder.unwrap();
     let fields: std::collections::HashMap<String, String> = conn.hgetall(&record).await.unwrap();

@@ -25,8 +25,9 @@ fn quarantined(urls: Vec<String>) -> redquorum::Builder {
         .retry(Retry::new().delay("5ms").jitter("10ms"))
 }
 
+/// The cluster record at `key` (`support::cluster_record`).
 async fn record(url: &str, key: &str) -> HashMap<String, String> {
-    raw(url).await.hgetall(key).await.unwrap()
+    cluster_record(url, key).await
 }
 
 #[tokio::test]

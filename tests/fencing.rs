@@ -21,11 +21,7 @@ async fn cluster(n: usize) -> Cluster {
 async fn cluster_with(n: usize, options: &ServerOptions) -> Cluster {
     let cluster = Cluster::start_with(n, options).await.unwrap();
     for url in cluster.urls() {
-        let _: () = raw(&url)
-            .await
-            .set("redquorum:epoch", "seed:1000000")
-            .await
-            .unwrap();
+        seed_old_epoch(&url).await;
     }
     cluster
 }

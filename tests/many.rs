@@ -425,11 +425,7 @@ async fn each_resource_gets_its_own_fencing_token() {
         .await
         .unwrap();
     for url in cluster.urls() {
-        let _: () = raw(&url)
-            .await
-            .set("redquorum:epoch", "seed:1000000")
-            .await
-            .unwrap();
+        seed_old_epoch(&url).await;
     }
     let client: Redlock = client(&cluster)
         .quarantine(true)

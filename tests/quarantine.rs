@@ -211,12 +211,7 @@ async fn a_durable_master_votes_right_after_a_restart() {
     let mut cluster = Cluster::start_with(3, &options).await.unwrap();
     // Epochs that started long ago (as on masters in service for a while).
     for s in cluster.servers() {
-        let old = "seed:1000000";
-        let _: () = raw(&s.url())
-            .await
-            .set("redquorum:epoch", old)
-            .await
-            .unwrap();
+        seed_old_epoch(&s.url()).await;
     }
     let client = guarded(&cluster).ttl("30s").build().unwrap();
     let key = unique_key("durable");
@@ -251,11 +246,7 @@ async fn a_master_that_can_evict_lock_keys_never_votes() {
     let mut urls = cluster.urls();
     urls.push(evicting.url());
     for url in &urls {
-        let _: () = raw(url)
-            .await
-            .set("redquorum:epoch", "seed:1000000")
-            .await
-            .unwrap();
+        seed_old_epoch(url).await;
     }
     let client = Redlock::builder()
         .masters(&urls)

@@ -251,10 +251,7 @@ async fn children_share_the_lease_release_nothing_and_are_lost_after_the_outermo
     let options = ServerOptions::new().persistence(Persistence::AofAlways);
     let cluster = Cluster::start_with(3, &options).await.unwrap();
     for url in cluster.urls() {
-        let _: () =
-            redis::AsyncCommands::set(&mut raw(&url).await, "redquorum:epoch", "seed:1000000")
-                .await
-                .unwrap();
+        seed_old_epoch(&url).await;
     }
     let client = client(&cluster)
         .quarantine(true)

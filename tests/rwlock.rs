@@ -442,11 +442,7 @@ async fn downgrade_keeps_deadline_and_token_and_lets_readers_in() {
         .await
         .unwrap();
     for url in cluster.urls() {
-        let _: () = raw(&url)
-            .await
-            .set("redquorum:epoch", "seed:1000000")
-            .await
-            .unwrap();
+        seed_old_epoch(&url).await;
     }
     let client = client(&cluster)
         .quarantine(true)

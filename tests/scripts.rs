@@ -86,24 +86,28 @@ const DEQUEUE: &str = concat!(
 );
 
 /// `script`, a lock script, with the preamble's keys and arguments, the same slots in
-/// every lock script: `KEYS[1]` the epoch record, `KEYS[2]` the cluster record, `ARGV[1]`
+/// every lock script: `KEYS[1]` the cluster record, which holds the data epoch, `ARGV[1]`
 /// an id for a new epoch ('' not to read the epoch), `ARGV[2]` the caller's cluster
 /// fingerprint ('' when it knows no record). The script's own keys and arguments follow.
 fn preamble<'a>(
     script: &'a Script,
-    epoch: &str,
     record: &str,
     epoch_id: &str,
     fingerprint: &str,
 ) -> redis::ScriptInvocation<'a> {
-    let mut call = script.key(epoch);
-    call.key(record).arg(epoch_id).arg(fingerprint);
+    let mut call = script.key(record);
+    call.arg(epoch_id).arg(fingerprint);
     call
 }
 
 /// The preamble's refusal of a caller whose cluster fingerprint is not the record's:
 /// `{-2, epoch record or false, the record's fingerprint or false}`.
 type Refused = (i64, Option<String>, Option<String>);
+
+/// The data epoch that the preamble keeps in the cluster record's key `record`.
+async fn epoch_in(conn: &mut redis::aio::MultiplexedConnection, record: &str) -> Option<String> {
+    conn.hget(record, "epoch").await.unwrap()
+}
 
 /// The server's time in microseconds (`TIME`).
 async fn server_time_us(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
@@ -168,7 +172,7 @@ async fn assert_holder_written(
 async fn every_lock_script_starts_with_the_preamble() {
     let server = Server::start(&ServerOptions::new()).await.unwrap();
     let mut conn = raw(&server.url()).await;
-    let (epoch, record) = ("redquorum:epoch", "redquorum:cluster");
+    let record = "redquorum:cluster";
     for (name, source) in [
         ("acquire.lua", ACQUIRE),
         ("acquire_queued.lua", ACQUIRE_QUEUED),
@@ -185,7 +189,7 @@ async fn every_lock_script_starts_with_the_preamble() {
         let script = Script::new(source);
         let () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
         let _: () = conn.hset(record, "fingerprint", "f1").await.unwrap();
-        let (code, seen, found): Refused = preamble(&script, epoch, record, "e1", "f2")
+        let (code, seen, found): Refused = preamble(&script, record, "e1", "f2")
             .invoke_async(&mut conn)
             .await
             .unwrap();
@@ -195,12 +199,19 @@ async fn every_lock_script_starts_with_the_preamble() {
             created.is_some_and(|c| c.parse::<u64>().is_ok()),
             "{name}: the epoch is read first: {seen:?}"
         );
-        let mut written: Vec<String> = conn.keys("*").await.unwrap();
-        written.sort();
-        assert_eq!(written, [record, epoch], "{name}");
+        let written: Vec<String> = conn.keys("*").await.unwrap();
+        assert_eq!(written, [record], "{name}");
+        let fields: Vec<String> = conn.hkeys(record).await.unwrap();
+        assert_eq!(
+            fields.len(),
+            2,
+            "{name}: only the epoch is written: {fields:?}"
+        );
+        let kept: Option<String> = conn.hget(record, "epoch").await.unwrap();
+        assert_eq!(kept, seen, "{name}");
         // No epoch id: the epoch is not read. No record here, but the caller knows one.
         let () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
-        let (code, seen, found): Refused = preamble(&script, epoch, record, "", "f1")
+        let (code, seen, found): Refused = preamble(&script, record, "", "f1")
             .invoke_async(&mut conn)
             .await
             .unwrap();
@@ -525,14 +536,10 @@ async fn extend_contract() {
     let mut conn = raw(&server.url()).await;
     let script = Script::new(EXTEND);
     let key = unique_key("extend_script");
-    let (epoch, record, holder) = (
-        unique_key("epoch"),
-        unique_key("cluster"),
-        holder_of(&unique_key("tag")),
-    );
+    let (record, holder) = (unique_key("cluster"), holder_of(&unique_key("tag")));
     let owner = format!("redquorum:owner:{key}");
     let extend = |value: &'static str, ttl: u64, epoch_id: &'static str, fingerprint: &str| {
-        let mut call = preamble(&script, &epoch, &record, epoch_id, fingerprint);
+        let mut call = preamble(&script, &record, epoch_id, fingerprint);
         call.key(&key).key(&holder).key(&owner).arg(value).arg(ttl);
         call
     };
@@ -551,7 +558,7 @@ async fn extend_contract() {
         let pttl: i64 = conn.pttl(k).await.unwrap();
         assert!(pttl > 50_000 && pttl <= 60_000, "{k}: {pttl}");
     }
-    assert_eq!(get(&server.url(), &epoch).await, None);
+    assert_eq!(epoch_in(&mut conn, &record).await, None);
     // A holder record that outlives the new TTL is left as it is, never shortened.
     let _: () = conn.pexpire(&holder, 3_600_000).await.unwrap();
     let (code, ..): Extended = extend("mine", 60_000, "", "")
@@ -588,7 +595,7 @@ async fn extend_contract() {
     assert_eq!(code, 0);
     let seen = seen.unwrap();
     assert!(seen.starts_with("e1:"), "{seen}");
-    assert_eq!(get(&server.url(), &epoch).await, Some(seen.clone()));
+    assert_eq!(epoch_in(&mut conn, &record).await, Some(seen.clone()));
     assert_eq!(get(&server.url(), &key).await, None);
     // Someone else's: -1, untouched, TTL unchanged; an existing epoch is kept.
     let _: () = conn.pset_ex(&key, "theirs", 5000).await.unwrap();
@@ -686,9 +693,9 @@ async fn extend_many_contract() {
     let script = Script::new(EXTEND_MANY);
     let keys = [unique_key("many_a"), unique_key("many_b")];
     let holder = holder_of(&unique_key("tag"));
-    let (epoch, record) = (unique_key("epoch"), unique_key("cluster"));
+    let record = unique_key("cluster");
     let extend = |epoch_id: &'static str, fingerprint: &str| {
-        let mut call = preamble(&script, &epoch, &record, epoch_id, fingerprint);
+        let mut call = preamble(&script, &record, epoch_id, fingerprint);
         call.key(&holder);
         for key in &keys {
             call.key(key).key(format!("redquorum:owner:{key}"));
@@ -971,9 +978,9 @@ async fn acquire_many_contract() {
     let fences = [unique_key("fence_a"), unique_key("fence_b")];
     let owners = keys.clone().map(|k| format!("redquorum:owner:{k}"));
     let holder = holder_of(&unique_key("tag"));
-    let (epoch, record) = (unique_key("epoch"), unique_key("cluster"));
+    let record = unique_key("cluster");
     let acquire = |value: &'static str, fingerprint: &str| {
-        let mut call = preamble(&script, &epoch, &record, "e1", fingerprint);
+        let mut call = preamble(&script, &record, "e1", fingerprint);
         call.key(&holder);
         for i in 0..2 {
             call.key(&keys[i]).key(&fences[i]).key(&owners[i]);
@@ -1072,8 +1079,7 @@ async fn acquire_contract() {
     let mut conn = raw(&server.url()).await;
     let script = Script::new(ACQUIRE);
     let key = unique_key("acquire_script");
-    let (epoch, fence) = (unique_key("epoch"), unique_key("fence"));
-    let record = unique_key("cluster");
+    let (fence, record) = (unique_key("fence"), unique_key("cluster"));
     let owner = format!("redquorum:owner:{key}");
     let holder = holder_of(&unique_key("tag"));
     let ticket = format!("redquorum:ticket:{key}");
@@ -1081,7 +1087,7 @@ async fn acquire_contract() {
     // its holder record outlives the lock.
     let acquire_as =
         |value: &'static str, ttl: u64, mode: &'static str, fingerprint: &str, who: [&str; 4]| {
-            let mut call = preamble(&script, &epoch, &record, "new-epoch", fingerprint);
+            let mut call = preamble(&script, &record, "new-epoch", fingerprint);
             call.key(&key)
                 .key(&fence)
                 .key(&owner)
@@ -1341,7 +1347,7 @@ async fn a_name_held_by_a_reader_is_another_kind_to_every_mutex_script() {
     let mut conn = raw(&server.url()).await;
     let keys = QueueKeys::new("read_held");
     let key = keys.key.clone();
-    let (epoch, record) = (keys.epoch.clone(), keys.record.clone());
+    let record = keys.record.clone();
     let owner = format!("redquorum:owner:{key}");
     let fence = format!("redquorum:fence:{key}");
     let index = format!("redquorum:rw:{key}:readers");
@@ -1349,7 +1355,7 @@ async fn a_name_held_by_a_reader_is_another_kind_to_every_mutex_script() {
     let holder = holder_of(&unique_key("tag"));
     let rw = Script::new(RW_ACQUIRE);
     let (code, ..): (i64, String, Option<String>, i64, Option<String>) =
-        preamble(&rw, &epoch, &record, "e1", "")
+        preamble(&rw, &record, "e1", "")
             .key(&key)
             .key(&fence)
             .key(&owner)
@@ -1454,7 +1460,7 @@ async fn a_name_of_another_type_is_another_kind_to_every_mutex_script() {
         refused_as(&mut conn, (name, call, detail), "hash").await;
         let mut written: Vec<String> = conn.keys("*").await.unwrap();
         written.sort();
-        let mut expected = vec![keys.key.clone(), keys.queue.clone(), keys.epoch.clone()];
+        let mut expected = vec![keys.key.clone(), keys.queue.clone(), keys.record.clone()];
         expected.sort();
         assert_eq!(written, expected, "{name} wrote");
         let queue: Vec<String> = conn.zrange(&keys.queue, 0, -1).await.unwrap();
@@ -1469,20 +1475,9 @@ async fn a_name_of_another_type_is_another_kind_to_every_mutex_script() {
 async fn a_get_failing_for_another_reason_is_an_error_not_another_kind() {
     let server = Server::start(&ServerOptions::new()).await.unwrap();
     let mut admin = raw(&server.url()).await;
-    // Every command but `GET`, which it may run only on the epoch records the preamble
-    // reads.
+    // Every command but `GET`.
     let () = redis::cmd("ACL")
-        .arg(&[
-            "SETUSER",
-            "noget",
-            "on",
-            ">pw",
-            "~*",
-            "&*",
-            "+@all",
-            "-get",
-            "(+get ~test:epoch:*)",
-        ])
+        .arg(&["SETUSER", "noget", "on", ">pw", "~*", "&*", "+@all", "-get"])
         .query_async(&mut admin)
         .await
         .unwrap();
@@ -1548,7 +1543,7 @@ impl MutexScripts {
                 .arg(1)
                 .arg("");
         };
-        let mut acquire = preamble(&self.acquire, &keys.epoch, &keys.record, "e1", "");
+        let mut acquire = preamble(&self.acquire, &keys.record, "e1", "");
         acquire
             .key(key)
             .key(&fence)
@@ -1557,7 +1552,7 @@ impl MutexScripts {
             .key(holder)
             .arg("m1");
         who(&mut acquire);
-        let mut queued = preamble(&self.queued, &keys.epoch, &keys.record, "e1", "");
+        let mut queued = preamble(&self.queued, &keys.record, "e1", "");
         queued
             .key(key)
             .key(&fence)
@@ -1568,7 +1563,7 @@ impl MutexScripts {
             .arg("m2");
         who(&mut queued);
         queued.arg("w1").arg("1").arg(&keys.waiters);
-        let mut many = preamble(&self.many, &keys.epoch, &keys.record, "e1", "");
+        let mut many = preamble(&self.many, &keys.record, "e1", "");
         many.key(holder)
             .key(key)
             .key(&fence)
@@ -1646,11 +1641,11 @@ async fn semaphore_contract() {
     let mut conn = raw(&server.url()).await;
     let script = Script::new(SEMAPHORE);
     let base = format!("redquorum:sem:{}:", unique_key("semaphore_script"));
-    let (epoch, record) = (unique_key("epoch"), unique_key("cluster"));
+    let record = unique_key("cluster");
     let limit_key = format!("{base}limit");
     let slot = |i: u32| format!("{base}{i}");
     let call = |mode: &str, value: &str, limit: u32, wanted: &[u32], fence: &str, fp: &str| {
-        let mut call = preamble(&script, &epoch, &record, "new-epoch", fp);
+        let mut call = preamble(&script, &record, "new-epoch", fp);
         call.key(&limit_key);
         for i in 0..limit {
             call.key(slot(i));
@@ -2045,11 +2040,10 @@ async fn stamp_contract() {
     let server = Server::start(&ServerOptions::new()).await.unwrap();
     let mut conn = raw(&server.url()).await;
     let script = Script::new(STAMP);
-    let (record, epoch) = (unique_key("cluster"), unique_key("epoch"));
+    let record = unique_key("cluster");
     let stamp = |run_id: &'static str, epoch_id: &'static str, fingerprint: &'static str| {
         let mut call = script.key(&record);
-        call.key(&epoch)
-            .arg(run_id)
+        call.arg(run_id)
             .arg(epoch_id)
             .arg("fingerprint")
             .arg(fingerprint)
@@ -2064,15 +2058,17 @@ async fn stamp_contract() {
         .await
         .unwrap();
     assert_eq!(code, -1);
-    let _: () = conn.set(&epoch, "e0:123").await.unwrap();
+    // The data epoch lives in the record's key: a hash holding only that is no record.
+    let _: () = conn.hset(&record, "epoch", "e0:123").await.unwrap();
     let (code, _): (i64, String) = stamp("run-1", "e1", "f1")
         .invoke_async(&mut conn)
         .await
         .unwrap();
     assert_eq!(code, -1);
-    assert!(!conn.exists::<_, bool>(&record).await.unwrap());
+    let fields: Vec<String> = conn.hkeys(&record).await.unwrap();
+    assert_eq!(fields, ["epoch"]);
     // The surveyed epoch: written, with the bootstrap fields naming the run_id and epoch.
-    let _: () = conn.set(&epoch, "e1:123").await.unwrap();
+    let _: () = conn.hset(&record, "epoch", "e1:123").await.unwrap();
     let (code, fingerprint): (i64, String) = stamp("run-1", "e1", "f1")
         .invoke_async(&mut conn)
         .await
@@ -2082,6 +2078,7 @@ async fn stamp_contract() {
     assert_eq!(fields["bootstrap_run_id"], "run-1");
     assert_eq!(fields["bootstrap_epoch"], "e1");
     assert_eq!(fields["master"], "m1");
+    assert_eq!(fields["epoch"], "e1:123", "the epoch is kept");
     // An existing record is never overwritten: 0 with its fingerprint.
     let (code, fingerprint): (i64, String) = stamp("run-2", "e1", "f2")
         .invoke_async(&mut conn)
@@ -2094,6 +2091,14 @@ async fn stamp_contract() {
     assert_eq!(code, 1);
     let fields: std::collections::HashMap<String, String> = conn.hgetall(&record).await.unwrap();
     assert!(!fields.contains_key("bootstrap_run_id"), "{fields:?}");
+    // A hash with other fields but no fingerprint is not written over: 0, no fingerprint.
+    let _: () = conn.del(&record).await.unwrap();
+    let _: () = conn.hset(&record, "master", "m0").await.unwrap();
+    let (code, fingerprint): (i64, String) =
+        stamp("", "", "f4").invoke_async(&mut conn).await.unwrap();
+    assert_eq!((code, fingerprint.as_str()), (0, ""));
+    let fields: Vec<String> = conn.hkeys(&record).await.unwrap();
+    assert_eq!(fields, ["master"]);
 }
 
 #[tokio::test]
@@ -2102,16 +2107,16 @@ async fn fence_contract() {
     let mut conn = raw(&server.url()).await;
     let script = Script::new(FENCE);
     let key = unique_key("fence_script");
-    let (fence, epoch, owner) = (
+    let (fence, record, owner) = (
         unique_key("fence"),
-        unique_key("epoch"),
+        unique_key("cluster"),
         unique_key("owner"),
     );
-    let _: () = conn.set(&epoch, "e:1").await.unwrap();
+    let _: () = conn.hset(&record, "epoch", "e:1").await.unwrap();
     let write = |value: &'static str, token: u64| {
         let mut call = script.key(&key);
         call.key(&fence)
-            .key(&epoch)
+            .key(&record)
             .key(&owner)
             .arg(value)
             .arg(token);
@@ -2151,9 +2156,9 @@ async fn epoch_contract() {
     let server = Server::start(&ServerOptions::new()).await.unwrap();
     let mut conn = raw(&server.url()).await;
     let script = Script::new(EPOCH);
-    let epoch = unique_key("epoch");
+    let record = unique_key("cluster");
     let (first, now): (String, String) = script
-        .key(&epoch)
+        .key(&record)
         .arg("a")
         .invoke_async(&mut conn)
         .await
@@ -2165,15 +2170,16 @@ async fn epoch_contract() {
         "a new epoch, created before the time read: {first} at {now}"
     );
     let (second, _): (String, String) = script
-        .key(&epoch)
+        .key(&record)
         .arg("b")
         .invoke_async(&mut conn)
         .await
         .unwrap();
     assert_eq!(second, first, "an existing epoch is kept");
+    assert_eq!(epoch_in(&mut conn, &record).await, Some(first));
     let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
     let (third, _): (String, String) = script
-        .key(&epoch)
+        .key(&record)
         .arg("c")
         .invoke_async(&mut conn)
         .await
@@ -2324,22 +2330,22 @@ fn script_hashes_are_pinned() {
         (
             "extend.lua",
             EXTEND,
-            "ce7014f0fed76f45b4166900a0e1429bebc172b7",
+            "f91db820e098dedc3f5cc597154092f855630ab6",
         ),
         (
             "acquire.lua",
             ACQUIRE,
-            "194ed56d0cb2e6791b10c25f41472cb6045e425d",
+            "ac7c09e2692029bf7e402e752d3c8018b9868d0c",
         ),
         (
             "fence.lua",
             FENCE,
-            "2224826c560e239d57fac479fb4a28f153e6b827",
+            "352210b8b522e1f0c9c1612f3e1a32b89fc82a29",
         ),
         (
             "epoch.lua",
             EPOCH,
-            "cc6619096c0ce329976c5af71b928f26439bdae7",
+            "149aff8cd84970b39c05b9205452853b982fb0e1",
         ),
         (
             "fenced_set.lua",
@@ -2349,7 +2355,7 @@ fn script_hashes_are_pinned() {
         (
             "stamp.lua",
             STAMP,
-            "f097d809d8f28a621f3a59f7974e53f94df6a766",
+            "5ca83553af381090e1f8d4042e9b20eda5b7d41e",
         ),
         (
             "inspect.lua",
@@ -2359,7 +2365,7 @@ fn script_hashes_are_pinned() {
         (
             "semaphore.lua",
             SEMAPHORE,
-            "619b9afb0bc62ce65fd99ed5b1b57732bc2334a2",
+            "83982e438748b8bf94d80ac934a709c9750b0a0a",
         ),
         (
             "force_unlock.lua",
@@ -2369,7 +2375,7 @@ fn script_hashes_are_pinned() {
         (
             "extend_many.lua",
             EXTEND_MANY,
-            "4eab23a89e741f8297a3ca1bc0d854e1fe3f58e6",
+            "d11acef6714540b28617100e58e8b52596130a7e",
         ),
         (
             "release_many.lua",
@@ -2379,32 +2385,32 @@ fn script_hashes_are_pinned() {
         (
             "acquire_many.lua",
             ACQUIRE_MANY,
-            "144e2acee83704c669b214c83ab7f2125bca1866",
+            "46db7d148294816acac4c4c8bfffe77a8366a888",
         ),
         (
             "rw_acquire.lua",
             RW_ACQUIRE,
-            "46d3d631a4687c33f189b9a3b4697e676915b84c",
+            "642f4adcc81e497d4e351b5155e98bfe0f953eff",
         ),
         (
             "rw_downgrade.lua",
             RW_DOWNGRADE,
-            "687973fa02cf4d21e3ace27ca32b2a844ee53576",
+            "056064672f42f4da151e1c3b11f5297321cde195",
         ),
         (
             "rw_extend_read.lua",
             RW_EXTEND_READ,
-            "34f2e038737ab1c1d76cb4ded83891ee840a3390",
+            "7f47065a8480314c5c17876b4ccf588dc4cff9b0",
         ),
         (
             "acquire_queued.lua",
             ACQUIRE_QUEUED,
-            "0a876307de0b26cc0d478880b90aad158cd0c5d5",
+            "7509ccd7954cc54710507c0a88c50da0a88817e3",
         ),
         (
             "enqueue.lua",
             ENQUEUE,
-            "68ca48db09d4fc11a3873eb4125fc0015d9ac097",
+            "d505764d9d6ef99564139b9db575d7c0f7a41cf4",
         ),
         (
             "dequeue.lua",
@@ -2510,7 +2516,6 @@ type Enqueued = (i64, String, Option<String>, i64, i64, Option<String>);
 /// `fingerprint`.
 struct QueueKeys {
     key: String,
-    epoch: String,
     record: String,
     queue: String,
     ticket: String,
@@ -2521,7 +2526,6 @@ impl QueueKeys {
     fn new(name: &str) -> QueueKeys {
         let key = unique_key(name);
         QueueKeys {
-            epoch: unique_key("epoch"),
             record: unique_key("cluster"),
             queue: format!("redquorum:queue:{key}"),
             ticket: format!("redquorum:ticket:{key}"),
@@ -2540,7 +2544,7 @@ impl QueueKeys {
         channel: &str,
         fingerprint: &str,
     ) -> redis::ScriptInvocation<'a> {
-        let mut call = preamble(script, &self.epoch, &self.record, "e1", fingerprint);
+        let mut call = preamble(script, &self.record, "e1", fingerprint);
         call.key(&self.key)
             .key(&self.queue)
             .key(&self.ticket)
@@ -2824,11 +2828,7 @@ async fn acquire_queued_contract() {
     let server = Server::start(&ServerOptions::new()).await.unwrap();
     let mut conn = raw(&server.url()).await;
     let key = unique_key("acquire_queued_script");
-    let (epoch, fence, record) = (
-        unique_key("epoch"),
-        unique_key("fence"),
-        unique_key("cluster"),
-    );
+    let (fence, record) = (unique_key("fence"), unique_key("cluster"));
     let owner = format!("redquorum:owner:{key}");
     let holder = holder_of(&unique_key("tag"));
     let (queue, ticket) = (
@@ -2838,7 +2838,7 @@ async fn acquire_queued_contract() {
     let waiters = format!("redquorum:waiter:{key}:");
     let script = Script::new(ACQUIRE_QUEUED);
     let acquire = |value: &str, waiter: &str, fair: bool| {
-        let mut call = preamble(&script, &epoch, &record, "e1", "");
+        let mut call = preamble(&script, &record, "e1", "");
         call.key(&key)
             .key(&fence)
             .key(&owner)
@@ -3062,8 +3062,8 @@ async fn live_head_at_its_prune_budget() {
         let members: Vec<(u64, String)> =
             (0..dead).map(|i| (i + 1, format!("dead{i:03}"))).collect();
         let _: () = conn.zadd_multiple(&queue, &members).await.unwrap();
-        let (epoch, record) = (unique_key("epoch"), unique_key("cluster"));
-        let reply: Vec<redis::Value> = preamble(&script, &epoch, &record, "e1", "")
+        let record = unique_key("cluster");
+        let reply: Vec<redis::Value> = preamble(&script, &record, "e1", "")
             .key(&key)
             .key(unique_key("fence"))
             .key(unique_key("owner"))

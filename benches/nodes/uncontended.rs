@@ -78,14 +78,12 @@ const GUARDED_RECORD: &str = "redquorum:bench-record";
 /// `acquire.lua` of `key` with what the library sends from a client that knows no cluster
 /// record, with restart quarantine off and no fencing, on a connection that knows its
 /// holder record outlives the lock (the common case: the holder's fields empty). (The
-/// first call on a master writes its data-epoch record, as the library's first acquire
-/// does.)
+/// first call on a master writes its data epoch, as the library's first acquire does.)
 fn acquire_script(key: &str) -> redis::ScriptInvocation<'static> {
-    // The preamble's slots first (epoch record, cluster record, epoch id, fingerprint),
-    // then the script's own.
-    let mut call = ACQUIRE.key("redquorum:epoch");
-    call.key("redquorum:cluster")
-        .key(key)
+    // The preamble's slots first (the cluster record, which holds the data epoch, the
+    // epoch id, the fingerprint), then the script's own.
+    let mut call = ACQUIRE.key("redquorum:cluster");
+    call.key(key)
         .key(format!("redquorum:fence:{key}"))
         .key(format!("redquorum:owner:{key}"))
         .key(format!("redquorum:ticket:{key}"))

@@ -28,7 +28,13 @@ const FINGERPRINT_NAMESPACE: Uuid = Uuid::from_u128(0x5f0e_2c6b_91d4_4a7e_8b3f_c
 /// cluster began (`kept`) or was re-admitted after losing its data (`lost`).
 pub(crate) const COUNTERS_LOST: &str = "lost";
 
-/// The key of the cluster record under `prefix`.
+/// The field of the cluster record's key that holds the master's data epoch
+/// (`epoch.lua`, docs/design.md §7): written by the first lock script to reach the master,
+/// record or none, so that one read gives a script both the epoch and the fingerprint.
+pub(crate) const EPOCH_FIELD: &str = "epoch";
+
+/// The key of the cluster record under `prefix`, which also holds the master's data epoch
+/// ([`EPOCH_FIELD`]).
 pub(crate) fn record_key(prefix: &str) -> String {
     format!("{prefix}redquorum:cluster")
 }
@@ -184,9 +190,10 @@ impl Record {
             .map(|(_, address)| address.as_str())
     }
 
-    /// Parses the fields of the hash (`HGETALL`); `None` for an empty hash (no record).
+    /// Parses the fields of the hash (`HGETALL`); `None` for a hash that holds no field
+    /// but the master's data epoch ([`EPOCH_FIELD`]), or none at all (no record).
     pub(crate) fn parse(fields: &HashMap<String, String>) -> Result<Option<Record>, String> {
-        if fields.is_empty() {
+        if fields.keys().all(|field| field == EPOCH_FIELD) {
             return Ok(None);
         }
         let get = |name: &str| -> Result<String, String> {

@@ -25,13 +25,19 @@ fn a_record_round_trips_through_its_fields() {
         .enumerate()
         .map(|(i, m)| (m.clone(), format!("redis://h{i}:6379")))
         .collect();
-    let fields: HashMap<String, String> = record
+    let mut fields: HashMap<String, String> = record
         .fields()
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
-    assert_eq!(Record::parse(&fields), Ok(Some(record)));
+    assert_eq!(Record::parse(&fields), Ok(Some(record.clone())));
     assert_eq!(Record::parse(&HashMap::new()), Ok(None));
+    // The key also holds the master's data epoch, which is no field of the record: alone it
+    // is no record, beside one it changes nothing.
+    let epoch = (EPOCH_FIELD.to_owned(), "e1:1700000000000000".to_owned());
+    assert_eq!(Record::parse(&HashMap::from([epoch.clone()])), Ok(None));
+    fields.extend([epoch]);
+    assert_eq!(Record::parse(&fields), Ok(Some(record)));
 }
 
 #[test]

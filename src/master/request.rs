@@ -171,7 +171,7 @@ async fn survey(conn: &mut MultiplexedConnection, shared: &Shared) -> Result<Rep
     let (epoch, now): (String, String) = redis::cmd("EVAL")
         .arg(scripts::EPOCH_SOURCE)
         .arg(1)
-        .arg(scripts::EPOCH_KEY)
+        .arg(&*shared.record_key)
         .arg(new_epoch_id())
         .query_async(conn)
         .await

@@ -88,7 +88,7 @@ pub(super) async fn read_vitals(
         .cmd("EVAL")
         .arg(scripts::EPOCH_SOURCE)
         .arg(1)
-        .arg(scripts::EPOCH_KEY)
+        .arg(record_key)
         .arg(new_epoch_id())
         .cmd("HGETALL")
         .arg(record_key)
@@ -121,10 +121,7 @@ pub(super) async fn read_vitals(
     let epoch = Epoch::parse(&record, Some(now_us)).ok_or_else(|| {
         MasterError::new(
             MasterErrorKind::Protocol,
-            format!(
-                "the epoch record {:?} is not <id>:<microseconds>",
-                scripts::EPOCH_KEY
-            ),
+            format!("the data epoch {record:?} in {record_key:?} is not <id>:<microseconds>"),
         )
     })?;
     // Bootstrapped empty, and neither restarted nor flushed since (docs/design.md §11).

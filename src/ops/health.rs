@@ -21,6 +21,7 @@ use super::report::{
     plural,
 };
 use crate::client::Redlock;
+use crate::cluster;
 use crate::config::Config;
 use crate::deadline;
 use crate::error::{MasterError, MasterErrorKind, human};
@@ -36,11 +37,6 @@ use crate::quarantine::{Standing, eviction_risk};
 /// else the client sends is older: `SET .. NX PX` (2.6.12), `EVALSHA` and `SCRIPT LOAD`
 /// (2.6), `PEXPIRE` and `PTTL` (2.6), `PUBLISH` (2.0), `HSET` with several fields (4.0).
 const MIN_VERSION: Version = Version(5, 0, 0);
-
-/// The key of the cluster record under `prefix`.
-fn record_key(prefix: &str) -> String {
-    format!("{prefix}redquorum:cluster")
-}
 
 impl Redlock {
     /// Checks every master and reports, per master in the configured order: whether it
@@ -99,7 +95,7 @@ pub(crate) async fn check(
     let context = Context {
         quarantine: config.quarantine,
         fencing: config.fencing,
-        record_key: record_key(&config.key_prefix).into(),
+        record_key: cluster::record_key(&config.key_prefix).into(),
         drift: deadline::drift(config.ttl, config.drift_factor),
         bound,
     };
@@ -232,7 +228,12 @@ fn describe(
             format!("it does not vote for this client: {why}"),
         );
     }
-    match probe.record {
+    // The record's key also holds the master's data epoch, which is no field of the record.
+    let record = probe.record.map(|mut fields| {
+        fields.remove(cluster::EPOCH_FIELD);
+        fields
+    });
+    match record {
         Ok(fields) if fields.is_empty() => health.push(
             Check::ClusterRecord,
             Severity::Note,

@@ -4,10 +4,10 @@
 -- client's holder record (`holder.lua`, docs/design.md §11): nothing else is written per
 -- lock. The kinds are told apart on the refusal path, except a read-write lock held by
 -- readers only, which has no key here but its owner record (kind 'rwlock').
--- After the preamble (`epoch.lua`, `cluster.lua`: KEYS[1] epoch record, KEYS[2] cluster
--- record, ARGV[1] id for a new epoch, ARGV[2] the caller's cluster fingerprint):
--- KEYS[3] lock key, KEYS[4] fence counter, KEYS[5] owner record (another kind's),
--- KEYS[6] ticket counter of the lock's waiter queue, KEYS[7] the holder record
+-- After the preamble (`epoch.lua`, `cluster.lua`: KEYS[1] the cluster record, which holds
+-- the data epoch; ARGV[1] id for a new epoch, ARGV[2] the caller's cluster fingerprint):
+-- KEYS[2] lock key, KEYS[3] fence counter, KEYS[4] owner record (another kind's),
+-- KEYS[5] ticket counter of the lock's waiter queue, KEYS[6] the holder record
 -- ARGV[3] value, ARGV[4] ttl ms, ARGV[5] fence: '0' ignore, '1' read, ARGV[6] client id,
 -- ARGV[7] host, ARGV[8] process id, ARGV[9] label
 -- Returns {code, epoch record, fence counter or false,
@@ -15,26 +15,26 @@
 -- code: 1 granted, 0 held by another value, -3 the name holds another kind of lock
 -- (detail: its kind); or the preamble's -2. Only a refusal reads the ticket counter (0
 -- when missing): a waiter's place in the queue is one above it (docs/design.md §17).
-local owned = redis.call('HGET', KEYS[5], 'kind')
+local owned = redis.call('HGET', KEYS[4], 'kind')
 if owned and owned ~= 'lock' then
   return {-3, epoch, false, -3, owned, false}
 end
-local ok = redis.call('SET', KEYS[3], ARGV[3], 'NX', 'PX', ARGV[4])
+local ok = redis.call('SET', KEYS[2], ARGV[3], 'NX', 'PX', ARGV[4])
 local pttl = -3
 local ticket = false
 if ok then
-  hold(KEYS[7], ARGV[4], ARGV[6], ARGV[7], ARGV[8], ARGV[9])
+  hold(KEYS[6], ARGV[4], ARGV[6], ARGV[7], ARGV[8], ARGV[9])
 else
   -- `SET NX` refuses a key of any type: only here can it be another kind's.
-  local kind = redis.call('TYPE', KEYS[3])['ok']
+  local kind = redis.call('TYPE', KEYS[2])['ok']
   if kind ~= 'string' then
     return {-3, epoch, false, -3, kind, false}
   end
-  pttl = redis.call('PTTL', KEYS[3])
-  ticket = redis.call('GET', KEYS[6]) or '0'
+  pttl = redis.call('PTTL', KEYS[2])
+  ticket = redis.call('GET', KEYS[5]) or '0'
 end
 local fence = false
 if ARGV[5] == '1' then
-  fence = redis.call('GET', KEYS[4])
+  fence = redis.call('GET', KEYS[3])
 end
 return {ok and 1 or 0, epoch, fence, pttl, false, ticket}

@@ -2,10 +2,10 @@
 -- checks and answer, but the key may be taken where it is free or handed to waiter
 -- ARGV[10], and a fair acquire (ARGV[11] '1') only where no other live waiter is ahead.
 -- The value is set with the lease's own TTL, never keeping a handed key's expiry.
--- After the preamble (`epoch.lua`, `cluster.lua`: KEYS[1] epoch record, KEYS[2] cluster
--- record, ARGV[1] id for a new epoch, ARGV[2] the caller's cluster fingerprint):
--- KEYS[3] lock key, KEYS[4] fence counter, KEYS[5] owner record (another kind's), KEYS[6] waiter queue,
--- KEYS[7] ticket counter, KEYS[8] the holder record (`holder.lua`)
+-- After the preamble (`epoch.lua`, `cluster.lua`: KEYS[1] the cluster record, which holds
+-- the data epoch; ARGV[1] id for a new epoch, ARGV[2] the caller's cluster fingerprint):
+-- KEYS[2] lock key, KEYS[3] fence counter, KEYS[4] owner record (another kind's), KEYS[5] waiter queue,
+-- KEYS[6] ticket counter, KEYS[7] the holder record (`holder.lua`)
 -- ARGV[3] value, ARGV[4] ttl ms, ARGV[5] fence: '0' ignore, '1' read, ARGV[6] client id,
 -- ARGV[7] host, ARGV[8] process id, ARGV[9] label, ARGV[10] waiter id ('' for none),
 -- ARGV[11] fair, ARGV[12] the prefix of the waiters' liveness keys
@@ -15,14 +15,14 @@
 -- code: as `acquire.lua`'s
 -- `GET` fails on a key of another type: only then is its `TYPE` read. Any other failure
 -- (a user not allowed to read the key) is the script's error, not another kind.
-local current = redis.pcall('GET', KEYS[3])
+local current = redis.pcall('GET', KEYS[2])
 if type(current) == 'table' then
   if not string.find(current.err, 'WRONGTYPE', 1, true) then
     return current
   end
-  return {-3, epoch, false, -3, redis.call('TYPE', KEYS[3])['ok'], false}
+  return {-3, epoch, false, -3, redis.call('TYPE', KEYS[2])['ok'], false}
 end
-local owned = redis.call('HGET', KEYS[5], 'kind')
+local owned = redis.call('HGET', KEYS[4], 'kind')
 if owned and owned ~= 'lock' then
   return {-3, epoch, false, -3, owned, false}
 end
@@ -31,7 +31,7 @@ local ok = current == false or (waiter ~= '' and current == waiter)
 local queued = false
 if ok and ARGV[11] == '1' then
   -- A head the prune budget did not reach (nil) may be an earlier live waiter: refused.
-  local head = live_head(KEYS[6], ARGV[12])
+  local head = live_head(KEYS[5], ARGV[12])
   if head == nil or (head and head ~= waiter) then
     ok = false
     queued = true
@@ -39,23 +39,23 @@ if ok and ARGV[11] == '1' then
 end
 local fence = false
 if ARGV[5] == '1' then
-  fence = redis.call('GET', KEYS[4])
+  fence = redis.call('GET', KEYS[3])
 end
 local ticket = false
 if ARGV[11] == '1' then
-  ticket = redis.call('GET', KEYS[7]) or '0'
+  ticket = redis.call('GET', KEYS[6]) or '0'
 end
 local pttl = -3
 if ok then
-  redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])
-  hold(KEYS[8], ARGV[4], ARGV[6], ARGV[7], ARGV[8], ARGV[9])
+  redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
+  hold(KEYS[7], ARGV[4], ARGV[6], ARGV[7], ARGV[8], ARGV[9])
   if waiter ~= '' then
-    redis.call('ZREM', KEYS[6], waiter)
+    redis.call('ZREM', KEYS[5], waiter)
     redis.call('DEL', ARGV[12] .. waiter)
   end
 elseif queued then
   pttl = -2
 else
-  pttl = redis.call('PTTL', KEYS[3])
+  pttl = redis.call('PTTL', KEYS[2])
 end
 return {ok and 1 or 0, epoch, fence, pttl, false, ticket}

@@ -127,7 +127,6 @@ pub(crate) fn stamp(record: &Record, bootstrap: Option<&(String, String)>) -> Re
     let (run_id, epoch) = bootstrap.map_or(("", ""), |(r, e)| (r.as_str(), e.as_str()));
     let mut call = Invocation::new(&STAMP)
         .key(cluster::record_key(&record.terms.prefix))
-        .key(super::EPOCH_KEY)
         .arg(run_id)
         .arg(epoch);
     for (field, value) in record.fields() {

@@ -1,10 +1,10 @@
 -- Fencing write-back (phase 2): raise the fence counter to the token T, only where the
 -- lock still holds our value and only if the counter is below T (strictly increasing);
 -- the owner record then shows the token.
--- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] epoch record, KEYS[4] owner record
+-- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] the cluster record (its data epoch), KEYS[4] owner record
 -- ARGV[1] value, ARGV[2] T
 -- Returns {1 written | 0 conflict | -1 not ours, counter before or false, epoch record}
-local epoch = redis.call('GET', KEYS[3]) or false
+local epoch = redis.call('HGET', KEYS[3], 'epoch') or false
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {-1, false, epoch}
 end

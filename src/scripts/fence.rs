@@ -49,7 +49,7 @@ impl Codec for Fence {
         Ok(Invocation::new(script)
             .key(key)
             .key(counter)
-            .key(super::EPOCH_KEY)
+            .key(ctx.record_key)
             .key(owner_key(key))
             .arg(value)
             .arg(token)

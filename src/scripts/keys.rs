@@ -2,9 +2,6 @@
 //! counters, owner records, waiter queues, a read-write lock's readers and intent), this
 //! crate's records, and which keys are records rather than locks in use.
 
-/// The key of the data-epoch record on every master.
-pub(crate) const EPOCH_KEY: &str = "redquorum:epoch";
-
 /// The release-notice channel of a lock key.
 pub(crate) fn release_channel(key: &str) -> String {
     format!("redquorum:released:{key}")
@@ -145,7 +142,7 @@ mod tests {
                 &format!("{prefix}redquorum:owner:{base}0"),
                 prefix
             ));
-            assert!(is_record_key(&format!("{prefix}redquorum:epoch"), prefix));
+            assert!(is_record_key(&format!("{prefix}redquorum:cluster"), prefix));
             assert!(!is_record_key(&format!("{prefix}orders:1"), prefix));
         }
         assert!(is_record_key("redquorum:sem::1", ""));
@@ -185,7 +182,7 @@ mod tests {
             }
             assert!(is_record_key(&owner_key(&lock), prefix));
             assert!(is_record_key(&fence_key(&lock), prefix));
-            assert!(is_record_key("redquorum:epoch", prefix));
+            assert!(is_record_key("redquorum:cluster", prefix));
         }
     }
 }

@@ -27,9 +27,10 @@ use crate::mutants::{Mutant, Planted};
 use crate::op::{Op, Reply};
 
 /// The source of a lock script, `$file`, behind the preamble that every lock script
-/// starts with: `epoch.lua` (the server's time and the data epoch: `KEYS[1]`, `ARGV[1]`)
-/// and `cluster.lua` (the cluster record's check: `KEYS[2]`, `ARGV[2]`), then, with
-/// `queue`, `queue.lua`'s functions, and with `holder`, `holder.lua`'s. Joined at compile time: each script's own `KEYS` and
+/// starts with: `epoch.lua` (one read of the cluster record `KEYS[1]`, which holds the
+/// data epoch, started where missing with the id `ARGV[1]`) and `cluster.lua` (the record's
+/// check against the fingerprint `ARGV[2]`), then, with `queue`, `queue.lua`'s functions,
+/// and with `holder`, `holder.lua`'s. Joined at compile time: each script's own `KEYS` and
 /// `ARGV` come after the preamble's.
 macro_rules! lock_script {
     ($file:literal) => {
@@ -214,16 +215,14 @@ impl Invocation {
     }
 
     /// `script`, a lock script, with the preamble's keys and arguments (the same slots in
-    /// every lock script): `KEYS[1]` the epoch record, `KEYS[2]` the cluster record,
-    /// `ARGV[1]` an id for a new epoch (with `epoch`; empty, the epoch is not read),
-    /// `ARGV[2]` the caller's cluster fingerprint. Its answer may be the preamble's `-2`.
+    /// every lock script): `KEYS[1]` the cluster record (with the data epoch), `ARGV[1]` an
+    /// id for a new epoch (with `epoch`; empty, the epoch is not read), `ARGV[2]` the caller's cluster fingerprint. Its answer may be the preamble's `-2`.
     fn with_preamble(script: &'static Script, ctx: &Context<'_>, epoch: bool) -> Self {
         Self {
             checks_record: true,
             starts_epochs: epoch,
             ..Self::new(script)
         }
-        .key(EPOCH_KEY)
         .key(ctx.record_key)
         .arg(if epoch { ctx.epoch_id } else { "" })
         .arg(ctx.fingerprint)

@@ -38,8 +38,8 @@ impl Variant {
 pub(super) static ACQUIRE_ONE_ROUND_TOKEN: LazyLock<Variant> = LazyLock::new(|| {
     Variant::of(
         lock::ACQUIRE_LUA,
-        "  fence = redis.call('GET', KEYS[4])",
-        "  if ok then fence = tostring(redis.call('INCR', KEYS[4])) end",
+        "  fence = redis.call('GET', KEYS[3])",
+        "  if ok then fence = tostring(redis.call('INCR', KEYS[3])) end",
     )
 });
 
@@ -55,7 +55,7 @@ pub(super) static EXTEND_RECREATES: LazyLock<Variant> = LazyLock::new(|| {
     Variant::of(
         lock::EXTEND_LUA,
         "  return {0, epoch, false}",
-        "  redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4]) return {1, epoch, false}",
+        "  redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4]) return {1, epoch, false}",
     )
 });
 
@@ -111,9 +111,9 @@ pub(super) static ACQUIRE_QUEUED_IGNORES_LIVENESS: LazyLock<Variant> =
 pub(super) static ACQUIRE_QUEUED_KEEPS_EXPIRY: LazyLock<Variant> = LazyLock::new(|| {
     Variant::of(
         lock::ACQUIRE_QUEUED_LUA,
-        "  redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])",
-        "  if current then redis.call('SET', KEYS[3], ARGV[3], 'KEEPTTL') else \
-         redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4]) end",
+        "  redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])",
+        "  if current then redis.call('SET', KEYS[2], ARGV[3], 'KEEPTTL') else \
+         redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4]) end",
     )
 });
 
@@ -125,7 +125,7 @@ pub(super) static ENQUEUE_BY_ARRIVAL: LazyLock<Variant> = LazyLock::new(|| {
         queue::ENQUEUE_LUA,
         "local score, strict = ARGV[4], ARGV[5]",
         "local score, strict = ARGV[4], ARGV[5] if ARGV[8] == '1' then score, strict = \
-         redis.call('ZSCORE', KEYS[4], ARGV[3]) or tostring(redis.call('INCR', KEYS[5])), \
+         redis.call('ZSCORE', KEYS[3], ARGV[3]) or tostring(redis.call('INCR', KEYS[4])), \
          '0' end",
     )
 });

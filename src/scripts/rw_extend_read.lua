@@ -3,23 +3,23 @@
 -- long (with the reader in it), so that a writer's script always finds a live reader, and
 -- the owner record (its kind 'rwlock') kept alive at least as long, so that no plain mutex
 -- takes the name while the reader holds it.
--- After the preamble (`epoch.lua`, `cluster.lua`: KEYS[1] epoch record, KEYS[2] cluster
--- record, ARGV[1] id for a new epoch, '' not to read the epoch, ARGV[2] the caller's
--- cluster fingerprint):
--- KEYS[3] reader key, KEYS[4] reader index, KEYS[5] owner record; ARGV[3] value,
+-- After the preamble (`epoch.lua`, `cluster.lua`: KEYS[1] the cluster record, which holds
+-- the data epoch; ARGV[1] id for a new epoch, '' not to read the epoch, ARGV[2] the
+-- caller's cluster fingerprint):
+-- KEYS[2] reader key, KEYS[3] reader index, KEYS[4] owner record; ARGV[3] value,
 -- ARGV[4] ttl ms
 -- Returns as `extend.lua`: {1 extended | 0 missing | -1 held by another value, epoch or
 -- false, false}; or the preamble's -2
-local current = redis.call('GET', KEYS[3])
+local current = redis.call('GET', KEYS[2])
 if current == ARGV[3] then
-  redis.call('PEXPIRE', KEYS[3], ARGV[4])
-  redis.call('SADD', KEYS[4], ARGV[3])
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  redis.call('SADD', KEYS[3], ARGV[3])
+  if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[4]) then
+    redis.call('PEXPIRE', KEYS[3], ARGV[4])
+  end
+  redis.call('HSET', KEYS[4], 'kind', 'rwlock')
   if redis.call('PTTL', KEYS[4]) < tonumber(ARGV[4]) then
     redis.call('PEXPIRE', KEYS[4], ARGV[4])
-  end
-  redis.call('HSET', KEYS[5], 'kind', 'rwlock')
-  if redis.call('PTTL', KEYS[5]) < tonumber(ARGV[4]) then
-    redis.call('PEXPIRE', KEYS[5], ARGV[4])
   end
   return {1, epoch, false}
 elseif current == false then

@@ -1,9 +1,9 @@
 -- Take permits of a semaphore (docs/design.md §15): set k chosen slot keys, each as by
 -- `SET slot value NX PX ttl`, all of them or none, after the same data epoch and cluster
 -- record checks as acquire.lua, and after checking the semaphore's stored limit.
--- After the preamble (`epoch.lua`, `cluster.lua`: KEYS[1] epoch record, KEYS[2] cluster
--- record, ARGV[1] id for a new epoch, ARGV[2] the caller's cluster fingerprint):
--- KEYS[3] the semaphore's limit record, KEYS[4 .. 3 + limit] the slot keys 0 .. limit - 1
+-- After the preamble (`epoch.lua`, `cluster.lua`: KEYS[1] the cluster record, which holds
+-- the data epoch; ARGV[1] id for a new epoch, ARGV[2] the caller's cluster fingerprint):
+-- KEYS[2] the semaphore's limit record, KEYS[3 .. 2 + limit] the slot keys 0 .. limit - 1
 -- ARGV[3] value, ARGV[4] ttl ms, ARGV[5] fence: '0' ignore, '1' read, ARGV[6] client id,
 -- ARGV[7] host, ARGV[8] process id, ARGV[9] label, ARGV[10] the limit,
 -- ARGV[11] the slot keys' common beginning (slot i is that followed by i),
@@ -21,7 +21,7 @@
 -- this master: every live slot key lies below the recorded limit, so checking those slots
 -- suffices (docs/design.md §15).
 local limit = tonumber(ARGV[10])
-local stored = tonumber(redis.call('GET', KEYS[3]) or '')
+local stored = tonumber(redis.call('GET', KEYS[2]) or '')
 if ARGV[12] == 'limit' then
   if stored ~= limit then
     if stored then
@@ -31,19 +31,19 @@ if ARGV[12] == 'limit' then
         end
       end
     end
-    redis.call('SET', KEYS[3], ARGV[10])
+    redis.call('SET', KEYS[2], ARGV[10])
   end
   return {1, epoch, false, -3, {}, false}
 end
 if not stored then
-  redis.call('SET', KEYS[3], ARGV[10])
+  redis.call('SET', KEYS[2], ARGV[10])
 elseif stored ~= limit then
   return {-4, epoch, false, -3, {}, tostring(stored)}
 end
 local free = {}
 local held = {}
 for i = 1, limit do
-  local pttl = redis.call('PTTL', KEYS[3 + i])
+  local pttl = redis.call('PTTL', KEYS[2 + i])
   if pttl == -2 then
     free[#free + 1] = i - 1
   else
@@ -52,7 +52,7 @@ for i = 1, limit do
 end
 local wanted = #ARGV - 12
 for j = 13, #ARGV do
-  if redis.call('EXISTS', KEYS[4 + tonumber(ARGV[j])]) == 1 then
+  if redis.call('EXISTS', KEYS[3 + tonumber(ARGV[j])]) == 1 then
     local short = wanted - #free
     local wait = -3
     if short > 0 then
@@ -66,7 +66,7 @@ local fences = {}
 local t = redis.call('TIME')
 local ms = t[1] .. string.format('%03d', math.floor(t[2] / 1000))
 for j = 13, #ARGV do
-  local slot = KEYS[4 + tonumber(ARGV[j])]
+  local slot = KEYS[3 + tonumber(ARGV[j])]
   local owner = 'redquorum:owner:' .. slot
   redis.call('SET', slot, ARGV[3], 'PX', ARGV[4])
   redis.call('DEL', owner)

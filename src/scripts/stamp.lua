@@ -1,20 +1,22 @@
 -- Writes the cluster record KEYS[1] unless one exists (bootstrap, or re-admission of a
--- master that lost its data). With ARGV[1] non-empty (the run_id a survey read on this
--- connection) it is a bootstrap: the record then also names this process and its data
--- epoch KEYS[2], which must still be ARGV[2], the epoch the survey read. Restart quarantine
--- lets that process vote at once, since it was checked empty; a new epoch means its data
--- was lost since, and nothing is written. ARGV[3..] field, value, ...
+-- master that lost its data). The key also holds the master's data epoch (field `epoch`,
+-- `epoch.lua`), which is no record: a hash holding only that has none. With ARGV[1]
+-- non-empty (the run_id a survey read on this connection) it is a bootstrap: the record
+-- then also names this process and its data epoch, which must still be ARGV[2], the epoch
+-- the survey read. Restart quarantine lets that process vote at once, since it was
+-- checked empty; a new epoch means its data was lost since, and nothing is written.
+-- ARGV[3..] field, value, ...
 -- Returns {1 written | 0 a record exists | -1 the epoch changed since the survey,
 --          the record's fingerprint or ''}
-local existing = redis.call('HGET', KEYS[1], 'fingerprint')
+local found = redis.call('HMGET', KEYS[1], 'fingerprint', 'epoch')
+local existing, epoch = found[1], found[2]
 if existing then
   return {0, existing}
 end
-if redis.call('EXISTS', KEYS[1]) == 1 then
+if redis.call('HLEN', KEYS[1]) > (epoch and 1 or 0) then
   return {0, ''}
 end
 if ARGV[1] ~= '' then
-  local epoch = redis.call('GET', KEYS[2])
   local id = epoch and string.match(epoch, '^(.*):[^:]*$')
   if id ~= ARGV[2] then
     return {-1, ''}

@@ -90,7 +90,6 @@ fn an_acquire_sends_its_keys_and_arguments_in_the_script_s_order() {
     assert_eq!(
         call.keys,
         [
-            "redquorum:epoch",
             "app:redquorum:cluster",
             "k",
             "redquorum:fence:k",
@@ -176,7 +175,6 @@ fn an_extension_reads_the_epoch_only_when_asked() {
     assert_eq!(
         with.keys,
         [
-            "redquorum:epoch",
             "app:redquorum:cluster",
             "k",
             "app:redquorum:holder:v",
@@ -314,12 +312,7 @@ fn every_script_with_the_preamble_takes_its_slots_first() {
     for op in &ops {
         let call = invocation(op, &ctx);
         assert!(call.checks_record, "{}", op.name());
-        assert_eq!(
-            call.keys[..2],
-            ["redquorum:epoch", "app:redquorum:cluster"],
-            "{}",
-            op.name()
-        );
+        assert_eq!(call.keys[..1], ["app:redquorum:cluster"], "{}", op.name());
         assert_eq!(call.args[..2], ["e1", "fp"], "{}", op.name());
     }
 }
@@ -450,7 +443,6 @@ fn a_several_key_acquire_names_the_key_of_another_kind() {
     assert_eq!(
         call.keys,
         [
-            "redquorum:epoch",
             "app:redquorum:cluster",
             "app:redquorum:holder:v",
             "a",
@@ -562,15 +554,7 @@ mod planted {
             owner: owner(),
         }));
         let call = invocation(&op, &planting(Mutant::SemaphoreCountPerMaster));
-        assert_eq!(
-            call.keys,
-            [
-                "redquorum:epoch",
-                "app:redquorum:cluster",
-                "s:c:v:0",
-                "s:c:v:1"
-            ]
-        );
+        assert_eq!(call.keys, ["app:redquorum:cluster", "s:c:v:0", "s:c:v:1"]);
         assert_eq!(call.args.last().map(String::as_str), Some("s:c:*"));
     }
 }

@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use redis::AsyncCommands as _;
 use redquorum::{ErrorKind, InitOutcome, Mutant, Redlock};
 use redquorum_testkit::{Mode, Persistence};
 use tokio::time::{Instant, sleep};
@@ -226,11 +225,7 @@ async fn s22_a_client_under_other_terms_with_a_record() {
 
 /// The fields of master `i`'s cluster record.
 async fn record_of(env: &Env, i: usize) -> HashMap<String, String> {
-    crate::support::raw(&env.cluster.server(i).url())
-        .await
-        .hgetall(RECORD)
-        .await
-        .unwrap()
+    crate::support::cluster_record(&env.cluster.server(i).url(), RECORD).await
 }
 
 /// S23: see the module docs. Three masters bootstrapped by `init_cluster`, six clients on

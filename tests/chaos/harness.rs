@@ -1134,11 +1134,7 @@ impl Guards {
 /// restart quarantine then waits only for young processes (and not at all for durable ones).
 pub async fn seed_epochs(cluster: &Cluster) {
     for url in cluster.urls() {
-        let _: () = crate::support::raw(&url)
-            .await
-            .set("redquorum:epoch", "seed:1000000")
-            .await
-            .unwrap();
+        crate::support::seed_old_epoch(&url).await;
     }
 }
 

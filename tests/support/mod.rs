@@ -37,6 +37,28 @@ pub async fn raw(url: &str) -> MultiplexedConnection {
         .unwrap()
 }
 
+/// Writes an old data epoch on the server at `url`, as a master in service for a while has:
+/// restart quarantine then waits only for young processes (and not at all for durable
+/// ones). The epoch is the field `epoch` of the cluster record's key (no key prefix).
+pub async fn seed_old_epoch(url: &str) {
+    let _: () = redis::cmd("HSET")
+        .arg("redquorum:cluster")
+        .arg("epoch")
+        .arg("seed:1000000")
+        .query_async(&mut raw(url).await)
+        .await
+        .unwrap();
+}
+
+/// The cluster record at `key` on the server at `url`: the fields of its hash but the
+/// master's data epoch, which the key holds with or without a record. Empty: no record.
+pub async fn cluster_record(url: &str, key: &str) -> std::collections::HashMap<String, String> {
+    let mut fields: std::collections::HashMap<String, String> =
+        raw(url).await.hgetall(key).await.unwrap();
+    fields.remove("epoch");
+    fields
+}
+
 /// The value of `key` on the server at `url`.
 pub async fn get(url: &str, key: &str) -> Option<String> {
     raw(url).await.get(key).await.unwrap()

@@ -472,10 +472,11 @@ impl Real {
         s * 1_000_000 + us
     }
 
-    /// The data epoch record, if any.
+    /// The data epoch, if any.
     async fn epoch(&mut self) -> Option<String> {
-        redis::cmd("GET")
-            .arg(scripts::EPOCH_KEY)
+        redis::cmd("HGET")
+            .arg(cluster::record_key(""))
+            .arg(cluster::EPOCH_FIELD)
             .query_async(&mut self.raw)
             .await
             .unwrap()
@@ -1001,8 +1002,8 @@ impl<'a> Sequence<'a> {
             (at, spread, Some(keyspace))
         };
         let epoch = match &keyspace {
-            Some(keyspace) => match keyspace.get(scripts::EPOCH_KEY).map(|i| &i.value) {
-                Some(Value::Str(epoch)) => Some(epoch.clone()),
+            Some(keyspace) => match keyspace.get(&cluster::record_key("")).map(|i| &i.value) {
+                Some(Value::Hash(fields)) => fields.get(cluster::EPOCH_FIELD).cloned(),
                 _ => None,
             },
             None => self.real.epoch().await,
@@ -1307,19 +1308,19 @@ fn model_keyspace(data: &Data) -> Keyspace {
     for (key, counter) in &data.fences {
         put(key.clone(), Value::Str(counter.to_string()), None);
     }
-    if let Some(epoch) = &data.epoch {
-        put(scripts::EPOCH_KEY.to_owned(), string(epoch), None);
-    }
+    // The record's key holds the data epoch, with or without a record.
+    let mut fields = BTreeMap::new();
     if let Some(record) = &data.record {
-        let mut fields: BTreeMap<String, String> = record
-            .fields()
-            .into_iter()
-            .map(|(f, v)| (f.to_owned(), v))
-            .collect();
+        fields.extend(record.fields().into_iter().map(|(f, v)| (f.to_owned(), v)));
         if !record.bootstrap_run_id.is_empty() {
             fields.insert("bootstrap_run_id".into(), record.bootstrap_run_id.clone());
             fields.insert("bootstrap_epoch".into(), record.bootstrap_epoch.clone());
         }
+    }
+    if let Some(epoch) = &data.epoch {
+        fields.insert(cluster::EPOCH_FIELD.to_owned(), epoch.clone());
+    }
+    if !fields.is_empty() {
         put(cluster::record_key(""), Value::Hash(fields), None);
     }
     for (key, limit) in &data.limits {
@@ -1357,8 +1358,8 @@ fn model_keyspace(data: &Data) -> Keyspace {
     keys
 }
 
-/// Whether the model's and the real master's `key` agree: values equal (an epoch record's
-/// id, and its creation time to within `tolerance`), expiries to within `tolerance` (µs).
+/// Whether the model's and the real master's `key` agree: values equal (a data epoch's id,
+/// and its creation time to within `tolerance`), expiries to within `tolerance` (µs).
 fn agree(key: &str, m: &Item, r: &Item, tolerance: u64) -> bool {
     let expiries = match (m.expires_us, r.expires_us) {
         (None, None) => true,
@@ -1366,10 +1367,18 @@ fn agree(key: &str, m: &Item, r: &Item, tolerance: u64) -> bool {
         _ => false,
     };
     let values = match (&m.value, &r.value) {
-        (Value::Str(a), Value::Str(b)) if key == scripts::EPOCH_KEY => {
+        (Value::Hash(a), Value::Hash(b)) if key == cluster::record_key("") => {
             let created = |e: &str| e.rsplit_once(':').and_then(|(_, c)| c.parse::<u64>().ok());
-            epoch_id(a) == epoch_id(b)
-                && matches!((created(a), created(b)), (Some(x), Some(y)) if x.abs_diff(y) <= tolerance)
+            let epochs = match (a.get(cluster::EPOCH_FIELD), b.get(cluster::EPOCH_FIELD)) {
+                (None, None) => true,
+                (Some(a), Some(b)) => {
+                    epoch_id(a) == epoch_id(b)
+                        && matches!((created(a), created(b)), (Some(x), Some(y)) if x.abs_diff(y) <= tolerance)
+                }
+                _ => false,
+            };
+            let others = |(f, _): &(&String, &String)| *f != cluster::EPOCH_FIELD;
+            epochs && a.iter().filter(others).eq(b.iter().filter(others))
         }
         (a, b) => a == b,
     };

@@ -479,6 +479,37 @@ async fn the_cluster_record_is_reported_as_stored() {
     );
 }
 
+/// A value of another type at the cluster record's key, which every lock script reads (it
+/// also holds the data epoch), is a problem that says what to do, not a missing permission.
+#[tokio::test]
+async fn a_record_key_of_another_type_is_a_problem_that_says_what_to_do() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let _: () = raw(&cluster.server(1).url())
+        .await
+        .set("redquorum:cluster", "not a record")
+        .await
+        .unwrap();
+    let report = checker(cluster.urls())
+        .build()
+        .unwrap()
+        .check_masters()
+        .await;
+    let [fine, broken, _] = report.masters() else {
+        panic!("three masters")
+    };
+    assert_eq!(
+        checks(broken, Severity::Problem),
+        [Check::ClusterRecord],
+        "{report}"
+    );
+    let shown = broken.to_string();
+    assert!(
+        shown.contains("holds a value of another type") && shown.contains("delete it"),
+        "{shown}"
+    );
+    assert!(checks(fine, Severity::Problem).is_empty(), "{report}");
+}
+
 /// `connected_clients` of the server at `url`, this query's own connection included.
 async fn clients(url: &str) -> u64 {
     info_number(&mut raw(url).await, "clients", "connected_clients:")

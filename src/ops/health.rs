@@ -243,6 +243,18 @@ fn describe(
             ),
         ),
         Ok(fields) => health.facts.cluster_record = Some(ClusterRecord { fields }),
+        // Not a hash: no lock script can run here (each reads the record), whatever the
+        // user may do.
+        Err(error) if error.to_string().contains("WRONGTYPE") => health.push(
+            Check::ClusterRecord,
+            Severity::Problem,
+            format!(
+                "{:?} holds a value of another type, not a cluster record, and every lock \
+                 script reads it: delete it (it lies in redquorum's own namespace), or use \
+                 another key prefix",
+                context.record_key
+            ),
+        ),
         Err(error) => health.push(
             Check::ClusterRecord,
             Severity::Note,

@@ -964,6 +964,20 @@ type Acquired = (
     Option<String>,
     Option<String>,
 );
+/// `acquire.lua`'s answer in its long form: a grant answers short, `{1, epoch record}`
+/// (`{1, epoch record, fence counter}` with the fence read), without what only a refusal
+/// fills (the holder's `PTTL`, another kind, the ticket counter).
+fn long_form(mut answer: Vec<redis::Value>) -> Acquired {
+    if answer.len() < 6 {
+        assert!(
+            matches!(answer.len(), 2 | 3) && answer[0] == redis::Value::Int(1),
+            "only a grant answers short: {answer:?}"
+        );
+        answer.resize(3, redis::Value::Nil);
+        answer.extend([redis::Value::Int(-3), redis::Value::Nil, redis::Value::Nil]);
+    }
+    redis::from_redis_value(redis::Value::Array(answer)).unwrap()
+}
 type AcquiredMany = (i64, String, Vec<Option<String>>, Vec<i64>, Option<String>);
 
 /// Several locks at once: every key set, or none where any is held, each held key's
@@ -1118,10 +1132,12 @@ async fn acquire_contract() {
     // A ticket counter exists: a grant does not read it.
     let _: () = conn.set(&ticket, 6).await.unwrap();
     let before = server_time_us(&mut conn).await;
-    let (ok, epoch_record, counter, pttl, detail, tickets): Acquired = acquire("v1", "0", "")
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let (ok, epoch_record, counter, pttl, detail, tickets): Acquired = long_form(
+        acquire("v1", "0", "")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap(),
+    );
     let after = server_time_us(&mut conn).await;
     assert_eq!(
         (ok, counter, pttl, detail, tickets),
@@ -1146,10 +1162,12 @@ async fn acquire_contract() {
     let _: () = conn.pexpire(&holder, 5_000).await.unwrap();
     // Only a new epoch reads the server's time: a script that finds one does not.
     let times = time_calls(&mut conn).await;
-    let (ok, again, counter, pttl, _, tickets): Acquired = acquire("v2", "1", "")
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let (ok, again, counter, pttl, _, tickets): Acquired = long_form(
+        acquire("v2", "1", "")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap(),
+    );
     assert_eq!(
         time_calls(&mut conn).await,
         times,
@@ -1170,10 +1188,12 @@ async fn acquire_contract() {
     // No other mode exists: the planted one-round token is a variant of this script built
     // only with `--cfg redquorum_mutants`, never a mode of the script every master loads.
     let _: () = conn.del(&ticket).await.unwrap();
-    let (_, _, counter, _, _, tickets): Acquired = acquire("v3", "2", "")
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let (_, _, counter, _, _, tickets): Acquired = long_form(
+        acquire("v3", "2", "")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap(),
+    );
     assert_eq!((counter, tickets.as_deref()), (None, Some("0")));
     assert_eq!(conn.get::<_, String>(&fence).await.unwrap(), "41");
 
@@ -1182,29 +1202,35 @@ async fn acquire_contract() {
     let _: () = conn.del(&key).await.unwrap();
     let _: () = conn.pexpire(&holder, 3_600_000).await.unwrap();
     let _: () = conn.hset(&holder, "host", "changed").await.unwrap();
-    let (ok, ..): Acquired = acquire("v3", "0", "")
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let (ok, ..): Acquired = long_form(
+        acquire("v3", "0", "")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap(),
+    );
     assert_eq!(ok, 1);
     let host: Option<String> = conn.hget(&holder, "host").await.unwrap();
     assert_eq!(host.as_deref(), Some("changed"), "a fresh record is kept");
     let _: () = conn.del(&key).await.unwrap();
     let _: () = conn.pexpire(&holder, 5_000).await.unwrap();
-    let (ok, ..): Acquired = acquire("v3", "0", "")
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let (ok, ..): Acquired = long_form(
+        acquire("v3", "0", "")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap(),
+    );
     assert_eq!(ok, 1);
     assert_holder_written(&mut conn, &holder, who, "a grant past the record").await;
     // Asked to see to it, a grant keeps the record at least half an hour: one with 20
     // minutes left, which outlives the lock, is written again.
     let _: () = conn.del(&key).await.unwrap();
     let _: () = conn.pexpire(&holder, 1_200_000).await.unwrap();
-    let (ok, ..): Acquired = acquire("v3", "0", "")
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let (ok, ..): Acquired = long_form(
+        acquire("v3", "0", "")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap(),
+    );
     assert_eq!(ok, 1);
     assert_holder_written(&mut conn, &holder, who, "a grant within half an hour").await;
     // Not asked (an empty client id: the client knows the record outlives the lock), a
@@ -1217,10 +1243,12 @@ async fn acquire_contract() {
             let _: () = conn.pexpire(&holder, 5_000).await.unwrap();
         }
         reset_command_stats(&mut conn).await;
-        let (ok, ..): Acquired = acquire_as("v3", 10_000, "0", "", ["", "", "", ""])
-            .invoke_async(&mut conn)
-            .await
-            .unwrap();
+        let (ok, ..): Acquired = long_form(
+            acquire_as("v3", 10_000, "0", "", ["", "", "", ""])
+                .invoke_async(&mut conn)
+                .await
+                .unwrap(),
+        );
         assert_eq!(ok, 1);
         let called = commands_called(&mut conn).await;
         assert!(!called.contains_key("pttl"), "{called:?}");
@@ -1232,10 +1260,12 @@ async fn acquire_contract() {
     }
     // A lock longer than an hour: its holder record is kept as long as the lock.
     let _: () = conn.del(&key).await.unwrap();
-    let (ok, ..): Acquired = acquire_for("v3", 7_200_000, "0", "")
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let (ok, ..): Acquired = long_form(
+        acquire_for("v3", 7_200_000, "0", "")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap(),
+    );
     assert_eq!(ok, 1);
     let held: i64 = conn.pttl(&holder).await.unwrap();
     assert!(
@@ -1255,10 +1285,12 @@ async fn acquire_contract() {
     assert_eq!(get(&server.url(), &key).await, None);
     let exists: bool = conn.exists(&holder).await.unwrap();
     assert!(!exists, "a refused caller wrote a holder record");
-    let (ok, _, _, _, _, _): Acquired = acquire("v4", "0", "f1")
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let (ok, _, _, _, _, _): Acquired = long_form(
+        acquire("v4", "0", "f1")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap(),
+    );
     assert_eq!(ok, 1);
     let _: () = conn.del(&[&key, &holder]).await.unwrap();
     let _: () = conn.del(&record).await.unwrap();
@@ -1272,29 +1304,35 @@ async fn acquire_contract() {
     // Another kind of lock under the name: -3 with its kind, untouched, no holder record
     // written. A key of another type is told by the refused `SET NX`.
     let _: () = conn.hset(&key, "permits", 3).await.unwrap();
-    let (ok, _, _, _, kind, _): Acquired = acquire("v6", "1", "")
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let (ok, _, _, _, kind, _): Acquired = long_form(
+        acquire("v6", "1", "")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap(),
+    );
     assert_eq!((ok, kind.as_deref()), (-3, Some("hash")));
     let permits: Option<String> = conn.hget(&key, "permits").await.unwrap();
     assert_eq!(permits.as_deref(), Some("3"));
     let _: () = conn.del(&key).await.unwrap();
     let _: () = conn.zadd(&key, "m", 1).await.unwrap();
-    let (ok, _, _, _, kind, _): Acquired = acquire("v6", "0", "")
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let (ok, _, _, _, kind, _): Acquired = long_form(
+        acquire("v6", "0", "")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap(),
+    );
     assert_eq!((ok, kind.as_deref()), (-3, Some("zset")));
     let members: Vec<String> = conn.zrange(&key, 0, -1).await.unwrap();
     assert_eq!(members, ["m"]);
     let _: () = conn.del(&key).await.unwrap();
     let _: () = conn.set(&key, "x").await.unwrap();
     let _: () = conn.hset(&owner, "kind", "semaphore").await.unwrap();
-    let (ok, _, _, _, kind, _): Acquired = acquire("v7", "0", "")
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let (ok, _, _, _, kind, _): Acquired = long_form(
+        acquire("v7", "0", "")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap(),
+    );
     assert_eq!((ok, kind.as_deref()), (-3, Some("semaphore")));
     let exists: bool = conn.exists(&holder).await.unwrap();
     assert!(!exists, "a refusal wrote a holder record");
@@ -1305,10 +1343,12 @@ async fn acquire_contract() {
         .hset_multiple(&owner, &[("kind", "lock"), ("value", "old")])
         .await
         .unwrap();
-    let (ok, ..): Acquired = acquire("v8", "0", "")
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let (ok, ..): Acquired = long_form(
+        acquire("v8", "0", "")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap(),
+    );
     assert_eq!(ok, 1);
     let left: Option<String> = conn.hget(&owner, "value").await.unwrap();
     assert_eq!(left.as_deref(), Some("old"));
@@ -1316,10 +1356,12 @@ async fn acquire_contract() {
     // key already set), and is left as it is: under another key prefix it may be a lock.
     let _: () = conn.del(&[&key, &owner]).await.unwrap();
     let _: () = conn.pset_ex(&holder, "not a hash", 5000).await.unwrap();
-    let (ok, ..): Acquired = acquire("v9", "0", "")
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let (ok, ..): Acquired = long_form(
+        acquire("v9", "0", "")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap(),
+    );
     assert_eq!(ok, 1);
     assert_eq!(
         get(&server.url(), &holder).await.as_deref(),
@@ -1329,12 +1371,28 @@ async fn acquire_contract() {
     assert!((0..=5000).contains(&pttl), "{pttl}");
     // Once it is gone, the next grant writes the record.
     let _: () = conn.del(&[&key, &holder]).await.unwrap();
-    let (ok, ..): Acquired = acquire("v10", "0", "")
+    let (ok, ..): Acquired = long_form(
+        acquire("v10", "0", "")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(ok, 1);
+    assert_holder_written(&mut conn, &holder, who, "after it").await;
+    // A grant answers short, as the mechanism does: the epoch, and the fence counter only
+    // where it was asked for.
+    let _: () = conn.del(&key).await.unwrap();
+    let answer: Vec<redis::Value> = acquire("v11", "0", "")
         .invoke_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(ok, 1);
-    assert_holder_written(&mut conn, &holder, who, "after it").await;
+    assert_eq!(answer.len(), 2, "{answer:?}");
+    let _: () = conn.del(&key).await.unwrap();
+    let (ok, _, counter): (i64, String, Option<String>) = acquire("v12", "1", "")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((ok, counter.as_deref()), (1, Some("41")));
 }
 
 /// A read-write lock held by a reader has no lock key: only its owner record (kind
@@ -2335,7 +2393,7 @@ fn script_hashes_are_pinned() {
         (
             "acquire.lua",
             ACQUIRE,
-            "ac7c09e2692029bf7e402e752d3c8018b9868d0c",
+            "2bb26784960b9cefb9334b4bccc19e7f755a5c09",
         ),
         (
             "fence.lua",

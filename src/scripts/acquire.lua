@@ -10,7 +10,9 @@
 -- KEYS[5] ticket counter of the lock's waiter queue, KEYS[6] the holder record
 -- ARGV[3] value, ARGV[4] ttl ms, ARGV[5] fence: '0' ignore, '1' read, ARGV[6] client id,
 -- ARGV[7] host, ARGV[8] process id, ARGV[9] label
--- Returns {code, epoch record, fence counter or false,
+-- Returns {1, epoch record} granted ({1, epoch record, fence counter or false} with the
+-- fence read): a grant's answer is as short as the mechanism's, which the client parses
+-- on every master; otherwise {code, epoch record, fence counter or false,
 --          holder's pttl or -3, detail or false, ticket counter (refused) or false}
 -- code: 1 granted, 0 held by another value, -3 the name holds another kind of lock
 -- (detail: its kind); or the preamble's -2. Only a refusal reads the ticket counter (0
@@ -20,21 +22,20 @@ if owned and owned ~= 'lock' then
   return {-3, epoch, false, -3, owned, false}
 end
 local ok = redis.call('SET', KEYS[2], ARGV[3], 'NX', 'PX', ARGV[4])
-local pttl = -3
-local ticket = false
 if ok then
   hold(KEYS[6], ARGV[4], ARGV[6], ARGV[7], ARGV[8], ARGV[9])
-else
-  -- `SET NX` refuses a key of any type: only here can it be another kind's.
-  local kind = redis.call('TYPE', KEYS[2])['ok']
-  if kind ~= 'string' then
-    return {-3, epoch, false, -3, kind, false}
+  if ARGV[5] == '1' then
+    return {1, epoch, redis.call('GET', KEYS[3])}
   end
-  pttl = redis.call('PTTL', KEYS[2])
-  ticket = redis.call('GET', KEYS[5]) or '0'
+  return {1, epoch}
+end
+-- `SET NX` refuses a key of any type: only here can it be another kind's.
+local kind = redis.call('TYPE', KEYS[2])['ok']
+if kind ~= 'string' then
+  return {-3, epoch, false, -3, kind, false}
 end
 local fence = false
 if ARGV[5] == '1' then
   fence = redis.call('GET', KEYS[3])
 end
-return {ok and 1 or 0, epoch, fence, pttl, false, ticket}
+return {0, epoch, fence, redis.call('PTTL', KEYS[2]), false, redis.call('GET', KEYS[5]) or '0'}

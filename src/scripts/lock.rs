@@ -175,8 +175,25 @@ type Acquired = (
     Option<String>,
 );
 
-/// The reply of `acquire.lua` or `acquire_queued.lua`.
+/// The reply of `acquire.lua` or `acquire_queued.lua`. A grant of `acquire.lua` is the
+/// short `{1, epoch record}`, or `{1, epoch record, fence counter}` with the fence read.
 fn acquired(value: Value) -> Result<Reply, MasterError> {
+    let short = match &value {
+        Value::Array(items) => items.len(),
+        _ => 0,
+    };
+    if short == 2 || short == 3 {
+        let (code, record, counter) = if short == 2 {
+            let (code, record): (i64, String) = read(value)?;
+            (code, record, None)
+        } else {
+            read::<(i64, String, Option<String>)>(value)?
+        };
+        if code != 1 {
+            return Err(unexpected("acquire", code));
+        }
+        return checked(code, record, counter, -3, None);
+    }
     let (code, record, counter, pttl, detail, ticket): Acquired = read(value)?;
     if code == -3 {
         return Err(wrong_kind(detail.as_deref()));

@@ -33,13 +33,13 @@ impl Variant {
     }
 }
 
-/// `acquire.lua` whose fence read increments the counter where the lock was granted:
-/// the one-round token of `Mutant::OneRoundToken`.
+/// `acquire.lua` whose grant increments the fence counter where it reads it: the
+/// one-round token of `Mutant::OneRoundToken`.
 pub(super) static ACQUIRE_ONE_ROUND_TOKEN: LazyLock<Variant> = LazyLock::new(|| {
     Variant::of(
         lock::ACQUIRE_LUA,
-        "  fence = redis.call('GET', KEYS[3])",
-        "  if ok then fence = tostring(redis.call('INCR', KEYS[3])) end",
+        "    return {1, epoch, redis.call('GET', KEYS[3])}",
+        "    return {1, epoch, tostring(redis.call('INCR', KEYS[3]))}",
     )
 });
 

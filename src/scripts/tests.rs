@@ -330,7 +330,17 @@ fn the_fingerprint_refusal_is_recognised_only_where_the_script_checks_it() {
 #[test]
 fn an_acquire_s_answer_reads_as_a_checked_reply() {
     let op = acquire(FenceRead::Read);
-    let granted = Value::Array(vec![
+    let granted = |fence: Option<u64>| Reply::Checked {
+        granted: true,
+        epoch: EpochReport {
+            record: Some("e:5".into()),
+        },
+        fence,
+        holder_ttl: None,
+        ticket: None,
+    };
+    // A grant of `acquire.lua` answers short; `acquire_queued.lua`'s, in full.
+    let full = Value::Array(vec![
         Value::Int(1),
         text("e:5"),
         text("7"),
@@ -338,18 +348,11 @@ fn an_acquire_s_answer_reads_as_a_checked_reply() {
         Value::Nil,
         Value::Nil,
     ]);
-    assert_eq!(
-        decode(&op, granted).unwrap(),
-        Reply::Checked {
-            granted: true,
-            epoch: EpochReport {
-                record: Some("e:5".into()),
-            },
-            fence: Some(7),
-            holder_ttl: None,
-            ticket: None,
-        }
-    );
+    assert_eq!(decode(&op, full).unwrap(), granted(Some(7)));
+    let fenced = Value::Array(vec![Value::Int(1), text("e:5"), text("7")]);
+    assert_eq!(decode(&op, fenced).unwrap(), granted(Some(7)));
+    let short = Value::Array(vec![Value::Int(1), text("e:5")]);
+    assert_eq!(decode(&op, short).unwrap(), granted(None));
     let held = Value::Array(vec![
         Value::Int(0),
         text("e:5"),
@@ -397,6 +400,15 @@ fn answers_the_protocol_does_not_define_are_errors_not_panics() {
     );
     assert!(decode(&op, Value::Int(1)).is_err(), "not a table");
     assert!(decode(&op, Value::Array(Vec::new())).is_err(), "too short");
+    // Only a grant answers short.
+    for code in [0, -3, 9] {
+        let short = Value::Array(vec![Value::Int(code), text("e:5")]);
+        assert_eq!(
+            kind(decode(&op, short)),
+            Err(MasterErrorKind::Protocol),
+            "{code}"
+        );
+    }
 }
 
 #[test]

@@ -113,14 +113,12 @@ pub(crate) enum Op {
         mode: RwMode,
     },
     /// Extends a read lease: compare-and-`PEXPIRE` of the reader key `key`, as `Extend`
-    /// does (answered as it is), keeping the reader index `index` alive at least as long
-    /// where it extended (`rw_extend_read.lua`).
+    /// does (answered as it is), keeping the lock `lock`'s reader index, owner record
+    /// and readers' mark alive at least as long where it extended (`rw_extend_read.lua`,
+    /// docs/design.md §16).
     ExtendRead {
         key: Arc<str>,
-        index: Arc<str>,
-        /// The lock's owner record, which marks the name as a read-write lock: kept alive
-        /// at least as long as the reader key (docs/design.md §16).
-        owner: Arc<str>,
+        lock: Arc<str>,
         value: Arc<str>,
         ttl: Duration,
         epoch: bool,

@@ -204,8 +204,8 @@ async fn a_name_of_another_kind_is_named_and_the_longest_list_is_locked() {
     none_left(&cluster, &others).await;
 }
 
-/// A name held by readers of a read-write lock has no lock key, only its owner record
-/// (kind `rwlock`) and the reader keys: still another kind of lock to `acquire_many`,
+/// A name held by readers of a read-write lock holds the readers' mark, with its owner
+/// record (kind `rwlock`) and the reader keys: another kind of lock to `acquire_many`,
 /// refused as `WrongKind` (permanent), with nothing set and the readers' records left as
 /// they were; a mutex on the name stays refused while the reader holds.
 #[tokio::test]
@@ -238,8 +238,13 @@ async fn a_name_held_by_readers_is_refused_as_another_kind() {
     assert!(!err.is_retryable(), "{err}");
     assert!(err.to_string().contains(doc.as_str()), "{err}");
     assert!(err.to_string().contains("read-write lock"), "{err}");
-    none_left(&cluster, &[&doc, &other]).await;
+    none_left(&cluster, &[&other]).await;
     for server in cluster.servers() {
+        assert_eq!(
+            value_on(server, &doc).await.as_deref(),
+            Some("redquorum:readers"),
+            "the readers' mark changed"
+        );
         let mut conn = raw(&server.url()).await;
         let record: std::collections::HashMap<String, String> = conn.hgetall(&owner).await.unwrap();
         assert_eq!(

@@ -465,9 +465,9 @@ async fn downgrade_keeps_deadline_and_token_and_lets_readers_in() {
     );
     for server in cluster.servers() {
         assert_eq!(
-            value_on(server, &name).await,
-            None,
-            "the writer key is gone"
+            value_on(server, &name).await.as_deref(),
+            Some("redquorum:readers"),
+            "the writer's value gave way to the readers' mark"
         );
         assert_eq!(value_on(server, r.key()).await.as_deref(), Some(r.value()));
     }
@@ -864,8 +864,14 @@ async fn a_failed_downgrade_loses_the_lease_and_releases_both_forms() {
     assert!(err.to_string().contains("no quorum converted"), "{err}");
     assert!(handle.is_lost());
     client.shutdown().await;
+    // No lease value is left: the name holds nothing, or the readers' mark the downgrade
+    // left where it converted (it expires with the reader it marked).
     for server in cluster.servers() {
-        assert_eq!(value_on(server, &name).await, None);
+        let left = value_on(server, &name).await;
+        assert!(
+            left.is_none() || left.as_deref() == Some("redquorum:readers"),
+            "{left:?}"
+        );
         assert_eq!(value_on(server, &reader).await, None);
     }
     // The lock is free again, for this client too.
@@ -940,8 +946,13 @@ async fn acquire_futures_dropped_after_each_poll_leave_nothing_behind() {
             .await
             .unwrap();
         assert!(!intent, "a dropped writer's intent is left");
-        let writer: bool = conn.exists(&name).await.unwrap();
-        assert!(!writer, "a dropped writer's key is left");
+        // The lock key holds the readers' mark, never a dropped writer's value.
+        let writer: Option<String> = conn.get(&name).await.unwrap();
+        assert_eq!(
+            writer.as_deref(),
+            Some("redquorum:readers"),
+            "a dropped writer's key is left"
+        );
         let index_ttl: i64 = conn
             .pttl(format!("redquorum:rw:{name}:readers"))
             .await
@@ -952,8 +963,9 @@ async fn acquire_futures_dropped_after_each_poll_leave_nothing_behind() {
 }
 
 /// A read-write lock held by readers only, or a writer's intent alone, is a cluster in
-/// use to `init_cluster` (docs/design.md §11, §16), with or without a key prefix: those
-/// keys lie in the records' namespace, outside the prefix.
+/// use to `init_cluster` (docs/design.md §11, §16), with or without a key prefix: the
+/// readers' mark lies under the prefix, their keys and the intent in the records'
+/// namespace, outside it.
 #[tokio::test]
 async fn init_cluster_refuses_masters_with_readers_or_an_intent() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -964,15 +976,23 @@ async fn init_cluster_refuses_masters_with_readers_or_an_intent() {
     for c in [&prefixed, &plain] {
         let err = c.init_cluster().await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::ClusterNotEmpty, "{err}");
-        assert!(err.to_string().contains("redquorum:rw:"), "{err}");
+        let shown = err.to_string();
+        assert!(
+            shown.contains("redquorum:rw:") || shown.contains(&format!("app:{name}")),
+            "{err}"
+        );
     }
-    // The reader and its index go; the intent of a writer that died is left.
+    // The reader, its index and the readers' mark go (as they expire); the intent of a
+    // writer that died is left.
     read.release().await.unwrap();
     let index = format!("redquorum:rw:app:{name}:readers");
     let intent = format!("redquorum:rw:app:{name}:intent");
     for url in cluster.urls() {
         let mut conn = raw(&url).await;
-        let _: () = conn.del(&index).await.unwrap();
+        let _: () = conn
+            .del(&[index.clone(), format!("app:{name}")])
+            .await
+            .unwrap();
         let _: () = conn.pset_ex(&intent, "writer", 5000).await.unwrap();
     }
     let err = prefixed.init_cluster().await.unwrap_err();
@@ -981,6 +1001,60 @@ async fn init_cluster_refuses_masters_with_readers_or_an_intent() {
         let _: () = raw(&url).await.del(&intent).await.unwrap();
     }
     prefixed.init_cluster().await.unwrap();
+}
+
+/// Readers keep the readers' mark in the lock key (docs/design.md §16): a mutex is refused
+/// as another kind, `inspect` shows another kind where it showed a free lock, and
+/// `force_unlock_any` deletes nothing (`WrongKind`, permanent) and leaves the readers
+/// holding. Once the readers are gone and their mark expired, a mutex gets the name.
+#[tokio::test]
+async fn readers_mark_the_name_for_every_other_kind_and_tool() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).ttl("10s").build().unwrap();
+    let other = client_with(&cluster, |b| b.ttl("10s"));
+    let name = unique_key("marked_by_readers");
+    let read = client
+        .rwlock(&name)
+        .read_with(&AcquireOptions::new().ttl("300ms"))
+        .await
+        .unwrap();
+    wait_until(
+        Duration::from_secs(2),
+        "the reader is on every master",
+        || held_everywhere(&cluster, read.key(), read.value()),
+    )
+    .await;
+    let err = other.try_acquire(&name).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
+    assert!(!err.is_retryable(), "{err}");
+    let seen = other.inspect(&name).await.unwrap();
+    assert!(
+        matches!(seen.verdict(), redquorum::Verdict::OtherKind { kind } if kind == "rwlock"),
+        "{seen}"
+    );
+    let err = other.force_unlock_any(&name).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
+    assert!(!err.is_retryable(), "{err}");
+    for server in cluster.servers() {
+        assert_eq!(
+            value_on(server, read.key()).await.as_deref(),
+            Some(read.value()),
+            "the reader still holds"
+        );
+    }
+    read.release().await.unwrap();
+    // The mark lives at most the reader's TTL: then a mutex gets the name.
+    let lease = tokio::time::timeout(Duration::from_secs(3), async {
+        loop {
+            if let Ok(lease) = other.try_acquire(&name).await {
+                break lease;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("a mutex gets the name once the readers' mark expired");
+    lease.release().await.unwrap();
 }
 
 /// A writer's release takes its owner record (kind `rwlock`) with its key: once the

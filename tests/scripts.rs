@@ -1395,10 +1395,134 @@ async fn acquire_contract() {
     assert_eq!((ok, counter.as_deref()), (1, Some("41")));
 }
 
-/// A read-write lock held by a reader has no lock key: only its owner record (kind
-/// `rwlock`), the reader's key and the index, as `rw_acquire.lua` leaves them. Every script
-/// that takes the name as a mutex (`acquire.lua`, `acquire_queued.lua`, `acquire_many.lua`,
-/// `enqueue.lua`) answers -3 with that kind and changes nothing.
+/// The readers' mark (docs/design.md §16): a reader's grant puts it in the lock key,
+/// expiring no sooner than the reader, so that a mutex's `SET NX` refuses the name; a
+/// writer's grant replaces a mark that no live reader stands behind; a read extension keeps
+/// it alive as long, and counts for nothing (-1) where the key holds a writer's value; a
+/// downgrade replaces the writer's value with it, with the writer's `PTTL`.
+#[tokio::test]
+async fn readers_mark_contract() {
+    const MARK: &str = "redquorum:readers";
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let (acquire, extend, downgrade) = (
+        Script::new(RW_ACQUIRE),
+        Script::new(RW_EXTEND_READ),
+        Script::new(RW_DOWNGRADE),
+    );
+    let key = unique_key("marked");
+    let record = unique_key("cluster");
+    let (owner, index) = (
+        format!("redquorum:owner:{key}"),
+        format!("redquorum:rw:{key}:readers"),
+    );
+    let reader = |value: &str| format!("redquorum:rw:{key}:reader:{value}");
+    type RwAnswer = (i64, String, Option<String>, i64, Option<String>);
+    let rw = |value: &str, ttl: u64, mode: &str| {
+        let mut call = preamble(&acquire, &record, "e1", "");
+        call.key(&key)
+            .key(format!("redquorum:fence:{key}"))
+            .key(&owner)
+            .key(&index)
+            .key(format!("redquorum:rw:{key}:intent"))
+            .key(format!("redquorum:rw:{key}:reader:"))
+            .arg(value)
+            .arg(ttl)
+            .arg("0")
+            .arg("client")
+            .arg("host")
+            .arg(1)
+            .arg("")
+            .arg(mode)
+            .arg("intent-1")
+            .arg(1000)
+            .arg(64)
+            .arg(MARK);
+        call
+    };
+    let extend_read = |value: &str, ttl: u64| {
+        let mut call = preamble(&extend, &record, "", "");
+        call.key(reader(value))
+            .key(&index)
+            .key(&owner)
+            .key(&key)
+            .arg(value)
+            .arg(ttl)
+            .arg(MARK);
+        call
+    };
+    let mark_pttl = async |conn: &mut redis::aio::MultiplexedConnection| {
+        let value: Option<String> = conn.get(&key).await.unwrap();
+        assert_eq!(value.as_deref(), Some(MARK));
+        conn.pttl::<_, i64>(&key).await.unwrap()
+    };
+
+    // A reader marks the key for its TTL; a shorter reader leaves the mark as it is.
+    let (code, ..): RwAnswer = rw("r1", 5_000, "r").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(code, 1);
+    let pttl = mark_pttl(&mut conn).await;
+    assert!((4_000..=5_000).contains(&pttl), "{pttl}");
+    let (code, ..): RwAnswer = rw("r2", 2_000, "r").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(code, 1);
+    assert!(mark_pttl(&mut conn).await > 4_000);
+    // A writer is refused while readers live.
+    let (code, ..): RwAnswer = rw("w1", 5_000, "w").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(code, 0, "a writer waits for the readers");
+    // An extension keeps the mark alive as long as the reader.
+    let (code, ..): (i64, Option<String>, Option<String>) = extend_read("r2", 8_000)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(code, 1);
+    let pttl = mark_pttl(&mut conn).await;
+    assert!((7_000..=8_000).contains(&pttl), "{pttl}");
+    // The readers gone (as they expire), the mark gives way to a writer.
+    let _: () = conn.del(&[reader("r1"), reader("r2")]).await.unwrap();
+    let (code, ..): RwAnswer = rw("w1", 5_000, "w").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(
+        code, 1,
+        "the writer replaces a mark no live reader stands behind"
+    );
+    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("w1"));
+    // A reader key beside a writer's value (exclusion already broken on this master, as
+    // after a partial loss) is not extended: this master counts for nothing.
+    let _: () = conn.pset_ex(reader("r3"), "r3", 5_000).await.unwrap();
+    let (code, ..): (i64, Option<String>, Option<String>) = extend_read("r3", 9_000)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(code, -1);
+    assert_eq!(get(&server.url(), &key).await.as_deref(), Some("w1"));
+    let pttl: i64 = conn.pttl(reader("r3")).await.unwrap();
+    assert!(pttl <= 5_000, "{pttl}");
+    let _: () = conn.del(reader("r3")).await.unwrap();
+    // A downgrade turns the writer's value into the mark, with the writer's PTTL.
+    let (code, ..): (i64, String, Option<String>) = preamble(&downgrade, &record, "e1", "")
+        .key(&key)
+        .key(&owner)
+        .key(&index)
+        .key(reader("w1"))
+        .arg("w1")
+        .arg(format!("redquorum:released:{key}"))
+        .arg(MARK)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(code, 1);
+    let (mark, held): (i64, i64) = (
+        mark_pttl(&mut conn).await,
+        conn.pttl(reader("w1")).await.unwrap(),
+    );
+    assert!(
+        held > 4_000 && mark.abs_diff(held) <= 5,
+        "mark {mark} ms, reader {held} ms"
+    );
+}
+
+/// A read-write lock held by a reader keeps the readers' mark in its lock key, beside its
+/// owner record (kind `rwlock`), the reader's key and the index, as `rw_acquire.lua` leaves
+/// them. Every script that takes the name as a mutex (`acquire.lua`, `acquire_queued.lua`,
+/// `acquire_many.lua`, `enqueue.lua`) answers -3 with that kind and changes nothing.
 #[tokio::test]
 async fn a_name_held_by_a_reader_is_another_kind_to_every_mutex_script() {
     let server = Server::start(&ServerOptions::new()).await.unwrap();
@@ -1431,6 +1555,7 @@ async fn a_name_held_by_a_reader_is_another_kind_to_every_mutex_script() {
             .arg("")
             .arg(0)
             .arg(64)
+            .arg("redquorum:readers")
             .invoke_async(&mut conn)
             .await
             .unwrap();
@@ -1449,7 +1574,7 @@ async fn a_name_held_by_a_reader_is_another_kind_to_every_mutex_script() {
         std::collections::HashMap<String, String>,
         Option<String>,
         Vec<String>,
-        bool,
+        Option<String>,
         Vec<String>,
         bool,
     );
@@ -1467,7 +1592,7 @@ async fn a_name_held_by_a_reader_is_another_kind_to_every_mutex_script() {
                 conn.hgetall(&owner).await.unwrap(),
                 conn.get(&reader).await.unwrap(),
                 conn.smembers(&index).await.unwrap(),
-                conn.exists(&key).await.unwrap(),
+                conn.get(&key).await.unwrap(),
                 conn.zrange(&queue, 0, -1).await.unwrap(),
                 conn.exists(&holder).await.unwrap(),
             );
@@ -1481,7 +1606,7 @@ async fn a_name_held_by_a_reader_is_another_kind_to_every_mutex_script() {
             [("kind".to_owned(), "rwlock".to_owned())].into(),
             Some("r1".to_owned()),
             vec!["r1".to_owned()],
-            false,
+            Some("redquorum:readers".to_owned()),
             vec!["w1".to_owned()],
             false,
         )
@@ -2393,7 +2518,7 @@ fn script_hashes_are_pinned() {
         (
             "acquire.lua",
             ACQUIRE,
-            "2bb26784960b9cefb9334b4bccc19e7f755a5c09",
+            "31c5014e0b95c8c10956c747ab76997e72d19ce6",
         ),
         (
             "fence.lua",
@@ -2443,32 +2568,32 @@ fn script_hashes_are_pinned() {
         (
             "acquire_many.lua",
             ACQUIRE_MANY,
-            "46db7d148294816acac4c4c8bfffe77a8366a888",
+            "78350a996f3b1071655280b2ccb6c5b146a844c5",
         ),
         (
             "rw_acquire.lua",
             RW_ACQUIRE,
-            "642f4adcc81e497d4e351b5155e98bfe0f953eff",
+            "ebb88dd3d8c0ed7e8854effc8e5f08de110b089a",
         ),
         (
             "rw_downgrade.lua",
             RW_DOWNGRADE,
-            "056064672f42f4da151e1c3b11f5297321cde195",
+            "048e0069443a967cd53f97dfad47ae4325cdf329",
         ),
         (
             "rw_extend_read.lua",
             RW_EXTEND_READ,
-            "7f47065a8480314c5c17876b4ccf588dc4cff9b0",
+            "3adf0fce34014a2f33d492dc3886b46c0c700561",
         ),
         (
             "acquire_queued.lua",
             ACQUIRE_QUEUED,
-            "7509ccd7954cc54710507c0a88c50da0a88817e3",
+            "3b86af130190c418492efa9efac6be52ec609f59",
         ),
         (
             "enqueue.lua",
             ENQUEUE,
-            "d505764d9d6ef99564139b9db575d7c0f7a41cf4",
+            "a67d8fd4072b40db984a9ae9369f8f548cf0ed55",
         ),
         (
             "dequeue.lua",

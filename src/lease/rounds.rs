@@ -57,8 +57,7 @@ impl LeaseShared {
                 let lock = scripts::lock_of_reader(&one.key, &self.value).unwrap_or_default();
                 Op::ExtendRead {
                     key: Arc::clone(&one.key),
-                    index: scripts::reader_index_key(lock).into(),
-                    owner: scripts::owner_key(lock).into(),
+                    lock: lock.into(),
                     value: Arc::clone(&self.value),
                     ttl,
                     epoch: inner.config.quarantine,

@@ -483,9 +483,10 @@ impl Redlock {
     /// inspection took, and may be zero: the holder may still be at work. Masters in restart quarantine are read as the others:
     /// their keys are real, though they may have lost some.
     ///
-    /// On a read-write lock ([`Redlock::rwlock`]) it reads the writer key only: a writer
-    /// shows as the holder, but readers are not shown, so a lock held by readers alone
-    /// reads as free here although no writer can get in (docs/design.md §16).
+    /// On a read-write lock ([`Redlock::rwlock`]) it reads the lock key, which holds the
+    /// writer's value or, while readers may hold, the readers' mark: either shows as
+    /// another kind of lock (`rwlock`); the readers themselves are not listed
+    /// (docs/design.md §16).
     ///
     /// The result is a **snapshot**: the lock may be acquired, extended or released right
     /// after. Each master is given the connect timeout plus the node timeout; one that does

@@ -204,10 +204,10 @@ impl Redlock {
     /// counters move past the old holder's token ([`UnlockReport::fence_counter`] is
     /// above it) and the unlock shows in them.
     ///
-    /// On a read-write lock's name it deletes nothing: a writer is another kind of lock
-    /// ([`ErrorKind::WrongKind`] where it holds a quorum), and readers are not seen, so a
-    /// lock held by readers alone reads as missing (its counter is still raised); stuck
-    /// readers free their places when their own keys expire (docs/design.md §16).
+    /// On a read-write lock's name it deletes nothing: a writer, or the readers' mark that
+    /// readers keep in the lock key, is another kind of lock ([`ErrorKind::WrongKind`]
+    /// where it holds a quorum); stuck readers free their places when their own keys
+    /// expire (docs/design.md §16).
     ///
     /// Succeeds once `N - quorum + 1` masters answered, as for `force_unlock`: then the
     /// deletes and the raised counters reach a master of every quorum. Restart

@@ -23,9 +23,10 @@ for i = 1, n do
   if kind ~= 'none' and kind ~= 'string' then
     return {-3, epoch, {}, {i}, kind}
   end
-  -- The owner record marks the name whatever the key holds: a read-write lock held by
-  -- readers only has no key here, only its record (kind 'rwlock').
-  local owned = redis.call('HGET', owner, 'kind')
+  -- A key that is there may be another kind's: a read-write lock keeps its writer's value
+  -- or its readers' mark under its name (docs/design.md §16), and its owner record says
+  -- so. A free name is no other kind's.
+  local owned = kind == 'string' and redis.call('HGET', owner, 'kind')
   if owned and owned ~= 'lock' then
     return {-3, epoch, {}, {i}, owned}
   end

@@ -22,12 +22,16 @@ if type(current) == 'table' then
   end
   return {-3, epoch, false, -3, redis.call('TYPE', KEYS[2])['ok'], false}
 end
-local owned = redis.call('HGET', KEYS[4], 'kind')
-if owned and owned ~= 'lock' then
-  return {-3, epoch, false, -3, owned, false}
-end
 local waiter = ARGV[10]
 local ok = current == false or (waiter ~= '' and current == waiter)
+if not ok then
+  -- Another value: only here can the name be another kind's (a read-write lock keeps its
+  -- writer's value or its readers' mark under it, docs/design.md §16).
+  local owned = redis.call('HGET', KEYS[4], 'kind')
+  if owned and owned ~= 'lock' then
+    return {-3, epoch, false, -3, owned, false}
+  end
+end
 local queued = false
 if ok and ARGV[11] == '1' then
   -- A head the prune budget did not reach (nil) may be an earlier live waiter: refused.

@@ -25,7 +25,9 @@ if type(current) == 'table' then
   end
   return {-3, epoch, false, 0, -2, redis.call('TYPE', KEYS[2])['ok']}
 end
-local owned = redis.call('HGET', KEYS[6], 'kind')
+-- A free key is no other kind's (a read-write lock keeps its writer's value or its readers'
+-- mark under its name, docs/design.md §16); a value may be.
+local owned = current and redis.call('HGET', KEYS[6], 'kind')
 if owned and owned ~= 'lock' then
   return {-3, epoch, false, 0, -2, owned}
 end

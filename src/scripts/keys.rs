@@ -79,6 +79,11 @@ pub(crate) fn reader_prefix(key: &str) -> String {
     format!("{RW_NAMESPACE}{key}:reader:")
 }
 
+/// What a read-write lock's key holds while readers may hold the lock: the readers' mark,
+/// which expires no sooner than any reader (docs/design.md §16). A name held by readers
+/// thus has a key, which a mutex's `SET NX` refuses. No lease value or waiter id is it.
+pub(crate) const READERS_MARK: &str = "redquorum:readers";
+
 /// The key of one reader of a read-write lock, holding `value`, with its own expiry.
 pub(crate) fn reader_key(key: &str, value: &str) -> String {
     format!("{}{value}", reader_prefix(key))

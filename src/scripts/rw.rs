@@ -7,8 +7,8 @@ use std::sync::LazyLock;
 use redis::{Script, Value};
 
 use super::{
-    Codec, Context, Invocation, Request, fence_key, intent_key, millis, misrouted, owner_key, read,
-    reader_index_key, reader_key, reader_prefix, release_channel, unexpected,
+    Codec, Context, Invocation, READERS_MARK, Request, fence_key, intent_key, millis, misrouted,
+    owner_key, read, reader_index_key, reader_key, reader_prefix, release_channel, unexpected,
 };
 use crate::error::{MasterError, MasterErrorKind};
 #[cfg(redquorum_mutants)]
@@ -70,21 +70,23 @@ impl Codec for Rw {
                     .arg(intent)
                     .arg(intent_ttl)
                     .arg(MAX_READERS)
+                    .arg(READERS_MARK)
                     .done()
             }
             Op::ExtendRead {
                 key,
-                index,
-                owner,
+                lock,
                 value,
                 ttl,
                 epoch,
             } => Invocation::with_preamble(&RW_EXTEND_READ, ctx, *epoch)
                 .key(key)
-                .key(index)
-                .key(owner)
+                .key(reader_index_key(lock))
+                .key(owner_key(lock))
+                .key(lock)
                 .arg(value)
                 .arg(millis(*ttl))
+                .arg(READERS_MARK)
                 .done(),
             Op::RwDowngrade { key, value } => Invocation::with_preamble(&RW_DOWNGRADE, ctx, true)
                 .key(key)
@@ -93,6 +95,7 @@ impl Codec for Rw {
                 .key(reader_key(key, value))
                 .arg(value)
                 .arg(release_channel(key))
+                .arg(READERS_MARK)
                 .done(),
             other => return Err(misrouted("read-write lock", other)),
         })

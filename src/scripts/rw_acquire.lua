@@ -1,5 +1,8 @@
 -- Acquire a read-write lock in one mode (docs/design.md §16), with the data epoch, the
--- cluster record and the fence counter read exactly as `acquire.lua` reads them.
+-- cluster record and the fence counter read exactly as `acquire.lua` reads them. The lock
+-- key holds the writer's value, or, while readers may hold, the readers' mark ARGV[14]
+-- (expiring no sooner than any reader): a name held by readers has a key, which `SET NX`
+-- refuses, so a mutex's grant need not read the name's kind.
 -- After the preamble (`epoch.lua`, `cluster.lua`: KEYS[1] the cluster record, which holds
 -- the data epoch; ARGV[1] id for a new epoch, ARGV[2] the caller's cluster fingerprint):
 -- KEYS[2] writer key (the lock key), KEYS[3] fence counter (one per lock, shared by
@@ -9,7 +12,7 @@
 -- ARGV[3] value, ARGV[4] ttl ms, ARGV[5] fence: '0' ignore, '1' read, ARGV[6] client id,
 -- ARGV[7] host, ARGV[8] process id, ARGV[9] label, ARGV[10] mode: 'r' read, 'w' write,
 -- ARGV[11] the writer's intent id (one per acquire call), ARGV[12] intent ttl ms,
--- ARGV[13] the most readers a lock admits
+-- ARGV[13] the most readers a lock admits, ARGV[14] the readers' mark
 -- Returns {code, epoch record, fence counter or false,
 --          holder's pttl or -3, detail or false}
 -- code: 1 granted, 0 refused (held, or readers present), -3 the name holds another kind
@@ -25,6 +28,8 @@ end
 if kind == 'string' and not owned then
   return {-3, epoch, false, -3, 'lock'}
 end
+-- A writer holds where the key holds anything but the readers' mark.
+local writer = kind == 'string' and redis.call('GET', KEYS[2]) ~= ARGV[14]
 -- Live readers, pruning the index of those that expired.
 local live, longest, shortest = 0, -3, -3
 for _, reader in ipairs(redis.call('SMEMBERS', KEYS[5])) do
@@ -42,7 +47,7 @@ local granted = false
 local pttl = -3
 if ARGV[10] == 'r' then
   local intent = redis.call('PTTL', KEYS[6])
-  if kind == 'string' then
+  if writer then
     pttl = redis.call('PTTL', KEYS[2])
   elseif intent > 0 then
     pttl = intent
@@ -54,15 +59,19 @@ if ARGV[10] == 'r' then
     if redis.call('PTTL', KEYS[5]) < ttl then
       redis.call('PEXPIRE', KEYS[5], ARGV[4])
     end
+    if redis.call('PTTL', KEYS[2]) < ttl then
+      redis.call('SET', KEYS[2], ARGV[14], 'PX', ARGV[4])
+    end
     granted = true
   end
 else
-  if kind == 'string' then
+  if writer then
     pttl = redis.call('PTTL', KEYS[2])
   elseif live > 0 then
     redis.call('SET', KEYS[6], ARGV[11], 'PX', ARGV[12])
     pttl = longest
   else
+    -- No live reader: a readers' mark left behind gives way to the writer.
     redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
     if redis.call('GET', KEYS[6]) == ARGV[11] then
       redis.call('DEL', KEYS[6])

@@ -287,8 +287,7 @@ fn every_script_with_the_preamble_takes_its_slots_first() {
         },
         Op::ExtendRead {
             key: "r".into(),
-            index: "i".into(),
-            owner: "o".into(),
+            lock: "k".into(),
             value: "v".into(),
             ttl: 100 * MS,
             epoch: true,

@@ -305,6 +305,19 @@ impl Data {
         );
     }
 
+    /// A read-write lock's key keeps the readers' mark at least `ttl` more (`rw_acquire.lua`
+    /// and `rw_extend_read.lua` on a reader's grant or extension): set where the key is
+    /// missing or the mark expires sooner; a writer's value is left alone.
+    fn mark_readers(&mut self, key: &Arc<str>, ttl: Duration, now_us: u64) {
+        let mark = match self.live(key, now_us) {
+            None => true,
+            Some(v) => &*v == scripts::READERS_MARK,
+        };
+        if mark && self.pttl(key, now_us).is_none_or(|p| p < ttl) {
+            self.set(key, &Arc::from(scripts::READERS_MARK), ttl, now_us);
+        }
+    }
+
     /// `SET key value NX PX ttl`.
     fn set_nx(&mut self, key: &Arc<str>, value: &Arc<str>, ttl: Duration, now_us: u64) -> bool {
         if self.live(key, now_us).is_some() {
@@ -1793,7 +1806,11 @@ fn apply(
                     lives.push(p);
                 }
             }
-            let writer = data.pttl(key, now_us);
+            // The key holds the writer's value, or the readers' mark.
+            let writer = data
+                .live(key, now_us)
+                .filter(|v| &**v != scripts::READERS_MARK)
+                .and_then(|_| data.pttl(key, now_us));
             let intent_key: Arc<str> = scripts::intent_key(key).into();
             let intent = data.pttl(&intent_key, now_us).filter(|p| !p.is_zero());
             let (granted, holder_ttl) = match mode {
@@ -1809,6 +1826,7 @@ fn apply(
                     } else {
                         let reader: Arc<str> = scripts::reader_key(key, value).into();
                         data.set(&reader, value, *ttl, now_us);
+                        data.mark_readers(key, *ttl, now_us);
                         (true, None)
                     }
                 }
@@ -1844,17 +1862,32 @@ fn apply(
                 ticket: None,
             }
         }
-        // rw_extend_read.lua: extend.lua on the reader key; the model's reader index is the
-        // set of live reader keys, kept alive with them. The script also keeps the owner
-        // record (kind 'rwlock') alive as long as the reader key; the model keeps no owner
-        // records (kinds are not modelled, see rw_acquire.lua above).
+        // rw_extend_read.lua: extend.lua on the reader key, refused where the lock key holds
+        // a value (a writer's); the model's reader index is the set of live reader keys,
+        // kept alive with them, and the readers' mark is kept alive as long. The script
+        // also keeps the owner record (kind 'rwlock') alive as long as the reader key; the
+        // model keeps no owner records (kinds are not modelled, see rw_acquire.lua above).
         Op::ExtendRead {
             key,
+            lock,
             value,
             ttl,
             epoch,
-            ..
-        } => extend(data, (key, value, *ttl, *epoch), false, now_us, fresh_id),
+        } => {
+            let ours = data.live(key, now_us).is_some_and(|v| v == *value);
+            let written = data
+                .live(lock, now_us)
+                .is_some_and(|v| &*v != scripts::READERS_MARK);
+            if ours && written {
+                let record = epoch.then(|| data.epoch_or_create(fresh_id, now_us));
+                return extended(Some(false), *epoch, EpochReport { record });
+            }
+            let reply = extend(data, (key, value, *ttl, *epoch), false, now_us, fresh_id);
+            if ours {
+                data.mark_readers(lock, *ttl, now_us);
+            }
+            reply
+        }
         // rw_downgrade.lua, past its comparison of fingerprints (`apply_as`)
         Op::RwDowngrade { key, value } => {
             let record = data.epoch_or_create(fresh_id, now_us);
@@ -1873,7 +1906,14 @@ fn apply(
                 Some(_) => {
                     let expires_us = data.locks.get(&**key).map_or(now_us, |e| e.expires_us);
                     let reader: Arc<str> = scripts::reader_key(key, value).into();
-                    data.locks.remove(&**key);
+                    // The writer's value gives way to the readers' mark, with its expiry.
+                    data.locks.insert(
+                        Arc::clone(key),
+                        Entry {
+                            value: Arc::from(scripts::READERS_MARK),
+                            expires_us,
+                        },
+                    );
                     data.locks.insert(
                         reader,
                         Entry {

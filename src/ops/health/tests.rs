@@ -417,12 +417,23 @@ fn missing_or_unreadable_records_are_notes() {
     assert!(health.facts().cluster_record.is_none());
     assert_eq!(checks(&health, Severity::Note), [Check::ClusterRecord]);
     assert!(health.findings()[0].message().contains("not initialised"));
+    // A key holding only the master's data epoch holds no record.
+    let mut p = probe(0);
+    p.record = Ok(BTreeMap::from([("epoch".to_owned(), "e1:1".to_owned())]));
+    let health = one(p, &context());
+    assert!(health.facts().cluster_record.is_none());
+    assert!(health.findings()[0].message().contains("not initialised"));
+    let mut p = probe(0);
+    p.record = Err(MasterError::new(MasterErrorKind::Other, "NOPERM"));
+    let health = one(p, &context());
+    assert_eq!(checks(&health, Severity::Note), [Check::ClusterRecord]);
+    assert!(health.findings()[0].message().contains("allow HGETALL"));
+    // A key of another type stops every lock script: a problem, which says what to do.
     let mut p = probe(0);
     p.record = Err(MasterError::new(MasterErrorKind::Other, "WRONGTYPE"));
-    assert_eq!(
-        checks(&one(p, &context()), Severity::Note),
-        [Check::ClusterRecord]
-    );
+    let health = one(p, &context());
+    assert_eq!(checks(&health, Severity::Problem), [Check::ClusterRecord]);
+    assert!(health.findings()[0].message().contains("delete it"));
 }
 
 /// A master that never answers a probe, or answers at once.

@@ -52,7 +52,8 @@
 //! neither an inspection's owner fields; tests/scripts.rs pins them) and read-write
 //! locks' reader indexes (`redquorum:rw:<lock>:readers`): the model keeps
 //! neither (its reader index is the set of live reader keys), so a scan whose find is a
-//! reader index the model cannot see is excused (counted). Kinds are not modelled either:
+//! reader index the model cannot see is excused (counted). The readers' mark in a
+//! read-write lock's key is modelled and compared. Kinds are not modelled either:
 //! each lock name serves one kind here (mutexes `lkA` and `lkB`, the read-write lock `rwA`,
 //! the semaphore `smA`), and a waiter id is never a lease value. Release and hand-off
 //! notices (pub/sub) leave nothing in the keyspace. `init_cluster`'s claim (`Op::Claim`,
@@ -816,8 +817,7 @@ impl<'a> Sequence<'a> {
                 format!("extend the read lease of {RW} {value} ttl {ttl:?} epoch {epoch}"),
                 Op::ExtendRead {
                     key: scripts::reader_key(RW, value).into(),
-                    index: scripts::reader_index_key(RW).into(),
-                    owner: scripts::owner_key(RW).into(),
+                    lock: RW.into(),
                     value: value.into(),
                     ttl,
                     epoch,

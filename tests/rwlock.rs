@@ -1035,6 +1035,12 @@ async fn readers_mark_the_name_for_every_other_kind_and_tool() {
     let err = other.force_unlock_any(&name).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
     assert!(!err.is_retryable(), "{err}");
+    let shown = err.to_string();
+    assert!(
+        shown.contains("another kind of lock holds the name on 3 of 3 masters")
+            && !shown.contains("reachable"),
+        "{shown}"
+    );
     for server in cluster.servers() {
         assert_eq!(
             value_on(server, read.key()).await.as_deref(),

@@ -303,11 +303,13 @@ impl Redlock {
             report
                 .masters
                 .iter()
-                .any(|r| matches!(r.outcome(), MasterOutcome::Failed(e) if e.kind() == kind))
+                .filter(|r| matches!(r.outcome(), MasterOutcome::Failed(e) if e.kind() == kind))
+                .count()
         };
-        let kind = if failed(MasterErrorKind::WrongKind) {
+        let other_kind = failed(MasterErrorKind::WrongKind);
+        let kind = if other_kind > 0 {
             ErrorKind::WrongKind
-        } else if failed(MasterErrorKind::Tls) {
+        } else if failed(MasterErrorKind::Tls) > 0 {
             ErrorKind::Tls
         } else {
             ErrorKind::NoQuorum
@@ -316,11 +318,20 @@ impl Redlock {
             0 => "nothing was deleted".to_owned(),
             k => format!("{} was deleted on {k}", report.removed().join(", ")),
         };
-        Err(Error::new(kind, resource)
-            .with_detail(format!(
+        // Another kind of lock is no master out of reach: calling again changes nothing.
+        let detail = if kind == ErrorKind::WrongKind {
+            format!(
+                "another kind of lock holds the name on {other_kind} of {n} masters, and a \
+                 force-unlock deletes only a lock's key; {done}"
+            )
+        } else {
+            format!(
                 "{answered} of {n} masters answered and {need} must, so that no quorum can \
                  still hold the lock; {done}: call it again once the others are reachable"
-            ))
+            )
+        };
+        Err(Error::new(kind, resource)
+            .with_detail(detail)
             .with_masters(report.masters))
     }
 }

@@ -1032,6 +1032,23 @@ async fn readers_mark_the_name_for_every_other_kind_and_tool() {
         matches!(seen.verdict(), redquorum::Verdict::OtherKind { kind } if kind == "rwlock"),
         "{seen}"
     );
+    // The mark is nobody's value: a force-unlock of it is refused before any master is
+    // asked, even where no owner record says whose it is.
+    let err = other
+        .force_unlock(&name, "redquorum:readers")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidOptions, "{err}");
+    let _: () = raw(&cluster.server(0).url())
+        .await
+        .del(format!("redquorum:owner:{name}"))
+        .await
+        .unwrap();
+    let seen = other.inspect(&name).await.unwrap();
+    assert!(
+        matches!(seen.verdict(), redquorum::Verdict::OtherKind { kind } if kind == "rwlock"),
+        "{seen}"
+    );
     let err = other.force_unlock_any(&name).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
     assert!(!err.is_retryable(), "{err}");

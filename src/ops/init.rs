@@ -431,8 +431,9 @@ enum Holding {
 /// Scans every master at once for a key under the prefix, each step within the node
 /// timeout and all within [`SCAN_BUDGET`].
 /// Then, on a master where that found nothing, scans for a read-write lock's reader keys,
-/// reader index and writer intents of locks under the prefix (docs/design.md §16): a lock
-/// held by readers only has no key under the prefix.
+/// reader index and writer intents of locks under the prefix (docs/design.md §16): a
+/// writer's intent, or a reader whose mark an operator deleted, may outlive every key
+/// under the prefix.
 async fn scan_all(masters: &[Arc<dyn Master>]) -> Vec<Holding> {
     let deadline = tokio::time::Instant::now() + SCAN_BUDGET;
     join_all(masters.iter().map(|m| async move {

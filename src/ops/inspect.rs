@@ -19,6 +19,7 @@ use crate::deadline;
 use crate::error::{Error, MasterError, MasterErrorKind, ShortName, human};
 use crate::fencing::FencingToken;
 use crate::master::{Inspected, Op, Reply};
+use crate::scripts;
 
 /// Who holds a lock, as a master says: the holder record its value names (written once per
 /// client and label, not per lock: docs/design.md §11), or an owner record of kind `lock`
@@ -249,6 +250,10 @@ fn holding(inspected: &Inspected) -> Holding {
         ("none", _) => Holding::Free,
         ("string", _) if owner_kind.is_some_and(|k| k != "lock") => Holding::OtherKind {
             kind: owner_kind.unwrap_or_default().to_owned(),
+        },
+        // The readers' mark is a read-write lock's, with or without its owner record.
+        ("string", Some(value)) if value == scripts::READERS_MARK => Holding::OtherKind {
+            kind: "rwlock".to_owned(),
         },
         ("string", Some(value)) => Holding::Lock {
             value: value.clone(),

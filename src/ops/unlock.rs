@@ -176,6 +176,14 @@ impl Redlock {
             return Err(Error::new(ErrorKind::InvalidOptions, resource)
                 .with_detail("the value is empty: pass the value an inspection reported"));
         }
+        // Readers keep the mark under the name while any may hold (docs/design.md §16):
+        // deleting it would let a mutex in beside live readers.
+        if value == scripts::READERS_MARK {
+            return Err(Error::new(ErrorKind::InvalidOptions, resource).with_detail(
+                "this value is the readers' mark of a read-write lock, not a holder's value: \
+                 readers are never force-unlocked; their keys expire with their TTL",
+            ));
+        }
         let key: Arc<str> = format!("{}{resource}", self.inner.config.key_prefix).into();
         let op = Op::Release {
             channel: scripts::release_channel(&key).into(),

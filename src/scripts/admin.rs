@@ -20,8 +20,8 @@ use crate::op::{Inspected, Op, Reply, StampOutcome};
 
 /// Reads (or starts) the data epoch, run with `EVAL` while connecting: `epoch.lua`, the
 /// preamble's first part, then the server's time, from which the epoch's age is read
-/// (`KEYS[1]` the epoch record, `ARGV[1]` an id for a new epoch). Returns
-/// `{epoch record, server time us}`.
+/// (`KEYS[1]` the cluster record, which holds the data epoch, `ARGV[1]` an id for a new
+/// epoch). Returns `{epoch record, server time us}`.
 pub(crate) const EPOCH_SOURCE: &str = concat!(
     include_str!("epoch.lua"),
     "local t = redis.call('TIME')\n",
@@ -81,6 +81,7 @@ impl Codec for Admin {
                 .key(queue_key(key))
                 .arg(channel)
                 .arg(waiter_prefix(key))
+                .arg(super::READERS_MARK)
                 .done(),
             other => return Err(misrouted("administration", other)),
         })

@@ -4,8 +4,9 @@
 -- (`hand_on`; ARGV[2] the prefix of the waiters' liveness keys), or publish a release
 -- notice on channel ARGV[1]. A value that is a waiter's id (a key handed to a queued
 -- waiter) takes that waiter out of the queue first, so that the key is never handed
--- straight back to it. Another kind of lock under the name (a key of another type, or a
--- string whose owner record names another kind) is left alone, and so is its counter.
+-- straight back to it. Another kind of lock under the name (a key of another type, a
+-- string whose owner record names another kind, or the readers' mark ARGV[3] of a
+-- read-write lock, with or without its record) is left alone, and so is its counter.
 -- Returns {1 deleted | 0 missing | -3 another kind of lock,
 --          the value deleted, or that kind, or false, the fence counter after the raise or false}
 local kind = redis.call('TYPE', KEYS[1])['ok']
@@ -25,6 +26,9 @@ end
 local value = false
 if kind == 'string' then
   value = redis.call('GET', KEYS[1])
+  if value == ARGV[3] then
+    return {-3, 'rwlock', false}
+  end
   redis.call('DEL', KEYS[1])
 end
 local counter = redis.call('INCR', KEYS[3])

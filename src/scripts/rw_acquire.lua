@@ -90,8 +90,10 @@ if granted then
     redis.call('HSET', KEYS[4], 'value', ARGV[3], 'client', ARGV[6], 'host', ARGV[7],
       'pid', ARGV[8], 'label', ARGV[9],
       'acquired_ms', t[1] .. string.format('%03d', math.floor(t[2] / 1000)))
-  end
-  if redis.call('PTTL', KEYS[4]) < ttl then
+    -- No live reader stands behind the record: it lives as long as this writer (whose
+    -- extensions raise it), so a writer that dies leaves no kind behind its key.
+    redis.call('PEXPIRE', KEYS[4], ARGV[4])
+  elseif redis.call('PTTL', KEYS[4]) < ttl then
     redis.call('PEXPIRE', KEYS[4], ARGV[4])
   end
 end

@@ -1080,6 +1080,47 @@ async fn readers_mark_the_name_for_every_other_kind_and_tool() {
     lease.release().await.unwrap();
 }
 
+/// A readers' mark left on one master (a reader's attempt that failed elsewhere) with
+/// another master down is no reason to give up for good: `force_unlock_any` answers
+/// `NoQuorum` (retryable) and names both, since once the master is back the others are
+/// enough; with the mark on too many masters it is `WrongKind` (permanent).
+#[tokio::test]
+async fn force_unlock_any_blames_another_kind_only_where_it_alone_blocks() {
+    let mut cluster = Cluster::start(3).await.unwrap();
+    let name = unique_key("stale_mark");
+    let operator = client(&cluster)
+        .timeouts(Timeouts::new().node("200ms"))
+        .build()
+        .unwrap();
+    let mark = async |url: String| {
+        let mut conn = raw(&url).await;
+        let _: () = conn
+            .pset_ex(&name, "redquorum:readers", 60_000)
+            .await
+            .unwrap();
+        let _: () = conn
+            .hset(format!("redquorum:owner:{name}"), "kind", "rwlock")
+            .await
+            .unwrap();
+    };
+    mark(cluster.server(0).url()).await;
+    cluster.server_mut(2).kill().unwrap();
+    let err = operator.force_unlock_any(&name).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NoQuorum, "{err}");
+    assert!(err.is_retryable(), "{err}");
+    let shown = err.to_string();
+    assert!(
+        shown.contains("another kind of lock holds the name on 1 of them")
+            && shown.contains("reachable"),
+        "{shown}"
+    );
+    // The mark on a second master: the one left cannot make N - quorum + 1 = 2.
+    mark(cluster.server(1).url()).await;
+    let err = operator.force_unlock_any(&name).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongKind, "{err}");
+    assert!(!err.is_retryable(), "{err}");
+}
+
 /// A writer's release takes its owner record (kind `rwlock`) with its key: once the
 /// read-write lock is free, the name is free for any kind, and a mutex on it is granted
 /// at once instead of being refused as another kind until the record's expiry.

@@ -148,8 +148,8 @@ impl Redlock {
     /// - [`ErrorKind::NoQuorum`] (retryable) when fewer than `N - quorum + 1` masters
     ///   answered: the lock may still be held; the error's masters say where it was
     ///   deleted. Call it again once they are reachable.
-    /// - [`ErrorKind::WrongKind`] when another kind of lock holds the name on so many
-    ///   masters that too few answered.
+    /// - [`ErrorKind::WrongKind`] (permanent) when another kind of lock holds the name on
+    ///   so many masters that the others are too few, whether they answered or not.
     /// - Before any master is asked: [`ErrorKind::InvalidResource`] for a name `acquire`
     ///   refuses, [`ErrorKind::InvalidOptions`] for an empty `value`,
     ///   [`ErrorKind::NoRuntime`] outside a tokio runtime.
@@ -314,8 +314,10 @@ impl Redlock {
                 .filter(|r| matches!(r.outcome(), MasterOutcome::Failed(e) if e.kind() == kind))
                 .count()
         };
+        // Another kind of lock is the error only where it alone keeps too few masters
+        // answering: then no retry can help. Otherwise masters were out of reach.
         let other_kind = failed(MasterErrorKind::WrongKind);
-        let kind = if other_kind > 0 {
+        let kind = if n - other_kind < need {
             ErrorKind::WrongKind
         } else if failed(MasterErrorKind::Tls) > 0 {
             ErrorKind::Tls
@@ -333,9 +335,15 @@ impl Redlock {
                  force-unlock deletes only a lock's key; {done}"
             )
         } else {
+            let also = if other_kind > 0 {
+                format!(" (another kind of lock holds the name on {other_kind} of them)")
+            } else {
+                String::new()
+            };
             format!(
                 "{answered} of {n} masters answered and {need} must, so that no quorum can \
-                 still hold the lock; {done}: call it again once the others are reachable"
+                 still hold the lock{also}; {done}: call it again once the others are \
+                 reachable"
             )
         };
         Err(Error::new(kind, resource)

@@ -978,7 +978,8 @@ impl SimServer {
     /// whatever value it holds and raises its fence counter by one (`INCR`), so that the
     /// next token issued here is above every one issued before. Returns whether it ran
     /// (only on a running process: the operator's call fails on a stopped or crashed one)
-    /// and the live value it deleted, if any.
+    /// and the live value it deleted, if any. Only mutex scenarios call it: the readers'
+    /// mark of a read-write lock, which `force_unlock.lua` leaves alone, is not modelled.
     pub(super) fn force_unlock(&self, key: &str) -> Option<Option<Arc<str>>> {
         let mut state = self.lock();
         if state.status != Status::Up {
@@ -2065,6 +2066,8 @@ fn apply(
         // force_unlock.lua: whatever holds the key is deleted and the counter raised; a
         // waiter's id leaves the queue, and the key goes to the live head (the release
         // notice has no subscriber here).
+        // force_unlock.lua on a mutex's key (the model keeps no kinds: the readers' mark,
+        // which the script leaves alone as another kind's, is never force-unlocked here)
         Op::ForceUnlock { key, .. } => {
             let current = data.live(key, now_us);
             let removed = current.as_ref().map(|v| v.to_string());

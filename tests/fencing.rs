@@ -56,6 +56,70 @@ async fn fencing_refuses_masters_that_are_not_durable() {
     lease.release().await.unwrap();
 }
 
+/// A write-back that can never reach a quorum ends at once: a master that no longer holds
+/// the acquisition and one unfit for tokens (not durable) never count, and together they
+/// leave too few here. It used to raise its token round after round until its validity
+/// ran out (and a fair waiter stuck there stopped keeping its place in the queue).
+#[tokio::test]
+async fn a_write_back_that_cannot_reach_a_quorum_ends_at_once() {
+    let durable = ServerOptions::new().persistence(Persistence::AofAlways);
+    let servers = [
+        Server::start(&durable).await.unwrap(),
+        Server::start(&durable).await.unwrap(),
+        Server::start(&ServerOptions::new()).await.unwrap(),
+    ];
+    let urls: Vec<String> = servers.iter().map(Server::url).collect();
+    for url in &urls {
+        seed_old_epoch(url).await;
+    }
+    let client = Redlock::builder()
+        .masters(&urls)
+        .quarantine(true)
+        .fencing(true)
+        .ttl("300ms")
+        .timeouts(Timeouts::new().node("100ms"))
+        .retry(Retry::new().attempts(1))
+        .build()
+        .unwrap();
+    // The master that is not durable votes for locks once its young process has passed
+    // its quarantine window (300 ms and the drift).
+    let probe = unique_key("probe");
+    wait_until(
+        Duration::from_secs(3),
+        "the master that is not durable votes",
+        || async {
+            let plain = AcquireOptions::new().fencing(false);
+            match client.acquire_with(&probe, &plain.attempts(1)).await {
+                Ok(lease) => {
+                    let votes = lease.masters()[2].outcome().is_granted();
+                    lease.release().await.unwrap();
+                    votes
+                }
+                Err(_) => false,
+            }
+        },
+    )
+    .await;
+    // A durable master holds another value: the lock is granted by the other durable
+    // master and the one that is not durable, and only one of them can take a token.
+    let key = unique_key("hopeless_write_back");
+    let _: () = raw(&urls[1])
+        .await
+        .pset_ex(&key, "another", 10_000)
+        .await
+        .unwrap();
+    let err = client.acquire(&key).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::FencingFailed, "{err}");
+    assert!(
+        err.to_string()
+            .contains("too few durable masters still hold this acquisition"),
+        "{err}"
+    );
+    // One round: the counter was raised once, where round after round raised it again.
+    let counter = get(&urls[0], &format!("redquorum:fence:{key}")).await;
+    assert_eq!(counter.as_deref(), Some("1"), "write-back rounds ran on");
+}
+
 // Checks I12 (fencing tokens are unique and ordered).
 #[tokio::test]
 async fn tokens_strictly_increase_across_holders_even_with_a_master_down() {

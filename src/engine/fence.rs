@@ -100,6 +100,20 @@ pub(crate) async fn write_back(
                 false,
             ));
         }
+        // Neither a master that no longer holds this acquisition nor one unfit for tokens
+        // can ever count: together they may leave too few, and no later round can help.
+        let held_elsewhere = count(|o| matches!(o, MasterOutcome::HeldByOther));
+        if held_elsewhere + unfit > n - inner.quorum() {
+            return Err((
+                Error::new(ErrorKind::FencingFailed, &**resource)
+                    .with_detail(
+                        "too few durable masters still hold this acquisition to confirm a \
+                         token",
+                    )
+                    .with_masters(last),
+                false,
+            ));
+        }
         // Timeouts or abstentions, with no conflict: try the same token again after a
         // pause of one round (at least a millisecond), while the lease is valid.
         let pause = started.elapsed().max(Duration::from_millis(1));

@@ -25,11 +25,6 @@ fn quarantined(urls: Vec<String>) -> redquorum::Builder {
         .retry(Retry::new().delay("5ms").jitter("10ms"))
 }
 
-/// The cluster record at `key` (`support::cluster_record`).
-async fn record(url: &str, key: &str) -> HashMap<String, String> {
-    cluster_record(url, key).await
-}
-
 #[tokio::test]
 async fn a_bootstrapped_cluster_votes_at_once_and_init_is_idempotent() {
     let cluster = Cluster::start(3).await.unwrap();
@@ -43,7 +38,7 @@ async fn a_bootstrapped_cluster_votes_at_once_and_init_is_idempotent() {
     assert_eq!(init.outcome, InitOutcome::Bootstrapped, "{init}");
     assert_eq!(init.members.len(), 3);
     for (i, (_, id)) in init.members.iter().enumerate() {
-        let fields = record(&cluster.server(i).url(), RECORD).await;
+        let fields = cluster_record(&cluster.server(i).url(), RECORD).await;
         assert_eq!(fields["cluster"], init.cluster_id);
         assert_eq!(&fields["master"], id);
         assert_eq!(fields["counters"], "kept");
@@ -123,7 +118,7 @@ async fn two_addresses_of_one_server_are_refused() {
     assert_eq!(err.kind(), ErrorKind::ClusterMismatch, "{err}");
     assert!(err.to_string().contains("same server"), "{err}");
     for server in cluster.servers() {
-        assert!(record(&server.url(), RECORD).await.is_empty());
+        assert!(cluster_record(&server.url(), RECORD).await.is_empty());
     }
     let key = unique_key("twice");
     let err = twice.acquire(&key).await.unwrap_err();
@@ -154,7 +149,11 @@ async fn init_refuses_a_master_down_and_writes_nothing() {
         "{err:?}"
     );
     for i in 0..2 {
-        assert!(record(&cluster.server(i).url(), RECORD).await.is_empty());
+        assert!(
+            cluster_record(&cluster.server(i).url(), RECORD)
+                .await
+                .is_empty()
+        );
     }
 }
 
@@ -174,7 +173,7 @@ async fn init_refuses_masters_that_hold_keys_and_writes_nothing() {
     assert!(err.to_string().contains("app:orders:7"), "{err}");
     for server in cluster.servers() {
         assert!(
-            record(&server.url(), "app:redquorum:cluster")
+            cluster_record(&server.url(), "app:redquorum:cluster")
                 .await
                 .is_empty()
         );
@@ -205,7 +204,7 @@ async fn init_refuses_a_cluster_initialised_otherwise_and_writes_nothing() {
 }
 
 async fn record_of(url: String) -> HashMap<String, String> {
-    record(&url, RECORD).await
+    cluster_record(&url, RECORD).await
 }
 
 #[tokio::test]
@@ -236,11 +235,11 @@ async fn a_flushed_member_is_readmitted_by_a_client_that_knew_it() {
         "master 0's record written again",
         || {
             let url = url.clone();
-            async move { !record(&url, RECORD).await.is_empty() }
+            async move { !cluster_record(&url, RECORD).await.is_empty() }
         },
     )
     .await;
-    let fields = record(&url, RECORD).await;
+    let fields = cluster_record(&url, RECORD).await;
     assert_eq!(fields["master"], init.members[0].1);
     assert_eq!(fields["counters"], "lost");
     assert!(!fields.contains_key("bootstrap_run_id"));
@@ -304,7 +303,7 @@ async fn a_stranger_without_a_record_never_votes_and_init_readmits_it() {
         init.outcome,
         InitOutcome::Readmitted(vec![cluster.server(2).url()])
     );
-    assert_eq!(record(&url, RECORD).await["counters"], "lost");
+    assert_eq!(cluster_record(&url, RECORD).await["counters"], "lost");
     let fresh = client(&cluster).build().unwrap();
     let lease = fresh.acquire(&key).await.unwrap();
     wait_until(
@@ -385,7 +384,7 @@ async fn init_reports_binary_keys_and_keeps_its_word_on_them() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ClusterNotEmpty, "{err}");
     for server in cluster.servers() {
-        assert!(record(&server.url(), RECORD).await.is_empty());
+        assert!(cluster_record(&server.url(), RECORD).await.is_empty());
     }
 }
 
@@ -579,7 +578,7 @@ async fn init_from_another_master_list_never_gives_a_live_members_id_to_a_strang
     assert!(!err.is_retryable());
     for url in &urls[3..] {
         assert!(
-            record(url, RECORD).await.is_empty(),
+            cluster_record(url, RECORD).await.is_empty(),
             "{url} was given an id"
         );
     }

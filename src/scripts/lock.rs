@@ -178,12 +178,12 @@ type Acquired = (
 /// The reply of `acquire.lua` or `acquire_queued.lua`. A grant of `acquire.lua` is the
 /// short `{1, epoch record}`, or `{1, epoch record, fence counter}` with the fence read.
 fn acquired(value: Value) -> Result<Reply, MasterError> {
-    let short = match &value {
+    let len = match &value {
         Value::Array(items) => items.len(),
         _ => 0,
     };
-    if short == 2 || short == 3 {
-        let (code, record, counter) = if short == 2 {
+    if len == 2 || len == 3 {
+        let (code, record, counter) = if len == 2 {
             let (code, record): (i64, String) = read(value)?;
             (code, record, None)
         } else {

@@ -178,6 +178,7 @@ async fn tokens(
         Tokens::WriteBack => {}
     }
     let least = inner.config.least_validity(plan.ttl);
+    let floors = target.own_floors(round);
     let write_backs = ask.keys.iter().enumerate().map(|(i, key)| {
         // A reader writes back through its own key; the counter is the lock's
         // (docs/design.md §16).
@@ -186,7 +187,7 @@ async fn tokens(
             (&key.holds, &key.lock),
             target.fence_name(key),
             value,
-            target.first_token(round, i),
+            (target.first_token(round, i), &floors),
             (deadline, least),
             plan.give_up_at,
         )

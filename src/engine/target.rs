@@ -462,6 +462,28 @@ impl Target {
         read.unwrap_or(0).saturating_add(1)
     }
 
+    /// Per master, the counter of the lock's key that the master read with its grant of
+    /// `round`, where nobody but this acquisition can raise that counter while the
+    /// master holds its value (a mutex, a writer): a conflict there at a token above
+    /// it can only be this acquisition's own write, whose answer was lost (docs/design.md
+    /// §8). `None` where the answer did not say, and for readers, several keys and
+    /// permits.
+    pub(crate) fn own_floors(&self, round: &Round) -> Vec<Option<u64>> {
+        let exclusive = matches!(self.kind, Kind::Mutex | Kind::Write(_)) && self.keys.len() == 1;
+        round
+            .replies
+            .iter()
+            .map(|reply| match reply {
+                Some(Reply::Checked {
+                    granted: true,
+                    fence,
+                    ..
+                }) if exclusive => *fence,
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The name of `key` in the errors of its write-back: its resource, or the
     /// semaphore's name for one of its slots.
     pub(crate) fn fence_name<'a>(&'a self, key: &'a AskKey) -> &'a Arc<str> {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use super::cleanup::{self, masters_where};
 use super::fence::write_back;
 use super::intent::clear_intent_after_grant;
 use super::target::{Ask, Kind, Seen, Target, Tokens};
@@ -59,10 +60,13 @@ pub(crate) async fn attempt(
         outcomes: None,
         armed: true,
     };
-    // A writer learns how its stragglers answered, to clear its intent where they
-    // refused (`clear_intent_after_grant`).
+    // A queued waiter's confirm: its id (empty before the call queued).
+    let waiter = queue.map(|(waiter, _)| waiter).filter(|w| !w.is_empty());
+    let queued = waiter.is_some();
+    // A writer, and a queued waiter, learn how their stragglers answered, to clear the
+    // intent or the registration where they did not grant (`cleanup::after_grant`).
     let bounds = Bounds {
-        late: matches!(target.kind, Kind::Write(_)),
+        late: queued || matches!(target.kind, Kind::Write(_)),
         ..inner.bounds(Some(plan.give_up_at))
     };
     let traced = telemetry::resource(&target.name, config.trace_resource_names);
@@ -71,7 +75,6 @@ pub(crate) async fn attempt(
     let reports = round.reports(&inner.masters);
     let seen = target.seen(&round);
     // A queued waiter's failed confirm hands its release to the caller (see `Failed`).
-    let queued = queue.is_some_and(|(waiter, _)| !waiter.is_empty());
     let failed = |error: Error, cut: bool, seen: Seen, guard: AttemptGuard| Failed {
         error,
         holder_free_at: None,
@@ -116,8 +119,17 @@ pub(crate) async fn attempt(
         }
     };
     guard.disarm();
-    if let (Kind::Write(intent), Some(key)) = (&target.kind, target.first_key()) {
-        clear_intent_after_grant(inner, key, &intent.id, &round.outcomes, round.late);
+    match (&target.kind, target.first_key(), waiter) {
+        (Kind::Write(intent), Some(key), _) => {
+            clear_intent_after_grant(inner, key, &intent.id, &round.outcomes, round.late);
+        }
+        (_, Some(key), Some(waiter)) => {
+            let (key, waiter) = (Arc::clone(key), Arc::clone(waiter));
+            cleanup::after_grant(inner, &round.outcomes, round.late, move |inner, left| {
+                cleanup::dequeue(inner, masters_where(inner, left), &key, &waiter);
+            });
+        }
+        _ => {}
     }
     let claim = target.claim(&inner.held, &ask.keys);
     let lease = Lease::new(

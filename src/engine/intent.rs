@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
+use super::cleanup::{Late, after_grant, masters_where};
 use super::target::{Kind, Target};
 use crate::core::{Inner, release_in_background};
 use crate::error::MasterOutcome;
-use crate::master::Master;
 use crate::scripts;
 
 /// Clears a writer's intent on every master in the background (compare-and-delete,
@@ -57,58 +57,21 @@ impl Drop for IntentGuard {
 
 /// After a writer's grant (docs/design.md §16): the masters that granted deleted the
 /// call's intent; every other one may hold it, set by this attempt or an earlier one of
-/// the call, and it is cleared there in the background as [`IntentGuard`] clears it. A
-/// master whose answer was still pending is judged by its `late` answer: a grant there
-/// deleted the intent too, and an unknown answer is cleared. A write granted by every
-/// master sends nothing more.
+/// the call, and it is cleared there in the background as [`IntentGuard`] clears it
+/// (`after_grant` judges a master pending at the decision by its late answer).
 pub(crate) fn clear_intent_after_grant(
     inner: &Arc<Inner>,
     key: &Arc<str>,
     intent: &Arc<str>,
     outcomes: &[MasterOutcome],
-    late: Option<tokio::sync::oneshot::Receiver<Vec<(usize, MasterOutcome)>>>,
+    late: Option<Late>,
 ) {
-    if outcomes.iter().all(MasterOutcome::is_granted) {
-        return;
-    }
-    let mut left: Vec<bool> = outcomes.iter().map(|o| !o.is_granted()).collect();
     let keys: [(Arc<str>, Arc<str>); 1] = [(
         scripts::intent_key(key).into(),
         scripts::release_channel(key).into(),
     )];
-    let clear = move |inner: &Arc<Inner>, left: &[bool], intent: &Arc<str>| {
-        let targets: Vec<Arc<dyn Master>> = inner
-            .masters
-            .iter()
-            .zip(left)
-            .filter(|(_, left)| **left)
-            .map(|(m, _)| Arc::clone(m))
-            .collect();
-        release_in_background(inner, targets, &keys, intent);
-    };
-    let pending = outcomes.iter().any(|o| matches!(o, MasterOutcome::Pending));
-    match late {
-        Some(late) if pending => {
-            let (shared, intent) = (Arc::clone(inner), Arc::clone(intent));
-            let spawned = inner.spawn(async move {
-                // The stragglers answer within their call bound; a closed channel leaves
-                // them to be cleared.
-                if let Ok(answers) = late.await {
-                    for (i, outcome) in answers {
-                        if let Some(left) = left.get_mut(i) {
-                            *left = !outcome.is_granted();
-                        }
-                    }
-                }
-                clear(&shared, &left, &intent);
-            });
-            if !spawned {
-                tracing::debug!(
-                    target: super::TRACE_TARGET,
-                    "no runtime to clear a writer's intent: it expires with its TTL"
-                );
-            }
-        }
-        _ => clear(inner, &left, intent),
-    }
+    let intent = Arc::clone(intent);
+    after_grant(inner, outcomes, late, move |inner, left| {
+        release_in_background(inner, masters_where(inner, left), &keys, &intent);
+    });
 }

@@ -23,6 +23,7 @@ use crate::telemetry;
 use crate::wait::Subscription;
 
 mod attempt;
+mod cleanup;
 mod failure;
 mod fence;
 mod intent;

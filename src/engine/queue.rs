@@ -23,8 +23,9 @@
 //! waiter from being passed by every newcomer for its whole budget.
 //!
 //! However the call ends — a lease, an error, the budget, or its future dropped — its
-//! registration is removed from every master in the background (`Op::Dequeue`), which
-//! also passes on a key handed to it meanwhile.
+//! registration is removed in the background (`Op::Dequeue`, which also passes on a key
+//! handed to it meanwhile) from every master but those whose confirm granted its lease,
+//! stragglers judged by their late answers (`cleanup`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,15 +33,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::attempt::{AttemptGuard, Failed, attempt};
+use super::cleanup;
 use super::failure::{after_refresh, failure_kind, kind_word, spread, wait_timeout};
 use super::target::Target;
 use super::{Plan, keep};
 use crate::core::{Inner, random_value};
 use crate::error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome};
 use crate::lease::Lease;
-use crate::master::{Master, Op, Reply};
-#[cfg(redquorum_mutants)]
-use crate::mutants::Mutant;
+use crate::master::{Op, Reply};
 use crate::quorum::{self, Bounds, Decision, Round};
 use crate::wait::Handoffs;
 use crate::{scripts, telemetry};
@@ -56,7 +56,7 @@ pub(super) struct Queue<'a> {
     pub(super) refused: Error,
     /// The ticket counters the refused attempt read (a quorum of them when fair).
     pub(super) tickets: &'a [u64],
-    /// The value every attempt reuses ([`Mutant::ReuseValue`]); `None` in the product.
+    /// The value every attempt reuses (`Mutant::ReuseValue`); `None` in the product.
     pub(super) reused: Option<Arc<str>>,
     /// The attempts that spent the attempt budget so far.
     pub(super) spent: u32,
@@ -247,7 +247,7 @@ struct Waiter<'a> {
     handoffs: Handoffs,
     registration: Registration,
     evidence: Evidence,
-    /// The value every attempt reuses ([`Mutant::ReuseValue`]); `None` in the product.
+    /// The value every attempt reuses (`Mutant::ReuseValue`); `None` in the product.
     reused: Option<Arc<str>>,
     /// The attempts that spent the attempt budget so far.
     spent: u32,
@@ -294,7 +294,7 @@ impl<'a> Waiter<'a> {
             inner: Arc::clone(inner),
             key: Arc::clone(&key),
             waiter: Arc::clone(&id),
-            left: Vec::new(),
+            armed: true,
         };
         // Subscribed before registering: a hand-off after the registration reaches us.
         let subscribed = inner.notifier.keep_handoffs(&channel);
@@ -510,14 +510,9 @@ impl<'a> Waiter<'a> {
         let queue = Some((&self.id, plan.fair));
         match attempt(inner, self.target, value, plan, queue).await {
             Ok(lease) => {
-                // Where the confirm was granted, the script removed the registration
-                // already; a master still pending removes it when it grants, and one that
-                // refuses keeps it: only the others need the `Dequeue`.
-                self.leave.left = lease
-                    .masters()
-                    .iter()
-                    .map(|r| matches!(r.outcome(), MasterOutcome::Granted))
-                    .collect();
+                // The attempt removed the registration where the confirm was not
+                // granted (the granting masters' script removed it).
+                self.leave.armed = false;
                 telemetry::handoff();
                 Ok(Some(keep(lease, plan, inner)))
             }
@@ -730,53 +725,21 @@ async fn enqueue(
 }
 
 /// Removes a waiter's registration from every master in the background when its call
-/// ends, however it ends (`Op::Dequeue`, which passes on a key handed to it meanwhile).
-/// Without a runtime nothing is sent: the registration expires with `waiter_ttl`.
+/// ends without the lock, however it ends (`cleanup::dequeue`). The confirm that gives
+/// the lease disarms it: the attempt then dequeues only where that confirm was not
+/// granted (`cleanup::after_grant`).
 struct DequeueGuard {
     inner: Arc<Inner>,
     key: Arc<str>,
     waiter: Arc<str>,
-    /// By master: `true` where the registration is known to be gone already (the
-    /// granting masters of the confirm that gave the lease), skipped.
-    left: Vec<bool>,
+    armed: bool,
 }
 
 impl Drop for DequeueGuard {
     fn drop(&mut self) {
-        #[cfg(redquorum_mutants)]
-        if crate::mutants::planted(&self.inner.owner.client).is(Mutant::DequeueNeverSent) {
-            return;
+        if self.armed {
+            let targets = self.inner.masters.clone();
+            cleanup::dequeue(&self.inner, targets, &self.key, &self.waiter);
         }
-        let op = Arc::new(Op::Dequeue {
-            key: Arc::clone(&self.key),
-            waiter: Arc::clone(&self.waiter),
-            channel: scripts::release_channel(&self.key).into(),
-        });
-        let masters: Vec<Arc<dyn Master>> = self
-            .inner
-            .masters
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !self.left.get(*i).copied().unwrap_or(false))
-            .map(|(_, m)| Arc::clone(m))
-            .collect();
-        if masters.is_empty() {
-            return;
-        }
-        let need = masters.len();
-        let resource = self
-            .key
-            .strip_prefix(self.inner.config.key_prefix.as_str())
-            .unwrap_or(&self.key)
-            .to_owned();
-        let shown = self.inner.config.trace_resource_names;
-        let inner = Arc::clone(&self.inner);
-        self.inner.spawn(async move {
-            let resource = telemetry::resource(&resource, shown);
-            // A master that answers first that it had nothing to pass on decides the
-            // round; the others are still awaited, by a task `Redlock::shutdown` waits for.
-            let bounds = inner.cleanup_bounds();
-            let _ = quorum::run(&masters, op, need, resource, bounds).await;
-        });
     }
 }

@@ -62,27 +62,30 @@ if redis.call('PTTL', KEYS[3]) < keep then
   redis.call('PEXPIRE', KEYS[3], keep)
 end
 local handed = 0
--- Every registration prunes the dead members at the head of the queue (within the
--- budget), so that a queue headed by many dead waiters is cleared by its live ones.
-local head = live_head(KEYS[3], ARGV[9])
 -- A key that is free (its holder expired or crashed) or handed to a queued waiter (this
 -- one or another) belongs to the live head: a release that ran before the head
 -- registered here, or while scores disagreed, handed it out of turn. It moves to the
 -- head, which is told when it is not the caller. A waiter id is never a lease value, so
--- no lease is touched. An unknown head (nil) moves nothing.
-if current == false or current == ARGV[3] or redis.call('ZSCORE', KEYS[3], current) then
+-- no lease is touched. An unknown head (nil) moves nothing. Only then is the head looked
+-- for, pruning the dead members before it (within the budget), so that a queue headed by
+-- many dead waiters is cleared by its live ones (under a lease, the release prunes); a
+-- waiter pruned so (its liveness lapsed while the key handed to it lives on) keeps the
+-- key until it expires.
+local other = current and current ~= ARGV[3]
+if not other or redis.call('ZSCORE', KEYS[3], current) then
+  local head, live = live_head(KEYS[3], ARGV[9])
+  if other and not redis.call('ZSCORE', KEYS[3], current) then
+    head = nil
+  end
   if head == ARGV[3] then
     if current ~= ARGV[3] then
       redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[6])
     end
     handed = 1
-  elseif head and current ~= head and current ~= false then
-    local live = redis.call('GET', ARGV[9] .. head)
-    if live then
-      local ttl, channel = string.match(live, '^(%d+) (.*)$')
-      redis.call('SET', KEYS[2], head, 'PX', ttl)
-      redis.call('PUBLISH', channel, head)
-    end
+  elseif head and live and current ~= head and current ~= false then
+    local ttl, channel = string.match(live, '^(%d+) (.*)$')
+    redis.call('SET', KEYS[2], head, 'PX', ttl)
+    redis.call('PUBLISH', channel, head)
   end
 end
 local pttl = -2

@@ -82,7 +82,7 @@ pub(super) static RW_ACQUIRE_IGNORES_INTENT: LazyLock<Variant> = LazyLock::new(|
 /// The line of `live_head` (`queue.lua`, joined in front of every script that keeps a
 /// queue) that checks a waiter's liveness key, and its planted replacement: the first
 /// member is the head, live or not, and nobody is pruned (`Mutant::HandoffIgnoresLiveness`).
-const LIVENESS_CHECK: &str = "      if redis.call('EXISTS', prefix .. m) == 1 then";
+const LIVENESS_CHECK: &str = "      if live then";
 const LIVENESS_IGNORED: &str = "      if true then";
 
 /// `source` with the liveness check of its `live_head` ignored.

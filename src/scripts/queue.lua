@@ -4,24 +4,26 @@
 -- live_head(q, prefix): the live head of queue `q`, whose waiters' liveness keys are
 -- `prefix .. id`: its first member whose liveness key exists. The dead members met before
 -- it are removed, at most PRUNE in one run, so that a script's time stays bounded. Returns
--- the head; false when no member is live; nil when the budget ran out before a live
--- member was found (the head is unknown: a fair grant must not be made, and the next run
--- prunes on).
+-- the head and its liveness record ("<waiter TTL ms> <channel>"); false when no member is
+-- live; nil when the budget ran out before a live member was found (the head is unknown:
+-- a fair grant must not be made, and the next run prunes on).
 local PRUNE = 256
 local function live_head(q, prefix)
-  -- The common case, a live first member, costs one ZRANGE and one EXISTS.
+  -- The common case, a live first member, costs one ZRANGE and one GET.
   local first = redis.call('ZRANGE', q, 0, 0)[1]
   if not first then return false end
-  if redis.call('EXISTS', prefix .. first) == 1 then return first end
+  local live = redis.call('GET', prefix .. first)
+  if live then return first, live end
   local pruned = 0
   while pruned < PRUNE do
     local batch = redis.call('ZRANGE', q, 0, 63)
     if #batch == 0 then return false end
     local dead = {}
     for _, m in ipairs(batch) do
-      if redis.call('EXISTS', prefix .. m) == 1 then
+      live = redis.call('GET', prefix .. m)
+      if live then
         if #dead > 0 then redis.call('ZREM', q, unpack(dead)) end
-        return m
+        return m, live
       end
       dead[#dead + 1] = m
     end
@@ -38,9 +40,9 @@ end
 -- `notice` for waiters that are not queued (docs/design.md §6); a live head the budget did
 -- not reach takes the free key at its next refresh. Returns the waiter handed to, or false.
 local function hand_on(key, q, prefix, notice)
-  local head = live_head(q, prefix)
+  local head, live = live_head(q, prefix)
   if head then
-    local live = redis.call('GET', prefix .. head)
+    -- Always live, but for the planted `HandoffIgnoresLiveness`.
     if live then
       local ttl, channel = string.match(live, '^(%d+) (.*)$')
       redis.call('SET', key, head, 'PX', ttl)

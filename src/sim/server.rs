@@ -633,23 +633,26 @@ impl Data {
             },
         );
         let current = self.live(key, now_us);
-        // Every registration prunes the dead at the head of the queue (within the budget).
-        let head = match self.live_head(key, now_us, e.ignore_liveness) {
-            Head::Live(head) => Some(head),
-            Head::None | Head::Unknown => None,
-        };
         // A key free or handed to a queued waiter (this one or another: `ZSCORE queue
         // current`) belongs to the live head: to this waiter when it heads; otherwise a key
         // handed out of turn (to this waiter or another behind the head) goes on to the
-        // head, and a free key is left to it. A lease value is never a member.
-        let takeable = match &current {
-            None => true,
-            Some(current) if *current == *e.waiter => true,
-            Some(current) => self
-                .queue(key, now_us)
-                .is_some_and(|q| q.scores.contains_key(current)),
+        // head, and a free key is left to it. A lease value is never a member. Only then is
+        // the head looked for, pruning the dead before it (within the budget); a waiter
+        // pruned so keeps the key handed to it.
+        let other = current.as_ref().filter(|c| ***c != **e.waiter).cloned();
+        let member = |d: &mut Self, c: &Arc<str>| {
+            d.queue(key, now_us)
+                .is_some_and(|q| q.scores.contains_key(c))
         };
-        let head = head.filter(|_| takeable);
+        let takeable = other.as_ref().is_none_or(|c| member(self, c));
+        let head = match takeable {
+            true => match self.live_head(key, now_us, e.ignore_liveness) {
+                Head::Live(head) => Some(head),
+                Head::None | Head::Unknown => None,
+            },
+            false => None,
+        };
+        let head = head.filter(|_| other.as_ref().is_none_or(|c| member(self, c)));
         let handed = match head {
             Some(head) if head == *e.waiter => {
                 if current.as_deref() != Some(&**e.waiter) {

@@ -8,7 +8,7 @@
 -- A plain lock's lease (ARGV[4] '1') skips the owner record and the queue's removal: its
 -- value has no owner record (a lock's holder record is per client) and is never a
 -- waiter's id, so both are no-ops for it. Its release then costs what compare-and-delete,
--- the queue's ZRANGE and the notice cost. Any other value (a writer's, a permit's, an
+-- the queue's EXISTS and the notice cost. Any other value (a writer's, a permit's, an
 -- operator's force-unlock of a value it read, which may be a waiter's id) takes both.
 -- KEYS[4] the queue's ticket counter; ARGV[3] the prefix of the waiters' liveness keys
 -- (followed by a waiter's id); ARGV[4] '1' for a plain lock's lease value (else '0' or
@@ -21,19 +21,22 @@ if current == ARGV[1] then
   -- ones (the hand-off's `SET`) run on a master over `maxmemory`, where a release is what
   -- frees memory.
   redis.call('DEL', KEYS[1])
-  if ARGV[4] ~= '1' then
-    if redis.call('TYPE', KEYS[3])['ok'] == 'hash'
-        and redis.call('HGET', KEYS[3], 'value') == ARGV[1] then
-      redis.call('DEL', KEYS[3])
-    end
-    -- A value that is a waiter's id (a key handed to it, released by an operator's
-    -- force-unlock) takes the waiter out of the queue, as dequeue.lua does: the key is
-    -- never handed straight back to it. A lease value is never a member: no-op.
-    if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
-      redis.call('DEL', ARGV[3] .. ARGV[1])
-    end
+  local plain = ARGV[4] == '1'
+  if not plain and redis.call('TYPE', KEYS[3])['ok'] == 'hash'
+      and redis.call('HGET', KEYS[3], 'value') == ARGV[1] then
+    redis.call('DEL', KEYS[3])
   end
-  -- Without a queue, `hand_on` publishes the release notice.
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    redis.call('PUBLISH', ARGV[2], KEYS[1])
+    return 1
+  end
+  -- A value that is a waiter's id (a key handed to it, released by an operator's
+  -- force-unlock) takes the waiter out of the queue, as dequeue.lua does: the key is
+  -- never handed straight back to it. A lease value is never a member: no-op.
+  if not plain then
+    redis.call('ZREM', KEYS[2], ARGV[1])
+    redis.call('DEL', ARGV[3] .. ARGV[1])
+  end
   if hand_on(KEYS[1], KEYS[2], ARGV[3], ARGV[2]) then
     -- Handed to a waiter: the releasing client's next acquire of the name would be
     -- refused, so it may queue at once, with a ticket above this counter (§17).

@@ -54,10 +54,14 @@ async fn a_minority_hand_back_through_a_master_that_never_votes_is_no_quorum() {
             .await
             .unwrap();
     }
-    let holder = client(&cluster).build().unwrap();
-    // Refreshes every 1.5 s. The first attempt may end as no quorum rather than held
-    // (master 2's answer pending at the decision, master 3 not voting): a timed retry a
-    // second later then finds the lock held and queues.
+    // The lease outlives the 15 s the test gives the waiter to queue.
+    let holder = client(&cluster)
+        .ttl(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    // Refreshes every 1.5 s. An attempt may end as no quorum rather than held (master 2's
+    // answer pending at the decision, master 3 not voting), often several in a row on a
+    // loaded machine: a timed retry a second later then finds the lock held and queues.
     let waiter = client(&cluster)
         .retry(Retry::new().delay("1s").jitter("1ms"))
         .waiting(Waiting::new().waiter_ttl("4500ms"))
@@ -68,12 +72,13 @@ async fn a_minority_hand_back_through_a_master_that_never_votes_is_no_quorum() {
     let waiting = tokio::spawn({
         let (waiter, key) = (waiter.clone(), key.clone());
         async move {
-            // 12 attempts: the ~3 s until the lock frees cost two or three refreshes.
-            let options = AcquireOptions::new().wait_timeout("20s").attempts(12);
+            // 16 attempts: the retries before it queues, then two or three refreshes in
+            // the ~3 s until the lock frees. A confirm loop spends them in milliseconds.
+            let options = AcquireOptions::new().wait_timeout("30s").attempts(16);
             waiter.acquire_with(&key, &options).await
         }
     });
-    wait_until(Duration::from_secs(5), "the waiter registered", || {
+    wait_until(Duration::from_secs(15), "the waiter registered", || {
         let (cluster, key) = (&cluster, &key);
         async move { queued_everywhere(cluster, key).await }
     })

@@ -406,3 +406,78 @@ async fn a_head_refused_by_a_stale_key_confirms_again_on_a_fresh_quorum() {
 async fn a_head_refused_by_a_master_that_then_dies_confirms_again_on_a_fresh_quorum() {
     a_failed_confirm_is_retried_on_a_fresh_quorum(true).await;
 }
+
+/// A waiter's confirm is granted while one master refused it (a stale value of another
+/// client's) and another hangs: the refusing master loses the waiter's registration at
+/// once, not when the hung master's request times out (docs/design.md §17, "leave"). A
+/// registration left there would make that master hand its key to a waiter nobody
+/// confirms for, and keep fair waiters behind it refused.
+#[tokio::test]
+async fn a_refusing_master_drops_the_registration_without_waiting_for_a_hung_one() {
+    let mut cluster = Cluster::start(5).await.unwrap();
+    let key = unique_key("refuser-dequeue");
+    let holder = client(&cluster)
+        .ttl(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let lease = holder.try_acquire(&key).await.unwrap();
+    // The hung master's requests time out after 1.5 s; the registration lives 6 s.
+    let waiter = client(&cluster)
+        .ttl(Duration::from_secs(30))
+        .timeouts(Timeouts::new().node(Duration::from_millis(1500)))
+        .waiting(Waiting::new().waiter_ttl("6s"))
+        .build()
+        .unwrap();
+    let waiting = tokio::spawn({
+        let (waiter, key) = (waiter.clone(), key.clone());
+        async move {
+            let options = AcquireOptions::new().wait_timeout("20s");
+            waiter.acquire_with(&key, &options).await
+        }
+    });
+    let id = |queue: Vec<String>| queue.into_iter().next();
+    let mut refuser = raw(&cluster.server(3).url()).await;
+    let queue_key = format!("redquorum:queue:{key}");
+    wait_until(Duration::from_secs(5), "the waiter registered", || {
+        let cluster = &cluster;
+        let key = &key;
+        async move {
+            let mut all = true;
+            for i in 0..5 {
+                let mut conn = raw(&cluster.server(i).url()).await;
+                let queue: Vec<String> = conn
+                    .zrange(format!("redquorum:queue:{key}"), 0, -1)
+                    .await
+                    .unwrap();
+                all &= !queue.is_empty();
+            }
+            all
+        }
+    })
+    .await;
+    let registered: Vec<String> = refuser.zrange(&queue_key, 0, -1).await.unwrap();
+    let w = id(registered).expect("registered on master 3");
+    // Master 3 holds another client's value; master 4 hangs.
+    let _: () = refuser.set_ex(&key, "stale-other", 30).await.unwrap();
+    cluster.server_mut(4).pause().unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(3), lease.release()).await;
+    let lease = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter gets the lock")
+        .unwrap()
+        .unwrap();
+    // Well within the hung master's 1.5 s timeout.
+    wait_until(
+        Duration::from_millis(1000),
+        "the refusing master dropped the registration",
+        || {
+            let (server, key, w) = (cluster.server(3), &key, &w);
+            async move { !queued_on_one(server, key, w).await }
+        },
+    )
+    .await;
+    cluster.server_mut(4).resume().unwrap();
+    lease.release().await.unwrap();
+    waiter.shutdown().await;
+    holder.shutdown().await;
+}

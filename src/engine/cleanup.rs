@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use tokio::sync::oneshot;
+use tokio::sync::mpsc;
 
 use crate::core::Inner;
 use crate::error::MasterOutcome;
@@ -15,34 +15,48 @@ use crate::master::{Master, Op};
 use crate::mutants::Mutant;
 use crate::{quorum, scripts, telemetry};
 
-/// The stragglers' answers of a round decided before they came (`Round::late`).
-pub(super) type Late = oneshot::Receiver<Vec<(usize, MasterOutcome)>>;
+/// The stragglers' answers of a round decided before they came, each as it comes
+/// (`Round::late`).
+pub(super) type Late = mpsc::UnboundedReceiver<(usize, MasterOutcome)>;
 
-/// After a grant: runs `clear` with the masters that did not grant (`true` by index),
-/// once the answers still pending at the decision are in (`late`; an unknown answer
-/// counts as not granted). Nothing when every master granted. Without a runtime to wait
-/// in, nothing is cleared: what `clear` would remove expires with its TTL.
+/// After a grant: runs `clear` with the masters that did not grant (`true` by index):
+/// at once for those whose answer said so, and for each master still pending at the
+/// decision as soon as its late answer says so (`late`; an answer that never comes counts
+/// as not granted), so that a hung straggler holds back no other master's clean-up.
+/// Nothing when every master granted. Without a runtime to wait in, the stragglers are
+/// not cleared: what `clear` would remove expires with its TTL.
 pub(super) fn after_grant(
     inner: &Arc<Inner>,
     outcomes: &[MasterOutcome],
     late: Option<Late>,
-    clear: impl FnOnce(&Arc<Inner>, &[bool]) + Send + 'static,
+    clear: impl Fn(&Arc<Inner>, &[bool]) + Send + Sync + 'static,
 ) {
-    let left: Vec<bool> = outcomes.iter().map(|o| !o.is_granted()).collect();
-    if !left.contains(&true) {
-        return;
-    }
-    let pending = outcomes.iter().any(|o| matches!(o, MasterOutcome::Pending));
+    let pending: Vec<bool> = outcomes
+        .iter()
+        .map(|o| matches!(o, MasterOutcome::Pending))
+        .collect();
     let late = match late {
-        Some(late) if pending => late,
-        _ => return clear(inner, &left),
+        Some(late) if pending.contains(&true) => late,
+        // Without the stragglers' answers, they are cleared with the refusers.
+        _ => {
+            let left: Vec<bool> = outcomes.iter().map(|o| !o.is_granted()).collect();
+            if left.contains(&true) {
+                clear(inner, &left);
+            }
+            return;
+        }
     };
+    let refused: Vec<bool> = outcomes
+        .iter()
+        .zip(&pending)
+        .map(|(o, pending)| !o.is_granted() && !pending)
+        .collect();
+    if refused.contains(&true) {
+        clear(inner, &refused);
+    }
     let shared = Arc::clone(inner);
     let spawned = inner.spawn(async move {
-        let left = judged(left, late).await;
-        if left.contains(&true) {
-            clear(&shared, &left);
-        }
+        stragglers(late, pending, |left| clear(&shared, left)).await;
     });
     if !spawned {
         tracing::debug!(
@@ -52,18 +66,24 @@ pub(super) fn after_grant(
     }
 }
 
-/// `left` (by master, `true` where not granted) once the stragglers' answers are in: a
-/// straggler that granted is no longer left. They answer within their call bound; a
-/// closed channel leaves them all.
-async fn judged(mut left: Vec<bool>, late: Late) -> Vec<bool> {
-    if let Ok(answers) = late.await {
-        for (i, outcome) in answers {
-            if let Some(left) = left.get_mut(i) {
-                *left = !outcome.is_granted();
-            }
+/// Calls `clear` for each straggler (`true` in `pending`) whose late answer is not a
+/// grant, as it comes, and once the channel closes for those that never answered. They
+/// answer within their call bound.
+async fn stragglers(mut late: Late, mut pending: Vec<bool>, clear: impl Fn(&[bool])) {
+    while let Some((i, outcome)) = late.recv().await {
+        let Some(waiting) = pending.get_mut(i).filter(|w| **w) else {
+            continue;
+        };
+        *waiting = false;
+        if !outcome.is_granted() {
+            let mut one = vec![false; pending.len()];
+            one[i] = true;
+            clear(&one);
         }
     }
-    left
+    if pending.contains(&true) {
+        clear(&pending);
+    }
 }
 
 /// The masters marked `true` in `mask`, by index.
@@ -117,25 +137,26 @@ pub(super) fn dequeue(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
 
     #[tokio::test]
-    async fn a_straggler_is_left_unless_its_late_answer_granted() {
-        let (tx, late) = oneshot::channel();
-        tx.send(vec![
-            (1, MasterOutcome::Granted),
-            (2, MasterOutcome::HeldByOther),
-        ])
-        .unwrap();
-        let left = judged(vec![false, true, true, true], late).await;
-        assert_eq!(left, [false, false, true, true], "m3 never answered late");
-
-        let (tx, late) = oneshot::channel::<Vec<(usize, MasterOutcome)>>();
+    async fn each_straggler_is_cleared_as_its_answer_comes_unless_it_granted() {
+        let (tx, late) = mpsc::unbounded_channel();
+        let cleared = Mutex::new(Vec::new());
+        // m1 grants late, m2 refuses late, m3 never answers; m0 was no straggler.
+        tx.send((1, MasterOutcome::Granted)).unwrap();
+        tx.send((2, MasterOutcome::HeldByOther)).unwrap();
+        tx.send((0, MasterOutcome::HeldByOther)).unwrap();
         drop(tx);
-        let left = judged(vec![false, true], late).await;
+        let record = |left: &[bool]| cleared.lock().unwrap().push(left.to_vec());
+        stragglers(late, vec![false, true, true, true], record).await;
         assert_eq!(
-            left,
-            [false, true],
-            "a closed channel leaves the stragglers"
+            cleared.into_inner().unwrap(),
+            [
+                vec![false, false, true, false],
+                vec![false, false, false, true]
+            ],
+            "m2 at its answer, m3 once the channel closed; never m0 or m1"
         );
     }
 }

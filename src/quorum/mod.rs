@@ -46,10 +46,10 @@ pub(crate) struct Round {
     pub(crate) replies: Vec<Option<Reply>>,
     /// The round was failed by its time bound (`Bounds::until`), not by the masters.
     pub(crate) cut: bool,
-    /// With [`Bounds::late`]: the outcomes of the masters still [`MasterOutcome::Pending`]
-    /// when the round was decided, by index, once the last of them answered or failed;
-    /// `None` when none was pending. Closed without a value when no runtime collected them.
-    pub(crate) late: Option<tokio::sync::oneshot::Receiver<Vec<(usize, MasterOutcome)>>>,
+    /// With [`Bounds::late`]: the outcome of each master still [`MasterOutcome::Pending`]
+    /// when the round was decided, by index, as soon as it answers or fails, then closed;
+    /// `None` when none was pending. Closed at once when no runtime collects them.
+    pub(crate) late: Option<tokio::sync::mpsc::UnboundedReceiver<(usize, MasterOutcome)>>,
 }
 
 impl Round {
@@ -231,7 +231,7 @@ pub(crate) struct Bounds<'a> {
     /// Wait for every master's answer (each within its node timeout) even once decided,
     /// so that the outcomes report every master.
     pub(crate) every: bool,
-    /// Report the outcomes of the masters still pending at the decision once they answer
+    /// Report the outcomes of the masters still pending at the decision as they answer
     /// ([`Round::late`]); off for most rounds, which never ask.
     pub(crate) late: bool,
 }
@@ -348,14 +348,14 @@ pub(crate) async fn run(
 
 /// Reads the replies still in flight once the round is decided, in a task of its own
 /// (tracked by `bounds.tracker`), so that each is traced and counted; with `bounds.late`
-/// their outcomes are sent on the returned receiver ([`Round::late`]). Outside a runtime
-/// the replies are dropped unread.
+/// each outcome is sent on the returned receiver as it comes ([`Round::late`]). Outside a
+/// runtime the replies are dropped unread.
 fn drain<F>(
     mut in_flight: FuturesUnordered<F>,
     masters: &[Arc<dyn Master>],
     op_name: &'static str,
     bounds: Bounds<'_>,
-) -> Option<tokio::sync::oneshot::Receiver<Vec<(usize, MasterOutcome)>>>
+) -> Option<tokio::sync::mpsc::UnboundedReceiver<(usize, MasterOutcome)>>
 where
     F: std::future::Future<Output = (usize, Result<Reply, MasterError>)> + Send + 'static,
 {
@@ -363,13 +363,12 @@ where
     let names: Vec<Arc<str>> = masters.iter().map(|m| Arc::clone(m.name())).collect();
     let (tx, late) = match bounds.late {
         true => {
-            let (sender, receiver) = tokio::sync::oneshot::channel();
+            let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
             (Some(sender), Some(receiver))
         }
         false => (None, None),
     };
     let stragglers = async move {
-        let mut outcomes = Vec::new();
         while let Some((i, reply)) = in_flight.next().await {
             let outcome = outcome(&reply);
             telemetry::master_answered(|| &names[i], op_name, &outcome);
@@ -378,13 +377,10 @@ where
                 op = op_name,
                 "late reply after the round was decided: {outcome}"
             );
-            if tx.is_some() {
-                outcomes.push((i, outcome));
+            if let Some(tx) = &tx {
+                // The caller may have stopped listening.
+                let _ = tx.send((i, outcome));
             }
-        }
-        if let Some(tx) = tx {
-            // The caller may have stopped listening.
-            let _ = tx.send(outcomes);
         }
     };
     match bounds.tracker {

@@ -1450,6 +1450,61 @@ async fn a_dead_fleet_at_the_head_neither_admits_a_fair_newcomer_nor_stalls_the_
     taken.release().await.unwrap();
 }
 
+/// A killed fleet too large for one script run (600 dead) at the head of the queue while
+/// a lease holds the lock: the live waiter's refreshes prune it meanwhile (256 a run,
+/// every 300 ms), so the release finds the live waiter at the head and hands the lock to
+/// it at once, not at the refresh after the release (docs/design.md §17).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refreshes_under_a_lease_clear_a_dead_fleet_before_the_release() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let holder = client(&cluster)
+        .ttl(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let key = unique_key("dead-fleet-held");
+    let lease = holder.acquire(&key).await.unwrap();
+    let waiter = brisk(&cluster).build().unwrap();
+    let waiting = tokio::spawn({
+        let (waiter, key) = (waiter.clone(), key.clone());
+        async move {
+            let options = AcquireOptions::new().wait_timeout("20s");
+            waiter.acquire_with(&key, &options).await
+        }
+    });
+    wait_registered(&cluster, &key, 3).await;
+    dead_fleet(&cluster, &key, 600).await;
+    // Three refreshes prune it; the lease lives 20 s, and the release alone would prune
+    // only 256.
+    wait_until(
+        Duration::from_secs(3),
+        "the refreshes pruned the fleet",
+        || {
+            let (cluster, key) = (&cluster, &key);
+            async move {
+                for server in cluster.servers() {
+                    if members(server, key)
+                        .await
+                        .iter()
+                        .any(|m| m.starts_with("dead-"))
+                    {
+                        return false;
+                    }
+                }
+                true
+            }
+        },
+    )
+    .await;
+    lease.release().await.unwrap();
+    // The release finds the live waiter at the head and hands the key on at once.
+    let taken = timeout(Duration::from_millis(250), waiting)
+        .await
+        .expect("handed over at the release")
+        .unwrap()
+        .unwrap();
+    taken.release().await.unwrap();
+}
+
 /// Releasing a lease over several resources, and an operator's `force_unlock_any`, hand
 /// each lock to its queued waiter as a plain release does: the waiter is served at once,
 /// not at its next refresh (1.5 s away).

@@ -2609,7 +2609,7 @@ fn script_hashes_are_pinned() {
         (
             "enqueue.lua",
             ENQUEUE,
-            "387924ac5aa10bbaa1b45cb27110ee6fc026a040",
+            "43acbcac9af20113d3bd5efef4c095016683796e",
         ),
         (
             "dequeue.lua",

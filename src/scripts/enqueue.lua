@@ -55,7 +55,7 @@ else
   end
   counter = string.format('%d', c)
 end
-redis.call('ZADD', KEYS[3], score, ARGV[3])
+local refresh = redis.call('ZADD', KEYS[3], score, ARGV[3]) == 0
 redis.call('SET', KEYS[5], ARGV[6] .. ' ' .. ARGV[7], 'PX', ARGV[6])
 local keep = 2 * tonumber(ARGV[6])
 if redis.call('PTTL', KEYS[3]) < keep then
@@ -66,15 +66,16 @@ local handed = 0
 -- one or another) belongs to the live head: a release that ran before the head
 -- registered here, or while scores disagreed, handed it out of turn. It moves to the
 -- head, which is told when it is not the caller. A waiter id is never a lease value, so
--- no lease is touched. An unknown head (nil) moves nothing. Only then is the head looked
--- for, pruning the dead members before it (within the budget), so that a queue headed by
--- many dead waiters is cleared by its live ones (under a lease, the release prunes); a
--- waiter pruned so (its liveness lapsed while the key handed to it lives on) keeps the
--- key until it expires.
+-- no lease is touched. An unknown head (nil) moves nothing. A waiter pruned here (its
+-- liveness lapsed while the key handed to it lives on) keeps the key until it expires.
+-- Every refresh looks for the head, pruning the dead members before it (within the
+-- budget), whatever the key holds, so that the live waiters clear a queue headed by many
+-- dead ones; a first registration does so only where the key may move.
 local other = current and current ~= ARGV[3]
-if not other or redis.call('ZSCORE', KEYS[3], current) then
+local member = other and redis.call('ZSCORE', KEYS[3], current)
+if refresh or not other or member then
   local head, live = live_head(KEYS[3], ARGV[9])
-  if other and not redis.call('ZSCORE', KEYS[3], current) then
+  if other and (not member or not redis.call('ZSCORE', KEYS[3], current)) then
     head = nil
   end
   if head == ARGV[3] then

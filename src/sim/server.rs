@@ -607,7 +607,9 @@ impl Data {
             self.queues.insert(Arc::clone(key), queue);
         }
         let expires_us = now_us.saturating_add(ttl_ms.saturating_mul(2000));
+        let mut refresh = false;
         if let Some(queue) = self.queues.get_mut(&**key) {
+            refresh = queue.scores.contains_key(e.waiter);
             queue.add(e.waiter, score);
             // `PEXPIRE` to at least twice the waiter TTL: raised, never lowered (a key
             // without a TTL gets one).
@@ -636,23 +638,24 @@ impl Data {
         // A key free or handed to a queued waiter (this one or another: `ZSCORE queue
         // current`) belongs to the live head: to this waiter when it heads; otherwise a key
         // handed out of turn (to this waiter or another behind the head) goes on to the
-        // head, and a free key is left to it. A lease value is never a member. Only then is
-        // the head looked for, pruning the dead before it (within the budget); a waiter
-        // pruned so keeps the key handed to it.
+        // head, and a free key is left to it. A lease value is never a member. Every
+        // refresh looks for the head, pruning the dead before it (within the budget); a
+        // first registration only where the key may move. A waiter pruned so keeps the
+        // key handed to it.
         let other = current.as_ref().filter(|c| ***c != **e.waiter).cloned();
         let member = |d: &mut Self, c: &Arc<str>| {
             d.queue(key, now_us)
                 .is_some_and(|q| q.scores.contains_key(c))
         };
         let takeable = other.as_ref().is_none_or(|c| member(self, c));
-        let head = match takeable {
+        let head = match refresh || takeable {
             true => match self.live_head(key, now_us, e.ignore_liveness) {
                 Head::Live(head) => Some(head),
                 Head::None | Head::Unknown => None,
             },
             false => None,
         };
-        let head = head.filter(|_| other.as_ref().is_none_or(|c| member(self, c)));
+        let head = head.filter(|_| takeable && other.as_ref().is_none_or(|c| member(self, c)));
         let handed = match head {
             Some(head) if head == *e.waiter => {
                 if current.as_deref() != Some(&**e.waiter) {

@@ -177,10 +177,8 @@ fn lapsing_registrations_among_calm_masters_are_caught() {
 /// The same among the hostile faults: a registration not live on a granting master is
 /// excused only for a fault of that master's (its data lost, the liveness key outliving
 /// the waiter TTL since it was last written, a call of the waiter to it lost, late or
-/// failed), so the lapses the plant makes are still caught. A lapsed registration does
-/// harm only once a head is looked for while it is dead (a release, a confirm, or a
-/// registration that finds the key free or handed), so the search takes more schedules
-/// than among calm masters.
+/// failed), so the lapses the plant makes are still caught. The faults excuse most lapses,
+/// so the search takes more schedules than among calm masters (46 when last counted).
 #[test]
 fn lapsing_registrations_among_faults_are_caught() {
     let profile = Profile {
@@ -194,7 +192,7 @@ fn lapsing_registrations_among_faults_are_caught() {
     detect(
         test_path!(),
         &profile,
-        150,
+        120,
         queue_violation(&profile, |v| matches!(v, QueueViolation::Fifo { .. })),
     );
 }

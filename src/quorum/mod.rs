@@ -48,7 +48,7 @@ pub(crate) struct Round {
     pub(crate) cut: bool,
     /// With [`Bounds::late`]: the outcome of each master still [`MasterOutcome::Pending`]
     /// when the round was decided, by index, as soon as it answers or fails, then closed;
-    /// `None` when none was pending. Closed at once when no runtime collects them.
+    /// `None` when none was pending, and without a runtime to collect them.
     pub(crate) late: Option<tokio::sync::mpsc::UnboundedReceiver<(usize, MasterOutcome)>>,
 }
 

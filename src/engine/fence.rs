@@ -82,43 +82,8 @@ pub(crate) async fn write_back(
             token = counter.saturating_add(1);
             continue;
         }
-        let count = |f: fn(&MasterOutcome) -> bool| round.outcomes.iter().filter(|o| f(o)).count();
-        if count(|o| matches!(o, MasterOutcome::HeldByOther)) > n - inner.quorum() {
-            return Err((
-                Error::new(ErrorKind::FencingFailed, &**resource)
-                    .with_detail("no quorum of masters still held this acquisition")
-                    .with_masters(last),
-                false,
-            ));
-        }
-        let unfit = count(
-            |o| matches!(o, MasterOutcome::Failed(e) if e.kind() == MasterErrorKind::Misconfigured),
-        );
-        if unfit > n - inner.quorum() {
-            return Err((
-                Error::new(ErrorKind::Misconfigured, &**resource)
-                    .with_detail(
-                        "fencing tokens need durable masters (appendonly yes, appendfsync \
-                         always) that never lost data, and too few are: make the masters \
-                         durable, or acquire without fencing",
-                    )
-                    .with_masters(last),
-                false,
-            ));
-        }
-        // Neither a master that no longer holds this acquisition nor one unfit for tokens
-        // can ever count: together they may leave too few, and no later round can help.
-        let held_elsewhere = count(|o| matches!(o, MasterOutcome::HeldByOther));
-        if held_elsewhere + unfit > n - inner.quorum() {
-            return Err((
-                Error::new(ErrorKind::FencingFailed, &**resource)
-                    .with_detail(
-                        "too few durable masters still hold this acquisition to confirm a \
-                         token",
-                    )
-                    .with_masters(last),
-                false,
-            ));
+        if let Some(error) = beyond_reach(inner, &round.outcomes, resource) {
+            return Err((error.with_masters(last), false));
         }
         // Timeouts or abstentions, with no conflict: try the same token again after a
         // pause of one round (at least a millisecond), while the lease is valid.
@@ -140,6 +105,35 @@ pub(crate) async fn write_back(
             .with_masters(last),
         false,
     ))
+}
+
+/// Why no later write-back round can reach a quorum, from a round's `outcomes`: too many
+/// masters no longer hold this acquisition, or are unfit for tokens (not durable), or
+/// both together, since neither kind can ever count. `None` while a round may still help.
+fn beyond_reach(inner: &Inner, outcomes: &[MasterOutcome], resource: &str) -> Option<Error> {
+    let spare = inner.masters.len() - inner.quorum();
+    let count = |f: fn(&MasterOutcome) -> bool| outcomes.iter().filter(|o| f(o)).count();
+    let held_elsewhere = count(|o| matches!(o, MasterOutcome::HeldByOther));
+    if held_elsewhere > spare {
+        return Some(
+            Error::new(ErrorKind::FencingFailed, resource)
+                .with_detail("no quorum of masters still held this acquisition"),
+        );
+    }
+    let unfit = count(
+        |o| matches!(o, MasterOutcome::Failed(e) if e.kind() == MasterErrorKind::Misconfigured),
+    );
+    if unfit > spare {
+        return Some(Error::new(ErrorKind::Misconfigured, resource).with_detail(
+            "fencing tokens need durable masters (appendonly yes, appendfsync always) \
+                 that never lost data, and too few are: make the masters durable, or \
+                 acquire without fencing",
+        ));
+    }
+    (held_elsewhere + unfit > spare).then(|| {
+        Error::new(ErrorKind::FencingFailed, resource)
+            .with_detail("too few durable masters still hold this acquisition to confirm a token")
+    })
 }
 
 /// What one write-back round showed of the masters holding its token.

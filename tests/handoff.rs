@@ -92,13 +92,7 @@ async fn a_release_hands_the_lock_to_the_waiter() {
     let waiter = patient(&cluster).build().unwrap();
     let key = unique_key("handed");
     let lease = holder.acquire(&key).await.unwrap();
-    let waiting = tokio::spawn({
-        let (waiter, key) = (waiter.clone(), key.clone());
-        async move {
-            let options = AcquireOptions::new().wait_timeout("20s");
-            waiter.acquire_with(&key, &options).await
-        }
-    });
+    let waiting = spawn_acquire(&waiter, &key, AcquireOptions::new().wait_timeout("20s"));
     wait_registered(&cluster, &key, 3).await;
     let released = Instant::now();
     lease.release().await.unwrap();
@@ -677,13 +671,7 @@ async fn a_notice_while_the_registration_round_runs_is_not_lost() {
     let holder = client(&cluster).build().unwrap();
     let key = unique_key("early_notice");
     let lease = holder.acquire(&key).await.unwrap();
-    let waiting = tokio::spawn({
-        let (waiter, key) = (waiter.clone(), key.clone());
-        async move {
-            let options = AcquireOptions::new().wait_timeout("20s");
-            waiter.acquire_with(&key, &options).await
-        }
-    });
+    let waiting = spawn_acquire(&waiter, &key, AcquireOptions::new().wait_timeout("20s"));
     wait_until(
         Duration::from_secs(5),
         "registered on the two direct masters",
@@ -1279,13 +1267,7 @@ mod planted {
         let holder = planted();
         let waiter = planted();
         let lease = holder.acquire(&key).await.unwrap();
-        let waiting = tokio::spawn({
-            let (waiter, key) = (waiter.clone(), key.clone());
-            async move {
-                let options = AcquireOptions::new().wait_timeout("1500ms");
-                waiter.acquire_with(&key, &options).await
-            }
-        });
+        let waiting = spawn_acquire(&waiter, &key, AcquireOptions::new().wait_timeout("1500ms"));
         wait_until(Duration::from_secs(5), "the waiter registered", || {
             let (cluster, key) = (&cluster, &key);
             async move { queued_on(cluster, key, 2).await == 3 }
@@ -1392,13 +1374,11 @@ async fn a_dead_fleet_at_the_head_neither_admits_a_fair_newcomer_nor_stalls_the_
     let lease = holder.acquire(&key).await.unwrap();
     // Live fair waiter: its first refresh is 1.5 s away (waiter TTL 4.5 s).
     let waiter = patient(&cluster).build().unwrap();
-    let waiting = tokio::spawn({
-        let (waiter, key) = (waiter.clone(), key.clone());
-        async move {
-            let fair = AcquireOptions::new().fair(true).wait_timeout("20s");
-            waiter.acquire_with(&key, &fair).await
-        }
-    });
+    let waiting = spawn_acquire(
+        &waiter,
+        &key,
+        AcquireOptions::new().fair(true).wait_timeout("20s"),
+    );
     wait_registered(&cluster, &key, 3).await;
     dead_fleet(&cluster, &key, 200).await;
     let released = Instant::now();
@@ -1424,13 +1404,11 @@ async fn a_dead_fleet_at_the_head_neither_admits_a_fair_newcomer_nor_stalls_the_
     // with the lock free: a fair newcomer must be refused on every master.
     let key = unique_key("dead-fleet-large");
     let lease = holder.acquire(&key).await.unwrap();
-    let waiting = tokio::spawn({
-        let (waiter, key) = (waiter.clone(), key.clone());
-        async move {
-            let fair = AcquireOptions::new().fair(true).wait_timeout("20s");
-            waiter.acquire_with(&key, &fair).await
-        }
-    });
+    let waiting = spawn_acquire(
+        &waiter,
+        &key,
+        AcquireOptions::new().fair(true).wait_timeout("20s"),
+    );
     wait_registered(&cluster, &key, 3).await;
     dead_fleet(&cluster, &key, 600).await;
     lease.release().await.unwrap();
@@ -1464,13 +1442,7 @@ async fn refreshes_under_a_lease_clear_a_dead_fleet_before_the_release() {
     let key = unique_key("dead-fleet-held");
     let lease = holder.acquire(&key).await.unwrap();
     let waiter = brisk(&cluster).build().unwrap();
-    let waiting = tokio::spawn({
-        let (waiter, key) = (waiter.clone(), key.clone());
-        async move {
-            let options = AcquireOptions::new().wait_timeout("20s");
-            waiter.acquire_with(&key, &options).await
-        }
-    });
+    let waiting = spawn_acquire(&waiter, &key, AcquireOptions::new().wait_timeout("20s"));
     wait_registered(&cluster, &key, 3).await;
     dead_fleet(&cluster, &key, 600).await;
     // Three refreshes prune it; the lease lives 20 s, and the release alone would prune

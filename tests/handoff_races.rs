@@ -159,13 +159,11 @@ async fn a_late_release_does_not_set_the_next_waiter_confirming_in_a_loop() {
         async move { first.acquire_with(&key, &fair).await }
     });
     wait_registered(&cluster, &key, 3).await;
-    let waiting = tokio::spawn({
-        let (second, key) = (second.clone(), key.clone());
-        async move {
-            let options = AcquireOptions::new().fair(true).wait_timeout("2500ms");
-            second.acquire_with(&key, &options).await
-        }
-    });
+    let waiting = spawn_acquire(
+        &second,
+        &key,
+        AcquireOptions::new().fair(true).wait_timeout("2500ms"),
+    );
     wait_until(
         Duration::from_secs(5),
         "the second waiter registered",
@@ -268,13 +266,7 @@ async fn a_waiter_does_not_confirm_in_a_loop_through_an_outage() {
     let key = unique_key("outage");
     let lease = holder.acquire(&key).await.unwrap();
     let waiter = quiet(&cluster);
-    let waiting = tokio::spawn({
-        let (waiter, key) = (waiter.clone(), key.clone());
-        async move {
-            let options = AcquireOptions::new().wait_timeout("2500ms");
-            waiter.acquire_with(&key, &options).await
-        }
-    });
+    let waiting = spawn_acquire(&waiter, &key, AcquireOptions::new().wait_timeout("2500ms"));
     wait_registered(&cluster, &key, 3).await;
     cluster.server_mut(1).kill().unwrap();
     cluster.server_mut(2).kill().unwrap();
@@ -316,13 +308,7 @@ async fn a_queued_waiter_whose_name_turns_into_another_kind_stops_at_once() {
     let key = unique_key("kind");
     let lease = holder.acquire(&key).await.unwrap();
     let waiter = quiet(&cluster);
-    let waiting = tokio::spawn({
-        let (waiter, key) = (waiter.clone(), key.clone());
-        async move {
-            let options = AcquireOptions::new().wait_timeout("20s");
-            waiter.acquire_with(&key, &options).await
-        }
-    });
+    let waiting = spawn_acquire(&waiter, &key, AcquireOptions::new().wait_timeout("20s"));
     wait_registered(&cluster, &key, 3).await;
     for server in cluster.servers() {
         let mut conn = raw(&server.url()).await;
@@ -365,13 +351,7 @@ async fn a_failed_confirm_is_retried_on_a_fresh_quorum(kill_the_refuser: bool) {
         .unwrap();
     let key = unique_key("stalled-head");
     let lease = holder.acquire(&key).await.unwrap();
-    let waiting = tokio::spawn({
-        let (waiter, key) = (waiter.clone(), key.clone());
-        async move {
-            let options = AcquireOptions::new().wait_timeout("20s");
-            waiter.acquire_with(&key, &options).await
-        }
-    });
+    let waiting = spawn_acquire(&waiter, &key, AcquireOptions::new().wait_timeout("20s"));
     wait_registered(&cluster, &key, 3).await;
     // Master 1: the holder's key replaced by a stale foreign one that outlives the test.
     let mut conn = raw(&cluster.server(1).url()).await;
@@ -428,13 +408,7 @@ async fn a_refusing_master_drops_the_registration_without_waiting_for_a_hung_one
         .waiting(Waiting::new().waiter_ttl("6s"))
         .build()
         .unwrap();
-    let waiting = tokio::spawn({
-        let (waiter, key) = (waiter.clone(), key.clone());
-        async move {
-            let options = AcquireOptions::new().wait_timeout("20s");
-            waiter.acquire_with(&key, &options).await
-        }
-    });
+    let waiting = spawn_acquire(&waiter, &key, AcquireOptions::new().wait_timeout("20s"));
     let id = |queue: Vec<String>| queue.into_iter().next();
     let mut refuser = raw(&cluster.server(3).url()).await;
     let queue_key = format!("redquorum:queue:{key}");

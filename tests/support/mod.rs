@@ -116,6 +116,17 @@ pub async fn gone_everywhere(cluster: &Cluster, key: &str) -> bool {
     true
 }
 
+/// `client`'s waiting acquire of `key` with `options`, in a task of its own (a waiter
+/// the test then moves by releases, kills and pauses).
+pub fn spawn_acquire(
+    client: &redquorum::Redlock,
+    key: &str,
+    options: redquorum::AcquireOptions,
+) -> tokio::task::JoinHandle<Result<redquorum::Lease, redquorum::Error>> {
+    let (client, key) = (client.clone(), key.to_owned());
+    tokio::spawn(async move { client.acquire_with(&key, &options).await })
+}
+
 /// A client over `cluster` with test-friendly timings. Restart quarantine is off: the
 /// servers are brand new, and would otherwise abstain for a TTL (tests of quarantine turn
 /// it back on).

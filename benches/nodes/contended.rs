@@ -261,10 +261,11 @@ pub(crate) async fn run(
     Ok(())
 }
 
-/// Seconds of CPU the masters behind `raw` have used (`INFO cpu`, user and system), or
-/// `None` when one does not say.
-async fn masters_cpu(raw: &[MultiplexedConnection]) -> Option<f64> {
-    let mut total = 0.0;
+/// What the masters behind `raw` have done so far: seconds of CPU (`INFO cpu`, user and
+/// system), and from `INFO commandstats` the microseconds spent running scripts and the
+/// commands run (scripts' own commands included), or `None` when one does not say.
+async fn masters_cpu(raw: &[MultiplexedConnection]) -> Option<[f64; 3]> {
+    let mut total = [0.0; 3];
     for conn in raw {
         let info: String = redis::cmd("INFO")
             .arg("cpu")
@@ -273,7 +274,29 @@ async fn masters_cpu(raw: &[MultiplexedConnection]) -> Option<f64> {
             .ok()?;
         for line in info.lines() {
             if let Some(("used_cpu_sys" | "used_cpu_user", v)) = line.trim().split_once(':') {
-                total += v.parse::<f64>().ok()?;
+                total[0] += v.parse::<f64>().ok()?;
+            }
+        }
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn.clone())
+            .await
+            .ok()?;
+        for line in stats.lines() {
+            let Some((name, fields)) = line
+                .strip_prefix("cmdstat_")
+                .and_then(|l| l.split_once(':'))
+            else {
+                continue;
+            };
+            for field in fields.split(',') {
+                match field.split_once('=') {
+                    Some(("calls", v)) => total[2] += v.parse::<f64>().ok()?,
+                    Some(("usec", v)) if name.starts_with("eval") => {
+                        total[1] += v.parse::<f64>().ok()?;
+                    }
+                    _ => {}
+                }
             }
         }
     }
@@ -282,14 +305,15 @@ async fn masters_cpu(raw: &[MultiplexedConnection]) -> Option<f64> {
 
 /// Seconds of CPU this process has used (user and system, from `/proc/self/stat` in
 /// clock ticks of 10 ms), or `None` off Linux.
-fn process_cpu() -> Option<f64> {
+fn process_cpu() -> Option<[f64; 2]> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     // The fields after the command name, which is in parentheses: utime and stime are
     // the 14th and 15th fields of the line, the 12th and 13th after it.
     let rest = stat.rsplit_once(')')?.1;
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
+    let user: f64 = fields.get(11)?.parse().ok()?;
+    let system: f64 = fields.get(12)?.parse().ok()?;
+    Some([user / 100.0, system / 100.0])
 }
 
 /// Where a ring's or a library variant's time goes on this machine: the CPU its masters
@@ -300,22 +324,32 @@ fn process_cpu() -> Option<f64> {
 async fn cpu_per_section(
     (n, hold, label): (usize, Duration, &str),
     (done, elapsed): (usize, Duration),
-    (masters_before, process_before): (Option<f64>, Option<f64>),
+    (masters_before, process_before): (Option<[f64; 3]>, Option<[f64; 2]>),
     raw: &[MultiplexedConnection],
 ) {
     let (masters_after, process_after) = (masters_cpu(raw).await, process_cpu());
     let sections = done.max(1) as f64;
-    let per = |before: Option<f64>, after: Option<f64>| match (before, after) {
-        (Some(b), Some(a)) => format!("{:.0} us", (a - b) * 1e6 / sections),
+    let per = |before: Option<f64>, after: Option<f64>, scale: f64| match (before, after) {
+        (Some(b), Some(a)) => format!("{:.0}", (a - b) * scale / sections),
         _ => "-".to_owned(),
     };
+    let master = |i: usize| (masters_before.map(|m| m[i]), masters_after.map(|m| m[i]));
+    let ((cpu_b, cpu_a), (scripts_b, scripts_a), (calls_b, calls_a)) =
+        (master(0), master(1), master(2));
+    let client = |i: usize| (process_before.map(|c| c[i]), process_after.map(|c| c[i]));
+    let ((user_b, user_a), (system_b, system_a)) = (client(0), client(1));
+    let total = |c: Option<[f64; 2]>| c.map(|c| c[0] + c[1]);
     eprintln!(
-        "  cpu: N={n}, hold {} ms, {label}: {done} sections in {:.1} s; per section, masters {} \
-         and clients {}",
+        "  cpu: N={n}, hold {} ms, {label}: {done} sections in {:.1} s; per section, masters {} us \
+         ({} us in scripts, {} commands) and clients {} us ({} us user, {} us system)",
         hold.as_millis(),
         elapsed.as_secs_f64(),
-        per(masters_before, masters_after),
-        per(process_before, process_after),
+        per(cpu_b, cpu_a, 1e6),
+        per(scripts_b, scripts_a, 1.0),
+        per(calls_b, calls_a, 1.0),
+        per(total(process_before), total(process_after), 1e6),
+        per(user_b, user_a, 1e6),
+        per(system_b, system_a, 1e6),
     );
 }
 

@@ -395,8 +395,6 @@ pub(crate) enum Reply {
         /// by this registration because the key was free and the waiter the live head):
         /// a hint to confirm, never a vote.
         handed: bool,
-        /// When held by a lease: how long the holder's key lives.
-        holder_ttl: Option<Duration>,
         epoch: EpochReport,
     },
     /// The answer to `AcquirePermits`.

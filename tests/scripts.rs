@@ -1772,7 +1772,7 @@ impl MutexScripts {
             ("acquire.lua", acquire, 4),
             ("acquire_queued.lua", queued, 4),
             ("acquire_many.lua", many, 4),
-            ("enqueue.lua", enqueue, 5),
+            ("enqueue.lua", enqueue, 4),
         ]
     }
 }
@@ -2609,7 +2609,7 @@ fn script_hashes_are_pinned() {
         (
             "enqueue.lua",
             ENQUEUE,
-            "43acbcac9af20113d3bd5efef4c095016683796e",
+            "2f19e84e5990de21b048815161faa412c88c498a",
         ),
         (
             "dequeue.lua",
@@ -2707,7 +2707,7 @@ async fn release_hand_off_contract() {
     assert_eq!(get(&server.url(), &format!("{waiters}live")).await, None);
 }
 
-type Enqueued = (i64, String, Option<String>, i64, i64, Option<String>);
+type Enqueued = (i64, String, Option<String>, i64, Option<String>);
 
 /// The keys of one lock's queue for `enqueue.lua` (and the lock's owner record), and its
 /// invocation: a waiter registering with `score` (`strict`: a fair ticket's write-back), its
@@ -2789,17 +2789,13 @@ async fn enqueue_contract() {
     };
     let _: () = conn.set(&key, "holder").await.unwrap();
 
-    // Unfair, the lock held: registered, not handed, the holder's TTL (none here: -1);
-    // its score, a ticket, raises the missing counter to it.
+    // Unfair, the lock held: registered, not handed; its score, a ticket, raises the
+    // missing counter to it.
     let r: Enqueued = enqueue("w1", 7, false, false, "")
         .invoke_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(
-        (r.0, r.2.as_deref(), r.3, r.4),
-        (1, Some("7"), 0, -1),
-        "{r:?}"
-    );
+    assert_eq!((r.0, r.2.as_deref(), r.3), (1, Some("7"), 0), "{r:?}");
     assert!(r.1.starts_with("e1:"), "a new epoch is started: {r:?}");
     let score: f64 = conn.zscore(&queue, "w1").await.unwrap();
     assert_eq!(score, 7.0);
@@ -2888,7 +2884,7 @@ async fn enqueue_contract() {
         .invoke_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!((r.0, r.3, r.4), (1, 1, -2), "{r:?}");
+    assert_eq!((r.0, r.3), (1, 1), "{r:?}");
     assert_eq!(get(&server.url(), &key).await.as_deref(), Some("f1"));
     let pttl: i64 = conn.pttl(&key).await.unwrap();
     assert!(pttl > 0 && pttl <= 800, "{pttl}");
@@ -2901,7 +2897,7 @@ async fn enqueue_contract() {
         .invoke_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!((r.0, r.3, r.4), (1, 1, -2), "{r:?}");
+    assert_eq!((r.0, r.3), (1, 1), "{r:?}");
     assert_eq!(get(&server.url(), &key).await.as_deref(), Some("f1"));
     let pttl: i64 = conn.pttl(&key).await.unwrap();
     assert!(

@@ -11,8 +11,7 @@
 -- registration's ticket write-back, ARGV[6] waiter ttl ms, ARGV[7] the waiter's hand-off
 -- channel, ARGV[8] fair: '1' or '0' (the steps are the same), ARGV[9] the prefix of the
 -- waiters' liveness keys
--- Returns {code, epoch record, ticket counter, handed (1/0),
---          the lock key's pttl (-2 when free or handed), detail or false}
+-- Returns {code, epoch record, ticket counter, handed (1/0), detail or false}
 -- code: 1 registered, 0 the ticket counter is at or above the score (strict; nothing
 -- written), -3 the name holds another kind (detail: its kind; nothing written); or the
 -- preamble's -2
@@ -23,13 +22,13 @@ if type(current) == 'table' then
   if not string.find(current.err, 'WRONGTYPE', 1, true) then
     return current
   end
-  return {-3, epoch, false, 0, -2, redis.call('TYPE', KEYS[2])['ok']}
+  return {-3, epoch, false, 0, redis.call('TYPE', KEYS[2])['ok']}
 end
 -- A free key is no other kind's (a read-write lock keeps its writer's value or its readers'
 -- mark under its name, docs/design.md §16); a value may be.
 local owned = current and redis.call('HGET', KEYS[6], 'kind')
 if owned and owned ~= 'lock' then
-  return {-3, epoch, false, 0, -2, owned}
+  return {-3, epoch, false, 0, owned}
 end
 local score, strict = ARGV[4], ARGV[5]
 local counter = false
@@ -40,7 +39,7 @@ if strict == '1' then
   if mine then
     counter = string.format('%d', c)
   elseif c >= tonumber(score) then
-    return {0, epoch, string.format('%d', c), 0, -2, false}
+    return {0, epoch, string.format('%d', c), 0, false}
   else
     redis.call('SET', KEYS[4], score)
     counter = score
@@ -89,8 +88,4 @@ if refresh or not other or member then
     redis.call('PUBLISH', channel, head)
   end
 end
-local pttl = -2
-if handed == 0 and current then
-  pttl = redis.call('PTTL', KEYS[2])
-end
-return {1, epoch, counter, handed, pttl, false}
+return {1, epoch, counter, handed, false}

@@ -8,7 +8,7 @@ use redis::{Script, Value};
 
 use super::{
     Codec, Context, Invocation, Request, flag, millis, misrouted, owner_key, parse_number,
-    queue_key, read, ticket_key, ttl_of, unexpected, waiter_key, waiter_prefix, wrong_kind,
+    queue_key, read, ticket_key, unexpected, waiter_key, waiter_prefix, wrong_kind,
 };
 use crate::error::MasterError;
 #[cfg(redquorum_mutants)]
@@ -104,11 +104,10 @@ impl Codec for Queue {
     }
 }
 
-/// The reply of `enqueue.lua`: code, epoch record, ticket counter, handed,
-/// the key's `PTTL`, detail.
+/// The reply of `enqueue.lua`: code, epoch record, ticket counter, handed, detail.
 fn enqueued(value: Value) -> Result<Reply, MasterError> {
-    type Answer = (i64, String, Option<String>, i64, i64, Option<String>);
-    let (code, record, counter, handed, pttl, detail): Answer = read(value)?;
+    type Answer = (i64, String, Option<String>, i64, Option<String>);
+    let (code, record, counter, handed, detail): Answer = read(value)?;
     match code {
         1 | 0 => {}
         -3 => return Err(wrong_kind(detail.as_deref())),
@@ -118,7 +117,6 @@ fn enqueued(value: Value) -> Result<Reply, MasterError> {
         written: code == 1,
         counter: counter.map(|c| parse_number("enqueue", &c)).transpose()?,
         handed: handed == 1,
-        holder_ttl: ttl_of(pttl),
         epoch: EpochReport {
             record: Some(record),
         },

@@ -590,7 +590,6 @@ impl Data {
                     conflict: Some(counter),
                     counter: Some(counter),
                     handed: false,
-                    pttl_ms: -2,
                 };
             }
             self.tickets.insert(Arc::clone(key), score);
@@ -680,15 +679,10 @@ impl Data {
             }
             None => false,
         };
-        let pttl_ms = match current {
-            Some(_) if !handed => self.pttl_ms(key, now_us),
-            _ => -2,
-        };
         EnqueueOutcome {
             conflict: None,
             counter: written,
             handed,
-            pttl_ms,
         }
     }
 
@@ -777,7 +771,6 @@ struct EnqueueOutcome {
     /// The ticket counter after the write (fair), or the one in conflict (strict).
     counter: Option<u64>,
     handed: bool,
-    pttl_ms: i64,
 }
 
 /// Whole milliseconds for `PX`, at least 1, as the scripts' codecs send them.
@@ -2155,9 +2148,6 @@ fn apply(
                 written: outcome.conflict.is_none(),
                 counter: outcome.counter,
                 handed: outcome.handed,
-                holder_ttl: u64::try_from(outcome.pttl_ms)
-                    .ok()
-                    .map(Duration::from_millis),
                 epoch: EpochReport {
                     record: Some(record),
                 },
@@ -2597,7 +2587,7 @@ mod tests {
             "free: self-handed"
         );
         assert_eq!(d.live(&k, T0).as_deref(), Some("A"));
-        assert_eq!((d.pttl_ms(&k, T0), written.pttl_ms), (30, -2));
+        assert_eq!(d.pttl_ms(&k, T0), 30);
         assert_eq!(d.enqueue(&enq(&k, &b, 1, true), T0).conflict, Some(1));
         assert!(d.enqueue(&enq(&k, &b, 2, true), T0).conflict.is_none());
         // A fair refresh (not strict) of an older ticket keeps the counter.

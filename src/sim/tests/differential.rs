@@ -1472,13 +1472,10 @@ fn normalise(reply: &Result<Reply, String>) -> Normalised {
         e.record = e.record.take().map(|r| epoch_id(&r).to_owned());
     };
     match &mut reply {
-        Reply::Gone { epoch: e } | Reply::Fenced { epoch: e, .. } => epoch(e),
+        Reply::Gone { epoch: e }
+        | Reply::Fenced { epoch: e, .. }
+        | Reply::Enqueued { epoch: e, .. } => epoch(e),
         Reply::Checked {
-            epoch: e,
-            holder_ttl,
-            ..
-        }
-        | Reply::Enqueued {
             epoch: e,
             holder_ttl,
             ..

@@ -25,7 +25,7 @@ use redquorum_testkit::Cluster;
 use super::args::Budget;
 use super::harness::{Keys, Outcome, Series, Tally, plain, set_nx};
 use super::model::{Metric, Pcts, Results, Row, Scenario};
-use super::ring;
+use super::{ring, targets};
 
 /// Clients taking turns on one resource in the contended scenario.
 pub(crate) const CONTENDERS: usize = 8;
@@ -124,6 +124,33 @@ pub(crate) struct Turns {
     pub(crate) tickets: std::sync::atomic::AtomicU64,
 }
 
+/// What one window measured, the library's or a raw ring's.
+pub(crate) struct Window {
+    pub(crate) tally: Tally,
+    pub(crate) elapsed: Duration,
+    pub(crate) turns: Arc<Turns>,
+}
+
+impl Window {
+    /// Sections per second.
+    fn rate(&self) -> f64 {
+        self.tally.done as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// How many times, in a full run at the N the targets judge, each raw ring and the
+/// library's hand-off run at each hold, interleaved: one window each in turn, so that
+/// the machine's drift during the run falls on all of them alike. Each row shows the
+/// window of the median sections/s of its repeats.
+const REPEATS: usize = 3;
+
+/// The window of median sections/s among `runs` (the lower middle of an even count).
+fn median(mut runs: Vec<Window>) -> Option<Window> {
+    runs.sort_by(|a, b| a.rate().total_cmp(&b.rate()));
+    let middle = runs.len().checked_sub(1)? / 2;
+    runs.into_iter().nth(middle)
+}
+
 /// What the windows of one N are judged against: the round trips and the section alone.
 struct Limits {
     /// One `SET NX PX` to one master, p50 (the row, for ratios).
@@ -191,66 +218,68 @@ pub(crate) async fn run(
         };
         limit_rows.push((hold, limit));
     }
-    // The mechanism with raw commands first, once per hold: what the library's variants
-    // are held against beside the limit.
-    // Both mechanisms run: today's confirm ring, which the library's rows are held
-    // against, and the direct-grant ring beside it.
-    let mut rings: Vec<(Duration, Mechanism)> = Vec::new();
+    // Per hold, the mechanisms with raw commands and the library's hand-off, repeated and
+    // interleaved where the targets judge them (`REPEATS`): today's confirm ring, which
+    // the library's rows are held against, the same ring with the library's scripts, and
+    // the direct-grant ring. Then the library's other ways of waiting, once each.
+    let repeats = match quick || n != targets::CONTENDED_N {
+        true => 1,
+        false => REPEATS,
+    };
+    let mut library_rows = Vec::new();
     for (hold, limit) in &limit_rows {
-        for mode in ring::Mode::ALL {
-            let before = (masters_cpu(raw).await, process_cpu());
-            let ring = ring::window(mode, urls, &storage_url, *hold, window).await?;
-            cpu_per_section(
-                (n, *hold, mode.label()),
-                (ring.tally.done, ring.elapsed),
-                before,
-                raw,
-            )
-            .await;
-            let [sections, hand_off, held] = ring_rows(n, *hold, mode, &ring, (limit, &limits.rtt));
-            if mode == ring::Mode::Confirm {
-                rings.push((
-                    *hold,
-                    Mechanism {
-                        sections: sections.clone(),
-                        hand_off: hand_off.clone(),
-                    },
-                ));
+        let hold = *hold;
+        let mut ring_runs: Vec<Vec<Window>> = ring::Mode::ALL.iter().map(|_| Vec::new()).collect();
+        let mut hand_off_runs = Vec::new();
+        for _ in 0..repeats {
+            for (mode, runs) in ring::Mode::ALL.iter().zip(ring_runs.iter_mut()) {
+                let before = (masters_cpu(raw).await, process_cpu());
+                let ring = ring::window(*mode, urls, &storage_url, hold, window).await?;
+                let done = (ring.tally.done, ring.elapsed);
+                cpu_per_section((n, hold, mode.label()), done, before, raw).await;
+                runs.push(ring);
+            }
+            if plan.contains(&(hold, Waiting::HandOff)) {
+                let measured = library_window(
+                    (n, urls, &storage_url),
+                    (hold, Waiting::HandOff, window),
+                    raw,
+                )
+                .await?;
+                hand_off_runs.push(measured);
+            }
+        }
+        let mut mechanism = None;
+        for (mode, runs) in ring::Mode::ALL.iter().zip(ring_runs) {
+            let Some(ring) = median(runs) else {
+                continue;
+            };
+            let [sections, hand_off, held] = ring_rows(n, hold, *mode, &ring, (limit, &limits.rtt));
+            if *mode == ring::Mode::Confirm {
+                mechanism = Some(Mechanism {
+                    sections: sections.clone(),
+                    hand_off: hand_off.clone(),
+                });
             }
             results.rows.extend([sections, hand_off, held]);
         }
-    }
-    for (hold, waiting) in plan {
-        let Some((_, limit)) = limit_rows.iter().find(|(h, _)| *h == hold) else {
+        let Some(mechanism) = mechanism else {
             continue;
         };
-        let Some((_, mechanism)) = rings.iter().find(|(h, _)| *h == hold) else {
-            continue;
-        };
-        let before = (masters_cpu(raw).await, process_cpu());
-        let started = Instant::now();
-        window_of(
-            (n, urls, &storage_url),
-            (hold, waiting, window),
-            (limit, &limits.rtt, mechanism),
-            results,
-        )
-        .await?;
-        let label = condition(hold, waiting);
-        let done = results
-            .rows
+        let against = (limit, &limits.rtt, &mechanism);
+        if let Some(measured) = median(hand_off_runs) {
+            library_rows.extend(window_rows(n, (hold, Waiting::HandOff), &measured, against));
+        }
+        for (_, waiting) in plan
             .iter()
-            .rev()
-            .find(|r| r.metric == Metric::Sections && r.condition.ends_with(&label))
-            .map_or(0, |r| r.samples);
-        cpu_per_section(
-            (n, hold, &format!("{waiting:?}")),
-            (done, started.elapsed()),
-            before,
-            raw,
-        )
-        .await;
+            .filter(|(h, w)| *h == hold && *w != Waiting::HandOff)
+        {
+            let measured =
+                library_window((n, urls, &storage_url), (hold, *waiting, window), raw).await?;
+            library_rows.extend(window_rows(n, (hold, *waiting), &measured, against));
+        }
     }
+    results.rows.extend(library_rows);
     if limits.rtt.scenario == Scenario::Contended {
         results.rows.push(limits.rtt.clone());
     }
@@ -466,7 +495,7 @@ fn ring_rows(
     n: usize,
     hold: Duration,
     mode: ring::Mode,
-    ring: &ring::Ring,
+    ring: &Window,
     (limit, rtt): (&Row, &Row),
 ) -> [Row; 3] {
     let label = format!("hold {} ms, {}", hold.as_millis(), mode.label());
@@ -512,14 +541,16 @@ fn ring_rows(
     ]
 }
 
-/// One window: `CONTENDERS` clients, each with its own connections, taking turns on one
-/// resource for `window`.
-async fn window_of(
+/// One window of the library: `CONTENDERS` clients, each with its own connections, taking
+/// turns on one resource for `window`; its CPU line (which includes the clients'
+/// connecting) is printed as it ends.
+async fn library_window(
     (n, urls, storage_url): (usize, &[String], &str),
     (hold, waiting, window): (Duration, Waiting, Duration),
-    (limit, rtt, mechanism): (&Row, &Row, &Mechanism),
-    results: &mut Results,
-) -> Outcome<()> {
+    raw: &[MultiplexedConnection],
+) -> Outcome<Window> {
+    let before = (masters_cpu(raw).await, process_cpu());
+    let started = Instant::now();
     let resource: Arc<str> = Keys::new(&format!("c{n}")).fresh().into();
     let record: Arc<str> = format!("{resource}:record").into();
     let turns = Arc::new(Turns::default());
@@ -644,7 +675,27 @@ async fn window_of(
     if overlaps > 0 {
         return Err(format!("mutual exclusion violated {overlaps} times at N={n}, {label}").into());
     }
+    let measured = Window {
+        tally: total,
+        elapsed,
+        turns,
+    };
+    let done = (measured.tally.done, started.elapsed());
+    cpu_per_section((n, hold, &format!("{waiting:?}")), done, before, raw).await;
+    Ok(measured)
+}
 
+/// The rows of one window of the library: its sections against the raw ring's and the
+/// section-bound limit, its hand-off against the round trip and the ring's, its waits,
+/// and how long it held.
+fn window_rows(
+    n: usize,
+    (hold, waiting): (Duration, Waiting),
+    measured: &Window,
+    (limit, rtt, mechanism): (&Row, &Row, &Mechanism),
+) -> [Row; 4] {
+    let label = condition(hold, waiting);
+    let (total, elapsed, turns) = (&measured.tally, measured.elapsed, &measured.turns);
     let take = |samples: &Mutex<Vec<u64>>| {
         std::mem::take(&mut *samples.lock().unwrap_or_else(PoisonError::into_inner))
     };
@@ -682,8 +733,7 @@ async fn window_of(
     )
     .condition(label)
     .latency(&mut take(&turns.holds), 0);
-    results.rows.extend([sections, hand_off, wait, held]);
-    Ok(())
+    [sections, hand_off, wait, held]
 }
 
 /// Whether a contended acquire gave up rather than failed: its wait budget (or its

@@ -16,7 +16,9 @@
 //! if its liveness key is there, and a confirm leaves the queue. There is no epoch,
 //! cluster record or kind to check, no refresh, no ticket round, and nobody who is refused
 //! first: what the library's hand-off adds to the mechanism is its figure over the
-//! ring's.
+//! ring's. The same ring run with the library's own scripts ([`Mode::Scripts`]) splits
+//! that figure in two: what the scripts' per-master guarantees cost the mechanism, and
+//! what the library's client adds to its scripts.
 //!
 //! Two things differ from the library's clients on purpose. A ring client takes no pause
 //! outside the lock between its sections: the pause only keeps a releaser from winning its
@@ -42,10 +44,10 @@ use redis::aio::MultiplexedConnection;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use super::contended::{CONTENDERS, Turns, push, section};
+use super::contended::{CONTENDERS, Turns, Window, push, section};
 use super::harness::{Keys, Outcome, Tally, connect_all};
 
-/// How a ring client is handed the lock: the two mechanisms, measured side by side.
+/// How a ring client is handed the lock: the mechanisms, measured side by side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
     /// Today's mechanism (docs/design.md §17): the release hands the key to the next
@@ -57,17 +59,26 @@ pub(crate) enum Mode {
     /// the value and the stamp. A quorum of those notices is the acquisition: no confirm
     /// round. The validity it gives counts from the stamp's send time.
     Direct,
+    /// Today's mechanism with the library's own scripts, keys and arguments, as the
+    /// library sends them (`release.lua`, `enqueue.lua`, `acquire_queued.lua`, and
+    /// `dequeue.lua` where a confirm was not granted), driven by the same raw clients:
+    /// what the per-master guarantees (the cluster record and the data epoch, kinds,
+    /// tickets, the queue's expiry, liveness records) cost the mechanism, without the
+    /// library's client. Each turn waits with a fresh waiter id, as each of the library's
+    /// calls does, and the masters' notices name it.
+    Scripts,
 }
 
 impl Mode {
-    /// Both, in the order they run.
-    pub(crate) const ALL: [Mode; 2] = [Mode::Confirm, Mode::Direct];
+    /// Every mechanism, in the order they run.
+    pub(crate) const ALL: [Mode; 3] = [Mode::Confirm, Mode::Scripts, Mode::Direct];
 
     /// The label of the ring's rows, where the library's rows name their way of waiting.
     pub(crate) fn label(self) -> &'static str {
         match self {
             Mode::Confirm => "raw hand-off ring",
             Mode::Direct => "raw direct-grant ring",
+            Mode::Scripts => "raw ring of the library's scripts",
         }
     }
 }
@@ -141,6 +152,31 @@ const REGISTER: &str = "\
 redis.call('HSET', KEYS[1], 'v', ARGV[1], 's', ARGV[2])
 return 1";
 
+/// The library's scripts as it joins them (`src/scripts/mod.rs`): the preamble
+/// (`epoch.lua`, `cluster.lua`), the queue's functions (`queue.lua`) and the holder
+/// record's (`holder.lua`) in front of the scripts that need them.
+static LIB_RELEASE: &str = concat!(
+    include_str!("../../src/scripts/queue.lua"),
+    include_str!("../../src/scripts/release.lua")
+);
+static LIB_ENQUEUE: &str = concat!(
+    include_str!("../../src/scripts/epoch.lua"),
+    include_str!("../../src/scripts/cluster.lua"),
+    include_str!("../../src/scripts/queue.lua"),
+    include_str!("../../src/scripts/enqueue.lua")
+);
+static LIB_CONFIRM: &str = concat!(
+    include_str!("../../src/scripts/epoch.lua"),
+    include_str!("../../src/scripts/cluster.lua"),
+    include_str!("../../src/scripts/queue.lua"),
+    include_str!("../../src/scripts/holder.lua"),
+    include_str!("../../src/scripts/acquire_queued.lua")
+);
+static LIB_DEQUEUE: &str = concat!(
+    include_str!("../../src/scripts/queue.lua"),
+    include_str!("../../src/scripts/dequeue.lua")
+);
+
 /// The drift allowance of a lease of `HELD_MS`, as the library counts it (1 % + 2 ms).
 const DRIFT: Duration = Duration::from_micros(HELD_MS * 10 + 2_000);
 
@@ -151,13 +187,6 @@ const HELD_MS: u64 = 10_000;
 /// stalls stops (counted as an error, and its rows are left without figures) rather than
 /// hang the run.
 const STEP_BOUND: Duration = Duration::from_secs(1);
-
-/// What one window of the ring measured.
-pub(crate) struct Ring {
-    pub(crate) tally: Tally,
-    pub(crate) elapsed: Duration,
-    pub(crate) turns: Arc<Turns>,
-}
 
 /// One client of the ring: its connections, its notices (master index, released value),
 /// and the tasks that forward them, aborted when the client is dropped.
@@ -184,17 +213,19 @@ pub(crate) async fn window(
     storage_url: &str,
     hold: Duration,
     window: Duration,
-) -> Outcome<Ring> {
+) -> Outcome<Window> {
     let n = urls.len();
     let key: Arc<str> = Keys::new(&format!("ring{n}")).fresh().into();
     let record: Arc<str> = format!("{key}:record").into();
-    let (release, confirm) = match mode {
-        Mode::Confirm => (RELEASE, CONFIRM),
-        Mode::Direct => (GRANT, REGISTER),
+    let (release, confirm, queue) = match mode {
+        Mode::Confirm => (RELEASE, CONFIRM, QUEUE),
+        Mode::Direct => (GRANT, REGISTER, QUEUE),
+        Mode::Scripts => (LIB_RELEASE, LIB_CONFIRM, LIB_ENQUEUE),
     };
     let release_sha = redis::Script::new(release).get_hash().to_owned();
     let confirm_sha = redis::Script::new(confirm).get_hash().to_owned();
-    let queue_sha = redis::Script::new(QUEUE).get_hash().to_owned();
+    let queue_sha = redis::Script::new(queue).get_hash().to_owned();
+    let dequeue_sha = redis::Script::new(LIB_DEQUEUE).get_hash().to_owned();
     let mut members = Vec::with_capacity(CONTENDERS);
     for c in 0..CONTENDERS {
         let conns = connect_all(urls).await?;
@@ -204,7 +235,7 @@ pub(crate) async fn window(
             let mut pubsub = redis::Client::open(url.as_str())?
                 .get_async_pubsub()
                 .await?;
-            pubsub.subscribe(channel(&key, c)).await?;
+            pubsub.subscribe(channel_of(mode, &key, c)).await?;
             let tx = tx.clone();
             forwarders.push(tokio::spawn(async move {
                 let mut messages = pubsub.into_on_message();
@@ -228,7 +259,10 @@ pub(crate) async fn window(
     }
     // The scripts on every master, and the key held by client 0 to begin with; with the
     // direct grant, every other client's record of its first value.
-    let first = value(&key, 0, 0);
+    let first = match mode {
+        Mode::Scripts => lib_id(0, 0, true),
+        Mode::Confirm | Mode::Direct => value(&key, 0, 0),
+    };
     let registered = Instant::now();
     for conn in &members[0].conns {
         let mut conn = conn.clone();
@@ -262,7 +296,7 @@ pub(crate) async fn window(
                     .await?;
             }
         }
-        for body in [release, confirm, QUEUE] {
+        for body in [release, confirm, queue, LIB_DEQUEUE] {
             let _: String = redis::cmd("SCRIPT")
                 .arg("LOAD")
                 .arg(body)
@@ -276,6 +310,36 @@ pub(crate) async fn window(
             .arg(HELD_MS)
             .query_async(&mut conn)
             .await?;
+        if mode == Mode::Scripts {
+            // Every client but the holder queued, in the ring's order, by the library's
+            // registration.
+            for c in 1..CONTENDERS {
+                let _: redis::Value = redis::cmd("EVALSHA")
+                    .arg(&queue_sha)
+                    .arg(6)
+                    .arg(LIB_CLUSTER_RECORD)
+                    .arg(&*key)
+                    .arg(lib_queue(&key))
+                    .arg(lib_ticket(&key))
+                    .arg(format!(
+                        "{}{}",
+                        lib_waiter_prefix(&key),
+                        lib_id(c, 0, false)
+                    ))
+                    .arg(lib_owner(&key))
+                    .arg(LIB_EPOCH)
+                    .arg("")
+                    .arg(lib_id(c, 0, false))
+                    .arg(c)
+                    .arg("0")
+                    .arg(HELD_MS)
+                    .arg(channel_of(mode, &key, c))
+                    .arg("0")
+                    .arg(lib_waiter_prefix(&key))
+                    .query_async(&mut conn)
+                    .await?;
+            }
+        }
     }
 
     let turns = Arc::new(Turns::default());
@@ -294,6 +358,7 @@ pub(crate) async fn window(
             release_sha: release_sha.clone(),
             confirm_sha: confirm_sha.clone(),
             queue_sha: queue_sha.clone(),
+            dequeue_sha: dequeue_sha.clone(),
             hold,
             end,
             turns: Arc::clone(&turns),
@@ -317,7 +382,7 @@ pub(crate) async fn window(
     if overlaps > 0 {
         return Err(format!("the raw hand-off ring had two holders {overlaps} times").into());
     }
-    Ok(Ring {
+    Ok(Window {
         tally,
         elapsed,
         turns,
@@ -327,6 +392,45 @@ pub(crate) async fn window(
 /// The hand-off channel of ring client `c`.
 fn channel(key: &str, c: usize) -> String {
     format!("{key}:ring:{c}")
+}
+
+/// The hand-off channel of ring client `c` in `mode`: with the library's scripts, shaped
+/// as the library's (one per client), and this window's own.
+fn channel_of(mode: Mode, key: &str, c: usize) -> String {
+    match mode {
+        Mode::Scripts => format!("redquorum:handoff:{key}:{}", lib_client(c)),
+        Mode::Confirm | Mode::Direct => channel(key, c),
+    }
+}
+
+/// With the library's scripts: the record that holds a master's data epoch and cluster
+/// fingerprint, the id of a new epoch, and the keys of one lock's queue, as the library
+/// names them (`src/scripts/keys.rs`).
+const LIB_CLUSTER_RECORD: &str = "redquorum:cluster";
+const LIB_EPOCH: &str = "bench-epoch";
+fn lib_queue(key: &str) -> String {
+    format!("redquorum:queue:{key}")
+}
+fn lib_ticket(key: &str) -> String {
+    format!("redquorum:ticket:{key}")
+}
+fn lib_owner(key: &str) -> String {
+    format!("redquorum:owner:{key}")
+}
+fn lib_waiter_prefix(key: &str) -> String {
+    format!("redquorum:waiter:{key}:")
+}
+
+/// With the library's scripts: client `c`'s tag, as long as the library's client id.
+fn lib_client(c: usize) -> String {
+    format!("ring-client-{c:024}")
+}
+
+/// With the library's scripts: client `c`'s waiter id of its `turn` (or, `lease`, the
+/// value it holds then), shaped as the library's values: its tag, then 128 bits.
+fn lib_id(c: usize, turn: usize, lease: bool) -> String {
+    let bits = (u128::from(lease) << 127) | turn as u128;
+    format!("{}.{bits:032x}", lib_client(c))
 }
 
 /// Direct grant: the record of ring client `c` (the value it will hold, and its stamp).
@@ -371,6 +475,7 @@ struct Client {
     release_sha: String,
     confirm_sha: String,
     queue_sha: String,
+    dequeue_sha: String,
     hold: Duration,
     end: Instant,
     turns: Arc<Turns>,
@@ -384,8 +489,11 @@ impl Client {
         let mut holding = self.me == 0;
         let mut current = match (self.mode, holding) {
             (Mode::Direct, false) => value(&self.key, self.me, 1),
+            (Mode::Scripts, _) => lib_id(self.me, 0, true),
             _ => value(&self.key, self.me, 0),
         };
+        // With the library's scripts: the waiter id this client waits as, fresh each turn.
+        let mut waiting_as = lib_id(self.me, 0, false);
         // Direct grant: when each stamp this client numbered left, written once; stamp 0
         // is the record written before the window began.
         let mut stamps: HashMap<u64, Instant> = HashMap::from([(0, self.registered)]);
@@ -414,6 +522,9 @@ impl Client {
                     let (name, bound) = match self.mode {
                         // The released value: one release's notices name it alike.
                         Mode::Confirm => (payload, None),
+                        // The waiter id handed the key: this turn's, or a stale notice.
+                        Mode::Scripts if payload != waiting_as => continue,
+                        Mode::Scripts => (payload, None),
                         // The granted value and the stamp the grant froze: the key lives
                         // at least until that stamp's send time plus the TTL less drift.
                         Mode::Direct => {
@@ -455,13 +566,24 @@ impl Client {
                         break;
                     }
                 }
-                if self.mode == Mode::Confirm {
-                    current = value(&self.key, self.me, turn);
-                    if let Err(e) = self.confirm(&member, &current, quorum).await {
-                        tally.errors += 1;
-                        tally.first_error.get_or_insert(e);
-                        return tally;
+                let confirmed = match self.mode {
+                    Mode::Confirm => {
+                        current = value(&self.key, self.me, turn);
+                        Some(self.confirm(&member, &current, quorum).await)
                     }
+                    Mode::Scripts => {
+                        current = lib_id(self.me, turn, true);
+                        Some(
+                            self.confirm_scripts(&member, &current, &waiting_as, quorum)
+                                .await,
+                        )
+                    }
+                    Mode::Direct => None,
+                };
+                if let Some(Err(e)) = confirmed {
+                    tally.errors += 1;
+                    tally.first_error.get_or_insert(e);
+                    return tally;
                 }
                 let got = Instant::now();
                 if self.turns.holder.swap(self.me + 1, Ordering::SeqCst) != 0 {
@@ -528,6 +650,37 @@ impl Client {
                     return tally;
                 }
             }
+            if self.mode == Mode::Scripts {
+                // Back in the queue with a fresh waiter id and a ticket behind the
+                // waiters already there, by the library's registration.
+                let ticket = CONTENDERS as u64 + self.turns.tickets.fetch_add(1, Ordering::SeqCst);
+                waiting_as = lib_id(self.me, turn, false);
+                let queued = fan_out(&member.conns, Enough::Replies(self.n), |cmd| {
+                    cmd.arg(&self.queue_sha)
+                        .arg(6)
+                        .arg(LIB_CLUSTER_RECORD)
+                        .arg(&*self.key)
+                        .arg(lib_queue(&self.key))
+                        .arg(lib_ticket(&self.key))
+                        .arg(format!("{}{waiting_as}", lib_waiter_prefix(&self.key)))
+                        .arg(lib_owner(&self.key))
+                        .arg(LIB_EPOCH)
+                        .arg("")
+                        .arg(&waiting_as)
+                        .arg(ticket)
+                        .arg("0")
+                        .arg(HELD_MS)
+                        .arg(channel_of(self.mode, &self.key, self.me))
+                        .arg("0")
+                        .arg(lib_waiter_prefix(&self.key));
+                })
+                .await;
+                if let Err(e) = queued {
+                    tally.errors += 1;
+                    tally.first_error.get_or_insert(e);
+                    return tally;
+                }
+            }
             if self.mode == Mode::Direct {
                 // The next value, registered with a fresh stamp while the others hold:
                 // off the hand-off's path.
@@ -575,6 +728,106 @@ impl Client {
         }
     }
 
+    /// Confirm with the library's `acquire_queued.lua`, as a queued waiter's confirm sends
+    /// it (no fence read, a holder record the connection knows to outlive the lock), at
+    /// its quorum-th grant. As the library's call then does, the waiter leaves the queue
+    /// (`dequeue.lua`) on every master that did not grant: at once where it refused, and
+    /// on a master that answers later as soon as its answer is no grant.
+    async fn confirm_scripts(
+        &self,
+        member: &Member,
+        current: &str,
+        waiter: &str,
+        quorum: usize,
+    ) -> Result<(), String> {
+        let mut pending: FuturesUnordered<_> = member
+            .conns
+            .iter()
+            .enumerate()
+            .map(|(i, conn)| {
+                let mut conn = conn.clone();
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(&self.confirm_sha)
+                    .arg(7)
+                    .arg(LIB_CLUSTER_RECORD)
+                    .arg(&*self.key)
+                    .arg(format!("redquorum:fence:{}", self.key))
+                    .arg(lib_owner(&self.key))
+                    .arg(lib_queue(&self.key))
+                    .arg(lib_ticket(&self.key))
+                    .arg(format!("redquorum:holder:{}", lib_client(self.me)))
+                    .arg(LIB_EPOCH)
+                    .arg("")
+                    .arg(current)
+                    .arg(HELD_MS)
+                    .arg("0")
+                    .arg("")
+                    .arg("")
+                    .arg("")
+                    .arg("")
+                    .arg(waiter)
+                    .arg("0")
+                    .arg(lib_waiter_prefix(&self.key));
+                async move { (i, cmd.query_async::<redis::Value>(&mut conn).await) }
+            })
+            .collect();
+        let mut refused = Vec::new();
+        let counted = async {
+            let mut granted = 0;
+            while granted < quorum {
+                match pending.next().await {
+                    Some((_, Ok(reply))) if lib_granted(&reply) => granted += 1,
+                    Some((i, Ok(_))) => refused.push(i),
+                    Some((_, Err(e))) => return Err(e.to_string()),
+                    None => break,
+                }
+            }
+            Ok(granted)
+        };
+        let granted = match tokio::time::timeout(STEP_BOUND, counted).await {
+            Ok(result) => result?,
+            Err(_) => return Err(format!("no quorum of confirms within {STEP_BOUND:?}")),
+        };
+        if granted < quorum {
+            return Err(format!(
+                "a confirm was granted by {granted} masters, not a quorum"
+            ));
+        }
+        let dequeue = |i: usize| {
+            let mut conn = member.conns[i].clone();
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(&self.dequeue_sha)
+                .arg(3)
+                .arg(&*self.key)
+                .arg(lib_queue(&self.key))
+                .arg(format!("{}{waiter}", lib_waiter_prefix(&self.key)))
+                .arg(waiter)
+                .arg(format!("redquorum:released:{}", self.key))
+                .arg(lib_waiter_prefix(&self.key));
+            async move {
+                let _ = cmd.query_async::<redis::Value>(&mut conn).await;
+            }
+        };
+        let now: Vec<_> = refused.into_iter().map(dequeue).collect();
+        let later: Vec<_> = (0..member.conns.len()).map(dequeue).collect();
+        tokio::spawn(async move {
+            let work = async {
+                futures::future::join_all(now).await;
+                let mut later: Vec<_> = later.into_iter().map(Some).collect();
+                while let Some((i, answer)) = pending.next().await {
+                    let granted = matches!(&answer, Ok(reply) if lib_granted(reply));
+                    if let (false, Some(Some(leave))) =
+                        (granted, later.get_mut(i).map(Option::take))
+                    {
+                        leave.await;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(STEP_BOUND, work).await;
+        });
+        Ok(())
+    }
+
     /// The release, returning where the library's release returns: at the
     /// `n - quorum + 1`-th reply.
     async fn release(
@@ -603,6 +856,21 @@ impl Client {
                 })
                 .await
             }
+            Mode::Scripts => {
+                fan_out(&member.conns, enough, |cmd| {
+                    cmd.arg(&self.release_sha)
+                        .arg(4)
+                        .arg(&*self.key)
+                        .arg(lib_queue(&self.key))
+                        .arg(lib_owner(&self.key))
+                        .arg(lib_ticket(&self.key))
+                        .arg(current)
+                        .arg(format!("redquorum:released:{}", self.key))
+                        .arg(lib_waiter_prefix(&self.key))
+                        .arg("1");
+                })
+                .await
+            }
             Mode::Direct => {
                 let record = record_of(&self.key, next);
                 fan_out(&member.conns, enough, |cmd| {
@@ -618,6 +886,11 @@ impl Client {
             }
         }
     }
+}
+
+/// Whether an answer of the library's `acquire_queued.lua` is a grant (code 1).
+fn lib_granted(reply: &redis::Value) -> bool {
+    matches!(reply, redis::Value::Array(fields) if matches!(fields.first(), Some(redis::Value::Int(1))))
 }
 
 /// When a fan-out has heard enough: a release at its `n - quorum + 1`-th reply (where the
@@ -644,7 +917,7 @@ async fn fan_out(
             let mut conn = conn.clone();
             let mut cmd = redis::cmd("EVALSHA");
             args(&mut cmd);
-            async move { cmd.query_async::<i64>(&mut conn).await }
+            async move { cmd.query_async::<redis::Value>(&mut conn).await }
         })
         .collect();
     let counted = async {
@@ -656,7 +929,7 @@ async fn fan_out(
             match pending.next().await {
                 Some(Ok(reply)) => {
                     answered += 1;
-                    ones += usize::from(reply == 1);
+                    ones += usize::from(matches!(reply, redis::Value::Int(1)));
                 }
                 Some(Err(e)) => return Err(e.to_string()),
                 None => break,

@@ -4,6 +4,9 @@ use super::contended::{HOLDS, Waiting, condition};
 use super::model::{Metric, Results, Row, Scenario, Target};
 use super::ring;
 
+/// The N at which the contended goals are judged.
+pub(crate) const CONTENDED_N: usize = 5;
+
 /// The goals of the issue, as ratios of this run.
 pub(crate) fn of(results: &Results) -> Vec<Target> {
     let mut targets = Vec::new();
@@ -98,7 +101,7 @@ fn contended_row<'a>(
 /// per second at least 0.85 of the section-bound limit, hand-off p50 and p99 within 3 and
 /// 10 round trips and no acquire giving up; with no hold, at least 0.7 of the limit.
 fn contended(results: &Results, targets: &mut Vec<Target>) {
-    const N: usize = 5;
+    const N: usize = CONTENDED_N;
     let find = |metric, label: &str| contended_row(results, N, metric, label);
     for (hold, floor) in [(HOLDS[0], 0.85), (HOLDS[1], 0.7)] {
         let label = condition(hold, Waiting::HandOff);
@@ -198,7 +201,7 @@ fn fast_path(results: &Results, targets: &mut Vec<Target>) {
             }
         }
     }
-    const N: usize = 5;
+    const N: usize = CONTENDED_N;
     for hold in HOLDS {
         let label = condition(hold, Waiting::HandOff);
         let find = |metric| contended_row(results, N, metric, &label);
@@ -333,7 +336,7 @@ pub(crate) fn context(results: &Results) -> Vec<(String, f64)> {
 /// At N = 5, per hold: what the hand-off mechanism itself allows (the raw ring against the
 /// section-bound limit and the round trip) and what the library keeps of it.
 fn contended_context(results: &Results, lines: &mut Vec<(String, f64)>) {
-    const N: usize = 5;
+    const N: usize = CONTENDED_N;
     let find = |metric, label: &str| contended_row(results, N, metric, label);
     for hold in HOLDS {
         let ring_label = format!(
@@ -366,6 +369,47 @@ fn contended_context(results: &Results, lines: &mut Vec<(String, f64)>) {
             ));
         }
         let label = condition(hold, Waiting::HandOff);
+        // Where the library's gap to the ring lies: in what its scripts do on the masters
+        // (the ring with the library's scripts against the ring), or in its client (the
+        // library against that ring).
+        let scripts_label = format!(
+            "hold {} ms, {}",
+            hold.as_millis(),
+            ring::Mode::Scripts.label()
+        );
+        let ms = hold.as_millis();
+        for (what, mine, theirs) in [
+            (
+                format!(
+                    "raw ring of the library's scripts sections/s at N={N}, hold {ms} ms / raw hand-off ring's (what the scripts keep of the mechanism)"
+                ),
+                rate(&scripts_label),
+                rate(&ring_label),
+            ),
+            (
+                format!(
+                    "sections/s at N={N}, {label} / raw ring of the library's scripts (what the client keeps of its scripts)"
+                ),
+                rate(&label),
+                rate(&scripts_label),
+            ),
+            (
+                format!(
+                    "raw ring of the library's scripts hand-off p50 at N={N}, hold {ms} ms / raw hand-off ring's"
+                ),
+                p50(&scripts_label),
+                p50(&ring_label),
+            ),
+            (
+                format!("hand-off p50 at N={N}, {label} / raw ring of the library's scripts'"),
+                p50(&label),
+                p50(&scripts_label),
+            ),
+        ] {
+            if let (Some(mine), Some(theirs)) = (mine, theirs) {
+                lines.push((what, mine / theirs));
+            }
+        }
         if let Some(v) =
             find(Metric::Sections, &ring_label).and_then(|r| r.reference.as_ref()?.rate)
         {

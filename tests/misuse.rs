@@ -218,6 +218,60 @@ fn rows() -> Vec<Row> {
             },
         ),
         row(
+            "11: a stray key of another type where the cluster record goes",
+            "Misconfigured",
+            false,
+            "holds another type of value, not redquorum's cluster record",
+            |rt, m| {
+                let prefix = "misuse-stray-record:";
+                let url = m.plain.urls()[0].clone();
+                rt.block_on(async {
+                    let _: () = redis::cmd("SADD")
+                        .arg(format!("{prefix}redquorum:cluster"))
+                        .arg("not a record")
+                        .query_async(&mut raw(&url).await)
+                        .await
+                        .unwrap();
+                });
+                let client = client_of(vec![url], false)
+                    .key_prefix(prefix)
+                    .build()
+                    .unwrap();
+                acquire_in(rt, client.acquire("misuse:stray-record"))
+            },
+        ),
+        row(
+            "11: a stray key of another type where a lock's ticket counter goes, met by a \
+             refused attempt",
+            "Misconfigured",
+            false,
+            "remove the stray key",
+            |rt, m| {
+                let prefix = "misuse-stray-ticket:";
+                let url = m.plain.urls()[0].clone();
+                let holder = client_of(vec![url.clone()], false)
+                    .key_prefix(prefix)
+                    .build()
+                    .unwrap();
+                let _held = rt.block_on(async {
+                    let lease = holder.acquire("misuse:stray-ticket").await.unwrap();
+                    let _: () = redis::cmd("SADD")
+                        .arg(format!("redquorum:ticket:{prefix}misuse:stray-ticket"))
+                        .arg("not a counter")
+                        .query_async(&mut raw(&url).await)
+                        .await
+                        .unwrap();
+                    lease
+                });
+                let client = client_of(vec![url], false)
+                    .key_prefix(prefix)
+                    .retry(Retry::new().wait("3s"))
+                    .build()
+                    .unwrap();
+                acquire_in(rt, client.acquire("misuse:stray-ticket"))
+            },
+        ),
+        row(
             "12: ttl(\"100years\")",
             "InvalidConfig",
             false,

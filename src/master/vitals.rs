@@ -21,8 +21,24 @@ pub(super) async fn read_record(
         .arg(record_key)
         .query_async(conn)
         .await
-        .map_err(MasterError::from_redis)?;
+        .map_err(record_failed(record_key))?;
     parse_record(&fields)
+}
+
+/// How a read of the cluster record `record_key` failed: where the key holds another type
+/// of value, that key is named, with what to do.
+fn record_failed(record_key: &str) -> impl Fn(redis::RedisError) -> MasterError + '_ {
+    move |err| {
+        let error = MasterError::from_redis(err);
+        match error.kind() {
+            MasterErrorKind::Misconfigured => error.with_message(format!(
+                "the key {record_key:?} holds another type of value, not redquorum's cluster \
+                 record: remove it, or give the lock names a key prefix of their own \
+                 (`key_prefix`)"
+            )),
+            _ => error,
+        }
+    }
 }
 
 fn parse_record(fields: &HashMap<String, String>) -> Result<Option<Record>, MasterError> {
@@ -54,7 +70,7 @@ pub(super) async fn read_cluster(
         Err(_) => None,
     };
     let fields: HashMap<String, String> =
-        value(next_reply(&mut replies)).map_err(MasterError::from_redis)?;
+        value(next_reply(&mut replies)).map_err(record_failed(record_key))?;
     Ok((run_id, parse_record(&fields)?))
 }
 
@@ -101,8 +117,8 @@ pub(super) async fn read_vitals(
     let server: redis::InfoDict = value(next()).map_err(MasterError::from_redis)?;
     let memory: redis::InfoDict = value(next()).map_err(MasterError::from_redis)?;
     let config: redis::RedisResult<Vec<String>> = value(next());
-    let (record, now): (String, String) = value(next()).map_err(MasterError::from_redis)?;
-    let fields: HashMap<String, String> = value(next()).map_err(MasterError::from_redis)?;
+    let (record, now): (String, String) = value(next()).map_err(record_failed(record_key))?;
+    let fields: HashMap<String, String> = value(next()).map_err(record_failed(record_key))?;
     let cluster = parse_record(&fields)?;
     let run_id: String = server.get("run_id").unwrap_or_default();
     let uptime: u64 = server.get("uptime_in_seconds").unwrap_or(0);

@@ -109,9 +109,21 @@ const TOLERANCE: u64 = 2_000;
 const MUTEXES: [&str; 2] = ["lkA", "lkB"];
 const RW: &str = "rwA";
 const SEM: &str = "smA";
-/// Lease values, waiter ids and writer intents: few, so that they meet.
-const VALUES: [&str; 4] = ["val0", "val1", "val2", "val3"];
-const WAITERS: [&str; 4] = ["wtr0", "wtr1", "wtr2", "wtr3"];
+/// Lease values, waiter ids and writer intents: few, so that they meet. Values and
+/// waiter ids are shaped as the library's (a client's id, a '.', 128 random bits in hex),
+/// two clients' each, so that a script that tells them apart by their shape is caught.
+const VALUES: [&str; 4] = [
+    "4f0c2a9e-5b1d-4e7a-8c3f-1a2b3c4d5e6f.9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b",
+    "4f0c2a9e-5b1d-4e7a-8c3f-1a2b3c4d5e6f.0123456789abcdef0123456789abcdef",
+    "b7e1d3c5-a9f2-4b6d-8e0a-c2d4e6f8a0b1.5c4b3a29180706f5e4d3c2b1a0f9e8d7",
+    "b7e1d3c5-a9f2-4b6d-8e0a-c2d4e6f8a0b1.fedcba9876543210fedcba9876543210",
+];
+const WAITERS: [&str; 4] = [
+    "4f0c2a9e-5b1d-4e7a-8c3f-1a2b3c4d5e6f.a1b2c3d4e5f60718293a4b5c6d7e8f90",
+    "4f0c2a9e-5b1d-4e7a-8c3f-1a2b3c4d5e6f.1f2e3d4c5b6a79808f7e6d5c4b3a2918",
+    "b7e1d3c5-a9f2-4b6d-8e0a-c2d4e6f8a0b1.00112233445566778899aabbccddeeff",
+    "b7e1d3c5-a9f2-4b6d-8e0a-c2d4e6f8a0b1.ffeeddccbbaa99887766554433221100",
+];
 const INTENTS: [&str; 2] = ["intA", "intB"];
 /// TTLs (ms): some expire within a sequence, some outlive it.
 const TTLS: [u64; 5] = [25, 60, 150, 400, 3000];

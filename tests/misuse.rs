@@ -221,7 +221,7 @@ fn rows() -> Vec<Row> {
             "11: a stray key of another type where the cluster record goes",
             "Misconfigured",
             false,
-            "holds another type of value, not redquorum's cluster record",
+            "holds a set without expiry, which redquorum never writes there",
             |rt, m| {
                 let prefix = "misuse-stray-record:";
                 let url = m.plain.urls()[0].clone();
@@ -241,34 +241,26 @@ fn rows() -> Vec<Row> {
             },
         ),
         row(
-            "11: a stray key of another type where a lock's ticket counter goes, met by a \
-             refused attempt",
-            "Misconfigured",
-            false,
-            "remove the stray key",
+            "11: a lock taken under another key prefix where the cluster record goes",
+            "NoQuorum",
+            true,
+            "taken by a client with another key prefix (or none); retried until it is gone",
             |rt, m| {
-                let prefix = "misuse-stray-ticket:";
+                let prefix = "misuse-cross-prefix:";
                 let url = m.plain.urls()[0].clone();
-                let holder = client_of(vec![url.clone()], false)
-                    .key_prefix(prefix)
-                    .build()
-                    .unwrap();
+                let other = client_of(vec![url.clone()], false).build().unwrap();
                 let _held = rt.block_on(async {
-                    let lease = holder.acquire("misuse:stray-ticket").await.unwrap();
-                    let _: () = redis::cmd("SADD")
-                        .arg(format!("redquorum:ticket:{prefix}misuse:stray-ticket"))
-                        .arg("not a counter")
-                        .query_async(&mut raw(&url).await)
+                    other
+                        .acquire(&format!("{prefix}redquorum:cluster"))
                         .await
-                        .unwrap();
-                    lease
+                        .unwrap()
                 });
                 let client = client_of(vec![url], false)
                     .key_prefix(prefix)
-                    .retry(Retry::new().wait("3s"))
+                    .retry(Retry::new().wait("300ms"))
                     .build()
                     .unwrap();
-                acquire_in(rt, client.acquire("misuse:stray-ticket"))
+                acquire_in(rt, client.acquire("misuse:cross-prefix"))
             },
         ),
         row(

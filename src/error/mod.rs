@@ -224,24 +224,6 @@ impl MasterError {
                 until: None,
             };
         }
-        // A key of the library's own (its cluster record, a fence or ticket counter, a
-        // waiter queue, an owner record) that holds another type: a stray key under the
-        // library's names, which stays until someone removes it. The lock key itself
-        // never gets here: the scripts read it guarded and answer "another kind".
-        if err.code() == Some("WRONGTYPE") || err.to_string().contains("WRONGTYPE") {
-            return Self {
-                kind: MasterErrorKind::Misconfigured,
-                message: format!(
-                    "a key redquorum keeps beside the locks on this master (its name \
-                     contains `redquorum:`) holds another type of value ({err}): remove the \
-                     stray key, or give the lock names a key prefix of their own \
-                     (`key_prefix`)"
-                )
-                .into(),
-                source: Some(Arc::new(err)),
-                until: None,
-            };
-        }
         let kind = if err.is_connection_refusal() {
             MasterErrorKind::Refused
         } else if err.is_timeout() {

@@ -17,27 +17,55 @@ pub(super) async fn read_record(
     conn: &mut MultiplexedConnection,
     record_key: &str,
 ) -> Result<Option<Record>, MasterError> {
-    let fields: HashMap<String, String> = redis::cmd("HGETALL")
+    let fields: redis::RedisResult<HashMap<String, String>> = redis::cmd("HGETALL")
         .arg(record_key)
         .query_async(conn)
-        .await
-        .map_err(record_failed(record_key))?;
+        .await;
+    let fields: HashMap<String, String> = match fields {
+        Ok(fields) => fields,
+        Err(err) => return Err(record_failed(conn, record_key, err).await),
+    };
     parse_record(&fields)
 }
 
-/// How a read of the cluster record `record_key` failed: where the key holds another type
-/// of value, that key is named, with what to do.
-fn record_failed(record_key: &str) -> impl Fn(redis::RedisError) -> MasterError + '_ {
-    move |err| {
-        let error = MasterError::from_redis(err);
-        match error.kind() {
-            MasterErrorKind::Misconfigured => error.with_message(format!(
-                "the key {record_key:?} holds another type of value, not redquorum's cluster \
-                 record: remove it, or give the lock names a key prefix of their own \
-                 (`key_prefix`)"
-            )),
-            _ => error,
-        }
+/// The read of the cluster record `record_key` failed with `err`. Where the key holds
+/// another type of value, what it holds says what to do, and whether waiting helps: a
+/// value with an expiry is a lock (a client with another key prefix, or none, locks a name
+/// that ends where this prefix keeps its record), gone when that lock is; anything else,
+/// which nothing of redquorum's writes there, stays until someone removes it.
+async fn record_failed(
+    conn: &mut MultiplexedConnection,
+    record_key: &str,
+    err: redis::RedisError,
+) -> MasterError {
+    if err.code() != Some("WRONGTYPE") {
+        return MasterError::from_redis(err);
+    }
+    let error = MasterError::from_redis(err);
+    let probe: redis::RedisResult<(String, i64)> = redis::pipe()
+        .cmd("TYPE")
+        .arg(record_key)
+        .cmd("PTTL")
+        .arg(record_key)
+        .query_async(conn)
+        .await;
+    match probe {
+        Ok((kind, pttl)) if pttl > 0 => error.with_message(format!(
+            "the key {record_key:?}, where redquorum keeps this master's cluster record, \
+             holds a {kind} that expires in {pttl} ms: a lock under that name, taken by a \
+             client with another key prefix (or none); retried until it is gone. Give every \
+             client of these masters the same key prefix, or lock no name that ends in \
+             \"redquorum:cluster\""
+        )),
+        Ok((kind, _)) => MasterError::new(
+            MasterErrorKind::Misconfigured,
+            format!(
+                "the key {record_key:?}, where redquorum keeps this master's cluster record, \
+                 holds a {kind} without expiry, which redquorum never writes there: remove \
+                 it once nothing else uses it"
+            ),
+        ),
+        Err(_) => error,
     }
 }
 
@@ -69,8 +97,10 @@ pub(super) async fn read_cluster(
         }
         Err(_) => None,
     };
-    let fields: HashMap<String, String> =
-        value(next_reply(&mut replies)).map_err(record_failed(record_key))?;
+    let fields: HashMap<String, String> = match value(next_reply(&mut replies)) {
+        Ok(fields) => fields,
+        Err(err) => return Err(record_failed(conn, record_key, err).await),
+    };
     Ok((run_id, parse_record(&fields)?))
 }
 
@@ -117,8 +147,12 @@ pub(super) async fn read_vitals(
     let server: redis::InfoDict = value(next()).map_err(MasterError::from_redis)?;
     let memory: redis::InfoDict = value(next()).map_err(MasterError::from_redis)?;
     let config: redis::RedisResult<Vec<String>> = value(next());
-    let (record, now): (String, String) = value(next()).map_err(record_failed(record_key))?;
-    let fields: HashMap<String, String> = value(next()).map_err(record_failed(record_key))?;
+    let epoch: redis::RedisResult<(String, String)> = value(next());
+    let fields: redis::RedisResult<HashMap<String, String>> = value(next());
+    let ((record, now), fields) = match (epoch, fields) {
+        (Ok(epoch), Ok(fields)) => (epoch, fields),
+        (Err(err), _) | (_, Err(err)) => return Err(record_failed(conn, record_key, err).await),
+    };
     let cluster = parse_record(&fields)?;
     let run_id: String = server.get("run_id").unwrap_or_default();
     let uptime: u64 = server.get("uptime_in_seconds").unwrap_or(0);

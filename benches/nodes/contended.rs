@@ -144,11 +144,44 @@ impl Window {
 /// window of the median sections/s of its repeats.
 const REPEATS: usize = 3;
 
-/// The window of median sections/s among `runs` (the lower middle of an even count).
-fn median(mut runs: Vec<Window>) -> Option<Window> {
-    runs.sort_by(|a, b| a.rate().total_cmp(&b.rate()));
-    let middle = runs.len().checked_sub(1)? / 2;
-    runs.into_iter().nth(middle)
+/// The window of median sections/s among `runs` (the lower middle of an even count),
+/// among those without errors if any has none. The give-ups of the others are added to
+/// its tally (the goals count every give-up of the run), and with `count_errors` (the
+/// library's windows) their errors too; a raw ring's repeat that stopped on an error is
+/// only noted, as every other repeat with errors or give-ups is, on stderr as `label`'s.
+fn median(mut runs: Vec<Window>, label: &str, count_errors: bool) -> Option<Window> {
+    let any_clean = runs.iter().any(|r| r.tally.errors == 0);
+    runs.sort_by(|a, b| {
+        // Windows with errors last when any has none; then by sections/s.
+        (any_clean && a.tally.errors > 0)
+            .cmp(&(any_clean && b.tally.errors > 0))
+            .then(a.rate().total_cmp(&b.rate()))
+    });
+    let clean = match any_clean {
+        true => runs.iter().filter(|r| r.tally.errors == 0).count(),
+        false => runs.len(),
+    };
+    let middle = clean.checked_sub(1)? / 2;
+    let mut chosen = runs.remove(middle);
+    for other in runs {
+        if other.tally.errors > 0 || other.tally.gave_up > 0 {
+            eprintln!(
+                "  note: {label}: a repeat not shown had {} errors and {} give-ups{}",
+                other.tally.errors,
+                other.tally.gave_up,
+                other
+                    .tally
+                    .first_error
+                    .as_deref()
+                    .map_or(String::new(), |e| format!(" (the first error: {e})")),
+            );
+        }
+        chosen.tally.gave_up += other.tally.gave_up;
+        if count_errors {
+            chosen.tally.errors += other.tally.errors;
+        }
+    }
+    Some(chosen)
 }
 
 /// What the windows of one N are judged against: the round trips and the section alone.
@@ -251,7 +284,11 @@ pub(crate) async fn run(
         }
         let mut mechanism = None;
         for (mode, runs) in ring::Mode::ALL.iter().zip(ring_runs) {
-            let Some(ring) = median(runs) else {
+            let Some(ring) = median(
+                runs,
+                &format!("N={n}, hold {} ms, {}", hold.as_millis(), mode.label()),
+                false,
+            ) else {
                 continue;
             };
             let [sections, hand_off, held] = ring_rows(n, hold, *mode, &ring, (limit, &limits.rtt));
@@ -267,7 +304,8 @@ pub(crate) async fn run(
             continue;
         };
         let against = (limit, &limits.rtt, &mechanism);
-        if let Some(measured) = median(hand_off_runs) {
+        let label = format!("N={n}, {}", condition(hold, Waiting::HandOff));
+        if let Some(measured) = median(hand_off_runs, &label, true) {
             library_rows.extend(window_rows(n, (hold, Waiting::HandOff), &measured, against));
         }
         for (_, waiting) in plan

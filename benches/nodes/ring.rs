@@ -314,30 +314,10 @@ pub(crate) async fn window(
             // Every client but the holder queued, in the ring's order, by the library's
             // registration.
             for c in 1..CONTENDERS {
-                let _: redis::Value = redis::cmd("EVALSHA")
-                    .arg(&queue_sha)
-                    .arg(6)
-                    .arg(LIB_CLUSTER_RECORD)
-                    .arg(&*key)
-                    .arg(lib_queue(&key))
-                    .arg(lib_ticket(&key))
-                    .arg(format!(
-                        "{}{}",
-                        lib_waiter_prefix(&key),
-                        lib_id(c, 0, false)
-                    ))
-                    .arg(lib_owner(&key))
-                    .arg(LIB_EPOCH)
-                    .arg("")
-                    .arg(lib_id(c, 0, false))
-                    .arg(c)
-                    .arg("0")
-                    .arg(HELD_MS)
-                    .arg(channel_of(mode, &key, c))
-                    .arg("0")
-                    .arg(lib_waiter_prefix(&key))
-                    .query_async(&mut conn)
-                    .await?;
+                let mut cmd = redis::cmd("EVALSHA");
+                let me = (&*lib_id(c, 0, false), c as u64);
+                lib_enqueue(&mut cmd, &queue_sha, &key, c, me);
+                let _: redis::Value = cmd.query_async(&mut conn).await?;
             }
         }
     }
@@ -419,6 +399,29 @@ fn lib_owner(key: &str) -> String {
 }
 fn lib_waiter_prefix(key: &str) -> String {
     format!("redquorum:waiter:{key}:")
+}
+
+/// With the library's scripts: the arguments of `enqueue.lua` (its SHA `sha`) for ring
+/// client `c`, waiting as `waiter` with the ticket `score`, on lock `key`, as the
+/// library's unfair registration sends them (`src/scripts/queue.rs`).
+fn lib_enqueue(cmd: &mut redis::Cmd, sha: &str, key: &str, c: usize, (waiter, score): (&str, u64)) {
+    cmd.arg(sha)
+        .arg(6)
+        .arg(LIB_CLUSTER_RECORD)
+        .arg(key)
+        .arg(lib_queue(key))
+        .arg(lib_ticket(key))
+        .arg(format!("{}{waiter}", lib_waiter_prefix(key)))
+        .arg(lib_owner(key))
+        .arg(LIB_EPOCH)
+        .arg("")
+        .arg(waiter)
+        .arg(score)
+        .arg("0")
+        .arg(HELD_MS)
+        .arg(channel_of(Mode::Scripts, key, c))
+        .arg("0")
+        .arg(lib_waiter_prefix(key));
 }
 
 /// With the library's scripts: client `c`'s tag, as long as the library's client id.
@@ -656,23 +659,8 @@ impl Client {
                 let ticket = CONTENDERS as u64 + self.turns.tickets.fetch_add(1, Ordering::SeqCst);
                 waiting_as = lib_id(self.me, turn, false);
                 let queued = fan_out(&member.conns, Enough::Replies(self.n), |cmd| {
-                    cmd.arg(&self.queue_sha)
-                        .arg(6)
-                        .arg(LIB_CLUSTER_RECORD)
-                        .arg(&*self.key)
-                        .arg(lib_queue(&self.key))
-                        .arg(lib_ticket(&self.key))
-                        .arg(format!("{}{waiting_as}", lib_waiter_prefix(&self.key)))
-                        .arg(lib_owner(&self.key))
-                        .arg(LIB_EPOCH)
-                        .arg("")
-                        .arg(&waiting_as)
-                        .arg(ticket)
-                        .arg("0")
-                        .arg(HELD_MS)
-                        .arg(channel_of(self.mode, &self.key, self.me))
-                        .arg("0")
-                        .arg(lib_waiter_prefix(&self.key));
+                    let me = (&*waiting_as, ticket);
+                    lib_enqueue(cmd, &self.queue_sha, &self.key, self.me, me);
                 })
                 .await;
                 if let Err(e) = queued {

@@ -53,9 +53,8 @@ async fn record_failed(
         Ok((kind, pttl)) if pttl > 0 => error.with_message(format!(
             "the key {record_key:?}, where redquorum keeps this master's cluster record, \
              holds a {kind} that expires in {pttl} ms: a lock under that name, taken by a \
-             client with another key prefix (or none); retried until it is gone. Give every \
-             client of these masters the same key prefix, or lock no name that ends in \
-             \"redquorum:cluster\""
+             client with another key prefix (or none); retried until it is gone. Lock no \
+             name that ends in \"redquorum:cluster\""
         )),
         Ok((kind, _)) => MasterError::new(
             MasterErrorKind::Misconfigured,

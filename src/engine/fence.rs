@@ -108,8 +108,9 @@ pub(crate) async fn write_back(
 }
 
 /// Why no later write-back round can reach a quorum, from a round's `outcomes`: too many
-/// masters no longer hold this acquisition, or are unfit for tokens (not durable), or
-/// both together, since neither kind can ever count. `None` while a round may still help.
+/// masters no longer hold this acquisition, or are unfit for tokens (not durable, or
+/// misconfigured otherwise: each master's error says how), or both together, since
+/// neither kind can ever count. `None` while a round may still help.
 fn beyond_reach(inner: &Inner, outcomes: &[MasterOutcome], resource: &str) -> Option<Error> {
     let spare = inner.masters.len() - inner.quorum();
     let count = |f: fn(&MasterOutcome) -> bool| outcomes.iter().filter(|o| f(o)).count();
@@ -125,9 +126,9 @@ fn beyond_reach(inner: &Inner, outcomes: &[MasterOutcome], resource: &str) -> Op
     );
     if unfit > spare {
         return Some(Error::new(ErrorKind::Misconfigured, resource).with_detail(
-            "fencing tokens need durable masters (appendonly yes, appendfsync always) \
-                 that never lost data, and too few are: make the masters durable, or \
-                 acquire without fencing",
+            "too few masters are fit to confirm a fencing token, each for the reason given \
+             with it: tokens need durable masters (appendonly yes, appendfsync always) that \
+             never lost data; fix those masters, or acquire without fencing",
         ));
     }
     (held_elsewhere + unfit > spare).then(|| {

@@ -781,33 +781,30 @@ impl Client {
                 "a confirm was granted by {granted} masters, not a quorum"
             ));
         }
-        let dequeue = |i: usize| {
-            let mut conn = member.conns[i].clone();
-            let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(&self.dequeue_sha)
-                .arg(3)
-                .arg(&*self.key)
-                .arg(lib_queue(&self.key))
-                .arg(format!("{}{waiter}", lib_waiter_prefix(&self.key)))
-                .arg(waiter)
-                .arg(format!("redquorum:released:{}", self.key))
-                .arg(lib_waiter_prefix(&self.key));
-            async move {
-                let _ = cmd.query_async::<redis::Value>(&mut conn).await;
-            }
-        };
-        let now: Vec<_> = refused.into_iter().map(dequeue).collect();
-        let later: Vec<_> = (0..member.conns.len()).map(dequeue).collect();
+        // The same request to every master that did not grant.
+        let mut leave = redis::cmd("EVALSHA");
+        leave
+            .arg(&self.dequeue_sha)
+            .arg(3)
+            .arg(&*self.key)
+            .arg(lib_queue(&self.key))
+            .arg(format!("{}{waiter}", lib_waiter_prefix(&self.key)))
+            .arg(waiter)
+            .arg(format!("redquorum:released:{}", self.key))
+            .arg(lib_waiter_prefix(&self.key));
+        let conns = member.conns.clone();
         tokio::spawn(async move {
+            let dequeue = |i: usize| {
+                let (leave, mut conn) = (&leave, conns[i].clone());
+                async move {
+                    let _ = leave.query_async::<redis::Value>(&mut conn).await;
+                }
+            };
             let work = async {
-                futures::future::join_all(now).await;
-                let mut later: Vec<_> = later.into_iter().map(Some).collect();
+                futures::future::join_all(refused.into_iter().map(dequeue)).await;
                 while let Some((i, answer)) = pending.next().await {
-                    let granted = matches!(&answer, Ok(reply) if lib_granted(reply));
-                    if let (false, Some(Some(leave))) =
-                        (granted, later.get_mut(i).map(Option::take))
-                    {
-                        leave.await;
+                    if !matches!(&answer, Ok(reply) if lib_granted(reply)) {
+                        dequeue(i).await;
                     }
                 }
             };

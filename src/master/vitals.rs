@@ -17,30 +17,30 @@ pub(super) async fn read_record(
     conn: &mut MultiplexedConnection,
     record_key: &str,
 ) -> Result<Option<Record>, MasterError> {
-    let fields: redis::RedisResult<HashMap<String, String>> = redis::cmd("HGETALL")
+    let fields = redis::cmd("HGETALL")
         .arg(record_key)
         .query_async(conn)
         .await;
-    let fields: HashMap<String, String> = match fields {
-        Ok(fields) => fields,
-        Err(err) => return Err(record_failed(conn, record_key, err).await),
-    };
+    let fields: HashMap<String, String> = record_read(conn, record_key, fields).await?;
     parse_record(&fields)
 }
 
-/// The read of the cluster record `record_key` failed with `err`. Where the key holds
-/// another type of value, what it holds says what to do, and whether waiting helps: a
-/// value with an expiry is a lock (a client with another key prefix, or none, locks a name
-/// that ends where this prefix keeps its record), gone when that lock is; anything else,
-/// which nothing of redquorum's writes there, stays until someone removes it.
-async fn record_failed(
+/// A read of the cluster record `record_key` (or of the data epoch it holds), as its
+/// error if it failed. Where the key holds another type of value, what it holds says what
+/// to do, and whether waiting helps: a value with an expiry is a lock (a client with
+/// another key prefix, or none, locks a name that ends where this prefix keeps its
+/// record), gone when that lock is; anything else, which nothing of redquorum's writes
+/// there, stays until someone removes it.
+async fn record_read<T>(
     conn: &mut MultiplexedConnection,
     record_key: &str,
-    err: redis::RedisError,
-) -> MasterError {
-    if err.code() != Some("WRONGTYPE") {
-        return MasterError::from_redis(err);
-    }
+    read: redis::RedisResult<T>,
+) -> Result<T, MasterError> {
+    let err = match read {
+        Ok(read) => return Ok(read),
+        Err(err) if err.code() == Some("WRONGTYPE") => err,
+        Err(err) => return Err(MasterError::from_redis(err)),
+    };
     let error = MasterError::from_redis(err);
     let probe: redis::RedisResult<(String, i64)> = redis::pipe()
         .cmd("TYPE")
@@ -49,7 +49,7 @@ async fn record_failed(
         .arg(record_key)
         .query_async(conn)
         .await;
-    match probe {
+    Err(match probe {
         Ok((kind, pttl)) if pttl > 0 => error.with_message(format!(
             "the key {record_key:?}, where redquorum keeps this master's cluster record, \
              holds a {kind} that expires in {pttl} ms: a lock under that name, taken by a \
@@ -65,7 +65,7 @@ async fn record_failed(
             ),
         ),
         Err(_) => error,
-    }
+    })
 }
 
 fn parse_record(fields: &HashMap<String, String>) -> Result<Option<Record>, MasterError> {
@@ -96,10 +96,8 @@ pub(super) async fn read_cluster(
         }
         Err(_) => None,
     };
-    let fields: HashMap<String, String> = match value(next_reply(&mut replies)) {
-        Ok(fields) => fields,
-        Err(err) => return Err(record_failed(conn, record_key, err).await),
-    };
+    let fields: HashMap<String, String> =
+        record_read(conn, record_key, value(next_reply(&mut replies))).await?;
     Ok((run_id, parse_record(&fields)?))
 }
 
@@ -146,12 +144,8 @@ pub(super) async fn read_vitals(
     let server: redis::InfoDict = value(next()).map_err(MasterError::from_redis)?;
     let memory: redis::InfoDict = value(next()).map_err(MasterError::from_redis)?;
     let config: redis::RedisResult<Vec<String>> = value(next());
-    let epoch: redis::RedisResult<(String, String)> = value(next());
-    let fields: redis::RedisResult<HashMap<String, String>> = value(next());
-    let ((record, now), fields) = match (epoch, fields) {
-        (Ok(epoch), Ok(fields)) => (epoch, fields),
-        (Err(err), _) | (_, Err(err)) => return Err(record_failed(conn, record_key, err).await),
-    };
+    let (record, now): (String, String) = record_read(conn, record_key, value(next())).await?;
+    let fields: HashMap<String, String> = record_read(conn, record_key, value(next())).await?;
     let cluster = parse_record(&fields)?;
     let run_id: String = server.get("run_id").unwrap_or_default();
     let uptime: u64 = server.get("uptime_in_seconds").unwrap_or(0);

@@ -1,7 +1,7 @@
 //! The uncontended scenario: one client on a fresh resource each time, with the raw
 //! single-master baseline and the raw quorum fan-out (the limit) in interleaved blocks.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
@@ -79,41 +79,84 @@ const GUARDED_RECORD: &str = "redquorum:bench-record";
 /// record, with restart quarantine off and no fencing, on a connection that knows its
 /// holder record outlives the lock (the common case: the holder's fields empty). (The
 /// first call on a master writes its data epoch, as the library's first acquire does.)
-fn acquire_script(key: &str) -> redis::ScriptInvocation<'static> {
+fn acquire_script(key: &str) -> Call {
     // The preamble's slots first (the cluster record, which holds the data epoch, the
     // epoch id, the fingerprint), then the script's own.
-    let mut call = ACQUIRE.key("redquorum:cluster");
-    call.key(key)
-        .key(format!("redquorum:fence:{key}"))
-        .key(format!("redquorum:owner:{key}"))
-        .key(format!("redquorum:ticket:{key}"))
-        .key("redquorum:holder:bench-client")
-        .arg("bench-epoch")
-        .arg("")
-        .arg(RAW_VALUE)
-        .arg(10_000)
-        .arg("0")
-        .arg("")
-        .arg("")
-        .arg("")
-        .arg("");
-    call
+    let (fence, owner) = (
+        format!("redquorum:fence:{key}"),
+        format!("redquorum:owner:{key}"),
+    );
+    let ticket = format!("redquorum:ticket:{key}");
+    let keys = ["redquorum:cluster", key, &fence, &owner, &ticket];
+    Call::new(
+        &ACQUIRE,
+        &[&keys[..], &["redquorum:holder:bench-client"]].concat(),
+        &["bench-epoch", "", RAW_VALUE, TTL_MS, "0", "", "", "", ""],
+    )
 }
 
 /// `release.lua` of `key` holding the raw value, as the library sends it: the lock key, its
 /// waiter queue (none here: the release notice is published), its owner record (none: a
 /// lock keeps none) and its ticket counter, then the value, the notice's channel, the
 /// prefix of the waiters' liveness keys and the mark of a plain lock's lease value.
-fn release_script(key: &str) -> redis::ScriptInvocation<'static> {
-    let mut call = RELEASE.key(key);
-    call.key(format!("redquorum:queue:{key}"))
-        .key(format!("redquorum:owner:{key}"))
-        .key(format!("redquorum:ticket:{key}"))
-        .arg(RAW_VALUE)
-        .arg(format!("redquorum:released:{key}"))
-        .arg(format!("redquorum:waiter:{key}:"))
-        .arg("1");
-    call
+fn release_script(key: &str) -> Call {
+    let (queue, owner) = (
+        format!("redquorum:queue:{key}"),
+        format!("redquorum:owner:{key}"),
+    );
+    let ticket = format!("redquorum:ticket:{key}");
+    let (channel, waiters) = (
+        format!("redquorum:released:{key}"),
+        format!("redquorum:waiter:{key}:"),
+    );
+    Call::new(
+        &RELEASE,
+        &[key, &queue, &owner, &ticket],
+        &[RAW_VALUE, &channel, &waiters, "1"],
+    )
+}
+
+/// The TTL the raw scripts set, in milliseconds.
+const TTL_MS: &str = "10000";
+
+/// One round's `EVALSHA` of a raw script, built once and sent to every master as it is,
+/// as the library builds each round's request once: so that the raw fan-outs time what
+/// a script costs on the wire and on the masters, not a build per master. A master
+/// without the script answers `NOSCRIPT`, and is sent it first (as `invoke_async`
+/// does).
+#[derive(Clone)]
+struct Call {
+    script: &'static redis::Script,
+    evalsha: Arc<redis::Cmd>,
+}
+
+impl Call {
+    fn new(script: &'static redis::Script, keys: &[&str], args: &[&str]) -> Self {
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha
+            .arg(script.get_hash())
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args);
+        Self {
+            script,
+            evalsha: Arc::new(evalsha),
+        }
+    }
+
+    /// Runs the call on `conn`.
+    async fn run<T: redis::FromRedisValue>(
+        self,
+        mut conn: MultiplexedConnection,
+    ) -> redis::RedisResult<T> {
+        match self.evalsha.query_async(&mut conn).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.script.load_async(&mut conn).await?;
+                self.evalsha.query_async(&mut conn).await
+            }
+            answer => answer,
+        }
+    }
 }
 
 /// Awaits the calls in `pending` until `need` of them answered as `counts` accepts, then
@@ -169,11 +212,11 @@ async fn fan_out_block(
     for _ in 0..count {
         let key = keys.fresh();
         let t0 = Instant::now();
+        let set_nx = Arc::new(set_nx(&key));
         let calls: Vec<_> = conns
             .iter()
             .map(|conn| {
-                let mut conn = conn.clone();
-                let cmd = set_nx(&key);
+                let (mut conn, cmd) = (conn.clone(), Arc::clone(&set_nx));
                 async move { cmd.query_async::<Option<String>>(&mut conn).await }
             })
             .collect();
@@ -186,13 +229,10 @@ async fn fan_out_block(
         };
 
         let t1 = Instant::now();
+        let call = release_script(&key);
         let calls: Vec<_> = conns
             .iter()
-            .map(|conn| {
-                let mut conn = conn.clone();
-                let call = release_script(&key);
-                async move { call.invoke_async::<i64>(&mut conn).await }
-            })
+            .map(|conn| call.clone().run::<i64>(conn.clone()))
             .collect();
         match until_counted(calls, n - quorum + 1, t1, |_| Ok(())).await {
             Ok(t_release) => {
@@ -230,13 +270,10 @@ async fn script_fan_out(conns: &[MultiplexedConnection], key: &str) -> Result<Du
     let n = conns.len();
     let quorum = n / 2 + 1;
     let t0 = Instant::now();
+    let call = acquire_script(key);
     let mut pending: FuturesUnordered<_> = conns
         .iter()
-        .map(|conn| {
-            let mut conn = conn.clone();
-            let call = acquire_script(key);
-            async move { call.invoke_async::<redis::Value>(&mut conn).await }
-        })
+        .map(|conn| call.clone().run::<redis::Value>(conn.clone()))
         .collect();
     let mut granted = 0;
     let mut failed = None;
@@ -254,13 +291,10 @@ async fn script_fan_out(conns: &[MultiplexedConnection], key: &str) -> Result<Du
     }
     let took = t0.elapsed();
     drop(pending);
+    let call = release_script(key);
     let mut releases: FuturesUnordered<_> = conns
         .iter()
-        .map(|conn| {
-            let mut conn = conn.clone();
-            let call = release_script(key);
-            async move { call.invoke_async::<i64>(&mut conn).await }
-        })
+        .map(|conn| call.clone().run::<i64>(conn.clone()))
         .collect();
     for _ in 0..n - quorum + 1 {
         if let Some(Err(e)) = releases.next().await {
@@ -287,35 +321,27 @@ enum Floor {
 impl Floor {
     /// The acquiring script's call for `key`, whose reply's first element (or the reply
     /// itself) is the `SET`'s.
-    fn set(self, key: &str) -> redis::ScriptInvocation<'static> {
+    fn set(self, key: &str) -> Call {
         match self {
-            Floor::Bare => {
-                let mut call = SET_SCRIPT.key(key);
-                call.arg(RAW_VALUE).arg(10_000);
-                call
-            }
-            Floor::Guarded => {
-                let mut call = GUARDED_SET.key(GUARDED_RECORD);
-                call.key(key).arg(RAW_VALUE).arg(10_000).arg("");
-                call
-            }
+            Floor::Bare => Call::new(&SET_SCRIPT, &[key], &[RAW_VALUE, TTL_MS]),
+            Floor::Guarded => Call::new(
+                &GUARDED_SET,
+                &[GUARDED_RECORD, key],
+                &[RAW_VALUE, TTL_MS, ""],
+            ),
         }
     }
 
     /// The releasing script's call for `key`.
-    fn release(self, key: &str) -> redis::ScriptInvocation<'static> {
+    fn release(self, key: &str) -> Call {
         match self {
-            Floor::Bare => {
-                let mut call = CAD_SCRIPT.key(key);
-                call.arg(RAW_VALUE);
-                call
-            }
+            Floor::Bare => Call::new(&CAD_SCRIPT, &[key], &[RAW_VALUE]),
             Floor::Guarded => {
-                let mut call = GUARDED_RELEASE.key(key);
-                call.key(format!("redquorum:queue:{key}"))
-                    .arg(RAW_VALUE)
-                    .arg(format!("redquorum:released:{key}"));
-                call
+                let (queue, channel) = (
+                    format!("redquorum:queue:{key}"),
+                    format!("redquorum:released:{key}"),
+                );
+                Call::new(&GUARDED_RELEASE, &[key, &queue], &[RAW_VALUE, &channel])
             }
         }
     }
@@ -346,13 +372,10 @@ async fn floor_block(
     for _ in 0..count {
         let key = keys.fresh();
         let t0 = Instant::now();
+        let call = floor.set(&key);
         let calls: Vec<_> = conns
             .iter()
-            .map(|conn| {
-                let mut conn = conn.clone();
-                let call = floor.set(&key);
-                async move { call.invoke_async::<redis::Value>(&mut conn).await }
-            })
+            .map(|conn| call.clone().run::<redis::Value>(conn.clone()))
             .collect();
         let t_set = match until_counted(calls, quorum, t0, script_set).await {
             Ok(t) => t,
@@ -362,13 +385,10 @@ async fn floor_block(
             }
         };
         let t1 = Instant::now();
+        let call = floor.release(&key);
         let calls: Vec<_> = conns
             .iter()
-            .map(|conn| {
-                let mut conn = conn.clone();
-                let call = floor.release(&key);
-                async move { call.invoke_async::<i64>(&mut conn).await }
-            })
+            .map(|conn| call.clone().run::<i64>(conn.clone()))
             .collect();
         match until_counted(calls, n - quorum + 1, t1, |_| Ok(())).await {
             Ok(t_cad) => {

@@ -728,34 +728,36 @@ impl Client {
         waiter: &str,
         quorum: usize,
     ) -> Result<(), String> {
+        // Built once for every master, as the library builds a round's request.
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.confirm_sha)
+            .arg(7)
+            .arg(LIB_CLUSTER_RECORD)
+            .arg(&*self.key)
+            .arg(format!("redquorum:fence:{}", self.key))
+            .arg(lib_owner(&self.key))
+            .arg(lib_queue(&self.key))
+            .arg(lib_ticket(&self.key))
+            .arg(format!("redquorum:holder:{}", lib_client(self.me)))
+            .arg(LIB_EPOCH)
+            .arg("")
+            .arg(current)
+            .arg(HELD_MS)
+            .arg("0")
+            .arg("")
+            .arg("")
+            .arg("")
+            .arg("")
+            .arg(waiter)
+            .arg("0")
+            .arg(lib_waiter_prefix(&self.key));
+        let confirm = std::sync::Arc::new(cmd);
         let mut pending: FuturesUnordered<_> = member
             .conns
             .iter()
             .enumerate()
             .map(|(i, conn)| {
-                let mut conn = conn.clone();
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(&self.confirm_sha)
-                    .arg(7)
-                    .arg(LIB_CLUSTER_RECORD)
-                    .arg(&*self.key)
-                    .arg(format!("redquorum:fence:{}", self.key))
-                    .arg(lib_owner(&self.key))
-                    .arg(lib_queue(&self.key))
-                    .arg(lib_ticket(&self.key))
-                    .arg(format!("redquorum:holder:{}", lib_client(self.me)))
-                    .arg(LIB_EPOCH)
-                    .arg("")
-                    .arg(current)
-                    .arg(HELD_MS)
-                    .arg("0")
-                    .arg("")
-                    .arg("")
-                    .arg("")
-                    .arg("")
-                    .arg(waiter)
-                    .arg("0")
-                    .arg(lib_waiter_prefix(&self.key));
+                let (mut conn, cmd) = (conn.clone(), std::sync::Arc::clone(&confirm));
                 async move { (i, cmd.query_async::<redis::Value>(&mut conn).await) }
             })
             .collect();
@@ -886,22 +888,23 @@ enum Enough {
     Grants(usize),
 }
 
-/// Sends `EVALSHA` (its arguments added by `args`) to every master at once and reads
-/// replies until `enough`; the requests still pending then are driven to their end by a
-/// task of their own, as the library's rounds do (dropped, a request not yet handed to
-/// its connection would never reach its master). Returns how many of the replies read
-/// were 1.
+/// Sends `EVALSHA` (its arguments added by `args`) to every master at once, built once
+/// for all of them as the library builds a round's request, and reads replies until
+/// `enough`; the requests still pending then are driven to their end by a task of their
+/// own, as the library's rounds do (dropped, a request not yet handed to its connection
+/// would never reach its master). Returns how many of the replies read were 1.
 async fn fan_out(
     conns: &[MultiplexedConnection],
     enough: Enough,
-    args: impl Fn(&mut redis::Cmd),
+    args: impl FnOnce(&mut redis::Cmd),
 ) -> Result<usize, String> {
+    let mut evalsha = redis::cmd("EVALSHA");
+    args(&mut evalsha);
+    let evalsha = std::sync::Arc::new(evalsha);
     let mut pending: FuturesUnordered<_> = conns
         .iter()
         .map(|conn| {
-            let mut conn = conn.clone();
-            let mut cmd = redis::cmd("EVALSHA");
-            args(&mut cmd);
+            let (mut conn, cmd) = (conn.clone(), std::sync::Arc::clone(&evalsha));
             async move { cmd.query_async::<redis::Value>(&mut conn).await }
         })
         .collect();

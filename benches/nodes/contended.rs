@@ -449,11 +449,11 @@ async fn limits(n: usize, raw: &[MultiplexedConnection], results: &Results) -> O
         let key = keys.fresh();
         let t0 = Instant::now();
         // Built once for every master, as the raw fan-out of the uncontended scenario.
-        let set = std::sync::Arc::new(set_nx(&key));
+        let set = Arc::new(set_nx(&key));
         let mut pending: futures::stream::FuturesUnordered<_> = raw
             .iter()
             .map(|conn| {
-                let (mut conn, cmd) = (conn.clone(), std::sync::Arc::clone(&set));
+                let (mut conn, cmd) = (conn.clone(), Arc::clone(&set));
                 async move { cmd.query_async::<Option<String>>(&mut conn).await }
             })
             .collect();

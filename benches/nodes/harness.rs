@@ -18,6 +18,12 @@ pub(crate) type Outcome<T> = Result<T, BoxError>;
 
 /// The TTL of every key the harness sets: far longer than any measurement needs.
 const TTL: Duration = Duration::from_secs(10);
+/// [`TTL`] in milliseconds, as the raw scripts are sent it.
+pub(crate) const TTL_MS: &str = "10000";
+const _: () = assert!(
+    TTL.as_millis() == 10_000,
+    "TTL_MS must be TTL in milliseconds"
+);
 /// The value of the raw baseline's keys (the library uses 32 random hex digits, too).
 pub(crate) const RAW_VALUE: &str = "0123456789abcdef0123456789abcdef";
 /// Interleaved measurement blocks: this many operations each.

@@ -316,7 +316,7 @@ pub(crate) async fn window(
             for c in 1..CONTENDERS {
                 let mut cmd = redis::cmd("EVALSHA");
                 let me = (&*lib_id(c, 0, false), c as u64);
-                lib_enqueue(&mut cmd, &queue_sha, &key, c, me);
+                lib_enqueue(&mut cmd, &queue_sha, &key, (c, 0), me);
                 let _: redis::Value = cmd.query_async(&mut conn).await?;
             }
         }
@@ -387,7 +387,11 @@ fn channel_of(mode: Mode, key: &str, c: usize) -> String {
 /// fingerprint, the id of a new epoch, and the keys of one lock's queue, as the library
 /// names them (`src/scripts/keys.rs`).
 const LIB_CLUSTER_RECORD: &str = "redquorum:cluster";
-const LIB_EPOCH: &str = "bench-epoch";
+/// The id for a new data epoch that master `i` is sent, a fresh one per master as the
+/// library's (which also draws a random number per round).
+fn lib_epoch(i: usize) -> String {
+    format!("{i:016x}")
+}
 fn lib_queue(key: &str) -> String {
     format!("redquorum:queue:{key}")
 }
@@ -404,7 +408,13 @@ fn lib_waiter_prefix(key: &str) -> String {
 /// With the library's scripts: the arguments of `enqueue.lua` (its SHA `sha`) for ring
 /// client `c`, waiting as `waiter` with the ticket `score`, on lock `key`, as the
 /// library's unfair registration sends them (`src/scripts/queue.rs`).
-fn lib_enqueue(cmd: &mut redis::Cmd, sha: &str, key: &str, c: usize, (waiter, score): (&str, u64)) {
+fn lib_enqueue(
+    cmd: &mut redis::Cmd,
+    sha: &str,
+    key: &str,
+    (c, master): (usize, usize),
+    (waiter, score): (&str, u64),
+) {
     cmd.arg(sha)
         .arg(6)
         .arg(LIB_CLUSTER_RECORD)
@@ -413,7 +423,7 @@ fn lib_enqueue(cmd: &mut redis::Cmd, sha: &str, key: &str, c: usize, (waiter, sc
         .arg(lib_ticket(key))
         .arg(format!("{}{waiter}", lib_waiter_prefix(key)))
         .arg(lib_owner(key))
-        .arg(LIB_EPOCH)
+        .arg(lib_epoch(master))
         .arg("")
         .arg(waiter)
         .arg(score)
@@ -636,16 +646,21 @@ impl Client {
                 // path, as the library's waiter registers after its refused attempt.
                 let ticket = CONTENDERS as u64 + self.turns.tickets.fetch_add(1, Ordering::SeqCst);
                 let me = waiter(&self.key, self.me);
-                let queued = fan_out(&member.conns, Enough::Replies(self.n), |cmd| {
-                    cmd.arg(&self.queue_sha)
-                        .arg(1)
-                        .arg(queue_of(&self.key))
-                        .arg(&me)
-                        .arg(ticket)
-                        .arg(live_prefix(&self.key))
-                        .arg(channel(&self.key, self.me))
-                        .arg(HELD_MS);
-                })
+                let queued = fan_out(
+                    &member.conns,
+                    Enough::Replies(self.n),
+                    Build::Once,
+                    |cmd, _| {
+                        cmd.arg(&self.queue_sha)
+                            .arg(1)
+                            .arg(queue_of(&self.key))
+                            .arg(&me)
+                            .arg(ticket)
+                            .arg(live_prefix(&self.key))
+                            .arg(channel(&self.key, self.me))
+                            .arg(HELD_MS);
+                    },
+                )
                 .await;
                 if let Err(e) = queued {
                     tally.errors += 1;
@@ -658,10 +673,15 @@ impl Client {
                 // waiters already there, by the library's registration.
                 let ticket = CONTENDERS as u64 + self.turns.tickets.fetch_add(1, Ordering::SeqCst);
                 waiting_as = lib_id(self.me, turn, false);
-                let queued = fan_out(&member.conns, Enough::Replies(self.n), |cmd| {
-                    let me = (&*waiting_as, ticket);
-                    lib_enqueue(cmd, &self.queue_sha, &self.key, self.me, me);
-                })
+                let queued = fan_out(
+                    &member.conns,
+                    Enough::Replies(self.n),
+                    Build::PerMaster,
+                    |cmd, i| {
+                        let me = (&*waiting_as, ticket);
+                        lib_enqueue(cmd, &self.queue_sha, &self.key, (self.me, i), me);
+                    },
+                )
                 .await;
                 if let Err(e) = queued {
                     tally.errors += 1;
@@ -676,13 +696,18 @@ impl Client {
                 let stamp = turn as u64;
                 stamps.insert(stamp, Instant::now());
                 let record = record_of(&self.key, self.me);
-                let registered = fan_out(&member.conns, Enough::Replies(self.n), |cmd| {
-                    cmd.arg(&self.confirm_sha)
-                        .arg(1)
-                        .arg(&record)
-                        .arg(&current)
-                        .arg(stamp);
-                })
+                let registered = fan_out(
+                    &member.conns,
+                    Enough::Replies(self.n),
+                    Build::Once,
+                    |cmd, _| {
+                        cmd.arg(&self.confirm_sha)
+                            .arg(1)
+                            .arg(&record)
+                            .arg(&current)
+                            .arg(stamp);
+                    },
+                )
                 .await;
                 if let Err(e) = registered {
                     tally.errors += 1;
@@ -697,16 +722,21 @@ impl Client {
     /// Confirm: the round a handed waiter runs from its own start, at its quorum-th grant.
     async fn confirm(&self, member: &Member, current: &str, quorum: usize) -> Result<(), String> {
         let me = waiter(&self.key, self.me);
-        let granted = fan_out(&member.conns, Enough::Grants(quorum), |cmd| {
-            cmd.arg(&self.confirm_sha)
-                .arg(2)
-                .arg(&*self.key)
-                .arg(queue_of(&self.key))
-                .arg(current)
-                .arg(&me)
-                .arg(HELD_MS)
-                .arg(live_prefix(&self.key));
-        })
+        let granted = fan_out(
+            &member.conns,
+            Enough::Grants(quorum),
+            Build::Once,
+            |cmd, _| {
+                cmd.arg(&self.confirm_sha)
+                    .arg(2)
+                    .arg(&*self.key)
+                    .arg(queue_of(&self.key))
+                    .arg(current)
+                    .arg(&me)
+                    .arg(HELD_MS)
+                    .arg(live_prefix(&self.key));
+            },
+        )
         .await?;
         match granted >= quorum {
             true => Ok(()),
@@ -728,36 +758,49 @@ impl Client {
         waiter: &str,
         quorum: usize,
     ) -> Result<(), String> {
-        // Built once for every master, as the library builds a round's request.
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(&self.confirm_sha)
-            .arg(7)
-            .arg(LIB_CLUSTER_RECORD)
-            .arg(&*self.key)
-            .arg(format!("redquorum:fence:{}", self.key))
-            .arg(lib_owner(&self.key))
-            .arg(lib_queue(&self.key))
-            .arg(lib_ticket(&self.key))
-            .arg(format!("redquorum:holder:{}", lib_client(self.me)))
-            .arg(LIB_EPOCH)
-            .arg("")
-            .arg(current)
-            .arg(HELD_MS)
-            .arg("0")
-            .arg("")
-            .arg("")
-            .arg("")
-            .arg("")
-            .arg(waiter)
-            .arg("0")
-            .arg(lib_waiter_prefix(&self.key));
-        let confirm = std::sync::Arc::new(cmd);
+        // Built for each master, with its own id for a data epoch, as the library builds
+        // the scripts that may start one.
+        let (fence, holder) = (
+            format!("redquorum:fence:{}", self.key),
+            format!("redquorum:holder:{}", lib_client(self.me)),
+        );
+        let (owner, queue, ticket) = (
+            lib_owner(&self.key),
+            lib_queue(&self.key),
+            lib_ticket(&self.key),
+        );
+        let waiters = lib_waiter_prefix(&self.key);
+        let confirm = |i: usize| {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(&self.confirm_sha)
+                .arg(7)
+                .arg(LIB_CLUSTER_RECORD)
+                .arg(&*self.key)
+                .arg(&fence)
+                .arg(&owner)
+                .arg(&queue)
+                .arg(&ticket)
+                .arg(&holder)
+                .arg(lib_epoch(i))
+                .arg("")
+                .arg(current)
+                .arg(HELD_MS)
+                .arg("0")
+                .arg("")
+                .arg("")
+                .arg("")
+                .arg("")
+                .arg(waiter)
+                .arg("0")
+                .arg(&waiters);
+            cmd
+        };
         let mut pending: FuturesUnordered<_> = member
             .conns
             .iter()
             .enumerate()
             .map(|(i, conn)| {
-                let (mut conn, cmd) = (conn.clone(), std::sync::Arc::clone(&confirm));
+                let (mut conn, cmd) = (conn.clone(), confirm(i));
                 async move { (i, cmd.query_async::<redis::Value>(&mut conn).await) }
             })
             .collect();
@@ -830,7 +873,7 @@ impl Client {
             Mode::Confirm => {
                 let me = waiter(&self.key, self.me);
                 let waiters = waiter_prefix(&self.key);
-                fan_out(&member.conns, enough, |cmd| {
+                fan_out(&member.conns, enough, Build::Once, |cmd, _| {
                     cmd.arg(&self.release_sha)
                         .arg(2)
                         .arg(&*self.key)
@@ -844,7 +887,7 @@ impl Client {
                 .await
             }
             Mode::Scripts => {
-                fan_out(&member.conns, enough, |cmd| {
+                fan_out(&member.conns, enough, Build::Once, |cmd, _| {
                     cmd.arg(&self.release_sha)
                         .arg(4)
                         .arg(&*self.key)
@@ -860,7 +903,7 @@ impl Client {
             }
             Mode::Direct => {
                 let record = record_of(&self.key, next);
-                fan_out(&member.conns, enough, |cmd| {
+                fan_out(&member.conns, enough, Build::Once, |cmd, _| {
                     cmd.arg(&self.release_sha)
                         .arg(2)
                         .arg(&*self.key)
@@ -888,23 +931,42 @@ enum Enough {
     Grants(usize),
 }
 
-/// Sends `EVALSHA` (its arguments added by `args`) to every master at once, built once
-/// for all of them as the library builds a round's request, and reads replies until
-/// `enough`; the requests still pending then are driven to their end by a task of their
-/// own, as the library's rounds do (dropped, a request not yet handed to its connection
-/// would never reach its master). Returns how many of the replies read were 1.
+/// How a fan-out builds its `EVALSHA`: once for every master, as the library builds a
+/// round's request, or for each master (its index given), as the library builds the
+/// scripts that may start a data epoch, each master with its own id for it (`ARGV[1]`,
+/// docs/design.md §2).
+#[derive(Clone, Copy, PartialEq)]
+enum Build {
+    Once,
+    PerMaster,
+}
+
+/// Sends `EVALSHA` (its arguments added by `args`, built as `build` says) to every master
+/// at once and reads replies until `enough`; the requests still pending then are driven
+/// to their end by a task of their own, as the library's rounds do (dropped, a request
+/// not yet handed to its connection would never reach its master). Returns how many of
+/// the replies read were 1.
 async fn fan_out(
     conns: &[MultiplexedConnection],
     enough: Enough,
-    args: impl FnOnce(&mut redis::Cmd),
+    build: Build,
+    args: impl Fn(&mut redis::Cmd, usize),
 ) -> Result<usize, String> {
-    let mut evalsha = redis::cmd("EVALSHA");
-    args(&mut evalsha);
-    let evalsha = std::sync::Arc::new(evalsha);
+    let evalsha = |i: usize| {
+        let mut cmd = redis::cmd("EVALSHA");
+        args(&mut cmd, i);
+        Arc::new(cmd)
+    };
+    let shared = (build == Build::Once).then(|| evalsha(0));
     let mut pending: FuturesUnordered<_> = conns
         .iter()
-        .map(|conn| {
-            let (mut conn, cmd) = (conn.clone(), std::sync::Arc::clone(&evalsha));
+        .enumerate()
+        .map(|(i, conn)| {
+            let cmd = match &shared {
+                Some(cmd) => Arc::clone(cmd),
+                None => evalsha(i),
+            };
+            let mut conn = conn.clone();
             async move { cmd.query_async::<redis::Value>(&mut conn).await }
         })
         .collect();

@@ -11,7 +11,8 @@ use redquorum::Redlock;
 
 use super::args::Budget;
 use super::harness::{
-    BLOCK, Keys, Outcome, Progress, RAW_VALUE, SETTLE, Series, lock_block, raw_block, set_nx,
+    BLOCK, Keys, Outcome, Progress, RAW_VALUE, SETTLE, Series, TTL_MS, lock_block, raw_block,
+    set_nx,
 };
 use super::model::{Metric, Results, Row, Scenario};
 
@@ -50,7 +51,7 @@ static CAD_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| {
     )
 });
 
-/// The mechanism of a guarded acquire, as the "one record read and one SET":
+/// The mechanism of a guarded acquire, "one record read and one SET":
 /// one `HMGET` of a master record holding the data epoch and the cluster fingerprint, the
 /// fingerprint compared, then `SET NX PX`. What the per-master guarantees need at the
 /// least, with no kind check and no holder record.
@@ -79,20 +80,25 @@ const GUARDED_RECORD: &str = "redquorum:bench-record";
 /// record, with restart quarantine off and no fencing, on a connection that knows its
 /// holder record outlives the lock (the common case: the holder's fields empty). (The
 /// first call on a master writes its data epoch, as the library's first acquire does.)
-fn acquire_script(key: &str) -> Call {
+/// The keys are named once per round; each master is sent its own `EVALSHA`, built with its
+/// own id for a data epoch (`ARGV[1]`), as the library sends every script that may start
+/// one (docs/design.md §2).
+fn acquire_script(key: &str) -> impl Fn(usize) -> Call {
     // The preamble's slots first (the cluster record, which holds the data epoch, the
     // epoch id, the fingerprint), then the script's own.
-    let (fence, owner) = (
+    let keys = [
+        "redquorum:cluster".to_owned(),
+        key.to_owned(),
         format!("redquorum:fence:{key}"),
         format!("redquorum:owner:{key}"),
-    );
-    let ticket = format!("redquorum:ticket:{key}");
-    let keys = ["redquorum:cluster", key, &fence, &owner, &ticket];
-    Call::new(
-        &ACQUIRE,
-        &[&keys[..], &["redquorum:holder:bench-client"]].concat(),
-        &["bench-epoch", "", RAW_VALUE, TTL_MS, "0", "", "", "", ""],
-    )
+        format!("redquorum:ticket:{key}"),
+        "redquorum:holder:bench-client".to_owned(),
+    ];
+    move |master| {
+        let epoch_id = format!("{master:016x}");
+        let args = [&*epoch_id, "", RAW_VALUE, TTL_MS, "0", "", "", "", ""];
+        Call::new(&ACQUIRE, &keys, &args)
+    }
 }
 
 /// `release.lua` of `key` holding the raw value, as the library sends it: the lock key, its
@@ -116,13 +122,11 @@ fn release_script(key: &str) -> Call {
     )
 }
 
-/// The TTL the raw scripts set, in milliseconds.
-const TTL_MS: &str = "10000";
-
-/// One round's `EVALSHA` of a raw script, built once and sent to every master as it is,
-/// as the library builds each round's request once: so that the raw fan-outs time what
-/// a script costs on the wire and on the masters, not a build per master. A master
-/// without the script answers `NOSCRIPT`, and is sent it first (as `invoke_async`
+/// A raw script's `EVALSHA`, built as the library builds its requests: once per round
+/// and sent to every master as it is (a script that starts no data epoch), or once per
+/// master (the acquire script, see [`acquire_script`]); not rebuilt from a
+/// `ScriptInvocation` on each send. A master without the script answers `NOSCRIPT`: the
+/// script is loaded on that connection and the call sent again (as `invoke_async`
 /// does).
 #[derive(Clone)]
 struct Call {
@@ -131,17 +135,33 @@ struct Call {
 }
 
 impl Call {
-    fn new(script: &'static redis::Script, keys: &[&str], args: &[&str]) -> Self {
-        let mut evalsha = redis::cmd("EVALSHA");
+    fn new(script: &'static redis::Script, keys: &[impl AsRef<str>], args: &[&str]) -> Self {
+        let bytes: usize = keys.iter().map(|k| k.as_ref().len()).sum::<usize>()
+            + args.iter().map(|a| a.len()).sum::<usize>();
+        let mut evalsha = redis::Cmd::with_capacity(keys.len() + args.len() + 3, bytes + 64);
         evalsha
+            .arg("EVALSHA")
             .arg(script.get_hash())
-            .arg(keys.len())
-            .arg(keys)
-            .arg(args);
+            .arg(keys.len());
+        for key in keys {
+            evalsha.arg(key.as_ref());
+        }
+        evalsha.arg(args);
         Self {
             script,
             evalsha: Arc::new(evalsha),
         }
+    }
+
+    /// The same call to every master of `conns`.
+    fn to_all<T: redis::FromRedisValue>(
+        &self,
+        conns: &[MultiplexedConnection],
+    ) -> Vec<impl Future<Output = redis::RedisResult<T>> + use<T>> {
+        conns
+            .iter()
+            .map(|conn| self.clone().run(conn.clone()))
+            .collect()
     }
 
     /// Runs the call on `conn`.
@@ -212,11 +232,11 @@ async fn fan_out_block(
     for _ in 0..count {
         let key = keys.fresh();
         let t0 = Instant::now();
-        let set_nx = Arc::new(set_nx(&key));
+        let set_cmd = Arc::new(set_nx(&key));
         let calls: Vec<_> = conns
             .iter()
             .map(|conn| {
-                let (mut conn, cmd) = (conn.clone(), Arc::clone(&set_nx));
+                let (mut conn, cmd) = (conn.clone(), Arc::clone(&set_cmd));
                 async move { cmd.query_async::<Option<String>>(&mut conn).await }
             })
             .collect();
@@ -229,11 +249,7 @@ async fn fan_out_block(
         };
 
         let t1 = Instant::now();
-        let call = release_script(&key);
-        let calls: Vec<_> = conns
-            .iter()
-            .map(|conn| call.clone().run::<i64>(conn.clone()))
-            .collect();
+        let calls = release_script(&key).to_all::<i64>(conns);
         match until_counted(calls, n - quorum + 1, t1, |_| Ok(())).await {
             Ok(t_release) => {
                 set.push(t_set);
@@ -273,7 +289,8 @@ async fn script_fan_out(conns: &[MultiplexedConnection], key: &str) -> Result<Du
     let call = acquire_script(key);
     let mut pending: FuturesUnordered<_> = conns
         .iter()
-        .map(|conn| call.clone().run::<redis::Value>(conn.clone()))
+        .enumerate()
+        .map(|(master, conn)| call(master).run::<redis::Value>(conn.clone()))
         .collect();
     let mut granted = 0;
     let mut failed = None;
@@ -291,10 +308,9 @@ async fn script_fan_out(conns: &[MultiplexedConnection], key: &str) -> Result<Du
     }
     let took = t0.elapsed();
     drop(pending);
-    let call = release_script(key);
-    let mut releases: FuturesUnordered<_> = conns
-        .iter()
-        .map(|conn| call.clone().run::<i64>(conn.clone()))
+    let mut releases: FuturesUnordered<_> = release_script(key)
+        .to_all::<i64>(conns)
+        .into_iter()
         .collect();
     for _ in 0..n - quorum + 1 {
         if let Some(Err(e)) = releases.next().await {
@@ -372,11 +388,7 @@ async fn floor_block(
     for _ in 0..count {
         let key = keys.fresh();
         let t0 = Instant::now();
-        let call = floor.set(&key);
-        let calls: Vec<_> = conns
-            .iter()
-            .map(|conn| call.clone().run::<redis::Value>(conn.clone()))
-            .collect();
+        let calls = floor.set(&key).to_all::<redis::Value>(conns);
         let t_set = match until_counted(calls, quorum, t0, script_set).await {
             Ok(t) => t,
             Err(e) => {
@@ -385,11 +397,7 @@ async fn floor_block(
             }
         };
         let t1 = Instant::now();
-        let call = floor.release(&key);
-        let calls: Vec<_> = conns
-            .iter()
-            .map(|conn| call.clone().run::<i64>(conn.clone()))
-            .collect();
+        let calls = floor.release(&key).to_all::<i64>(conns);
         match until_counted(calls, n - quorum + 1, t1, |_| Ok(())).await {
             Ok(t_cad) => {
                 set.push(t_set);

@@ -21,9 +21,20 @@ const TTL: Duration = Duration::from_secs(10);
 /// [`TTL`] in milliseconds, as the raw scripts are sent it.
 pub(crate) const TTL_MS: &str = "10000";
 const _: () = assert!(
-    TTL.as_millis() == 10_000,
+    TTL.as_millis() == decimal(TTL_MS),
     "TTL_MS must be TTL in milliseconds"
 );
+
+/// The value of the decimal digits `s`, at compile time.
+const fn decimal(s: &str) -> u128 {
+    let (digits, mut i, mut value) = (s.as_bytes(), 0, 0);
+    while i < digits.len() {
+        assert!(digits[i].is_ascii_digit(), "not a decimal number");
+        value = value * 10 + (digits[i] - b'0') as u128;
+        i += 1;
+    }
+    value
+}
 /// The value of the raw baseline's keys (the library uses 32 random hex digits, too).
 pub(crate) const RAW_VALUE: &str = "0123456789abcdef0123456789abcdef";
 /// Interleaved measurement blocks: this many operations each.

@@ -264,7 +264,7 @@ pub(crate) async fn window(
         Mode::Confirm | Mode::Direct => value(&key, 0, 0),
     };
     let registered = Instant::now();
-    for conn in &members[0].conns {
+    for (master, conn) in members[0].conns.iter().enumerate() {
         let mut conn = conn.clone();
         if mode == Mode::Confirm {
             // Every client but the holder queued, in the ring's order.
@@ -314,10 +314,9 @@ pub(crate) async fn window(
             // Every client but the holder queued, in the ring's order, by the library's
             // registration.
             for c in 1..CONTENDERS {
-                let mut cmd = redis::cmd("EVALSHA");
                 let me = (&*lib_id(c, 0, false), c as u64);
-                lib_enqueue(&mut cmd, &queue_sha, &key, (c, 0), me);
-                let _: redis::Value = cmd.query_async(&mut conn).await?;
+                let enqueue = lib_enqueue(&queue_sha, &key, c, me).evalsha(master);
+                let _: redis::Value = enqueue.query_async(&mut conn).await?;
             }
         }
     }
@@ -387,10 +386,43 @@ fn channel_of(mode: Mode, key: &str, c: usize) -> String {
 /// fingerprint, the id of a new epoch, and the keys of one lock's queue, as the library
 /// names them (`src/scripts/keys.rs`).
 const LIB_CLUSTER_RECORD: &str = "redquorum:cluster";
-/// The id for a new data epoch that master `i` is sent, a fresh one per master as the
-/// library's (which also draws a random number per round).
+/// The id for a new data epoch that master `i` is sent: master `i`'s own, as long as the
+/// library's (which draws a new one per round as well).
 fn lib_epoch(i: usize) -> String {
     format!("{i:016x}")
+}
+
+/// A library script's keys and arguments, named once per round as the library names
+/// them, and its `EVALSHA` for each master with that master's own id for a data epoch
+/// (`ARGV[1]`, before the other arguments).
+struct LibCall {
+    sha: String,
+    keys: Vec<String>,
+    /// The arguments after the epoch id.
+    args: Vec<String>,
+}
+
+impl LibCall {
+    /// Adds the call's SHA, keys and arguments for the `master`-th master to `cmd`, an
+    /// `EVALSHA`.
+    fn fill(&self, cmd: &mut redis::Cmd, master: usize) {
+        cmd.arg(&self.sha)
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(lib_epoch(master))
+            .arg(&self.args);
+    }
+
+    /// The `EVALSHA` for the `master`-th master, sized at once as the library's
+    /// `Invocation::evalsha` builds it.
+    fn evalsha(&self, master: usize) -> redis::Cmd {
+        let bytes: usize = self.keys.iter().chain(&self.args).map(String::len).sum();
+        let count = self.keys.len() + self.args.len() + 4;
+        let mut cmd = redis::Cmd::with_capacity(count, bytes + 96);
+        cmd.arg("EVALSHA");
+        self.fill(&mut cmd, master);
+        cmd
+    }
 }
 fn lib_queue(key: &str) -> String {
     format!("redquorum:queue:{key}")
@@ -405,33 +437,31 @@ fn lib_waiter_prefix(key: &str) -> String {
     format!("redquorum:waiter:{key}:")
 }
 
-/// With the library's scripts: the arguments of `enqueue.lua` (its SHA `sha`) for ring
-/// client `c`, waiting as `waiter` with the ticket `score`, on lock `key`, as the
-/// library's unfair registration sends them (`src/scripts/queue.rs`).
-fn lib_enqueue(
-    cmd: &mut redis::Cmd,
-    sha: &str,
-    key: &str,
-    (c, master): (usize, usize),
-    (waiter, score): (&str, u64),
-) {
-    cmd.arg(sha)
-        .arg(6)
-        .arg(LIB_CLUSTER_RECORD)
-        .arg(key)
-        .arg(lib_queue(key))
-        .arg(lib_ticket(key))
-        .arg(format!("{}{waiter}", lib_waiter_prefix(key)))
-        .arg(lib_owner(key))
-        .arg(lib_epoch(master))
-        .arg("")
-        .arg(waiter)
-        .arg(score)
-        .arg("0")
-        .arg(HELD_MS)
-        .arg(channel_of(Mode::Scripts, key, c))
-        .arg("0")
-        .arg(lib_waiter_prefix(key));
+/// With the library's scripts: `enqueue.lua` (its SHA `sha`) for ring client `c`,
+/// waiting as `waiter` with the ticket `score`, on lock `key`, as the library's unfair
+/// registration sends it (`src/scripts/queue.rs`).
+fn lib_enqueue(sha: &str, key: &str, c: usize, (waiter, score): (&str, u64)) -> LibCall {
+    LibCall {
+        sha: sha.to_owned(),
+        keys: vec![
+            LIB_CLUSTER_RECORD.to_owned(),
+            key.to_owned(),
+            lib_queue(key),
+            lib_ticket(key),
+            format!("{}{waiter}", lib_waiter_prefix(key)),
+            lib_owner(key),
+        ],
+        args: vec![
+            String::new(),
+            waiter.to_owned(),
+            score.to_string(),
+            "0".to_owned(),
+            HELD_MS.to_string(),
+            channel_of(Mode::Scripts, key, c),
+            "0".to_owned(),
+            lib_waiter_prefix(key),
+        ],
+    }
 }
 
 /// With the library's scripts: client `c`'s tag, as long as the library's client id.
@@ -673,14 +703,13 @@ impl Client {
                 // waiters already there, by the library's registration.
                 let ticket = CONTENDERS as u64 + self.turns.tickets.fetch_add(1, Ordering::SeqCst);
                 waiting_as = lib_id(self.me, turn, false);
+                let me = (&*waiting_as, ticket);
+                let enqueue = lib_enqueue(&self.queue_sha, &self.key, self.me, me);
                 let queued = fan_out(
                     &member.conns,
                     Enough::Replies(self.n),
                     Build::PerMaster,
-                    |cmd, i| {
-                        let me = (&*waiting_as, ticket);
-                        lib_enqueue(cmd, &self.queue_sha, &self.key, (self.me, i), me);
-                    },
+                    |cmd, i| enqueue.fill(cmd, i),
                 )
                 .await;
                 if let Err(e) = queued {
@@ -758,49 +787,41 @@ impl Client {
         waiter: &str,
         quorum: usize,
     ) -> Result<(), String> {
-        // Built for each master, with its own id for a data epoch, as the library builds
-        // the scripts that may start one.
-        let (fence, holder) = (
-            format!("redquorum:fence:{}", self.key),
-            format!("redquorum:holder:{}", lib_client(self.me)),
-        );
-        let (owner, queue, ticket) = (
-            lib_owner(&self.key),
-            lib_queue(&self.key),
-            lib_ticket(&self.key),
-        );
-        let waiters = lib_waiter_prefix(&self.key);
-        let confirm = |i: usize| {
-            let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(&self.confirm_sha)
-                .arg(7)
-                .arg(LIB_CLUSTER_RECORD)
-                .arg(&*self.key)
-                .arg(&fence)
-                .arg(&owner)
-                .arg(&queue)
-                .arg(&ticket)
-                .arg(&holder)
-                .arg(lib_epoch(i))
-                .arg("")
-                .arg(current)
-                .arg(HELD_MS)
-                .arg("0")
-                .arg("")
-                .arg("")
-                .arg("")
-                .arg("")
-                .arg(waiter)
-                .arg("0")
-                .arg(&waiters);
-            cmd
+        // Named once; built for each master, with its own id for a data epoch, as the
+        // library builds the scripts that may start one.
+        let confirm = LibCall {
+            sha: self.confirm_sha.clone(),
+            keys: vec![
+                LIB_CLUSTER_RECORD.to_owned(),
+                self.key.to_string(),
+                format!("redquorum:fence:{}", self.key),
+                lib_owner(&self.key),
+                lib_queue(&self.key),
+                lib_ticket(&self.key),
+                format!("redquorum:holder:{}", lib_client(self.me)),
+            ],
+            args: [
+                "",
+                current,
+                &HELD_MS.to_string(),
+                "0",
+                "",
+                "",
+                "",
+                "",
+                waiter,
+                "0",
+                &lib_waiter_prefix(&self.key),
+            ]
+            .map(str::to_owned)
+            .to_vec(),
         };
         let mut pending: FuturesUnordered<_> = member
             .conns
             .iter()
             .enumerate()
             .map(|(i, conn)| {
-                let (mut conn, cmd) = (conn.clone(), confirm(i));
+                let (mut conn, cmd) = (conn.clone(), confirm.evalsha(i));
                 async move { (i, cmd.query_async::<redis::Value>(&mut conn).await) }
             })
             .collect();
@@ -953,7 +974,9 @@ async fn fan_out(
     args: impl Fn(&mut redis::Cmd, usize),
 ) -> Result<usize, String> {
     let evalsha = |i: usize| {
-        let mut cmd = redis::cmd("EVALSHA");
+        // Sized once for any of the ring's requests, as the library sizes its own.
+        let mut cmd = redis::Cmd::with_capacity(32, 1024);
+        cmd.arg("EVALSHA");
         args(&mut cmd, i);
         Arc::new(cmd)
     };

@@ -7,7 +7,7 @@ use super::ring;
 /// The N at which the contended goals are judged.
 pub(crate) const CONTENDED_N: usize = 5;
 
-/// The goals of the issue, as ratios of this run.
+/// The goals, as ratios of this run.
 pub(crate) fn of(results: &Results) -> Vec<Target> {
     let mut targets = Vec::new();
     for (n, limit) in [(5, 1.3), (9, 1.6)] {

@@ -1212,7 +1212,7 @@ pub async fn p2(kills: u32) -> (Outcome, DbReport) {
         db.reconnect().await;
     }
     tokio::time::sleep_until(end).await;
-    // The soak runs on, up to two more phases, until a stale writer was refused: the case
+    // The soak runs on, up to four more phases, until a stale writer was refused: the case
     // the scenario exists for.
     let reached = |ops: &Mutex<Vec<PgOp>>| {
         ops.lock()
@@ -1222,7 +1222,7 @@ pub async fn p2(kills: u32) -> (Outcome, DbReport) {
             .count()
             >= 1
     };
-    let overtime = Instant::now() + phase * 2;
+    let overtime = Instant::now() + phase * 4;
     while !reached(&ops) && Instant::now() < overtime {
         sleep(Duration::from_millis(50)).await;
     }

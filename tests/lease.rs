@@ -162,10 +162,7 @@ async fn release_after_expiry_never_deletes_the_next_holders_lock() {
     assert!(overrun > Duration::ZERO);
     assert_eq!(report.released(), 0);
     assert!(
-        report.masters().iter().all(|r| matches!(
-            r.outcome(),
-            MasterOutcome::HeldByOther | MasterOutcome::Pending
-        )),
+        only_others(report.masters().iter().map(|r| r.outcome())),
         "{report:?}"
     );
     for s in cluster.servers() {
@@ -174,6 +171,52 @@ async fn release_after_expiry_never_deletes_the_next_holders_lock() {
     let err = a.try_acquire(&key).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Contended);
     fresh.release().await.unwrap();
+}
+
+/// A name that another application overwrote with a key of another type holds no value
+/// of ours: the release finds another value there (not a failure: nothing of ours can
+/// hold a quorum), the extension finds the lease lost, and a force-unlock of our value
+/// leaves it alone. None reports Redis's own `WRONGTYPE` text, or a retryable error.
+#[tokio::test]
+async fn a_name_overwritten_with_another_type_holds_another_value() {
+    let cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let key = unique_key("overwritten");
+    let overwrite = async || {
+        for s in cluster.servers() {
+            let mut conn = raw(&s.url()).await;
+            let _: () = conn.del(&key).await.unwrap();
+            let _: () = conn.hset(&key, "field", "value").await.unwrap();
+        }
+    };
+    let lease = client.acquire(&key).await.unwrap();
+    let value = lease.value().to_owned();
+    overwrite().await;
+    let err = lease.extend().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
+    assert!(
+        !err.is_retryable() && !err.to_string().contains("WRONGTYPE"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("held by another"), "{err}");
+    let report = lease.release().await.unwrap();
+    assert_eq!(report.released(), 0);
+    assert!(
+        only_others(report.masters().iter().map(|r| r.outcome())),
+        "{report:?}"
+    );
+    let report = client.force_unlock(&key, &value).await.unwrap();
+    assert!(
+        report
+            .masters()
+            .iter()
+            .all(|r| matches!(r.outcome(), MasterOutcome::HeldByOther)),
+        "{report:?}"
+    );
+    for s in cluster.servers() {
+        let field: Option<String> = raw(&s.url()).await.hget(&key, "field").await.unwrap();
+        assert_eq!(field.as_deref(), Some("value"));
+    }
 }
 
 #[tokio::test]
@@ -205,4 +248,9 @@ async fn release_with_a_minority_down_succeeds() {
         gone_everywhere(&cluster, &key)
     })
     .await;
+}
+
+/// Whether every master answered that another value holds the key, or had not answered.
+fn only_others<'a>(mut outcomes: impl Iterator<Item = &'a MasterOutcome>) -> bool {
+    outcomes.all(|o| matches!(o, MasterOutcome::HeldByOther | MasterOutcome::Pending))
 }

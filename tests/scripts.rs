@@ -11,50 +11,30 @@ use redis::{AsyncCommands, Script};
 use support::*;
 
 /// A lock script as `src/scripts/mod.rs` joins it: the preamble (`epoch.lua`, then
-/// `cluster.lua`) in front, then `queue.lua`'s functions where it keeps a waiter queue,
-/// then `holder.lua`'s where it grants a lock.
+/// `cluster.lua`) in front, then the parts named, in order: the functions it shares
+/// (`queue.lua`'s where it keeps a waiter queue, `holder.lua`'s where it grants a lock,
+/// `value.lua`'s where it compares the lock key's value with a holder's), and its own file.
 macro_rules! lock_script {
-    ($file:literal) => {
+    ($($part:literal),+) => {
         concat!(
             include_str!("../src/scripts/epoch.lua"),
             include_str!("../src/scripts/cluster.lua"),
-            include_str!(concat!("../src/scripts/", $file))
-        )
-    };
-    (queue, $file:literal) => {
-        concat!(
-            include_str!("../src/scripts/epoch.lua"),
-            include_str!("../src/scripts/cluster.lua"),
-            include_str!("../src/scripts/queue.lua"),
-            include_str!(concat!("../src/scripts/", $file))
-        )
-    };
-    (holder, $file:literal) => {
-        concat!(
-            include_str!("../src/scripts/epoch.lua"),
-            include_str!("../src/scripts/cluster.lua"),
-            include_str!("../src/scripts/holder.lua"),
-            include_str!(concat!("../src/scripts/", $file))
-        )
-    };
-    (queue, holder, $file:literal) => {
-        concat!(
-            include_str!("../src/scripts/epoch.lua"),
-            include_str!("../src/scripts/cluster.lua"),
-            include_str!("../src/scripts/queue.lua"),
-            include_str!("../src/scripts/holder.lua"),
-            include_str!(concat!("../src/scripts/", $file))
+            $(include_str!(concat!("../src/scripts/", $part))),+
         )
     };
 }
 
 const RELEASE: &str = concat!(
     include_str!("../src/scripts/queue.lua"),
+    include_str!("../src/scripts/value.lua"),
     include_str!("../src/scripts/release.lua")
 );
-const EXTEND: &str = lock_script!("extend.lua");
-const ACQUIRE: &str = lock_script!(holder, "acquire.lua");
-const FENCE: &str = include_str!("../src/scripts/fence.lua");
+const EXTEND: &str = lock_script!("value.lua", "extend.lua");
+const ACQUIRE: &str = lock_script!("holder.lua", "acquire.lua");
+const FENCE: &str = concat!(
+    include_str!("../src/scripts/value.lua"),
+    include_str!("../src/scripts/fence.lua")
+);
 /// The epoch read at connect: the preamble's first part alone.
 const EPOCH: &str = concat!(
     include_str!("../src/scripts/epoch.lua"),
@@ -69,19 +49,21 @@ const FORCE_UNLOCK: &str = concat!(
     include_str!("../src/scripts/force_unlock.lua")
 );
 const SEMAPHORE: &str = lock_script!("semaphore.lua");
-const EXTEND_MANY: &str = lock_script!("extend_many.lua");
+const EXTEND_MANY: &str = lock_script!("value.lua", "extend_many.lua");
 const RELEASE_MANY: &str = concat!(
     include_str!("../src/scripts/queue.lua"),
+    include_str!("../src/scripts/value.lua"),
     include_str!("../src/scripts/release_many.lua")
 );
-const ACQUIRE_MANY: &str = lock_script!(holder, "acquire_many.lua");
+const ACQUIRE_MANY: &str = lock_script!("holder.lua", "acquire_many.lua");
 const RW_ACQUIRE: &str = lock_script!("rw_acquire.lua");
-const RW_DOWNGRADE: &str = lock_script!("rw_downgrade.lua");
-const RW_EXTEND_READ: &str = lock_script!("rw_extend_read.lua");
-const ACQUIRE_QUEUED: &str = lock_script!(queue, holder, "acquire_queued.lua");
-const ENQUEUE: &str = lock_script!(queue, "enqueue.lua");
+const RW_DOWNGRADE: &str = lock_script!("value.lua", "rw_downgrade.lua");
+const RW_EXTEND_READ: &str = lock_script!("value.lua", "rw_extend_read.lua");
+const ACQUIRE_QUEUED: &str = lock_script!("queue.lua", "holder.lua", "acquire_queued.lua");
+const ENQUEUE: &str = lock_script!("queue.lua", "enqueue.lua");
 const DEQUEUE: &str = concat!(
     include_str!("../src/scripts/queue.lua"),
+    include_str!("../src/scripts/value.lua"),
     include_str!("../src/scripts/dequeue.lua")
 );
 
@@ -1655,9 +1637,195 @@ async fn a_name_of_another_type_is_another_kind_to_every_mutex_script() {
     }
 }
 
+/// A key of another type under the name (another application's, or one a user wrote)
+/// holds no holder's value: every script that compares the lock key with a holder's value
+/// reads it as another value (`value.lua`), answers so, and leaves it (and everything
+/// else) alone, where `GET` would fail the script with Redis's `WRONGTYPE` text.
+#[tokio::test]
+async fn a_name_of_another_type_is_another_value_to_every_holders_script() {
+    let server = Server::start(&ServerOptions::new()).await.unwrap();
+    let mut conn = raw(&server.url()).await;
+    let keys = QueueKeys::new("other_type_held");
+    let _: () = conn.hset(&keys.key, "field", "value").await.unwrap();
+    let _: () = conn.zadd(&keys.queue, "w1", 1).await.unwrap();
+    // A reader's own key, for `rw_extend_read.lua`: ours, beside a hash under the name.
+    let reader = format!("redquorum:reader:{}:mine", keys.key);
+    let _: () = conn.pset_ex(&reader, "mine", 10_000).await.unwrap();
+    let scripts = HolderScripts::new();
+    for (name, call, answer) in scripts.calls(&keys, &reader) {
+        let mut before: Vec<String> = conn.keys("*").await.unwrap();
+        before.sort();
+        let reply: redis::Value = call.invoke_async(&mut conn).await.unwrap();
+        assert_eq!(answer.of(&reply), answer.another(), "{name}: {reply:?}");
+        let kind: String = redis::cmd("TYPE")
+            .arg(&keys.key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let field: Option<String> = conn.hget(&keys.key, "field").await.unwrap();
+        assert_eq!(
+            (kind.as_str(), field.as_deref()),
+            ("hash", Some("value")),
+            "{name}"
+        );
+        let mut after: Vec<String> = conn.keys("*").await.unwrap();
+        after.retain(|k| *k != keys.record || before.contains(k));
+        after.sort();
+        assert_eq!(after, before, "{name} wrote");
+        let queue: Vec<String> = conn.zrange(&keys.queue, 0, -1).await.unwrap();
+        assert_eq!(queue, ["w1"], "{name}");
+    }
+}
+
+/// The scripts that compare the lock key with a holder's value, with where each says
+/// "another value".
+struct HolderScripts {
+    release: Script,
+    release_many: Script,
+    extend: Script,
+    extend_many: Script,
+    dequeue: Script,
+    fence: Script,
+    downgrade: Script,
+    extend_read: Script,
+}
+
+/// Where a script's answer says whether the key held another value, and what says so.
+#[derive(Clone, Copy)]
+enum Another {
+    /// The answer is this integer.
+    Int(i64),
+    /// The answer's element at this place is this integer.
+    At(usize, i64),
+}
+
+impl Another {
+    /// What `reply` says at this place.
+    fn of(self, reply: &redis::Value) -> i64 {
+        match (self, reply) {
+            (Another::Int(_), v) => int(v),
+            (Another::At(at, _), redis::Value::Array(items)) => int(&items[at]),
+            (_, other) => panic!("not an array: {other:?}"),
+        }
+    }
+
+    /// What says "another value".
+    fn another(self) -> i64 {
+        match self {
+            Another::Int(code) | Another::At(_, code) => code,
+        }
+    }
+}
+
+impl HolderScripts {
+    fn new() -> Self {
+        Self {
+            release: Script::new(RELEASE),
+            release_many: Script::new(RELEASE_MANY),
+            extend: Script::new(EXTEND),
+            extend_many: Script::new(EXTEND_MANY),
+            dequeue: Script::new(DEQUEUE),
+            fence: Script::new(FENCE),
+            downgrade: Script::new(RW_DOWNGRADE),
+            extend_read: Script::new(RW_EXTEND_READ),
+        }
+    }
+
+    /// Each script's call on `keys.key` with the value "mine" (the waiter "mine" for
+    /// `dequeue.lua`; `reader` the reader's own key for `rw_extend_read.lua`), and where
+    /// its answer says "another value".
+    fn calls<'a>(
+        &'a self,
+        keys: &QueueKeys,
+        reader: &str,
+    ) -> Vec<(&'static str, redis::ScriptInvocation<'a>, Another)> {
+        let key = &keys.key;
+        let (fence, owner, channel) = (
+            format!("redquorum:fence:{key}"),
+            format!("redquorum:owner:{key}"),
+            format!("redquorum:released:{key}"),
+        );
+        let holder = holder_of("other-type-tag");
+        let readers = format!("redquorum:readers:{key}");
+        let mut release = self.release.key(key);
+        release
+            .key(&keys.queue)
+            .key(&owner)
+            .key(&keys.ticket)
+            .arg("mine")
+            .arg(&channel)
+            .arg(&keys.waiters)
+            .arg("1");
+        let mut release_many = self.release_many.key(key);
+        release_many
+            .key(&keys.queue)
+            .key(&owner)
+            .arg("mine")
+            .arg(&channel)
+            .arg(&keys.waiters);
+        let mut extend = preamble(&self.extend, &keys.record, "e1", "");
+        extend
+            .key(key)
+            .key(&holder)
+            .key(&owner)
+            .arg("mine")
+            .arg(10_000);
+        let mut extend_many = preamble(&self.extend_many, &keys.record, "e1", "");
+        extend_many
+            .key(&holder)
+            .key(key)
+            .key(&owner)
+            .arg("mine")
+            .arg(10_000);
+        let mut dequeue = self.dequeue.key(key);
+        dequeue
+            .key(&keys.queue)
+            .key(format!("{}mine", keys.waiters))
+            .arg("mine")
+            .arg(&channel)
+            .arg(&keys.waiters);
+        let mut fence_call = self.fence.key(key);
+        fence_call
+            .key(&fence)
+            .key(&keys.record)
+            .key(&owner)
+            .arg("mine")
+            .arg(7);
+        let mut downgrade = preamble(&self.downgrade, &keys.record, "e1", "");
+        downgrade
+            .key(key)
+            .key(&owner)
+            .key(&readers)
+            .key(reader)
+            .arg("mine")
+            .arg(&channel)
+            .arg("readers-mark");
+        let mut extend_read = preamble(&self.extend_read, &keys.record, "e1", "");
+        extend_read
+            .key(reader)
+            .key(&readers)
+            .key(&owner)
+            .key(key)
+            .arg("mine")
+            .arg(10_000)
+            .arg("readers-mark");
+        vec![
+            ("release.lua", release, Another::Int(-1)),
+            ("release_many.lua", release_many, Another::At(2, 1)),
+            ("extend.lua", extend, Another::At(0, -1)),
+            ("extend_many.lua", extend_many, Another::At(0, -1)),
+            ("dequeue.lua", dequeue, Another::Int(0)),
+            ("fence.lua", fence_call, Another::At(0, -1)),
+            ("rw_downgrade.lua", downgrade, Another::At(0, -1)),
+            ("rw_extend_read.lua", extend_read, Another::At(0, -1)),
+        ]
+    }
+}
+
 /// A `GET` of the lock key that fails for another reason than the key's type (here the
 /// user may not run `GET` on it) is that failure, never another kind: `acquire_queued.lua`
-/// and `enqueue.lua` read the key's type only after a `WRONGTYPE`.
+/// and `enqueue.lua` read the key's type only after a `WRONGTYPE`; nor another value: the
+/// scripts that compare the key with a holder's value (`value.lua`) fail with it too.
 #[tokio::test]
 async fn a_get_failing_for_another_reason_is_an_error_not_another_kind() {
     let server = Server::start(&ServerOptions::new()).await.unwrap();
@@ -1673,11 +1841,21 @@ async fn a_get_failing_for_another_reason_is_an_error_not_another_kind() {
     let holder = holder_of(&unique_key("tag"));
     let other = unique_key("get_refused_other");
     let scripts = MutexScripts::new();
-    for (name, call, _) in scripts.calls(&keys, &holder, &other) {
-        if !matches!(name, "acquire_queued.lua" | "enqueue.lua") {
-            continue;
-        }
-        let answer: redis::RedisResult<Vec<redis::Value>> = call.invoke_async(&mut conn).await;
+    let reader = format!("redquorum:reader:{}:mine", keys.key);
+    let () = redis::cmd("SET")
+        .arg(&reader)
+        .arg("mine")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let mutex = scripts.calls(&keys, &holder, &other).into_iter();
+    let mutex = mutex
+        .filter(|(name, ..)| matches!(*name, "acquire_queued.lua" | "enqueue.lua"))
+        .map(|(name, call, _)| (name, call));
+    let holders = HolderScripts::new();
+    let held = holders.calls(&keys, &reader).into_iter();
+    for (name, call) in mutex.chain(held.map(|(name, call, _)| (name, call))) {
+        let answer: redis::RedisResult<redis::Value> = call.invoke_async(&mut conn).await;
         let err = match answer {
             Ok(reply) => panic!("{name}: answered {reply:?}, not the refused GET"),
             Err(err) => err,
@@ -2524,12 +2702,12 @@ fn script_hashes_are_pinned() {
         (
             "release.lua",
             RELEASE,
-            "8e7f202648cda49929671466305b3351dc4e3026",
+            "580595c2b60eae3320cafff6734c9b15acd18811",
         ),
         (
             "extend.lua",
             EXTEND,
-            "f91db820e098dedc3f5cc597154092f855630ab6",
+            "c7055a5aabcbb00c47a71a5405efd3949b4c6a67",
         ),
         (
             "acquire.lua",
@@ -2539,7 +2717,7 @@ fn script_hashes_are_pinned() {
         (
             "fence.lua",
             FENCE,
-            "352210b8b522e1f0c9c1612f3e1a32b89fc82a29",
+            "01c1514ac3e2ee537a9751713dbe9665b15fa72d",
         ),
         (
             "epoch.lua",
@@ -2574,12 +2752,12 @@ fn script_hashes_are_pinned() {
         (
             "extend_many.lua",
             EXTEND_MANY,
-            "d11acef6714540b28617100e58e8b52596130a7e",
+            "6ea54e78f505e45db2c4048629e56752ad24a045",
         ),
         (
             "release_many.lua",
             RELEASE_MANY,
-            "3dc27081e4e9f9351835d17bf8d302895552e61e",
+            "2476af0804dc687a07529b1a9b194174109d4a6e",
         ),
         (
             "acquire_many.lua",
@@ -2594,12 +2772,12 @@ fn script_hashes_are_pinned() {
         (
             "rw_downgrade.lua",
             RW_DOWNGRADE,
-            "048e0069443a967cd53f97dfad47ae4325cdf329",
+            "8bf98b443e6d4c84c5d2379af136041fc528a248",
         ),
         (
             "rw_extend_read.lua",
             RW_EXTEND_READ,
-            "3adf0fce34014a2f33d492dc3886b46c0c700561",
+            "00897086f8447b4c91df8790b1cf3493824ae51d",
         ),
         (
             "acquire_queued.lua",
@@ -2614,7 +2792,7 @@ fn script_hashes_are_pinned() {
         (
             "dequeue.lua",
             DEQUEUE,
-            "576e84576859012bbd20d5e944b35a1d34372e71",
+            "88387e20ec26f2d50fab20c1873cb407e98d957a",
         ),
     ];
     let changed: Vec<String> = pinned

@@ -153,10 +153,12 @@ redis.call('HSET', KEYS[1], 'v', ARGV[1], 's', ARGV[2])
 return 1";
 
 /// The library's scripts as it joins them (`src/scripts/mod.rs`): the preamble
-/// (`epoch.lua`, `cluster.lua`), the queue's functions (`queue.lua`) and the holder
-/// record's (`holder.lua`) in front of the scripts that need them.
+/// (`epoch.lua`, `cluster.lua`), the queue's functions (`queue.lua`), the holder record's
+/// (`holder.lua`) and the lock key's read (`value.lua`) in front of the scripts that need
+/// them.
 static LIB_RELEASE: &str = concat!(
     include_str!("../../src/scripts/queue.lua"),
+    include_str!("../../src/scripts/value.lua"),
     include_str!("../../src/scripts/release.lua")
 );
 static LIB_ENQUEUE: &str = concat!(
@@ -174,6 +176,7 @@ static LIB_CONFIRM: &str = concat!(
 );
 static LIB_DEQUEUE: &str = concat!(
     include_str!("../../src/scripts/queue.lua"),
+    include_str!("../../src/scripts/value.lua"),
     include_str!("../../src/scripts/dequeue.lua")
 );
 

@@ -17,11 +17,12 @@ use super::harness::{
 use super::model::{Metric, Results, Row, Scenario};
 
 /// The library's compare-and-delete release script, for the raw fan-out: `release.lua`
-/// with the queue functions it calls (`queue.lua`) in front, as `src/scripts/mod.rs`
-/// joins them.
+/// with the functions it calls (`queue.lua`'s, `value.lua`'s) in front, as
+/// `src/scripts/mod.rs` joins them.
 static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(concat!(
         include_str!("../../src/scripts/queue.lua"),
+        include_str!("../../src/scripts/value.lua"),
         include_str!("../../src/scripts/release.lua")
     ))
 });

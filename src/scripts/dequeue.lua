@@ -6,7 +6,7 @@
 -- Returns 1 when a handed key was passed on, 0 otherwise.
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('DEL', KEYS[3])
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+if value(KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])

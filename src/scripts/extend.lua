@@ -11,7 +11,7 @@
 -- ARGV[4] ttl ms
 -- Returns {1 extended | 0 missing | -1 held by another value, epoch or false,
 --          false}; or the preamble's -2
-local current = redis.call('GET', KEYS[2])
+local current = value(KEYS[2])
 if current == ARGV[3] then
   redis.call('PEXPIRE', KEYS[2], ARGV[4])
   local held = redis.call('PTTL', KEYS[3])

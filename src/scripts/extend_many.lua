@@ -12,7 +12,7 @@
 --          epoch or false, false}; or the preamble's -2
 local missing = false
 for i = 3, #KEYS, 2 do
-  local current = redis.call('GET', KEYS[i])
+  local current = value(KEYS[i])
   if current == false then
     missing = true
   elseif current ~= ARGV[3] then

@@ -5,7 +5,7 @@
 -- ARGV[1] value, ARGV[2] T
 -- Returns {1 written | 0 conflict | -1 not ours, counter before or false, epoch record}
 local epoch = redis.call('HGET', KEYS[3], 'epoch') or false
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+if value(KEYS[1]) ~= ARGV[1] then
   return {-1, false, epoch}
 end
 local before = redis.call('GET', KEYS[2])

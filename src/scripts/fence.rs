@@ -16,7 +16,7 @@ use crate::op::{EpochReport, FenceOutcome, Op, Reply};
 
 /// Fencing write-back; see `fence.lua`.
 static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_LUA));
-pub(super) const FENCE_LUA: &str = include_str!("fence.lua");
+pub(super) const FENCE_LUA: &str = concat!(include_str!("value.lua"), include_str!("fence.lua"));
 
 /// Storage-side fencing check; see `fenced_set.lua`.
 pub(crate) static FENCED_SET: LazyLock<Script> = LazyLock::new(|| Script::new(FENCED_SET_LUA));

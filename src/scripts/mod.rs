@@ -26,43 +26,19 @@ use crate::error::{MasterError, MasterErrorKind};
 use crate::mutants::{Mutant, Planted};
 use crate::op::{Op, Reply};
 
-/// The source of a lock script, `$file`, behind the preamble that every lock script
-/// starts with: `epoch.lua` (one read of the cluster record `KEYS[1]`, which holds the
-/// data epoch, started where missing with the id `ARGV[1]`) and `cluster.lua` (the record's
-/// check against the fingerprint `ARGV[2]`), then, with `queue`, `queue.lua`'s functions,
-/// and with `holder`, `holder.lua`'s. Joined at compile time: each script's own `KEYS` and
-/// `ARGV` come after the preamble's.
+/// The source of a lock script, joined at compile time from its parts: the preamble that
+/// every lock script starts with, `epoch.lua` (one read of the cluster record `KEYS[1]`,
+/// which holds the data epoch, started where missing with the id `ARGV[1]`) and
+/// `cluster.lua` (the record's check against the fingerprint `ARGV[2]`), then the parts
+/// named, in order: the functions a script shares with others (`queue.lua`'s,
+/// `holder.lua`'s, `value.lua`'s), and last the script's own file. Each script's own
+/// `KEYS` and `ARGV` come after the preamble's.
 macro_rules! lock_script {
-    ($file:literal) => {
+    ($($part:literal),+) => {
         concat!(
             include_str!("epoch.lua"),
             include_str!("cluster.lua"),
-            include_str!($file)
-        )
-    };
-    (queue, $file:literal) => {
-        concat!(
-            include_str!("epoch.lua"),
-            include_str!("cluster.lua"),
-            include_str!("queue.lua"),
-            include_str!($file)
-        )
-    };
-    (holder, $file:literal) => {
-        concat!(
-            include_str!("epoch.lua"),
-            include_str!("cluster.lua"),
-            include_str!("holder.lua"),
-            include_str!($file)
-        )
-    };
-    (queue, holder, $file:literal) => {
-        concat!(
-            include_str!("epoch.lua"),
-            include_str!("cluster.lua"),
-            include_str!("queue.lua"),
-            include_str!("holder.lua"),
-            include_str!($file)
+            $(include_str!($part)),+
         )
     };
 }

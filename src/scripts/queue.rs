@@ -17,12 +17,15 @@ use crate::op::{EpochReport, Op, Reply};
 
 /// Registers or refreshes a waiter in a lock's queue; see `enqueue.lua`.
 static ENQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(ENQUEUE_LUA));
-pub(super) const ENQUEUE_LUA: &str = lock_script!(queue, "enqueue.lua");
+pub(super) const ENQUEUE_LUA: &str = lock_script!("queue.lua", "enqueue.lua");
 
 /// Removes a waiter from a lock's queue, passing on a key handed to it; see `dequeue.lua`.
 static DEQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(DEQUEUE_LUA));
-pub(super) const DEQUEUE_LUA: &str =
-    concat!(include_str!("queue.lua"), include_str!("dequeue.lua"));
+pub(super) const DEQUEUE_LUA: &str = concat!(
+    include_str!("queue.lua"),
+    include_str!("value.lua"),
+    include_str!("dequeue.lua")
+);
 
 /// The codec of the waiter queue's scripts.
 #[derive(Debug)]

@@ -15,7 +15,7 @@
 -- absent).
 -- Returns 1 deleted, 0 missing, -1 held by another value; {1, ticket counter} deleted and
 -- handed to the live head of the queue.
-local current = redis.call('GET', KEYS[1])
+local current = value(KEYS[1])
 if current == ARGV[1] then
   -- Deleted first: besides freeing the key, a script's first write is what lets its later
   -- ones (the hand-off's `SET`) run on a master over `maxmemory`, where a release is what

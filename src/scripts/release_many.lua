@@ -9,7 +9,7 @@
 local deleted, missing, held = 0, 0, 0
 for i = 1, #KEYS, 3 do
   local n = (i - 1) / 3
-  local current = redis.call('GET', KEYS[i])
+  local current = value(KEYS[i])
   if current == ARGV[1] then
     redis.call('DEL', KEYS[i])
     if redis.call('TYPE', KEYS[i + 2])['ok'] == 'hash'

@@ -26,11 +26,11 @@ pub(super) const RW_ACQUIRE_LUA: &str = lock_script!("rw_acquire.lua");
 
 /// Extends a read lease, keeping the reader index alive; see `rw_extend_read.lua`.
 static RW_EXTEND_READ: LazyLock<Script> = LazyLock::new(|| Script::new(RW_EXTEND_READ_LUA));
-pub(super) const RW_EXTEND_READ_LUA: &str = lock_script!("rw_extend_read.lua");
+pub(super) const RW_EXTEND_READ_LUA: &str = lock_script!("value.lua", "rw_extend_read.lua");
 
 /// Turns a write lease into a read lease; see `rw_downgrade.lua`.
 static RW_DOWNGRADE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_DOWNGRADE_LUA));
-pub(super) const RW_DOWNGRADE_LUA: &str = lock_script!("rw_downgrade.lua");
+pub(super) const RW_DOWNGRADE_LUA: &str = lock_script!("value.lua", "rw_downgrade.lua");
 
 /// The codec of the read-write lock's scripts.
 #[derive(Debug)]

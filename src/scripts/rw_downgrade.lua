@@ -9,7 +9,7 @@
 -- ARGV[3] value, ARGV[4] release channel, ARGV[5] the readers' mark
 -- Returns {1 converted | 0 missing | -1 held by another value, epoch, false}; or
 --          the preamble's -2
-local current = redis.call('GET', KEYS[2])
+local current = value(KEYS[2])
 if current == false then
   return {0, epoch, false}
 elseif current ~= ARGV[3] then

@@ -13,7 +13,7 @@
 -- false, false}; or the preamble's -2
 local current = redis.call('GET', KEYS[2])
 if current == ARGV[3] then
-  local lock = redis.call('GET', KEYS[5])
+  local lock = value(KEYS[5])
   if lock and lock ~= ARGV[5] then
     return {-1, epoch, false}
   end

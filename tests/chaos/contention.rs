@@ -23,7 +23,11 @@ const ACQUIRE_LUA: &str = concat!(
     include_str!("../../src/scripts/holder.lua"),
     include_str!("../../src/scripts/acquire.lua")
 );
-const FENCE_LUA: &str = include_str!("../../src/scripts/fence.lua");
+/// `fence.lua` as the library sends it: behind `value.lua`.
+const FENCE_LUA: &str = concat!(
+    include_str!("../../src/scripts/value.lua"),
+    include_str!("../../src/scripts/fence.lua")
+);
 
 /// S0: 8 clients on 2 resources, no faults.
 pub async fn s0(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {

@@ -282,6 +282,14 @@ impl MasterError {
         self.kind
     }
 
+    /// Whether the master refused the command because the key holds another type of
+    /// value (its `WRONGTYPE` error code, not its text).
+    pub(crate) fn is_wrong_type(&self) -> bool {
+        self.source
+            .as_deref()
+            .is_some_and(|e| e.code() == Some("WRONGTYPE"))
+    }
+
     /// Whether the connection to this master is broken, so that it should be reconnected.
     pub(crate) fn breaks_connection(&self) -> bool {
         matches!(self.kind, MasterErrorKind::Refused | MasterErrorKind::Io)

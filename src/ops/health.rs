@@ -245,7 +245,7 @@ fn describe(
         Ok(fields) => health.facts.cluster_record = Some(ClusterRecord { fields }),
         // Not a hash: no lock script can run here (each reads the record), whatever the
         // user may do.
-        Err(error) if error.to_string().contains("WRONGTYPE") => health.push(
+        Err(error) if error.is_wrong_type() => health.push(
             Check::ClusterRecord,
             Severity::Problem,
             format!(

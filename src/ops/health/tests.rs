@@ -427,10 +427,18 @@ fn missing_or_unreadable_records_are_notes() {
     p.record = Err(MasterError::new(MasterErrorKind::Other, "NOPERM"));
     let health = one(p, &context());
     assert_eq!(checks(&health, Severity::Note), [Check::ClusterRecord]);
+    // A message that merely names the code is no key of another type.
+    let mut p = probe(0);
+    p.record = Err(MasterError::new(MasterErrorKind::Other, "WRONGTYPE"));
+    let health = one(p, &context());
+    assert_eq!(checks(&health, Severity::Note), [Check::ClusterRecord]);
     assert!(health.findings()[0].message().contains("allow HGETALL"));
     // A key of another type stops every lock script: a problem, which says what to do.
     let mut p = probe(0);
-    p.record = Err(MasterError::new(MasterErrorKind::Other, "WRONGTYPE"));
+    p.record = Err(MasterError::from_redis(redis::make_extension_error(
+        "WRONGTYPE".into(),
+        Some("Operation against a key holding the wrong kind of value".into()),
+    )));
     let health = one(p, &context());
     assert_eq!(checks(&health, Severity::Problem), [Check::ClusterRecord]);
     assert!(health.findings()[0].message().contains("delete it"));

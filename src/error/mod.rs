@@ -681,10 +681,18 @@ impl fmt::Display for Error {
                 write!(f, "; {} attempts", self.attempts)?;
             }
             f.write_str(")")?;
+            // Each failed master with its error, unless the detail already gave it as
+            // "<master>: <error>" (the unfit masters of a permanent failure, an
+            // `init_cluster` that needs them all).
+            let said = |master: &str, error: &MasterError| {
+                self.detail
+                    .as_deref()
+                    .is_some_and(|detail| detail.contains(&format!("{master}: {error}")))
+            };
             let failed: Vec<String> = self
                 .masters
                 .iter()
-                .filter(|r| matches!(r.outcome(), MasterOutcome::Failed(_)))
+                .filter(|r| matches!(r.outcome(), MasterOutcome::Failed(e) if !said(r.master(), e)))
                 .map(ToString::to_string)
                 .collect();
             if !failed.is_empty() {

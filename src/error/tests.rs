@@ -96,3 +96,33 @@ fn huge_durations_are_shown_as_given() {
     assert_eq!(human(Duration::new(1, 2_345_678)), "1s 2ms");
     assert_eq!(human(Duration::from_nanos(1_234_567)), "1ms 234us");
 }
+
+/// A failed master's error shows once: after the tally only where the detail did not
+/// already give that master with it (an unfit master's reason, which says what to change).
+#[test]
+fn a_failure_the_detail_gave_is_not_repeated() {
+    let unfit = MasterError::new(
+        MasterErrorKind::Misconfigured,
+        "it holds a set where its cluster record goes: remove it",
+    );
+    let slow = MasterError::new(MasterErrorKind::Timeout, "no answer within 50ms");
+    let error = Error::new(ErrorKind::Misconfigured, "orders:42")
+        .with_detail(format!("redis://m1: {unfit}"))
+        .with_masters(vec![
+            MasterReport::new("redis://m1".into(), MasterOutcome::Failed(unfit.clone())),
+            MasterReport::new("redis://m2".into(), MasterOutcome::Failed(slow)),
+            MasterReport::new("redis://m3".into(), MasterOutcome::Failed(unfit)),
+        ]);
+    let shown = error.to_string();
+    // m1 once (in the detail); m2 and m3, which the detail did not give, after the tally.
+    assert_eq!(shown.matches("redis://m1").count(), 1, "{shown}");
+    assert_eq!(shown.matches("remove it").count(), 2, "{shown}");
+    assert!(
+        shown.contains("redis://m2: failed: no answer within 50ms"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("redis://m3: failed: it holds a set"),
+        "{shown}"
+    );
+}

@@ -173,8 +173,8 @@ fn valid_until(inner: &Inner, round: &Round, plan: &Plan) -> Result<Instant, Str
 }
 
 /// The fencing tokens of a granted `round`, one per key (docs/design.md §8, §14): each
-/// key's counter written back on its own, all at once, within the lease's validity. The
-/// error says whether the wait budget cut a write-back.
+/// key's counter written back on its own, all at once, within the lease's validity, until
+/// one fails. The error says whether the wait budget cut a write-back.
 async fn tokens(
     inner: &Inner,
     target: &Target,
@@ -204,11 +204,10 @@ async fn tokens(
             plan.give_up_at,
         )
     });
-    futures::future::join_all(write_backs)
-        .await
-        .into_iter()
-        .map(|written| written.map(Some))
-        .collect()
+    // The first failure ends them all: the acquisition fails with it, and the write-backs
+    // of the other keys are dropped (a counter raised meanwhile only moves forward).
+    let tokens = futures::future::try_join_all(write_backs).await?;
+    Ok(tokens.into_iter().map(Some).collect())
 }
 
 /// The failure of a `round` that no quorum granted: contention, an outage, masters in

@@ -212,9 +212,10 @@ async fn a_flushed_member_is_readmitted_by_a_client_that_knew_it() {
     let cluster = Cluster::start(3).await.unwrap();
     let admin = quarantined(cluster.urls()).build().unwrap();
     let init = admin.init_cluster().await.unwrap();
-    // Master 0's re-admission (the record read again, the vitals, the record written) runs
-    // inside one request, bounded by the node timeout: a generous one, so that a loaded
-    // machine does not cut it short (a cut one is only done again at the next request).
+    // Master 0's re-admission (the script's refusal, the record read again, the record
+    // written) runs inside one request, bounded by the node timeout: a generous one, so
+    // that a loaded machine does not cut it short (a cut one is only done again at the next
+    // request).
     let client = quarantined(cluster.urls())
         .timeouts(Timeouts::new().node("2s"))
         .build()

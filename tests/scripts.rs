@@ -2702,12 +2702,12 @@ fn script_hashes_are_pinned() {
         (
             "release.lua",
             RELEASE,
-            "580595c2b60eae3320cafff6734c9b15acd18811",
+            "5ab1b72bdce7ddc8d4439d98c599cfdcdc595c87",
         ),
         (
             "extend.lua",
             EXTEND,
-            "c7055a5aabcbb00c47a71a5405efd3949b4c6a67",
+            "2fe721a913864aa7478f0d81092ab8c5eb9c7672",
         ),
         (
             "acquire.lua",
@@ -2717,7 +2717,7 @@ fn script_hashes_are_pinned() {
         (
             "fence.lua",
             FENCE,
-            "01c1514ac3e2ee537a9751713dbe9665b15fa72d",
+            "ccf69bdb443a5124bee682fad8a5b1cf083f6710",
         ),
         (
             "epoch.lua",
@@ -2752,12 +2752,12 @@ fn script_hashes_are_pinned() {
         (
             "extend_many.lua",
             EXTEND_MANY,
-            "6ea54e78f505e45db2c4048629e56752ad24a045",
+            "1944d4a61d8cdeabbf034ddad8e6002e4dc74d4c",
         ),
         (
             "release_many.lua",
             RELEASE_MANY,
-            "2476af0804dc687a07529b1a9b194174109d4a6e",
+            "834dabfb0da7b86b2295caa5cfa0f94f10da7b6e",
         ),
         (
             "acquire_many.lua",
@@ -2772,12 +2772,12 @@ fn script_hashes_are_pinned() {
         (
             "rw_downgrade.lua",
             RW_DOWNGRADE,
-            "8bf98b443e6d4c84c5d2379af136041fc528a248",
+            "b05ef65e1b1b6f1b429c632044f160789de61edf",
         ),
         (
             "rw_extend_read.lua",
             RW_EXTEND_READ,
-            "00897086f8447b4c91df8790b1cf3493824ae51d",
+            "bd245dcaed4040302e5f43adf4a1e299a9739709",
         ),
         (
             "acquire_queued.lua",
@@ -2792,7 +2792,7 @@ fn script_hashes_are_pinned() {
         (
             "dequeue.lua",
             DEQUEUE,
-            "88387e20ec26f2d50fab20c1873cb407e98d957a",
+            "aa480643ec689c34123114b3723a584943a59aa9",
         ),
     ];
     let changed: Vec<String> = pinned

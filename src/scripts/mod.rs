@@ -9,7 +9,8 @@
 //!
 //! Scripts run with `EVALSHA`; the master loads them on every (re)connect, and a master
 //! that answers `NOSCRIPT` (restarted since) is sent the script and asked again. Shared Lua
-//! (`queue.lua`'s `live_head` and `hand_on`) is written once and joined in front of the
+//! (the preamble `epoch.lua` and `cluster.lua`, `queue.lua`'s `live_head` and `hand_on`,
+//! `holder.lua`'s `hold`, `value.lua`'s `value`) is written once and joined in front of the
 //! scripts that call it at compile time, which every supported Redis runs (no Redis
 //! Functions).
 //!

@@ -11,7 +11,9 @@ local function value(key)
   local current = redis.pcall('GET', key)
   if type(current) == 'table' then
     if not string.find(current.err, 'WRONGTYPE', 1, true) then
-      error(current)
+      -- Read again to fail with the server's own error (a raised table loses it before
+      -- Redis 7).
+      return redis.call('GET', key)
     end
     return true
   end

@@ -14,7 +14,7 @@ use tokio::time::sleep;
 use crate::harness::*;
 
 /// `acquire.lua` as the library sends it: behind the preamble (`epoch.lua`, `cluster.lua`)
-/// and `holder.lua` (`lock_script!(holder, ..)` in `src/scripts/mod.rs`). Any other source
+/// and `holder.lua` (`lock_script!("holder.lua", ..)` in `src/scripts/mod.rs`). Any other source
 /// has another hash: S19r's acquisitions would meet `NOSCRIPT` too, and the step would not
 /// be the one it describes.
 const ACQUIRE_LUA: &str = concat!(

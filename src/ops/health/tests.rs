@@ -427,6 +427,7 @@ fn missing_or_unreadable_records_are_notes() {
     p.record = Err(MasterError::new(MasterErrorKind::Other, "NOPERM"));
     let health = one(p, &context());
     assert_eq!(checks(&health, Severity::Note), [Check::ClusterRecord]);
+    assert!(health.findings()[0].message().contains("allow HGETALL"));
     // A message that merely names the code is no key of another type.
     let mut p = probe(0);
     p.record = Err(MasterError::new(MasterErrorKind::Other, "WRONGTYPE"));

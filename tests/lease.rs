@@ -191,6 +191,11 @@ async fn a_name_overwritten_with_another_type_holds_another_value() {
     };
     let lease = client.acquire(&key).await.unwrap();
     let value = lease.value().to_owned();
+    // The acquire returned at quorum: its last write must land before the overwrite.
+    wait_until(Duration::from_secs(2), "the lock on every master", || {
+        held_everywhere(&cluster, &key, &value)
+    })
+    .await;
     overwrite().await;
     let err = lease.extend().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");

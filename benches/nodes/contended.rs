@@ -129,6 +129,27 @@ pub(crate) struct Window {
     pub(crate) tally: Tally,
     pub(crate) elapsed: Duration,
     pub(crate) turns: Arc<Turns>,
+    /// The CPU used so far when the window's clock started (its clients connected) and
+    /// when it stopped: what its sections cost, without the connecting.
+    pub(crate) cpu: (Cpu, Cpu),
+}
+
+/// The CPU the masters and this process have used so far ([`masters_cpu`],
+/// [`process_cpu`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Cpu {
+    masters: Option<[f64; 3]>,
+    process: Option<[f64; 2]>,
+}
+
+impl Cpu {
+    /// Now, for the masters behind `raw` and this process.
+    pub(crate) async fn now(raw: &[MultiplexedConnection]) -> Self {
+        Self {
+            masters: masters_cpu(raw).await,
+            process: process_cpu(),
+        }
+    }
 }
 
 impl Window {
@@ -266,10 +287,8 @@ pub(crate) async fn run(
         let mut hand_off_runs = Vec::new();
         for _ in 0..repeats {
             for (mode, runs) in ring::Mode::ALL.iter().zip(ring_runs.iter_mut()) {
-                let before = (masters_cpu(raw).await, process_cpu());
-                let ring = ring::window(*mode, urls, &storage_url, hold, window).await?;
-                let done = (ring.tally.done, ring.elapsed);
-                cpu_per_section((n, hold, mode.label()), done, before, raw).await;
+                let ring = ring::window(*mode, (urls, raw), &storage_url, hold, window).await?;
+                cpu_per_section((n, hold, mode.label()), &ring);
                 runs.push(ring);
             }
             if plan.contains(&(hold, Waiting::HandOff)) {
@@ -384,17 +403,15 @@ fn process_cpu() -> Option<[f64; 2]> {
 }
 
 /// Where a ring's or a library variant's time goes on this machine: the CPU its masters
-/// and its clients spent per critical section in the window, printed beside the tables
-/// (the machine is shared by both, so a mechanism that moves work between rounds without
-/// removing it gains latency but not sections per second once the cores are busy). A
-/// library variant's window includes its clients' connecting.
-async fn cpu_per_section(
-    (n, hold, label): (usize, Duration, &str),
-    (done, elapsed): (usize, Duration),
-    (masters_before, process_before): (Option<[f64; 3]>, Option<[f64; 2]>),
-    raw: &[MultiplexedConnection],
-) {
-    let (masters_after, process_after) = (masters_cpu(raw).await, process_cpu());
+/// and its clients spent per critical section while its clock ran (its clients'
+/// connecting excluded), printed beside the tables (the machine is shared by both, so a
+/// mechanism that moves work between rounds without removing it gains latency but not
+/// sections per second once the cores are busy).
+fn cpu_per_section((n, hold, label): (usize, Duration, &str), window: &Window) {
+    let (done, elapsed) = (window.tally.done, window.elapsed);
+    let (before, after) = window.cpu;
+    let (masters_before, masters_after) = (before.masters, after.masters);
+    let (process_before, process_after) = (before.process, after.process);
     let sections = done.max(1) as f64;
     let per = |before: Option<f64>, after: Option<f64>, scale: f64| match (before, after) {
         (Some(b), Some(a)) => format!("{:.0}", (a - b) * scale / sections),
@@ -582,15 +599,12 @@ fn ring_rows(
 }
 
 /// One window of the library: `CONTENDERS` clients, each with its own connections, taking
-/// turns on one resource for `window`; its CPU line (which includes the clients'
-/// connecting) is printed as it ends.
+/// turns on one resource for `window`; its CPU line is printed as it ends.
 async fn library_window(
     (n, urls, storage_url): (usize, &[String], &str),
     (hold, waiting, window): (Duration, Waiting, Duration),
     raw: &[MultiplexedConnection],
 ) -> Outcome<Window> {
-    let before = (masters_cpu(raw).await, process_cpu());
-    let started = Instant::now();
     let resource: Arc<str> = Keys::new(&format!("c{n}")).fresh().into();
     let record: Arc<str> = format!("{resource}:record").into();
     let turns = Arc::new(Turns::default());
@@ -613,6 +627,7 @@ async fn library_window(
         clients.push((client, conn));
     }
 
+    let before = Cpu::now(raw).await;
     let start = Instant::now();
     let end = start + window;
     let mut handles = Vec::with_capacity(CONTENDERS);
@@ -697,6 +712,7 @@ async fn library_window(
         }
     }
     let elapsed = start.elapsed();
+    let after = Cpu::now(raw).await;
     let label = condition(hold, waiting);
     if total.gave_up > 0 {
         eprintln!(
@@ -719,9 +735,9 @@ async fn library_window(
         tally: total,
         elapsed,
         turns,
+        cpu: (before, after),
     };
-    let done = (measured.tally.done, started.elapsed());
-    cpu_per_section((n, hold, &format!("{waiting:?}")), done, before, raw).await;
+    cpu_per_section((n, hold, &format!("{waiting:?}")), &measured);
     Ok(measured)
 }
 

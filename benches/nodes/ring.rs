@@ -44,7 +44,7 @@ use redis::aio::MultiplexedConnection;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use super::contended::{CONTENDERS, Turns, Window, push, section};
+use super::contended::{CONTENDERS, Cpu, Turns, Window, push, section};
 use super::harness::{Keys, Outcome, Tally, connect_all};
 
 /// How a ring client is handed the lock: the mechanisms, measured side by side.
@@ -208,11 +208,11 @@ impl Drop for Member {
     }
 }
 
-/// Runs the ring of `mode` for `window` on `urls` with sections of `hold` on
-/// `storage_url`.
+/// Runs the ring of `mode` for `window` on `urls` (`raw`: a connection to each, for their
+/// CPU figures) with sections of `hold` on `storage_url`.
 pub(crate) async fn window(
     mode: Mode,
-    urls: &[String],
+    (urls, raw): (&[String], &[MultiplexedConnection]),
     storage_url: &str,
     hold: Duration,
     window: Duration,
@@ -326,6 +326,7 @@ pub(crate) async fn window(
 
     let turns = Arc::new(Turns::default());
     let (stop_tx, stop) = watch::channel(false);
+    let before = Cpu::now(raw).await;
     let start = Instant::now();
     let end = start + window;
     let mut handles = Vec::with_capacity(CONTENDERS);
@@ -360,6 +361,7 @@ pub(crate) async fn window(
         }
     }
     let elapsed = start.elapsed();
+    let after = Cpu::now(raw).await;
     let overlaps = turns.overlaps.load(Ordering::SeqCst);
     if overlaps > 0 {
         return Err(format!("the raw hand-off ring had two holders {overlaps} times").into());
@@ -368,6 +370,7 @@ pub(crate) async fn window(
         tally,
         elapsed,
         turns,
+        cpu: (before, after),
     })
 }
 

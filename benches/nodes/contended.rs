@@ -143,11 +143,23 @@ pub(crate) struct Cpu {
 }
 
 impl Cpu {
-    /// Now, for the masters behind `raw` and this process.
-    pub(crate) async fn now(raw: &[MultiplexedConnection]) -> Self {
+    /// Now, for the masters behind `raw` and this process, at a window's start: the
+    /// process is read after the masters, so that the reads are not counted in the window.
+    pub(crate) async fn before(raw: &[MultiplexedConnection]) -> Self {
+        let masters = masters_cpu(raw).await;
+        Self {
+            masters,
+            process: process_cpu(),
+        }
+    }
+
+    /// Now, at a window's end: the process is read before the masters, for the same
+    /// reason.
+    pub(crate) async fn after(raw: &[MultiplexedConnection]) -> Self {
+        let process = process_cpu();
         Self {
             masters: masters_cpu(raw).await,
-            process: process_cpu(),
+            process,
         }
     }
 }
@@ -627,7 +639,7 @@ async fn library_window(
         clients.push((client, conn));
     }
 
-    let before = Cpu::now(raw).await;
+    let before = Cpu::before(raw).await;
     let start = Instant::now();
     let end = start + window;
     let mut handles = Vec::with_capacity(CONTENDERS);
@@ -712,7 +724,7 @@ async fn library_window(
         }
     }
     let elapsed = start.elapsed();
-    let after = Cpu::now(raw).await;
+    let after = Cpu::after(raw).await;
     let label = condition(hold, waiting);
     if total.gave_up > 0 {
         eprintln!(

@@ -326,7 +326,7 @@ pub(crate) async fn window(
 
     let turns = Arc::new(Turns::default());
     let (stop_tx, stop) = watch::channel(false);
-    let before = Cpu::now(raw).await;
+    let before = Cpu::before(raw).await;
     let start = Instant::now();
     let end = start + window;
     let mut handles = Vec::with_capacity(CONTENDERS);
@@ -361,7 +361,7 @@ pub(crate) async fn window(
         }
     }
     let elapsed = start.elapsed();
-    let after = Cpu::now(raw).await;
+    let after = Cpu::after(raw).await;
     let overlaps = turns.overlaps.load(Ordering::SeqCst);
     if overlaps > 0 {
         return Err(format!("the raw hand-off ring had two holders {overlaps} times").into());

@@ -682,12 +682,18 @@ impl fmt::Display for Error {
             }
             f.write_str(")")?;
             // Each failed master with its error, unless the detail already gave it as
-            // "<master>: <error>" (the unfit masters of a permanent failure, an
-            // `init_cluster` that needs them all).
+            // "<master>: <error>", or in a group "<master>, <master>: <error>" (the unfit
+            // masters of a permanent failure, the masters of one failed TLS handshake,
+            // an `init_cluster` that needs them all).
             let said = |master: &str, error: &MasterError| {
-                self.detail
-                    .as_deref()
-                    .is_some_and(|detail| detail.contains(&format!("{master}: {error}")))
+                let Some(detail) = self.detail.as_deref() else {
+                    return false;
+                };
+                detail.match_indices(&format!(": {error}")).any(|(at, _)| {
+                    let named = &detail[..at];
+                    let group = named.rsplit("; ").next().unwrap_or(named);
+                    group.split(", ").any(|m| m == master)
+                })
             };
             let failed: Vec<String> = self
                 .masters

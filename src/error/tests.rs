@@ -126,3 +126,39 @@ fn a_failure_the_detail_gave_is_not_repeated() {
         "{shown}"
     );
 }
+
+/// Masters that failed one TLS handshake the same way are given once, as the group the
+/// detail names ("m1, m2: why"), and not again after the tally.
+#[test]
+fn a_group_the_detail_gave_is_not_repeated() {
+    let handshake = MasterError::new(
+        MasterErrorKind::Tls,
+        "the certificate is not signed by a trusted CA: set tls_ca",
+    );
+    let slow = MasterError::new(MasterErrorKind::Timeout, "no answer within 50ms");
+    let error = Error::new(ErrorKind::Tls, "orders:42")
+        .with_detail(format!("rediss://m1, rediss://m2: {handshake}"))
+        .with_masters(vec![
+            MasterReport::new(
+                "rediss://m1".into(),
+                MasterOutcome::Failed(handshake.clone()),
+            ),
+            MasterReport::new(
+                "rediss://m2".into(),
+                MasterOutcome::Failed(handshake.clone()),
+            ),
+            MasterReport::new("rediss://m3".into(), MasterOutcome::Failed(slow)),
+            // Not in the group, with the same error, and a name that begins like one of
+            // the group's: listed after the tally.
+            MasterReport::new("rediss://m10".into(), MasterOutcome::Failed(handshake)),
+        ]);
+    let shown = error.to_string();
+    assert_eq!(shown.matches("rediss://m1,").count(), 1, "{shown}");
+    assert_eq!(shown.matches("rediss://m2").count(), 1, "{shown}");
+    assert_eq!(shown.matches("trusted CA").count(), 2, "{shown}");
+    assert!(shown.contains("rediss://m3: failed: no answer"), "{shown}");
+    assert!(
+        shown.contains("rediss://m10: failed: the certificate"),
+        "{shown}"
+    );
+}

@@ -91,6 +91,10 @@ mod ring;
 mod rwlock;
 #[path = "nodes/semaphore.rs"]
 mod semaphore;
+/// The library's scripts as it joins them, for the raw fan-outs and rings that run them.
+#[allow(dead_code)]
+#[path = "../src/scripts/sources.rs"]
+mod sources;
 #[path = "nodes/targets.rs"]
 mod targets;
 #[path = "nodes/throughput.rs"]

@@ -10,62 +10,21 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, Script};
 use support::*;
 
-/// A lock script as `src/scripts/mod.rs` joins it: the preamble (`epoch.lua`, then
-/// `cluster.lua`) in front, then the parts named, in order: the functions it shares
-/// (`queue.lua`'s where it keeps a waiter queue, `holder.lua`'s where it grants a lock,
-/// `value.lua`'s where it compares the lock key's value with a holder's), and its own file.
-macro_rules! lock_script {
-    ($($part:literal),+) => {
-        concat!(
-            include_str!("../src/scripts/epoch.lua"),
-            include_str!("../src/scripts/cluster.lua"),
-            $(include_str!(concat!("../src/scripts/", $part))),+
-        )
-    };
-}
+/// The scripts as the library joins them: one list, for the library, these tests and the
+/// benches.
+#[allow(dead_code)]
+#[path = "../src/scripts/sources.rs"]
+mod sources;
 
-const RELEASE: &str = concat!(
-    include_str!("../src/scripts/queue.lua"),
-    include_str!("../src/scripts/value.lua"),
-    include_str!("../src/scripts/release.lua")
-);
-const EXTEND: &str = lock_script!("value.lua", "extend.lua");
-const ACQUIRE: &str = lock_script!("holder.lua", "acquire.lua");
-const FENCE: &str = concat!(
-    include_str!("../src/scripts/value.lua"),
-    include_str!("../src/scripts/fence.lua")
-);
-/// The epoch read at connect: the preamble's first part alone.
-const EPOCH: &str = concat!(
-    include_str!("../src/scripts/epoch.lua"),
-    "local t = redis.call('TIME')\n",
-    "return {epoch, t[1] .. string.format('%06d', t[2])}\n"
-);
-const FENCED_SET: &str = include_str!("../src/scripts/fenced_set.lua");
-const STAMP: &str = include_str!("../src/scripts/stamp.lua");
-const INSPECT: &str = include_str!("../src/scripts/inspect.lua");
-const FORCE_UNLOCK: &str = concat!(
-    include_str!("../src/scripts/queue.lua"),
-    include_str!("../src/scripts/force_unlock.lua")
-);
-const SEMAPHORE: &str = lock_script!("semaphore.lua");
-const EXTEND_MANY: &str = lock_script!("value.lua", "extend_many.lua");
-const RELEASE_MANY: &str = concat!(
-    include_str!("../src/scripts/queue.lua"),
-    include_str!("../src/scripts/value.lua"),
-    include_str!("../src/scripts/release_many.lua")
-);
-const ACQUIRE_MANY: &str = lock_script!("holder.lua", "acquire_many.lua");
-const RW_ACQUIRE: &str = lock_script!("rw_acquire.lua");
-const RW_DOWNGRADE: &str = lock_script!("value.lua", "rw_downgrade.lua");
-const RW_EXTEND_READ: &str = lock_script!("value.lua", "rw_extend_read.lua");
-const ACQUIRE_QUEUED: &str = lock_script!("queue.lua", "holder.lua", "acquire_queued.lua");
-const ENQUEUE: &str = lock_script!("queue.lua", "enqueue.lua");
-const DEQUEUE: &str = concat!(
-    include_str!("../src/scripts/queue.lua"),
-    include_str!("../src/scripts/value.lua"),
-    include_str!("../src/scripts/dequeue.lua")
-);
+use sources::{
+    ACQUIRE_LUA as ACQUIRE, ACQUIRE_MANY_LUA as ACQUIRE_MANY, ACQUIRE_QUEUED_LUA as ACQUIRE_QUEUED,
+    DEQUEUE_LUA as DEQUEUE, ENQUEUE_LUA as ENQUEUE, EPOCH_SOURCE as EPOCH, EXTEND_LUA as EXTEND,
+    EXTEND_MANY_LUA as EXTEND_MANY, FENCE_LUA as FENCE, FENCED_SET_LUA as FENCED_SET,
+    FORCE_UNLOCK_LUA as FORCE_UNLOCK, INSPECT_LUA as INSPECT, RELEASE_LUA as RELEASE,
+    RELEASE_MANY_LUA as RELEASE_MANY, RW_ACQUIRE_LUA as RW_ACQUIRE,
+    RW_DOWNGRADE_LUA as RW_DOWNGRADE, RW_EXTEND_READ_LUA as RW_EXTEND_READ,
+    SEMAPHORE_COUNT_LUA as SEMAPHORE_COUNT, SEMAPHORE_LUA as SEMAPHORE, STAMP_LUA as STAMP,
+};
 
 /// `script`, a lock script, with the preamble's keys and arguments, the same slots in
 /// every lock script: `KEYS[1]` the cluster record, which holds the data epoch, `ARGV[1]`
@@ -166,7 +125,7 @@ async fn every_lock_script_starts_with_the_preamble() {
         ("rw_extend_read.lua", RW_EXTEND_READ),
         ("rw_downgrade.lua", RW_DOWNGRADE),
         ("semaphore.lua", SEMAPHORE),
-        ("semaphore_count.lua", lock_script!("semaphore_count.lua")),
+        ("semaphore_count.lua", SEMAPHORE_COUNT),
     ] {
         let script = Script::new(source);
         let () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
@@ -2702,27 +2661,27 @@ fn script_hashes_are_pinned() {
         (
             "release.lua",
             RELEASE,
-            "5ab1b72bdce7ddc8d4439d98c599cfdcdc595c87",
+            "74d8a0211b6e90585cd785928e4c9ed7ce7986b7",
         ),
         (
             "extend.lua",
             EXTEND,
-            "2fe721a913864aa7478f0d81092ab8c5eb9c7672",
+            "b5084f9e76047997063e82514e273926d8603208",
         ),
         (
             "acquire.lua",
             ACQUIRE,
-            "31c5014e0b95c8c10956c747ab76997e72d19ce6",
+            "7a2528f51b3918b102448db246c5c736178342da",
         ),
         (
             "fence.lua",
             FENCE,
-            "ccf69bdb443a5124bee682fad8a5b1cf083f6710",
+            "2e2c7b6e1e96e4141d1a613a1f90dab4d9b9b4fc",
         ),
         (
             "epoch.lua",
             EPOCH,
-            "149aff8cd84970b39c05b9205452853b982fb0e1",
+            "ddab24e81beba4c4b1e7902908eb5df001a575e1",
         ),
         (
             "fenced_set.lua",
@@ -2742,57 +2701,57 @@ fn script_hashes_are_pinned() {
         (
             "semaphore.lua",
             SEMAPHORE,
-            "83982e438748b8bf94d80ac934a709c9750b0a0a",
+            "edfb0134b97eb0e5cada88bf57171b0c7ba953fb",
         ),
         (
             "force_unlock.lua",
             FORCE_UNLOCK,
-            "ce749bee570ffa8f21a805a46e20878c8e8d7835",
+            "dbfc98582da501a7d640fa4d15e564ac58c84f75",
         ),
         (
             "extend_many.lua",
             EXTEND_MANY,
-            "1944d4a61d8cdeabbf034ddad8e6002e4dc74d4c",
+            "30beeb594d49ba396830468ae869152fc88f0c74",
         ),
         (
             "release_many.lua",
             RELEASE_MANY,
-            "834dabfb0da7b86b2295caa5cfa0f94f10da7b6e",
+            "0e040c4fe124ce3612ec7adf73568b02d97296d4",
         ),
         (
             "acquire_many.lua",
             ACQUIRE_MANY,
-            "78350a996f3b1071655280b2ccb6c5b146a844c5",
+            "2e5b857b415ede7a8f44d3a3181871d07181ec11",
         ),
         (
             "rw_acquire.lua",
             RW_ACQUIRE,
-            "20daa69deb3cbb46e4cf54c9551accbba4ef89ac",
+            "610dba4cbf800dca9d81618fee25a34e8e607045",
         ),
         (
             "rw_downgrade.lua",
             RW_DOWNGRADE,
-            "b05ef65e1b1b6f1b429c632044f160789de61edf",
+            "a3e5c5f2adc30fbfd2c44804ab09db0a9796abb4",
         ),
         (
             "rw_extend_read.lua",
             RW_EXTEND_READ,
-            "bd245dcaed4040302e5f43adf4a1e299a9739709",
+            "41ee951a89aef98d9a15717e356fcbdec0387090",
         ),
         (
             "acquire_queued.lua",
             ACQUIRE_QUEUED,
-            "cd3622d87ca1aa91a3110ab70db67da9f63beb93",
+            "f6ac5e112145db829368a2e8a263b8ccee4743ef",
         ),
         (
             "enqueue.lua",
             ENQUEUE,
-            "2f19e84e5990de21b048815161faa412c88c498a",
+            "0b9b4358edae9f2611a6b79873c1fbe6f8a8e035",
         ),
         (
             "dequeue.lua",
             DEQUEUE,
-            "aa480643ec689c34123114b3723a584943a59aa9",
+            "3a78aeebae4a982ae35b7b336ec4d3d78e2c9df8",
         ),
     ];
     let changed: Vec<String> = pinned

@@ -152,33 +152,13 @@ const REGISTER: &str = "\
 redis.call('HSET', KEYS[1], 'v', ARGV[1], 's', ARGV[2])
 return 1";
 
-/// The library's scripts as it joins them (`src/scripts/mod.rs`): the preamble
-/// (`epoch.lua`, `cluster.lua`), the queue's functions (`queue.lua`), the holder record's
-/// (`holder.lua`) and the lock key's read (`value.lua`) in front of the scripts that need
-/// them.
-static LIB_RELEASE: &str = concat!(
-    include_str!("../../src/scripts/queue.lua"),
-    include_str!("../../src/scripts/value.lua"),
-    include_str!("../../src/scripts/release.lua")
-);
-static LIB_ENQUEUE: &str = concat!(
-    include_str!("../../src/scripts/epoch.lua"),
-    include_str!("../../src/scripts/cluster.lua"),
-    include_str!("../../src/scripts/queue.lua"),
-    include_str!("../../src/scripts/enqueue.lua")
-);
-static LIB_CONFIRM: &str = concat!(
-    include_str!("../../src/scripts/epoch.lua"),
-    include_str!("../../src/scripts/cluster.lua"),
-    include_str!("../../src/scripts/queue.lua"),
-    include_str!("../../src/scripts/holder.lua"),
-    include_str!("../../src/scripts/acquire_queued.lua")
-);
-static LIB_DEQUEUE: &str = concat!(
-    include_str!("../../src/scripts/queue.lua"),
-    include_str!("../../src/scripts/value.lua"),
-    include_str!("../../src/scripts/dequeue.lua")
-);
+/// The library's scripts as it joins them (`src/scripts/sources.rs`): the preamble, the
+/// queue's functions, the holder record's and the lock key's read in front of the scripts
+/// that need them.
+use crate::sources::{
+    ACQUIRE_QUEUED_LUA as LIB_CONFIRM, DEQUEUE_LUA as LIB_DEQUEUE, ENQUEUE_LUA as LIB_ENQUEUE,
+    RELEASE_LUA as LIB_RELEASE,
+};
 
 /// The drift allowance of a lease of `HELD_MS`, as the library counts it (1 % + 2 ms).
 const DRIFT: Duration = Duration::from_micros(HELD_MS * 10 + 2_000);

@@ -17,28 +17,16 @@ use super::harness::{
 use super::model::{Metric, Results, Row, Scenario};
 
 /// The library's compare-and-delete release script, for the raw fan-out: `release.lua`
-/// with the functions it calls (`queue.lua`'s, `value.lua`'s) in front, as
-/// `src/scripts/mod.rs` joins them.
-static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(concat!(
-        include_str!("../../src/scripts/queue.lua"),
-        include_str!("../../src/scripts/value.lua"),
-        include_str!("../../src/scripts/release.lua")
-    ))
-});
+/// with the functions it calls (`queue.lua`'s, `value.lua`'s) in front, as the library
+/// joins them (`src/scripts/sources.rs`).
+static RELEASE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(crate::sources::RELEASE_LUA));
 /// The library's acquire script, for the raw fan-out of what each master runs to grant a
 /// lock: the `SET NX PX` and the per-master checks around it (cluster record, data
 /// epoch, kind of lock) and the client's holder record; `acquire.lua` behind the preamble
-/// that every lock script starts with (`epoch.lua`, `cluster.lua`) and `holder.lua`, as
-/// `src/scripts/mod.rs` joins them.
-static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(concat!(
-        include_str!("../../src/scripts/epoch.lua"),
-        include_str!("../../src/scripts/cluster.lua"),
-        include_str!("../../src/scripts/holder.lua"),
-        include_str!("../../src/scripts/acquire.lua")
-    ))
-});
+/// that every lock script starts with (`epoch.lua`, `cluster.lua`) and `holder.lua`.
+static ACQUIRE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(crate::sources::ACQUIRE_LUA));
 
 /// The floor of a script that acquires: `SET NX PX` inside a script, and nothing else.
 static SET_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| {

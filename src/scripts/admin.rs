@@ -9,6 +9,7 @@ use std::sync::LazyLock;
 
 use redis::{Script, Value};
 
+use super::sources;
 use super::{
     Codec, Context, Invocation, RECORD_NAMESPACE, Request, fence_key, holder_prefix, millis,
     misrouted, owner_key, parse_number, queue_key, read, release_channel, unexpected,
@@ -18,28 +19,14 @@ use crate::cluster::{self, Record};
 use crate::error::MasterError;
 use crate::op::{Inspected, Op, Reply, StampOutcome};
 
-/// Reads (or starts) the data epoch, run with `EVAL` while connecting: `epoch.lua`, the
-/// preamble's first part, then the server's time, from which the epoch's age is read
-/// (`KEYS[1]` the cluster record, which holds the data epoch, `ARGV[1]` an id for a new
-/// epoch). Returns `{epoch record, server time us}`.
-pub(crate) const EPOCH_SOURCE: &str = concat!(
-    include_str!("epoch.lua"),
-    "local t = redis.call('TIME')\n",
-    "return {epoch, t[1] .. string.format('%06d', t[2])}\n"
-);
-
 /// Writes the cluster record unless one exists; see `stamp.lua`.
-static STAMP: LazyLock<Script> = LazyLock::new(|| Script::new(STAMP_LUA));
-pub(super) const STAMP_LUA: &str = include_str!("stamp.lua");
+static STAMP: LazyLock<Script> = LazyLock::new(|| Script::new(sources::STAMP_LUA));
 
 /// Reads one lock for inspection, changing nothing; see `inspect.lua`.
-static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT_LUA));
-pub(super) const INSPECT_LUA: &str = include_str!("inspect.lua");
+static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(sources::INSPECT_LUA));
 
 /// Deletes whatever holds a lock and raises its fence counter; see `force_unlock.lua`.
-static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_UNLOCK_LUA));
-pub(super) const FORCE_UNLOCK_LUA: &str =
-    concat!(include_str!("queue.lua"), include_str!("force_unlock.lua"));
+static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(sources::FORCE_UNLOCK_LUA));
 
 /// The codec of the cluster's administration.
 #[derive(Debug)]

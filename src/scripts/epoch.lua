@@ -1,6 +1,6 @@
 -- The data epoch (restart quarantine, docs/design.md §7): the first part of the preamble
 -- that every lock script starts with, joined in front of it at compile time
--- (`scripts/mod.rs`), and the start of the script that reads the epoch at connect. Reads
+-- (`scripts/sources.rs`), and the start of the script that reads the epoch at connect. Reads
 -- the cluster record, which holds the master's data epoch beside the cluster's fields
 -- (docs/design.md §11), with one command, and starts the epoch where it is missing (new or
 -- lost data). Only a new epoch reads the server's time (its creation time): the age of an

@@ -6,6 +6,7 @@ use std::sync::LazyLock;
 
 use redis::{Script, Value};
 
+use super::sources;
 use super::{
     Codec, Context, Invocation, Request, misrouted, owner_key, parse_number, read, unexpected,
 };
@@ -15,12 +16,11 @@ use crate::mutants::Mutant;
 use crate::op::{EpochReport, FenceOutcome, Op, Reply};
 
 /// Fencing write-back; see `fence.lua`.
-static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_LUA));
-pub(super) const FENCE_LUA: &str = concat!(include_str!("value.lua"), include_str!("fence.lua"));
+static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::FENCE_LUA));
 
 /// Storage-side fencing check; see `fenced_set.lua`.
-pub(crate) static FENCED_SET: LazyLock<Script> = LazyLock::new(|| Script::new(FENCED_SET_LUA));
-const FENCED_SET_LUA: &str = include_str!("fenced_set.lua");
+pub(crate) static FENCED_SET: LazyLock<Script> =
+    LazyLock::new(|| Script::new(sources::FENCED_SET_LUA));
 
 /// The codec of `fence.lua`.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 -- The holder record (docs/design.md §11): who a client is (its id, host, process id and
 -- label), written once per client and label on each master, not per lock. A lock's value
 -- begins with the record's tag, so `inspect.lua` finds its holder from the value alone.
--- Joined at compile time in front of the scripts that grant a lock (`scripts/mod.rs`).
+-- Joined at compile time in front of the scripts that grant a lock (`scripts/sources.rs`).
 --
 -- hold(record, ttl, client, host, pid, label): after a grant with `ttl` ms, keeps the
 -- record alive at least as long as the lock, and at least half an hour: when it would

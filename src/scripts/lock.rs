@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use redis::{Script, Value};
 
+use super::sources;
 use super::{
     Codec, Context, Invocation, Request, fence_key, flag, holder_key, millis, misrouted, owner_key,
     parse_number, queue_key, read, ticket_key, ttl_of, unexpected, waiter_prefix, wrong_kind,
@@ -18,27 +19,19 @@ use crate::mutants::Mutant;
 use crate::op::{EpochReport, FenceRead, Op, Reply};
 
 /// `SET NX PX` reading the data epoch and the fence counter; see `acquire.lua`.
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
-pub(super) const ACQUIRE_LUA: &str = lock_script!("holder.lua", "acquire.lua");
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::ACQUIRE_LUA));
 
 /// Acquire as a queued waiter (confirming a hand-off) or a fair contender; see
 /// `acquire_queued.lua`.
-static ACQUIRE_QUEUED: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_QUEUED_LUA));
-pub(super) const ACQUIRE_QUEUED_LUA: &str =
-    lock_script!("queue.lua", "holder.lua", "acquire_queued.lua");
+static ACQUIRE_QUEUED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(sources::ACQUIRE_QUEUED_LUA));
 
 /// Compare-and-PEXPIRE, never setting a missing key again; see `extend.lua`.
-static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
-pub(super) const EXTEND_LUA: &str = lock_script!("value.lua", "extend.lua");
+static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(sources::EXTEND_LUA));
 
 /// Compare-and-delete plus hand-off to the next live waiter, or the release notice; see
 /// `release.lua`.
-pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
-pub(super) const RELEASE_LUA: &str = concat!(
-    include_str!("queue.lua"),
-    include_str!("value.lua"),
-    include_str!("release.lua")
-);
+pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::RELEASE_LUA));
 
 /// The codec of the single-key lock's scripts.
 #[derive(Debug)]

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use redis::{Script, Value};
 
+use super::sources;
 use super::{
     Codec, Context, Invocation, Request, fence_key, holder_key, millis, misrouted, owner_key,
     parse_number, queue_key, read, unexpected, waiter_prefix, wrong_kind,
@@ -17,22 +18,15 @@ use crate::mutants::Mutant;
 use crate::op::{EpochReport, Op, Reply};
 
 /// Several locks at once, all or none; see `acquire_many.lua`.
-static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_MANY_LUA));
-pub(super) const ACQUIRE_MANY_LUA: &str = lock_script!("holder.lua", "acquire_many.lua");
+static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(sources::ACQUIRE_MANY_LUA));
 
 /// Compare-and-PEXPIRE of every key of a lease over several keys, all or none; see
 /// `extend_many.lua`.
-static EXTEND_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_MANY_LUA));
-pub(super) const EXTEND_MANY_LUA: &str = lock_script!("value.lua", "extend_many.lua");
+static EXTEND_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(sources::EXTEND_MANY_LUA));
 
 /// Compare-and-delete of every key of a lease over several keys, each with its hand-off or
 /// release notice; see `release_many.lua`.
-static RELEASE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_MANY_LUA));
-pub(super) const RELEASE_MANY_LUA: &str = concat!(
-    include_str!("queue.lua"),
-    include_str!("value.lua"),
-    include_str!("release_many.lua")
-);
+static RELEASE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(sources::RELEASE_MANY_LUA));
 
 /// The codec of the scripts of a lease over several keys.
 #[derive(Debug)]

@@ -12,7 +12,8 @@
 //! (the preamble `epoch.lua` and `cluster.lua`, `queue.lua`'s `live_head` and `hand_on`,
 //! `holder.lua`'s `hold`, `value.lua`'s `value`) is written once and joined in front of the
 //! scripts that call it at compile time, which every supported Redis runs (no Redis
-//! Functions).
+//! Functions). The joins are listed once, in `sources.rs`, which the tests and the
+//! benches include too, so that their raw calls run exactly these sources.
 //!
 //! With `--cfg redquorum_mutants`, a codec picks a planted variant of its script where the
 //! client plants its bug ([`Context`]); the scripts themselves carry no test-only mode.
@@ -27,23 +28,6 @@ use crate::error::{MasterError, MasterErrorKind};
 use crate::mutants::{Mutant, Planted};
 use crate::op::{Op, Reply};
 
-/// The source of a lock script, joined at compile time from its parts: the preamble that
-/// every lock script starts with, `epoch.lua` (one read of the cluster record `KEYS[1]`,
-/// which holds the data epoch, started where missing with the id `ARGV[1]`) and
-/// `cluster.lua` (the record's check against the fingerprint `ARGV[2]`), then the parts
-/// named, in order: the functions a script shares with others (`queue.lua`'s,
-/// `holder.lua`'s, `value.lua`'s), and last the script's own file. Each script's own
-/// `KEYS` and `ARGV` come after the preamble's.
-macro_rules! lock_script {
-    ($($part:literal),+) => {
-        concat!(
-            include_str!("epoch.lua"),
-            include_str!("cluster.lua"),
-            $(include_str!($part)),+
-        )
-    };
-}
-
 mod admin;
 mod fence;
 mod keys;
@@ -54,8 +38,9 @@ mod planted;
 mod queue;
 mod rw;
 mod semaphore;
+mod sources;
 
-pub(crate) use admin::{EPOCH_SOURCE, stamp, stamped};
+pub(crate) use admin::{stamp, stamped};
 pub(crate) use fence::FENCED_SET;
 pub(crate) use keys::*;
 pub(crate) use rw::MAX_READERS;
@@ -63,6 +48,7 @@ pub(crate) use rw::MAX_READERS;
 pub(crate) use semaphore::counted_permits;
 #[cfg(test)]
 pub(crate) use semaphore::limit_mismatch;
+pub(crate) use sources::EPOCH_SOURCE;
 
 /// What a codec needs to know of the client and the master besides the op.
 #[derive(Debug, Clone, Copy)]
@@ -322,24 +308,24 @@ pub(crate) fn codec(op: &Op) -> Option<&'static dyn Codec> {
 /// and lets commands sent later on the connection run first.
 pub(crate) fn master_scripts() -> Vec<&'static str> {
     vec![
-        lock::RELEASE_LUA,
-        lock::EXTEND_LUA,
-        lock::ACQUIRE_LUA,
-        semaphore::SEMAPHORE_LUA,
+        sources::RELEASE_LUA,
+        sources::EXTEND_LUA,
+        sources::ACQUIRE_LUA,
+        sources::SEMAPHORE_LUA,
         EPOCH_SOURCE,
-        fence::FENCE_LUA,
-        admin::STAMP_LUA,
-        admin::INSPECT_LUA,
-        admin::FORCE_UNLOCK_LUA,
-        rw::RW_ACQUIRE_LUA,
-        rw::RW_DOWNGRADE_LUA,
-        rw::RW_EXTEND_READ_LUA,
-        many::EXTEND_MANY_LUA,
-        many::RELEASE_MANY_LUA,
-        many::ACQUIRE_MANY_LUA,
-        lock::ACQUIRE_QUEUED_LUA,
-        queue::ENQUEUE_LUA,
-        queue::DEQUEUE_LUA,
+        sources::FENCE_LUA,
+        sources::STAMP_LUA,
+        sources::INSPECT_LUA,
+        sources::FORCE_UNLOCK_LUA,
+        sources::RW_ACQUIRE_LUA,
+        sources::RW_DOWNGRADE_LUA,
+        sources::RW_EXTEND_READ_LUA,
+        sources::EXTEND_MANY_LUA,
+        sources::RELEASE_MANY_LUA,
+        sources::ACQUIRE_MANY_LUA,
+        sources::ACQUIRE_QUEUED_LUA,
+        sources::ENQUEUE_LUA,
+        sources::DEQUEUE_LUA,
     ]
 }
 

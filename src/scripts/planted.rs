@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::{fence, lock, many, queue, rw, semaphore};
+use super::sources;
 use crate::mutants::{Mutant, Planted};
 
 /// A planted script: the script a codec sends, and its source, which a master loads with
@@ -37,7 +37,7 @@ impl Variant {
 /// one-round token of `Mutant::OneRoundToken`.
 pub(super) static ACQUIRE_ONE_ROUND_TOKEN: LazyLock<Variant> = LazyLock::new(|| {
     Variant::of(
-        lock::ACQUIRE_LUA,
+        sources::ACQUIRE_LUA,
         "    return {1, epoch, redis.call('GET', KEYS[3])}",
         "    return {1, epoch, tostring(redis.call('INCR', KEYS[3]))}",
     )
@@ -46,14 +46,14 @@ pub(super) static ACQUIRE_ONE_ROUND_TOKEN: LazyLock<Variant> = LazyLock::new(|| 
 /// `fence.lua` accepting a counter equal to the token: the max-write of
 /// `Mutant::WritebackNoGuard`.
 pub(super) static FENCE_MAX_WRITE: LazyLock<Variant> =
-    LazyLock::new(|| Variant::of(fence::FENCE_LUA, "if c < t then", "if c <= t then"));
+    LazyLock::new(|| Variant::of(sources::FENCE_LUA, "if c < t then", "if c <= t then"));
 
 /// `extend.lua` setting a missing key again with the caller's value, as extensions once
 /// did: `Mutant::ExtendRecreates`, which undoes a force-unlock, and the counted re-entry
 /// round of `Mutant::ReentryCounter` (`Op::ExtendRecreating`).
 pub(super) static EXTEND_RECREATES: LazyLock<Variant> = LazyLock::new(|| {
     Variant::of(
-        lock::EXTEND_LUA,
+        sources::EXTEND_LUA,
         "  return {0, epoch, false}",
         "  redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4]) return {1, epoch, false}",
     )
@@ -63,7 +63,7 @@ pub(super) static EXTEND_RECREATES: LazyLock<Variant> = LazyLock::new(|| {
 /// granted any: the partial vote of `Mutant::ManyPartialVote`.
 pub(super) static ACQUIRE_MANY_PARTIAL: LazyLock<Variant> = LazyLock::new(|| {
     Variant::of(
-        many::ACQUIRE_MANY_LUA,
+        sources::ACQUIRE_MANY_LUA,
         "  if all and pttls[i] == -3 then",
         "  if pttls[i] == -3 then",
     )
@@ -73,7 +73,7 @@ pub(super) static ACQUIRE_MANY_PARTIAL: LazyLock<Variant> = LazyLock::new(|| {
 /// `Mutant::ReaderIgnoresIntent`.
 pub(super) static RW_ACQUIRE_IGNORES_INTENT: LazyLock<Variant> = LazyLock::new(|| {
     Variant::of(
-        rw::RW_ACQUIRE_LUA,
+        sources::RW_ACQUIRE_LUA,
         "  elseif intent > 0 then",
         "  elseif false then",
     )
@@ -92,25 +92,25 @@ fn ignoring_liveness(source: &str) -> Variant {
 
 /// `release.lua` handing the lock to the queue's first member, live or not.
 pub(super) static RELEASE_IGNORES_LIVENESS: LazyLock<Variant> =
-    LazyLock::new(|| ignoring_liveness(lock::RELEASE_LUA));
+    LazyLock::new(|| ignoring_liveness(sources::RELEASE_LUA));
 
 /// `dequeue.lua` handing the lock to the queue's first member, live or not.
 pub(super) static DEQUEUE_IGNORES_LIVENESS: LazyLock<Variant> =
-    LazyLock::new(|| ignoring_liveness(queue::DEQUEUE_LUA));
+    LazyLock::new(|| ignoring_liveness(sources::DEQUEUE_LUA));
 
 /// `enqueue.lua` taking the queue's first member as its head, live or not.
 pub(super) static ENQUEUE_IGNORES_LIVENESS: LazyLock<Variant> =
-    LazyLock::new(|| ignoring_liveness(queue::ENQUEUE_LUA));
+    LazyLock::new(|| ignoring_liveness(sources::ENQUEUE_LUA));
 
 /// `acquire_queued.lua` taking the queue's first member as its head, live or not.
 pub(super) static ACQUIRE_QUEUED_IGNORES_LIVENESS: LazyLock<Variant> =
-    LazyLock::new(|| ignoring_liveness(lock::ACQUIRE_QUEUED_LUA));
+    LazyLock::new(|| ignoring_liveness(sources::ACQUIRE_QUEUED_LUA));
 
 /// `acquire_queued.lua` keeping a handed key's expiry (`KEEPTTL`) when it confirms:
 /// `Mutant::ConfirmKeepsHandoffExpiry`.
 pub(super) static ACQUIRE_QUEUED_KEEPS_EXPIRY: LazyLock<Variant> = LazyLock::new(|| {
     Variant::of(
-        lock::ACQUIRE_QUEUED_LUA,
+        sources::ACQUIRE_QUEUED_LUA,
         "  redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])",
         "  if current then redis.call('SET', KEYS[2], ARGV[3], 'KEEPTTL') else \
          redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4]) end",
@@ -122,7 +122,7 @@ pub(super) static ACQUIRE_QUEUED_KEEPS_EXPIRY: LazyLock<Variant> = LazyLock::new
 /// `Mutant::FairByArrival`.
 pub(super) static ENQUEUE_BY_ARRIVAL: LazyLock<Variant> = LazyLock::new(|| {
     Variant::of(
-        queue::ENQUEUE_LUA,
+        sources::ENQUEUE_LUA,
         "local score, strict = ARGV[4], ARGV[5]",
         "local score, strict = ARGV[4], ARGV[5] if ARGV[8] == '1' then score, strict = \
          redis.call('ZSCORE', KEYS[3], ARGV[3]) or tostring(redis.call('INCR', KEYS[4])), \
@@ -135,49 +135,57 @@ fn variants() -> [(&'static Variant, &'static str, Mutant); 11] {
     [
         (
             &ACQUIRE_ONE_ROUND_TOKEN,
-            lock::ACQUIRE_LUA,
+            sources::ACQUIRE_LUA,
             Mutant::OneRoundToken,
         ),
-        (&FENCE_MAX_WRITE, fence::FENCE_LUA, Mutant::WritebackNoGuard),
-        (&EXTEND_RECREATES, lock::EXTEND_LUA, Mutant::ExtendRecreates),
+        (
+            &FENCE_MAX_WRITE,
+            sources::FENCE_LUA,
+            Mutant::WritebackNoGuard,
+        ),
+        (
+            &EXTEND_RECREATES,
+            sources::EXTEND_LUA,
+            Mutant::ExtendRecreates,
+        ),
         (
             &ACQUIRE_MANY_PARTIAL,
-            many::ACQUIRE_MANY_LUA,
+            sources::ACQUIRE_MANY_LUA,
             Mutant::ManyPartialVote,
         ),
         (
             &RW_ACQUIRE_IGNORES_INTENT,
-            rw::RW_ACQUIRE_LUA,
+            sources::RW_ACQUIRE_LUA,
             Mutant::ReaderIgnoresIntent,
         ),
         (
             &RELEASE_IGNORES_LIVENESS,
-            lock::RELEASE_LUA,
+            sources::RELEASE_LUA,
             Mutant::HandoffIgnoresLiveness,
         ),
         (
             &DEQUEUE_IGNORES_LIVENESS,
-            queue::DEQUEUE_LUA,
+            sources::DEQUEUE_LUA,
             Mutant::HandoffIgnoresLiveness,
         ),
         (
             &ENQUEUE_IGNORES_LIVENESS,
-            queue::ENQUEUE_LUA,
+            sources::ENQUEUE_LUA,
             Mutant::HandoffIgnoresLiveness,
         ),
         (
             &ACQUIRE_QUEUED_IGNORES_LIVENESS,
-            lock::ACQUIRE_QUEUED_LUA,
+            sources::ACQUIRE_QUEUED_LUA,
             Mutant::HandoffIgnoresLiveness,
         ),
         (
             &ACQUIRE_QUEUED_KEEPS_EXPIRY,
-            lock::ACQUIRE_QUEUED_LUA,
+            sources::ACQUIRE_QUEUED_LUA,
             Mutant::ConfirmKeepsHandoffExpiry,
         ),
         (
             &ENQUEUE_BY_ARRIVAL,
-            queue::ENQUEUE_LUA,
+            sources::ENQUEUE_LUA,
             Mutant::FairByArrival,
         ),
     ]
@@ -196,7 +204,7 @@ pub(super) fn sources(planted: &Planted) -> Vec<&'static str> {
         sources.push(EXTEND_RECREATES.source.as_str());
     }
     if planted.is(Mutant::SemaphoreCountPerMaster) {
-        sources.push(semaphore::SEMAPHORE_COUNT_LUA);
+        sources.push(sources::SEMAPHORE_COUNT_LUA);
     }
     sources
 }

@@ -1,5 +1,5 @@
 -- The waiter queue of a lock (docs/design.md §17), shared by every script that keeps one:
--- joined in front of each at compile time (`scripts/mod.rs`).
+-- joined in front of each at compile time (`scripts/sources.rs`).
 --
 -- live_head(q, prefix): the live head of queue `q`, whose waiters' liveness keys are
 -- `prefix .. id`: its first member whose liveness key exists. The dead members met before

@@ -6,6 +6,7 @@ use std::sync::LazyLock;
 
 use redis::{Script, Value};
 
+use super::sources;
 use super::{
     Codec, Context, Invocation, Request, flag, millis, misrouted, owner_key, parse_number,
     queue_key, read, ticket_key, unexpected, waiter_key, waiter_prefix, wrong_kind,
@@ -16,16 +17,10 @@ use crate::mutants::Mutant;
 use crate::op::{EpochReport, Op, Reply};
 
 /// Registers or refreshes a waiter in a lock's queue; see `enqueue.lua`.
-static ENQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(ENQUEUE_LUA));
-pub(super) const ENQUEUE_LUA: &str = lock_script!("queue.lua", "enqueue.lua");
+static ENQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::ENQUEUE_LUA));
 
 /// Removes a waiter from a lock's queue, passing on a key handed to it; see `dequeue.lua`.
-static DEQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(DEQUEUE_LUA));
-pub(super) const DEQUEUE_LUA: &str = concat!(
-    include_str!("queue.lua"),
-    include_str!("value.lua"),
-    include_str!("dequeue.lua")
-);
+static DEQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::DEQUEUE_LUA));
 
 /// The codec of the waiter queue's scripts.
 #[derive(Debug)]

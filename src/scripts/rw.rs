@@ -6,6 +6,7 @@ use std::sync::LazyLock;
 
 use redis::{Script, Value};
 
+use super::sources;
 use super::{
     Codec, Context, Invocation, READERS_MARK, Request, fence_key, intent_key, millis, misrouted,
     owner_key, read, reader_index_key, reader_key, reader_prefix, release_channel, unexpected,
@@ -21,16 +22,14 @@ use crate::op::{EpochReport, Op, Reply, RwMode};
 pub(crate) const MAX_READERS: usize = 64;
 
 /// Acquires a read-write lock in one mode; see `rw_acquire.lua`.
-static RW_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_ACQUIRE_LUA));
-pub(super) const RW_ACQUIRE_LUA: &str = lock_script!("rw_acquire.lua");
+static RW_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::RW_ACQUIRE_LUA));
 
 /// Extends a read lease, keeping the reader index alive; see `rw_extend_read.lua`.
-static RW_EXTEND_READ: LazyLock<Script> = LazyLock::new(|| Script::new(RW_EXTEND_READ_LUA));
-pub(super) const RW_EXTEND_READ_LUA: &str = lock_script!("value.lua", "rw_extend_read.lua");
+static RW_EXTEND_READ: LazyLock<Script> =
+    LazyLock::new(|| Script::new(sources::RW_EXTEND_READ_LUA));
 
 /// Turns a write lease into a read lease; see `rw_downgrade.lua`.
-static RW_DOWNGRADE: LazyLock<Script> = LazyLock::new(|| Script::new(RW_DOWNGRADE_LUA));
-pub(super) const RW_DOWNGRADE_LUA: &str = lock_script!("value.lua", "rw_downgrade.lua");
+static RW_DOWNGRADE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::RW_DOWNGRADE_LUA));
 
 /// The codec of the read-write lock's scripts.
 #[derive(Debug)]

@@ -5,6 +5,7 @@ use std::sync::LazyLock;
 
 use redis::{Script, Value};
 
+use super::sources;
 use super::{
     Codec, Context, Invocation, Request, flag, millis, misrouted, parse_number, read, ttl_of,
     unexpected,
@@ -16,16 +17,13 @@ use crate::op::{EpochReport, Op, PermitsOp, Reply};
 
 /// Takes permits of a semaphore, all or none, after checking its stored limit; see
 /// `semaphore.lua`.
-static SEMAPHORE: LazyLock<Script> = LazyLock::new(|| Script::new(SEMAPHORE_LUA));
-pub(super) const SEMAPHORE_LUA: &str = lock_script!("semaphore.lua");
+static SEMAPHORE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::SEMAPHORE_LUA));
 
 /// The planted `SemaphoreCountPerMaster`: each master counts the permits it holds; see
 /// `semaphore_count.lua`.
 #[cfg(redquorum_mutants)]
 static SEMAPHORE_COUNT_PER_MASTER: LazyLock<Script> =
-    LazyLock::new(|| Script::new(SEMAPHORE_COUNT_LUA));
-#[cfg(redquorum_mutants)]
-pub(super) const SEMAPHORE_COUNT_LUA: &str = lock_script!("semaphore_count.lua");
+    LazyLock::new(|| Script::new(sources::SEMAPHORE_COUNT_LUA));
 
 /// The codec of the semaphore's script.
 #[derive(Debug)]

@@ -83,7 +83,7 @@ fn an_acquire_sends_its_keys_and_arguments_in_the_script_s_order() {
     let call = invocation(&acquire(FenceRead::Read), &context());
     assert_eq!(
         call.script.get_hash(),
-        Script::new(lock::ACQUIRE_LUA).get_hash()
+        Script::new(sources::ACQUIRE_LUA).get_hash()
     );
     assert!(call.checks_record);
     // The preamble's slots first, as in every lock script, then the script's own.

@@ -1,5 +1,5 @@
 -- The value of a lock key, for the scripts that compare it with a holder's own: joined
--- in front of each at compile time (`scripts/mod.rs`). Under the name there may be a key
+-- in front of each at compile time (`scripts/sources.rs`). Under the name there may be a key
 -- of another type (another application's, or one a user wrote there), and `GET` fails on
 -- it: it holds no value of any holder's, so it reads as another value, never as the
 -- script's error (docs/design.md §4).

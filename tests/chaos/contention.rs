@@ -13,21 +13,15 @@ use tokio::time::sleep;
 
 use crate::harness::*;
 
-/// `acquire.lua` as the library sends it: behind the preamble (`epoch.lua`, `cluster.lua`)
-/// and `holder.lua` (`lock_script!("holder.lua", ..)` in `src/scripts/mod.rs`). Any other source
-/// has another hash: S19r's acquisitions would meet `NOSCRIPT` too, and the step would not
-/// be the one it describes.
-const ACQUIRE_LUA: &str = concat!(
-    include_str!("../../src/scripts/epoch.lua"),
-    include_str!("../../src/scripts/cluster.lua"),
-    include_str!("../../src/scripts/holder.lua"),
-    include_str!("../../src/scripts/acquire.lua")
-);
-/// `fence.lua` as the library sends it: behind `value.lua`.
-const FENCE_LUA: &str = concat!(
-    include_str!("../../src/scripts/value.lua"),
-    include_str!("../../src/scripts/fence.lua")
-);
+/// The scripts as the library sends them (`src/scripts/sources.rs`): `acquire.lua` behind
+/// the preamble and `holder.lua`, `fence.lua` behind `value.lua`. Any other source has
+/// another hash: S19r's acquisitions would meet `NOSCRIPT` too, and the step would not be
+/// the one it describes.
+#[allow(dead_code)]
+#[path = "../../src/scripts/sources.rs"]
+mod sources;
+
+use sources::{ACQUIRE_LUA, FENCE_LUA};
 
 /// S0: 8 clients on 2 resources, no faults.
 pub async fn s0(n: usize, mutant: Option<Mutant>, expect: Expect) -> Outcome {

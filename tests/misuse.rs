@@ -61,14 +61,12 @@ fn with_password(url: &str, password: Option<&str>) -> String {
     parsed.to_string()
 }
 
-/// Runs an acquire inside a runtime, bounded so that a hang fails the row.
-fn acquire_in(
-    rt: &tokio::runtime::Runtime,
-    fut: impl Future<Output = Result<redquorum::Lease, Error>>,
-) -> Got {
+/// Runs an acquire (or another call) inside a runtime, bounded so that a hang fails the
+/// row.
+fn acquire_in<T>(rt: &tokio::runtime::Runtime, fut: impl Future<Output = Result<T, Error>>) -> Got {
     rt.block_on(async {
         match tokio::time::timeout(Duration::from_secs(20), fut).await {
-            Ok(Ok(_lease)) => Got {
+            Ok(Ok(_)) => Got {
                 kind: "accepted".into(),
                 retryable: false,
                 message: String::new(),
@@ -160,6 +158,42 @@ fn rows() -> Vec<Row> {
                     .collect();
                 let client = client_of(urls, false).build().unwrap();
                 acquire_in(rt, client.acquire("misuse:auth"))
+            },
+        ),
+        row(
+            "10: init_cluster with a wrong password on every master",
+            "Auth",
+            false,
+            "check the user and password",
+            |rt, m| {
+                let urls = m
+                    .auth
+                    .urls()
+                    .iter()
+                    .map(|u| with_password(u, Some("wrong")))
+                    .collect();
+                let client = client_of(urls, false).build().unwrap();
+                acquire_in(rt, client.init_cluster())
+            },
+        ),
+        row(
+            "10: init_cluster with a wrong password on one master",
+            "Auth",
+            false,
+            "check the user and password",
+            |rt, m| {
+                let urls = m
+                    .auth
+                    .urls()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, u)| match i {
+                        0 => with_password(u, Some("wrong")),
+                        _ => u.clone(),
+                    })
+                    .collect();
+                let client = client_of(urls, false).build().unwrap();
+                acquire_in(rt, client.init_cluster())
             },
         ),
         row(

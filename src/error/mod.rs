@@ -692,7 +692,7 @@ impl fmt::Display for Error {
                 detail.match_indices(&format!(": {error}")).any(|(at, _)| {
                     let named = &detail[..at];
                     let group = named.rsplit("; ").next().unwrap_or(named);
-                    group.split(", ").any(|m| m == master)
+                    named.ends_with(master) || group.split(", ").any(|m| m == master)
                 })
             };
             let failed: Vec<String> = self

@@ -162,3 +162,23 @@ fn a_group_the_detail_gave_is_not_repeated() {
         "{shown}"
     );
 }
+
+/// A list of masters each with its error, in parentheses ("(m1: why; m2: why)", as
+/// `init_cluster` gives those that did not answer), names each of them: none is listed
+/// again after the tally.
+#[test]
+fn a_list_the_detail_gave_is_not_repeated() {
+    let refused = MasterError::new(MasterErrorKind::Auth, "Password authentication failed");
+    let error = Error::new(ErrorKind::Auth, "redquorum:cluster")
+        .with_detail(format!(
+            "init_cluster needs every master to answer (redis://m1: {refused}; redis://m2: \
+             {refused}); nothing was written"
+        ))
+        .with_masters(vec![
+            MasterReport::new("redis://m1".into(), MasterOutcome::Failed(refused.clone())),
+            MasterReport::new("redis://m2".into(), MasterOutcome::Failed(refused)),
+        ]);
+    let shown = error.to_string();
+    assert_eq!(shown.matches("redis://m1").count(), 1, "{shown}");
+    assert_eq!(shown.matches("redis://m2").count(), 1, "{shown}");
+}

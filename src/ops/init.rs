@@ -100,8 +100,11 @@ impl Redlock {
     ///   member id, or a master without a record is not at a missing member's address.
     /// - [`ErrorKind::ClusterNotEmpty`] when a master of an uninitialised cluster holds a
     ///   key under the prefix, or holds too many keys to check within 10 s.
-    /// - [`ErrorKind::Misconfigured`] when a master does not let this client read
-    ///   `INFO` (its `run_id` tells one server from another).
+    /// - [`ErrorKind::Tls`], [`ErrorKind::Auth`] and [`ErrorKind::Misconfigured`] (not
+    ///   retryable) when a master cannot be used until a setting changes: its TLS
+    ///   handshake failed, it refused this client's credentials, or it does not let this
+    ///   client read `INFO` (its `run_id` tells one server from another), or another of the
+    ///   reasons that make a master unfit to hold locks.
     /// - [`ErrorKind::NoRuntime`] outside a tokio runtime.
     ///
     /// # Cancel safety
@@ -135,24 +138,7 @@ impl Redlock {
             .filter_map(|(name, answer)| answer.as_ref().err().map(|e| format!("{name}: {e}")))
             .collect();
         if !down.is_empty() {
-            let failed = |kind| {
-                probe
-                    .iter()
-                    .any(|a| matches!(a, Err(e) if e.kind() == kind))
-            };
-            let kind = if failed(MasterErrorKind::Tls) {
-                ErrorKind::Tls
-            } else if failed(MasterErrorKind::Misconfigured) {
-                ErrorKind::Misconfigured
-            } else {
-                ErrorKind::NoQuorum
-            };
-            return Err(Error::new(kind, subject.as_str())
-                .with_detail(format!(
-                    "init_cluster needs every master to answer ({}); nothing was written",
-                    down.join("; ")
-                ))
-                .with_masters(reports_of(&names, &probe)));
+            return Err(unanswered(&subject, &names, &probe, &down));
         }
         self.check_agreement(&subject, true).await?;
         // Then claim every master, and read them again under the claim: a survey taken
@@ -502,6 +488,41 @@ fn reports_of(names: &[Arc<str>], answers: &[Result<Reply, MasterError>]) -> Vec
         .collect()
 }
 
+/// The failure of an `init_cluster` that some masters did not answer as it needs
+/// (`problems`, each naming its master): nothing was written. A failure that lasts until a
+/// setting changes comes first, as for a lock (`engine::failure`): a TLS handshake, refused
+/// authentication, an unfit master; only an outage is retryable.
+fn unanswered(
+    subject: &str,
+    names: &[Arc<str>],
+    answers: &[Result<Reply, MasterError>],
+    problems: &[String],
+) -> Error {
+    let failed = |kind| {
+        answers
+            .iter()
+            .any(|a| matches!(a, Err(e) if e.kind() == kind))
+    };
+    let (kind, fix) = if failed(MasterErrorKind::Tls) {
+        (ErrorKind::Tls, "")
+    } else if failed(MasterErrorKind::Auth) {
+        (
+            ErrorKind::Auth,
+            ": check the user and password in their URLs and the masters' ACLs",
+        )
+    } else if failed(MasterErrorKind::Misconfigured) {
+        (ErrorKind::Misconfigured, "")
+    } else {
+        (ErrorKind::NoQuorum, "")
+    };
+    Error::new(kind, subject)
+        .with_detail(format!(
+            "init_cluster needs every master to answer ({}); nothing was written{fix}",
+            problems.join("; ")
+        ))
+        .with_masters(reports_of(names, answers))
+}
+
 /// Surveys every master for `init_cluster`: all must answer, else nothing is written and
 /// the error says which did not (a TLS or configuration problem before an outage).
 async fn survey_all(
@@ -512,8 +533,6 @@ async fn survey_all(
     let answers = ask_all(masters, |_| Op::Survey).await;
     let mut surveyed = Vec::with_capacity(answers.len());
     let mut problems = Vec::new();
-    let mut unfit = false;
-    let mut tls = false;
     for (answer, name) in answers.iter().zip(names) {
         match answer {
             Ok(Reply::Survey {
@@ -526,29 +545,13 @@ async fn survey_all(
                 epoch: epoch.clone(),
             }),
             Ok(_) => problems.push(format!("{name}: answered something else")),
-            Err(e) => {
-                unfit |= e.kind() == MasterErrorKind::Misconfigured;
-                tls |= e.kind() == MasterErrorKind::Tls;
-                problems.push(format!("{name}: {e}"));
-            }
+            Err(e) => problems.push(format!("{name}: {e}")),
         }
     }
     if problems.is_empty() {
         return Ok(surveyed);
     }
-    let kind = if tls {
-        ErrorKind::Tls
-    } else if unfit {
-        ErrorKind::Misconfigured
-    } else {
-        ErrorKind::NoQuorum
-    };
-    Err(Error::new(kind, subject)
-        .with_detail(format!(
-            "init_cluster needs every master to answer ({}); nothing was written",
-            problems.join("; ")
-        ))
-        .with_masters(reports_of(names, &answers)))
+    Err(unanswered(subject, names, &answers, &problems))
 }
 
 /// The member ids given back to the masters `strangers` (surveyed without a record) on

@@ -340,6 +340,13 @@ fn rows() -> Vec<Row> {
             |_, _| build(offline().retry(Retry::new().wait("400days"))),
         ),
         row(
+            "12: a zero wait budget, which no round can finish in",
+            "InvalidConfig",
+            false,
+            "wait_timeout is zero: no round can finish in no time",
+            |_, _| build(offline().retry(Retry::new().wait(Duration::ZERO))),
+        ),
+        row(
             "12: max_hold(Duration::MAX)",
             "InvalidConfig",
             false,
@@ -435,6 +442,17 @@ fn rows() -> Vec<Row> {
                 let client = offline().build().unwrap();
                 let options = AcquireOptions::new().wait_timeout(Duration::MAX);
                 acquire_in(rt, client.acquire_with("misuse:wait", &options))
+            },
+        ),
+        row(
+            "12: AcquireOptions::wait_timeout(0), with a free lock on live masters",
+            "InvalidOptions",
+            false,
+            "make one attempt without waiting (`try_acquire`",
+            |rt, m| {
+                let client = client_of(m.plain.urls(), false).build().unwrap();
+                let options = AcquireOptions::new().wait_timeout(Duration::ZERO);
+                acquire_in(rt, client.acquire_with("misuse:wait-zero", &options))
             },
         ),
         row(

@@ -32,7 +32,8 @@ use crate::settings::{Settings, Timing};
 /// `redquorum run`'s own flags.
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
-    /// Wait at most this long for the lock, like "30s" [default: twice the TTL maximum].
+    /// Wait at most this long for the lock, like "30s" ("0s": one attempt, as --no-wait)
+    /// [default: twice the TTL maximum].
     #[arg(long, env = "REDQUORUM_WAIT", value_name = "DURATION")]
     wait: Option<String>,
 
@@ -253,7 +254,12 @@ async fn hold_and_run(
     if args.no_wait {
         options = options.attempts(1);
     } else if let Some(wait) = &args.wait {
-        options = options.wait_timeout(wait.as_str());
+        // `--wait 0s` asks not to wait: one attempt, as `--no-wait` (the library refuses a
+        // wait budget of zero, in which no round could finish).
+        options = match humantime::parse_duration(wait.trim()) {
+            Ok(wait) if wait.is_zero() => options.attempts(1),
+            _ => options.wait_timeout(wait.as_str()),
+        };
     }
     if let Some(label) = &args.label {
         options = options.label(label.clone());

@@ -377,6 +377,26 @@ async fn no_wait_on_a_held_key_exits_75_at_once() {
     assert!(err.contains("is held by another client"), "{err}");
     assert!(!err.contains("gave up waiting"), "{err}");
     assert!(!marker.exists(), "the command ran without the lock");
+    // So does a wait of zero: one attempt, refused, where a budget of zero is refused by
+    // the library as one no round can finish in.
+    let output = finish(
+        fleet
+            .command(&[
+                "run",
+                "--wait",
+                "0s",
+                &key,
+                "--",
+                "touch",
+                marker.to_str().unwrap(),
+            ])
+            .output(),
+    )
+    .await;
+    assert_one_line_error(&output, 75, "--wait 0s on a held key");
+    let err = stderr(&output);
+    assert!(err.contains("is held by another client"), "{err}");
+    assert!(!marker.exists(), "the command ran without the lock");
     // One attempt, while the holder still held it: it never waited for the holder.
     assert!(!lease.is_lost());
     let inspection = client.inspect(&key).await.unwrap();

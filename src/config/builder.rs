@@ -459,6 +459,7 @@ impl Parsed {
         for (setting, value) in [
             ("extend_interval", self.extend_interval),
             ("max_hold", self.max_hold),
+            ("wait_timeout", self.wait_timeout),
         ] {
             if value.flatten().is_some_and(|d| d.is_zero()) {
                 problems.push(Problem::Zero { setting });

@@ -357,6 +357,10 @@ pub(super) fn zero_advice(setting: &str) -> &'static str {
         "node_timeout" => "every master needs some time to answer (e.g. \"50ms\")",
         "connect_timeout" => "connecting to a master needs some time (e.g. \"1s\")",
         "retry_attempts" => "acquire needs at least one attempt",
+        "wait_timeout" => {
+            "no round can finish in no time: give it at least a round trip to the masters, \
+             or make one attempt without waiting (`try_acquire`, or `attempts(1)`)"
+        }
         _ => "give it a positive duration",
     }
 }

@@ -172,7 +172,9 @@ impl Retry {
     /// `wait_timeout`; per call with
     /// [`AcquireOptions::wait_timeout`](crate::AcquireOptions::wait_timeout)). Defaults to
     /// twice `ttl_max` (20 s with the defaults): long enough for any holder's lock to expire
-    /// and for new masters to leave restart quarantine. At most [`MAX_WAIT_TIMEOUT`] (24 h).
+    /// and for new masters to leave restart quarantine. At most [`MAX_WAIT_TIMEOUT`] (24 h);
+    /// zero is refused, as a budget no round can finish in (for one attempt without
+    /// waiting, [`Redlock::try_acquire`](crate::Redlock::try_acquire)).
     pub fn wait(mut self, wait: impl IntoDuration) -> Self {
         self.wait = Some(wait.into_duration());
         self

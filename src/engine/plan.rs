@@ -69,7 +69,8 @@ impl AcquireOptions {
 
     /// The most time to spend trying, over all attempts; while it lasts, a waiter is woken
     /// by the holder's release. Defaults to the client's `wait_timeout`. At most
-    /// [`MAX_WAIT_TIMEOUT`](crate::limits::MAX_WAIT_TIMEOUT).
+    /// [`MAX_WAIT_TIMEOUT`](crate::limits::MAX_WAIT_TIMEOUT); zero is refused, as a budget
+    /// no round can finish in (for one attempt without waiting, [`attempts(1)`](Self::attempts)).
     pub fn wait_timeout(mut self, wait: impl IntoDuration) -> Self {
         self.wait_timeout = Some(wait.into_duration());
         self
@@ -180,6 +181,12 @@ impl Plan {
             return Err(invalid(Problem::FencingNeedsQuarantine.to_string()));
         }
         if let Some(w) = options_wait {
+            if w.is_zero() {
+                let zero = Problem::Zero {
+                    setting: "wait_timeout",
+                };
+                return Err(invalid(zero.to_string()));
+            }
             at_most("wait_timeout", w, MAX_WAIT_TIMEOUT).map_err(|e| invalid(e.to_string()))?;
         }
         if let Some(m) = options_hold {

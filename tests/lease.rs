@@ -237,6 +237,47 @@ async fn release_with_a_majority_down_reports_no_quorum() {
     assert!(err.to_string().contains("until its TTL"), "{err}");
 }
 
+/// A master that had not answered when the release's failure was certain is not counted
+/// as unreachable: it may have released.
+#[tokio::test]
+async fn a_failed_release_tells_unreachable_masters_from_unanswered_ones() {
+    let mut cluster = Cluster::start(3).await.unwrap();
+    let client = client(&cluster).build().unwrap();
+    let key = unique_key("release_unanswered");
+    let lease = client.acquire(&key).await.unwrap();
+    cluster.server_mut(1).kill().unwrap();
+    cluster.server_mut(2).kill().unwrap();
+    // Master 0 holds every command for a while: its answer comes after the two failures.
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1000)
+        .query_async(&mut raw(&cluster.server(0).url()).await)
+        .await
+        .unwrap();
+    let err = lease.release().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NoQuorum, "{err}");
+    let shown = err.to_string();
+    assert!(
+        shown.contains("2 of 3 masters could not be reached (1 more had not answered yet)"),
+        "{shown}"
+    );
+    assert!(
+        matches!(err.masters()[0].outcome(), MasterOutcome::Pending),
+        "{shown}"
+    );
+    // It did release, once its pause ended.
+    wait_until(Duration::from_secs(3), "released on master 0", || async {
+        let held: bool = raw(&cluster.server(0).url())
+            .await
+            .exists(&key)
+            .await
+            // Paused still: not yet.
+            .unwrap_or(true);
+        !held
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn release_with_a_minority_down_succeeds() {
     let mut cluster = Cluster::start(5).await.unwrap();

@@ -588,14 +588,28 @@ impl Lease {
             return Ok(ReleaseReport { masters, overrun });
         }
         let n = inner.masters.len();
-        let failed = round
-            .outcomes
-            .iter()
-            .filter(|o| matches!(o, MasterOutcome::Failed(_) | MasterOutcome::Pending))
-            .count();
+        let count = |pending: bool| {
+            round
+                .outcomes
+                .iter()
+                .filter(|o| match o {
+                    MasterOutcome::Pending => pending,
+                    MasterOutcome::Failed(_) => !pending,
+                    _ => false,
+                })
+                .count()
+        };
+        // A master still pending when the failure was certain may have released: it is
+        // told apart from those that failed.
+        let unanswered = match count(true) {
+            0 => String::new(),
+            pending => format!(" ({pending} more had not answered yet)"),
+        };
         Err(Error::new(ErrorKind::NoQuorum, &*shared.name)
             .with_detail(format!(
-                "{failed} of {n} masters could not be reached, so the lock may stay held until its TTL runs out"
+                "{} of {n} masters could not be reached{unanswered}, so the lock may stay \
+                 held until its TTL runs out",
+                count(false)
             ))
             .with_masters(masters))
     }

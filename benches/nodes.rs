@@ -92,6 +92,7 @@ mod rwlock;
 #[path = "nodes/semaphore.rs"]
 mod semaphore;
 /// The library's scripts as it joins them, for the raw fan-outs and rings that run them.
+// The benches run only some of them.
 #[allow(dead_code)]
 #[path = "../src/scripts/sources.rs"]
 mod sources;

@@ -12,7 +12,6 @@ use support::*;
 
 /// The scripts as the library joins them: one list, for the library, these tests and the
 /// benches.
-#[allow(dead_code)]
 #[path = "../src/scripts/sources.rs"]
 mod sources;
 
@@ -2616,8 +2615,8 @@ async fn a_flushed_script_cache_is_reloaded_on_noscript() {
 /// A master without the scripts answers NOSCRIPT, and the fallback (load, run again) lets
 /// commands sent later on the connection overtake the script call. So every (re)connect
 /// loads them first: the very first release on a fresh master is one round trip. Every
-/// script is found under the hash of the source this file tests (and pins), so the scripts
-/// joined here are the ones the library joins.
+/// script is found under the hash of the source this file tests (the library's own list,
+/// `sources.rs`); the pinned hashes (`script_hashes_are_pinned`) guard the joins.
 #[tokio::test]
 async fn connecting_loads_every_script() {
     let server = Server::start(&ServerOptions::new()).await.unwrap();

@@ -152,9 +152,9 @@ const REGISTER: &str = "\
 redis.call('HSET', KEYS[1], 'v', ARGV[1], 's', ARGV[2])
 return 1";
 
-/// The library's scripts as it joins them (`src/scripts/sources.rs`): the preamble, the
-/// queue's functions, the holder record's and the lock key's read in front of the scripts
-/// that need them.
+// The library's scripts as it joins them (`src/scripts/sources.rs`): the preamble, the
+// queue's functions, the holder record's and the lock key's read in front of the scripts
+// that need them.
 use crate::sources::{
     ACQUIRE_QUEUED_LUA as LIB_CONFIRM, DEQUEUE_LUA as LIB_DEQUEUE, ENQUEUE_LUA as LIB_ENQUEUE,
     RELEASE_LUA as LIB_RELEASE,

@@ -684,15 +684,18 @@ impl fmt::Display for Error {
             // Each failed master with its error, unless the detail already gave it as
             // "<master>: <error>", or in a group "<master>, <master>: <error>" (the unfit
             // masters of a permanent failure, the masters of one failed TLS handshake,
-            // an `init_cluster` that needs them all).
+            // the "(<master>: <error>; ...)" of an `init_cluster` that needs them all),
+            // the whole error: where the detail's text goes on, it may be another one.
             let said = |master: &str, error: &MasterError| {
                 let Some(detail) = self.detail.as_deref() else {
                     return false;
                 };
-                detail.match_indices(&format!(": {error}")).any(|(at, _)| {
-                    let named = &detail[..at];
-                    let group = named.rsplit("; ").next().unwrap_or(named);
-                    named.ends_with(master) || group.split(", ").any(|m| m == master)
+                let given = format!(": {error}");
+                detail.match_indices(&given).any(|(at, _)| {
+                    let (named, after) = (&detail[..at], &detail[at + given.len()..]);
+                    let whole = after.is_empty() || after.starts_with([';', ')']);
+                    let group = named.rsplit_once("; ").map_or(named, |(_, group)| group);
+                    whole && (named.ends_with(master) || group.split(", ").any(|m| m == master))
                 })
             };
             let failed: Vec<String> = self

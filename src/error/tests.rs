@@ -154,6 +154,7 @@ fn a_group_the_detail_gave_is_not_repeated() {
         ]);
     let shown = error.to_string();
     assert_eq!(shown.matches("rediss://m1,").count(), 1, "{shown}");
+    assert!(!shown.contains("rediss://m1: failed"), "{shown}");
     assert_eq!(shown.matches("rediss://m2").count(), 1, "{shown}");
     assert_eq!(shown.matches("trusted CA").count(), 2, "{shown}");
     assert!(shown.contains("rediss://m3: failed: no answer"), "{shown}");
@@ -181,4 +182,19 @@ fn a_list_the_detail_gave_is_not_repeated() {
     let shown = error.to_string();
     assert_eq!(shown.matches("redis://m1").count(), 1, "{shown}");
     assert_eq!(shown.matches("redis://m2").count(), 1, "{shown}");
+}
+
+/// A detail that gives a master with a longer text than its error (the error's text is
+/// only the start of it) did not give that error: the master is listed after the tally.
+#[test]
+fn a_detail_that_says_more_does_not_hide_the_error() {
+    let slow = MasterError::new(MasterErrorKind::Timeout, "no answer");
+    let error = Error::new(ErrorKind::NoQuorum, "orders:42")
+        .with_detail("redis://m1: no answer within 50ms")
+        .with_masters(vec![MasterReport::new(
+            "redis://m1".into(),
+            MasterOutcome::Failed(slow),
+        )]);
+    let shown = error.to_string();
+    assert!(shown.contains("redis://m1: failed: no answer"), "{shown}");
 }

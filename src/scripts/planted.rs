@@ -194,19 +194,19 @@ fn variants() -> [(&'static Variant, &'static str, Mutant); 11] {
 /// The planted scripts that a client planting `planted` sends, which its masters load
 /// with the product's: none for a client that plants no script bug.
 pub(super) fn sources(planted: &Planted) -> Vec<&'static str> {
-    let mut sources: Vec<&'static str> = variants()
+    let mut planted_sources: Vec<&'static str> = variants()
         .into_iter()
         .filter(|(_, _, mutant)| planted.is(*mutant))
         .map(|(variant, _, _)| variant.source.as_str())
         .collect();
     // The counted re-entry's round sends the recreating extension.
     if planted.is(Mutant::ReentryCounter) {
-        sources.push(EXTEND_RECREATES.source.as_str());
+        planted_sources.push(EXTEND_RECREATES.source.as_str());
     }
     if planted.is(Mutant::SemaphoreCountPerMaster) {
-        sources.push(sources::SEMAPHORE_COUNT_LUA);
+        planted_sources.push(sources::SEMAPHORE_COUNT_LUA);
     }
-    sources
+    planted_sources
 }
 
 #[cfg(test)]

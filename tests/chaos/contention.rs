@@ -17,6 +17,7 @@ use crate::harness::*;
 /// the preamble and `holder.lua`, `fence.lua` behind `value.lua`. Any other source has
 /// another hash: S19r's acquisitions would meet `NOSCRIPT` too, and the step would not be
 /// the one it describes.
+// The suite runs two of them.
 #[allow(dead_code)]
 #[path = "../../src/scripts/sources.rs"]
 mod sources;

@@ -584,7 +584,8 @@ struct Sequence<'a> {
     master: RedisMaster,
     model: Data,
     owner: Arc<Owner>,
-    /// Per key, the uncertainty (µs) of the step that last changed it.
+    /// Per key, the uncertainty (µs) of the steps that changed it since it was made: the
+    /// largest.
     slack: HashMap<String, u64>,
     /// The real master's epoch id after the last step.
     epoch_id: Option<String>,
@@ -1050,7 +1051,14 @@ impl<'a> Sequence<'a> {
         );
         for (key, item) in model_keyspace(&self.model) {
             if was.get(&key) != Some(&item) {
-                self.slack.insert(key, uncertainty);
+                // A key changed in place may keep a time an earlier step wrote (the data
+                // epoch's creation time in the cluster record, across a stamp): it keeps
+                // that step's uncertainty too, where larger.
+                let kept = match was.contains_key(&key) {
+                    true => self.slack.get(&key).copied().unwrap_or(0),
+                    false => 0,
+                };
+                self.slack.insert(key, uncertainty.max(kept));
             }
         }
         let slack = self.slack_of(step);

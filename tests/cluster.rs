@@ -637,3 +637,58 @@ async fn force_unlocks_refuse_masters_of_another_cluster_and_change_nothing() {
     }
     theirs.release().await.unwrap();
 }
+
+/// A master whose user may not run a command a step of `init_cluster` needs (here the
+/// scan for keys under the prefix) fails it as refused permissions, `Auth`, not
+/// retryable, naming the master: trying again cannot help until its ACL changes.
+#[tokio::test]
+async fn init_refused_a_command_by_the_acl_is_auth_not_an_outage() {
+    let cluster = Cluster::start(1).await.unwrap();
+    let server = cluster.server(0);
+    let () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER", "noscan", "on", ">pw", "~*", "&*", "+@all", "-scan",
+        ])
+        .query_async(&mut raw(&server.url()).await)
+        .await
+        .unwrap();
+    let url = format!("redis://noscan:pw@127.0.0.1:{}", server.port());
+    let client = Redlock::builder().masters([url.as_str()]).build().unwrap();
+    let err = client.init_cluster().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
+    assert!(!err.is_retryable(), "{err}");
+    let shown = err.to_string();
+    assert!(
+        shown.contains("refused authentication: check the user"),
+        "{shown}"
+    );
+    assert!(!shown.contains("try again"), "{shown}");
+    assert!(!shown.contains("noscan:pw"), "the password shows: {shown}");
+}
+
+/// The ACL refusing a command inside a lock's script (here `SET`) is refused permissions,
+/// `Auth`, not retryable: not a script's failure, which a retry could get past.
+#[tokio::test]
+async fn a_command_refused_inside_a_script_is_auth() {
+    let cluster = Cluster::start(1).await.unwrap();
+    let server = cluster.server(0);
+    let () = redis::cmd("ACL")
+        .arg(&["SETUSER", "noset", "on", ">pw", "~*", "&*", "+@all", "-set"])
+        .query_async(&mut raw(&server.url()).await)
+        .await
+        .unwrap();
+    let url = format!("redis://noset:pw@127.0.0.1:{}", server.port());
+    let client = Redlock::builder()
+        .masters([url.as_str()])
+        .quarantine(false)
+        .build()
+        .unwrap();
+    let err = client.try_acquire(&unique_key("noset")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
+    assert!(!err.is_retryable(), "{err}");
+    let failed = err.masters()[0].outcome();
+    assert!(
+        matches!(failed, MasterOutcome::Failed(e) if e.kind() == MasterErrorKind::Auth),
+        "{err}"
+    );
+}

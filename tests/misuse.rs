@@ -197,6 +197,22 @@ fn rows() -> Vec<Row> {
             },
         ),
         row(
+            "10: force_unlock_any with a wrong password on every master",
+            "Auth",
+            false,
+            "check the user and password",
+            |rt, m| {
+                let urls = m
+                    .auth
+                    .urls()
+                    .iter()
+                    .map(|u| with_password(u, Some("wrong")))
+                    .collect();
+                let client = client_of(urls, false).build().unwrap();
+                acquire_in(rt, client.force_unlock_any("misuse:unlock-auth"))
+            },
+        ),
+        row(
             "10: no password for masters that require one (NOAUTH)",
             "Auth",
             false,
@@ -343,7 +359,7 @@ fn rows() -> Vec<Row> {
             "12: a zero wait budget, which no round can finish in",
             "InvalidConfig",
             false,
-            "wait_timeout is zero: no round can finish in no time",
+            "wait_timeout is zero: no round can finish in it",
             |_, _| build(offline().retry(Retry::new().wait(Duration::ZERO))),
         ),
         row(
@@ -448,11 +464,22 @@ fn rows() -> Vec<Row> {
             "12: AcquireOptions::wait_timeout(0), with a free lock on live masters",
             "InvalidOptions",
             false,
-            "make one attempt without waiting (`try_acquire`",
+            "without waiting (`AcquireOptions::attempts(1)`)",
             |rt, m| {
                 let client = client_of(m.plain.urls(), false).build().unwrap();
                 let options = AcquireOptions::new().wait_timeout(Duration::ZERO);
                 acquire_in(rt, client.acquire_with("misuse:wait-zero", &options))
+            },
+        ),
+        row(
+            "12: a wait budget shorter than a round, with a free lock on live masters",
+            "NoQuorum",
+            true,
+            "the budget ran out during the first round, before a quorum of masters answered",
+            |rt, m| {
+                let client = client_of(m.plain.urls(), false).build().unwrap();
+                let options = AcquireOptions::new().wait_timeout(Duration::from_nanos(1));
+                acquire_in(rt, client.acquire_with("misuse:wait-short", &options))
             },
         ),
         row(

@@ -358,8 +358,9 @@ pub(super) fn zero_advice(setting: &str) -> &'static str {
         "connect_timeout" => "connecting to a master needs some time (e.g. \"1s\")",
         "retry_attempts" => "acquire needs at least one attempt",
         "wait_timeout" => {
-            "no round can finish in no time: give it at least a round trip to the masters, \
-             or make one attempt without waiting (`try_acquire`, or `attempts(1)`)"
+            "no round can finish in it: give it more time than a round to the masters, or \
+             make one attempt without waiting (`Retry::attempts(1)`, or `try_acquire` for one \
+             call)"
         }
         _ => "give it a positive duration",
     }

@@ -33,8 +33,8 @@ mod slots;
 mod target;
 
 use attempt::attempt;
-pub(crate) use failure::refusal;
 use failure::{budget_spent, holder_wake, refused_by_any, spread};
+pub(crate) use failure::{permanent_failure, refusal};
 use intent::IntentGuard;
 pub use plan::AcquireOptions;
 pub(crate) use plan::Plan;
@@ -318,11 +318,22 @@ impl<'a> Call<'a> {
         let error = error.with_attempts(rounds);
         self.refused |= refused_by_any(&error);
         if cut {
-            // The budget ended this round: say what the masters said last.
-            let last = self
-                .decided
-                .take()
-                .map_or(error, |e| e.with_attempts(rounds));
+            // The budget ended this round: say what the masters said last; if no round was
+            // decided, that the budget ended the first before a quorum answered (one
+            // shorter than a round to the masters never gets an answer).
+            let last = match self.decided.take() {
+                Some(decided) => decided.with_attempts(rounds),
+                None => {
+                    let first = "the budget ran out during the first round, before a quorum \
+                                 of masters answered: give the call more time than a round to \
+                                 the masters takes";
+                    let detail = match error.detail() {
+                        Some(before) => format!("{first}; {before}"),
+                        None => first.to_owned(),
+                    };
+                    error.with_detail(detail)
+                }
+            };
             return Err(budget_spent(last, rounds, self.refused));
         }
         self.decided = Some(error.clone());

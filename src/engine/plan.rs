@@ -182,10 +182,12 @@ impl Plan {
         }
         if let Some(w) = options_wait {
             if w.is_zero() {
-                let zero = Problem::Zero {
-                    setting: "wait_timeout",
-                };
-                return Err(invalid(zero.to_string()));
+                return Err(invalid(
+                    "wait_timeout is zero: no round can finish in it: give it more time than \
+                     a round to the masters, or make one attempt without waiting \
+                     (`AcquireOptions::attempts(1)`)"
+                        .into(),
+                ));
             }
             at_most("wait_timeout", w, MAX_WAIT_TIMEOUT).map_err(|e| invalid(e.to_string()))?;
         }

@@ -241,6 +241,9 @@ impl MasterError {
                 _ if auth_code => MasterErrorKind::Auth,
                 K::Parse | K::UnexpectedReturnType => MasterErrorKind::Protocol,
                 K::Server(redis::ServerErrorKind::NoPerm) => MasterErrorKind::Auth,
+                // The ACL refusing a command or a key inside a script: Redis reports it as
+                // the script's error, with its own words.
+                K::Server(_) if refused_by_acl(&err.to_string()) => MasterErrorKind::Auth,
                 K::Server(redis::ServerErrorKind::NoScript) => MasterErrorKind::Script,
                 K::Server(_) if err.to_string().contains("script") => MasterErrorKind::Script,
                 _ => MasterErrorKind::Other,
@@ -345,9 +348,11 @@ pub enum ErrorKind {
     FencingFailed,
     /// Masters that fail for good ([`MasterErrorKind::Auth`], [`MasterErrorKind::Tls`],
     /// [`MasterErrorKind::Misconfigured`]) leave no quorum, and some of them refused
-    /// authentication (wrong user or password in the URL, or missing ACL permissions) while
-    /// none failed the TLS handshake. Not retryable: fix the URLs or the masters' ACLs; the
-    /// detail names each master and what to change.
+    /// authentication (wrong user or password in the URL, or missing ACL permissions,
+    /// also for a command or key inside the lock's scripts) while none failed the TLS
+    /// handshake; for `init_cluster` and a force-unlock, which need every master or
+    /// `n - quorum + 1` of them, as soon as too few are left. Not retryable: fix the URLs
+    /// or the masters' ACLs; the detail names each master and what to change.
     Auth,
     /// The resource name is empty, longer than
     /// [`MAX_RESOURCE_LEN`](crate::limits::MAX_RESOURCE_LEN) bytes, or makes a key (behind
@@ -695,7 +700,10 @@ impl fmt::Display for Error {
                     let (named, after) = (&detail[..at], &detail[at + given.len()..]);
                     let whole = after.is_empty() || after.starts_with([';', ')']);
                     let group = named.rsplit_once("; ").map_or(named, |(_, group)| group);
-                    whole && (named.ends_with(master) || group.split(", ").any(|m| m == master))
+                    let alone = named
+                        .strip_suffix(master)
+                        .is_some_and(|before| before.is_empty() || before.ends_with(['(', ' ']));
+                    whole && (alone || group.split(", ").any(|m| m == master))
                 })
             };
             let failed: Vec<String> = self
@@ -752,6 +760,14 @@ pub(crate) fn human(d: Duration) -> String {
         Duration::new(0, d.subsec_micros() * 1_000)
     };
     humantime::format_duration(rounded).to_string()
+}
+
+/// Whether a server's error `text` is its ACL refusing a command or a key to the user
+/// that runs a script (Redis 7's words; outside a script the error code is `NOPERM`).
+fn refused_by_acl(text: &str) -> bool {
+    text.contains("can't run this command or subcommand")
+        || text.contains("No permissions to access a key")
+        || text.contains("No permissions to access a channel")
 }
 
 #[cfg(test)]

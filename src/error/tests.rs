@@ -198,3 +198,21 @@ fn a_detail_that_says_more_does_not_hide_the_error() {
     let shown = error.to_string();
     assert!(shown.contains("redis://m1: failed: no answer"), "{shown}");
 }
+
+/// A master whose name ends another's that the detail gave is not that master: it is
+/// listed after the tally.
+#[test]
+fn a_name_that_ends_another_is_not_the_other() {
+    let broken = MasterError::new(MasterErrorKind::Io, "broken pipe");
+    let error = Error::new(ErrorKind::NoQuorum, "orders:42")
+        .with_detail("redis+unix:///tmp/r.sock: broken pipe")
+        .with_masters(vec![MasterReport::new(
+            "unix:///tmp/r.sock".into(),
+            MasterOutcome::Failed(broken),
+        )]);
+    let shown = error.to_string();
+    assert!(
+        shown.contains("; unix:///tmp/r.sock: failed: broken pipe"),
+        "{shown}"
+    );
+}

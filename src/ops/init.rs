@@ -8,7 +8,8 @@ use futures::future::join_all;
 
 use crate::client::Redlock;
 use crate::cluster::{self, Admission, Record, View};
-use crate::error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
+use crate::engine::permanent_failure;
+use crate::error::{Error, ErrorKind, MasterError, MasterOutcome, MasterReport};
 use crate::master::{Master, Op, Outgoing, Reply, StampOutcome};
 #[cfg(redquorum_mutants)]
 use crate::mutants::Mutant;
@@ -102,7 +103,8 @@ impl Redlock {
     ///   key under the prefix, or holds too many keys to check within 10 s.
     /// - [`ErrorKind::Tls`], [`ErrorKind::Auth`] and [`ErrorKind::Misconfigured`] (not
     ///   retryable) when a master cannot be used until a setting changes: its TLS
-    ///   handshake failed, it refused this client's credentials, or it does not let this
+    ///   handshake failed, it refused this client's credentials or a command this call
+    ///   needs (its ACL), or it does not let this
     ///   client read `INFO` (its `run_id` tells one server from another), or another of the
     ///   reasons that make a master unfit to hold locks.
     /// - [`ErrorKind::NoRuntime`] outside a tokio runtime.
@@ -155,26 +157,31 @@ impl Redlock {
             ttl,
         })
         .await;
-        let result =
-            match claimed.iter().all(|c| matches!(c, Ok(Reply::Granted))) {
-                true => self.init_claimed(&cluster_id).await,
-                false => {
-                    let problems: Vec<String> = names
-                        .iter()
-                        .zip(&claimed)
-                        .filter_map(|(name, c)| match c {
-                            Ok(Reply::Granted) => None,
-                            Ok(_) => Some(format!("{name}: another init_cluster holds it")),
-                            Err(e) => Some(format!("{name}: {e}")),
-                        })
-                        .collect();
-                    Err(Error::new(ErrorKind::NoQuorum, subject.as_str()).with_detail(format!(
-                    "could not claim every master ({}); nothing was written: try again once \
-                     the other call finished",
-                    problems.join("; ")
-                )))
-                }
-            };
+        let result = match claimed.iter().all(|c| matches!(c, Ok(Reply::Granted))) {
+            true => self.init_claimed(&cluster_id).await,
+            false => {
+                let problems: Vec<String> = names
+                    .iter()
+                    .zip(&claimed)
+                    .filter_map(|(name, c)| match c {
+                        Ok(Reply::Granted) => None,
+                        Ok(_) => Some(format!("{name}: another init_cluster holds it")),
+                        Err(e) => Some(format!("{name}: {e}")),
+                    })
+                    .collect();
+                Err(failed_everywhere(
+                    &subject,
+                    reports_of(&names, &claimed),
+                    || {
+                        format!(
+                            "could not claim every master ({}); nothing was written: try \
+                                 again once the other call finished",
+                            problems.join("; ")
+                        )
+                    },
+                ))
+            }
+        };
         ask_all(&inner.masters, |_| Op::Unclaim {
             token: Arc::clone(&token),
         })
@@ -304,26 +311,38 @@ impl Redlock {
                     Holding::Nothing => None,
                     Holding::Key(key) => Some(format!("{name} holds {key:?}")),
                     Holding::Unknown(why) => Some(format!("{name}: {why}")),
+                    Holding::Failed(e) => Some(format!("{name}: {e}")),
                 })
                 .collect();
             if !problems.is_empty() {
-                let unreachable = holding
-                    .iter()
-                    .any(|h| matches!(h, Holding::Unknown(why) if !why.contains("budget")));
-                let (kind, advice) = if unreachable {
-                    (ErrorKind::NoQuorum, "try again")
-                } else {
-                    (
-                        ErrorKind::ClusterNotEmpty,
-                        "init_cluster bootstraps only brand-new masters, since a master \
+                let failed = holding.iter().any(|h| {
+                    matches!(h, Holding::Failed(_))
+                        || matches!(h, Holding::Unknown(why) if !why.contains("budget"))
+                });
+                if failed {
+                    let reports = names
+                        .iter()
+                        .zip(&holding)
+                        .map(|(name, h)| {
+                            let outcome = match h {
+                                Holding::Failed(e) => MasterOutcome::Failed(e.clone()),
+                                _ => MasterOutcome::Granted,
+                            };
+                            MasterReport::new(Arc::clone(name), outcome)
+                        })
+                        .collect();
+                    return Err(failed_everywhere(&subject, reports, || {
+                        format!("{}: try again. Nothing was written", problems.join(", "))
+                    }));
+                }
+                return Err(
+                    Error::new(ErrorKind::ClusterNotEmpty, subject).with_detail(format!(
+                        "{}: init_cluster bootstraps only brand-new masters, since a master \
                          that holds keys may be one that lost others; let those locks \
-                         expire, or use a dedicated key prefix",
-                    )
-                };
-                return Err(Error::new(kind, subject).with_detail(format!(
-                    "{}: {advice}. Nothing was written",
-                    problems.join(", ")
-                )));
+                         expire, or use a dedicated key prefix. Nothing was written",
+                        problems.join(", ")
+                    )),
+                );
             }
         }
         let ids: Vec<String> = names.iter().map(|_| cluster::new_id()).collect();
@@ -397,13 +416,18 @@ impl Redlock {
         if problems.is_empty() {
             return Ok(());
         }
-        Err(
-            Error::new(ErrorKind::NoQuorum, subject.as_str()).with_detail(format!(
-                "the cluster record could not be written everywhere ({}): call init_cluster \
-             again to complete it",
-                problems.join("; ")
-            )),
-        )
+        let names: Vec<Arc<str>> = masters.iter().map(|(m, _)| Arc::clone(m.name())).collect();
+        Err(failed_everywhere(
+            &subject,
+            reports_of(&names, &written),
+            || {
+                format!(
+                    "the cluster record could not be written everywhere ({}): call \
+                     init_cluster again to complete it",
+                    problems.join("; ")
+                )
+            },
+        ))
     }
 }
 
@@ -412,6 +436,8 @@ enum Holding {
     Nothing,
     Key(String),
     Unknown(String),
+    /// The master failed a step of the scan.
+    Failed(MasterError),
 }
 
 /// Scans every master at once for a key under the prefix, each step within the node
@@ -452,7 +478,7 @@ async fn scan_one(m: &Arc<dyn Master>, rw: bool, deadline: tokio::time::Instant)
                 Ok(Ok(Reply::Scanned { next: 0, .. })) => return Holding::Nothing,
                 Ok(Ok(Reply::Scanned { next, .. })) => cursor = next,
                 Ok(Ok(_)) => return Holding::Unknown("answered something else".into()),
-                Ok(Err(e)) => return Holding::Unknown(e.to_string()),
+                Ok(Err(e)) => return Holding::Failed(e),
             }
         }
         Holding::Unknown("the scan did not end".into())
@@ -489,38 +515,41 @@ fn reports_of(names: &[Arc<str>], answers: &[Result<Reply, MasterError>]) -> Vec
 }
 
 /// The failure of an `init_cluster` that some masters did not answer as it needs
-/// (`problems`, each naming its master): nothing was written. A failure that lasts until a
-/// setting changes comes first, as for a lock (`engine::failure`): a TLS handshake, refused
-/// authentication, an unfit master; only an outage is retryable.
+/// (`problems`, each naming its master): nothing was written. It needs every master, so
+/// one whose failure lasts until a setting changes (a TLS handshake, refused
+/// credentials, an unfit master) makes it fail as that, not retryable, with what to
+/// change for each, as a lock does (`engine::permanent_failure`); only an outage is
+/// retryable.
 fn unanswered(
     subject: &str,
     names: &[Arc<str>],
     answers: &[Result<Reply, MasterError>],
     problems: &[String],
 ) -> Error {
-    let failed = |kind| {
-        answers
-            .iter()
-            .any(|a| matches!(a, Err(e) if e.kind() == kind))
-    };
-    let (kind, fix) = if failed(MasterErrorKind::Tls) {
-        (ErrorKind::Tls, "")
-    } else if failed(MasterErrorKind::Auth) {
-        (
-            ErrorKind::Auth,
-            ": check the user and password in their URLs and the masters' ACLs",
-        )
-    } else if failed(MasterErrorKind::Misconfigured) {
-        (ErrorKind::Misconfigured, "")
-    } else {
-        (ErrorKind::NoQuorum, "")
-    };
-    Error::new(kind, subject)
-        .with_detail(format!(
-            "init_cluster needs every master to answer ({}); nothing was written{fix}",
+    failed_everywhere(subject, reports_of(names, answers), || {
+        format!(
+            "init_cluster needs every master to answer ({}); nothing was written",
             problems.join("; ")
-        ))
-        .with_masters(reports_of(names, answers))
+        )
+    })
+}
+
+/// The failure of a step of `init_cluster` that every master must take, from each
+/// master's `reports`: a failure that lasts until a setting changes first, with what to
+/// change (a TLS handshake, refused credentials, an unfit master); else `NoQuorum`,
+/// retryable, said by `outage`.
+fn failed_everywhere(
+    subject: &str,
+    reports: Vec<MasterReport>,
+    outage: impl FnOnce() -> String,
+) -> Error {
+    let error = match permanent_failure(&reports, 0) {
+        Some((kind, fixes)) => Error::new(kind, subject).with_detail(format!(
+            "init_cluster needs every master: {fixes}; nothing was written"
+        )),
+        None => Error::new(ErrorKind::NoQuorum, subject).with_detail(outage()),
+    };
+    error.with_masters(reports)
 }
 
 /// Surveys every master for `init_cluster`: all must answer, else nothing is written and

@@ -25,6 +25,7 @@ use super::ask_all;
 use crate::client::Redlock;
 use crate::core::Inner;
 use crate::core::{check_resource, check_runtime};
+use crate::engine::permanent_failure;
 use crate::error::{
     Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport, ShortName,
 };
@@ -317,8 +318,13 @@ impl Redlock {
         // Another kind of lock is the error only where it alone keeps too few masters
         // answering: then no retry can help. Otherwise masters were out of reach.
         let other_kind = failed(MasterErrorKind::WrongKind);
+        // Failures that last until a setting changes (TLS, refused credentials, an unfit
+        // master), where they alone keep too few masters answering: as for a lock.
+        let permanent = permanent_failure(&report.masters, n - need);
         let kind = if n - other_kind < need {
             ErrorKind::WrongKind
+        } else if let Some((kind, _)) = &permanent {
+            *kind
         } else if failed(MasterErrorKind::Tls) > 0 {
             ErrorKind::Tls
         } else {
@@ -334,6 +340,8 @@ impl Redlock {
                 "another kind of lock holds the name on {other_kind} of {n} masters, and a \
                  force-unlock deletes only a lock's key; {done}"
             )
+        } else if let Some((_, fixes)) = permanent {
+            format!("{fixes}; {done}")
         } else {
             let also = if other_kind > 0 {
                 format!(" (another kind of lock holds the name on {other_kind} of them)")

@@ -213,6 +213,31 @@ fn rows() -> Vec<Row> {
             },
         ),
         row(
+            "10: force_unlock_any where one master refuses the password and another holds \
+             another kind of lock under the name",
+            "Auth",
+            false,
+            "check the user and password",
+            |rt, m| {
+                let urls = m.auth.urls();
+                // A read lease of a read-write lock on the second master alone.
+                let reader = client_of(vec![urls[1].clone()], false).build().unwrap();
+                let _read = rt
+                    .block_on(reader.rwlock("misuse:unlock-kinds").read())
+                    .unwrap();
+                let urls = urls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, u)| match i {
+                        0 => with_password(u, Some("wrong")),
+                        _ => u.clone(),
+                    })
+                    .collect();
+                let client = client_of(urls, false).build().unwrap();
+                acquire_in(rt, client.force_unlock_any("misuse:unlock-kinds"))
+            },
+        ),
+        row(
             "10: no password for masters that require one (NOAUTH)",
             "Auth",
             false,

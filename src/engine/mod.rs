@@ -321,8 +321,18 @@ impl<'a> Call<'a> {
             // The budget ended this round: say what the masters said last; if no round was
             // decided, that the budget ended the first before a quorum answered (one
             // shorter than a round to the masters never gets an answer).
+            // The acquire round itself, cut short of a quorum: not a fencing write-back
+            // cut after a grant, nor a round decided already.
+            let short = error.kind() == ErrorKind::NoQuorum
+                && error
+                    .masters()
+                    .iter()
+                    .filter(|r| r.outcome().is_granted())
+                    .count()
+                    < self.inner.quorum();
             let last = match self.decided.take() {
                 Some(decided) => decided.with_attempts(rounds),
+                None if !short => error,
                 None => {
                     let first = "the budget ran out during the first round, before a quorum \
                                  of masters answered: give the call more time than a round to \

@@ -762,12 +762,12 @@ pub(crate) fn human(d: Duration) -> String {
     humantime::format_duration(rounded).to_string()
 }
 
-/// Whether a server's error `text` is its ACL refusing a command or a key to the user
-/// that runs a script (Redis 7's words; outside a script the error code is `NOPERM`).
-fn refused_by_acl(text: &str) -> bool {
-    text.contains("can't run this command or subcommand")
-        || text.contains("No permissions to access a key")
-        || text.contains("No permissions to access a channel")
+/// Whether a server's error `text` is its ACL refusing a command, a key or a channel to
+/// the user that runs a script. Outside a script the error code is `NOPERM`; inside one,
+/// Redis 6.0 to 7.0 say "The user executing the script can't …" and Redis 7.2 on (and
+/// Valkey) "ACL failure in script: …".
+pub(crate) fn refused_by_acl(text: &str) -> bool {
+    text.contains("The user executing the script can't") || text.contains("ACL failure in script:")
 }
 
 #[cfg(test)]

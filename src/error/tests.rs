@@ -216,3 +216,26 @@ fn a_name_that_ends_another_is_not_the_other() {
         "{shown}"
     );
 }
+
+/// Every wording of an ACL refusal inside a script that Redis 6.0 to 7.0 and Redis 7.2 on
+/// (and Valkey) use is refused permissions; a script's other failures are not.
+#[test]
+fn the_acl_refusing_inside_a_script_is_told_in_every_wording() {
+    for refused in [
+        "ERR The user executing the script can't run this command or subcommand script: 8e7f, on @user_script:12.",
+        "ERR The user executing the script can't access at least one of the keys mentioned in the command arguments script: 8e7f, on @user_script:3.",
+        "ERR The user executing the script can't publish to the channel mentioned in the command script: 8e7f, on @user_script:9.",
+        "ERR ACL failure in script: User noset has no permissions to run the 'set' command script: 8e7f, on @user_script:20.",
+        "ERR ACL failure in script: No permissions to access a key script: 8e7f, on @user_script:3.",
+        "ERR ACL failure in script: No permissions to access a channel script: 8e7f, on @user_script:9.",
+    ] {
+        assert!(super::refused_by_acl(refused), "{refused}");
+    }
+    for other in [
+        "WRONGTYPE Operation against a key holding the wrong kind of value script: 8e7f, on @user_script:75.",
+        "ERR user_script:1: Script attempted to access nonexistent global variable 'x' script: 8e7f",
+        "ERR value is not an integer or out of range script: 8e7f, on @user_script:30.",
+    ] {
+        assert!(!super::refused_by_acl(other), "{other}");
+    }
+}

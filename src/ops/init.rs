@@ -169,16 +169,27 @@ impl Redlock {
                         Err(e) => Some(format!("{name}: {e}")),
                     })
                     .collect();
+                let reports = names
+                    .iter()
+                    .zip(&claimed)
+                    .map(|(name, c)| match c {
+                        Ok(Reply::Granted) => {
+                            MasterReport::new(Arc::clone(name), MasterOutcome::Granted)
+                        }
+                        Ok(_) => refused(name),
+                        Err(e) => {
+                            MasterReport::new(Arc::clone(name), MasterOutcome::Failed(e.clone()))
+                        }
+                    })
+                    .collect();
                 Err(failed_everywhere(
                     &subject,
-                    reports_of(&names, &claimed),
-                    || {
-                        format!(
-                            "could not claim every master ({}); nothing was written: try \
-                                 again once the other call finished",
-                            problems.join("; ")
-                        )
-                    },
+                    reports,
+                    ("could not claim every master", &problems),
+                    (
+                        "nothing was written",
+                        "nothing was written: try again once the other call finished",
+                    ),
                 ))
             }
         };
@@ -323,17 +334,29 @@ impl Redlock {
                     let reports = names
                         .iter()
                         .zip(&holding)
-                        .map(|(name, h)| {
-                            let outcome = match h {
-                                Holding::Failed(e) => MasterOutcome::Failed(e.clone()),
-                                _ => MasterOutcome::Granted,
-                            };
-                            MasterReport::new(Arc::clone(name), outcome)
+                        .map(|(name, h)| match h {
+                            Holding::Nothing => {
+                                MasterReport::new(Arc::clone(name), MasterOutcome::Granted)
+                            }
+                            Holding::Key(_) => refused(name),
+                            Holding::Unknown(_) => {
+                                MasterReport::new(Arc::clone(name), MasterOutcome::Pending)
+                            }
+                            Holding::Failed(e) => MasterReport::new(
+                                Arc::clone(name),
+                                MasterOutcome::Failed(e.clone()),
+                            ),
                         })
                         .collect();
-                    return Err(failed_everywhere(&subject, reports, || {
-                        format!("{}: try again. Nothing was written", problems.join(", "))
-                    }));
+                    return Err(failed_everywhere(
+                        &subject,
+                        reports,
+                        (
+                            "could not scan every master for keys under the prefix",
+                            &problems,
+                        ),
+                        ("nothing was written", "nothing was written: try again"),
+                    ));
                 }
                 return Err(
                     Error::new(ErrorKind::ClusterNotEmpty, subject).with_detail(format!(
@@ -392,7 +415,19 @@ impl Redlock {
         )
         .await;
         let mut problems = Vec::new();
+        let mut reports = Vec::new();
         for ((master, _), answer) in masters.iter().zip(&written) {
+            let name = master.name();
+            reports.push(match answer {
+                Ok(Reply::Stamped {
+                    outcome: StampOutcome::Written | StampOutcome::Exists,
+                    fingerprint: found,
+                }) if found == fingerprint => {
+                    MasterReport::new(Arc::clone(name), MasterOutcome::Granted)
+                }
+                Ok(_) => refused(name),
+                Err(e) => MasterReport::new(Arc::clone(name), MasterOutcome::Failed(e.clone())),
+            });
             match answer {
                 Ok(Reply::Stamped {
                     outcome: StampOutcome::Written | StampOutcome::Exists,
@@ -416,17 +451,20 @@ impl Redlock {
         if problems.is_empty() {
             return Ok(());
         }
-        let names: Vec<Arc<str>> = masters.iter().map(|(m, _)| Arc::clone(m.name())).collect();
+        // The others hold the record now: a later call completes it, and re-admits
+        // these masters (they vote after their restart quarantine and no longer count for
+        // fencing tokens).
+        let after_fix = "the masters not named here hold the record now: call init_cluster \
+                         again once that is fixed to complete it (the masters named here are \
+                         then re-admitted: they vote after their restart quarantine)";
         Err(failed_everywhere(
             &subject,
-            reports_of(&names, &written),
-            || {
-                format!(
-                    "the cluster record could not be written everywhere ({}): call \
-                     init_cluster again to complete it",
-                    problems.join("; ")
-                )
-            },
+            reports,
+            (
+                "the cluster record could not be written everywhere",
+                &problems,
+            ),
+            (after_fix, "call init_cluster again to complete it"),
         ))
     }
 }
@@ -515,41 +553,50 @@ fn reports_of(names: &[Arc<str>], answers: &[Result<Reply, MasterError>]) -> Vec
 }
 
 /// The failure of an `init_cluster` that some masters did not answer as it needs
-/// (`problems`, each naming its master): nothing was written. It needs every master, so
-/// one whose failure lasts until a setting changes (a TLS handshake, refused
-/// credentials, an unfit master) makes it fail as that, not retryable, with what to
-/// change for each, as a lock does (`engine::permanent_failure`); only an outage is
-/// retryable.
+/// (`problems`, each naming its master): nothing was written.
 fn unanswered(
     subject: &str,
     names: &[Arc<str>],
     answers: &[Result<Reply, MasterError>],
     problems: &[String],
 ) -> Error {
-    failed_everywhere(subject, reports_of(names, answers), || {
-        format!(
-            "init_cluster needs every master to answer ({}); nothing was written",
-            problems.join("; ")
-        )
-    })
+    failed_everywhere(
+        subject,
+        reports_of(names, answers),
+        ("init_cluster needs every master to answer", problems),
+        ("nothing was written", "nothing was written"),
+    )
 }
 
-/// The failure of a step of `init_cluster` that every master must take, from each
-/// master's `reports`: a failure that lasts until a setting changes first, with what to
-/// change (a TLS handshake, refused credentials, an unfit master); else `NoQuorum`,
-/// retryable, said by `outage`.
+/// The failure of a step of `init_cluster` that every master must take: `step` and what
+/// went wrong on each master (`problems`), then what the failure leaves (`after`: where
+/// a setting must change first, and where trying again can help). It needs every master,
+/// so one whose failure lasts until a setting changes (a TLS handshake, refused
+/// credentials, an unfit master) makes it fail as that, not retryable, with what to
+/// change for each, as a lock does (`engine::permanent_failure`); only an outage is
+/// `NoQuorum`, retryable.
 fn failed_everywhere(
     subject: &str,
     reports: Vec<MasterReport>,
-    outage: impl FnOnce() -> String,
+    (step, problems): (&str, &[String]),
+    (after_fix, after_outage): (&str, &str),
 ) -> Error {
+    let what = format!("{step} ({})", problems.join("; "));
     let error = match permanent_failure(&reports, 0) {
-        Some((kind, fixes)) => Error::new(kind, subject).with_detail(format!(
-            "init_cluster needs every master: {fixes}; nothing was written"
-        )),
-        None => Error::new(ErrorKind::NoQuorum, subject).with_detail(outage()),
+        Some((kind, fixes)) => {
+            Error::new(kind, subject).with_detail(format!("{what}: {fixes}; {after_fix}"))
+        }
+        None => {
+            Error::new(ErrorKind::NoQuorum, subject).with_detail(format!("{what}; {after_outage}"))
+        }
     };
     error.with_masters(reports)
+}
+
+/// A master's report for an administration step that it did not take as asked, for
+/// another reason than a failure (another call's claim, a key found, its data changed).
+fn refused(name: &Arc<str>) -> MasterReport {
+    MasterReport::new(Arc::clone(name), MasterOutcome::HeldByOther)
 }
 
 /// Surveys every master for `init_cluster`: all must answer, else nothing is written and

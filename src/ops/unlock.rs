@@ -319,14 +319,14 @@ impl Redlock {
         // answering: then no retry can help. Otherwise masters were out of reach.
         let other_kind = failed(MasterErrorKind::WrongKind);
         // Failures that last until a setting changes (TLS, refused credentials, an unfit
-        // master), where they alone keep too few masters answering: as for a lock.
-        let permanent = permanent_failure(&report.masters, n - need);
+        // master), where they keep too few masters answering together with another kind
+        // of lock, which no call changes either: as for a lock.
+        let spare = (n - need).saturating_sub(other_kind);
+        let permanent = permanent_failure(&report.masters, spare);
         let kind = if n - other_kind < need {
             ErrorKind::WrongKind
         } else if let Some((kind, _)) = &permanent {
             *kind
-        } else if failed(MasterErrorKind::Tls) > 0 {
-            ErrorKind::Tls
         } else {
             ErrorKind::NoQuorum
         };
@@ -341,7 +341,11 @@ impl Redlock {
                  force-unlock deletes only a lock's key; {done}"
             )
         } else if let Some((_, fixes)) = permanent {
-            format!("{fixes}; {done}")
+            let also = match other_kind {
+                0 => String::new(),
+                k => format!("; another kind of lock holds the name on {k} of {n} masters"),
+            };
+            format!("{fixes}{also}; {done}")
         } else {
             let also = if other_kind > 0 {
                 format!(" (another kind of lock holds the name on {other_kind} of them)")

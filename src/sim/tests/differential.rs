@@ -584,8 +584,8 @@ struct Sequence<'a> {
     master: RedisMaster,
     model: Data,
     owner: Arc<Owner>,
-    /// Per key, the uncertainty (µs) of the steps that changed it since it was made: the
-    /// largest.
+    /// Per key, the uncertainty (µs) of the step that last changed it (for the cluster
+    /// record, which keeps the epoch's creation time, the largest since it was made).
     slack: HashMap<String, u64>,
     /// The real master's epoch id after the last step.
     epoch_id: Option<String>,
@@ -1051,10 +1051,10 @@ impl<'a> Sequence<'a> {
         );
         for (key, item) in model_keyspace(&self.model) {
             if was.get(&key) != Some(&item) {
-                // A key changed in place may keep a time an earlier step wrote (the data
-                // epoch's creation time in the cluster record, across a stamp): it keeps
-                // that step's uncertainty too, where larger.
-                let kept = match was.contains_key(&key) {
+                // The cluster record, changed in place by a stamp, keeps the data epoch's
+                // creation time an earlier step wrote: it keeps that step's uncertainty
+                // too, where larger (no other key keeps a time across a change).
+                let kept = match was.contains_key(&key) && key == cluster::record_key("") {
                     true => self.slack.get(&key).copied().unwrap_or(0),
                     false => 0,
                 };

@@ -319,10 +319,9 @@ impl<'a> Call<'a> {
         self.refused |= refused_by_any(&error);
         if cut {
             // The budget ended this round: say what the masters said last; if no round was
-            // decided, that the budget ended the first before a quorum answered (one
-            // shorter than a round to the masters never gets an answer).
-            // The acquire round itself, cut short of a quorum: not a fencing write-back
-            // cut after a grant, nor a round decided already.
+            // decided and the acquire round itself fell short of a quorum (not a fencing
+            // write-back cut after a grant), that the budget ended it (a budget shorter
+            // than a round to the masters never gets an answer).
             let short = error.kind() == ErrorKind::NoQuorum
                 && error
                     .masters()

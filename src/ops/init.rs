@@ -9,7 +9,7 @@ use futures::future::join_all;
 use crate::client::Redlock;
 use crate::cluster::{self, Admission, Record, View};
 use crate::engine::permanent_failure;
-use crate::error::{Error, ErrorKind, MasterError, MasterOutcome, MasterReport};
+use crate::error::{Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport};
 use crate::master::{Master, Op, Outgoing, Reply, StampOutcome};
 #[cfg(redquorum_mutants)]
 use crate::mutants::Mutant;
@@ -182,14 +182,21 @@ impl Redlock {
                         }
                     })
                     .collect();
+                let held = claimed
+                    .iter()
+                    .any(|c| matches!(c, Ok(r) if *r != Reply::Granted));
+                let on_outage = match held {
+                    true => "nothing was written: try again once the other call finished",
+                    false => "nothing was written: try again once the masters named are reachable",
+                };
                 Err(failed_everywhere(
                     &subject,
                     reports,
                     ("could not claim every master", &problems),
-                    (
-                        "nothing was written",
-                        "nothing was written: try again once the other call finished",
-                    ),
+                    Leaves {
+                        once_fixed: "nothing was written",
+                        on_outage,
+                    },
                 ))
             }
         };
@@ -321,33 +328,37 @@ impl Redlock {
                 .filter_map(|(name, h)| match h {
                     Holding::Nothing => None,
                     Holding::Key(key) => Some(format!("{name} holds {key:?}")),
+                    Holding::OutOfTime => Some(format!(
+                        "{name}: too many keys to check within the {} budget",
+                        crate::error::human(SCAN_BUDGET)
+                    )),
                     Holding::Unknown(why) => Some(format!("{name}: {why}")),
                     Holding::Failed(e) => Some(format!("{name}: {e}")),
                 })
                 .collect();
             if !problems.is_empty() {
-                let failed = holding.iter().any(|h| {
-                    matches!(h, Holding::Failed(_))
-                        || matches!(h, Holding::Unknown(why) if !why.contains("budget"))
-                });
-                if failed {
-                    let reports = names
-                        .iter()
-                        .zip(&holding)
-                        .map(|(name, h)| match h {
-                            Holding::Nothing => {
-                                MasterReport::new(Arc::clone(name), MasterOutcome::Granted)
-                            }
-                            Holding::Key(_) => refused(name),
-                            Holding::Unknown(_) => {
-                                MasterReport::new(Arc::clone(name), MasterOutcome::Pending)
-                            }
-                            Holding::Failed(e) => MasterReport::new(
-                                Arc::clone(name),
-                                MasterOutcome::Failed(e.clone()),
-                            ),
-                        })
-                        .collect();
+                let reports: Vec<MasterReport> = names
+                    .iter()
+                    .zip(&holding)
+                    .map(|(name, h)| match h {
+                        Holding::Nothing => {
+                            MasterReport::new(Arc::clone(name), MasterOutcome::Granted)
+                        }
+                        Holding::Key(_) => refused(name),
+                        Holding::OutOfTime | Holding::Unknown(_) => {
+                            MasterReport::new(Arc::clone(name), MasterOutcome::Pending)
+                        }
+                        Holding::Failed(e) => {
+                            MasterReport::new(Arc::clone(name), MasterOutcome::Failed(e.clone()))
+                        }
+                    })
+                    .collect();
+                // A setting to change first; then keys found (or too many to check), which
+                // no retry changes; only then an outage.
+                let found = holding
+                    .iter()
+                    .any(|h| matches!(h, Holding::Key(_) | Holding::OutOfTime));
+                if !found || permanent_failure(&reports, 0).is_some() {
                     return Err(failed_everywhere(
                         &subject,
                         reports,
@@ -355,7 +366,10 @@ impl Redlock {
                             "could not scan every master for keys under the prefix",
                             &problems,
                         ),
-                        ("nothing was written", "nothing was written: try again"),
+                        Leaves {
+                            once_fixed: "nothing was written",
+                            on_outage: "nothing was written: try again",
+                        },
                     ));
                 }
                 return Err(
@@ -363,7 +377,7 @@ impl Redlock {
                         "{}: init_cluster bootstraps only brand-new masters, since a master \
                          that holds keys may be one that lost others; let those locks \
                          expire, or use a dedicated key prefix. Nothing was written",
-                        problems.join(", ")
+                        problems.join("; ")
                     )),
                 );
             }
@@ -397,66 +411,56 @@ impl Redlock {
         })
     }
 
-    /// Writes records with `ops` (one per master, `None` to skip); every write must land
-    /// and leave `fingerprint` on its master.
+    /// Writes records with `ops` (one per master, `None` to skip: it holds the record
+    /// already); every write must land and leave `fingerprint` on its master.
     async fn write_all(&self, ops: Vec<Option<Op>>, fingerprint: &str) -> Result<(), Error> {
         let subject = cluster::record_key(&self.inner.config.key_prefix);
-        let masters: Vec<(Arc<dyn Master>, Arc<Op>)> = self
-            .inner
-            .masters
-            .iter()
-            .zip(ops)
-            .filter_map(|(m, op)| op.map(|op| (Arc::clone(m), Arc::new(op))))
-            .collect();
-        let written = join_all(
-            masters
-                .iter()
-                .map(|(m, op)| m.call(Outgoing::new(Arc::clone(op)))),
-        )
+        let masters = &self.inner.masters;
+        let written = join_all(masters.iter().zip(ops).map(|(m, op)| async move {
+            match op {
+                Some(op) => Some(m.call(Outgoing::new(op)).await),
+                None => None,
+            }
+        }))
         .await;
         let mut problems = Vec::new();
         let mut reports = Vec::new();
-        for ((master, _), answer) in masters.iter().zip(&written) {
+        for (master, answer) in masters.iter().zip(written) {
             let name = master.name();
-            reports.push(match answer {
-                Ok(Reply::Stamped {
+            let outcome = match answer {
+                None => MasterOutcome::Granted,
+                Some(Ok(Reply::Stamped {
                     outcome: StampOutcome::Written | StampOutcome::Exists,
                     fingerprint: found,
-                }) if found == fingerprint => {
-                    MasterReport::new(Arc::clone(name), MasterOutcome::Granted)
-                }
-                Ok(_) => refused(name),
-                Err(e) => MasterReport::new(Arc::clone(name), MasterOutcome::Failed(e.clone())),
-            });
-            match answer {
-                Ok(Reply::Stamped {
-                    outcome: StampOutcome::Written | StampOutcome::Exists,
-                    fingerprint: found,
-                }) if found == fingerprint => {}
-                Ok(Reply::Stamped {
+                })) if found == fingerprint => MasterOutcome::Granted,
+                Some(Ok(Reply::Stamped {
                     outcome: StampOutcome::EpochChanged,
                     ..
-                }) => problems.push(format!(
-                    "{}: its data changed during the call (flushed or restarted): not \
-                     bootstrapped",
-                    master.name()
+                })) => MasterOutcome::Failed(MasterError::new(
+                    MasterErrorKind::Other,
+                    "its data changed during the call, flushed or restarted: not bootstrapped",
                 )),
-                Ok(_) => problems.push(format!(
-                    "{}: another cluster record was written there meanwhile",
-                    master.name()
-                )),
-                Err(e) => problems.push(format!("{}: {e}", master.name())),
+                Some(Ok(_)) => {
+                    problems.push(format!(
+                        "{name}: another cluster record was written there meanwhile"
+                    ));
+                    MasterOutcome::HeldByOther
+                }
+                Some(Err(e)) => MasterOutcome::Failed(e),
+            };
+            if let MasterOutcome::Failed(e) = &outcome {
+                problems.push(format!("{name}: {e}"));
             }
+            reports.push(MasterReport::new(Arc::clone(name), outcome));
         }
         if problems.is_empty() {
             return Ok(());
         }
-        // The others hold the record now: a later call completes it, and re-admits
-        // these masters (they vote after their restart quarantine and no longer count for
-        // fencing tokens).
-        let after_fix = "the masters not named here hold the record now: call init_cluster \
-                         again once that is fixed to complete it (the masters named here are \
-                         then re-admitted: they vote after their restart quarantine)";
+        // The others hold the record now: a later call completes it, and re-admits these
+        // masters (they vote after their restart quarantine).
+        let leaves = "the masters not named here hold the record now: call init_cluster \
+                      again to complete it, once any setting named is fixed; it re-admits \
+                      the masters named here, which vote after their restart quarantine";
         Err(failed_everywhere(
             &subject,
             reports,
@@ -464,7 +468,10 @@ impl Redlock {
                 "the cluster record could not be written everywhere",
                 &problems,
             ),
-            (after_fix, "call init_cluster again to complete it"),
+            Leaves {
+                once_fixed: leaves,
+                on_outage: leaves,
+            },
         ))
     }
 }
@@ -473,6 +480,8 @@ impl Redlock {
 enum Holding {
     Nothing,
     Key(String),
+    /// Too many keys to check within the budget.
+    OutOfTime,
     Unknown(String),
     /// The master failed a step of the scan.
     Failed(MasterError),
@@ -504,12 +513,7 @@ async fn scan_one(m: &Arc<dyn Master>, rw: bool, deadline: tokio::time::Instant)
             let step =
                 tokio::time::timeout_at(deadline, m.call(Outgoing::new(Op::Scan { cursor, rw })));
             match step.await {
-                Err(_) => {
-                    return Holding::Unknown(format!(
-                        "too many keys to check within the {} budget",
-                        crate::error::human(SCAN_BUDGET)
-                    ));
-                }
+                Err(_) => return Holding::OutOfTime,
                 Ok(Ok(Reply::Scanned {
                     found: Some(key), ..
                 })) => return Holding::Key(key),
@@ -564,31 +568,68 @@ fn unanswered(
         subject,
         reports_of(names, answers),
         ("init_cluster needs every master to answer", problems),
-        ("nothing was written", "nothing was written"),
+        Leaves {
+            once_fixed: "nothing was written",
+            on_outage: "nothing was written",
+        },
     )
 }
 
+/// What a failed step of `init_cluster` leaves, said after it: where a setting must
+/// change first, and where trying again can help.
+struct Leaves<'a> {
+    once_fixed: &'a str,
+    on_outage: &'a str,
+}
+
 /// The failure of a step of `init_cluster` that every master must take: `step` and what
-/// went wrong on each master (`problems`), then what the failure leaves (`after`: where
-/// a setting must change first, and where trying again can help). It needs every master,
-/// so one whose failure lasts until a setting changes (a TLS handshake, refused
-/// credentials, an unfit master) makes it fail as that, not retryable, with what to
-/// change for each, as a lock does (`engine::permanent_failure`); only an outage is
-/// `NoQuorum`, retryable.
+/// went wrong on each master (`problems`, each beginning with its master's name), then
+/// what the failure `leaves`. It needs every master, so one whose failure lasts until a
+/// setting changes (a TLS handshake, refused credentials, an unfit master) makes it fail
+/// as that, not retryable, with what to change for each, as a lock does
+/// (`engine::permanent_failure`), and the other masters' problems beside; only an outage
+/// is `NoQuorum`, retryable.
 fn failed_everywhere(
     subject: &str,
     reports: Vec<MasterReport>,
     (step, problems): (&str, &[String]),
-    (after_fix, after_outage): (&str, &str),
+    leaves: Leaves<'_>,
 ) -> Error {
-    let what = format!("{step} ({})", problems.join("; "));
     let error = match permanent_failure(&reports, 0) {
         Some((kind, fixes)) => {
-            Error::new(kind, subject).with_detail(format!("{what}: {fixes}; {after_fix}"))
+            // The fixes name their masters: the problems of the others follow them.
+            let fixed: Vec<&str> = reports
+                .iter()
+                .filter(|r| {
+                    matches!(r.outcome(), MasterOutcome::Failed(e) if matches!(
+                        e.kind(),
+                        MasterErrorKind::Auth | MasterErrorKind::Tls | MasterErrorKind::Misconfigured
+                    ))
+                })
+                .map(MasterReport::master)
+                .collect();
+            let others: Vec<&str> = problems
+                .iter()
+                .filter(|p| {
+                    !fixed.iter().any(|m| {
+                        p.strip_prefix(m)
+                            .is_some_and(|rest| rest.starts_with([':', ' ']))
+                    })
+                })
+                .map(String::as_str)
+                .collect();
+            let also = match others.is_empty() {
+                true => String::new(),
+                false => format!("; besides, {}", others.join("; ")),
+            };
+            Error::new(kind, subject)
+                .with_detail(format!("{step}: {fixes}{also}; {}", leaves.once_fixed))
         }
-        None => {
-            Error::new(ErrorKind::NoQuorum, subject).with_detail(format!("{what}; {after_outage}"))
-        }
+        None => Error::new(ErrorKind::NoQuorum, subject).with_detail(format!(
+            "{step} ({}); {}",
+            problems.join("; "),
+            leaves.on_outage
+        )),
     };
     error.with_masters(reports)
 }
@@ -665,4 +706,88 @@ fn readmitted(
         }
     }
     Ok(given)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(master: &str, outcome: MasterOutcome) -> MasterReport {
+        MasterReport::new(master.into(), outcome)
+    }
+
+    fn failed(kind: MasterErrorKind, why: &str) -> MasterOutcome {
+        MasterOutcome::Failed(MasterError::new(kind, why))
+    }
+
+    const LEAVES: Leaves<'static> = Leaves {
+        once_fixed: "nothing was written",
+        on_outage: "nothing was written: try again",
+    };
+
+    /// A setting to change on one master (here its certificate) fails the step as that,
+    /// not retryable; the other masters' problems follow the fix, and no master is named
+    /// twice in the whole message.
+    #[test]
+    fn a_failure_for_good_names_each_master_once_with_the_others_beside() {
+        let tls = failed(
+            MasterErrorKind::Tls,
+            "the certificate is not trusted: set tls_ca",
+        );
+        let problems = [
+            "rediss://m1: the certificate is not trusted: set tls_ca".to_owned(),
+            "rediss://m2: another init_cluster holds it".to_owned(),
+        ];
+        let error = failed_everywhere(
+            "redquorum:cluster",
+            vec![
+                report("rediss://m1", tls),
+                report("rediss://m2", MasterOutcome::HeldByOther),
+                report("rediss://m3", MasterOutcome::Granted),
+            ],
+            ("could not claim every master", &problems),
+            LEAVES,
+        );
+        assert_eq!(error.kind(), ErrorKind::Tls);
+        assert!(!error.is_retryable());
+        let shown = error.to_string();
+        for master in ["rediss://m1", "rediss://m2"] {
+            assert_eq!(shown.matches(master).count(), 1, "{master}: {shown}");
+        }
+        assert!(
+            shown.contains("besides, rediss://m2: another init_cluster"),
+            "{shown}"
+        );
+        assert!(shown.contains("; nothing was written ("), "{shown}");
+        assert!(
+            shown.contains("1 of 3 masters granted, 1 held by another, 1 failed"),
+            "{shown}"
+        );
+    }
+
+    /// Only an outage is retryable: every master's problem in the list, named once.
+    #[test]
+    fn an_outage_is_retryable_and_names_each_master_once() {
+        let problems = ["redis://m1: connection refused".to_owned()];
+        let error = failed_everywhere(
+            "redquorum:cluster",
+            vec![
+                report(
+                    "redis://m1",
+                    failed(MasterErrorKind::Refused, "connection refused"),
+                ),
+                report("redis://m2", MasterOutcome::Granted),
+            ],
+            (
+                "could not scan every master for keys under the prefix",
+                &problems,
+            ),
+            LEAVES,
+        );
+        assert_eq!(error.kind(), ErrorKind::NoQuorum);
+        assert!(error.is_retryable());
+        let shown = error.to_string();
+        assert_eq!(shown.matches("redis://m1").count(), 1, "{shown}");
+        assert!(shown.contains("try again"), "{shown}");
+    }
 }

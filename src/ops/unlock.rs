@@ -151,6 +151,11 @@ impl Redlock {
     ///   deleted. Call it again once they are reachable.
     /// - [`ErrorKind::WrongKind`] (permanent) when another kind of lock holds the name on
     ///   so many masters that the others are too few, whether they answered or not.
+    /// - [`ErrorKind::Tls`], [`ErrorKind::Auth`], [`ErrorKind::Misconfigured`] (permanent)
+    ///   when masters whose failure lasts until a setting changes, with those holding
+    ///   another kind of lock, leave too few able to answer; the detail says what to
+    ///   change on each. [`ErrorKind::ClusterMismatch`] when a master's cluster record
+    ///   disagrees with this client's settings.
     /// - Before any master is asked: [`ErrorKind::InvalidResource`] for a name `acquire`
     ///   refuses, [`ErrorKind::InvalidOptions`] for an empty `value`,
     ///   [`ErrorKind::NoRuntime`] outside a tokio runtime.

@@ -584,8 +584,9 @@ struct Sequence<'a> {
     master: RedisMaster,
     model: Data,
     owner: Arc<Owner>,
-    /// Per key, the uncertainty (µs) of the step that last changed it (for the cluster
-    /// record, which keeps the epoch's creation time, the largest since it was made).
+    /// Per key, the uncertainty (µs) of the step that last changed it, or, where that
+    /// step kept the key's expiry (or its epoch), the largest of the steps since one set
+    /// it.
     slack: HashMap<String, u64>,
     /// The real master's epoch id after the last step.
     epoch_id: Option<String>,
@@ -1051,12 +1052,15 @@ impl<'a> Sequence<'a> {
         );
         for (key, item) in model_keyspace(&self.model) {
             if was.get(&key) != Some(&item) {
-                // The cluster record, changed in place by a stamp, keeps the data epoch's
-                // creation time an earlier step wrote: it keeps that step's uncertainty
-                // too, where larger (no other key keeps a time across a change).
-                let kept = match was.contains_key(&key) && key == cluster::record_key("") {
-                    true => self.slack.get(&key).copied().unwrap_or(0),
-                    false => 0,
+                // A key changed in place that kept its expiry (a queue whose expiry is
+                // only raised, the cluster record with the data epoch's creation time
+                // across a stamp) keeps a time an earlier step wrote: it keeps that
+                // step's uncertainty too, where larger.
+                let kept = match was.get(&key) {
+                    Some(before) if before.expires_us == item.expires_us => {
+                        self.slack.get(&key).copied().unwrap_or(0)
+                    }
+                    _ => 0,
                 };
                 self.slack.insert(key, uncertainty.max(kept));
             }

@@ -61,6 +61,20 @@ fn with_password(url: &str, password: Option<&str>) -> String {
     parsed.to_string()
 }
 
+/// The password-protected masters' URLs, each with the password `password(i)` gives the
+/// `i`-th (`None` to leave it out, `Some(None)` for no password at all).
+fn auth_urls(m: &Masters, password: impl Fn(usize) -> Option<Option<&'static str>>) -> Vec<String> {
+    m.auth
+        .urls()
+        .iter()
+        .enumerate()
+        .map(|(i, u)| match password(i) {
+            Some(p) => with_password(u, p),
+            None => u.clone(),
+        })
+        .collect()
+}
+
 /// Runs an acquire (or another call) inside a runtime, bounded so that a hang fails the
 /// row.
 fn acquire_in<T>(rt: &tokio::runtime::Runtime, fut: impl Future<Output = Result<T, Error>>) -> Got {
@@ -150,12 +164,7 @@ fn rows() -> Vec<Row> {
             false,
             "check the user and password",
             |rt, m| {
-                let urls = m
-                    .auth
-                    .urls()
-                    .iter()
-                    .map(|u| with_password(u, Some("wrong")))
-                    .collect();
+                let urls = auth_urls(m, |_| Some(Some("wrong")));
                 let client = client_of(urls, false).build().unwrap();
                 acquire_in(rt, client.acquire("misuse:auth"))
             },
@@ -166,12 +175,7 @@ fn rows() -> Vec<Row> {
             false,
             "check the user and password",
             |rt, m| {
-                let urls = m
-                    .auth
-                    .urls()
-                    .iter()
-                    .map(|u| with_password(u, Some("wrong")))
-                    .collect();
+                let urls = auth_urls(m, |_| Some(Some("wrong")));
                 let client = client_of(urls, false).build().unwrap();
                 acquire_in(rt, client.init_cluster())
             },
@@ -182,16 +186,7 @@ fn rows() -> Vec<Row> {
             false,
             "check the user and password",
             |rt, m| {
-                let urls = m
-                    .auth
-                    .urls()
-                    .iter()
-                    .enumerate()
-                    .map(|(i, u)| match i {
-                        0 => with_password(u, Some("wrong")),
-                        _ => u.clone(),
-                    })
-                    .collect();
+                let urls = auth_urls(m, |i| (i == 0).then_some(Some("wrong")));
                 let client = client_of(urls, false).build().unwrap();
                 acquire_in(rt, client.init_cluster())
             },
@@ -202,12 +197,7 @@ fn rows() -> Vec<Row> {
             false,
             "check the user and password",
             |rt, m| {
-                let urls = m
-                    .auth
-                    .urls()
-                    .iter()
-                    .map(|u| with_password(u, Some("wrong")))
-                    .collect();
+                let urls = auth_urls(m, |_| Some(Some("wrong")));
                 let client = client_of(urls, false).build().unwrap();
                 acquire_in(rt, client.force_unlock_any("misuse:unlock-auth"))
             },
@@ -225,14 +215,7 @@ fn rows() -> Vec<Row> {
                 let _read = rt
                     .block_on(reader.rwlock("misuse:unlock-kinds").read())
                     .unwrap();
-                let urls = urls
-                    .iter()
-                    .enumerate()
-                    .map(|(i, u)| match i {
-                        0 => with_password(u, Some("wrong")),
-                        _ => u.clone(),
-                    })
-                    .collect();
+                let urls = auth_urls(m, |i| (i == 0).then_some(Some("wrong")));
                 let client = client_of(urls, false).build().unwrap();
                 acquire_in(rt, client.force_unlock_any("misuse:unlock-kinds"))
             },
@@ -243,12 +226,7 @@ fn rows() -> Vec<Row> {
             false,
             "check the user and password",
             |rt, m| {
-                let urls = m
-                    .auth
-                    .urls()
-                    .iter()
-                    .map(|u| with_password(u, None))
-                    .collect();
+                let urls = auth_urls(m, |_| Some(None));
                 let client = client_of(urls, false).build().unwrap();
                 acquire_in(rt, client.acquire("misuse:noauth"))
             },
@@ -259,12 +237,7 @@ fn rows() -> Vec<Row> {
             false,
             "check the user and password",
             |rt, m| {
-                let urls = m
-                    .auth
-                    .urls()
-                    .iter()
-                    .map(|u| with_password(u, Some("wrong")))
-                    .collect();
+                let urls = auth_urls(m, |_| Some(Some("wrong")));
                 let client = client_of(urls, true)
                     .retry(Retry::new().wait("3s"))
                     .build()

@@ -169,22 +169,10 @@ impl Redlock {
                         Err(e) => Some(format!("{name}: {e}")),
                     })
                     .collect();
-                let reports = names
+                let reports = reports_of(&names, &claimed);
+                let held = reports
                     .iter()
-                    .zip(&claimed)
-                    .map(|(name, c)| match c {
-                        Ok(Reply::Granted) => {
-                            MasterReport::new(Arc::clone(name), MasterOutcome::Granted)
-                        }
-                        Ok(_) => refused(name),
-                        Err(e) => {
-                            MasterReport::new(Arc::clone(name), MasterOutcome::Failed(e.clone()))
-                        }
-                    })
-                    .collect();
-                let held = claimed
-                    .iter()
-                    .any(|c| matches!(c, Ok(r) if *r != Reply::Granted));
+                    .any(|r| matches!(r.outcome(), MasterOutcome::HeldByOther));
                 let on_outage = match held {
                     true => "nothing was written: try again once the other call finished",
                     false => "nothing was written: try again once the masters named are reachable",
@@ -340,17 +328,14 @@ impl Redlock {
                 let reports: Vec<MasterReport> = names
                     .iter()
                     .zip(&holding)
-                    .map(|(name, h)| match h {
-                        Holding::Nothing => {
-                            MasterReport::new(Arc::clone(name), MasterOutcome::Granted)
-                        }
-                        Holding::Key(_) => refused(name),
-                        Holding::OutOfTime | Holding::Unknown(_) => {
-                            MasterReport::new(Arc::clone(name), MasterOutcome::Pending)
-                        }
-                        Holding::Failed(e) => {
-                            MasterReport::new(Arc::clone(name), MasterOutcome::Failed(e.clone()))
-                        }
+                    .map(|(name, h)| {
+                        let outcome = match h {
+                            Holding::Nothing => MasterOutcome::Granted,
+                            Holding::Key(_) => MasterOutcome::HeldByOther,
+                            Holding::OutOfTime | Holding::Unknown(_) => MasterOutcome::Pending,
+                            Holding::Failed(e) => MasterOutcome::Failed(e.clone()),
+                        };
+                        MasterReport::new(Arc::clone(name), outcome)
                     })
                     .collect();
                 // A setting to change first; then keys found (or too many to check), which
@@ -541,13 +526,15 @@ async fn ask_all(
     .await
 }
 
-/// Per-master reports of administration answers.
+/// Per-master reports of administration answers: a claim another call holds is held by
+/// another; any other answer is done as asked.
 fn reports_of(names: &[Arc<str>], answers: &[Result<Reply, MasterError>]) -> Vec<MasterReport> {
     names
         .iter()
         .zip(answers)
         .map(|(name, answer)| {
             let outcome = match answer {
+                Ok(Reply::HeldByOther) => MasterOutcome::HeldByOther,
                 Ok(_) => MasterOutcome::Granted,
                 Err(e) => MasterOutcome::Failed(e.clone()),
             };
@@ -632,12 +619,6 @@ fn failed_everywhere(
         )),
     };
     error.with_masters(reports)
-}
-
-/// A master's report for an administration step that it did not take as asked, for
-/// another reason than a failure (another call's claim, a key found, its data changed).
-fn refused(name: &Arc<str>) -> MasterReport {
-    MasterReport::new(Arc::clone(name), MasterOutcome::HeldByOther)
 }
 
 /// Surveys every master for `init_cluster`: all must answer, else nothing is written and

@@ -207,6 +207,8 @@ fn describe(
     judge_role(&mut health, &server, &replication);
     judge_persistence(&mut health, &persistence, &probe.config, context);
     judge_eviction(&mut health, &memory);
+    // A master that never votes for this client: what its quarantine says does not apply.
+    health.refused = probe.refused.is_some();
     judge_quarantine(&mut health);
     match (&probe.server_time_us, probe.client_time_us) {
         (Ok(server), Some(client)) => {
@@ -526,7 +528,7 @@ fn judge_eviction(health: &mut MasterHealth, memory: &Info<'_>) {
 
 fn judge_quarantine(health: &mut MasterHealth) {
     match health.quarantine {
-        QuarantineState::Abstains { until } => {
+        QuarantineState::Abstains { until } if !health.refused => {
             let left = until.saturating_duration_since(Instant::now());
             health.push(
                 Check::Quarantine,

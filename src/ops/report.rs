@@ -136,6 +136,9 @@ pub struct MasterHealth {
     pub(super) error: Option<MasterError>,
     pub(super) facts: Facts,
     pub(super) quarantine: QuarantineState,
+    /// It never votes for this client, whatever its quarantine: its cluster record
+    /// disagrees, or this client reaches it twice (docs/design.md §11).
+    pub(super) refused: bool,
     pub(super) findings: Vec<Finding>,
 }
 
@@ -147,6 +150,7 @@ impl MasterHealth {
             error: None,
             facts: Facts::unknown(),
             quarantine,
+            refused: false,
             findings: Vec::new(),
         }
     }
@@ -178,12 +182,15 @@ impl MasterHealth {
         self.quarantine
     }
 
-    /// Whether the master can vote for this client now: it answered, and this client
-    /// counts its votes ([`QuarantineState::Counted`], or restart quarantine is
+    /// Whether the master can vote for this client now: it answered, it is a member of
+    /// this client's cluster (its cluster record agrees, and no other address of this
+    /// client reaches the same server), and this client counts its votes
+    /// ([`QuarantineState::Counted`], or restart quarantine is
     /// [`Off`](QuarantineState::Off)). A healthy report can have masters that do not vote
     /// yet (new masters abstain for `ttl_max`).
     pub fn votes(&self) -> bool {
         self.is_reachable()
+            && !self.refused
             && matches!(
                 self.quarantine,
                 QuarantineState::Counted | QuarantineState::Off
@@ -333,11 +340,10 @@ impl fmt::Display for MasterHealth {
                         .as_deref()
                         .unwrap_or("policy unknown"),
                 )?;
+                let votes = Votes(self);
                 match &facts.cluster_record {
-                    Some(record) => {
-                        writeln!(f, "   votes: {}; cluster record: {record}", self.quarantine)?
-                    }
-                    None => writeln!(f, "   votes: {}; no cluster record", self.quarantine)?,
+                    Some(record) => writeln!(f, "   votes: {votes}; cluster record: {record}")?,
+                    None => writeln!(f, "   votes: {votes}; no cluster record")?,
                 }
             }
         }
@@ -370,6 +376,19 @@ impl Role {
 impl fmt::Display for Role {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// A reachable master's "votes:" line: its quarantine state, unless it never votes for
+/// this client at all (its finding says why).
+struct Votes<'a>(&'a MasterHealth);
+
+impl fmt::Display for Votes<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.refused {
+            true => f.write_str("no: it does not vote for this client (see the problem below)"),
+            false => self.0.quarantine.fmt(f),
+        }
     }
 }
 

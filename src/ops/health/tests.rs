@@ -45,12 +45,38 @@ fn probe(offset_us: i64) -> Probe {
 
 #[test]
 fn a_master_that_does_not_vote_for_this_client_is_a_problem() {
-    let mut p = probe(0);
-    p.refused = Some("its cluster record differs: ttl_max_ms \"5000\"".into());
-    let health = one(p, &context());
+    let health = one(refused_probe(), &context());
     assert!(!health.is_healthy());
     let found: Vec<String> = health.problems().map(|f| f.to_string()).collect();
     assert!(found.iter().any(|f| f.contains("ttl_max_ms")), "{found:?}");
+    // Counted by restart quarantine, and yet it never votes for this client: neither
+    // `votes()` nor the report's "votes:" line may say otherwise.
+    assert!(!health.votes(), "{health}");
+    let text = health.to_string();
+    assert!(
+        text.contains("votes: no: it does not vote for this client"),
+        "{text}"
+    );
+    assert!(!text.contains("votes: yes"), "{text}");
+    // Nor does a quarantine note say when it votes again.
+    let abstaining = describe(
+        "redis://m".into(),
+        QuarantineState::Abstains {
+            until: Instant::now() + Duration::from_secs(9),
+        },
+        Ok(refused_probe()),
+        &context(),
+    );
+    assert!(!abstaining.votes());
+    let text = abstaining.to_string();
+    assert!(!text.contains("not for another"), "{text}");
+    assert!(!text.contains("does not vote for another"), "{text}");
+}
+
+fn refused_probe() -> Probe {
+    let mut p = probe(0);
+    p.refused = Some("its cluster record differs: ttl_max_ms \"5000\"".into());
+    p
 }
 
 fn one(probe: Probe, context: &Context) -> MasterHealth {

@@ -659,7 +659,9 @@ async fn init_refused_a_command_by_the_acl_is_auth_not_an_outage() {
     assert!(!err.is_retryable(), "{err}");
     let shown = err.to_string();
     assert!(
-        shown.contains("refused authentication: check the user"),
+        shown.contains(
+            "refused this client's credentials or a command its ACL denies: check the user"
+        ),
         "{shown}"
     );
     assert!(!shown.contains("try again"), "{shown}");

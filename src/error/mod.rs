@@ -634,7 +634,10 @@ impl fmt::Display for Error {
             ErrorKind::LeaseLost => write!(f, "lease on {r} is lost")?,
             ErrorKind::InvalidOptions => write!(f, "invalid options for {r}")?,
             ErrorKind::InvalidConfig => f.write_str("invalid configuration")?,
-            ErrorKind::Auth => write!(f, "masters refused authentication for {r}")?,
+            ErrorKind::Auth => write!(
+                f,
+                "masters refused this client's credentials or permissions for {r}"
+            )?,
             ErrorKind::Tls => write!(f, "TLS to the masters failed for {r}")?,
             ErrorKind::InvalidResource => write!(f, "invalid resource name {r}")?,
             ErrorKind::NoRuntime => write!(f, "no tokio runtime to lock {r}")?,

@@ -685,6 +685,14 @@ impl fmt::Display for Error {
             if abstained > 0 {
                 write!(f, ", {abstained} abstaining (restart quarantine)")?;
             }
+            let missing = self.count(|o| matches!(o, MasterOutcome::Missing));
+            if missing > 0 {
+                write!(f, ", {missing} without the key")?;
+            }
+            let ahead = self.count(|o| matches!(o, MasterOutcome::FenceConflict { .. }));
+            if ahead > 0 {
+                write!(f, ", {ahead} with a fence counter ahead")?;
+            }
             if self.attempts > 1 {
                 write!(f, "; {} attempts", self.attempts)?;
             }

@@ -239,3 +239,38 @@ fn the_acl_refusing_inside_a_script_is_told_in_every_wording() {
         assert!(!super::refused_by_acl(other), "{other}");
     }
 }
+
+/// The tally accounts for every master: one without the key (a lease's key deleted by a
+/// force-unlock, expired or evicted) and one whose fence counter was ahead are counted,
+/// where the counts summed to fewer masters than the round had.
+#[test]
+fn the_tally_counts_every_master() {
+    let report = |m: &str, o| MasterReport::new(m.into(), o);
+    let error = Error::new(ErrorKind::LeaseLost, "r")
+        .with_detail("no quorum confirmed the extension")
+        .with_masters(vec![
+            report("m1", MasterOutcome::Missing),
+            report("m2", MasterOutcome::Pending),
+            report("m3", MasterOutcome::Missing),
+            report("m4", MasterOutcome::FenceConflict { counter: 7 }),
+        ]);
+    let shown = error.to_string();
+    assert!(
+        shown.contains(
+            "(0 of 4 masters granted, 0 held by another, 0 failed, 1 pending, \
+             2 without the key, 1 with a fence counter ahead)"
+        ),
+        "{shown}"
+    );
+    // Nothing is added where none is missing.
+    let plain = Error::new(ErrorKind::NoQuorum, "r").with_masters(vec![
+        report("m1", MasterOutcome::Granted),
+        report("m2", MasterOutcome::Pending),
+    ]);
+    assert!(
+        plain
+            .to_string()
+            .contains("(1 of 2 masters granted, 0 held by another, 0 failed, 1 pending)"),
+        "{plain}"
+    );
+}

@@ -475,9 +475,41 @@ fn rows() -> Vec<Row> {
             true,
             "the budget ran out during the first round, before a quorum of masters answered",
             |rt, m| {
+                // The round is made longer than the budget for certain: the master is
+                // paused (its requests queue and run after 500 ms; a connected client
+                // first). The budget, 20 ms, ends well before the pause heals.
                 let client = client_of(m.plain.urls(), false).build().unwrap();
-                let options = AcquireOptions::new().wait_timeout(Duration::from_nanos(1));
-                acquire_in(rt, client.acquire_with("misuse:wait-short", &options))
+                let mut waits = rt.block_on(async {
+                    let warm = client.acquire("misuse:wait-short-warm").await.unwrap();
+                    warm.release().await.unwrap();
+                    // Connected before the pause, to learn when it ends.
+                    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+                    let mut waits = Vec::new();
+                    for url in m.plain.urls() {
+                        let client = redis::Client::open(url).unwrap();
+                        let conn = client
+                            .get_multiplexed_async_connection_with_config(&config)
+                            .await
+                            .unwrap();
+                        waits.push(conn);
+                    }
+                    for server in m.plain.servers() {
+                        server
+                            .client_pause(Duration::from_millis(500))
+                            .await
+                            .unwrap();
+                    }
+                    waits
+                });
+                let options = AcquireOptions::new().wait_timeout(Duration::from_millis(20));
+                let got = acquire_in(rt, client.acquire_with("misuse:wait-short", &options));
+                // The pause over (a PING answers only then), for the rows after this one.
+                rt.block_on(async {
+                    for conn in &mut waits {
+                        let _: String = redis::cmd("PING").query_async(conn).await.unwrap();
+                    }
+                });
+                got
             },
         ),
         row(

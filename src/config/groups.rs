@@ -174,7 +174,9 @@ impl Retry {
     /// twice `ttl_max` (20 s with the defaults): long enough for any holder's lock to expire
     /// and for new masters to leave restart quarantine. At most [`MAX_WAIT_TIMEOUT`] (24 h);
     /// zero is refused, as a budget no round can finish in (for one attempt without
-    /// waiting, [`Redlock::try_acquire`](crate::Redlock::try_acquire)).
+    /// waiting, [`Redlock::try_acquire`](crate::Redlock::try_acquire)). The budget ends
+    /// at the runtime timer's resolution (1 ms with tokio): a round that a quorum answers
+    /// within a shorter budget may still be granted.
     pub fn wait(mut self, wait: impl IntoDuration) -> Self {
         self.wait = Some(wait.into_duration());
         self

@@ -71,6 +71,8 @@ impl AcquireOptions {
     /// by the holder's release. Defaults to the client's `wait_timeout`. At most
     /// [`MAX_WAIT_TIMEOUT`](crate::limits::MAX_WAIT_TIMEOUT); zero is refused, as a budget
     /// no round can finish in (for one attempt without waiting, [`attempts(1)`](Self::attempts)).
+    /// It ends at the runtime timer's resolution (1 ms with tokio): a round that a quorum
+    /// answers within a shorter budget may still be granted.
     pub fn wait_timeout(mut self, wait: impl IntoDuration) -> Self {
         self.wait_timeout = Some(wait.into_duration());
         self

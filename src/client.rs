@@ -78,7 +78,7 @@ impl Builder {
     /// change; when several cannot work, the message lists each and
     /// [`Error::problems`](crate::Error::problems) gives each as an error of its own: no
     /// masters, an unparsable
-    /// or duplicate master URL, a duration that does not parse, a zero TTL or node
+    /// or duplicate master URL or one on port 0, a duration that does not parse, a zero TTL or node
     /// timeout, a TTL not larger than the drift allowance plus the node timeout plus the
     /// safety margin (in whole milliseconds, as the masters keep it), a TTL above
     /// `ttl_max`, a duration above its documented maximum (see "Limits" above), a drift

@@ -586,6 +586,20 @@ fn rows() -> Vec<Row> {
             },
         ),
         row(
+            "a master on port 0, with its password hidden",
+            "InvalidConfig",
+            false,
+            "master URL \"redis://:***@127.0.0.1:0\" cannot be used: port 0 cannot be connected \
+             to: write the master's port, such as 6379",
+            |_, _| {
+                build(Redlock::builder().masters([
+                    "redis://:right-password@127.0.0.1:0",
+                    "redis://127.0.0.1:2",
+                    "redis://127.0.0.1:3",
+                ]))
+            },
+        ),
+        row(
             "19: AcquireOptions durations as strings",
             "accepted",
             false,

@@ -108,8 +108,9 @@ impl Builder {
 
     /// Adds one master by URL: `redis://[user:password@]host:port[/db]`,
     /// `rediss://…` (TLS, with the `tls` feature; see [`tls`](Builder::tls))
-    /// or `redis+unix:///path/to/socket[?user=…&pass=…]`. A `rediss://…#insecure` URL, which
-    /// turns certificate checks off, is refused. A `rediss://` URL may name its master's
+    /// or `redis+unix:///path/to/socket[?user=…&pass=…]`. A URL on port 0, where no server
+    /// can be reached, is refused, and so is a `rediss://…#insecure` URL, which turns
+    /// certificate checks off. A `rediss://` URL may name its master's
     /// own PEM files, `?tls_ca_file=PATH` and `&tls_cert_file=PATH&tls_key_file=PATH`, which
     /// take the place of the builder's CA or client certificate for that master.
     ///

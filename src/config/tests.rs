@@ -105,3 +105,58 @@ fn jitter_stays_within_bounds() {
         assert!(d >= Duration::from_millis(10) && d <= Duration::from_millis(15));
     }
 }
+
+#[test]
+fn a_master_on_port_0_is_refused_naming_its_url() {
+    for url in [
+        "redis://127.0.0.1:0",
+        "redis://user:secret@localhost:0/0",
+        "valkey://127.0.0.1:00",
+    ] {
+        let err = Builder::new().master(url).into_config().unwrap_err();
+        let said = err.to_string();
+        let Problem::InvalidUrl { url: named, reason } = &err else {
+            panic!("{said}")
+        };
+        assert_eq!(*named, redact(url), "{said}");
+        assert_eq!(
+            reason, "port 0 cannot be connected to: write the master's port, such as 6379",
+            "{said}"
+        );
+        assert!(!said.contains("secret"), "{said}");
+    }
+    // Each is refused for its port, not as the other's duplicate.
+    let err = Builder::new()
+        .masters(["redis://127.0.0.1:0", "redis://127.0.0.1:0"])
+        .into_config()
+        .unwrap_err();
+    let Problem::Several(problems) = &err else {
+        panic!("{err}")
+    };
+    assert!(
+        problems
+            .iter()
+            .all(|p| p.to_string().contains("port 0 cannot be connected to")),
+        "{err}"
+    );
+    // Refused over TLS too (without the `tls` feature, for the feature first).
+    let err = Builder::new()
+        .master("rediss://127.0.0.1:0")
+        .into_config()
+        .unwrap_err();
+    let expected = if cfg!(feature = "tls") {
+        "port 0 cannot be connected to"
+    } else {
+        "`tls` feature"
+    };
+    assert!(err.to_string().contains(expected), "{err}");
+    // A socket has no port: its URL builds as before.
+    let config = Builder::new()
+        .master("redis+unix:///tmp/redis.sock")
+        .into_config()
+        .unwrap();
+    assert!(matches!(
+        config.masters[0].info.addr(),
+        ConnectionAddr::Unix(_)
+    ));
+}

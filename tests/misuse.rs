@@ -586,6 +586,13 @@ fn rows() -> Vec<Row> {
             },
         ),
         row(
+            "a 100 KB key_prefix, which would make every key as long",
+            "InvalidConfig",
+            false,
+            "key_prefix is 102400 bytes long, above MAX_KEY_PREFIX_LEN",
+            |_, _| build(offline().key_prefix("p".repeat(100 * 1024))),
+        ),
+        row(
             "a master on port 0, with its password hidden",
             "InvalidConfig",
             false,

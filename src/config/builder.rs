@@ -223,6 +223,11 @@ impl Builder {
 
     /// A prefix put before every resource name to form the key. Defaults to empty, which
     /// keeps keys compatible with other Redlock clients locking the same names.
+    ///
+    /// At most [`MAX_KEY_PREFIX_LEN`](limits::MAX_KEY_PREFIX_LEN) bytes (256), and it must
+    /// not start with `redquorum:`, where the lock's own records live; otherwise
+    /// [`build`](Builder::build) fails with
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig).
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = prefix.into();
         self

@@ -129,6 +129,15 @@ pub(crate) enum Problem {
         /// The prefix given.
         prefix: String,
     },
+    /// The key prefix is longer than [`MAX_KEY_PREFIX_LEN`].
+    #[error(
+        "key_prefix is {len} bytes long, above MAX_KEY_PREFIX_LEN ({}): use a shorter prefix, such as \"locks:\"",
+        MAX_KEY_PREFIX_LEN
+    )]
+    KeyPrefixTooLong {
+        /// Its length in bytes.
+        len: usize,
+    },
     /// The waiter TTL cannot work: a refresh every third of it must be able to finish
     /// within one node timeout, and no registration may outlive the lock's TTL.
     #[error("waiter_ttl {} is out of range: it must exceed three node timeouts ({}) and be at most the ttl ({}); {advice}",
@@ -219,7 +228,7 @@ impl Problem {
             #[cfg(redquorum_mutants)]
             Problem::ClockRate(_) => "client_clock_rate",
             Problem::TtlAboveTtlMax { .. } => "ttl_max",
-            Problem::ReservedKeyPrefix { .. } => "key_prefix",
+            Problem::ReservedKeyPrefix { .. } | Problem::KeyPrefixTooLong { .. } => "key_prefix",
             Problem::WaiterTtl { .. } => "waiter_ttl",
             Problem::LabelTooLong { .. } => "label",
             Problem::FencingNeedsQuarantine => "fencing",
@@ -449,8 +458,12 @@ pub(super) fn check_waiter_ttl(
     })
 }
 
-/// Refuses a prefix under which lock keys could collide with the crate's own records.
+/// Refuses a prefix longer than [`MAX_KEY_PREFIX_LEN`] (first, so that no message repeats
+/// it), or one under which lock keys could collide with the crate's own records.
 pub(super) fn check_key_prefix(prefix: &str) -> Result<(), Problem> {
+    if prefix.len() > MAX_KEY_PREFIX_LEN {
+        return Err(Problem::KeyPrefixTooLong { len: prefix.len() });
+    }
     if prefix.starts_with(crate::scripts::RECORD_NAMESPACE) {
         return Err(Problem::ReservedKeyPrefix {
             prefix: prefix.to_owned(),

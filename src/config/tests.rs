@@ -160,3 +160,33 @@ fn a_master_on_port_0_is_refused_naming_its_url() {
         ConnectionAddr::Unix(_)
     ));
 }
+
+#[test]
+fn a_key_prefix_longer_than_its_limit_is_refused() {
+    let built = |prefix: String| {
+        Builder::new()
+            .master("redis://127.0.0.1:7001")
+            .key_prefix(prefix)
+            .into_config()
+    };
+    let longest = "p".repeat(limits::MAX_KEY_PREFIX_LEN);
+    assert_eq!(built(longest.clone()).unwrap().key_prefix, longest);
+    let Err(err) = built("p".repeat(100 * 1024)) else {
+        panic!("a 100 KB prefix was accepted")
+    };
+    let said = err.to_string();
+    assert_eq!(err.setting(), Some("key_prefix"), "{said}");
+    assert!(
+        said.starts_with(&format!(
+            "key_prefix is 102400 bytes long, above MAX_KEY_PREFIX_LEN ({})",
+            limits::MAX_KEY_PREFIX_LEN
+        )),
+        "{said}"
+    );
+    // The prefix itself is not repeated, even where it is also a reserved one.
+    let Err(err) = built(format!("redquorum:{}", "p".repeat(100 * 1024))) else {
+        panic!("a 100 KB reserved prefix was accepted")
+    };
+    assert_eq!(err.setting(), Some("key_prefix"), "{err}");
+    assert!(err.to_string().len() < 300, "{err}");
+}

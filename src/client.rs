@@ -83,9 +83,10 @@ impl Builder {
     /// the masters keep it), a TTL above `ttl_max`, a duration above its documented maximum
     /// (see "Limits" above), a drift factor out of range, zero attempts, pauses that
     /// overflow, an `extend_interval` not below the TTL, a `waiter_ttl` that is zero, not
-    /// above three node timeouts or above the TTL, or a key prefix longer than
+    /// above three node timeouts or above the TTL, a key prefix longer than
     /// [`MAX_KEY_PREFIX_LEN`](crate::limits::MAX_KEY_PREFIX_LEN) or starting with
-    /// `redquorum:`. Two masters are accepted, with a warning (see
+    /// `redquorum:`, or a label longer than [`MAX_LABEL_LEN`](crate::limits::MAX_LABEL_LEN)
+    /// or holding a control character. Two masters are accepted, with a warning (see
     /// [`Builder::masters`](crate::Builder::masters)).
     pub fn build(self) -> Result<Redlock, crate::Error> {
         telemetry::describe();

@@ -236,9 +236,11 @@ impl Builder {
     /// What this client's locks say about their holder, beside its host, process id and a
     /// client id: shown by [`Redlock::inspect`](crate::Redlock::inspect) to whoever asks
     /// who holds a lock (such as `"billing-worker"`). Defaults to empty; at most
-    /// [`MAX_LABEL_LEN`](limits::MAX_LABEL_LEN) bytes; per call with
-    /// [`AcquireOptions::label`](crate::AcquireOptions::label). Not a secret: anyone who
-    /// can read the masters sees it.
+    /// [`MAX_LABEL_LEN`](limits::MAX_LABEL_LEN) bytes, without control characters
+    /// ([`char::is_control`]: line breaks, tabs, escapes), or [`build`](Builder::build)
+    /// fails with [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig); per call
+    /// with [`AcquireOptions::label`](crate::AcquireOptions::label). Not a secret: anyone
+    /// who can read the masters sees it.
     pub fn label(mut self, label: impl Into<String>) -> Self {
         self.label = label.into();
         self
@@ -313,9 +315,7 @@ impl Builder {
         // needs a setting that did not parse is left out rather than run on a guess.
         let mut problems = Problems::default();
         problems.check(check_key_prefix(&key_prefix));
-        if label.len() > MAX_LABEL_LEN {
-            problems.push(Problem::LabelTooLong { len: label.len() });
-        }
+        problems.check(check_label(&label));
         let masters = parse_masters(&masters, &tls.settings, &mut problems);
         let parsed = Parsed::new(
             &mut problems,

@@ -164,6 +164,17 @@ pub(crate) enum Problem {
         /// Its length in bytes.
         len: usize,
     },
+    /// The owner label holds a control character ([`char::is_control`]): a line break,
+    /// tab or escape would break or forge the lines that show it.
+    #[error(
+        "label has a control character ({character:?} at byte {at}): line breaks, tabs, escapes and other control characters are refused, as inspect, logs and the redquorum command show labels on one line; remove it, or write a space instead"
+    )]
+    LabelControl {
+        /// The first control character.
+        character: char,
+        /// Its byte offset in the label.
+        at: usize,
+    },
     /// Fencing asked for without restart quarantine.
     #[error(
         "fencing tokens need restart quarantine (a master that lost its counters must not vote until they are seeded again): turn quarantine back on"
@@ -230,7 +241,7 @@ impl Problem {
             Problem::TtlAboveTtlMax { .. } => "ttl_max",
             Problem::ReservedKeyPrefix { .. } | Problem::KeyPrefixTooLong { .. } => "key_prefix",
             Problem::WaiterTtl { .. } => "waiter_ttl",
-            Problem::LabelTooLong { .. } => "label",
+            Problem::LabelTooLong { .. } | Problem::LabelControl { .. } => "label",
             Problem::FencingNeedsQuarantine => "fencing",
             Problem::BackoffMax { .. } => "backoff",
             Problem::ExtendInterval { .. } => "extend_interval",
@@ -470,6 +481,18 @@ pub(super) fn check_key_prefix(prefix: &str) -> Result<(), Problem> {
         });
     }
     Ok(())
+}
+
+/// Refuses an owner label ([`Builder::label`], or one call's) longer than
+/// [`MAX_LABEL_LEN`], or holding a control character.
+pub(crate) fn check_label(label: &str) -> Result<(), Problem> {
+    if label.len() > MAX_LABEL_LEN {
+        return Err(Problem::LabelTooLong { len: label.len() });
+    }
+    match label.char_indices().find(|(_, c)| c.is_control()) {
+        Some((at, character)) => Err(Problem::LabelControl { character, at }),
+        None => Ok(()),
+    }
 }
 
 /// The parsed duration of `setting`, or the error naming it.

@@ -18,7 +18,7 @@ mod url;
 pub use builder::Builder;
 pub(crate) use check::Problem;
 use check::*;
-pub(crate) use check::{at_most, duration};
+pub(crate) use check::{at_most, check_label, duration};
 pub use groups::{Clock, Retry, Timeouts, Tls, Waiting, Watchdog};
 use tls::*;
 pub use url::RedactedUrl;

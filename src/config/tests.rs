@@ -190,3 +190,35 @@ fn a_key_prefix_longer_than_its_limit_is_refused() {
     assert_eq!(err.setting(), Some("key_prefix"), "{err}");
     assert!(err.to_string().len() < 300, "{err}");
 }
+
+#[test]
+fn a_label_with_a_control_character_is_refused() {
+    let built = |label: &str| {
+        Builder::new()
+            .master("redis://127.0.0.1:7001")
+            .label(label)
+            .into_config()
+    };
+    for (label, shown) in [
+        ("worker\nFAKE owner", r"'\n' at byte 6"),
+        ("tab\there", r"'\t' at byte 3"),
+        ("red\u{1b}[31m", r"'\u{1b}' at byte 3"),
+        ("nul\0", r"'\0' at byte 3"),
+        ("del\u{7f}", r"'\u{7f}' at byte 3"),
+        ("é\u{85}", r"'\u{85}' at byte 2"),
+    ] {
+        let Err(err) = built(label) else {
+            panic!("{label:?} was accepted")
+        };
+        let said = err.to_string();
+        assert_eq!(err.setting(), Some("label"), "{said}");
+        assert!(
+            said.starts_with(&format!("label has a control character ({shown})")),
+            "{said}"
+        );
+        assert!(!said.chars().any(char::is_control), "{said:?}");
+    }
+    // Any other character is fine.
+    let label = "billing-worker é ✓ 請求";
+    assert_eq!(built(label).unwrap().label, label);
+}

@@ -77,14 +77,16 @@ impl Builder {
     /// that cannot work ([`Error::setting`](crate::Error::setting)) and saying what to
     /// change; when several cannot work, the message lists each and
     /// [`Error::problems`](crate::Error::problems) gives each as an error of its own: no
-    /// masters, an unparsable
-    /// or duplicate master URL, a duration that does not parse, a zero TTL or node
-    /// timeout, a TTL not larger than the drift allowance plus the node timeout plus the
-    /// safety margin (in whole milliseconds, as the masters keep it), a TTL above
-    /// `ttl_max`, a duration above its documented maximum (see "Limits" above), a drift
-    /// factor out of range, zero attempts, pauses that overflow, an `extend_interval` not
-    /// below the TTL, or a `waiter_ttl` that is zero, not above three node timeouts or
-    /// above the TTL. Two masters are accepted, with a warning (see
+    /// masters, an unparsable or duplicate master URL or one on port 0, a duration that
+    /// does not parse, a zero TTL or node timeout, a TTL not larger than the drift
+    /// allowance plus the node timeout plus the safety margin (in whole milliseconds, as
+    /// the masters keep it), a TTL above `ttl_max`, a duration above its documented maximum
+    /// (see "Limits" above), a drift factor out of range, zero attempts, pauses that
+    /// overflow, an `extend_interval` not below the TTL, a `waiter_ttl` that is zero, not
+    /// above three node timeouts or above the TTL, a key prefix longer than
+    /// [`MAX_KEY_PREFIX_LEN`](crate::limits::MAX_KEY_PREFIX_LEN) or starting with
+    /// `redquorum:`, or a label longer than [`MAX_LABEL_LEN`](crate::limits::MAX_LABEL_LEN)
+    /// or holding a control character. Two masters are accepted, with a warning (see
     /// [`Builder::masters`](crate::Builder::masters)).
     pub fn build(self) -> Result<Redlock, crate::Error> {
         telemetry::describe();

@@ -90,7 +90,8 @@ impl Redlock {
     /// As for [`acquire`](Redlock::acquire); also [`ErrorKind::InvalidOptions`](crate::ErrorKind::InvalidOptions) when the
     /// options do not fit the client (a TTL too short for the drift allowance, node
     /// timeout and safety margin, or above `ttl_max`; zero attempts; a zero `max_hold`;
-    /// a duration above its `MAX_*` limit).
+    /// a duration above its `MAX_*` limit; a label longer than
+    /// [`MAX_LABEL_LEN`](crate::limits::MAX_LABEL_LEN) or holding a control character).
     ///
     /// # Cancel safety
     /// As for [`acquire`](Redlock::acquire).

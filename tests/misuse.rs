@@ -618,6 +618,46 @@ fn rows() -> Vec<Row> {
             },
         ),
         row(
+            "a 100 KB key_prefix, which would make every key as long",
+            "InvalidConfig",
+            false,
+            "key_prefix is 102400 bytes long, above MAX_KEY_PREFIX_LEN",
+            |_, _| build(offline().key_prefix("p".repeat(100 * 1024))),
+        ),
+        row(
+            "a label with a line break, which would forge a line of inspect's output",
+            "InvalidConfig",
+            false,
+            "label has a control character ('\\n' at byte 6): line breaks, tabs, escapes and \
+             other control characters are refused",
+            |_, _| build(offline().label("worker\nholder: someone else")),
+        ),
+        row(
+            "AcquireOptions::label with a terminal escape",
+            "InvalidOptions",
+            false,
+            "label has a control character ('\\u{1b}' at byte 0)",
+            |rt, _| {
+                let client = offline().build().unwrap();
+                let options = AcquireOptions::new().label("\u{1b}[2J").attempts(1);
+                acquire_in(rt, client.acquire_with("misuse:label", &options))
+            },
+        ),
+        row(
+            "a master on port 0, with its password hidden",
+            "InvalidConfig",
+            false,
+            "master URL \"redis://:***@127.0.0.1:0\" cannot be used: port 0 cannot be connected \
+             to: write the master's port, such as 6379",
+            |_, _| {
+                build(Redlock::builder().masters([
+                    "redis://:right-password@127.0.0.1:0",
+                    "redis://127.0.0.1:2",
+                    "redis://127.0.0.1:3",
+                ]))
+            },
+        ),
+        row(
             "19: AcquireOptions durations as strings",
             "accepted",
             false,

@@ -27,14 +27,19 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
 use crate::exit::{self, Code, Failure};
-use crate::settings::{Settings, Timing};
+use crate::settings::{Settings, Timing, duration};
 
 /// `redquorum run`'s own flags.
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     /// Wait at most this long for the lock, like "30s" ("0s": one attempt, as --no-wait)
     /// [default: twice the TTL maximum].
-    #[arg(long, env = "REDQUORUM_WAIT", value_name = "DURATION")]
+    #[arg(
+        long,
+        env = "REDQUORUM_WAIT",
+        value_name = "DURATION",
+        allow_hyphen_values = true
+    )]
     wait: Option<String>,
 
     /// Make one attempt; exit with 75 at once if the lock is held. Overrides --wait and
@@ -53,7 +58,12 @@ pub(crate) struct RunArgs {
     /// If the lock is being lost, the time between SIGTERM and SIGKILL for CMD's group,
     /// and for what CMD leaves running when it exits [default: a fifth of the TTL]. Must
     /// be shorter than what the TTL leaves once the extension schedule is taken off.
-    #[arg(long, env = "REDQUORUM_GRACE", value_name = "DURATION")]
+    #[arg(
+        long,
+        env = "REDQUORUM_GRACE",
+        value_name = "DURATION",
+        allow_hyphen_values = true
+    )]
     grace: Option<String>,
 
     /// The lock's name (the key prefix is put before it).
@@ -83,17 +93,7 @@ fn validity_window(ttl: Duration) -> Duration {
 /// before the next extension is due (the command would be stopped on every healthy
 /// extension that takes its full time).
 fn grace(given: Option<&str>, timing: Timing) -> Result<Duration, Failure> {
-    let grace = match given {
-        Some(text) => humantime::parse_duration(text.trim()).map_err(|e| {
-            Failure::new(
-                Code::Config,
-                format!(
-                    "--grace {text:?} is not a duration ({e}): write it like \"2s\" or \"500ms\""
-                ),
-            )
-        })?,
-        None => timing.ttl / 5,
-    };
+    let grace = duration("--grace", given)?.unwrap_or(timing.ttl / 5);
     let room = validity_window(timing.ttl)
         .saturating_sub(extend_interval(timing.ttl))
         .saturating_sub(timing.node_timeout);
@@ -253,12 +253,13 @@ async fn hold_and_run(
     let mut options = AcquireOptions::new().watchdog(true).fencing(args.fencing);
     if args.no_wait {
         options = options.attempts(1);
-    } else if let Some(wait) = &args.wait {
+    } else if let Some(wait) = duration("--wait", args.wait.as_deref())? {
         // `--wait 0s` asks not to wait: one attempt, as `--no-wait` (the library refuses a
         // wait budget of zero, in which no round could finish).
-        options = match humantime::parse_duration(wait.trim()) {
-            Ok(wait) if wait.is_zero() => options.attempts(1),
-            _ => options.wait_timeout(wait.as_str()),
+        options = if wait.is_zero() {
+            options.attempts(1)
+        } else {
+            options.wait_timeout(wait)
         };
     }
     if let Some(label) = &args.label {

@@ -27,7 +27,13 @@ pub(crate) struct Settings {
     masters: Option<String>,
 
     /// How long a lock lives on the masters unless extended, like "10s" [default: 10s].
-    #[arg(long, env = "REDQUORUM_TTL", value_name = "DURATION", global = true)]
+    #[arg(
+        long,
+        env = "REDQUORUM_TTL",
+        value_name = "DURATION",
+        global = true,
+        allow_hyphen_values = true
+    )]
     ttl: Option<String>,
 
     /// The longest TTL any client of these masters uses; part of the cluster's record
@@ -36,7 +42,8 @@ pub(crate) struct Settings {
         long,
         env = "REDQUORUM_TTL_MAX",
         value_name = "DURATION",
-        global = true
+        global = true,
+        allow_hyphen_values = true
     )]
     ttl_max: Option<String>,
 
@@ -50,7 +57,8 @@ pub(crate) struct Settings {
         long,
         env = "REDQUORUM_NODE_TIMEOUT",
         value_name = "DURATION",
-        global = true
+        global = true,
+        allow_hyphen_values = true
     )]
     node_timeout: Option<String>,
 
@@ -59,7 +67,8 @@ pub(crate) struct Settings {
         long,
         env = "REDQUORUM_CONNECT_TIMEOUT",
         value_name = "DURATION",
-        global = true
+        global = true,
+        allow_hyphen_values = true
     )]
     connect_timeout: Option<String>,
 
@@ -80,18 +89,44 @@ pub(crate) struct Settings {
 }
 
 /// A duration from the command line or the environment; `None` when not given.
-fn duration(flag: &str, text: Option<&str>) -> Result<Option<Duration>, Failure> {
+///
+/// Every duration flag takes a value that starts with `-` (`allow_hyphen_values`), so
+/// that a negative one reaches this parser, which says what to write instead, where clap
+/// would read `-5s` as unknown flags.
+pub(crate) fn duration(flag: &str, text: Option<&str>) -> Result<Option<Duration>, Failure> {
     let Some(text) = text else {
         return Ok(None);
     };
     humantime::parse_duration(text.trim())
         .map(Some)
         .map_err(|e| {
-            Failure::new(
-                Code::Config,
-                format!("{flag} {text:?} is not a duration ({e}): write it like \"10s\", \"250ms\" or \"1m 30s\""),
-            )
+            let message = negative(flag, text).unwrap_or_else(|| {
+                format!("{flag} {text:?} is not a duration ({e}): write it like \"10s\", \"250ms\" or \"1m 30s\"")
+            });
+            Failure::new(Code::Config, message)
         })
+}
+
+/// What to write instead of `text`, given to `flag`, if it is a negative duration (which
+/// humantime does not read: it has no sign).
+fn negative(flag: &str, text: &str) -> Option<String> {
+    let magnitude = text.trim().strip_prefix('-')?.trim_start();
+    if humantime::parse_duration(magnitude).is_ok() {
+        let magnitude = if magnitude.contains(char::is_whitespace) {
+            format!("{magnitude:?}")
+        } else {
+            magnitude.to_owned()
+        };
+        return Some(format!(
+            "{flag} {text:?}: durations cannot be negative: write {flag} {magnitude}"
+        ));
+    }
+    let number = !magnitude.is_empty() && magnitude.bytes().all(|b| b.is_ascii_digit());
+    number.then(|| {
+        format!(
+            "{flag} {text:?}: durations cannot be negative, and need a unit: write {flag} {magnitude}s or {flag} {magnitude}ms"
+        )
+    })
 }
 
 /// The validated durations of [`Settings`].

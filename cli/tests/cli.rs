@@ -307,6 +307,80 @@ async fn bad_input_is_one_line_with_its_exit_code() {
     assert_one_line_error(&output, 69, "flag over environment");
 }
 
+/// A command line with a negative duration, its environment, and what the message says
+/// after "durations cannot be negative".
+type Negative<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
+
+/// A negative duration, on any duration flag or in the environment, says that durations
+/// cannot be negative and what to write instead, with the exit code of a bad duration
+/// (78), where clap read `-5s` as unknown flags.
+#[tokio::test]
+async fn a_negative_duration_says_what_to_write_instead() {
+    let dir = scratch("negative");
+    let marker = dir.join("ran");
+    let touch = format!("touch {}", marker.display());
+    let down = format!("redis://127.0.0.1:{}", closed_port());
+    let cmd = ["k", "--", "sh", "-c", &touch];
+    let run = |flags: &[&'static str]| [&["run"], flags, &cmd].concat();
+    let cases: Vec<Negative<'_>> = vec![
+        (
+            vec!["--ttl", "-5s", "inspect", "k"],
+            vec![],
+            ": write --ttl 5s",
+        ),
+        (run(&["--ttl", "-5s"]), vec![], ": write --ttl 5s"),
+        (
+            vec!["--ttl-max", "-1m", "inspect", "k"],
+            vec![],
+            ": write --ttl-max 1m",
+        ),
+        (
+            vec!["check", "--node-timeout", "-50ms"],
+            vec![],
+            ": write --node-timeout 50ms",
+        ),
+        (
+            vec!["--connect-timeout=-1s", "init"],
+            vec![],
+            ": write --connect-timeout 1s",
+        ),
+        (run(&["--wait", "-30s"]), vec![], ": write --wait 30s"),
+        (run(&["--grace", "-1s"]), vec![], ": write --grace 1s"),
+        (
+            vec!["inspect", "--ttl", "-1m 30s", "k"],
+            vec![],
+            ": write --ttl \"1m 30s\"",
+        ),
+        (
+            vec!["--ttl", "-5", "inspect", "k"],
+            vec![],
+            ", and need a unit: write --ttl 5s or --ttl 5ms",
+        ),
+        (
+            vec!["inspect", "k"],
+            vec![("REDQUORUM_TTL", "-5s")],
+            ": write --ttl 5s",
+        ),
+        (
+            run(&[]),
+            vec![("REDQUORUM_WAIT", " -2s")],
+            ": write --wait 2s",
+        ),
+    ];
+    for (args, mut env, says) in cases {
+        let what = format!("{env:?} {}", args.join(" "));
+        env.push(("REDQUORUM_MASTERS", &down));
+        let output = finish(redquorum(&env).args(&args).output()).await;
+        assert_one_line_error(&output, 78, &what);
+        let err = stderr(&output);
+        assert!(
+            err.contains(&format!("durations cannot be negative{says}")),
+            "{what}: {err}"
+        );
+        assert!(!marker.exists(), "{what}: the command ran");
+    }
+}
+
 #[tokio::test]
 async fn two_run_loops_on_one_key_lose_no_increment() {
     let fleet = Fleet::new().await;

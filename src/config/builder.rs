@@ -108,8 +108,9 @@ impl Builder {
 
     /// Adds one master by URL: `redis://[user:password@]host:port[/db]`,
     /// `rediss://…` (TLS, with the `tls` feature; see [`tls`](Builder::tls))
-    /// or `redis+unix:///path/to/socket[?user=…&pass=…]`. A `rediss://…#insecure` URL, which
-    /// turns certificate checks off, is refused. A `rediss://` URL may name its master's
+    /// or `redis+unix:///path/to/socket[?user=…&pass=…]`. A URL on port 0, where no server
+    /// can be reached, is refused, and so is a `rediss://…#insecure` URL, which turns
+    /// certificate checks off. A `rediss://` URL may name its master's
     /// own PEM files, `?tls_ca_file=PATH` and `&tls_cert_file=PATH&tls_key_file=PATH`, which
     /// take the place of the builder's CA or client certificate for that master.
     ///
@@ -222,6 +223,11 @@ impl Builder {
 
     /// A prefix put before every resource name to form the key. Defaults to empty, which
     /// keeps keys compatible with other Redlock clients locking the same names.
+    ///
+    /// At most [`MAX_KEY_PREFIX_LEN`](limits::MAX_KEY_PREFIX_LEN) bytes (256), and it must
+    /// not start with `redquorum:`, where the lock's own records live; otherwise
+    /// [`build`](Builder::build) fails with
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig).
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = prefix.into();
         self
@@ -230,9 +236,11 @@ impl Builder {
     /// What this client's locks say about their holder, beside its host, process id and a
     /// client id: shown by [`Redlock::inspect`](crate::Redlock::inspect) to whoever asks
     /// who holds a lock (such as `"billing-worker"`). Defaults to empty; at most
-    /// [`MAX_LABEL_LEN`](limits::MAX_LABEL_LEN) bytes; per call with
-    /// [`AcquireOptions::label`](crate::AcquireOptions::label). Not a secret: anyone who
-    /// can read the masters sees it.
+    /// [`MAX_LABEL_LEN`](limits::MAX_LABEL_LEN) bytes, without control characters
+    /// ([`char::is_control`]: line breaks, tabs, escapes), or [`build`](Builder::build)
+    /// fails with [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig); per call
+    /// with [`AcquireOptions::label`](crate::AcquireOptions::label). Not a secret: anyone
+    /// who can read the masters sees it.
     pub fn label(mut self, label: impl Into<String>) -> Self {
         self.label = label.into();
         self
@@ -307,9 +315,7 @@ impl Builder {
         // needs a setting that did not parse is left out rather than run on a guess.
         let mut problems = Problems::default();
         problems.check(check_key_prefix(&key_prefix));
-        if label.len() > MAX_LABEL_LEN {
-            problems.push(Problem::LabelTooLong { len: label.len() });
-        }
+        problems.check(check_label(&label));
         let masters = parse_masters(&masters, &tls.settings, &mut problems);
         let parsed = Parsed::new(
             &mut problems,

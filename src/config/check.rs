@@ -129,6 +129,15 @@ pub(crate) enum Problem {
         /// The prefix given.
         prefix: String,
     },
+    /// The key prefix is longer than [`MAX_KEY_PREFIX_LEN`].
+    #[error(
+        "key_prefix is {len} bytes long, above MAX_KEY_PREFIX_LEN ({}): use a shorter prefix, such as \"locks:\"",
+        MAX_KEY_PREFIX_LEN
+    )]
+    KeyPrefixTooLong {
+        /// Its length in bytes.
+        len: usize,
+    },
     /// The waiter TTL cannot work: a refresh every third of it must be able to finish
     /// within one node timeout, and no registration may outlive the lock's TTL.
     #[error("waiter_ttl {} is out of range: it must exceed three node timeouts ({}) and be at most the ttl ({}); {advice}",
@@ -154,6 +163,17 @@ pub(crate) enum Problem {
     LabelTooLong {
         /// Its length in bytes.
         len: usize,
+    },
+    /// The owner label holds a control character ([`char::is_control`]): a line break,
+    /// tab or escape would break or forge the lines that show it.
+    #[error(
+        "label has a control character ({character:?} at byte {at}): line breaks, tabs, escapes and other control characters are refused, as inspect, logs and the redquorum command show labels on one line; remove it, or write a space instead"
+    )]
+    LabelControl {
+        /// The first control character.
+        character: char,
+        /// Its byte offset in the label.
+        at: usize,
     },
     /// Fencing asked for without restart quarantine.
     #[error(
@@ -219,9 +239,9 @@ impl Problem {
             #[cfg(redquorum_mutants)]
             Problem::ClockRate(_) => "client_clock_rate",
             Problem::TtlAboveTtlMax { .. } => "ttl_max",
-            Problem::ReservedKeyPrefix { .. } => "key_prefix",
+            Problem::ReservedKeyPrefix { .. } | Problem::KeyPrefixTooLong { .. } => "key_prefix",
             Problem::WaiterTtl { .. } => "waiter_ttl",
-            Problem::LabelTooLong { .. } => "label",
+            Problem::LabelTooLong { .. } | Problem::LabelControl { .. } => "label",
             Problem::FencingNeedsQuarantine => "fencing",
             Problem::BackoffMax { .. } => "backoff",
             Problem::ExtendInterval { .. } => "extend_interval",
@@ -449,14 +469,30 @@ pub(super) fn check_waiter_ttl(
     })
 }
 
-/// Refuses a prefix under which lock keys could collide with the crate's own records.
+/// Refuses a prefix longer than [`MAX_KEY_PREFIX_LEN`] (first, so that no message repeats
+/// it), or one under which lock keys could collide with the crate's own records.
 pub(super) fn check_key_prefix(prefix: &str) -> Result<(), Problem> {
+    if prefix.len() > MAX_KEY_PREFIX_LEN {
+        return Err(Problem::KeyPrefixTooLong { len: prefix.len() });
+    }
     if prefix.starts_with(crate::scripts::RECORD_NAMESPACE) {
         return Err(Problem::ReservedKeyPrefix {
             prefix: prefix.to_owned(),
         });
     }
     Ok(())
+}
+
+/// Refuses an owner label ([`Builder::label`], or one call's) longer than
+/// [`MAX_LABEL_LEN`], or holding a control character.
+pub(crate) fn check_label(label: &str) -> Result<(), Problem> {
+    if label.len() > MAX_LABEL_LEN {
+        return Err(Problem::LabelTooLong { len: label.len() });
+    }
+    match label.char_indices().find(|(_, c)| c.is_control()) {
+        Some((at, character)) => Err(Problem::LabelControl { character, at }),
+        None => Ok(()),
+    }
 }
 
 /// The parsed duration of `setting`, or the error naming it.

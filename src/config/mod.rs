@@ -18,7 +18,7 @@ mod url;
 pub use builder::Builder;
 pub(crate) use check::Problem;
 use check::*;
-pub(crate) use check::{at_most, duration};
+pub(crate) use check::{at_most, check_label, duration};
 pub use groups::{Clock, Retry, Timeouts, Tls, Waiting, Watchdog};
 use tls::*;
 pub use url::RedactedUrl;
@@ -91,6 +91,12 @@ pub mod limits {
     /// The longest resource name accepted, in bytes: 1024. Longer names are refused with
     /// [`ErrorKind::InvalidResource`](crate::ErrorKind::InvalidResource); hash them first.
     pub const MAX_RESOURCE_LEN: usize = 1024;
+    /// The longest key prefix accepted ([`Builder::key_prefix`](crate::Builder::key_prefix)),
+    /// in bytes: 256. The prefix goes before every resource name, so a key is at most
+    /// 1280 bytes with [`MAX_RESOURCE_LEN`]; a prefix names a namespace, such as `"locks:"`,
+    /// and a longer one is refused with
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig).
+    pub const MAX_KEY_PREFIX_LEN: usize = 256;
 
     /// The largest limit of a semaphore ([`Redlock::semaphore`](crate::Redlock::semaphore)),
     /// and so the most permits one acquisition takes: 64. Every acquisition reads each of
@@ -121,8 +127,8 @@ pub mod limits {
 }
 
 pub(crate) use limits::{
-    MAX_CONNECT_TIMEOUT, MAX_LABEL_LEN, MAX_MAX_HOLD, MAX_NODE_TIMEOUT, MAX_RESOURCE_LEN,
-    MAX_RESOURCES, MAX_TTL, MAX_WAIT_TIMEOUT,
+    MAX_CONNECT_TIMEOUT, MAX_KEY_PREFIX_LEN, MAX_LABEL_LEN, MAX_MAX_HOLD, MAX_NODE_TIMEOUT,
+    MAX_RESOURCE_LEN, MAX_RESOURCES, MAX_TTL, MAX_WAIT_TIMEOUT,
 };
 
 /// A duration given either as a [`Duration`] or as a human-readable string such as

@@ -105,3 +105,120 @@ fn jitter_stays_within_bounds() {
         assert!(d >= Duration::from_millis(10) && d <= Duration::from_millis(15));
     }
 }
+
+#[test]
+fn a_master_on_port_0_is_refused_naming_its_url() {
+    for url in [
+        "redis://127.0.0.1:0",
+        "redis://user:secret@localhost:0/0",
+        "valkey://127.0.0.1:00",
+    ] {
+        let err = Builder::new().master(url).into_config().unwrap_err();
+        let said = err.to_string();
+        let Problem::InvalidUrl { url: named, reason } = &err else {
+            panic!("{said}")
+        };
+        assert_eq!(*named, redact(url), "{said}");
+        assert_eq!(
+            reason, "port 0 cannot be connected to: write the master's port, such as 6379",
+            "{said}"
+        );
+        assert!(!said.contains("secret"), "{said}");
+    }
+    // Each is refused for its port, not as the other's duplicate.
+    let err = Builder::new()
+        .masters(["redis://127.0.0.1:0", "redis://127.0.0.1:0"])
+        .into_config()
+        .unwrap_err();
+    let Problem::Several(problems) = &err else {
+        panic!("{err}")
+    };
+    assert!(
+        problems
+            .iter()
+            .all(|p| p.to_string().contains("port 0 cannot be connected to")),
+        "{err}"
+    );
+    // Refused over TLS too (without the `tls` feature, for the feature first).
+    let err = Builder::new()
+        .master("rediss://127.0.0.1:0")
+        .into_config()
+        .unwrap_err();
+    let expected = if cfg!(feature = "tls") {
+        "port 0 cannot be connected to"
+    } else {
+        "`tls` feature"
+    };
+    assert!(err.to_string().contains(expected), "{err}");
+    // A socket has no port: its URL builds as before.
+    let config = Builder::new()
+        .master("redis+unix:///tmp/redis.sock")
+        .into_config()
+        .unwrap();
+    assert!(matches!(
+        config.masters[0].info.addr(),
+        ConnectionAddr::Unix(_)
+    ));
+}
+
+#[test]
+fn a_key_prefix_longer_than_its_limit_is_refused() {
+    let built = |prefix: String| {
+        Builder::new()
+            .master("redis://127.0.0.1:7001")
+            .key_prefix(prefix)
+            .into_config()
+    };
+    let longest = "p".repeat(limits::MAX_KEY_PREFIX_LEN);
+    assert_eq!(built(longest.clone()).unwrap().key_prefix, longest);
+    let Err(err) = built("p".repeat(100 * 1024)) else {
+        panic!("a 100 KB prefix was accepted")
+    };
+    let said = err.to_string();
+    assert_eq!(err.setting(), Some("key_prefix"), "{said}");
+    assert!(
+        said.starts_with(&format!(
+            "key_prefix is 102400 bytes long, above MAX_KEY_PREFIX_LEN ({})",
+            limits::MAX_KEY_PREFIX_LEN
+        )),
+        "{said}"
+    );
+    // The prefix itself is not repeated, even where it is also a reserved one.
+    let Err(err) = built(format!("redquorum:{}", "p".repeat(100 * 1024))) else {
+        panic!("a 100 KB reserved prefix was accepted")
+    };
+    assert_eq!(err.setting(), Some("key_prefix"), "{err}");
+    assert!(err.to_string().len() < 300, "{err}");
+}
+
+#[test]
+fn a_label_with_a_control_character_is_refused() {
+    let built = |label: &str| {
+        Builder::new()
+            .master("redis://127.0.0.1:7001")
+            .label(label)
+            .into_config()
+    };
+    for (label, shown) in [
+        ("worker\nFAKE owner", r"'\n' at byte 6"),
+        ("tab\there", r"'\t' at byte 3"),
+        ("red\u{1b}[31m", r"'\u{1b}' at byte 3"),
+        ("nul\0", r"'\0' at byte 3"),
+        ("del\u{7f}", r"'\u{7f}' at byte 3"),
+        ("é\u{85}", r"'\u{85}' at byte 2"),
+    ] {
+        let Err(err) = built(label) else {
+            panic!("{label:?} was accepted")
+        };
+        let said = err.to_string();
+        assert_eq!(err.setting(), Some("label"), "{said}");
+        assert!(
+            said.starts_with(&format!("label has a control character ({shown})")),
+            "{said}"
+        );
+        assert!(!said.chars().any(char::is_control), "{said:?}");
+    }
+    // Any other character is fine.
+    let label = "billing-worker é ✓ 請求";
+    assert_eq!(built(label).unwrap().label, label);
+}

@@ -104,6 +104,14 @@ pub(super) fn parse_master(
             reason: "this address is not supported on this platform; use redis://".to_owned(),
         });
     }
+    // Port 0 asks the system for any free port when listening; no server is reached there.
+    if let ConnectionAddr::Tcp(_, 0) | ConnectionAddr::TcpTls { port: 0, .. } = info.addr() {
+        return Err(Problem::InvalidUrl {
+            url: name,
+            reason: "port 0 cannot be connected to: write the master's port, such as 6379"
+                .to_owned(),
+        });
+    }
     if let Some(other) = specs.iter().find(|s| same_server(&s.info, &info)) {
         return Err(Problem::DuplicateMaster {
             url: name,

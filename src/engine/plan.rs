@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::cluster::Owner;
 use crate::config::{
-    DurationSetting, IntoDuration, MAX_LABEL_LEN, MAX_MAX_HOLD, MAX_WAIT_TIMEOUT, Problem, at_most,
+    DurationSetting, IntoDuration, MAX_MAX_HOLD, MAX_WAIT_TIMEOUT, Problem, at_most, check_label,
     duration,
 };
 use crate::core::Inner;
@@ -101,7 +101,9 @@ impl AcquireOptions {
 
     /// What [`Redlock::inspect`](crate::Redlock::inspect) calls this lock's holder.
     /// Defaults to the client's [`label`](crate::Builder::label); at most
-    /// [`MAX_LABEL_LEN`](crate::limits::MAX_LABEL_LEN) bytes. Each label a client uses
+    /// [`MAX_LABEL_LEN`](crate::limits::MAX_LABEL_LEN) bytes, without control characters
+    /// ([`char::is_control`]: line breaks, tabs, escapes), or the call fails with
+    /// [`ErrorKind::InvalidOptions`] before any master is asked. Each label a client uses
     /// keeps one small holder record on each master, for an hour after its last use:
     /// name a kind of work (`"nightly-billing"`), not each call.
     pub fn label(mut self, label: impl Into<String>) -> Self {
@@ -146,7 +148,7 @@ impl Plan {
     /// # Errors
     /// [`ErrorKind::InvalidOptions`] when the options do not fit the client: a duration
     /// that does not parse or is above its limit, a TTL the client could not keep, zero
-    /// attempts or `max_hold`, a label too long, fencing without restart quarantine.
+    /// attempts or `max_hold`, a label too long or holding a control character, fencing without restart quarantine.
     pub(crate) fn new(
         inner: &Inner,
         resource: &str,
@@ -220,12 +222,10 @@ impl Plan {
             ));
         }
         let owner = match &options.label {
-            Some(label) if label.len() > MAX_LABEL_LEN => {
-                return Err(invalid(
-                    Problem::LabelTooLong { len: label.len() }.to_string(),
-                ));
+            Some(label) => {
+                check_label(label).map_err(|e| invalid(e.to_string()))?;
+                Arc::new(inner.owner.labelled(label))
             }
-            Some(label) => Arc::new(inner.owner.labelled(label)),
             None => Arc::clone(&inner.owner),
         };
         let watchdog = options.watchdog.unwrap_or(config.watchdog);

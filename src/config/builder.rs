@@ -237,7 +237,8 @@ impl Builder {
     /// client id: shown by [`Redlock::inspect`](crate::Redlock::inspect) to whoever asks
     /// who holds a lock (such as `"billing-worker"`). Defaults to empty; at most
     /// [`MAX_LABEL_LEN`](limits::MAX_LABEL_LEN) bytes, without control characters
-    /// ([`char::is_control`]: line breaks, tabs, escapes), or [`build`](Builder::build)
+    /// ([`char::is_control`]: line breaks, tabs, escapes), Unicode line separators or
+    /// direction overrides, or [`build`](Builder::build)
     /// fails with [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig); per call
     /// with [`AcquireOptions::label`](crate::AcquireOptions::label). Not a secret: anyone
     /// who can read the masters sees it.

@@ -206,6 +206,11 @@ fn a_label_with_a_control_character_is_refused() {
         ("nul\0", r"'\0' at byte 3"),
         ("del\u{7f}", r"'\u{7f}' at byte 3"),
         ("é\u{85}", r"'\u{85}' at byte 2"),
+        // Breaks a line in some terminals and logs, or reorders what is shown after it.
+        ("line\u{2028}sep", r"'\u{2028}' at byte 4"),
+        ("para\u{2029}", r"'\u{2029}' at byte 4"),
+        ("rtl\u{202e}gnp.exe", r"'\u{202e}' at byte 3"),
+        ("iso\u{2066}x\u{2069}", r"'\u{2066}' at byte 3"),
     ] {
         let Err(err) = built(label) else {
             panic!("{label:?} was accepted")

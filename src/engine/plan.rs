@@ -102,7 +102,8 @@ impl AcquireOptions {
     /// What [`Redlock::inspect`](crate::Redlock::inspect) calls this lock's holder.
     /// Defaults to the client's [`label`](crate::Builder::label); at most
     /// [`MAX_LABEL_LEN`](crate::limits::MAX_LABEL_LEN) bytes, without control characters
-    /// ([`char::is_control`]: line breaks, tabs, escapes), or the call fails with
+    /// ([`char::is_control`]: line breaks, tabs, escapes), Unicode line separators or
+    /// direction overrides, or the call fails with
     /// [`ErrorKind::InvalidOptions`] before any master is asked. Each label a client uses
     /// keeps one small holder record on each master, for an hour after its last use:
     /// name a kind of work (`"nightly-billing"`), not each call.

@@ -660,7 +660,7 @@ async fn init_refused_a_command_by_the_acl_is_auth_not_an_outage() {
     let shown = err.to_string();
     assert!(
         shown.contains(
-            "refused this client's credentials or a command its ACL denies: check the user"
+            "refused this client's credentials or a command or key its ACL denies: check the user"
         ),
         "{shown}"
     );
@@ -693,4 +693,30 @@ async fn a_command_refused_inside_a_script_is_auth() {
         matches!(failed, MasterOutcome::Failed(e) if e.kind() == MasterErrorKind::Auth),
         "{err}"
     );
+}
+
+/// A master whose user may not touch a key the lock needs (here the cluster record, which
+/// is outside the user's key patterns without a key prefix) fails it as refused permissions, `Auth`, and the fix
+/// names a key the ACL denies, not only a command.
+#[tokio::test]
+async fn init_refused_a_key_by_the_acl_names_keys() {
+    let cluster = Cluster::start(1).await.unwrap();
+    let server = cluster.server(0);
+    let () = redis::cmd("ACL")
+        .arg(&["SETUSER", "app", "on", ">pw", "~app:*", "&*", "+@all"])
+        .query_async(&mut raw(&server.url()).await)
+        .await
+        .unwrap();
+    let url = format!("redis://app:pw@127.0.0.1:{}", server.port());
+    let client = Redlock::builder().masters([url.as_str()]).build().unwrap();
+    let err = client.init_cluster().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
+    assert!(!err.is_retryable(), "{err}");
+    let shown = err.to_string();
+    assert!(shown.contains("NoPerm"), "{shown}");
+    assert!(
+        shown.contains("refused this client's credentials or a command or key its ACL denies"),
+        "{shown}"
+    );
+    assert!(!shown.contains("app:pw"), "the password shows: {shown}");
 }

@@ -21,7 +21,8 @@ Exit status:
               unreachable, unfit or not voting)
   70          internal error
   75          not acquired: the lock is held by another (--no-wait, or --wait ran out)
-  77          the masters refused authentication
+  77          the masters refused this client's credentials (user, password) or a
+              command or key its ACL denies
   78          configuration: no masters, a bad URL, duration or grace, settings that
               differ from the cluster's record, a TLS certificate the masters or this
               client refuse

@@ -29,7 +29,7 @@
 //! | 69 | EX_UNAVAILABLE: no quorum of masters reachable or voting; `check`: a master unfit to vote |
 //! | 70 | EX_SOFTWARE: internal error |
 //! | 75 | EX_TEMPFAIL: not acquired, the lock is held by another (`--no-wait`, or `--wait` ran out) |
-//! | 77 | EX_NOPERM: the masters refused authentication |
+//! | 77 | EX_NOPERM: the masters refused this client's credentials (user, password) or a command or key its ACL denies |
 //! | 78 | EX_CONFIG: no masters, a bad URL, duration or grace, settings that differ from the cluster's record, a TLS certificate the masters or this client refuse |
 //! | 79 | `run`: the lock was lost while the command ran, and its process group was stopped |
 //! | 126, 127 | `run`: the command could not be executed, or was not found |

@@ -38,7 +38,8 @@ pub(crate) struct RunArgs {
         long,
         env = "REDQUORUM_WAIT",
         value_name = "DURATION",
-        allow_hyphen_values = true
+        allow_hyphen_values = true,
+        value_parser = crate::settings::flag_value
     )]
     wait: Option<String>,
 
@@ -62,7 +63,8 @@ pub(crate) struct RunArgs {
         long,
         env = "REDQUORUM_GRACE",
         value_name = "DURATION",
-        allow_hyphen_values = true
+        allow_hyphen_values = true,
+        value_parser = crate::settings::flag_value
     )]
     grace: Option<String>,
 

@@ -32,7 +32,8 @@ pub(crate) struct Settings {
         env = "REDQUORUM_TTL",
         value_name = "DURATION",
         global = true,
-        allow_hyphen_values = true
+        allow_hyphen_values = true,
+        value_parser = flag_value
     )]
     ttl: Option<String>,
 
@@ -43,7 +44,8 @@ pub(crate) struct Settings {
         env = "REDQUORUM_TTL_MAX",
         value_name = "DURATION",
         global = true,
-        allow_hyphen_values = true
+        allow_hyphen_values = true,
+        value_parser = flag_value
     )]
     ttl_max: Option<String>,
 
@@ -58,7 +60,8 @@ pub(crate) struct Settings {
         env = "REDQUORUM_NODE_TIMEOUT",
         value_name = "DURATION",
         global = true,
-        allow_hyphen_values = true
+        allow_hyphen_values = true,
+        value_parser = flag_value
     )]
     node_timeout: Option<String>,
 
@@ -68,7 +71,8 @@ pub(crate) struct Settings {
         env = "REDQUORUM_CONNECT_TIMEOUT",
         value_name = "DURATION",
         global = true,
-        allow_hyphen_values = true
+        allow_hyphen_values = true,
+        value_parser = flag_value
     )]
     connect_timeout: Option<String>,
 
@@ -88,11 +92,33 @@ pub(crate) struct Settings {
     tls_key: Option<PathBuf>,
 }
 
+/// A duration flag's value as given, unless it is a flag: a value that starts with `--`,
+/// or `-` and a letter, is the next flag taken for the missing duration
+/// (`allow_hyphen_values`), and is refused as a usage error rather than swallowed. A
+/// flag swallowed by `--wait`, which is not read under `--no-wait`, would otherwise be
+/// dropped without a word: `run --no-wait --wait --masters=B KEY -- CMD` locked on the
+/// environment's masters and ran CMD.
+pub(crate) fn flag_value(text: &str) -> Result<String, String> {
+    let mut rest = text.trim_start().chars();
+    let flag = match (rest.next(), rest.next()) {
+        (Some('-'), Some(next)) => next == '-' || next.is_ascii_alphabetic(),
+        _ => false,
+    };
+    if flag {
+        return Err(
+            "a flag where a duration belongs: the duration is missing; write it after its flag, like \"30s\""
+                .to_owned(),
+        );
+    }
+    Ok(text.to_owned())
+}
+
 /// A duration from the command line or the environment; `None` when not given.
 ///
 /// Every duration flag takes a value that starts with `-` (`allow_hyphen_values`), so
 /// that a negative one reaches this parser, which says what to write instead, where clap
-/// would read `-5s` as unknown flags.
+/// would read `-5s` as unknown flags (a value that is a flag is refused before, by
+/// [`flag_value`]).
 pub(crate) fn duration(flag: &str, text: Option<&str>) -> Result<Option<Duration>, Failure> {
     let Some(text) = text else {
         return Ok(None);

@@ -381,6 +381,65 @@ async fn a_negative_duration_says_what_to_write_instead() {
     }
 }
 
+/// A duration flag given no value takes no flag after it as its value: the flag is
+/// refused as a usage error (64), not swallowed. `--wait` is not read under `--no-wait`,
+/// so a flag it swallowed there was dropped without a word, and CMD ran without
+/// `--fencing`, or holding a lock on the environment's masters instead of `--masters`.
+#[tokio::test]
+async fn a_duration_flag_without_its_value_swallows_no_flag() {
+    let fleet = Fleet::new().await;
+    let dir = scratch("swallowed");
+    let marker = dir.join("ran");
+    let touch = format!("touch {}", marker.display());
+    let other = format!("--masters=redis://127.0.0.1:{}", closed_port());
+    let cmd = ["k", "--", "sh", "-c", &touch];
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["run", "--no-wait", "--wait", "--fencing"],
+        vec!["run", "--wait", "--fencing", "--no-wait"],
+        vec!["run", "--no-wait", "--wait", &other],
+        vec!["run", "--no-wait", "--wait", "--label"],
+        vec!["run", "--no-wait", "--wait", "-h"],
+        vec!["run", "--grace", "--no-wait"],
+        vec!["run", "--ttl", "--no-wait"],
+        vec!["--ttl-max", "--", "run"],
+        vec!["run", "--node-timeout", "--no-wait"],
+        vec!["run", "--connect-timeout", "--no-wait"],
+    ];
+    for flags in cases {
+        let args = [flags.as_slice(), &cmd].concat();
+        let what = args.join(" ");
+        let output = fleet.output(&args).await;
+        assert_one_line_error(&output, 64, &what);
+        assert!(
+            stderr(&output).contains("a flag where a duration belongs"),
+            "{what}: {}",
+            stderr(&output)
+        );
+        assert!(!marker.exists(), "{what}: the command ran");
+    }
+    // A negative duration still reaches the duration's own message.
+    let output = fleet
+        .output(&["run", "--wait", "-5s", "k", "--", "true"])
+        .await;
+    assert_one_line_error(&output, 78, "--wait -5s");
+    // The flags themselves work as before.
+    let output = fleet
+        .output(&[
+            "run",
+            "--no-wait",
+            "--wait",
+            "1s",
+            "k",
+            "--",
+            "sh",
+            "-c",
+            &touch,
+        ])
+        .await;
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(marker.exists(), "{output:?}");
+}
+
 #[tokio::test]
 async fn two_run_loops_on_one_key_lose_no_increment() {
     let fleet = Fleet::new().await;

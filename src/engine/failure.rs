@@ -80,8 +80,8 @@ pub(crate) fn permanent_failure(
         }
         if !auth.is_empty() {
             fixes.push(format!(
-                "{} refused this client's credentials or a command its ACL denies: check the \
-                 user and password in their URLs and the masters' ACLs",
+                "{} refused this client's credentials or a command or key its ACL denies: check \
+                 the user and password in their URLs and the masters' ACLs",
                 auth.join(", ")
             ));
         }

@@ -370,8 +370,9 @@ pub enum ErrorKind {
     /// `maxmemory-policy`, which can lose lock keys; for fencing tokens, masters that are
     /// not durable; no cluster record this client can place) that no quorum is possible,
     /// and that will not change by itself; no master among those that fail for good
-    /// refused authentication or failed the TLS handshake. Not retryable: the masters'
-    /// reports say which, and what to change.
+    /// refused this client's credentials or permissions ([`ErrorKind::Auth`]) or failed
+    /// the TLS handshake. Not retryable: the masters' reports say which, and what to
+    /// change.
     Misconfigured,
     /// A master failed with [`MasterErrorKind::ClusterMismatch`], a refusal no quorum
     /// outvotes: its cluster record does not agree with this client's configuration: the

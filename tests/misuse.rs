@@ -475,38 +475,38 @@ fn rows() -> Vec<Row> {
             true,
             "the budget ran out during the first round, before a quorum of masters answered",
             |rt, m| {
-                // The round is made longer than the budget for certain: the master is
-                // paused (its requests queue and run after 500 ms; a connected client
-                // first). The budget, 20 ms, ends well before the pause heals.
+                // The round is made longer than the budget for certain: the master's
+                // writes, scripts among them, are paused (a connected client first) until
+                // the call has returned, then unpaused (`CLIENT PAUSE WRITE` leaves
+                // `CLIENT UNPAUSE` free to run). The budget, 20 ms, is far shorter than
+                // the pause's own end.
                 let client = client_of(m.plain.urls(), false).build().unwrap();
-                let mut waits = rt.block_on(async {
+                let mut admins = rt.block_on(async {
                     let warm = client.acquire("misuse:wait-short-warm").await.unwrap();
                     warm.release().await.unwrap();
-                    // Connected before the pause, to learn when it ends.
-                    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
-                    let mut waits = Vec::new();
+                    let mut admins = Vec::new();
                     for url in m.plain.urls() {
-                        let client = redis::Client::open(url).unwrap();
-                        let conn = client
-                            .get_multiplexed_async_connection_with_config(&config)
+                        let mut admin = raw(&url).await;
+                        let _: () = redis::cmd("CLIENT")
+                            .arg("PAUSE")
+                            .arg(60_000)
+                            .arg("WRITE")
+                            .query_async(&mut admin)
                             .await
                             .unwrap();
-                        waits.push(conn);
+                        admins.push(admin);
                     }
-                    for server in m.plain.servers() {
-                        server
-                            .client_pause(Duration::from_millis(500))
-                            .await
-                            .unwrap();
-                    }
-                    waits
+                    admins
                 });
                 let options = AcquireOptions::new().wait_timeout(Duration::from_millis(20));
                 let got = acquire_in(rt, client.acquire_with("misuse:wait-short", &options));
-                // The pause over (a PING answers only then), for the rows after this one.
                 rt.block_on(async {
-                    for conn in &mut waits {
-                        let _: String = redis::cmd("PING").query_async(conn).await.unwrap();
+                    for admin in &mut admins {
+                        let _: () = redis::cmd("CLIENT")
+                            .arg("UNPAUSE")
+                            .query_async(admin)
+                            .await
+                            .unwrap();
                     }
                 });
                 got
@@ -629,7 +629,8 @@ fn rows() -> Vec<Row> {
             "InvalidConfig",
             false,
             "label has a control character ('\\n' at byte 6): line breaks, tabs, escapes and \
-             other control characters are refused",
+             other control characters, Unicode line separators and direction overrides are \
+             refused",
             |_, _| build(offline().label("worker\nholder: someone else")),
         ),
         row(

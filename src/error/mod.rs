@@ -692,7 +692,7 @@ impl fmt::Display for Error {
             }
             let ahead = self.count(|o| matches!(o, MasterOutcome::FenceConflict { .. }));
             if ahead > 0 {
-                write!(f, ", {ahead} with a fence counter ahead")?;
+                write!(f, ", {ahead} with a fence counter at or past the token")?;
             }
             if self.attempts > 1 {
                 write!(f, "; {} attempts", self.attempts)?;

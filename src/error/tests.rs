@@ -258,7 +258,7 @@ fn the_tally_counts_every_master() {
     assert!(
         shown.contains(
             "(0 of 4 masters granted, 0 held by another, 0 failed, 1 pending, \
-             2 without the key, 1 with a fence counter ahead)"
+             2 without the key, 1 with a fence counter at or past the token)"
         ),
         "{shown}"
     );

@@ -116,10 +116,10 @@ fn owner_text(owner: Option<&OwnerInfo>) -> String {
     };
     let mut parts = Vec::new();
     if !owner.label.is_empty() {
-        parts.push(owner.label.clone());
+        parts.push(one_line(&owner.label));
     }
     if !owner.host.is_empty() {
-        parts.push(owner.host.clone());
+        parts.push(one_line(&owner.host));
     }
     if let Some(pid) = owner.pid {
         parts.push(format!("pid {pid}"));
@@ -129,6 +129,22 @@ fn owner_text(owner: Option<&OwnerInfo>) -> String {
     } else {
         parts.join(" ")
     }
+}
+
+/// `text`, read off a master (where any client may have written it), as it can be shown
+/// in one cell of one line: control characters, Unicode line separators and direction
+/// overrides escaped (`\n`, `\u{202e}`), so that a label cannot break or forge the table.
+fn one_line(text: &str) -> String {
+    let mut shown = String::with_capacity(text.len());
+    for c in text.chars() {
+        let breaks = c.is_control()
+            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}');
+        match breaks {
+            true => shown.extend(c.escape_default()),
+            false => shown.push(c),
+        }
+    }
+    shown
 }
 
 /// One row of the table: master, state or value, TTL, owner, fence counter.
@@ -268,4 +284,19 @@ fn to_json(inspection: &Inspection) -> Value {
         "summary": inspection.verdict().to_string(),
         "masters": inspection.masters().iter().map(master_json).collect::<Vec<_>>(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn what_a_master_holds_is_shown_on_one_line() {
+        assert_eq!(one_line("billing é ✓"), "billing é ✓");
+        assert_eq!(one_line("a\nholder: b"), "a\\nholder: b");
+        assert_eq!(one_line("x\u{1b}[2J"), "x\\u{1b}[2J");
+        assert_eq!(one_line("rtl\u{202e}exe"), "rtl\\u{202e}exe");
+        assert_eq!(one_line("l\u{2028}s"), "l\\u{2028}s");
+        assert!(!one_line("\t\r\u{85}\u{2066}").chars().any(char::is_control));
+    }
 }

@@ -47,7 +47,8 @@ pub(crate) async fn force_unlock(
             None => client.force_unlock_any(key).await,
         }
         .map_err(|e| Failure::of(&e))?;
-        exit::out(&format!("{report}\n"));
+        // The report names the values it deleted, read off the masters.
+        exit::out(&format!("{}\n", one_line(&report.to_string())));
         Ok(0)
     })
     .await
@@ -133,7 +134,8 @@ fn owner_text(owner: Option<&OwnerInfo>) -> String {
 
 /// `text`, read off a master (where any client may have written it), as it can be shown
 /// in one cell of one line: control characters, Unicode line separators and direction
-/// overrides escaped (`\n`, `\u{202e}`), so that a label cannot break or forge the table.
+/// overrides escaped (`\n`, `\u{202e}`), so that a label, a lock's value or anything
+/// else a master holds cannot break or forge the table, or send the terminal escapes.
 fn one_line(text: &str) -> String {
     let mut shown = String::with_capacity(text.len());
     for c in text.chars() {
@@ -168,6 +170,9 @@ fn row(view: &MasterView) -> [String; 5] {
         ),
         other => (other.to_string(), "-".to_owned(), "-".to_owned()),
     };
+    // A lock's value and another kind's name are read off the master, where any client
+    // may have written them.
+    let state = one_line(&state);
     let fence = view
         .fence_counter()
         .map_or_else(|| "-".to_owned(), |c| c.to_string());
@@ -194,7 +199,8 @@ fn table(inspection: &Inspection) -> String {
         "lock {} (key {}): {}{}\n",
         inspection.resource(),
         inspection.key(),
-        inspection.verdict(),
+        // The holder's value and client id, read off the masters, as the table's cells.
+        one_line(&inspection.verdict().to_string()),
         if inspection.handed() {
             " (handed to that queued waiter, not yet confirmed)"
         } else {
@@ -298,5 +304,29 @@ mod tests {
         assert_eq!(one_line("rtl\u{202e}exe"), "rtl\\u{202e}exe");
         assert_eq!(one_line("l\u{2028}s"), "l\\u{2028}s");
         assert!(!one_line("\t\r\u{85}\u{2066}").chars().any(char::is_control));
+        assert_eq!(
+            one_line("\u{202a}\u{2066}\u{2069}"),
+            "\\u{202a}\\u{2066}\\u{2069}"
+        );
+    }
+
+    /// `one_line` escapes exactly what the library refuses in a label of its own
+    /// (`Builder::label`), so that the two lists, written twice, cannot drift apart.
+    #[test]
+    fn what_is_escaped_is_what_a_label_may_not_hold() {
+        let chars = (0..0x3000).chain([0x061c, 0xfeff, 0xfff9, 0xe0001]);
+        for c in chars.filter_map(char::from_u32) {
+            let label = format!("a{c}b");
+            let refused = redquorum::Redlock::builder()
+                .masters(["redis://127.0.0.1:1"])
+                .label(label.as_str())
+                .build()
+                .is_err();
+            let escaped = one_line(&label) != label;
+            assert_eq!(
+                escaped, refused,
+                "{c:?}: escaped {escaped}, refused {refused}"
+            );
+        }
     }
 }

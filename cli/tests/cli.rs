@@ -1048,6 +1048,81 @@ async fn inspect_shows_the_holder_and_a_wrong_value_is_not_force_unlocked() {
     client.shutdown().await;
 }
 
+/// What another client wrote on the masters (a lock's value, a holder record's label,
+/// host and client id, another kind's name) cannot break or forge `inspect`'s lines, nor
+/// send the terminal escapes: the verdict line and the table show it escaped, as does
+/// `force-unlock --any`'s report of the values it deleted.
+#[tokio::test]
+async fn what_another_client_wrote_cannot_break_inspect_lines() {
+    let fleet = Fleet::new().await;
+    let key = unique_key("inspect-forged");
+    let other = unique_key("inspect-forged-kind");
+    let forged = "\nlock k (key k): free\u{1b}[2J\u{202e}\u{2028}\u{85}";
+    let value = format!("forged.1{forged}");
+    for server in fleet.cluster.servers() {
+        let mut conn = raw(&server.url()).await;
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(&value)
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg("redquorum:holder:forged")
+            .arg(&[
+                "label",
+                &format!("l{forged}"),
+                "host",
+                &format!("h{forged}"),
+            ])
+            .arg(&["client", &format!("c{forged}"), "pid", "1"])
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(&other)
+            .arg("v")
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg(format!("redquorum:owner:{other}"))
+            .arg(&["kind", &format!("k{forged}")])
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let shown = |output: &Output, what: &str, lines: usize| {
+        assert_eq!(output.status.code(), Some(0), "{what}: {output:?}");
+        let text = stdout(output);
+        assert_eq!(text.lines().count(), lines, "{what}: {text:?}");
+        assert!(
+            !text.contains(['\u{1b}', '\u{202e}', '\u{2028}', '\u{85}']),
+            "{what}: {text:?}"
+        );
+        assert!(!text.contains("\nlock k (key k): free"), "{what}: {text:?}");
+        text
+    };
+    let table = fleet.output(&["inspect", &key]).await;
+    let text = shown(&table, "inspect", 5);
+    assert!(text.contains("held by forged.1\\nlock k"), "{text}");
+    assert!(text.contains("client c\\nlock k"), "{text}");
+    assert!(
+        text.contains("l\\nlock k (key k): free\\u{1b}[2J"),
+        "{text}"
+    );
+    let table = fleet.output(&["inspect", &other]).await;
+    let text = shown(&table, "inspect of another kind", 5);
+    assert!(text.contains("other kind: k\\nlock k"), "{text}");
+    let unlock = fleet.output(&["force-unlock", &key, "--any"]).await;
+    let text = shown(&unlock, "force-unlock --any", 1);
+    assert!(text.contains("deleted forged.1\\nlock k"), "{text}");
+}
+
 /// A key that a release handed to a queued waiter which never confirmed it (its process
 /// died): `inspect` says so, in the table and in the JSON, so that an operator does not
 /// take the waiter's id for a lease value.

@@ -86,7 +86,8 @@ impl Builder {
     /// above three node timeouts or above the TTL, a key prefix longer than
     /// [`MAX_KEY_PREFIX_LEN`](crate::limits::MAX_KEY_PREFIX_LEN) or starting with
     /// `redquorum:`, or a label longer than [`MAX_LABEL_LEN`](crate::limits::MAX_LABEL_LEN)
-    /// or holding a control character. Two masters are accepted, with a warning (see
+    /// or holding a control character, a Unicode line separator or a direction override.
+    /// Two masters are accepted, with a warning (see
     /// [`Builder::masters`](crate::Builder::masters)).
     pub fn build(self) -> Result<Redlock, crate::Error> {
         telemetry::describe();

@@ -91,7 +91,8 @@ impl Redlock {
     /// options do not fit the client (a TTL too short for the drift allowance, node
     /// timeout and safety margin, or above `ttl_max`; zero attempts; a zero `max_hold`;
     /// a duration above its `MAX_*` limit; a label longer than
-    /// [`MAX_LABEL_LEN`](crate::limits::MAX_LABEL_LEN) or holding a control character).
+    /// [`MAX_LABEL_LEN`](crate::limits::MAX_LABEL_LEN) or holding a control character, a
+    /// Unicode line separator or a direction override).
     ///
     /// # Cancel safety
     /// As for [`acquire`](Redlock::acquire).

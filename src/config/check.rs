@@ -171,7 +171,7 @@ pub(crate) enum Problem {
         "label has a control character ({character:?} at byte {at}): line breaks, tabs, escapes and other control characters, Unicode line separators and direction overrides are refused, as inspect, logs and the redquorum command show labels on one line; remove it, or write a space instead"
     )]
     LabelControl {
-        /// The first control character.
+        /// The first such character.
         character: char,
         /// Its byte offset in the label.
         at: usize,
@@ -493,7 +493,8 @@ fn breaks_a_line(c: char) -> bool {
 }
 
 /// Refuses an owner label ([`Builder::label`], or one call's) longer than
-/// [`MAX_LABEL_LEN`], or holding a control character.
+/// [`MAX_LABEL_LEN`], or holding a control character, a Unicode line separator or a
+/// direction override ([`breaks_a_line`]).
 pub(crate) fn check_label(label: &str) -> Result<(), Problem> {
     if label.len() > MAX_LABEL_LEN {
         return Err(Problem::LabelTooLong { len: label.len() });

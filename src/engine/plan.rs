@@ -149,8 +149,9 @@ impl Plan {
     /// # Errors
     /// [`ErrorKind::InvalidOptions`] when the options do not fit the client: a duration
     /// that does not parse or is above its limit, a TTL the client could not keep, zero
-    /// attempts or `max_hold`, a label too long or holding a control character, fencing
-    /// without restart quarantine.
+    /// attempts or `max_hold`, a label too long or holding a control character, a Unicode
+    /// line separator or a direction override ([`check_label`]), fencing without restart
+    /// quarantine.
     pub(crate) fn new(
         inner: &Inner,
         resource: &str,

@@ -628,7 +628,7 @@ fn rows() -> Vec<Row> {
             "a label with a line break, which would forge a line of inspect's output",
             "InvalidConfig",
             false,
-            "label has a control character ('\\n' at byte 6): line breaks, tabs, escapes and \
+            "label has a character that breaks or reorders its line ('\\n' at byte 6): line breaks, tabs, escapes and \
              other control characters, Unicode line separators and direction overrides are \
              refused",
             |_, _| build(offline().label("worker\nholder: someone else")),
@@ -637,7 +637,7 @@ fn rows() -> Vec<Row> {
             "AcquireOptions::label with a terminal escape",
             "InvalidOptions",
             false,
-            "label has a control character ('\\u{1b}' at byte 0)",
+            "label has a character that breaks or reorders its line ('\\u{1b}' at byte 0)",
             |rt, _| {
                 let client = offline().build().unwrap();
                 let options = AcquireOptions::new().label("\u{1b}[2J").attempts(1);

@@ -168,7 +168,7 @@ pub(crate) enum Problem {
     /// separator or a direction override: a line break, tab, escape or reordering would
     /// break or forge the lines that show it.
     #[error(
-        "label has a control character ({character:?} at byte {at}): line breaks, tabs, escapes and other control characters, Unicode line separators and direction overrides are refused, as inspect, logs and the redquorum command show labels on one line; remove it, or write a space instead"
+        "label has a character that breaks or reorders its line ({character:?} at byte {at}): line breaks, tabs, escapes and other control characters, Unicode line separators and direction overrides are refused, as inspect, logs and the redquorum command show labels on one line; remove it, or write a space instead"
     )]
     LabelControl {
         /// The first such character.
@@ -484,22 +484,17 @@ pub(super) fn check_key_prefix(prefix: &str) -> Result<(), Problem> {
     Ok(())
 }
 
-/// Whether `c` would not show as itself on the one line a label is shown on: a control
-/// character ([`char::is_control`]: line breaks, tabs, escapes), a Unicode line or
-/// paragraph separator, or a direction override or isolate, which reorders what follows.
-fn breaks_a_line(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
-}
-
 /// Refuses an owner label ([`Builder::label`], or one call's) longer than
 /// [`MAX_LABEL_LEN`], or holding a control character, a Unicode line separator or a
-/// direction override ([`breaks_a_line`]).
+/// direction override ([`breaks_a_line`](crate::error::breaks_a_line)).
 pub(crate) fn check_label(label: &str) -> Result<(), Problem> {
     if label.len() > MAX_LABEL_LEN {
         return Err(Problem::LabelTooLong { len: label.len() });
     }
-    match label.char_indices().find(|(_, c)| breaks_a_line(*c)) {
+    match label
+        .char_indices()
+        .find(|(_, c)| crate::error::breaks_a_line(*c))
+    {
         Some((at, character)) => Err(Problem::LabelControl { character, at }),
         None => Ok(()),
     }

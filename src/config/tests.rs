@@ -218,7 +218,9 @@ fn a_label_with_a_control_character_is_refused() {
         let said = err.to_string();
         assert_eq!(err.setting(), Some("label"), "{said}");
         assert!(
-            said.starts_with(&format!("label has a control character ({shown})")),
+            said.starts_with(&format!(
+                "label has a character that breaks or reorders its line ({shown})"
+            )),
             "{said}"
         );
         assert!(!said.chars().any(char::is_control), "{said:?}");

@@ -763,6 +763,33 @@ impl fmt::Display for ShortName<'_> {
     }
 }
 
+/// Whether `c` would not show as itself on one line of text: a control character
+/// ([`char::is_control`]: line breaks, tabs, escapes), a Unicode line or paragraph
+/// separator, or a direction override or isolate, which reorders what follows. A label
+/// may hold none of them; what reports show of the masters has them escaped ([`OneLine`]).
+pub(crate) fn breaks_a_line(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Text read off a master (where any client may have written it: a lock's value, an
+/// owner's client id, another kind's name), shown as it is but for the characters that
+/// [`breaks_a_line`] names, escaped (`\n`, `\u{202e}`): a report's lines cannot be broken
+/// or forged through it, nor a terminal's escapes passed.
+pub(crate) struct OneLine<'a>(pub(crate) &'a str);
+
+impl fmt::Display for OneLine<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for c in self.0.chars() {
+            match breaks_a_line(c) {
+                true => write!(f, "{}", c.escape_default())?,
+                false => fmt::Write::write_char(f, c)?,
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Durations in errors and reports, printed the way people write them (`1.5s`, `250ms`).
 pub(crate) fn human(d: Duration) -> String {
     // Cut below the unit, never through `as` (which wraps a duration of many years).

@@ -16,7 +16,7 @@ use super::ask_all;
 use crate::client::Redlock;
 use crate::core::{check_resource, check_runtime};
 use crate::deadline;
-use crate::error::{Error, MasterError, MasterErrorKind, ShortName, human};
+use crate::error::{Error, MasterError, MasterErrorKind, OneLine, ShortName, human};
 use crate::fencing::FencingToken;
 use crate::master::{Inspected, Op, Reply};
 use crate::scripts;
@@ -95,7 +95,7 @@ impl fmt::Display for OwnerInfo {
             parts.push(format!("fencing token {token}"));
         }
         if !self.client.is_empty() {
-            parts.push(format!("client {}", self.client));
+            parts.push(format!("client {}", OneLine(&self.client)));
         }
         f.write_str(&parts.join(", "))
     }
@@ -131,7 +131,7 @@ impl fmt::Display for Holding {
         match self {
             Holding::Free => f.write_str("free"),
             Holding::Lock { value, ttl, owner } => {
-                write!(f, "holds {value}")?;
+                write!(f, "holds {}", OneLine(value))?;
                 match ttl {
                     Some(ttl) => write!(f, " for {}", human(*ttl))?,
                     None => f.write_str(" without expiry")?,
@@ -141,7 +141,9 @@ impl fmt::Display for Holding {
                     None => f.write_str(" (no owner record)"),
                 }
             }
-            Holding::OtherKind { kind } => write!(f, "holds another kind of lock: {kind}"),
+            Holding::OtherKind { kind } => {
+                write!(f, "holds another kind of lock: {}", OneLine(kind))
+            }
             Holding::Unreachable(error) => write!(f, "unreachable: {error}"),
         }
     }
@@ -310,7 +312,7 @@ impl fmt::Display for Verdict {
                 owner,
                 remaining,
             } => {
-                write!(f, "held by {value}")?;
+                write!(f, "held by {}", OneLine(value))?;
                 match remaining {
                     Some(left) => write!(f, " for at least {}", human(*left))?,
                     None => f.write_str(" without expiry")?,
@@ -325,7 +327,9 @@ impl fmt::Display for Verdict {
             Verdict::Unknown => {
                 f.write_str("unknown: too few masters answered to rule out a holder")
             }
-            Verdict::OtherKind { kind } => write!(f, "holds another kind of lock: {kind}"),
+            Verdict::OtherKind { kind } => {
+                write!(f, "holds another kind of lock: {}", OneLine(kind))
+            }
         }
     }
 }
@@ -581,6 +585,44 @@ mod tests {
             ttl: ttl_ms.map(Duration::from_millis),
             owner: OwnerInfo::parse(&fields, value, 0),
         })
+    }
+
+    /// What another client wrote (a value, a client id, a kind's name) cannot break or
+    /// forge a report's lines, nor pass a terminal's escapes: it is shown escaped.
+    #[test]
+    fn what_a_master_holds_is_shown_on_one_line() {
+        let forged = "x\nlock k (key k): free\u{1b}[8m\u{202e}\u{2028}";
+        let mut fields = BTreeMap::new();
+        fields.insert("client".to_owned(), forged.to_owned());
+        let owner = OwnerInfo::parse(&fields, forged, 0);
+        let holding = Holding::Lock {
+            value: forged.to_owned(),
+            ttl: Some(MS),
+            owner: owner.clone(),
+        };
+        let verdict = Verdict::Held {
+            value: forged.to_owned(),
+            owner,
+            remaining: Some(MS),
+        };
+        let kind = Verdict::OtherKind {
+            kind: forged.to_owned(),
+        };
+        let other = Holding::OtherKind {
+            kind: forged.to_owned(),
+        };
+        for shown in [
+            holding.to_string(),
+            verdict.to_string(),
+            kind.to_string(),
+            other.to_string(),
+        ] {
+            assert!(!shown.chars().any(crate::error::breaks_a_line), "{shown:?}");
+            assert!(
+                shown.contains(r"x\nlock k (key k): free\u{1b}[8m"),
+                "{shown}"
+            );
+        }
     }
 
     fn down() -> MasterView {

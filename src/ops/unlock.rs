@@ -27,7 +27,7 @@ use crate::core::Inner;
 use crate::core::{check_resource, check_runtime};
 use crate::engine::permanent_failure;
 use crate::error::{
-    Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport, ShortName,
+    Error, ErrorKind, MasterError, MasterErrorKind, MasterOutcome, MasterReport, OneLine, ShortName,
 };
 use crate::master::{Op, Reply};
 use crate::scripts;
@@ -104,7 +104,11 @@ impl fmt::Display for UnlockReport {
                 f,
                 "force-unlock of {}: deleted {} on {} of {} masters",
                 ShortName(&self.resource),
-                removed.join(", "),
+                removed
+                    .iter()
+                    .map(|v| OneLine(v).to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 self.deleted(),
                 self.masters.len()
             )?;
@@ -115,7 +119,7 @@ impl fmt::Display for UnlockReport {
         for (report, removed) in self.masters.iter().zip(&self.removed) {
             write!(f, "; {}: ", report.master())?;
             match (report.outcome(), removed) {
-                (_, Some(value)) => write!(f, "deleted {value}")?,
+                (_, Some(value)) => write!(f, "deleted {}", OneLine(value))?,
                 (MasterOutcome::Missing, _) => f.write_str("nothing held it")?,
                 (MasterOutcome::HeldByOther, _) => f.write_str("another value, left alone")?,
                 (outcome, _) => write!(f, "{outcome}")?,

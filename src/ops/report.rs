@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{MasterError, human};
+use crate::error::{MasterError, OneLine, human};
 use crate::quarantine::Standing;
 
 /// What [`Redlock::check_masters`](crate::Redlock::check_masters) found: one
@@ -516,7 +516,8 @@ impl ClusterRecord {
 
 impl fmt::Display for ClusterRecord {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let field = |name| self.get(name).unwrap_or("?");
+        // Any client that can write to the master can write its record: shown escaped.
+        let field = |name| OneLine(self.get(name).unwrap_or("?"));
         write!(
             f,
             "version {}, cluster {}, master {}, counters {}",

@@ -590,3 +590,23 @@ fn a_master_votes_when_it_answered_and_this_client_counts_it() {
     assert!(!down.votes());
     assert_eq!(down.facts(), &Facts::unknown());
 }
+
+/// A cluster record's fields, which any client that can write to the master can write,
+/// are shown escaped: they cannot add a line to the report.
+#[test]
+fn a_record_is_shown_on_its_line() {
+    let mut p = probe(0);
+    p.record = Ok([
+        ("version", "1"),
+        ("cluster", "c1\nproblem: forged"),
+        ("master", "m1"),
+    ]
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .into());
+    let text = one(p, &context()).to_string();
+    assert!(text.contains(r"cluster c1\nproblem: forged"), "{text}");
+    assert!(
+        !text.lines().any(|l| l.starts_with("problem: forged")),
+        "{text}"
+    );
+}
